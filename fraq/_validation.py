@@ -1,0 +1,123 @@
+"""Argument checks shared by the public functions.
+
+Every public entry point validates once here and then calls a private ``_impl``
+that trusts its inputs. Messages name the argument and echo the offending value,
+so a user never has to read a LAPACK error or find a NaN in a result.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+
+import torch
+
+__all__ = [
+    "check_factor",
+    "check_finite",
+    "check_pair",
+    "check_rank",
+    "check_tau",
+    "check_client_numbers",
+    "compute_dtype",
+]
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the arithmetic runs in for inputs of ``dtype``.
+
+    float32 and float64 compute in their own precision; float16 and bfloat16 have too
+    few mantissa bits for a QR and an eigenproblem (eps 1e-3 and 8e-3), so they are
+    promoted to float32 and the result is cast back.
+    """
+    return torch.float32 if dtype in _LOW_PRECISION else dtype
+
+
+def check_factor(name: str, t: object) -> torch.Tensor:
+    """A floating tensor with at least two dimensions."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise TypeError(f"{name} must have a floating dtype, got dtype={t.dtype}")
+    if t.is_complex():
+        raise TypeError(f"{name} must be real, got dtype={t.dtype}")
+    if t.dim() < 2:
+        raise ValueError(
+            f"{name} must have at least 2 dimensions (*, rows, cols), got shape={tuple(t.shape)}"
+        )
+    return t
+
+
+def check_finite(name: str, t: torch.Tensor) -> None:
+    """Raise if ``t`` holds a NaN or an infinity (one reduction, no copy)."""
+    if t.numel() == 0:
+        return
+    bad = ~torch.isfinite(t)
+    if bool(bad.any()):
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"{name} contains a non-finite value {t[idx].item()} at index {idx}")
+
+
+def check_pair(B: torch.Tensor, A: torch.Tensor, bname: str = "B", aname: str = "A") -> None:
+    """``B`` (*, m, r) and ``A`` (*, r, n) that multiply, with equal batch shapes."""
+    check_factor(bname, B)
+    check_factor(aname, A)
+    if B.shape[-1] != A.shape[-2]:
+        raise ValueError(
+            f"{bname} (*, m, r) and {aname} (*, r, n) must share r: "
+            f"{bname}.shape={tuple(B.shape)}, {aname}.shape={tuple(A.shape)}"
+        )
+    if B.shape[:-2] != A.shape[:-2]:
+        raise ValueError(
+            f"{bname} and {aname} must have the same batch shape: "
+            f"{bname}.shape={tuple(B.shape)}, {aname}.shape={tuple(A.shape)}"
+        )
+    if B.dtype != A.dtype:
+        raise TypeError(f"{bname} and {aname} must share a dtype: {B.dtype} != {A.dtype}")
+    if B.device != A.device:
+        raise ValueError(f"{bname} and {aname} must be on one device: {B.device} != {A.device}")
+
+
+def check_tau(tau: object) -> float:
+    if isinstance(tau, torch.Tensor) and tau.numel() == 1:
+        tau = tau.item()
+    if isinstance(tau, bool) or not isinstance(tau, numbers.Real):
+        raise TypeError(f"tau(={tau!r}) must be a real number in (0, 1]")
+    tau = float(tau)
+    if math.isnan(tau) or not 0.0 < tau <= 1.0:
+        raise ValueError(f"tau(={tau}) must be in (0, 1]")
+    return tau
+
+
+def check_rank(rank: object, limit: int) -> int:
+    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral):
+        if not (isinstance(rank, torch.Tensor) and rank.dim() == 0 and not rank.is_floating_point()):
+            raise TypeError(f"rank(={rank!r}) must be an int")
+    rank = int(rank)
+    if rank < 1 or rank > limit:
+        raise ValueError(f"rank(={rank}) must be in [1, min(d, r)={limit}]")
+    return rank
+
+
+def check_client_numbers(name: str, values: object, count: int, *, nonnegative: bool) -> list[float]:
+    """Per-client weights or scales: ``count`` finite real numbers."""
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().reshape(-1).tolist()
+    if not isinstance(values, Sequence) or isinstance(values, (str, bytes)):
+        raise TypeError(f"{name} must be a sequence of {count} numbers, got {type(values).__name__}")
+    if len(values) != count:
+        raise ValueError(f"{name} has {len(values)} entries but there are {count} clients: {name}={list(values)}")
+    out = []
+    for k, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"{name}[{k}](={v!r}) must be a real number")
+        v = float(v)
+        if not math.isfinite(v):
+            raise ValueError(f"{name}[{k}](={v}) must be finite")
+        if nonnegative and v < 0:
+            raise ValueError(f"{name}[{k}](={v}) must be non-negative")
+        out.append(v)
+    return out
