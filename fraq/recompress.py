@@ -47,10 +47,13 @@ def recompress(
     own rank: ``rank`` is then an int64 tensor of the batch shape and ``B``/``A`` are
     padded with exact zeros to the largest rank in the batch.
 
-    Scaling: X and Y are scaled by powers of two (exact) so their largest entries are
-    about 1 before the QR and the Gram product; the scale is put back on the
-    singular-value side. Factors with entries from 1e-20 to 1e18 in float32 therefore
-    neither underflow nor overflow when the spectrum is squared.
+    Scaling and bad values: the Gram matrix squares the spectrum, so it is checked after
+    it is formed (r x r, free). When it is out of the range the eigensolver needs, the
+    factors are checked for NaN/Inf (a ValueError naming the factor and index) and
+    otherwise the coordinates are recomputed with an exact power-of-two scale on the
+    small r x r factor, put back on the singular-value side at the end. Factors with
+    entries from 1e-20 to 1e18 in float32 therefore neither underflow nor overflow, and
+    well-scaled inputs pay no extra pass over the factors.
 
     Precision: float32 and float64 compute in their own dtype; float16 and bfloat16
     compute in float32 and ``B``/``A`` are cast back to the input dtype (spectrum and
@@ -89,8 +92,6 @@ def recompress(
     basis_fn = get_backend(backend)
     if eig_dtype is not None and (not isinstance(eig_dtype, torch.dtype) or not eig_dtype.is_floating_point):
         raise TypeError(f"eig_dtype(={eig_dtype!r}) must be a floating torch.dtype")
-    check_finite("B", B)
-    check_finite("A", A)
     return _recompress_impl(B, A, tau, rank, backend, basis_fn, eig_dtype)
 
 
@@ -113,9 +114,49 @@ def select_rank(lam: torch.Tensor, tau: float) -> torch.Tensor:
 
 
 def _pow2_exponent(t: torch.Tensor) -> torch.Tensor:
-    """Exponent e (int) per matrix with max|t| = f * 2^e, 0.5 <= f < 1 (0 for a zero matrix)."""
+    """Exponent e per matrix with max|t| = f * 2^e, 0.5 <= f < 1 (0 for a zero matrix)."""
     amax = torch.linalg.vector_norm(t, ord=float("inf"), dim=(-2, -1))
     return torch.frexp(amax).exponent
+
+
+def _gram_in_range(G: torch.Tensor, C: torch.Tensor) -> bool:
+    """True when G is finite and far enough from under/overflow for the eigensolver.
+
+    The lower bound keeps the eigenvalues down to the noise floor (eps * lambda_1)
+    normal numbers; the upper bound keeps their cumulative sum finite. A zero G with a
+    nonzero C may be an underflow rather than a zero aggregate, so it is out of range too.
+    """
+    fi = torch.finfo(G.dtype)
+    amax = torch.linalg.vector_norm(G, ord=float("inf"), dim=(-2, -1))
+    if not bool(torch.isfinite(amax).all()):
+        return False
+    cmax = torch.linalg.vector_norm(C, ord=float("inf"), dim=(-2, -1))
+    zero = amax == 0
+    if bool((zero & (cmax > 0)).any()):
+        return False
+    ok = zero | ((amax >= fi.tiny / fi.eps**2) & (amax <= fi.max * fi.eps))
+    return bool(ok.all())
+
+
+def _coordinates(B, A, X, Y, C):
+    """H = C Y and G = H H^T, rescaled by a power of two when G would under/overflow.
+
+    Returns (H, G, e) with M = 2^e Q H. The fast path adds no pass over the factors: the
+    Gram is checked after the fact. Only when it is out of range are the factors
+    checked for NaN/Inf (named error) or, if finite, their magnitudes measured and C
+    scaled so that C Y has entries of order 1. The scale goes on C (s x r), never on
+    the large factors, and is a power of two, so it is exact.
+    """
+    H = torch.matmul(C, Y)
+    G = torch.matmul(H, H.mT)
+    if _gram_in_range(G, C):
+        return H, G, None
+    check_finite("B", B)
+    check_finite("A", A)
+    e = _pow2_exponent(C) + _pow2_exponent(Y)
+    H = torch.matmul(torch.ldexp(C, -e.view(-1, 1, 1).to(C.dtype)), Y)
+    G = torch.matmul(H, H.mT)
+    return H, G, e
 
 
 def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype):
@@ -137,13 +178,8 @@ def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype):
     if s == 0 or nb == 0:
         return _empty_result(batch, m, n, s, cdt, out_dtype, tau, rank, backend_name, transposed, B.device)
 
-    ex = _pow2_exponent(X)
-    ey = _pow2_exponent(Y)
-    Xn = torch.ldexp(X, -ex.view(-1, 1, 1).to(cdt))
-    basis = basis_fn(Xn)
-    C = torch.ldexp(basis.C, -ey.view(-1, 1, 1).to(cdt))
-    H = torch.matmul(C, Y)  # (nb, s, D), M = 2^(ex+ey) Q H
-    G = torch.matmul(H, H.mT)
+    basis = basis_fn(X)
+    H, G, e = _coordinates(B, A, X, Y, basis.C)  # M = 2^e Q H
     lam, U = torch.linalg.eigh(G.to(edt))
     lam = lam.flip(-1)
     U = U.flip(-1)
@@ -161,8 +197,9 @@ def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype):
         keep = torch.arange(pmax, device=p.device) < p.unsqueeze(-1)  # (nb, pmax)
         Up = Up * keep.unsqueeze(-2).to(cdt)
     L = basis.apply(Up)  # (nb, d, pmax), orthonormal columns
-    scale = (ex + ey).view(-1, 1, 1).to(cdt)
-    Rp = torch.ldexp(torch.matmul(Up.mT, H), scale)  # (nb, pmax, D)
+    Rp = torch.matmul(Up.mT, H)  # (nb, pmax, D)
+    if e is not None:
+        Rp = torch.ldexp(Rp, e.view(-1, 1, 1).to(cdt))
 
     if transposed:
         Bg, Ag = Rp.mT, L.mT
@@ -176,7 +213,10 @@ def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype):
     kept = torch.gather(cums, -1, (p - 1).clamp(min=0).unsqueeze(-1)).squeeze(-1)
     kept = torch.where(p > 0, kept, torch.zeros_like(kept))
     energy = torch.where(total > 0, kept / torch.where(total > 0, total, 1), torch.ones_like(total))
-    sv = torch.ldexp(lam.to(cdt).sqrt(), (ex + ey).view(-1, 1).to(cdt)).reshape(*batch, s)
+    sv = lam.to(cdt).sqrt()
+    if e is not None:
+        sv = torch.ldexp(sv, e.view(-1, 1).to(cdt))
+    sv = sv.reshape(*batch, s)
 
     if len(batch) == 0:
         rank_out, energy_out = int(p[0].item()), float(energy[0].item())
