@@ -1,0 +1,82 @@
+"""fraq.stack: the product of the stacks is the exact weighted aggregate."""
+
+import itertools
+
+import pytest
+import torch
+from conftest import eps, fro
+
+import fraq
+from fraq.reference import dense_aggregate
+from fraq.synthetic import lora_clients
+
+# Rounding of one scaled product: a few eps per term, K terms, inner dimension r.
+STACK_FACTOR = 16
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("batch", [(), (1,), (3,), (2, 3)])
+def test_product_equals_weighted_aggregate(dtype, batch):
+    ranks = [2, 5, 3]
+    Bs, As = lora_clients(17, 11, ranks, batch=batch, seed=1, dtype=dtype)
+    weights, scales = [5.0, 1.0, 2.5], [2.0, 0.5, 8.0]
+    B, A = fraq.stack(Bs, As, weights, scales)
+    assert B.shape == (*batch, 17, sum(ranks)) and A.shape == (*batch, sum(ranks), 11)
+    assert B.dtype == dtype and A.dtype == dtype
+    ref = dense_aggregate(Bs, As, weights, scales)
+    bound = sum(abs(w / 8.5 * s) * fro(b) * fro(a) for b, a, w, s in zip(Bs, As, weights, scales))
+    err = fro(B.double() @ A.double() - ref)
+    assert (err <= STACK_FACTOR * eps(dtype) * sum(ranks) * bound).all()
+
+
+def test_weights_are_split_as_square_roots():
+    """Eq. 7: sqrt(a_k) on both factors, s_k on A only."""
+    Bs, As = lora_clients(6, 4, [2, 3], seed=2, dtype=torch.float64)
+    B, A = fraq.stack(Bs, As, weights=[1.0, 3.0], scales=[2.0, 5.0])
+    torch.testing.assert_close(B[:, :2], Bs[0] * 0.5, rtol=0, atol=0)
+    torch.testing.assert_close(B[:, 2:], Bs[1] * 0.75**0.5, rtol=eps(torch.float64), atol=0)
+    torch.testing.assert_close(A[2:], As[1] * 0.75**0.5 * 5.0, rtol=2 * eps(torch.float64), atol=0)
+
+
+def test_defaults_uniform_weights_unit_scales():
+    Bs, As = lora_clients(9, 7, [3, 3, 3, 3], seed=3, dtype=torch.float64)
+    B, A = fraq.stack(Bs, As)
+    ref = sum(b @ a for b, a in zip(Bs, As)) / 4
+    torch.testing.assert_close(B @ A, ref, rtol=0, atol=32 * eps(torch.float64) * float(fro(ref)))
+
+
+def test_zero_weight_client_contributes_nothing():
+    Bs, As = lora_clients(8, 8, [2, 2, 2], seed=4, dtype=torch.float64)
+    B, A = fraq.stack(Bs, As, weights=[1.0, 0.0, 1.0])
+    ref = (Bs[0] @ As[0] + Bs[2] @ As[2]) / 2
+    torch.testing.assert_close(B @ A, ref, rtol=0, atol=32 * eps(torch.float64) * float(fro(ref)))
+
+
+def test_client_order_does_not_change_the_product():
+    Bs, As = lora_clients(10, 13, [1, 4, 2], seed=5, dtype=torch.float64)
+    w, s = [1.0, 2.0, 3.0], [1.0, 4.0, 0.25]
+    base = fraq.stack(Bs, As, w, s)
+    M0 = base[0] @ base[1]
+    for perm in itertools.permutations(range(3)):
+        B, A = fraq.stack([Bs[i] for i in perm], [As[i] for i in perm], [w[i] for i in perm], [s[i] for i in perm])
+        torch.testing.assert_close(B @ A, M0, rtol=0, atol=32 * eps(torch.float64) * float(fro(M0)))
+
+
+def test_bf16_clients_are_rounded_once():
+    """Scaling runs in float32; the only rounding to bf16 is the final cast."""
+    Bs, As = lora_clients(12, 9, [3, 3], seed=6, dtype=torch.float32)
+    Bh, Ah = [b.bfloat16() for b in Bs], [a.bfloat16() for a in As]
+    B, A = fraq.stack(Bh, Ah, weights=[1.0, 3.0], scales=[2.0, 2.0])
+    assert B.dtype == torch.bfloat16
+    B32, A32 = fraq.stack([b.float() for b in Bh], [a.float() for a in Ah], weights=[1.0, 3.0], scales=[2.0, 2.0])
+    torch.testing.assert_close(B, B32.bfloat16(), rtol=0, atol=0)
+    torch.testing.assert_close(A, A32.bfloat16(), rtol=0, atol=0)
+    Bf, Af = fraq.stack(Bh, Ah, weights=[1.0, 3.0], scales=[2.0, 2.0], dtype=torch.float32)
+    assert Bf.dtype == torch.float32
+    torch.testing.assert_close(Bf, B32, rtol=0, atol=0)
+
+
+def test_b_stack_is_column_major():
+    Bs, As = lora_clients(30, 20, [4, 4], batch=(2,), seed=7)
+    B, _ = fraq.stack(Bs, As)
+    assert B.mT.is_contiguous()
