@@ -2,16 +2,51 @@
 
 Each backend maps the oriented left factor X (*, d, r) to a :class:`Basis`: coordinates
 C with X = Q C, and a way to apply Q. ``householder`` is the default and the reference.
+
+==========================  ====================================================  ======
+name                        basis                                                 exact
+==========================  ====================================================  ======
+``householder``             reduced Householder QR, reflectors applied implicitly  yes
+``polar``                   polar factor from the SVD, S = (X^T X)^{1/2} for R     yes
+``cholesky-qr2``            two Cholesky-QR passes, per-matrix Householder         yes
+                            fallback detected from the data
+``newton-schulz``           Polar Express iteration to tolerance, Cholesky         yes
+                            metric correction (pseudo-inverse if rank-deficient)
+``newton-schulz-cubic``     classic cubic iteration, otherwise as above            yes
+``newton-schulz-lstsq``     Polar Express to tolerance, least-squares coordinates  near
+``newton-schulz-direct``    Polar Express to tolerance, direct coordinates Q^T X   near
+``newton-schulz-muon``      Muon's quintic, 5 steps, direct coordinates            no
+==========================  ====================================================  ======
+
+"near": exact up to the iterate's remaining orthogonality error (about the tolerance).
+``newton-schulz-muon`` is a documented reference that does not converge.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 from fraq.backends.base import Backend, Basis
+from fraq.backends.cholesky_qr import cholesky_qr2
 from fraq.backends.householder import householder
+from fraq.backends.newton_schulz import newton_schulz
+from fraq.backends.polar import polar
 
-__all__ = ["BACKENDS", "Backend", "Basis", "get_backend", "register_backend"]
+__all__ = ["BACKENDS", "EXACT_BACKENDS", "Backend", "Basis", "get_backend", "register_backend"]
 
-BACKENDS: dict[str, Backend] = {"householder": householder}
+BACKENDS: dict[str, Backend] = {
+    "householder": householder,
+    "polar": polar,
+    "cholesky-qr2": cholesky_qr2,
+    "newton-schulz": partial(newton_schulz, schedule="polar-express", coords="cholesky"),
+    "newton-schulz-cubic": partial(newton_schulz, schedule="cubic", coords="cholesky"),
+    "newton-schulz-lstsq": partial(newton_schulz, schedule="polar-express", coords="lstsq"),
+    "newton-schulz-direct": partial(newton_schulz, schedule="polar-express", coords="direct"),
+    "newton-schulz-muon": partial(newton_schulz, schedule="muon", steps=5, coords="direct"),
+}
+
+EXACT_BACKENDS: tuple[str, ...] = ("householder", "polar", "cholesky-qr2", "newton-schulz", "newton-schulz-cubic")
+"""Backends whose basis is orthonormal with X = Q C to working precision (see the table)."""
 
 
 def register_backend(name: str, fn: Backend) -> None:

@@ -1,0 +1,152 @@
+"""What makes a Gram-based basis safe: range-checked Gram matrices and the Householder fallback.
+
+The GEMM-first backends (:mod:`~fraq.backends.cholesky_qr`, :mod:`~fraq.backends.newton_schulz`)
+start from the Gram matrix :math:`W = X^\\top X`. Squaring the factor squares its
+magnitude and its condition number, so two things can go wrong, and both are detected
+from the data, never assumed away:
+
+* **Range.** Entries of 1e20 overflow a float32 Gram and entries of 1e-20 underflow it.
+  :func:`scaled_gram` forms W first (no extra pass over X) and only when its diagonal is
+  out of range rescales X by an exact power of two and forms W again, the way
+  :func:`fraq.recompress` treats its own Gram.
+* **Conditioning.** A Cholesky factorization of W fails, or succeeds but says nothing
+  reliable, when :math:`\\kappa(X)^2 \\varepsilon \\gtrsim 1`. The backend decides per
+  matrix, and :func:`with_householder_fallback` recomputes only the rejected matrices with
+  Householder QR (exact whatever the rank) and stitches the two bases together.
+
+Every basis here holds a flattened batch (nb, d, r); :func:`flatten` and :func:`unflatten`
+move between that and the caller's (*, d, r).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from fraq._validation import check_factor
+from fraq.backends.base import Basis
+from fraq.backends.householder import householder
+
+__all__ = [
+    "check_basis_input",
+    "flatten",
+    "unflatten",
+    "scaled_gram",
+    "rescale",
+    "identity_basis",
+    "with_householder_fallback",
+]
+
+
+def check_basis_input(X: object) -> torch.Tensor:
+    """A backend's argument: a real floating tensor (*, d, r)."""
+    return check_factor("X", X)
+
+
+def flatten(X: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """(*, d, r) -> (nb, d, r) and the batch shape to restore."""
+    batch = tuple(X.shape[:-2])
+    nb = 1
+    for k in batch:
+        nb *= k
+    return X.reshape(nb, X.shape[-2], X.shape[-1]), batch
+
+
+def unflatten(basis: Basis, batch: tuple[int, ...]) -> Basis:
+    """Give a flattened basis the caller's batch shape back (C and ``apply``)."""
+    C = basis.C.reshape(*batch, *basis.C.shape[-2:])
+    inner = basis.apply
+
+    def apply(U: torch.Tensor) -> torch.Tensor:
+        out = inner(U.reshape(C.shape[:-2].numel(), *U.shape[-2:]))
+        return out.reshape(*U.shape[:-2], *out.shape[-2:])
+
+    return Basis(C=C, apply=apply, info=basis.info)
+
+
+def scaled_gram(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Gram :math:`W = X_s^\\top X_s` of :math:`X_s = 2^{-e} X`, with e chosen only when needed.
+
+    Args:
+        X: (nb, d, r).
+
+    Returns:
+        ``(Xs, W, e)``: Xs (nb, d, r), W (nb, r, r), and e (nb,) int exponents, or None
+        when X was used as is (``Xs is X``). X = 2^e Xs exactly.
+
+    The fast path is one GEMM (2 d r^2 flops). The diagonal of W holds the squared
+    column norms; if its largest entry is non-finite, above ``max * eps`` or below
+    ``tiny / eps^2`` (so that eps^2 * W is still a normal number) the batch is rescaled
+    by the power of two of its largest entry, which costs one pass over X and a second
+    GEMM. An exactly zero X is left alone (its Gram is zero, not underflowed).
+    """
+    W = torch.matmul(X.mT, X)
+    fi = torch.finfo(W.dtype)
+    dmax = torch.diagonal(W, dim1=-2, dim2=-1).amax(-1)
+    ok = torch.isfinite(dmax) & (dmax <= fi.max * fi.eps) & (dmax >= fi.tiny / fi.eps**2)
+    if bool(ok.all()):
+        return X, W, None
+    amax = X.abs().amax(dim=(-2, -1))
+    if bool((amax == 0).all()):
+        return X, W, None
+    e = torch.frexp(amax).exponent
+    Xs = torch.ldexp(X, -e.view(-1, 1, 1).to(X.dtype))
+    return Xs, torch.matmul(Xs.mT, Xs), e
+
+
+def rescale(C: torch.Tensor, e: torch.Tensor | None) -> torch.Tensor:
+    """Undo :func:`scaled_gram`'s scaling on coordinates: C * 2^e (exact)."""
+    return C if e is None else torch.ldexp(C, e.view(-1, 1, 1).to(C.dtype))
+
+
+def identity_basis(X: torch.Tensor, info: dict) -> Basis:
+    """Q = I_d, C = X: exact when r >= d, because then col(X) lies in R^d = span(I_d).
+
+    No arithmetic at all; ``apply`` returns its argument.
+    """
+    return Basis(C=X, apply=lambda U: U, info=dict(info, basis="identity", fallback=None, fallback_count=0))
+
+
+def with_householder_fallback(
+    X: torch.Tensor,
+    C: torch.Tensor,
+    apply: Callable[[torch.Tensor], torch.Tensor],
+    bad: torch.Tensor,
+    info: dict,
+) -> Basis:
+    """Combine a fast basis with Householder QR on the matrices it could not be trusted on.
+
+    Args:
+        X: (nb, d, r) the oriented factors (any scaling; Householder is scale-safe).
+        C: (nb, s, r) the fast backend's coordinates (entries for ``bad`` are ignored).
+        apply: the fast backend's Q-application, (nb, s, p) -> (nb, d, p); it is only
+            ever called on the good matrices' slice, through ``index``.
+        bad: (nb,) bool, True where the fast basis is rejected.
+        info: recorded diagnostics; ``fallback`` and ``fallback_count`` are added.
+
+    ``apply`` must accept a sub-batch together with the indices it refers to, i.e. have
+    the signature ``apply(U, index)`` with ``index`` None for the whole batch.
+    """
+    nbad = int(bad.sum().item())
+    nb = X.shape[0]
+    info = dict(info, fallback="householder" if nbad else None, fallback_count=nbad)
+    if nbad == 0:
+        return Basis(C=C, apply=lambda U: apply(U, None), info=info)
+    if nbad == nb:
+        hh = householder(X)
+        return Basis(C=hh.C, apply=hh.apply, info=info)
+    bad_idx = bad.nonzero().squeeze(-1)
+    good_idx = (~bad).nonzero().squeeze(-1)
+    hh = householder(X.index_select(0, bad_idx))
+    C = C.index_copy(0, bad_idx, hh.C.to(C.dtype))
+
+    def mixed_apply(U: torch.Tensor) -> torch.Tensor:
+        good = apply(U.index_select(0, good_idx), good_idx)
+        fixed = hh.apply(U.index_select(0, bad_idx))
+        out = good.new_empty(nb, *good.shape[1:])
+        out.index_copy_(0, good_idx, good)
+        out.index_copy_(0, bad_idx, fixed.to(good.dtype))
+        return out
+
+    return Basis(C=C, apply=mixed_apply, info=info)
