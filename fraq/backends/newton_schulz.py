@@ -271,9 +271,12 @@ def _inverse_sqrt_metric(W: torch.Tensor) -> tuple[torch.Tensor, int]:
     Z = torch.linalg.solve_triangular(L.mT, eye, upper=True)  # L^{-T}
     nbad = int(bad.sum().item())
     if nbad:
-        idx = bad.nonzero().squeeze(-1)
-        lam, V = torch.linalg.eigh(W.index_select(0, idx))
-        keep = lam > rel * lam.amax(-1, keepdim=True)
-        inv_sqrt = torch.where(keep, lam.clamp(min=torch.finfo(W.dtype).tiny).rsqrt(), torch.zeros_like(lam))
-        Z = Z.index_copy(0, idx, V * inv_sqrt.unsqueeze(-2))
+        finite = torch.isfinite(W).flatten(1).all(-1)
+        Z = torch.where((bad & ~finite).view(-1, 1, 1), torch.full_like(Z, float("nan")), Z)  # NaN in, NaN out
+        idx = (bad & finite).nonzero().squeeze(-1)
+        if idx.numel():
+            lam, V = torch.linalg.eigh(W.index_select(0, idx))
+            keep = lam > rel * lam.amax(-1, keepdim=True)
+            inv_sqrt = torch.where(keep, lam.clamp(min=torch.finfo(W.dtype).tiny).rsqrt(), torch.zeros_like(lam))
+            Z = Z.index_copy(0, idx, V * inv_sqrt.unsqueeze(-2))
     return Z, nbad
