@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from fraq._parallel import batch_map
 from fraq._validation import check_finite, check_pair, check_rank, check_tau, compute_dtype
 from fraq.backends import get_backend
 from fraq.result import RecompressResult
@@ -186,7 +187,7 @@ def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype):
 
     basis = basis_fn(X)
     H, G, e = _coordinates(B, A, X, Y, basis.C)  # M = 2^e Q H
-    lam, U = torch.linalg.eigh(G.to(edt))
+    lam, U = batch_map(torch.linalg.eigh, G.to(edt))
     lam = lam.flip(-1)
     U = U.flip(-1)
     floor = noise_floor(lam[..., :1], s, cdt)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from fraq._parallel import batch_map
 from fraq.backends.base import Basis
 
 __all__ = ["householder"]
@@ -24,13 +25,14 @@ def householder(X: torch.Tensor) -> Basis:
     s = min(d, r)
     # geqrf works in place on a column-major copy; a column-major X is copied without
     # a transpose (fraq.stack lays B out that way, and A^T is column-major already).
-    reflectors, tau = torch.geqrf(X)
+    reflectors, tau = batch_map(torch.geqrf, X)
     C = torch.triu(reflectors[..., :s, :])
     V = reflectors[..., :, :s]
 
     def apply(U: torch.Tensor) -> torch.Tensor:
-        padded = U.new_zeros(*U.shape[:-2], d, U.shape[-1])
+        # Column-major, as LAPACK wants it: ormqr then copies it without a transpose.
+        padded = U.new_zeros(*U.shape[:-2], U.shape[-1], d).mT
         padded[..., :s, :] = U
-        return torch.ormqr(V, tau, padded)
+        return batch_map(torch.ormqr, V, tau, padded)
 
     return Basis(C=C, apply=apply)
