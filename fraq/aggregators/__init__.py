@@ -1,0 +1,100 @@
+"""Federated LoRA aggregators for a whole model, by name, on one interface.
+
+>>> from fraq.aggregators import ClientUpdate, get_aggregator
+>>> agg = get_aggregator("fraq", tau=0.95)
+>>> result = agg.aggregate([ClientUpdate({"q": (B1, A1)}, scale=2.0, weight=120), ...])  # doctest: +SKIP
+>>> result.downlinks[k]["q"].merge, result.client_init, result.downlink_bytes(k)      # doctest: +SKIP
+
+Each client uploads a :class:`ClientUpdate` (per module (B_k, A_k), LoRA scale, data
+weight); :meth:`Aggregator.aggregate` returns an :class:`AggregationResult`: per client
+and module what is sent, what is merged into the frozen base weights, and the adapter
+the client warm-starts from (or None: reinitialize), with downlink counts in parameters
+and bytes. Stateful methods (``lora-a2``, ``florg``) return ``result.state`` to pass to
+the next round. ``shared/reference/baselines.md`` describes each method.
+
+=============  ==========================  ============  ===================  ==========
+name           server math                 mixed ranks   downlink / module    next round
+=============  ==========================  ============  ===================  ==========
+``fedit``      average B and A             no            (m + n) r            warm start
+``lora-a2``    average the trained factor  no            m r or n r           warm start
+``flora``      weighted stack              yes           (m + n) sum r_k      merge
+``fedex-lora`` average + exact residual    no            (m + n)(sum r_k + r) warm start
+``flexlora``   dense SVD, per-client cut   yes           (m + n) r_k          warm start
+``florg``      Gram average + Procrustes   no            r min(m, n)          warm start
+``florist``    thin SVDs + core SVD        yes           (m + n) p            warm start
+``fraq``       QR + Gram eigenproblem      yes           (m + n) p            merge
+=============  ==========================  ============  ===================  ==========
+"""
+
+from __future__ import annotations
+
+from fraq.aggregators.base import Aggregator, Group, ModuleSpec, validate_updates
+from fraq.aggregators.fedex_lora import FedExLoRA
+from fraq.aggregators.fedit import FedIT
+from fraq.aggregators.flexlora import FlexLoRA
+from fraq.aggregators.flora import FLoRA
+from fraq.aggregators.florg import FLoRG, FlorgState
+from fraq.aggregators.florist import FLoRIST
+from fraq.aggregators.fraq import Fraq
+from fraq.aggregators.lora_a2 import LoraA2, LoraA2State
+from fraq.aggregators.payload import (
+    REINITIALIZE,
+    WARM_START,
+    AggregationResult,
+    ClientUpdate,
+    Downlink,
+    Factors,
+)
+
+__all__ = [
+    "AGGREGATORS",
+    "AggregationResult",
+    "Aggregator",
+    "ClientUpdate",
+    "Downlink",
+    "Factors",
+    "FedExLoRA",
+    "FedIT",
+    "FlexLoRA",
+    "FLoRA",
+    "FLoRG",
+    "FlorgState",
+    "FLoRIST",
+    "Fraq",
+    "Group",
+    "LoraA2",
+    "LoraA2State",
+    "ModuleSpec",
+    "REINITIALIZE",
+    "WARM_START",
+    "get_aggregator",
+    "register_aggregator",
+    "validate_updates",
+]
+
+AGGREGATORS: dict[str, type[Aggregator]] = {
+    cls.name: cls for cls in (FedIT, LoraA2, FLoRA, FedExLoRA, FlexLoRA, FLoRG, FLoRIST, Fraq)
+}
+"""Registry: name -> aggregator class, in the order of the paper's tables."""
+
+
+def get_aggregator(name: str, **options) -> Aggregator:
+    """An aggregator by registry name, configured by keyword ``options`` (e.g. ``tau``)."""
+    if not isinstance(name, str) or name not in AGGREGATORS:
+        raise ValueError(f"aggregator(={name!r}) is not one of {sorted(AGGREGATORS)}")
+    try:
+        return AGGREGATORS[name](**options)
+    except TypeError as e:
+        if "unexpected keyword" in str(e) or "positional argument" in str(e):
+            raise TypeError(f"aggregator {name!r} does not take options {sorted(options)}: {e}") from None
+        raise
+
+
+def register_aggregator(cls: type[Aggregator]) -> type[Aggregator]:
+    """Add an :class:`Aggregator` subclass to :data:`AGGREGATORS` under ``cls.name``."""
+    if not (isinstance(cls, type) and issubclass(cls, Aggregator)):
+        raise TypeError(f"cls(={cls!r}) must be an Aggregator subclass")
+    if not isinstance(getattr(cls, "name", None), str):
+        raise ValueError(f"{cls.__name__} needs a string class attribute `name`")
+    AGGREGATORS[cls.name] = cls
+    return cls

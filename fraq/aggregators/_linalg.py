@@ -1,0 +1,43 @@
+"""Small linear-algebra helpers shared by the SVD-based baselines."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["thin_svd", "own_copy", "first_columns", "first_rows"]
+
+
+def thin_svd(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Reduced SVD ``X = U diag(S) Vh`` of X (*, a, b), computed on the tall orientation.
+
+    LAPACK's divide-and-conquer SVD (``gesdd``, what ``torch.linalg.svd`` calls on the
+    CPU) is about twice as fast on an a x b matrix with a >= b as on its transpose
+    (measured 0.43 s against 0.77 s for 2048 x 768 in float32 on one thread), so a wide
+    X is decomposed as X^T = V S U^T. The factors are the same up to signs.
+    Flops: about 4 a b^2 for a >= b, with vectors.
+    """
+    if X.shape[-2] >= X.shape[-1]:
+        return torch.linalg.svd(X, full_matrices=False)
+    U, S, Vh = torch.linalg.svd(X.mT, full_matrices=False)
+    return Vh.mT, S, U.mT
+
+
+def own_copy(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy, so a small slice does not keep a large decomposition alive."""
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+def first_columns(t: torch.Tensor, p: int) -> torch.Tensor:
+    """The first ``p`` columns of a (m, q) factor, zero-padded when q < p."""
+    q = t.shape[-1]
+    if q >= p:
+        return t[..., :p]
+    return torch.cat([t, t.new_zeros(*t.shape[:-1], p - q)], dim=-1)
+
+
+def first_rows(t: torch.Tensor, p: int) -> torch.Tensor:
+    """The first ``p`` rows of a (q, n) factor, zero-padded when q < p."""
+    q = t.shape[-2]
+    if q >= p:
+        return t[..., :p, :]
+    return torch.cat([t, t.new_zeros(*t.shape[:-2], p - q, t.shape[-1])], dim=-2)

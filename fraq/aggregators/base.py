@@ -1,0 +1,293 @@
+"""The aggregator interface, argument checks, and batching of equal-shape modules.
+
+:meth:`Aggregator.aggregate` validates a round's uploads once, groups the modules that
+share a shape, per-client ranks, scales and dtype, and hands each group to the method's
+``_group``. In batched mode (the default) a group's modules are stacked along a leading
+batch dimension, so every factorization runs as one batched call per group (the paper's
+"batched" curves); with ``batched=False`` every module is its own group of batch shape
+() (the "unbatched" curves). Methods see (*, m, r) tensors either way.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from fraq._validation import check_factor, check_finite, check_pair
+from fraq.aggregators.payload import AggregationResult, ClientUpdate, Downlink
+from fraq.stack import normalized_weights
+
+__all__ = ["Aggregator", "Group", "ModuleSpec"]
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """One adapted module as the clients uploaded it.
+
+    ``m`` is None for single-matrix uploads (FLoRG), whose A_k is (r, n) with n = min(m, n).
+    """
+
+    name: str
+    m: int | None
+    n: int
+    ranks: tuple[int, ...]
+    scales: tuple[float, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+    @property
+    def key(self) -> tuple:
+        return (self.m, self.n, self.ranks, self.scales, self.dtype, str(self.device))
+
+
+class Group:
+    """Modules aggregated together: one shape, one rank and one scale per client.
+
+    Attributes:
+        specs: the modules, in upload order.
+        batched: True when the factors carry a leading module dimension (L, *, *).
+        weights: normalized client weights a_k.
+    """
+
+    def __init__(self, specs: Sequence[ModuleSpec], updates: Sequence[ClientUpdate], weights: list[float],
+                 batched: bool):
+        self.specs = tuple(specs)
+        self.batched = batched
+        self.weights = weights
+        self._updates = updates
+        self._stacked: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.specs)
+
+    @property
+    def spec(self) -> ModuleSpec:
+        """The first module; every module of the group shares its shape, ranks and scales."""
+        return self.specs[0]
+
+    def module_factors(self, k: int) -> tuple[list[torch.Tensor | None], list[torch.Tensor]]:
+        """Client ``k``'s per-module factors, unstacked: two lists of length L."""
+        f = self._updates[k].factors
+        return [f[s.name][0] for s in self.specs], [f[s.name][1] for s in self.specs]
+
+    def client_factors(self) -> tuple[list[torch.Tensor | None], list[torch.Tensor]]:
+        """Per client, the group's factors: K tensors (L, m, r_k) and (L, r_k, n), or unbatched.
+
+        Stacking copies the factors once per round; the result is cached.
+        """
+        if self._stacked is None:
+            Bs, As = [], []
+            for k in range(len(self._updates)):
+                b, a = self.module_factors(k)
+                Bs.append(None if b[0] is None else self._stack(b))
+                As.append(self._stack(a))
+            self._stacked = (Bs, As)
+        return self._stacked
+
+    def stack_modules(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Per-module tensors -> one (L, *) tensor (batched), or the one tensor (unbatched)."""
+        return self._stack(list(tensors))
+
+    def _stack(self, ts: list[torch.Tensor]) -> torch.Tensor:
+        if not self.batched:
+            return ts[0]
+        return ts[0].unsqueeze(0) if len(ts) == 1 else torch.stack(ts)
+
+    def split(self, t: torch.Tensor) -> list[torch.Tensor]:
+        """A result with a leading module dimension -> one view per module."""
+        return list(t.unbind(0)) if self.batched else [t]
+
+
+GroupOutput = dict[str, tuple[Downlink | tuple[Downlink, ...], int | tuple[int, ...]]]
+"""module name -> (one Downlink shared by every client, or one per client; rank(s))."""
+
+
+class Aggregator(ABC):
+    """A server-side federated LoRA aggregation rule for a whole model.
+
+    Subclasses set the class attributes and implement ``_group``; stateful methods also
+    override ``_check_state``, ``_prepare`` and ``_finish``.
+
+    Class attributes:
+        name: registry name.
+        client_init: :data:`~fraq.aggregators.payload.WARM_START` or
+            :data:`~fraq.aggregators.payload.REINITIALIZE`.
+        heterogeneous_ranks: False when every client must have the same rank and scale
+            per module (methods that average factors).
+        single_matrix: True for FLoRG: clients upload ``(None, A_k)``.
+        checks_finite: False when the method validates finiteness in :func:`fraq.stack`,
+            so the inputs are scanned once, not twice.
+    """
+
+    name: ClassVar[str]
+    client_init: ClassVar[str]
+    heterogeneous_ranks: ClassVar[bool] = True
+    single_matrix: ClassVar[bool] = False
+    checks_finite: ClassVar[bool] = True
+
+    def aggregate(self, updates: Sequence[ClientUpdate], state: object | None = None, *,
+                  batched: bool = True) -> AggregationResult:
+        """Aggregate one round of uploads.
+
+        Args:
+            updates: one :class:`ClientUpdate` per client, all with the same modules.
+            state: the previous round's ``result.state`` (stateful methods), or None for
+                the first round.
+            batched: aggregate equal-shape modules in batched kernels (default) or one
+                module at a time.
+
+        Returns:
+            :class:`AggregationResult`.
+        """
+        if not isinstance(batched, bool):
+            raise TypeError(f"batched(={batched!r}) must be a bool")
+        updates, specs = validate_updates(updates, single_matrix=self.single_matrix,
+                                          check_values=self.checks_finite)
+        if not self.heterogeneous_ranks:
+            for spec in specs:
+                if len(set(spec.ranks)) > 1 or len(set(spec.scales)) > 1:
+                    raise ValueError(
+                        f"{self.name} averages factors, so every client needs the same rank and LoRA scale "
+                        f"per module; module {spec.name!r} has ranks {list(spec.ranks)} and scales "
+                        f"{list(spec.scales)} (use flora, flexlora, florist or fraq for mixed ranks)")
+        state = self._check_state(state, specs)
+        weights = normalized_weights([u.weight for u in updates], len(updates))
+        updates, state = self._prepare(updates, specs, state)
+        groups = _make_groups(updates, specs, weights, batched)
+        outputs: GroupOutput = {}
+        for g in groups:
+            outputs.update(self._group(g, state))
+        K = len(updates)
+        per_client: list[dict[str, Downlink]] = [{} for _ in range(K)]
+        ranks = {}
+        for spec in specs:
+            down, rank = outputs[spec.name]
+            ranks[spec.name] = rank
+            for k in range(K):
+                per_client[k][spec.name] = down if isinstance(down, Downlink) else down[k]
+        new_state, info = self._finish(specs, per_client, state)
+        return AggregationResult(method=self.name, downlinks=tuple(per_client), client_init=self.client_init,
+                                 ranks=ranks, state=new_state, info=info)
+
+    @abstractmethod
+    def _group(self, group: Group, state: object | None) -> GroupOutput:
+        """Aggregate one group of modules."""
+
+    def _check_state(self, state: object | None, specs: Sequence[ModuleSpec]) -> object | None:
+        if state is not None:
+            raise ValueError(f"{self.name} keeps no server state, got state={type(state).__name__}")
+        return None
+
+    def _prepare(self, updates: Sequence[ClientUpdate], specs: Sequence[ModuleSpec],
+                 state: object | None) -> tuple[Sequence[ClientUpdate], object | None]:
+        """The uploads and the state as ``_group`` and ``_finish`` should see them."""
+        return updates, state
+
+    def _finish(self, specs: Sequence[ModuleSpec], downlinks: list[dict[str, Downlink]],
+                state: object | None) -> tuple[object | None, dict]:
+        return None, {}
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({opts})"
+
+
+def _make_groups(updates, specs, weights, batched) -> list[Group]:
+    if not batched:
+        return [Group((s,), updates, weights, batched=False) for s in specs]
+    buckets: dict[tuple, list[ModuleSpec]] = {}
+    for s in specs:
+        buckets.setdefault(s.key, []).append(s)
+    return [Group(b, updates, weights, batched=True) for b in buckets.values()]
+
+
+def _check_scale(where: str, v: object) -> float:
+    if isinstance(v, torch.Tensor) and v.numel() == 1:
+        v = v.item()
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{where}(={v!r}) must be a real number")
+    v = float(v)
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"{where}(={v}) must be a finite positive LoRA scale alpha / r")
+    return v
+
+
+def validate_updates(updates: object, *, single_matrix: bool = False,
+                     check_values: bool = True) -> tuple[list[ClientUpdate], list[ModuleSpec]]:
+    """Check a round's uploads; return them as a list and one :class:`ModuleSpec` per module.
+
+    Every client must upload the same modules; per module, every client's factors must
+    share m, n, dtype and device (ranks may differ; methods that cannot take mixed ranks
+    say so). With ``check_values`` every factor is also scanned for NaN and infinity.
+    """
+    if isinstance(updates, ClientUpdate) or not isinstance(updates, Sequence) or isinstance(updates, (str, bytes)):
+        raise TypeError(f"updates must be a sequence of ClientUpdate, got {type(updates).__name__}")
+    updates = list(updates)
+    if not updates:
+        raise ValueError("updates is empty: aggregation needs at least one client")
+    for k, u in enumerate(updates):
+        if not isinstance(u, ClientUpdate):
+            raise TypeError(f"updates[{k}] must be a ClientUpdate, got {type(u).__name__}")
+        if not isinstance(u.factors, Mapping):
+            raise TypeError(f"updates[{k}].factors must be a mapping module -> (B, A), got {type(u.factors).__name__}")
+        if u.upload_rank is not None and (isinstance(u.upload_rank, bool) or not isinstance(u.upload_rank, int)
+                                          or u.upload_rank < 0):
+            raise ValueError(f"updates[{k}].upload_rank(={u.upload_rank!r}) must be None or an int >= 0")
+    names = list(updates[0].factors)
+    if not names:
+        raise ValueError("updates[0].factors is empty: no modules to aggregate")
+    for k, u in enumerate(updates[1:], start=1):
+        if set(u.factors) != set(names):
+            missing = sorted(set(names) - set(u.factors))
+            extra = sorted(set(u.factors) - set(names))
+            raise ValueError(f"updates[{k}] has different modules from updates[0]: missing {missing}, extra {extra}")
+    specs = []
+    for name in names:
+        ranks, scales = [], []
+        ref = None
+        for k, u in enumerate(updates):
+            where = f"updates[{k}].factors[{name!r}]"
+            pair = u.factors[name]
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise TypeError(f"{where} must be a pair (B, A), got {type(pair).__name__}")
+            B, A = pair
+            if single_matrix:
+                if B is not None:
+                    raise ValueError(f"{where}: FLoRG clients train one matrix per module (update s L A^T A R); "
+                                     f"pass (None, A) with A of shape (r, min(m, n)), got a B of type "
+                                     f"{type(B).__name__}")
+                check_factor(f"{where}[1]", A)
+                m, r, n = None, A.shape[-2], A.shape[-1]
+            else:
+                if B is None:
+                    raise ValueError(f"{where}[0] is None: this method needs LoRA factors (B, A)")
+                check_pair(B, A, f"{where}[0]", f"{where}[1]")
+                m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
+            if A.dim() != 2:
+                raise ValueError(f"{where}: one module's factors must be 2-D, got A.shape={tuple(A.shape)}")
+            if check_values:
+                if B is not None:
+                    check_finite(f"{where}[0]", B)
+                check_finite(f"{where}[1]", A)
+            if ref is None:
+                ref = (m, n, A.dtype, A.device)
+            elif (m, n) != ref[:2]:
+                raise ValueError(f"{where}: shape (m, n)=({m}, {n}) differs from updates[0]'s {ref[:2]}")
+            elif A.dtype != ref[2]:
+                raise TypeError(f"{where}: dtype {A.dtype} differs from updates[0]'s {ref[2]}")
+            elif A.device != ref[3]:
+                raise ValueError(f"{where}: device {A.device} differs from updates[0]'s {ref[3]}")
+            ranks.append(r)
+            raw = u.scale[name] if isinstance(u.scale, Mapping) and name in u.scale else u.scale
+            if isinstance(raw, Mapping):
+                raise ValueError(f"updates[{k}].scale has no entry for module {name!r}")
+            scales.append(_check_scale(f"updates[{k}].scale for {name!r}", raw))
+        specs.append(ModuleSpec(name, ref[0], ref[1], tuple(ranks), tuple(scales), ref[2], ref[3]))
+    return updates, specs
