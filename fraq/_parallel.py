@@ -38,7 +38,11 @@ def batch_map(fn: Callable[..., object], *tensors: torch.Tensor) -> object:
 
     ``fn`` must act independently on each batch entry and return a tensor or a tuple of
     tensors whose leading dimension is the batch; the slices' results are concatenated.
+    The first tensor is a batch of matrices (*, rows, cols); an unbatched one (2-D) is
+    passed through whole.
     """
+    if tensors[0].dim() < 3:
+        return fn(*tensors)
     nb = tensors[0].shape[0]
     workers = min(torch.get_num_threads(), nb)
     if workers < 2 or tensors[0].device.type != "cpu" or threading.current_thread().name.startswith("fraq-batch"):
