@@ -28,6 +28,8 @@ name           server math                 mixed ranks   downlink / module    ne
 
 from __future__ import annotations
 
+import inspect
+
 from fraq.aggregators.base import Aggregator, Group, ModuleSpec, validate_updates
 from fraq.aggregators.fedex_lora import FedExLoRA
 from fraq.aggregators.fedit import FedIT
@@ -82,12 +84,14 @@ def get_aggregator(name: str, **options) -> Aggregator:
     """An aggregator by registry name, configured by keyword ``options`` (e.g. ``tau``)."""
     if not isinstance(name, str) or name not in AGGREGATORS:
         raise ValueError(f"aggregator(={name!r}) is not one of {sorted(AGGREGATORS)}")
+    cls = AGGREGATORS[name]
     try:
-        return AGGREGATORS[name](**options)
-    except TypeError as e:
-        if "unexpected keyword" in str(e) or "positional argument" in str(e):
-            raise TypeError(f"aggregator {name!r} does not take options {sorted(options)}: {e}") from None
-        raise
+        inspect.signature(cls).bind(**options)
+    except TypeError:
+        accepted = [p for p in inspect.signature(cls).parameters if p not in ("args", "kwargs")]
+        raise TypeError(f"aggregator {name!r} does not take options {sorted(options)}; "
+                        f"it takes {accepted}") from None
+    return cls(**options)
 
 
 def register_aggregator(cls: type[Aggregator]) -> type[Aggregator]:

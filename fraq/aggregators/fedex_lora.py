@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fraq
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
+from fraq.aggregators.fedit import weighted_sum
 from fraq.aggregators.payload import WARM_START, Downlink, Factors
 
 __all__ = ["FedExLoRA"]
@@ -47,10 +48,11 @@ class FedExLoRA(Aggregator):
         a = group.weights
         s = group.spec.scales[0]
         Bst, Ast = fraq.stack(Bs, As, a, group.spec.scales)
-        Bg = sum(ak * Bk for ak, Bk in zip(a, Bs))
-        Ag = sum(ak * Ak for ak, Ak in zip(a, As))
+        per_module = [group.module_factors(k) for k in range(len(a))]
+        Bg = weighted_sum([b for b, _ in per_module], a)  # FedIT's average, same kernels
+        Ag = weighted_sum([g for _, g in per_module], a)
         out: GroupOutput = {}
-        pieces = zip(group.specs, group.split(Bst), group.split(Ast), group.split(Bg), group.split(Ag))
+        pieces = zip(group.specs, group.split(Bst), group.split(Ast), Bg, Ag)
         for spec, B, A, b, g in pieces:
             merge = (Factors(B, A, 1.0), Factors(b, g, -s))
             out[spec.name] = (Downlink(sent=(B, A, b, g), merge=merge, start=Factors(b, g, s)), spec.ranks[0])

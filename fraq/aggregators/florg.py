@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from fraq._validation import compute_dtype
+from fraq.aggregators._linalg import batched
 from fraq.aggregators.base import Aggregator, Group, GroupOutput, ModuleSpec
 from fraq.aggregators.payload import WARM_START, Downlink, Factors
 
@@ -109,7 +110,7 @@ class FLoRG(Aggregator):
         _, As = group.client_factors()
         S = torch.cat([A.to(cdt) * math.sqrt(a) for A, a in zip(As, group.weights)], dim=-2)  # (*, K r, k)
         Q = torch.matmul(S.mT, S)
-        lam, V = torch.linalg.eigh(Q)  # ascending
+        lam, V = batched(torch.linalg.eigh, Q)  # ascending
         q = min(r, lam.shape[-1])
         lam = lam[..., -q:].flip(-1).clamp_min(0)
         P = V[..., :, -q:].flip(-1).mT  # (*, q, k)

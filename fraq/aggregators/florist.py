@@ -62,7 +62,7 @@ class FLoRIST(Aggregator):
         UB, SB, VhB = thin_svd(Bst)
         UA, SA, VhA = thin_svd(Ast)
         P = torch.matmul(SB.unsqueeze(-1) * VhB, UA * SA.unsqueeze(-2))
-        UP, SP, VhP = torch.linalg.svd(P, full_matrices=False)
+        UP, SP, VhP = thin_svd(P)
         p = fraq.select_rank(SP.square(), self.tau)
         p = p.reshape(-1)
         pmax = int(p.max().item()) if p.numel() else 0
