@@ -623,6 +623,29 @@ def test_flexlora_chunked_equals_unchunked():
         assert _rel(a.downlinks[k][name].start.dense(), b.downlinks[k][name].start.dense()) <= 1e3 * eps(F64)
 
 
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_aggregate_batch_entry_points_agree(batch):
+    """The per-batch entry (benchmark suites): FLoRIST and FlexLoRA at rank p equal FRAQ's."""
+    Bs, As = lora_clients(14, 22, (2, 3, 4), batch=batch, seed=3, dtype=F64)
+    kw = {"weights": [1, 2, 3], "scales": [2.0, 1.0, 0.5]}
+    exact = sum(a * s * (B @ A) for a, s, B, A in zip([1 / 6, 2 / 6, 3 / 6], kw["scales"], Bs, As))
+    for p in (1, 3, 5):
+        ref = get_aggregator("fraq").aggregate_batch(Bs, As, rank=p, **kw)
+        for method in ("florist", "flexlora"):
+            Bg, Ag, q = get_aggregator(method).aggregate_batch(Bs, As, rank=p, **kw)
+            assert Bg.shape == batch + (14, p) and Ag.shape == batch + (p, 22)
+            assert torch.equal(torch.as_tensor(q), torch.as_tensor(ref[2]))
+            for i in itertools.product(*map(range, batch)):
+                tol = _gap_tol(exact[i], p, F64)
+                assert _rel(Bg[i] @ Ag[i], ref[0][i] @ ref[1][i]) <= tol, method
+    t = get_aggregator("florist").aggregate_batch(Bs, As, tau=0.9, **kw)[2]
+    assert torch.equal(torch.as_tensor(t), torch.as_tensor(get_aggregator("fraq").aggregate_batch(Bs, As, tau=0.9, **kw)[2]))
+    with pytest.raises(ValueError, match="at most one of tau and rank"):
+        get_aggregator("florist").aggregate_batch(Bs, As, rank=2, tau=0.9)
+    with pytest.raises(ValueError, match=r"rank\(=99\)"):
+        get_aggregator("flexlora").aggregate_batch(Bs, As, rank=99)
+
+
 @pytest.mark.slow
 def test_roberta_preset_all_methods_run():
     """Every method on the real RoBERTa-base shapes (36 modules of 768 x 768, 10 clients)."""

@@ -64,3 +64,21 @@ def first_rows(t: torch.Tensor, p: int) -> torch.Tensor:
     if q >= p:
         return t[..., :p, :]
     return torch.cat([t, t.new_zeros(*t.shape[:-2], p - q, t.shape[-1])], dim=-2)
+
+
+def select(S: torch.Tensor, *, tau: float | None, rank: int | None) -> tuple[torch.Tensor, int, torch.Tensor]:
+    """Rank per matrix from descending singular values S (*, s), and a keep mask.
+
+    The energy rule of :func:`fraq.select_rank` on S^2 when ``tau`` is given, else the
+    fixed ``rank`` (capped at s). Returns p (int64, batch shape), p_max, and the mask
+    (*, p_max) that is 1 for the first p columns of each matrix and 0 past them.
+    """
+    from fraq.recompress import select_rank
+
+    if tau is not None:
+        p = select_rank(S.square(), tau)
+    else:
+        p = torch.full(S.shape[:-1], min(rank, S.shape[-1]), dtype=torch.int64, device=S.device)
+    pmax = int(p.max().item()) if p.numel() else 0
+    keep = (torch.arange(pmax, device=S.device) < p.unsqueeze(-1)).to(S.dtype)
+    return p, pmax, keep

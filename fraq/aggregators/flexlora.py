@@ -7,16 +7,41 @@ and Client Resources", arXiv:2402.11505.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterator, Sequence
 
 import torch
 
 import fraq
 from fraq._validation import compute_dtype
-from fraq.aggregators._linalg import first_columns, first_rows, own_copy, thin_svd
+from fraq.aggregators._linalg import first_columns, first_rows, own_copy, select, thin_svd
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
+from fraq.aggregators.florist import _tau_or_rank
 from fraq.aggregators.payload import WARM_START, Downlink, Factors
 
-__all__ = ["FlexLoRA"]
+__all__ = ["FlexLoRA", "dense_svd"]
+
+
+def dense_svd(B: torch.Tensor, A: torch.Tensor, *, chunk: int
+              ) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Reduced SVDs of the dense products B @ A, ``chunk`` matrices at a time.
+
+    B (*, m, r), A (*, r, n) with at most one batch dimension. Yields ``(rows, left, S,
+    right)`` with ``left`` (c, m, s), ``S`` (c, s), ``right`` (c, s, n) for the batch
+    entries ``rows`` (unbatched input: one item with no batch dimension). The dense matrix
+    is formed by one GEMM in its tall orientation (as (A^T B^T) when m < n) and freed as
+    soon as it is decomposed.
+    """
+    m, n = B.shape[-2], A.shape[-1]
+    transposed = m < n
+    batched = B.dim() == 3
+    L = B.shape[0] if batched else 1
+    for lo in range(0, L, chunk):
+        rows = slice(lo, lo + chunk)
+        Bc, Ac = (B[rows], A[rows]) if batched else (B, A)
+        dense = torch.matmul(Ac.mT, Bc.mT) if transposed else torch.matmul(Bc, Ac)
+        U, S, Vh = thin_svd(dense)
+        del dense
+        yield (rows, Vh.mT, S, U.mT) if transposed else (rows, U, S, Vh)
 
 
 class FlexLoRA(Aggregator):
@@ -31,9 +56,10 @@ class FlexLoRA(Aggregator):
 
     The dense m x n matrix is the method: it is formed here by one GEMM of the weighted
     stacks (:func:`fraq.stack`), the cheapest way to form it, and decomposed by a reduced
-    (economy) SVD on its tall orientation, never a full one. The public code hard-codes
-    alpha = 16 and runs a full SVD; here each client's own scale is used. A client whose
-    rank exceeds min(m, n) gets zero-padded factors.
+    (economy) SVD on its tall orientation, never a full one; a batch is split across
+    threads as FRAQ's is. The public code hard-codes alpha = 16 and runs a full SVD; here
+    each client's own scale is used. A client whose rank exceeds min(m, n) gets
+    zero-padded factors.
 
     Memory: the dense matrices of a batch; a group is decomposed in chunks of at most
     ``max_dense_bytes`` of dense matrices (at least one matrix per chunk).
@@ -57,23 +83,17 @@ class FlexLoRA(Aggregator):
             raise ValueError(f"max_dense_bytes(={max_dense_bytes}) must be positive")
         self.max_dense_bytes = int(max_dense_bytes)
 
+    def _chunk(self, m: int, n: int, dtype: torch.dtype) -> int:
+        return max(1, self.max_dense_bytes // max(1, m * n * dtype.itemsize))
+
     def _group(self, group: Group, state) -> GroupOutput:
         spec = group.spec
-        m, n = spec.m, spec.n
         cdt = compute_dtype(spec.dtype)
         Bs, As = group.client_factors()
         Bst, Ast = fraq.stack(Bs, As, group.weights, spec.scales, dtype=cdt)
-        transposed = m < n  # decompose the tall orientation, D x d
         variants = sorted(set(zip(spec.ranks, spec.scales)))
-        L = len(group.specs)
-        chunk = max(1, self.max_dense_bytes // max(1, m * n * cdt.itemsize)) if group.batched else 1
         pieces: dict[tuple[int, float], tuple[list, list]] = {v: ([], []) for v in variants}
-        for lo in range(0, L, chunk):
-            Bc, Ac = (Bst[lo:lo + chunk], Ast[lo:lo + chunk]) if group.batched else (Bst, Ast)
-            dense = torch.matmul(Ac.mT, Bc.mT) if transposed else torch.matmul(Bc, Ac)
-            U, S, Vh = thin_svd(dense)
-            del dense
-            left, right = (Vh.mT, U.mT) if transposed else (U, Vh)
+        for _, left, S, right in dense_svd(Bst, Ast, chunk=self._chunk(spec.m, spec.n, cdt)):
             for r, s in variants:
                 q = min(r, S.shape[-1])
                 B = left[..., :, :q] * (S[..., None, :q] / s)
@@ -89,3 +109,35 @@ class FlexLoRA(Aggregator):
                 made[(r, s)] = Downlink(sent=(B, A), start=Factors(B, A, s))
             out[mod.name] = (tuple(made[(r, s)] for r, s in zip(spec.ranks, spec.scales)), spec.ranks)
         return out
+
+    def aggregate_batch(self, Bs: Sequence[torch.Tensor], As: Sequence[torch.Tensor], *, rank: int | None = None,
+                        tau: float | None = None, weights=None, scales=None
+                        ) -> tuple[torch.Tensor, torch.Tensor, int | torch.Tensor]:
+        """One global truncation ``(B_g, A_g, p)`` of a batch of equal-shape modules.
+
+        The same dense SVD as :meth:`aggregate`, cut at ``rank`` or by the energy rule at
+        ``tau`` (default ``max(r_k)``, the largest client's truncation) with all singular
+        values on B_g (scale 1). ``Bs[k]`` (*, m, r_k), ``As[k]`` (*, r_k, n) with at most
+        one batch dimension. This is the per-module entry the benchmark suites time.
+        """
+        dtype = Bs[0].dtype
+        cdt = compute_dtype(dtype)
+        Bst, Ast = fraq.stack(Bs, As, weights, scales, dtype=cdt)
+        if Bst.dim() > 3:
+            raise ValueError(f"Bs[0].shape={tuple(Bs[0].shape)}: at most one batch dimension")
+        if tau is None and rank is None:
+            rank = min(max(b.shape[-1] for b in Bs), Bst.shape[-2], Ast.shape[-1])
+        tau, rank = _tau_or_rank(tau, rank, 1.0, Bst, Ast)
+        m, n = Bst.shape[-2], Ast.shape[-1]
+        Bgs, Ags, ps = [], [], []
+        for _, left, S, right in dense_svd(Bst, Ast, chunk=self._chunk(m, n, cdt)):
+            p, pmax, keep = select(S, tau=tau, rank=rank)
+            Bgs.append(left[..., :, :pmax] * (S[..., :pmax] * keep).unsqueeze(-2))
+            Ags.append(own_copy(right[..., :pmax, :] * keep.unsqueeze(-1)))
+            ps.append(p)
+        if Bst.dim() == 2:
+            return Bgs[0].to(dtype), Ags[0].to(dtype), int(ps[0])
+        pmax = max(b.shape[-1] for b in Bgs)
+        Bg = torch.cat([first_columns(b, pmax) for b in Bgs]).to(dtype)
+        Ag = torch.cat([first_rows(a, pmax) for a in Ags]).to(dtype)
+        return Bg, Ag, torch.cat(ps)

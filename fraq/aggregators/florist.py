@@ -6,15 +6,34 @@ Federated Fine-Tuning of Large Language Models", arXiv:2506.09199 (MLSys 2026).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 import fraq
-from fraq._validation import check_tau, compute_dtype
-from fraq.aggregators._linalg import thin_svd
+from fraq._validation import check_rank, check_tau, compute_dtype
+from fraq.aggregators._linalg import select, thin_svd
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.payload import WARM_START, Downlink, Factors
 
-__all__ = ["FLoRIST"]
+__all__ = ["FLoRIST", "florist_recompress"]
+
+
+def florist_recompress(B: torch.Tensor, A: torch.Tensor, *, tau: float | None = None, rank: int | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""FLoRIST's recompression of stacks B (*, m, r), A (*, r, n); arguments trusted.
+
+    Returns ``(B_g, A_g, p)``: B_g (*, m, p_max), A_g (*, p_max, n) zero past each
+    matrix's own p, and p as an int64 tensor of the batch shape. See :class:`FLoRIST`.
+    """
+    UB, SB, VhB = thin_svd(B)
+    UA, SA, VhA = thin_svd(A)
+    P = torch.matmul(SB.unsqueeze(-1) * VhB, UA * SA.unsqueeze(-2))
+    UP, SP, VhP = thin_svd(P)
+    p, pmax, keep = select(SP, tau=tau, rank=rank)
+    Bg = torch.matmul(UB, UP[..., :, :pmax] * (SP[..., :pmax] * keep).unsqueeze(-2))
+    Ag = torch.matmul(VhP[..., :pmax, :] * keep.unsqueeze(-1), VhA)
+    return Bg, Ag, p
 
 
 class FLoRIST(Aggregator):
@@ -32,7 +51,7 @@ class FLoRIST(Aggregator):
     :math:`B_g A_g` is a best rank-p approximation of the exact aggregate, so FLoRIST and
     FRAQ agree on p and on the product; they differ in cost. Each thin SVD runs on its
     factor's tall orientation (``A_s`` is decomposed as :math:`A_s^\top`), the layout
-    LAPACK is fastest on.
+    LAPACK is fastest on, and a batch is split across threads as FRAQ's is.
 
     Every client downloads the one rank-p global adapter (scale 1: the product already
     carries the LoRA scales) and warm-starts from it; a client of rank r_k keeps its first
@@ -56,23 +75,35 @@ class FLoRIST(Aggregator):
 
     def _group(self, group: Group, state) -> GroupOutput:
         spec = group.spec
-        cdt = compute_dtype(spec.dtype)
         Bs, As = group.client_factors()
-        Bst, Ast = fraq.stack(Bs, As, group.weights, spec.scales, dtype=cdt)
-        UB, SB, VhB = thin_svd(Bst)
-        UA, SA, VhA = thin_svd(Ast)
-        P = torch.matmul(SB.unsqueeze(-1) * VhB, UA * SA.unsqueeze(-2))
-        UP, SP, VhP = thin_svd(P)
-        p = fraq.select_rank(SP.square(), self.tau)
-        p = p.reshape(-1)
-        pmax = int(p.max().item()) if p.numel() else 0
-        keep = (torch.arange(pmax, device=p.device) < p.reshape(*SP.shape[:-1], 1)).to(cdt)  # (*, pmax)
-        Bg = torch.matmul(UB, UP[..., :, :pmax] * (SP[..., :pmax] * keep).unsqueeze(-2))
-        Ag = torch.matmul(VhP[..., :pmax, :] * keep.unsqueeze(-1), VhA)
+        Bst, Ast = fraq.stack(Bs, As, group.weights, spec.scales, dtype=compute_dtype(spec.dtype))
+        Bg, Ag, p = florist_recompress(Bst, Ast, tau=self.tau)
         Bg, Ag = Bg.to(spec.dtype), Ag.to(spec.dtype)
         out: GroupOutput = {}
-        ranks = p.tolist()
-        for mod, B, A, pi in zip(group.specs, group.split(Bg), group.split(Ag), ranks):
+        for mod, B, A, pi in zip(group.specs, group.split(Bg), group.split(Ag), p.reshape(-1).tolist()):
             B, A = B[..., :pi], A[..., :pi, :]
             out[mod.name] = (Downlink(sent=(B, A), start=Factors(B, A, 1.0)), pi)
         return out
+
+    def aggregate_batch(self, Bs: Sequence[torch.Tensor], As: Sequence[torch.Tensor], *, rank: int | None = None,
+                        tau: float | None = None, weights=None, scales=None
+                        ) -> tuple[torch.Tensor, torch.Tensor, int | torch.Tensor]:
+        """The global adapter of one batch of equal-shape modules, ``(B_g, A_g, p)``.
+
+        ``Bs[k]`` (*, m, r_k), ``As[k]`` (*, r_k, n); ``rank`` or ``tau`` (default the
+        instance's ``tau``). p is an int for unbatched input, else an int64 tensor. This
+        is the per-module entry the benchmark suites time against ``fraq.recompress``.
+        """
+        Bst, Ast = fraq.stack(Bs, As, weights, scales, dtype=compute_dtype(Bs[0].dtype))
+        tau, rank = _tau_or_rank(tau, rank, self.tau, Bst, Ast)
+        Bg, Ag, p = florist_recompress(Bst, Ast, tau=tau, rank=rank)
+        return Bg.to(Bs[0].dtype), Ag.to(Bs[0].dtype), (int(p) if p.dim() == 0 else p)
+
+
+def _tau_or_rank(tau, rank, default_tau, B, A):
+    """Validate a (tau, rank) request for stacks B, A; default to ``default_tau``."""
+    if tau is not None and rank is not None:
+        raise ValueError(f"pass at most one of tau and rank, got tau={tau!r}, rank={rank!r}")
+    if rank is not None:
+        return None, check_rank(rank, min(B.shape[-2], B.shape[-1], A.shape[-1]))
+    return check_tau(default_tau if tau is None else tau), None

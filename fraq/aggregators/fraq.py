@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 
 import torch
 
@@ -67,3 +68,14 @@ class Fraq(Aggregator):
             B, A = B[..., :p], A[..., :p, :]
             out[mod.name] = (Downlink(sent=(B, A), merge=(Factors(B, A, 1.0),)), p)
         return out
+
+    def aggregate_batch(self, Bs: Sequence[torch.Tensor], As: Sequence[torch.Tensor], *, rank: int | None = None,
+                        tau: float | None = None, weights=None, scales=None
+                        ) -> tuple[torch.Tensor, torch.Tensor, int | torch.Tensor]:
+        """``(B_g, A_g, p)`` for one batch of equal-shape modules: :func:`fraq.stack` then
+        :func:`fraq.recompress` at ``rank`` or ``tau`` (default: the instance's setting)."""
+        if tau is None and rank is None:
+            tau, rank = self.tau, self.rank
+        Bst, Ast = fraq.stack(Bs, As, weights, scales)
+        res = fraq.recompress(Bst, Ast, tau=tau, rank=rank, backend=self.backend, eig_dtype=self.eig_dtype)
+        return res.B, res.A, res.rank
