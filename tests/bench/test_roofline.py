@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import fraq
-from fraq.measure import gemm_rate
+from fraq._parallel import batch_map
+from fraq.measure import gemm_rate, time_call
 from fraq.presets import get_preset
 from fraq.synthetic import lora_clients
 
@@ -56,6 +57,33 @@ def test_roberta_roofline(benchmark, roberta_stack, threads):
         flops=flops, rank_mean=float(res.rank.double().mean()), stacked_rank=r, matrices=B.shape[0],
         median_ms=stats.median * 1e3, iqr_ms=stats.iqr * 1e3,
     )
+    steps = step_times(B, A, res)
+    benchmark.extra_info.update(steps_ms={k: v * 1e3 for k, v in steps.items()})
     print(f"\n[roofline] threads={threads} GEMM {rate / 1e9:.1f} GFLOP/s, F={flops / 1e9:.3f} GFLOP "
           f"(mean p={float(res.rank.double().mean()):.1f}, r={r}), roofline {roof * 1e3:.2f} ms, "
           f"FRAQ median {stats.median * 1e3:.2f} ms (IQR {stats.iqr * 1e3:.2f}) -> ratio {ratio:.2f}x (target <= 2)")
+    parts = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in steps.items())
+    print(f"[roofline] threads={threads} steps in isolation (ms, median): {parts}; "
+          f"sum {sum(steps.values()) * 1e3:.1f}")
+
+
+def step_times(B, A, res) -> dict[str, float]:
+    """Median time of each step of the Householder pipeline run on its own."""
+    reflectors, tau = torch.geqrf(B)
+    C = torch.triu(reflectors[..., : B.shape[-1], :])
+    H = C @ A
+    G = (H @ H.mT).double()
+    lam, U = torch.linalg.eigh(G)
+    p = int(res.rank.max())
+    Up = U[..., -p:].float()
+    padded = Up.new_zeros(Up.shape[0], p, B.shape[-2]).mT
+    padded[..., : Up.shape[-2], :] = Up
+    steps = {
+        "geqrf": lambda: batch_map(torch.geqrf, B),
+        "H=CY": lambda: C @ A,
+        "G=HH^T": lambda: H @ H.mT,
+        "eigh(f64)": lambda: batch_map(torch.linalg.eigh, G),
+        "ormqr": lambda: batch_map(torch.ormqr, reflectors, tau, padded),
+        "U^T H": lambda: Up.mT @ H,
+    }
+    return {k: time_call(f, repeats=7, warmup=1).median for k, f in steps.items()}
