@@ -336,3 +336,17 @@ def test_ill_conditioned_float32_near_optimum(kappa):
     _, S, _ = dense_svd(M)
     excess = (fro(M - res.B.double() @ res.A.double()) - truncation_error(S, 32)) / fro(M)
     assert excess <= 1e-6
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none on this machine)")
+def test_cuda_matches_float64_reference():
+    B, A = _problem(64, 48, [8, 8, 8], batch=(3,), dtype=F32, seed=19)
+    res = fraq.recompress(B.cuda(), A.cuda(), tau=0.9)
+    assert res.B.device.type == "cuda" and res.rank.device.type == "cuda"
+    cpu = fraq.recompress(B, A, tau=0.9)
+    assert torch.equal(res.rank.cpu(), cpu.rank)
+    M = B.double() @ A.double()
+    got = res.B.cpu().double() @ res.A.cpu().double()
+    _, S, _ = dense_svd(M)
+    err = fro(M - got)
+    assert (err <= truncation_error(S, cpu.rank) + EXCESS_FACTOR * eps(F32) * 24**0.5 * fro(M)).all()
