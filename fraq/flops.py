@@ -24,8 +24,8 @@ SYRK Gram this is the paper's :math:`(2d + 3D) r^2 + O((d + D) r p + r^3)`; the 
 GEMM Gram makes it :math:`(2d + 4D) r^2`. The **factored** variant
 (``factored=True``) forms :math:`G = C (YY^\top) C^\top` and :math:`R_p = (U_p^\top C) Y`
 instead, so H never exists: D enters through one Gram :math:`YY^\top` (D r^2 with SYRK)
-and R_p, i.e. :math:`(2d + D) r^2` with Householder and :math:`(3d + D) r^2` with
-Cholesky-QR2 (SYRK), against the paper's :math:`(2d + 3D) r^2`.
+and R_p, i.e. :math:`(2d + D) r^2` with Householder and :math:`(4d + D) r^2` with
+Cholesky-QR2 (SYRK Grams), against the paper's :math:`(2d + 3D) r^2`.
 
 Data-dependent work is not modelled: a Cholesky-QR2 fallback adds Householder's count for
 that matrix, and Newton-Schulz's step count comes from its tolerance (pass ``steps``,
@@ -108,8 +108,8 @@ def _polar(d, r, p, steps, gram):
 def _cholesky_qr2(d, r, p, steps, gram):
     if r >= d:
         return 0.0  # Q = I_d, C = X
-    # W1, Q1 = X R1^{-1}, W2, two Cholesky, R2 R1; apply: R2^{-1} U then Q1 (.)
-    basis = 2 * gram_flops(d, r, gram) + _trsm(r, d) + 2 * _chol(r) + gemm_flops(r, r, r)
+    # W1, R1^{-1} (r^3 / 3), Q1 = X R1^{-1} (a GEMM), W2, two Cholesky, R2 R1; apply: R2^{-1} U then Q1 (.)
+    basis = 2 * gram_flops(d, r, gram) + r**3 / 3 + gemm_flops(d, r, r) + 2 * _chol(r) + gemm_flops(r, r, r)
     return basis + _trsm(r, p) + gemm_flops(d, r, p)
 
 

@@ -19,6 +19,8 @@ name                        basis                                               
 ==========================  ====================================================  ======
 
 "near": exact up to the iterate's remaining orthogonality error (about the tolerance).
+The Newton-Schulz bases are exact in the same sense as Householder's but their float32
+rounding is a few times larger (see :mod:`fraq.backends.newton_schulz`, "Accuracy").
 ``newton-schulz-muon`` is a documented reference that does not converge.
 """
 

@@ -66,6 +66,14 @@ ever divided by zero; ``info["fallback"] = "pinv"`` and ``info["fallback_count"]
 record it. The dropped directions of a converged iterate are exact zeros of X up to
 rounding, so the span still contains col(X).
 
+**Accuracy** in float32. The span of the iterate drifts from col(X) by the rounding of
+each product :math:`\tilde Q_k P_k`, relative to the smallest singular values at that
+step and scaled by :math:`\lVert P_k\rVert`; no later step can undo it (right
+multiplication keeps the span). The cubic step has :math:`\lVert P\rVert \le 3/2`;
+Polar Express's first steps have up to 8.2, so it trades steps for accuracy: on
+duplicated RoBERTa-shaped stacks ``fraq.experiments.backends`` measured 1.3e-6 relative
+error above the optimum for Polar Express, 8e-7 for the cubic and 3e-7 for Householder.
+
 **Cost**, leading order per matrix: 4 d r^2 per step (the Gram and the update), plus
 2 d r^2 for T (and O(r^3) for the r x r work); applying Q is 2 d r p. Against
 Householder's 2 d r^2 this pays off only where a GEMM is far faster than a panel QR,

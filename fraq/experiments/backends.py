@@ -1,0 +1,306 @@
+"""Accuracy-latency benchmark of the basis backends (issue 3; the paper's Appendix D).
+
+    .venv/bin/python -m fraq.experiments.backends [--quick] [--out results/backends]
+
+Every registered backend runs on the same inputs:
+
+(a) ``lora``: LoRA-like stacks (:func:`fraq.synthetic.lora_clients`: decaying spectra,
+    partly shared subspaces) at the RoBERTa-base and LLaMA-3.2-3B presets, every
+    module group batched as :func:`fraq.recompress` is used, tau = 0.95;
+(b) ``condition``: the paper's Fig. 4 right, rank-64 aggregates of a 1024 x 1024 matrix
+    with condition numbers 1 to 1e10 (singular values log-spaced, the ill-conditioning
+    rotated away from the columns), float32, output rank 64, against float64;
+(c) ``rank-deficient``: duplicate clients (every client twice), tau = 1, so the exact
+    answer has half the stacked rank.
+
+Columns: latency (median and IQR of interleaved repeats, at 1 and 2 torch threads),
+analytic FLOPs (:func:`fraq.flops.fraq_flops`, Newton-Schulz at its measured step
+count), orthogonality ||Q^T Q - I||_F, relative error above the float64 Eckart-Young
+optimum, gap to Householder FRAQ, fallbacks taken, Newton-Schulz steps. A stage
+breakdown (1 thread) times the pieces of the pipeline one by one for Householder and
+Cholesky-QR2, with the factored Gram (:mod:`fraq.backends.factored_gram`) beside the
+H path, to show where the time goes.
+
+Backends are timed round-robin (one call of each in turn, order rotated every repeat) so
+that load from other processes spreads over all of them. ``--quick`` uses 2 layers per
+module group instead of all of them and fewer repeats (under 3 minutes on 2 cores).
+The results file holds the machine record, the configuration and every row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+import fraq
+from fraq.backends import BACKENDS, EXACT_BACKENDS, get_backend
+from fraq.backends.factored_gram import factored_gram, factored_rows
+from fraq.diagnostics import oriented_factor, orthogonality_error
+from fraq.flops import fraq_flops
+from fraq.measure import Timing, machine_record, time_call
+from fraq.presets import get_preset
+from fraq.reference import factored_error, reference_svd
+from fraq.synthetic import lora_clients, spectrum_matrix
+
+CONFIG = {
+    "quick": dict(layers=2, repeats=5, diag_matrices=1, threads=(1, 2), stage_repeats=5),
+    "full": dict(layers=None, repeats=7, diag_matrices=4, threads=(1, 2), stage_repeats=7),
+}
+TAU = 0.95
+PRESETS = ("roberta-base", "llama-3.2-3b")
+CONDITIONS = (1.0, 1e2, 1e4, 1e6, 1e8, 1e10)
+COND_SHAPE, COND_RANK = (1024, 1024), 64
+DUPLICATES = (("roberta q (768x768)", 768, 768, 5, 4), ("llama gate (8192x3072)", 8192, 3072, 4, 2))
+TARGET_ERROR, TARGET_SPEEDUP = 1e-6, 2.0
+
+
+@dataclass
+class Case:
+    section: str
+    label: str
+    pairs: list  # [(B, A)], one batched pair per module group
+    tau: float | None
+    rank: int | None
+
+    def run(self, backend: str) -> list:
+        return [fraq.recompress(B, A, tau=self.tau, rank=self.rank, backend=backend) for B, A in self.pairs]
+
+
+def lora_case(preset_name: str, layers: int | None) -> Case:
+    preset = get_preset(preset_name)
+    pairs = []
+    for i, g in enumerate(preset.groups):
+        count = g.count if layers is None else min(layers, g.count)
+        Bs, As = lora_clients(g.m, g.n, preset.ranks, batch=(count,), seed=i)
+        pairs.append(fraq.stack(Bs, As, scales=preset.scales))
+    return Case("lora", preset_name, pairs, TAU, None)
+
+
+def condition_case(cond: float) -> Case:
+    sv = torch.logspace(0, -math.log10(cond), COND_RANK, dtype=torch.float64)
+    B, A = spectrum_matrix(*COND_SHAPE, sv, seed=1)
+    g = torch.Generator().manual_seed(2)
+    mix, _ = torch.linalg.qr(torch.randn(COND_RANK, COND_RANK, generator=g, dtype=torch.float64))
+    B, A = (B @ mix).float(), (mix.mT @ A).contiguous().float()  # same product, X no longer column-scaled
+    return Case("condition", f"cond {cond:.0e}", [(B[None], A[None])], None, COND_RANK)
+
+
+def duplicate_case(label: str, m: int, n: int, clients: int, batch: int) -> Case:
+    Bs, As = lora_clients(m, n, (8,) * clients, batch=(batch,), seed=7)
+    return Case("rank-deficient", label, [fraq.stack(Bs + Bs, As + As)], 1.0, None)
+
+
+def _timings(case: Case, names: list[str], repeats: int, threads: int) -> dict[str, Timing]:
+    torch.set_num_threads(threads)
+    calls = {n: (lambda n=n: case.run(n)) for n in names}
+    for fn in calls.values():
+        fn()  # warm-up
+    samples = {n: [] for n in names}
+    for rep in range(repeats):
+        order = names[rep % len(names):] + names[:rep % len(names)]
+        for n in order:
+            samples[n].append(time_call(calls[n], repeats=1, warmup=0).samples[0])
+    return {n: Timing(tuple(s), threads, "cpu") for n, s in samples.items()}
+
+
+def _flops(case: Case, results: list) -> float:
+    total = 0.0
+    for (B, A), res in zip(case.pairs, results):
+        m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
+        d, D = min(m, n), max(m, n)
+        ranks = torch.as_tensor(res.rank).reshape(-1).tolist()
+        steps = res.info.get("steps") if res.backend.startswith("newton-schulz") else None
+        total += sum(fraq_flops(d, D, r, p, res.backend, steps=steps) for p in ranks)
+    return total
+
+
+def _norm(B: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+    """||B A||_F in float64, through fraq.reference (the error against an empty product)."""
+    return factored_error(B, A, B[..., :0], A[..., :0, :])
+
+
+def _reference(case: Case, reference: list, k: int) -> list:
+    """Per module group: float64 singular values of the aggregate and ||B_h A_h||_F, first k matrices."""
+    out = []
+    for (B, A), ref in zip(case.pairs, reference):
+        _, S, _ = reference_svd(B[:k], A[:k])
+        out.append((S, _norm(ref.B[:k], ref.A[:k])))
+    return out
+
+
+def _accuracy(case: Case, name: str, results: list, reference: list, exact: list, k: int) -> dict:
+    """Worst accuracy measures over the first k matrices of every module group (float64)."""
+    gap_opt, gap_hh, orth, fallbacks, kinds, steps, same_rank = 0.0, 0.0, 0.0, 0, set(), 0, True
+    for (B, A), res, ref, (S, ref_norm) in zip(case.pairs, results, reference, exact):
+        Bk, Ak = B[:k], A[:k]
+        p = torch.as_tensor(res.rank).reshape(-1)[:k]
+        tail = torch.where(torch.arange(S.shape[-1]) >= p.unsqueeze(-1), S, 0).square().sum(-1).sqrt()
+        norm = S.square().sum(-1).sqrt()
+        rel = factored_error(Bk, Ak, res.B[:k], res.A[:k]) / norm
+        gap_opt = max(gap_opt, float((rel - tail / norm).max()))
+        gap_hh = max(gap_hh, float((factored_error(ref.B[:k], ref.A[:k], res.B[:k], res.A[:k]) / ref_norm).max()))
+        orth = max(orth, float(orthogonality_error(get_backend(name)(oriented_factor(Bk, Ak))).max()))
+        same_rank &= bool(torch.equal(torch.as_tensor(res.rank), torch.as_tensor(ref.rank)))
+        fallbacks += int(res.info.get("fallback_count", 0))
+        if res.info.get("fallback"):
+            kinds.add(res.info["fallback"])
+        steps = max(steps, int(res.info.get("steps", 0)))
+    return dict(gap_to_optimum=gap_opt, gap_to_householder=gap_hh, orthogonality=orth, same_rank=same_rank,
+                fallback=",".join(sorted(kinds)) or None, fallback_count=fallbacks, steps=steps or None)
+
+
+def run_case(case: Case, names: list[str], cfg: dict) -> list[dict]:
+    torch.set_num_threads(cfg["threads"][0])
+    reference = case.run("householder")
+    k = cfg["diag_matrices"]
+    exact = _reference(case, reference, k)
+    rows = []
+    for name in names:
+        results = case.run(name)
+        rows.append(dict(section=case.section, case=case.label, backend=name, exact=name in EXACT_BACKENDS,
+                         gflop=_flops(case, results) / 1e9, **_accuracy(case, name, results, reference, exact, k)))
+    for t in cfg["threads"]:
+        for name, timing in _timings(case, names, cfg["repeats"], t).items():
+            row = next(r for r in rows if r["backend"] == name)
+            row[f"ms_{t}t"] = timing.median * 1e3
+            row[f"iqr_ms_{t}t"] = timing.iqr * 1e3
+            row[f"timing_{t}t"] = timing.as_dict()
+    base = next(r for r in rows if r["backend"] == "householder")
+    for row in rows:
+        row["speedup_1t"] = base[f"ms_{cfg['threads'][0]}t"] / row[f"ms_{cfg['threads'][0]}t"]
+    return rows
+
+
+def stage_breakdown(case: Case, repeats: int) -> list[dict]:
+    """1-thread times of the pipeline's pieces, summed over the module groups (ms)."""
+    torch.set_num_threads(1)
+    rows = []
+    for name in ("householder", "cholesky-qr2"):
+        fn = get_backend(name)
+        stages: dict[str, list[float]] = {}
+
+        def add(key, call):
+            t = time_call(call, repeats=repeats, warmup=1)
+            stages.setdefault(key, []).append(t.median * 1e3)
+            return call()
+
+        for B, A in case.pairs:
+            X = oriented_factor(B, A)
+            Y = (B.mT if B.shape[-2] > A.shape[-1] else A).to(X.dtype)
+            basis = add("basis", lambda: fn(X))
+            H = add("H = C Y", lambda: torch.matmul(basis.C, Y))
+            G = add("G = H H^T", lambda: torch.matmul(H, H.mT))
+            add("G factored", lambda: factored_gram(basis.C, Y))
+            lam, U = add("eigh (float64)", lambda: torch.linalg.eigh(G.double()))
+            p = int(fraq.select_rank(lam.flip(-1).clamp(min=0), TAU).max())
+            Up = U.flip(-1)[..., :p].to(X.dtype)
+            add("apply Q to U_p", lambda: basis.apply(Up))
+            add("R_p = U_p^T H", lambda: torch.matmul(Up.mT, H))
+            add("R_p factored", lambda: factored_rows(Up, basis.C, Y))
+            add("recompress (whole)", lambda: fraq.recompress(B, A, tau=TAU, backend=name))
+        totals = {k: sum(v) for k, v in stages.items()}
+        parts = ("basis", "H = C Y", "G = H H^T", "eigh (float64)", "apply Q to U_p", "R_p = U_p^T H")
+        totals["other (checks, rank rule, copies)"] = totals["recompress (whole)"] - sum(totals[k] for k in parts)
+        rows.append(dict(case=case.label, backend=name, **totals))
+    return rows
+
+
+def _fmt_ms(row, t):
+    key = f"ms_{t}t"
+    return f"{row[key]:8.1f} ±{row[f'iqr_ms_{t}t']:5.1f}" if key in row else " " * 15
+
+
+def print_table(rows: list[dict], threads) -> None:
+    head = (f"{'case':24s} {'backend':21s} " + " ".join(f"{f'{t} thr ms (IQR)':>15s}" for t in threads)
+            + f" {'x HH':>5s} {'GFLOP':>7s} {'orth':>8s} {'err-opt':>9s} {'gap HH':>8s} {'rank':>4s} fallback")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        fb = f"{r['fallback']} x{r['fallback_count']}" if r["fallback"] else "-"
+        steps = f" ({r['steps']} steps)" if r["steps"] else ""
+        print(f"{r['case']:24s} {r['backend']:21s} " + " ".join(_fmt_ms(r, t) for t in threads)
+              + f" {r['speedup_1t']:5.2f} {r['gflop']:7.3f} {r['orthogonality']:8.1e} {r['gap_to_optimum']:9.1e}"
+              f" {r['gap_to_householder']:8.1e} {'=' if r['same_rank'] else '!=':>4s} {fb}{steps}")
+
+
+def print_stages(rows: list[dict]) -> None:
+    keys = [k for k in rows[0] if k not in ("case", "backend")]
+    print(f"{'stage (ms, 1 thread)':34s}" + "".join(f"{r['case'][:12] + ' ' + r['backend'][:6]:>22s}" for r in rows))
+    for k in keys:
+        print(f"{k:34s}" + "".join(f"{r[k]:22.1f}" for r in rows))
+
+
+def summary(rows: list[dict]) -> list[str]:
+    lines = []
+    exact = [r for r in rows if r["exact"] and r["section"] in ("condition", "rank-deficient")]
+    worst = max(exact, key=lambda r: r["gap_to_optimum"])
+    lines.append(f"worst exact-backend error above the optimum, (b)+(c): {worst['gap_to_optimum']:.2e} "
+                 f"({worst['backend']}, {worst['case']}); target {TARGET_ERROR:.0e}: "
+                 f"{'met' if worst['gap_to_optimum'] <= TARGET_ERROR else 'NOT met'}")
+    hh = max((r for r in exact if r["backend"] == "householder"), key=lambda r: r["gap_to_optimum"])
+    lines.append(f"  (householder's own worst: {hh['gap_to_optimum']:.2e}, {hh['case']})")
+    for preset in PRESETS:
+        cand = [r for r in rows if r["section"] == "lora" and r["case"] == preset and r["exact"]
+                and r["backend"] != "householder" and r["gap_to_optimum"] <= TARGET_ERROR]
+        if cand:
+            best = max(cand, key=lambda r: r["speedup_1t"])
+            ok = "met" if best["speedup_1t"] >= TARGET_SPEEDUP else "NOT met"
+            lines.append(f"{preset}: fastest exact variant {best['backend']} at {best['speedup_1t']:.2f}x householder "
+                         f"(1 thread); target {TARGET_SPEEDUP:.0f}x: {ok}")
+    return lines
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(prog="python -m fraq.experiments.backends", description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="2 layers per module group, fewer repeats")
+    ap.add_argument("--out", default="results/backends", help="directory for the JSON results file")
+    args = ap.parse_args(argv)
+    mode = "quick" if args.quick else "full"
+    cfg = CONFIG[mode]
+    names = list(BACKENDS)
+    threads_before = torch.get_num_threads()
+    t0 = time.perf_counter()
+
+    cases = [lora_case(p, cfg["layers"]) for p in PRESETS]
+    cases += [condition_case(c) for c in CONDITIONS]
+    cases += [duplicate_case(*spec) for spec in DUPLICATES]
+    rows, stages = [], []
+    try:
+        for case in cases:
+            rows += run_case(case, names, cfg)
+            print(f"  done: {case.section} / {case.label} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        for case in cases[: len(PRESETS)]:
+            stages += stage_breakdown(case, cfg["stage_repeats"])
+    finally:
+        torch.set_num_threads(threads_before)
+
+    for section in ("lora", "condition", "rank-deficient"):
+        print(f"\n== {section} ==")
+        print_table([r for r in rows if r["section"] == section], cfg["threads"])
+    print("\n== stage breakdown (summed over module groups) ==")
+    print_stages(stages)
+    lines = summary(rows)
+    print("\n" + "\n".join(lines))
+
+    record = dict(experiment="backends", mode=mode, config=dict(cfg, tau=TAU, presets=PRESETS, conditions=CONDITIONS,
+                                                                 cond_shape=COND_SHAPE, cond_rank=COND_RANK,
+                                                                 duplicates=DUPLICATES),
+                  machine=machine_record(), seconds=time.perf_counter() - t0, rows=rows, stages=stages,
+                  summary=lines)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"backends-{mode}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(record, indent=1, default=str))
+    print(f"\nwrote {path} ({record['seconds']:.0f} s, torch threads {list(cfg['threads'])}, "
+          f"machine {record['machine']['cpu']}, {record['machine']['cores']} cores)")
+    return record
+
+
+if __name__ == "__main__":
+    main()
