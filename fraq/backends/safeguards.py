@@ -111,7 +111,7 @@ def identity_basis(X: torch.Tensor, info: dict) -> Basis:
 def with_householder_fallback(
     X: torch.Tensor,
     C: torch.Tensor,
-    apply: Callable[[torch.Tensor], torch.Tensor],
+    apply: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],
     bad: torch.Tensor,
     info: dict,
 ) -> Basis:
@@ -120,13 +120,12 @@ def with_householder_fallback(
     Args:
         X: (nb, d, r) the oriented factors (any scaling; Householder is scale-safe).
         C: (nb, s, r) the fast backend's coordinates (entries for ``bad`` are ignored).
-        apply: the fast backend's Q-application, (nb, s, p) -> (nb, d, p); it is only
-            ever called on the good matrices' slice, through ``index``.
+        apply: the fast backend's Q-application ``apply(U, index)``: U (k, s, p) holds
+            the coordinates of the matrices ``index`` (k,) of the batch, or of all of
+            them when ``index`` is None; returns Q U (k, d, p). It is only ever called
+            for the good matrices.
         bad: (nb,) bool, True where the fast basis is rejected.
         info: recorded diagnostics; ``fallback`` and ``fallback_count`` are added.
-
-    ``apply`` must accept a sub-batch together with the indices it refers to, i.e. have
-    the signature ``apply(U, index)`` with ``index`` None for the whole batch.
     """
     nbad = int(bad.sum().item())
     nb = X.shape[0]

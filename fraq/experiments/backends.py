@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,17 +97,21 @@ def duplicate_case(label: str, m: int, n: int, clients: int, batch: int) -> Case
     return Case("rank-deficient", label, [fraq.stack(Bs + Bs, As + As)], 1.0, None)
 
 
+def _round_robin(calls: dict, repeats: int) -> dict:
+    """Time each call ``repeats`` times in turn (order rotated each round), after one warm-up each."""
+    keys = list(calls)
+    for fn in calls.values():
+        fn()
+    samples = {k: [] for k in keys}
+    for rep in range(repeats):
+        for k in keys[rep % len(keys):] + keys[:rep % len(keys)]:
+            samples[k].append(time_call(calls[k], repeats=1, warmup=0).samples[0])
+    return {k: Timing(tuple(v), torch.get_num_threads(), "cpu") for k, v in samples.items()}
+
+
 def _timings(case: Case, names: list[str], repeats: int, threads: int) -> dict[str, Timing]:
     torch.set_num_threads(threads)
-    calls = {n: (lambda n=n: case.run(n)) for n in names}
-    for fn in calls.values():
-        fn()  # warm-up
-    samples = {n: [] for n in names}
-    for rep in range(repeats):
-        order = names[rep % len(names):] + names[:rep % len(names)]
-        for n in order:
-            samples[n].append(time_call(calls[n], repeats=1, warmup=0).samples[0])
-    return {n: Timing(tuple(s), threads, "cpu") for n, s in samples.items()}
+    return _round_robin({n: (lambda n=n: case.run(n)) for n in names}, repeats)
 
 
 def _flops(case: Case, results: list) -> float:
@@ -177,37 +182,53 @@ def run_case(case: Case, names: list[str], cfg: dict) -> list[dict]:
     return rows
 
 
-def stage_breakdown(case: Case, repeats: int) -> list[dict]:
-    """1-thread times of the pipeline's pieces, summed over the module groups (ms)."""
+STAGE_PARTS = ("basis", "H = C Y", "G = H H^T", "eigh (float64)", "apply Q to U_p", "R_p = U_p^T H")
+
+
+def _stage_calls(case: Case, name: str) -> dict:
+    """One closure per pipeline stage, each running that stage on every module group."""
+    fn = get_backend(name)
+    groups = []
+    for B, A in case.pairs:
+        X = oriented_factor(B, A)
+        Y = (B.mT if B.shape[-2] > A.shape[-1] else A).to(X.dtype)
+        basis = fn(X)
+        H = torch.matmul(basis.C, Y)
+        G = torch.matmul(H, H.mT)
+        lam, U = torch.linalg.eigh(G.double())
+        p = max(int(fraq.select_rank(lam.flip(-1).clamp(min=0), TAU).max()), 1)
+        groups.append((B, A, X, Y, basis, H, G, U.flip(-1)[..., :p].to(X.dtype)))
+
+    def each(stage):
+        return lambda: [stage(*g) for g in groups]
+
+    return {
+        "basis": each(lambda B, A, X, Y, b, H, G, Up: fn(X)),
+        "H = C Y": each(lambda B, A, X, Y, b, H, G, Up: torch.matmul(b.C, Y)),
+        "G = H H^T": each(lambda B, A, X, Y, b, H, G, Up: torch.matmul(H, H.mT)),
+        "G factored": each(lambda B, A, X, Y, b, H, G, Up: factored_gram(b.C, Y)),
+        "eigh (float64)": each(lambda B, A, X, Y, b, H, G, Up: torch.linalg.eigh(G.double())),
+        "apply Q to U_p": each(lambda B, A, X, Y, b, H, G, Up: b.apply(Up)),
+        "R_p = U_p^T H": each(lambda B, A, X, Y, b, H, G, Up: torch.matmul(Up.mT, H)),
+        "R_p factored": each(lambda B, A, X, Y, b, H, G, Up: factored_rows(Up, b.C, Y)),
+        "recompress (whole)": each(lambda B, A, X, Y, b, H, G, Up: fraq.recompress(B, A, tau=TAU, backend=name)),
+    }
+
+
+def stage_breakdown(case: Case, repeats: int, names=("householder", "cholesky-qr2")) -> list[dict]:
+    """1-thread median times (ms) of the pipeline's pieces, summed over the module groups.
+
+    Every (backend, stage) call is timed round-robin, like the main table. "other" is the
+    whole recompression minus its measured parts: argument checks, the Gram range check,
+    the rank rule, masking and copies.
+    """
     torch.set_num_threads(1)
+    timings = _round_robin({(n, k): f for n in names for k, f in _stage_calls(case, n).items()}, repeats)
     rows = []
-    for name in ("householder", "cholesky-qr2"):
-        fn = get_backend(name)
-        stages: dict[str, list[float]] = {}
-
-        def add(key, call):
-            t = time_call(call, repeats=repeats, warmup=1)
-            stages.setdefault(key, []).append(t.median * 1e3)
-            return call()
-
-        for B, A in case.pairs:
-            X = oriented_factor(B, A)
-            Y = (B.mT if B.shape[-2] > A.shape[-1] else A).to(X.dtype)
-            basis = add("basis", lambda: fn(X))
-            H = add("H = C Y", lambda: torch.matmul(basis.C, Y))
-            G = add("G = H H^T", lambda: torch.matmul(H, H.mT))
-            add("G factored", lambda: factored_gram(basis.C, Y))
-            lam, U = add("eigh (float64)", lambda: torch.linalg.eigh(G.double()))
-            p = int(fraq.select_rank(lam.flip(-1).clamp(min=0), TAU).max())
-            Up = U.flip(-1)[..., :p].to(X.dtype)
-            add("apply Q to U_p", lambda: basis.apply(Up))
-            add("R_p = U_p^T H", lambda: torch.matmul(Up.mT, H))
-            add("R_p factored", lambda: factored_rows(Up, basis.C, Y))
-            add("recompress (whole)", lambda: fraq.recompress(B, A, tau=TAU, backend=name))
-        totals = {k: sum(v) for k, v in stages.items()}
-        parts = ("basis", "H = C Y", "G = H H^T", "eigh (float64)", "apply Q to U_p", "R_p = U_p^T H")
-        totals["other (checks, rank rule, copies)"] = totals["recompress (whole)"] - sum(totals[k] for k in parts)
-        rows.append(dict(case=case.label, backend=name, **totals))
+    for n in names:
+        totals = {k: t.median * 1e3 for (m, k), t in timings.items() if m == n}
+        totals["other (checks, rank rule, copies)"] = totals["recompress (whole)"] - sum(totals[k] for k in STAGE_PARTS)
+        rows.append(dict(case=case.label, backend=n, **totals))
     return rows
 
 
@@ -243,8 +264,10 @@ def summary(rows: list[dict]) -> list[str]:
     lines.append(f"worst exact-backend error above the optimum, (b)+(c): {worst['gap_to_optimum']:.2e} "
                  f"({worst['backend']}, {worst['case']}); target {TARGET_ERROR:.0e}: "
                  f"{'met' if worst['gap_to_optimum'] <= TARGET_ERROR else 'NOT met'}")
-    hh = max((r for r in exact if r["backend"] == "householder"), key=lambda r: r["gap_to_optimum"])
-    lines.append(f"  (householder's own worst: {hh['gap_to_optimum']:.2e}, {hh['case']})")
+    per = {}
+    for r in exact:
+        per[r["backend"]] = max(per.get(r["backend"], 0.0), r["gap_to_optimum"])
+    lines.append("  worst per exact backend: " + ", ".join(f"{k} {v:.1e}" for k, v in per.items()))
     for preset in PRESETS:
         cand = [r for r in rows if r["section"] == "lora" and r["case"] == preset and r["exact"]
                 and r["backend"] != "householder" and r["gap_to_optimum"] <= TARGET_ERROR]
@@ -265,6 +288,7 @@ def main(argv=None) -> dict:
     cfg = CONFIG[mode]
     names = list(BACKENDS)
     threads_before = torch.get_num_threads()
+    load_before = os.getloadavg()  # other processes' load skews CPU timings: recorded with them
     t0 = time.perf_counter()
 
     cases = [lora_case(p, cfg["layers"]) for p in PRESETS]
@@ -291,14 +315,15 @@ def main(argv=None) -> dict:
     record = dict(experiment="backends", mode=mode, config=dict(cfg, tau=TAU, presets=PRESETS, conditions=CONDITIONS,
                                                                  cond_shape=COND_SHAPE, cond_rank=COND_RANK,
                                                                  duplicates=DUPLICATES),
-                  machine=machine_record(), seconds=time.perf_counter() - t0, rows=rows, stages=stages,
-                  summary=lines)
+                  machine=machine_record(), loadavg_before=load_before, loadavg_after=os.getloadavg(),
+                  seconds=time.perf_counter() - t0, rows=rows, stages=stages, summary=lines)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"backends-{mode}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(record, indent=1, default=str))
     print(f"\nwrote {path} ({record['seconds']:.0f} s, torch threads {list(cfg['threads'])}, "
-          f"machine {record['machine']['cpu']}, {record['machine']['cores']} cores)")
+          f"machine {record['machine']['cpu']}, {record['machine']['cores']} cores, "
+          f"load average {load_before[0]:.1f} -> {record['loadavg_after'][0]:.1f})")
     return record
 
 
