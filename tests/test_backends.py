@@ -364,3 +364,29 @@ def test_flops_validation():
 def test_newton_schulz_flops_grow_with_steps():
     f = partial(basis_flops, 1024, 64, 32, "newton-schulz")
     assert f(steps=10) - f(steps=9) == pytest.approx(4 * 1024 * 64**2 + 2 * 64**3)
+
+
+# ---------------------------------------------------------------- the benchmark command's pieces
+
+
+def test_benchmark_case_rows():
+    """fraq.experiments.backends on a tiny case: one row per backend, Householder the baseline."""
+    from fraq.experiments.backends import Case, run_case, summary
+
+    B, A = _stack(48, 64, (4, 4), batch=(2,))
+    case = Case("lora", "tiny", [(B, A)], 0.9, None)
+    cfg = dict(repeats=1, diag_matrices=1, threads=(1,))
+    names = ["householder", "cholesky-qr2", "newton-schulz-muon"]
+    threads = torch.get_num_threads()
+    try:
+        rows = run_case(case, names, cfg)
+    finally:
+        torch.set_num_threads(threads)
+    by = {r["backend"]: r for r in rows}
+    assert set(by) == set(names)
+    assert by["householder"]["speedup_1t"] == 1.0 and by["householder"]["gap_to_householder"] <= 16 * eps(F64)
+    assert by["cholesky-qr2"]["gap_to_optimum"] <= EXCESS_FACTOR * eps(F32) * 8**0.5
+    assert by["newton-schulz-muon"]["gap_to_optimum"] > 1e-2 and not by["newton-schulz-muon"]["exact"]
+    assert all(r["ms_1t"] > 0 and r["gflop"] > 0 for r in rows)
+    lines = summary([dict(r, section="condition") for r in rows])
+    assert lines[0].startswith("worst exact-backend error") and "met" in lines[0]
