@@ -7,6 +7,7 @@ import torch
 from fraq._parallel import batch_map
 from fraq._validation import check_finite, check_pair, check_rank, check_tau, compute_dtype
 from fraq.backends import get_backend
+from fraq.backends.factored_gram import factored_gram, factored_rows
 from fraq.result import RecompressResult
 
 __all__ = ["recompress", "select_rank", "noise_floor"]
@@ -20,6 +21,7 @@ def recompress(
     rank: int | None = None,
     backend: str = "householder",
     eig_dtype: torch.dtype | None = None,
+    gram: str = "product",
 ) -> RecompressResult:
     r"""Best rank-p adapter of the aggregate ``B @ A``, without forming the m x n matrix.
 
@@ -77,6 +79,12 @@ def recompress(
         rank: fixed output rank p, 1 <= p <= min(d, r).
         backend: name of the basis backend (:data:`fraq.backends.BACKENDS`).
         eig_dtype: dtype of the r x r eigenproblem; default float64 (see Precision).
+        gram: ``"product"`` (the paper's steps: H = C Y, G = H H^T, R_p = U_p^T H) or
+            ``"factored"`` (G = C (Y Y^T) C^T and R_p = (U_p^T C) Y, so H is never
+            formed: (2d + D) r^2 instead of (2d + 3D) r^2 leading-order flops, but the
+            Gram's rounding scales with ||C||^2 ||Y||^2 instead of ||C Y||^2, so it loses
+            accuracy when clients' updates cancel; see
+            :mod:`fraq.backends.factored_gram`).
 
     Returns:
         :class:`fraq.RecompressResult`.
@@ -97,9 +105,11 @@ def recompress(
     else:
         rank = check_rank(rank, s)
     basis_fn = get_backend(backend)
+    if gram not in ("product", "factored"):
+        raise ValueError(f"gram(={gram!r}) must be 'product' or 'factored'")
     if eig_dtype is not None and (not isinstance(eig_dtype, torch.dtype) or not eig_dtype.is_floating_point):
         raise TypeError(f"eig_dtype(={eig_dtype!r}) must be a floating torch.dtype")
-    return _recompress_impl(B, A, tau, rank, backend, basis_fn, eig_dtype)
+    return _recompress_impl(B, A, tau, rank, backend, basis_fn, eig_dtype, gram == "factored")
 
 
 def noise_floor(lam_max: torch.Tensor, s: int, dtype: torch.dtype) -> torch.Tensor:
@@ -122,8 +132,12 @@ def select_rank(lam: torch.Tensor, tau: float) -> torch.Tensor:
 
 def _pow2_exponent(t: torch.Tensor) -> torch.Tensor:
     """Exponent e per matrix with max|t| = f * 2^e, 0.5 <= f < 1 (0 for a zero matrix)."""
-    amax = torch.linalg.vector_norm(t, ord=float("inf"), dim=(-2, -1))
-    return torch.frexp(amax).exponent
+    return torch.frexp(_amax(t)).exponent
+
+
+def _amax(t: torch.Tensor) -> torch.Tensor:
+    """max |t| per matrix (NaN if t holds a NaN); faster than an inf-norm reduction."""
+    return t.abs().amax(dim=(-2, -1))
 
 
 def _gram_in_range(G: torch.Tensor, C: torch.Tensor) -> bool:
@@ -134,10 +148,10 @@ def _gram_in_range(G: torch.Tensor, C: torch.Tensor) -> bool:
     nonzero C may be an underflow rather than a zero aggregate, so it is out of range too.
     """
     fi = torch.finfo(G.dtype)
-    amax = torch.linalg.vector_norm(G, ord=float("inf"), dim=(-2, -1))
+    amax = _amax(G)
     if not bool(torch.isfinite(amax).all()):
         return False
-    cmax = torch.linalg.vector_norm(C, ord=float("inf"), dim=(-2, -1))
+    cmax = _amax(C)
     zero = amax == 0
     if bool((zero & (cmax > 0)).any()):
         return False
@@ -145,28 +159,35 @@ def _gram_in_range(G: torch.Tensor, C: torch.Tensor) -> bool:
     return bool(ok.all())
 
 
-def _coordinates(B, A, X, Y, C):
-    """H = C Y and G = H H^T, rescaled by a power of two when G would under/overflow.
+def _coordinates(B, A, Y, C, factored):
+    """The Gram G of the coordinates H = C Y, rescaled by a power of two if it would under/overflow.
 
-    Returns (H, G, e) with M = 2^e Q H. The fast path adds no pass over the factors: the
-    Gram is checked after the fact. Only when it is out of range are the factors
-    checked for NaN/Inf (named error) or, if finite, their magnitudes measured and C
-    scaled so that C Y has entries of order 1. The scale goes on C (s x r), never on
-    the large factors, and is a power of two, so it is exact.
+    Returns (H, G, C_used, e) with M = 2^e Q C_used Y; H is None when ``factored``
+    (G = C (Y Y^T) C^T). The fast path adds no pass over the factors: the Gram is
+    checked after the fact. Only when it is out of range are the factors checked for
+    NaN/Inf (named error) or, if finite, their magnitudes measured and C scaled so that
+    C Y has entries of order 1. The scale goes on C (s x r), never on the large factors,
+    and is a power of two, so it is exact.
     """
-    H = torch.matmul(C, Y)
-    G = torch.matmul(H, H.mT)
+
+    def form(Cs):
+        if factored:
+            return None, factored_gram(Cs, Y)
+        H = torch.matmul(Cs, Y)
+        return H, torch.matmul(H, H.mT)
+
+    H, G = form(C)
     if _gram_in_range(G, C):
-        return H, G, None
+        return H, G, C, None
     check_finite("B", B)
     check_finite("A", A)
     e = _pow2_exponent(C) + _pow2_exponent(Y)
-    H = torch.matmul(torch.ldexp(C, -e.view(-1, 1, 1).to(C.dtype)), Y)
-    G = torch.matmul(H, H.mT)
-    return H, G, e
+    Cs = torch.ldexp(C, -e.view(-1, 1, 1).to(C.dtype))
+    H, G = form(Cs)
+    return H, G, Cs, e
 
 
-def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype):
+def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype, factored=False):
     out_dtype = B.dtype
     cdt = compute_dtype(out_dtype)
     edt = eig_dtype or torch.float64
@@ -186,7 +207,7 @@ def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype):
         return _empty_result(batch, m, n, s, cdt, out_dtype, tau, rank, backend_name, transposed, B.device)
 
     basis = basis_fn(X)
-    H, G, e = _coordinates(B, A, X, Y, basis.C)  # M = 2^e Q H
+    H, G, Cu, e = _coordinates(B, A, Y, basis.C, factored)  # M = 2^e Q Cu Y
     lam, U = batch_map(torch.linalg.eigh, G.to(edt))
     lam = lam.flip(-1)
     U = U.flip(-1)
@@ -204,7 +225,7 @@ def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype):
         keep = torch.arange(pmax, device=p.device) < p.unsqueeze(-1)  # (nb, pmax)
         Up = Up * keep.unsqueeze(-2).to(cdt)
     L = basis.apply(Up)  # (nb, d, pmax), orthonormal columns
-    Rp = torch.matmul(Up.mT, H)  # (nb, pmax, D)
+    Rp = factored_rows(Up, Cu, Y) if H is None else torch.matmul(Up.mT, H)  # (nb, pmax, D)
     if e is not None:
         Rp = torch.ldexp(Rp, e.view(-1, 1, 1).to(cdt))
 

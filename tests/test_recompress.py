@@ -350,3 +350,17 @@ def test_cuda_matches_float64_reference():
     _, S, _ = dense_svd(M)
     err = fro(M - got)
     assert (err <= truncation_error(S, cpu.rank) + EXCESS_FACTOR * eps(F32) * 24**0.5 * fro(M)).all()
+
+
+@pytest.mark.parametrize("m,n,ranks", SHAPES)
+def test_factored_gram_gives_the_optimum(m, n, ranks):
+    """gram="factored" (H never formed) on inputs without cancellation between clients."""
+    for dtype in (F32, F64):
+        B, A = _problem(m, n, ranks, dtype=dtype, seed=20)
+        res = fraq.recompress(B, A, tau=0.9, gram="factored")
+        ref = fraq.recompress(B, A, tau=0.9)
+        assert res.rank == ref.rank
+        _check_optimal(B, A, res, dtype)
+        _check_orientation(res, m, n, dtype)
+        big = fraq.recompress(B * 1e18 if dtype == F32 else B, A, rank=1, gram="factored")
+        assert torch.isfinite(big.B).all() and torch.isfinite(big.A).all()

@@ -210,3 +210,8 @@ def test_recompress_dtype_mismatch():
 def test_recompress_bad_eig_dtype():
     B, A = _stack()
     _raises(TypeError, lambda: fraq.recompress(B, A, tau=0.9, eig_dtype=torch.int32), r"eig_dtype")
+
+
+def test_recompress_unknown_gram():
+    B, A = _stack()
+    _raises(ValueError, lambda: fraq.recompress(B, A, tau=0.9, gram="syrk"), r"gram\(='syrk'\)")

@@ -21,13 +21,9 @@ has no cancellation between clients (:math:`\lVert CY\rVert \approx \lVert C\rVe
 accuracy in the aggregate's spectrum by the factor
 :math:`\lVert C\rVert^2\lVert Y\rVert^2 / \lVert CY\rVert^2`.
 
-**Status.** These are the two products the pipeline needs; :func:`fraq.recompress` does
-not call them yet (it always forms H). They are used by
-:mod:`fraq.experiments.backends` to time the factored path stage by stage, and tested
-against the H path. Wiring them in is a pipeline option, independent of the basis
-backend, e.g. ``recompress(..., gram="factored")``: form ``G = factored_gram(C, Y)``
-where it now forms H and H H^T, and ``R_p = factored_rows(U_p, C, Y)`` where it forms
-U_p^T H, with the same C it would have multiplied Y by.
+**Status.** :func:`fraq.recompress` uses them with ``gram="factored"`` (with the C it
+would have multiplied Y by, rescaled when the Gram is out of range);
+:mod:`fraq.experiments.backends` times the factored path stage by stage.
 """
 
 from __future__ import annotations
