@@ -139,7 +139,7 @@ BACKEND_COSTS = {
     "polar": _polar,
     "cholesky-qr2": _cholesky_qr2,
     "newton-schulz": _newton_schulz("cholesky"),
-    "newton-schulz-cubic": _newton_schulz("cholesky"),
+    "newton-schulz-polar-express": _newton_schulz("cholesky"),
     "newton-schulz-lstsq": _newton_schulz("lstsq"),
     "newton-schulz-direct": _newton_schulz("direct"),
     "newton-schulz-muon": _newton_schulz("direct"),

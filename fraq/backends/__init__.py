@@ -10,9 +10,11 @@ name                        basis                                               
 ``polar``                   polar factor from the SVD, S = (X^T X)^{1/2} for R     yes
 ``cholesky-qr2``            two Cholesky-QR passes, per-matrix Householder         yes
                             fallback detected from the data
-``newton-schulz``           Polar Express iteration to tolerance, Cholesky         yes
+``newton-schulz``           classic cubic iteration to tolerance, Cholesky         yes
                             metric correction (pseudo-inverse if rank-deficient)
-``newton-schulz-cubic``     classic cubic iteration, otherwise as above            yes
+``newton-schulz-polar-      Polar Express schedule, otherwise as above: fewer      yes
+express``                   steps, 1.3e-6 above the optimum in float32 (cubic:
+                            8.5e-7), see fraq.backends.newton_schulz
 ``newton-schulz-lstsq``     Polar Express to tolerance, least-squares coordinates  near
 ``newton-schulz-direct``    Polar Express to tolerance, direct coordinates Q^T X   near
 ``newton-schulz-muon``      Muon's quintic, 5 steps, direct coordinates            no
@@ -40,14 +42,14 @@ BACKENDS: dict[str, Backend] = {
     "householder": householder,
     "polar": polar,
     "cholesky-qr2": cholesky_qr2,
-    "newton-schulz": partial(newton_schulz, schedule="polar-express", coords="cholesky"),
-    "newton-schulz-cubic": partial(newton_schulz, schedule="cubic", coords="cholesky"),
+    "newton-schulz": partial(newton_schulz, schedule="cubic", coords="cholesky"),
+    "newton-schulz-polar-express": partial(newton_schulz, schedule="polar-express", coords="cholesky"),
     "newton-schulz-lstsq": partial(newton_schulz, schedule="polar-express", coords="lstsq"),
     "newton-schulz-direct": partial(newton_schulz, schedule="polar-express", coords="direct"),
     "newton-schulz-muon": partial(newton_schulz, schedule="muon", steps=5, coords="direct"),
 }
 
-EXACT_BACKENDS: tuple[str, ...] = ("householder", "polar", "cholesky-qr2", "newton-schulz", "newton-schulz-cubic")
+EXACT_BACKENDS: tuple[str, ...] = ("householder", "polar", "cholesky-qr2", "newton-schulz", "newton-schulz-polar-express")
 """Backends whose basis is orthonormal with X = Q C to working precision (see the table)."""
 
 
