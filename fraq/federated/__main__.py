@@ -1,0 +1,5 @@
+import sys
+
+from fraq.federated.cli import main
+
+sys.exit(main())

@@ -1,0 +1,203 @@
+"""``python -m fraq.federated``: run every method of a setting, write the results table.
+
+Examples::
+
+    python -m fraq.federated                          # embedded default, all methods, CPU
+    python -m fraq.federated --methods flora fraq:tau=0.95 --rounds 2 --clients 2
+    python -m fraq.federated --config roberta --dataset clinc150 --alpha 0.02
+    python -m fraq.federated --ranks 4,16,32,64 --methods flora flexlora florist fraq
+    python -m fraq.federated --resume                 # continue an interrupted run
+
+A finished result is never overwritten without asking: an output directory that holds
+results needs ``--resume`` (keep and continue) or ``--overwrite`` (start again); at a
+terminal the command asks instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["main", "run_experiment"]
+
+_OUR_FILES = ("results.json", "rounds.csv", "table.csv", "table.md", "plot.png", "config.json")
+
+
+def _existing(out_dir: Path) -> list[Path]:
+    found = [out_dir / n for n in _OUR_FILES if (out_dir / n).exists()]
+    found += sorted(out_dir.glob("*/result.json")) + sorted(out_dir.glob("*/checkpoint.pt"))
+    if (out_dir / "adapters").is_dir():
+        found.append(out_dir / "adapters")
+    return found
+
+
+def _clear(paths: list[Path]) -> None:
+    for p in paths:
+        if p.is_dir():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
+def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
+                   ask=None, backbone=None, progress: bool = True, log=print) -> list[dict]:
+    """Run every method of ``cfg`` into ``out_dir``; return the table rows.
+
+    Args:
+        resume: continue: finished methods are read back, interrupted ones continue from
+            their last checkpoint; the configuration must match the earlier run's.
+        overwrite: delete this harness's earlier files in ``out_dir`` first.
+        ask: called with a question when earlier results exist and neither ``resume`` nor
+            ``overwrite`` is set; it returns True to overwrite. None: raise instead.
+        backbone: a prebuilt :class:`~fraq.federated.model.Backbone` (tests).
+    """
+    from fraq.federated.adapters import save_client_adapters
+    from fraq.federated.config import method_label
+    from fraq.federated.results import write_json, write_results
+    from fraq.federated.server import Task, _jsonable, run_method
+
+    if resume and overwrite:
+        raise ValueError("resume and overwrite exclude each other")
+    out_dir = Path(out_dir)
+    old = _existing(out_dir) if out_dir.exists() else []
+    cfg_json = _jsonable(cfg)
+    if old and not resume:
+        question = (f"{out_dir} holds results of an earlier run ({', '.join(p.name for p in old[:4])}"
+                    f"{', ...' if len(old) > 4 else ''}). Overwrite them?")
+        if not overwrite and not (ask is not None and ask(question)):
+            raise FileExistsError(f"{question} Refused: pass --resume to continue that run or --overwrite to "
+                                  f"replace it, or choose another --out")
+        _clear(old)
+    if resume and (out_dir / "config.json").exists():
+        with open(out_dir / "config.json", encoding="utf-8") as f:
+            prev = json.load(f)["config"]
+        diff = sorted(k for k in set(prev) | set(cfg_json) if k != "methods" and prev.get(k) != cfg_json.get(k))
+        if diff:
+            raise ValueError(f"--resume: the configuration differs from the earlier run's in {diff}; "
+                             f"use the same flags, or another --out")
+    from fraq.measure.machine import machine_record
+
+    run_info = {"machine": machine_record(), "versions": _versions(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    write_json(out_dir / "config.json", {"config": cfg_json, "run": run_info})
+    t0 = time.perf_counter()
+    task = Task(cfg, backbone=backbone, log=log)
+    results = []
+    for spec in cfg["methods"]:
+        done = out_dir / method_label(spec) / "result.json"
+        if resume and done.exists():
+            with open(done, encoding="utf-8") as f:
+                res = json.load(f)
+            if res.get("config", cfg_json) != cfg_json:
+                raise ValueError(f"--resume: {done} was written with another configuration")
+            log(f"[{spec}] finished earlier: read from {done}")
+        else:
+            res = run_method(task, spec, out_dir, resume=resume, log=log, progress=progress,
+                             save_adapters=save_client_adapters)
+            res["config"] = cfg_json
+            write_json(done, res)
+        results.append(res)
+    run_info["wall_seconds"] = time.perf_counter() - t0
+    rows = write_results(out_dir, [{k: v for k, v in r.items() if k != "config"} for r in results], cfg_json,
+                         run_info)
+    log((out_dir / "table.md").read_text(encoding="utf-8"))
+    log(f"results in {out_dir}/ (results.json, rounds.csv, table.csv, table.md"
+        f"{', plot.png' if (out_dir / 'plot.png').exists() else ''})")
+    return rows
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("torch", "transformers", "peft", "safetensors", "flwr", "fraq"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def _ranks(text: str) -> list[int]:
+    try:
+        vals = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--ranks(={text!r}) must be comma-separated ints, e.g. 4,16,32,64") from None
+    if not vals or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"--ranks(={text!r}) must be positive ints")
+    return vals
+
+
+def _assignment(text: str) -> tuple[str, object]:
+    key, eq, raw = text.partition("=")
+    if not eq or not key:
+        raise argparse.ArgumentTypeError(f"--set(={text!r}) must be key=value, e.g. train.lr=0.001")
+    try:
+        return key, json.loads(raw)
+    except json.JSONDecodeError:
+        return key, raw
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from fraq.federated.config import SETTINGS
+
+    p = argparse.ArgumentParser(prog="python -m fraq.federated", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default="quick", help=f"setting: {', '.join(SETTINGS)} or a JSON file (default quick)")
+    p.add_argument("--methods", nargs="+", metavar="METHOD", help="aggregators, e.g. fedit flora fraq:tau=0.80")
+    p.add_argument("--rounds", type=int, help="communication rounds")
+    p.add_argument("--clients", type=int, help="number of clients K")
+    p.add_argument("--steps", type=int, help="local optimizer steps per round")
+    p.add_argument("--ranks", type=_ranks, help="client LoRA ranks, repeated to K clients (alpha = 2 r)")
+    p.add_argument("--alpha", type=float, help="Dirichlet concentration of the label partition")
+    p.add_argument("--partition", choices=["dirichlet", "pathological", "iid"], help="partition scheme")
+    p.add_argument("--dataset", help="data set: intents, banking77, clinc150, hwu64, 20newsgroups, a hub id or a directory")
+    p.add_argument("--model", help="Hugging Face model name or local path")
+    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--set", type=_assignment, action="append", default=[], metavar="KEY=VALUE",
+                   help="override any config key, e.g. train.lr=0.001 or federated.save_adapters_round=3")
+    p.add_argument("--out", help="output directory (default results/federated/<config>)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last completed round")
+    p.add_argument("--overwrite", action="store_true", help="replace earlier results in --out without asking")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from fraq.federated.config import load_config
+
+    over: dict = {}
+    for key, flag in (("federated.rounds", args.rounds), ("federated.clients", args.clients),
+                      ("train.steps", args.steps), ("federated.ranks", args.ranks), ("partition.alpha", args.alpha),
+                      ("partition.scheme", args.partition), ("model.name", args.model), ("threads", args.threads),
+                      ("methods", args.methods)):
+        if flag is not None:
+            over[key] = flag
+    if args.dataset is not None:
+        d = args.dataset
+        over["dataset"] = {"path": d} if Path(d).is_dir() else {"name": d}
+    for key, value in args.set:
+        over[key] = value
+    try:
+        cfg = load_config(args.config, over)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out or Path("results") / "federated" / Path(args.config).stem)
+
+    def ask(question: str) -> bool:
+        if not sys.stdin.isatty():
+            return False
+        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+    try:
+        run_experiment(cfg, out, resume=args.resume, overwrite=args.overwrite, ask=ask,
+                       progress=not args.no_progress)
+    except (FileExistsError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,215 @@
+"""Configuration as data: ``configs/defaults.json`` plus one small override file per setting.
+
+A setting is ``quick`` (the embedded default), ``roberta`` or ``llama`` (the paper's), or
+the path of a JSON file with the same shape; command-line flags override single keys
+(``--set train.lr=1e-3`` for any of them). :func:`load_config` merges and validates;
+every error names the key and the value.
+
+Methods are registry names of :mod:`fraq.aggregators` with optional keyword options:
+``"fraq:tau=0.80"``, ``"florist:tau=0.85"``, ``"fraq:rank=8,tau=null"``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import numbers
+import re
+from pathlib import Path
+
+__all__ = ["CONFIG_DIR", "SETTINGS", "client_ranks", "load_config", "method_label", "parse_method", "set_key", "validate"]
+
+CONFIG_DIR = Path(__file__).with_name("configs")
+SETTINGS = ("quick", "roberta", "llama")
+
+
+def _merge(base: dict, over: dict, where: str = "") -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if k.startswith("_"):
+            continue
+        if k not in out:
+            raise ValueError(f"unknown config key {where + k!r}; known: {sorted(x for x in out if not x.startswith('_'))}")
+        if isinstance(out[k], dict) and isinstance(v, dict):
+            out[k] = _merge(out[k], v, f"{where}{k}.")
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _read(path: Path) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"config file {str(path)!r} is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {str(path)!r} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def set_key(cfg: dict, dotted: str, value) -> None:
+    """Set ``cfg["a"]["b"] = value`` for ``dotted = "a.b"``; the key must exist (``dataset.*`` may be new)."""
+    parts = dotted.split(".")
+    node = cfg
+    for i, p in enumerate(parts[:-1]):
+        if not isinstance(node.get(p), dict):
+            raise ValueError(f"config key {'.'.join(parts[:i + 1])!r} (from {dotted!r}) is not a section")
+        node = node[p]
+    if parts[-1] not in node and parts[0] != "dataset":
+        raise ValueError(f"unknown config key {dotted!r}")
+    node[parts[-1]] = value
+
+
+def load_config(setting: str = "quick", overrides: dict | None = None) -> dict:
+    """The merged, validated configuration of ``setting`` with ``overrides`` (dotted keys) applied.
+
+    ``setting``: one of :data:`SETTINGS` or a path to a JSON file of overrides.
+    """
+    if not isinstance(setting, str) or not setting:
+        raise ValueError(f"config(={setting!r}) must be one of {list(SETTINGS)} or a JSON file path")
+    base = _read(CONFIG_DIR / "defaults.json")
+    path = CONFIG_DIR / f"{setting}.json" if setting in SETTINGS else Path(setting)
+    if not path.is_file():
+        raise ValueError(f"config(={setting!r}) is neither one of {list(SETTINGS)} nor an existing JSON file")
+    over = _read(path)
+    cfg = _merge(base, {k: v for k, v in over.items() if k != "dataset"})
+    if "dataset" in over:  # a data set section replaces the default one whole
+        if not isinstance(over["dataset"], dict):
+            raise ValueError(f"config key 'dataset' must be an object, got {over['dataset']!r}")
+        cfg["dataset"] = copy.deepcopy(over["dataset"])
+    cfg["setting"] = setting
+    for key, value in (overrides or {}).items():
+        if key == "dataset" and isinstance(value, dict):
+            cfg["dataset"] = value
+        else:
+            set_key(cfg, key, value)
+    validate(cfg)
+    return cfg
+
+
+def parse_method(spec: str) -> tuple[str, dict]:
+    """``"fraq:tau=0.80,backend=householder"`` -> ``("fraq", {"tau": 0.8, "backend": "householder"})``."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"method(={spec!r}) must be a non-empty string like 'fraq' or 'fraq:tau=0.80'")
+    name, _, rest = spec.strip().partition(":")
+    options = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, raw = item.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z_]\w*", key.strip()):
+            raise ValueError(f"method(={spec!r}): option {item!r} must be key=value")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw.strip()
+        options[key.strip()] = value
+    return name, options
+
+
+def method_label(spec: str) -> str:
+    """A file-name-safe label of a method spec: ``fraq:tau=0.80`` -> ``fraq-tau0.80``."""
+    return re.sub(r"[^A-Za-z0-9.]+", "-", spec.strip().replace("=", "")).strip("-")
+
+
+def _pos_int(cfg: dict, key: str, minimum: int = 1, allow_none: bool = False) -> None:
+    sec, _, name = key.partition(".")
+    v = cfg[sec][name] if name else cfg[sec]
+    if v is None and allow_none:
+        return
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise ValueError(f"{key}(={v!r}) must be an int >= {minimum}" + (" or null" if allow_none else ""))
+
+
+def _pos_real(cfg: dict, key: str, zero_ok: bool = False) -> None:
+    sec, _, name = key.partition(".")
+    v = cfg[sec][name]
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (v >= 0 if zero_ok else v > 0):
+        raise ValueError(f"{key}(={v!r}) must be a {'non-negative' if zero_ok else 'positive'} number")
+
+
+def validate(cfg: dict) -> None:
+    """Check every key a run reads; raise ValueError naming the key and its value."""
+    from fraq.aggregators import AGGREGATORS
+
+    _pos_int(cfg, "seed", 0)
+    _pos_int(cfg, "threads", 1, allow_none=True)
+    m = cfg["model"]
+    if not isinstance(m["name"], str) or not m["name"]:
+        raise ValueError(f"model.name(={m['name']!r}) must be a model name or path")
+    if not isinstance(m["target_modules"], list) or not m["target_modules"] or \
+            not all(isinstance(t, str) for t in m["target_modules"]):
+        raise ValueError(f"model.target_modules(={m['target_modules']!r}) must be a non-empty list of names")
+    lt = m["layers_to_transform"]
+    if lt is not None and (not isinstance(lt, list) or not lt or
+                           not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in lt)):
+        raise ValueError(f"model.layers_to_transform(={lt!r}) must be null or a list of layer indices >= 0")
+    if m["pooling"] not in ("mean", "first", "last"):
+        raise ValueError(f"model.pooling(={m['pooling']!r}) must be 'mean', 'first' or 'last'")
+    _pos_int(cfg, "model.max_length", 2)
+    if m["dtype"] not in ("float32", "bfloat16", "float16", "float64"):
+        raise ValueError(f"model.dtype(={m['dtype']!r}) must be float32, bfloat16, float16 or float64")
+    if not isinstance(m["device"], str):
+        raise ValueError(f"model.device(={m['device']!r}) must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    if not isinstance(m["cache_prefix"], bool):
+        raise ValueError(f"model.cache_prefix(={m['cache_prefix']!r}) must be true or false")
+    if m["cache_prefix"] and lt is None:
+        raise ValueError("model.cache_prefix needs model.layers_to_transform (the layers below the first one are cached)")
+    p = cfg["partition"]
+    if p["scheme"] not in ("dirichlet", "pathological", "iid"):
+        raise ValueError(f"partition.scheme(={p['scheme']!r}) must be 'dirichlet', 'pathological' or 'iid'")
+    _pos_real(cfg, "partition.alpha")
+    _pos_int(cfg, "partition.min_size", 0)
+    f = cfg["federated"]
+    _pos_int(cfg, "federated.clients")
+    _pos_int(cfg, "federated.rounds")
+    _pos_int(cfg, "federated.head_rounds", 0)
+    _pos_int(cfg, "federated.eval_every")
+    _pos_int(cfg, "federated.save_adapters_round", 1, allow_none=True)
+    if f["save_adapters_round"] is not None and f["save_adapters_round"] > f["rounds"]:
+        raise ValueError(f"federated.save_adapters_round(={f['save_adapters_round']}) exceeds "
+                         f"federated.rounds(={f['rounds']})")
+    K = f["clients"]
+    ranks = f["ranks"]
+    if not isinstance(ranks, list) or not ranks or \
+            not all(isinstance(r, int) and not isinstance(r, bool) and r >= 1 for r in ranks):
+        raise ValueError(f"federated.ranks(={ranks!r}) must be a non-empty list of ints >= 1")
+    if len(ranks) not in (1, K) and K % len(ranks) != 0:
+        raise ValueError(f"federated.ranks has {len(ranks)} entries for federated.clients(={K}): give 1, K, "
+                         f"or a divisor of K (the pattern repeats)")
+    alphas = f["alphas"]
+    if alphas is not None and (not isinstance(alphas, list) or len(alphas) != len(ranks) or
+                               not all(isinstance(a, numbers.Real) and not isinstance(a, bool) and a > 0
+                                       for a in alphas)):
+        raise ValueError(f"federated.alphas(={alphas!r}) must be null (alpha = 2 r) or one positive number per "
+                         f"entry of federated.ranks(={ranks})")
+    t = cfg["train"]
+    _pos_int(cfg, "train.steps", 0)
+    _pos_int(cfg, "train.batch_size")
+    _pos_real(cfg, "train.lr")
+    _pos_real(cfg, "train.head_lr")
+    _pos_real(cfg, "train.weight_decay", zero_ok=True)
+    if not isinstance(t["use_rslora"], bool):
+        raise ValueError(f"train.use_rslora(={t['use_rslora']!r}) must be true or false")
+    methods = cfg["methods"]
+    if not isinstance(methods, list) or not methods:
+        raise ValueError(f"methods(={methods!r}) must be a non-empty list")
+    labels = set()
+    for spec in methods:
+        name, _ = parse_method(spec)
+        if name not in AGGREGATORS:
+            raise ValueError(f"methods entry {spec!r}: {name!r} is not one of {sorted(AGGREGATORS)}")
+        label = method_label(spec)
+        if label in labels:
+            raise ValueError(f"methods lists {spec!r} twice")
+        labels.add(label)
+    if not isinstance(cfg["dataset"], dict):
+        raise ValueError(f"dataset(={cfg['dataset']!r}) must be an object")
+
+
+def client_ranks(cfg: dict) -> tuple[list[int], list[float]]:
+    """Per-client LoRA ranks and alphas: the ``federated.ranks`` pattern repeated to K clients, alpha = 2 r by default."""
+    f = cfg["federated"]
+    K, ranks = f["clients"], f["ranks"]
+    alphas = f["alphas"] or [2 * r for r in ranks]
+    reps = -(-K // len(ranks))
+    return (ranks * reps)[:K], [float(a) for a in (alphas * reps)[:K]]

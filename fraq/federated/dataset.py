@@ -1,0 +1,266 @@
+"""Text-classification data for the federated harness, and its client partitions.
+
+Sources (``load_dataset``):
+
+- ``"intents"``: the generated corpus of :mod:`fraq.federated.intents` (offline default);
+- a local directory with ``train`` and ``test`` files in CSV, JSON Lines or JSON (a list
+  of records), or a directory written by ``datasets.Dataset.save_to_disk``;
+- a Hugging Face data set by name (``banking77``, ``clinc150``, ``hwu64``,
+  ``20newsgroups`` or any hub id), through the ``datasets`` package, when the user has
+  network access or a local cache.
+
+Partitions (``partition``): Dirichlet(alpha) over labels (the paper's 0.1 and 0.02) and
+pathological one-task-per-client, both seeded; :func:`partition_summary` prints each
+client's label mix.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import numbers
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["HUB_DATASETS", "TextData", "load_dataset", "partition", "partition_summary"]
+
+HUB_DATASETS = {
+    "banking77": {"hub_id": "PolyAI/banking77", "text_column": "text", "label_column": "label"},
+    "clinc150": {"hub_id": "clinc/clinc_oos", "subset": "plus", "text_column": "text", "label_column": "intent"},
+    "hwu64": {"hub_id": "DeepPavlov/hwu64", "text_column": "utterance", "label_column": "label"},
+    "20newsgroups": {"hub_id": "SetFit/20_newsgroups", "text_column": "text", "label_column": "label"},
+}
+"""Short names of the paper's data sets -> hub id, subset and columns (override any in the config)."""
+
+
+@dataclass(frozen=True)
+class TextData:
+    """A labelled train / test split.
+
+    Attributes:
+        train_texts, test_texts: the sentences.
+        train_labels, test_labels: int64 arrays of label indices into ``label_names``.
+        train_tasks: per training example its task (the generated corpus's domain, or a
+            ``task`` column), for the pathological partition; None when the data has none.
+        label_names: one name per class.
+    """
+
+    train_texts: list[str]
+    train_labels: np.ndarray
+    test_texts: list[str]
+    test_labels: np.ndarray
+    label_names: list[str]
+    train_tasks: list[str] | None = None
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.label_names)
+
+
+def load_dataset(spec: dict) -> TextData:
+    """Load the data set a config's ``dataset`` section names (see the module docstring).
+
+    ``spec`` keys: ``name`` ("intents", a short name of :data:`HUB_DATASETS`, a hub id)
+    or ``path`` (a local directory); ``text_column``, ``label_column``, ``task_column``,
+    ``subset``, ``hub_id`` override the defaults; ``max_train`` / ``max_test`` cap the
+    split sizes (first examples after a seeded shuffle); ``seed``; for the generated
+    corpus ``train_per_intent`` and ``test_per_intent``.
+    """
+    if not isinstance(spec, dict):
+        raise TypeError(f"dataset spec(={spec!r}) must be a dict")
+    known = {"name", "path", "text_column", "label_column", "task_column", "subset", "hub_id", "max_train",
+             "max_test", "seed", "train_per_intent", "test_per_intent"}
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise ValueError(f"dataset spec has unknown keys {unknown}; known: {sorted(known)}")
+    name, path = spec.get("name"), spec.get("path")
+    if (name is None) == (path is None):
+        raise ValueError(f"dataset spec needs exactly one of name and path, got name={name!r}, path={path!r}")
+    seed = spec.get("seed", 42)
+    if name == "intents":
+        from fraq.federated.intents import generate_intents
+
+        tr, te, names = generate_intents(seed, spec.get("train_per_intent", 100), spec.get("test_per_intent", 30))
+        data = TextData([t for t, _, _ in tr], np.array([y for _, y, _ in tr], dtype=np.int64),
+                        [t for t, _, _ in te], np.array([y for _, y, _ in te], dtype=np.int64), names,
+                        [d for _, _, d in tr])
+    elif path is not None:
+        data = _load_local(Path(path), spec)
+    else:
+        data = _load_hub(name, spec)
+    return _cap(data, spec.get("max_train"), spec.get("max_test"), seed)
+
+
+def _cap(data: TextData, max_train, max_test, seed: int) -> TextData:
+    for key, v in (("max_train", max_train), ("max_test", max_test)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"dataset.{key}(={v!r}) must be a positive int or null")
+    if max_train is None and max_test is None:
+        return data
+    rng = np.random.default_rng(seed)
+    tr = rng.permutation(len(data.train_texts))[:max_train]
+    te = rng.permutation(len(data.test_texts))[:max_test]
+    return TextData([data.train_texts[i] for i in tr], data.train_labels[tr],
+                    [data.test_texts[i] for i in te], data.test_labels[te], data.label_names,
+                    None if data.train_tasks is None else [data.train_tasks[i] for i in tr])
+
+
+def _records_from_file(path: Path) -> list[dict]:
+    if path.suffix == ".csv":
+        with open(path, newline="", encoding="utf-8") as f:
+            return list(csv.DictReader(f))
+    if path.suffix == ".jsonl":
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    with open(path, encoding="utf-8") as f:
+        out = json.load(f)
+    if not isinstance(out, list):
+        raise ValueError(f"{path}: a .json split must be a list of records, got {type(out).__name__}")
+    return out
+
+
+def _load_local(root: Path, spec: dict) -> TextData:
+    if not root.is_dir():
+        raise FileNotFoundError(f"dataset.path(={str(root)!r}) is not a directory")
+    if (root / "dataset_dict.json").exists():
+        try:
+            import datasets
+        except ImportError as e:
+            raise ImportError(f"{root} was written by datasets.save_to_disk; install `datasets` to read it") from e
+        dd = datasets.load_from_disk(str(root))
+        return _from_columns({s: dd[s].to_list() for s in ("train", "test")}, spec, _class_names(dd["train"], spec))
+    splits = {}
+    for split in ("train", "test"):
+        found = [root / f"{split}{ext}" for ext in (".csv", ".jsonl", ".json") if (root / f"{split}{ext}").exists()]
+        if not found:
+            raise FileNotFoundError(f"dataset.path(={str(root)!r}) has no {split}.csv, {split}.jsonl or {split}.json")
+        splits[split] = _records_from_file(found[0])
+    return _from_columns(splits, spec, None)
+
+
+def _class_names(ds, spec: dict) -> list[str] | None:
+    col = spec.get("label_column", "label")
+    feat = getattr(ds, "features", {}).get(col)
+    return list(feat.names) if hasattr(feat, "names") else None
+
+
+def _load_hub(name: str, spec: dict) -> TextData:
+    defaults = HUB_DATASETS.get(name, {"hub_id": name})
+    spec = {**defaults, **{k: v for k, v in spec.items() if v is not None}}
+    try:
+        import datasets
+    except ImportError as e:
+        raise ImportError(f"dataset.name(={name!r}) loads through the `datasets` package: pip install datasets") from e
+    dd = datasets.load_dataset(spec["hub_id"], spec.get("subset"))
+    if "test" not in dd:
+        raise ValueError(f"hub dataset {spec['hub_id']!r} has no test split (splits: {list(dd)})")
+    return _from_columns({s: dd[s].to_list() for s in ("train", "test")}, spec, _class_names(dd["train"], spec))
+
+
+def _from_columns(splits: dict[str, list[dict]], spec: dict, names: list[str] | None) -> TextData:
+    tcol, lcol, kcol = spec.get("text_column", "text"), spec.get("label_column", "label"), spec.get("task_column", "task")
+    for split, rows in splits.items():
+        if not rows:
+            raise ValueError(f"the {split} split is empty")
+        for col in (tcol, lcol):
+            if col not in rows[0]:
+                raise ValueError(f"the {split} split has no column {col!r} (columns: {sorted(rows[0])}); "
+                                 f"set dataset.text_column / dataset.label_column")
+    raw = [r[lcol] for r in splits["train"]] + [r[lcol] for r in splits["test"]]
+    if names is None:
+        if all(isinstance(v, numbers.Integral) or (isinstance(v, str) and v.strip().lstrip("-").isdigit()) for v in raw):
+            ints = sorted({int(v) for v in raw})
+            if ints[0] < 0:
+                raise ValueError(f"labels must be >= 0, got {ints[0]}")
+            names = [str(i) for i in range(ints[-1] + 1)]
+            index = {str(i): i for i in ints}
+        else:
+            names = sorted({str(v) for v in raw})
+            index = {v: i for i, v in enumerate(names)}
+    else:
+        index = {**{str(i): i for i in range(len(names))}, **{n: i for i, n in enumerate(names)}}
+
+    def labels(rows):
+        return np.array([index[str(int(r[lcol])) if isinstance(r[lcol], numbers.Integral) else str(r[lcol]).strip()]
+                         for r in rows], dtype=np.int64)
+
+    tasks = [str(r[kcol]) for r in splits["train"]] if kcol in splits["train"][0] else None
+    return TextData([str(r[tcol]) for r in splits["train"]], labels(splits["train"]),
+                    [str(r[tcol]) for r in splits["test"]], labels(splits["test"]), names, tasks)
+
+
+def partition(labels: np.ndarray, clients: int, *, scheme: str = "dirichlet", alpha: float = 0.1,
+              tasks: list[str] | None = None, min_size: int = 10, seed: int = 42) -> list[np.ndarray]:
+    """Split example indices across ``clients``; one sorted int64 index array per client.
+
+    Schemes:
+        ``"dirichlet"``: for every label, proportions q ~ Dir(alpha * 1_K) split that
+            label's examples across the K clients; redrawn (up to 1000 times) until every
+            client has at least ``min_size`` examples. Small alpha: few labels per client.
+        ``"pathological"``: one task per client (``tasks`` per example, e.g. the generated
+            corpus's domains or the reasoning benchmarks), tasks in sorted order; with
+            more tasks than clients, client k takes tasks k, k + K, ...
+        ``"iid"``: a seeded random equal split.
+
+    Every example goes to exactly one client.
+    """
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or labels.size == 0:
+        raise ValueError(f"labels must be a non-empty 1-D array, got shape {labels.shape}")
+    if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
+        raise ValueError(f"clients(={clients!r}) must be a positive int")
+    if clients > labels.size:
+        raise ValueError(f"clients(={clients}) exceeds the number of examples ({labels.size})")
+    rng = np.random.default_rng(seed)
+    if scheme == "iid":
+        return [np.sort(p) for p in np.array_split(rng.permutation(labels.size), clients)]
+    if scheme == "pathological":
+        if tasks is None:
+            raise ValueError("scheme='pathological' needs a task per example (dataset.task_column)")
+        if len(tasks) != labels.size:
+            raise ValueError(f"tasks has {len(tasks)} entries for {labels.size} examples")
+        names = sorted(set(tasks))
+        if len(names) < clients:
+            raise ValueError(f"scheme='pathological' gives one task per client, but there are {len(names)} tasks "
+                             f"for clients(={clients})")
+        owner = {t: i % clients for i, t in enumerate(names)}
+        who = np.array([owner[t] for t in tasks])
+        return [np.flatnonzero(who == k) for k in range(clients)]
+    if scheme != "dirichlet":
+        raise ValueError(f"scheme(={scheme!r}) must be 'dirichlet', 'pathological' or 'iid'")
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not alpha > 0:
+        raise ValueError(f"alpha(={alpha!r}) must be a positive number")
+    if isinstance(min_size, bool) or not isinstance(min_size, int) or min_size < 0:
+        raise ValueError(f"min_size(={min_size!r}) must be an int >= 0")
+    if min_size * clients > labels.size:
+        raise ValueError(f"min_size(={min_size}) * clients(={clients}) exceeds the {labels.size} examples")
+    classes = np.unique(labels)
+    for _ in range(1000):
+        parts: list[list[int]] = [[] for _ in range(clients)]
+        for c in classes:
+            idx = rng.permutation(np.flatnonzero(labels == c))
+            q = rng.dirichlet(np.full(clients, float(alpha)))
+            cuts = (np.cumsum(q)[:-1] * idx.size).astype(int)
+            for k, piece in enumerate(np.split(idx, cuts)):
+                parts[k].extend(piece.tolist())
+        if min(len(p) for p in parts) >= min_size:
+            return [np.sort(np.array(p, dtype=np.int64)) for p in parts]
+    raise RuntimeError(f"no Dirichlet(alpha={alpha}) draw in 1000 gave every client >= {min_size} examples; "
+                       f"lower min_size or raise alpha")
+
+
+def partition_summary(parts: list[np.ndarray], labels: np.ndarray, label_names: list[str], top: int = 4) -> str:
+    """One line per client: its size, how many labels it holds, and its largest labels."""
+    labels = np.asarray(labels)
+    lines = []
+    for k, idx in enumerate(parts):
+        counts = np.bincount(labels[idx], minlength=len(label_names))
+        order = np.argsort(-counts, kind="stable")
+        held = int((counts > 0).sum())
+        mix = ", ".join(f"{label_names[c]} {counts[c]}" for c in order[:top] if counts[c] > 0)
+        more = f", +{held - top} more" if held > top else ""
+        lines.append(f"client {k:>2}: {idx.size:>5} examples, {held:>3} labels: {mix}{more}")
+    return os.linesep.join(lines)
