@@ -45,7 +45,7 @@ from fraq.federated.config import client_ranks, method_label, parse_method
 from fraq.federated.dataset import load_dataset, partition, partition_summary
 from fraq.federated.model import Backbone, Inputs, init_lora, stable_seed
 
-__all__ = ["ClientPlan", "Task", "run_method"]
+__all__ = ["ClientPlan", "Method", "Task", "apply_round", "eval_weights", "initial_state", "run_method", "run_round"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
@@ -234,6 +234,85 @@ def apply_round(state: RoundState, result: AggregationResult, heads: list[dict] 
     return RoundState(state.round + 1, new_w, head, starts, result.state, list(state.records))
 
 
+@dataclass(frozen=True)
+class Method:
+    """One method of a run: its spec, aggregator, client plan and local-training settings."""
+
+    spec: str
+    agg: Aggregator
+    plan: ClientPlan
+    settings: TrainSettings
+    client_ranks: tuple[int, ...]
+
+    @property
+    def label(self) -> str:
+        return method_label(self.spec)
+
+    @classmethod
+    def make(cls, spec: str, cfg: dict) -> Method:
+        name, options = parse_method(spec)
+        agg = get_aggregator(name, **options)
+        ranks, alphas = client_ranks(cfg)
+        plan = ClientPlan.make(agg, ranks, alphas)
+        t = cfg["train"]
+        settings = TrainSettings(steps=t["steps"], batch_size=t["batch_size"], lr=t["lr"], head_lr=t["head_lr"],
+                                 weight_decay=t["weight_decay"], use_rslora=t["use_rslora"], seed=cfg["seed"])
+        return cls(spec, agg, plan, settings, tuple(ranks))
+
+    def initial_state(self, task: Task) -> RoundState:
+        return initial_state(task, self.agg, self.plan, self.settings.use_rslora)
+
+
+def run_round(task: Task, method: Method, state: RoundState, *, evaluate: bool, progress: bool = False
+              ) -> tuple[RoundState, dict, list]:
+    """Round ``state.round + 1``: local training, aggregation, downlink applied, optional evaluation.
+
+    Returns the new state (its ``records`` not yet extended), the round's record, and the
+    clients' uploads.
+    """
+    cfg, bb, plan, agg = task.cfg, task.backbone, method.plan, method.agg
+    f = cfg["federated"]
+    t, K = state.round + 1, f["clients"]
+    florg = task.florg_projections() if agg.single_matrix else None
+    bb.set_weights(state.weights)
+    head = task.new_head()
+    head.load_state_dict(state.head)
+    train_head = t <= f["head_rounds"]
+    trains = ("B" if t % 2 == 1 else "A") if isinstance(agg, LoraA2) else "AB"
+    t0 = time.perf_counter()
+    updates, heads, losses = [], [], []
+    it = range(K)
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(it, desc=f"{method.label} round {t}/{f['rounds']}", unit="client", leave=False)
+    for k in it:
+        job = LocalJob(k, t, plan.ranks[k], plan.alphas[k], start=state.starts[k], train=trains,
+                       train_head=train_head, florg=florg, upload_rank=plan.upload_ranks[k])
+        res = local_update(bb, head, *task.clients[k], job, method.settings)
+        updates.append(res.update)
+        heads.append(res.head)
+        losses.append(res.loss)
+    train_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    result = agg.aggregate(updates, state.agg_state)
+    agg_ms = (time.perf_counter() - t1) * 1e3
+    state = apply_round(state, result, heads if train_head else None, [u.weight for u in updates])
+    acc = None
+    if evaluate:
+        bb.set_weights(eval_weights(state, plan.ranks, florg))
+        head.load_state_dict(state.head)
+        acc = bb.accuracy(head, task.test, task.test_labels)
+        bb.set_weights(state.weights)
+    down = result.downlink_params()
+    ref = flora_downlink(bb.targets, list(method.client_ranks))
+    rec = {"round": t, "accuracy": acc, "train_loss": float(np.mean(losses)), "train_seconds": train_s,
+           "agg_ms": agg_ms, "downlink_params": down, "downlink_params_mean": float(np.mean(down)),
+           "downlink_pct_flora": 100.0 * float(np.mean(down)) / ref, "ranks": _jsonable(result.ranks),
+           "rank_mean": _rank_mean(result.ranks), "info": _jsonable(result.info)}
+    return state, rec, updates
+
+
 def run_method(task: Task, spec: str, out_dir: Path, *, resume: bool = False, log=print,
                progress: bool = True, save_adapters=None) -> dict:
     """Run every round of method ``spec`` (e.g. ``"fraq:tau=0.95"``); return its result dict.
@@ -246,80 +325,39 @@ def run_method(task: Task, spec: str, out_dir: Path, *, resume: bool = False, lo
     from fraq.federated.results import write_json
 
     cfg = task.cfg
-    name, options = parse_method(spec)
-    agg = get_aggregator(name, **options)
-    ranks, alphas = client_ranks(cfg)
-    plan = ClientPlan.make(agg, ranks, alphas)
-    label = method_label(spec)
+    method = Method.make(spec, cfg)
+    plan, label = method.plan, method.label
     mdir = Path(out_dir) / label
     if plan.skip:
         log(f"[{spec}] skipped: {plan.skip}")
         return {"method": spec, "label": label, "skipped": plan.skip, "rounds": []}
-    f, t_cfg = cfg["federated"], cfg["train"]
-    settings = TrainSettings(steps=t_cfg["steps"], batch_size=t_cfg["batch_size"], lr=t_cfg["lr"],
-                             head_lr=t_cfg["head_lr"], weight_decay=t_cfg["weight_decay"],
-                             use_rslora=t_cfg["use_rslora"], seed=cfg["seed"])
+    f = cfg["federated"]
     meta = {"method": spec, "config": _jsonable(cfg)}
     ckpt = mdir / "checkpoint.pt"
     if resume and ckpt.exists():
         state = load_checkpoint(ckpt, meta)
         log(f"[{spec}] resuming after round {state.round}")
     else:
-        state = initial_state(task, agg, plan, settings.use_rslora)
-    florg = task.florg_projections() if agg.single_matrix else None
-    ref = flora_downlink(task.backbone.targets, ranks)
-    bb = task.backbone
-    R, K = f["rounds"], f["clients"]
+        state = method.initial_state(task)
+    R = f["rounds"]
     while state.round < R:
         t = state.round + 1
-        bb.set_weights(state.weights)
-        head = task.new_head()
-        head.load_state_dict(state.head)
-        train_head = t <= f["head_rounds"]
-        trains = "AB"
-        if isinstance(agg, LoraA2):
-            trains = "B" if t % 2 == 1 else "A"
-        t0 = time.perf_counter()
-        updates, heads, losses = [], [], []
-        it = range(K)
-        if progress:
-            from tqdm.auto import tqdm
-
-            it = tqdm(it, desc=f"{label} round {t}/{R}", unit="client", leave=False)
-        for k in it:
-            job = LocalJob(k, t, plan.ranks[k], plan.alphas[k], start=state.starts[k], train=trains,
-                           train_head=train_head, florg=florg, upload_rank=plan.upload_ranks[k])
-            res = local_update(bb, head, *task.clients[k], job, settings)
-            updates.append(res.update)
-            heads.append(res.head)
-            losses.append(res.loss)
-        train_s = time.perf_counter() - t0
+        state, rec, updates = run_round(task, method, state, evaluate=t % f["eval_every"] == 0 or t == R,
+                                        progress=progress)
         if save_adapters is not None and t == f["save_adapters_round"]:
             save_adapters(Path(out_dir) / "adapters" / f"{label}_round{t}.safetensors", updates,
                           {"method": spec, "round": t, "model": cfg["model"]["name"], "alphas": plan.alphas})
-        t1 = time.perf_counter()
-        result = agg.aggregate(updates, state.agg_state)
-        agg_ms = (time.perf_counter() - t1) * 1e3
-        weights = [u.weight for u in updates]
-        state = apply_round(state, result, heads if train_head else None, weights)
-        acc = None
-        if t % f["eval_every"] == 0 or t == R:
-            bb.set_weights(eval_weights(state, plan.ranks, florg))
-            head.load_state_dict(state.head)
-            acc = bb.accuracy(head, task.test, task.test_labels)
-        down = result.downlink_params()
-        rec = {"round": t, "accuracy": acc, "train_loss": float(np.mean(losses)), "train_seconds": train_s,
-               "agg_ms": agg_ms, "downlink_params": down, "downlink_params_mean": float(np.mean(down)),
-               "downlink_pct_flora": 100.0 * float(np.mean(down)) / ref, "ranks": _jsonable(result.ranks),
-               "rank_mean": _rank_mean(result.ranks), "info": _jsonable(result.info)}
         state.records.append(rec)
         save_checkpoint(ckpt, state, meta)
+        acc = rec["accuracy"]
         log(f"[{spec}] round {t}/{R}: loss {rec['train_loss']:.3f}"
             + (f", accuracy {100 * acc:.2f}%" if acc is not None else "")
             + f", downlink {rec['downlink_pct_flora']:.1f}% of FLoRA, mean rank {rec['rank_mean']:.1f}, "
-              f"aggregation {agg_ms:.1f} ms, training {train_s:.1f} s")
+              f"aggregation {rec['agg_ms']:.1f} ms, training {rec['train_seconds']:.1f} s")
     out = {"method": spec, "label": label, "skipped": None, "ranks": plan.ranks, "alphas": plan.alphas,
-           "upload_ranks": plan.upload_ranks, "flora_downlink_params": ref, "rounds": state.records}
+           "upload_ranks": plan.upload_ranks, "flora_downlink_params": flora_downlink(task.backbone.targets,
+                                                                                     list(method.client_ranks)),
+           "rounds": state.records}
     write_json(mdir / "result.json", out)
     if ckpt.exists():
         ckpt.unlink()

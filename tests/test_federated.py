@@ -1,0 +1,450 @@
+"""The federated harness on a tiny BERT built here (no download): math of one round per method,
+resume == uninterrupted, partitions, data loading, results files, overwrite protection.
+
+Needs the ``fl`` extra (transformers, peft, safetensors); skipped without it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+pytest.importorskip("safetensors")
+
+from transformers import BertConfig, BertModel, BertTokenizer  # noqa: E402
+
+from fraq.aggregators import Factors, FlorgState, LoraA2State, get_aggregator  # noqa: E402
+from fraq.aggregators.florg import florg_delta  # noqa: E402
+from fraq.federated.adapters import load_client_adapters, save_client_adapters  # noqa: E402
+from fraq.federated.checkpoint import RoundState, load_checkpoint, save_checkpoint  # noqa: E402
+from fraq.federated.cli import main, run_experiment  # noqa: E402
+from fraq.federated.client import LocalJob, TrainSettings, load_start, local_update  # noqa: E402
+from fraq.federated.config import load_config, method_label, parse_method  # noqa: E402
+from fraq.federated.dataset import load_dataset, partition, partition_summary  # noqa: E402
+from fraq.federated.intents import DOMAINS, generate_intents  # noqa: E402
+from fraq.federated.model import Backbone  # noqa: E402
+from fraq.federated.server import ClientPlan, Method, Task, eval_weights, run_round  # noqa: E402
+
+EPS32 = torch.finfo(torch.float32).eps
+
+
+def tiny_backbone(*, layers=(1,), cache=True, seed=0) -> Backbone:
+    """A 2-layer, 32-wide BERT with random weights and a word-level vocabulary of the corpus."""
+    tr, te, _ = generate_intents(0, 10, 3)
+    words = sorted({w for t, _, _ in tr + te for w in re.findall(r"\w+|[^\w\s]", t.lower())})
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words)}
+    tok = BertTokenizer(vocab=vocab)
+    torch.manual_seed(seed)
+    model = BertModel(BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                 intermediate_size=64, max_position_embeddings=64), add_pooling_layer=False)
+    return Backbone("tiny-bert", target_modules=["query", "key", "value"],
+                    layers_to_transform=None if layers is None else list(layers), max_length=48,
+                    cache_prefix=cache, model=model, tokenizer=tok)
+
+
+def tiny_config(**over) -> dict:
+    base = {"dataset": {"name": "intents", "train_per_intent": 10, "test_per_intent": 3},
+            "federated.clients": 3, "federated.rounds": 2, "federated.head_rounds": 1, "federated.eval_every": 1,
+            "train.steps": 3, "train.batch_size": 8, "train.lr": 0.01, "train.head_lr": 0.01,
+            "model.layers_to_transform": [1], "model.cache_prefix": True, "partition.min_size": 5}
+    base.update(over)
+    return load_config("quick", base)
+
+
+@pytest.fixture(scope="module")
+def task() -> Task:
+    return Task(tiny_config(), backbone=tiny_backbone(), log=lambda *a: None)
+
+
+def one_round(task: Task, spec: str, cfg: dict | None = None):
+    """Round 1 of ``spec`` on ``task``: (method, state before, state after, uploads)."""
+    method = Method.make(spec, cfg or task.cfg)
+    s0 = method.initial_state(task)
+    s1, rec, updates = run_round(task, method, s0, evaluate=False)
+    return method, s0, s1, updates, rec
+
+
+def exact_average(updates) -> dict[str, torch.Tensor]:
+    w = torch.tensor([u.weight for u in updates], dtype=torch.float64)
+    a = w / w.sum()
+    return {n: sum(a[k] * u.scale_of(n) * (u.factors[n][0].double() @ u.factors[n][1].double())
+                   for k, u in enumerate(updates)) for n in updates[0].factors}
+
+
+def delta(task, state, method) -> dict[str, torch.Tensor]:
+    florg = task.florg_projections() if method.agg.single_matrix else None
+    ev = eval_weights(state, method.plan.ranks, florg)
+    return {n: ev[n].double() - task.pretrained[n].double() for n in ev}
+
+
+def close(a: torch.Tensor, b: torch.Tensor, factor: float = 100.0) -> bool:
+    """|a - b| within ``factor`` eps32 of the larger norm (float32 weights, float64 merges)."""
+    scale = max(float(torch.linalg.matrix_norm(b)), float(torch.linalg.matrix_norm(a)), 1.0)
+    return float(torch.linalg.matrix_norm(a - b)) <= factor * EPS32 * scale
+
+
+# ---------------------------------------------------------------------------------- math per method
+def test_fraq_tau1_equals_flora_after_merge(task):
+    _, _, s_flora, up_flora, _ = one_round(task, "flora")
+    _, _, s_fraq, up_fraq, rec = one_round(task, "fraq:tau=1.0")
+    for n in up_flora[0].factors:  # same seeds: the same uploads
+        assert torch.equal(up_flora[0].factors[n][0], up_fraq[0].factors[n][0])
+    exact = exact_average(up_flora)
+    for n, W0 in task.pretrained.items():
+        assert close(s_fraq.weights[n].double() - W0.double(), s_flora.weights[n].double() - W0.double())
+        assert close(s_flora.weights[n].double() - W0.double(), exact[n])
+    assert all(s is None for s in s_fraq.starts) and all(s is None for s in s_flora.starts)  # reinitialize
+
+
+def test_fedex_lora_merged_model_is_exact_average(task):
+    method, s0, s1, updates, _ = one_round(task, "fedex-lora")
+    exact = exact_average(updates)
+    d = delta(task, s1, method)
+    for n in exact:
+        assert close(d[n], exact[n])
+        # W carries the residual; the start adapter is FedIT's average at scale s
+        f = s1.starts[0][n]
+        avgB = sum(u.weight * u.factors[n][0] for u in updates) / sum(u.weight for u in updates)
+        torch.testing.assert_close(f.B, avgB, rtol=0, atol=10 * EPS32 * float(avgB.abs().max() + 1))
+    # FedIT keeps W and sends the averaged factors: not the exact average
+    m2, _, s_it, up_it, _ = one_round(task, "fedit")
+    d_it = delta(task, s_it, m2)
+    for n, W in s_it.weights.items():
+        assert torch.equal(W, task.pretrained[n])
+    a = torch.tensor([u.weight for u in up_it], dtype=torch.float64)
+    a = a / a.sum()
+    n0 = next(iter(d_it))
+    s = up_it[0].scale_of(n0)
+    Bg = sum(a[k] * u.factors[n0][0].double() for k, u in enumerate(up_it))
+    Ag = sum(a[k] * u.factors[n0][1].double() for k, u in enumerate(up_it))
+    assert close(d_it[n0], s * Bg @ Ag)
+
+
+def test_flexlora_gives_best_rank_r_of_exact_average(task):
+    method, _, s1, updates, _ = one_round(task, "flexlora")
+    exact = exact_average(updates)
+    d = delta(task, s1, method)
+    r = method.plan.ranks[0]
+    for n, M in exact.items():
+        U, S, Vh = torch.linalg.svd(M)
+        best = (U[:, :r] * S[:r]) @ Vh[:r]
+        assert close(d[n], best, factor=1e3)
+        assert torch.equal(s1.weights[n], task.pretrained[n])
+
+
+def test_florist_tau1_is_exact_and_warm_starts(task):
+    method, _, s1, updates, _ = one_round(task, "florist:tau=1.0")
+    exact = exact_average(updates)
+    d = delta(task, s1, method)
+    for n in exact:
+        assert close(d[n], exact[n], factor=1e3)
+    assert s1.starts[0] is not None
+
+
+def test_lora_a2_trains_one_factor_per_round(task):
+    method, s0, s1, updates, _ = one_round(task, "lora-a2")
+    assert isinstance(s1.agg_state, LoraA2State) and s1.agg_state.trains == "A"
+    for n in task.backbone.targets:
+        A0 = s0.starts[0][n].A
+        for u in updates:  # round 1 trains B only: every client keeps the shared A
+            assert torch.equal(u.factors[n][1], A0)
+        assert torch.equal(s1.starts[0][n].A, A0)
+    s2, _, up2 = run_round(task, method, s1, evaluate=False)
+    for n in task.backbone.targets:  # round 2 trains A only
+        for u in up2:
+            assert torch.equal(u.factors[n][0], s1.starts[0][n].B)
+
+
+def test_florg_starts_at_pretrained_model_and_averages_grams(task):
+    method, s0, s1, updates, _ = one_round(task, "florg")
+    assert isinstance(s1.agg_state, FlorgState)
+    proj = task.florg_projections()
+    d0 = delta(task, s0, method)  # the offset base plus the initial adapter is the pretrained model
+    for n, D in d0.items():
+        assert float(D.abs().max()) <= 100 * EPS32 * float(task.pretrained[n].abs().max())
+    a = torch.tensor([u.weight for u in updates], dtype=torch.float64)
+    a = a / a.sum()
+    d1 = delta(task, s1, method)
+    r = method.plan.ranks[0]
+    for n in task.backbone.targets:
+        Q = sum(a[k] * u.factors[n][1].double().mT @ u.factors[n][1].double() for k, u in enumerate(updates))
+        lam, V = torch.linalg.eigh(Q)
+        Qr = (V[:, -r:] * lam[-r:]) @ V[:, -r:].mT
+        L, R = proj[n]
+        s = updates[0].scale_of(n)
+        want = d0[n] + s * L.double() @ Qr @ R.double() - florg_delta(
+            L.double(), s0.starts[0][n].A.double(), R.double(), s)
+        assert close(d1[n], want, factor=1e3)
+
+
+def test_heterogeneous_ranks_plan():
+    ranks, alphas = [4, 16, 32], [8.0, 32.0, 64.0]
+    assert ClientPlan.make(get_aggregator("fedit"), ranks, alphas).skip
+    assert ClientPlan.make(get_aggregator("flora"), ranks, alphas).skip is None
+    a2 = ClientPlan.make(get_aggregator("lora-a2"), ranks, alphas)
+    assert a2.ranks == [32] * 3 and a2.upload_ranks == ranks and a2.skip is None
+
+
+def test_heterogeneous_round_downlinks(task):
+    cfg = tiny_config(**{"federated.ranks": [2, 4, 8]})
+    m_flora, _, _, _, rec_flora = one_round(task, "flora", cfg)
+    assert rec_flora["downlink_pct_flora"] == pytest.approx(100.0)
+    _, _, s1, _, rec = one_round(task, "fraq:tau=0.9", cfg)
+    assert rec["downlink_pct_flora"] < 100.0
+    _, _, s_fx, _, rec_fx = one_round(task, "flexlora", cfg)
+    assert [f[next(iter(f))].rank for f in s_fx.starts] == [2, 4, 8]
+
+
+def test_load_start_scales_truncates_and_pads():
+    B, A = torch.randn(6, 4, dtype=torch.float64).float(), torch.randn(4, 5).float()
+    f = Factors(B, A, 1.0)
+    Bs, As = load_start(f, 6, 5, 4, 0.5, seed=1)
+    torch.testing.assert_close(0.5 * Bs @ As, B @ A)
+    Bt, At = load_start(f, 6, 5, 2, 1.0, seed=1)
+    assert Bt.shape == (6, 2) and torch.equal(At, A[:2])
+    Bp, Ap = load_start(f, 6, 5, 7, 1.0, seed=1)
+    assert Bp.shape == (6, 7) and torch.equal(Bp[:, 4:], torch.zeros(6, 3)) and Ap[4:].abs().sum() > 0
+    torch.testing.assert_close(Bp @ Ap, B @ A)
+
+
+def test_local_update_leaves_backbone_unchanged(task):
+    bb = task.backbone
+    before = {k: v.clone() for k, v in bb.model.state_dict().items()}
+    names = [n for n, _ in bb.model.named_modules()]
+    head = task.new_head()
+    res = local_update(bb, head, *task.clients[0], LocalJob(0, 1, 4, 8.0), TrainSettings(steps=2, batch_size=4))
+    assert [n for n, _ in bb.model.named_modules()] == names
+    for k, v in bb.model.state_dict().items():
+        assert torch.equal(v, before[k])
+    assert res.update.factors[next(iter(bb.targets))][0].abs().sum() > 0  # B moved off zero
+
+
+def test_prefix_cache_is_exact():
+    cached, full = tiny_backbone(cache=True), tiny_backbone(cache=False)
+    texts = ["book a flight to paris tomorrow", "turn off the kitchen lights", "what's the weather"]
+    xc, xf = cached.encode(texts), full.encode(texts)
+    cached.prefix_cached()
+    idx = torch.arange(3)
+    with torch.no_grad():
+        fc = cached.features(cached.model, xc.batch(idx, cached.device))
+        ff = full.features(full.model, xf.batch(idx, full.device))
+    torch.testing.assert_close(fc, ff, rtol=0, atol=100 * EPS32)
+
+
+# ---------------------------------------------------------------------------------- resume, files
+def _kill_after(round_no):
+    def log(msg):
+        if f"round {round_no}/" in str(msg):
+            raise KeyboardInterrupt
+
+    return log
+
+
+def test_resume_equals_uninterrupted(tmp_path):
+    cfg = tiny_config(**{"methods": ["lora-a2", "fraq:tau=0.9"], "federated.rounds": 3,
+                         "federated.save_adapters_round": 3})
+    rows_a = run_experiment(cfg, tmp_path / "a", backbone=tiny_backbone(), progress=False, log=lambda *a: None)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, tmp_path / "b", backbone=tiny_backbone(), progress=False, log=_kill_after(2))
+    assert (tmp_path / "b" / "lora-a2" / "checkpoint.pt").exists()
+    rows_b = run_experiment(cfg, tmp_path / "b", resume=True, backbone=tiny_backbone(), progress=False,
+                            log=lambda *a: None)
+    ra = json.loads((tmp_path / "a" / "results.json").read_text())["methods"]
+    rb = json.loads((tmp_path / "b" / "results.json").read_text())["methods"]
+    for ma, mb in zip(ra, rb):
+        for x, y in zip(ma["rounds"], mb["rounds"]):
+            for key in ("accuracy", "train_loss", "downlink_params", "ranks", "rank_mean"):
+                assert x[key] == y[key], (ma["method"], x["round"], key)
+    for label in ("lora-a2", "fraq-tau0.9"):
+        fa = load_client_adapters(tmp_path / "a" / "adapters" / f"{label}_round3.safetensors")
+        fb = load_client_adapters(tmp_path / "b" / "adapters" / f"{label}_round3.safetensors")
+        for ua, ub in zip(fa.updates, fb.updates):
+            for n in ua.factors:
+                assert torch.equal(ua.factors[n][1], ub.factors[n][1])
+    assert [r["accuracy_pct"] for r in rows_a] == [r["accuracy_pct"] for r in rows_b]
+
+
+def test_smoke_run_files_and_overwrite_protection(tmp_path):
+    cfg = tiny_config(**{"methods": ["fedit", "fraq"], "federated.rounds": 1, "federated.clients": 2})
+    out = tmp_path / "run"
+    rows = run_experiment(cfg, out, backbone=tiny_backbone(), progress=False, log=lambda *a: None)
+    assert [r["method"] for r in rows] == ["fedit", "fraq"]
+    for name in ("results.json", "rounds.csv", "table.csv", "table.md", "config.json", "fedit/result.json"):
+        assert (out / name).exists(), name
+    assert not (out / "fraq" / "checkpoint.pt").exists()
+    with open(out / "table.csv") as f:
+        table = list(csv.DictReader(f))
+    assert 0 <= float(table[1]["accuracy_pct"]) <= 100 and float(table[0]["downlink_pct_flora"]) == 50.0
+    stamp = (out / "results.json").read_text()
+    with pytest.raises(FileExistsError, match="--resume"):
+        run_experiment(cfg, out, backbone=tiny_backbone(), progress=False, log=lambda *a: None)
+    with pytest.raises(FileExistsError):
+        run_experiment(cfg, out, backbone=tiny_backbone(), progress=False, log=lambda *a: None, ask=lambda q: False)
+    assert (out / "results.json").read_text() == stamp  # untouched
+    asked = []
+    run_experiment(cfg, out, backbone=tiny_backbone(), progress=False, log=lambda *a: None,
+                   ask=lambda q: asked.append(q) or True)
+    assert asked and "Overwrite" in asked[0]
+    other = tiny_config(**{"methods": ["fedit", "fraq"], "federated.rounds": 1, "federated.clients": 2,
+                           "train.lr": 0.02})
+    with pytest.raises(ValueError, match="train"):
+        run_experiment(other, out, resume=True, backbone=tiny_backbone(), progress=False, log=lambda *a: None)
+
+
+def test_skipped_method_in_table(tmp_path):
+    cfg = tiny_config(**{"methods": ["fedit", "flora"], "federated.rounds": 1, "federated.ranks": [2, 4, 2]})
+    rows = run_experiment(cfg, tmp_path, backbone=tiny_backbone(), progress=False, log=lambda *a: None)
+    assert rows[0]["skipped"] and "rank" in rows[0]["skipped"]
+    assert "skipped" in (tmp_path / "table.md").read_text()
+
+
+def test_checkpoint_roundtrip(tmp_path):
+    A = torch.randn(2, 3)
+    st = RoundState(2, {"q": torch.randn(3, 3)}, {"weight": torch.randn(4, 3)},
+                    [{"q": Factors(None, A, 2.0)}, None], FlorgState({"q": A}), [{"round": 1, "accuracy": None}])
+    save_checkpoint(tmp_path / "c.pt", st, {"method": "florg"})
+    back = load_checkpoint(tmp_path / "c.pt", {"method": "florg"})
+    assert back.round == 2 and torch.equal(back.starts[0]["q"].A, A) and back.starts[1] is None
+    assert torch.equal(back.agg_state.adapters["q"], A) and back.records == st.records
+    with pytest.raises(ValueError, match="different run"):
+        load_checkpoint(tmp_path / "c.pt", {"method": "fraq"})
+
+
+def test_adapters_roundtrip(tmp_path, task):
+    _, _, _, updates, _ = one_round(task, "flora", tiny_config(**{"federated.ranks": [2, 4, 2]}))
+    path = save_client_adapters(tmp_path / "r1.safetensors", updates, {"method": "flora", "round": 1})
+    back = load_client_adapters(path)
+    assert back.meta == {"method": "flora", "round": 1} and back.modules == list(updates[0].factors)
+    for u, v in zip(updates, back.updates):
+        assert u.weight == v.weight and u.scale == v.scale
+        for n in u.factors:
+            assert torch.equal(u.factors[n][0], v.factors[n][0]) and torch.equal(u.factors[n][1], v.factors[n][1])
+    # the loaded uploads aggregate exactly like the originals, and stack per module shape
+    r1 = get_aggregator("fraq", tau=0.9).aggregate(updates)
+    r2 = get_aggregator("fraq", tau=0.9).aggregate(back.updates)
+    assert r1.ranks == r2.ranks
+    (Bs, As, names), = back.stacks().values()
+    assert len(Bs) == 3 and Bs[1].shape == (len(names), 32, 4) and As[1].shape == (len(names), 4, 32)
+    with pytest.raises(ValueError, match="format"):
+        bad = tmp_path / "bad.safetensors"
+        from safetensors.torch import save_file
+
+        save_file({"x": torch.zeros(1)}, str(bad))
+        load_client_adapters(bad)
+
+
+# ---------------------------------------------------------------------------------- data
+def test_corpus_is_deterministic_and_disjoint():
+    tr, te, names = generate_intents(7, 20, 5)
+    tr2, te2, _ = generate_intents(7, 20, 5)
+    assert tr == tr2 and te == te2
+    assert len(names) == 48 == len(set(names)) and len(DOMAINS) == 12
+    assert len(tr) == 48 * 20 and len(te) == 48 * 5
+    assert not {t for t, _, _ in tr} & {t for t, _, _ in te}
+    assert generate_intents(8, 20, 5)[0] != tr
+    with pytest.raises(ValueError, match="train_per_intent"):
+        generate_intents(0, 0, 5)
+
+
+@pytest.mark.parametrize("alpha", [0.02, 0.1, 1.0])
+def test_dirichlet_partition_properties(alpha):
+    labels = np.repeat(np.arange(20), 50)
+    parts = partition(labels, 10, alpha=alpha, min_size=10, seed=3)
+    allidx = np.concatenate(parts)
+    assert np.array_equal(np.sort(allidx), np.arange(labels.size))  # every example exactly once
+    assert min(p.size for p in parts) >= 10
+    again = partition(labels, 10, alpha=alpha, min_size=10, seed=3)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again))
+
+
+def test_dirichlet_skew_grows_as_alpha_shrinks():
+    labels = np.repeat(np.arange(20), 50)
+
+    def labels_per_client(alpha):
+        return np.mean([[np.unique(labels[p]).size for p in partition(labels, 10, alpha=alpha, min_size=5, seed=s)]
+                        for s in range(5)])
+
+    assert labels_per_client(0.02) < labels_per_client(0.1) < labels_per_client(10.0)
+    assert labels_per_client(10.0) > 18
+
+
+def test_pathological_and_iid_partitions():
+    tasks = ["t%d" % (i % 4) for i in range(40)]
+    labels = np.arange(40) % 8
+    parts = partition(labels, 4, scheme="pathological", tasks=tasks)
+    for p in parts:
+        assert len({tasks[i] for i in p}) == 1
+    two = partition(labels, 2, scheme="pathological", tasks=tasks)
+    assert sorted(len({tasks[i] for i in p}) for p in two) == [2, 2]
+    with pytest.raises(ValueError, match="one task per client"):
+        partition(labels, 5, scheme="pathological", tasks=tasks)
+    iid = partition(labels, 3, scheme="iid")
+    assert sorted(p.size for p in iid) == [13, 13, 14]
+    summary = partition_summary(parts, labels, [f"l{i}" for i in range(8)])
+    assert summary.count("client") == 4 and "examples" in summary
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"clients": 0}, "clients"), ({"alpha": 0.0}, "alpha"), ({"scheme": "x"}, "scheme"),
+    ({"min_size": 500}, "min_size"), ({"scheme": "pathological"}, "task")])
+def test_partition_rejects_bad_arguments(kwargs, match):
+    labels = np.arange(100) % 10
+    args = {"clients": 5, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        partition(labels, args.pop("clients"), **args)
+
+
+def test_local_dataset_directory(tmp_path):
+    with open(tmp_path / "train.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["text", "intent", "task"])
+        w.writerows([["hi there", "greet", "a"], ["bye now", "leave", "b"], ["hello", "greet", "a"]])
+    with open(tmp_path / "test.jsonl", "w") as f:
+        f.write(json.dumps({"text": "goodbye", "intent": "leave", "task": "b"}) + "\n")
+    data = load_dataset({"path": str(tmp_path), "label_column": "intent"})
+    assert data.label_names == ["greet", "leave"] and data.train_labels.tolist() == [0, 1, 0]
+    assert data.test_texts == ["goodbye"] and data.test_labels.tolist() == [1] and data.train_tasks == ["a", "b", "a"]
+    with pytest.raises(ValueError, match="label_column"):
+        load_dataset({"path": str(tmp_path)})
+    with pytest.raises(FileNotFoundError):
+        load_dataset({"path": str(tmp_path / "nope")})
+
+
+def test_saved_hf_dataset_directory(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    dd = datasets.DatasetDict({
+        "train": datasets.Dataset.from_dict({"text": ["a b", "c d"], "label": [1, 0]}),
+        "test": datasets.Dataset.from_dict({"text": ["e"], "label": [1]})})
+    dd.save_to_disk(str(tmp_path / "ds"))
+    data = load_dataset({"path": str(tmp_path / "ds")})
+    assert data.train_labels.tolist() == [1, 0] and data.num_labels == 2
+
+
+# ---------------------------------------------------------------------------------- config, CLI
+def test_config_settings_and_errors():
+    for setting in ("quick", "roberta", "llama"):
+        cfg = load_config(setting)
+        assert cfg["federated"]["rounds"] >= 1
+    assert load_config("llama")["partition"]["scheme"] == "pathological"
+    with pytest.raises(ValueError, match=r"train\.lr\(=-1\)"):
+        load_config("quick", {"train.lr": -1})
+    with pytest.raises(ValueError, match="unknown config key"):
+        load_config("quick", {"train.nope": 1})
+    with pytest.raises(ValueError, match="not one of"):
+        load_config("quick", {"methods": ["fedavg"]})
+    with pytest.raises(ValueError, match="config"):
+        load_config("nosuch")
+    assert parse_method("fraq:tau=0.80,backend=householder") == ("fraq", {"tau": 0.8, "backend": "householder"})
+    assert method_label("fraq:tau=0.80") == "fraq-tau0.80"
+
+
+def test_cli_refuses_bad_flags(capsys):
+    assert main(["--rounds", "0", "--no-progress"]) == 2
+    assert "federated.rounds(=0)" in capsys.readouterr().err
