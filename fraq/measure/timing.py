@@ -9,14 +9,15 @@ surprising number should be checked at 1 thread before it is believed.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 import torch
 
-__all__ = ["Timing", "time_call", "gemm_rate"]
+__all__ = ["Timing", "time_call", "gemm_rate", "threads"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,20 @@ def _quantile(xs: tuple[float, ...], q: float) -> float:
     lo = int(pos)
     hi = min(lo + 1, len(ys) - 1)
     return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
+
+
+@contextlib.contextmanager
+def threads(n: int | None) -> Iterator[int]:
+    """Run the block with torch at ``n`` intra-op threads (None: unchanged), then restore."""
+    before = torch.get_num_threads()
+    if n is not None:
+        if n < 1:
+            raise ValueError(f"threads(={n}) must be >= 1")
+        torch.set_num_threads(n)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
 
 
 def _sync(device: torch.device) -> None:

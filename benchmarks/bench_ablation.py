@@ -1,0 +1,92 @@
+"""The paper's Table 4 ablation: adaptive vs fixed orientation, Gram vs coordinate SVD.
+
+56 LLaMA-3.2-3B gate and up projections (8192 x 3072), 8 clients of rank 8 (r = 64),
+output rank 8, one batched call. Variants from :mod:`fraq.measure.ablation`; ``library``
+is :func:`fraq.recompress` itself on the same stacks. Paper (GH200): adaptive+Gram
+14.21 ms / 90.13 MiB, fixed+Gram 25.98 ms, adaptive+coordinate SVD 62.26 ms / 199.02 MiB.
+``python -m benchmarks.report ablation`` prints our ratios beside the paper's.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from benchmarks.common import check_threads, skip, stacks
+
+MODULES, M, N, CLIENTS, RANK, P = 56, 8192, 3072, 8, 8, 8
+VARIANT_NAMES = ["adaptive-gram", "fixed-gram", "adaptive-svd", "library"]
+
+
+def variant_call(name: str, B: torch.Tensor, A: torch.Tensor):
+    """A zero-argument callable running variant ``name`` on the stacks (B, A)."""
+    if name == "library":
+        import fraq
+
+        return lambda: fraq.recompress(B, A, rank=P)
+    try:
+        from fraq.measure.ablation import VARIANTS, ablation_variant
+    except ImportError as exc:
+        skip(f"fraq.measure.ablation is not available ({exc})")
+    orientation, spectral = VARIANTS[name]
+    return functools.partial(ablation_variant, B, A, P, orientation=orientation, spectral=spectral)
+
+
+def table4_stacks() -> tuple[torch.Tensor, torch.Tensor]:
+    return stacks(M, N, (RANK,) * CLIENTS, MODULES)
+
+
+def _product(out):
+    return (out.B, out.A) if hasattr(out, "B") else out
+
+
+class Table4:
+    """Each variant on the 56 gate/up projections."""
+
+    params = [VARIANT_NAMES]
+    param_names = ["variant"]
+    timeout = 600.0
+    repeat = (3, 10, 30.0)
+    rounds = 1
+
+    def setup(self, variant):
+        check_threads()
+        self.B, self.A = table4_stacks()
+        self.call = variant_call(variant, self.B, self.A)
+
+    def time_recompress(self, variant):
+        self.call()
+
+    def track_peakmem(self, variant):
+        from fraq.measure.memory import peak_memory
+
+        return peak_memory(self.call).peak
+
+    track_peakmem.unit = "bytes"
+
+    def track_flops(self, variant):
+        from fraq.measure.flops import count_flops
+
+        return count_flops(self.call).total
+
+    track_flops.unit = "flop"
+
+    def track_gap_to_svd(self, variant):
+        """Mean over modules of ||P - P_svd||_F / ||P_svd||_F, P_svd the coordinate-SVD product."""
+        from fraq.reference import relative_error
+
+        Bg, Ag = _product(self.call())
+        Bs, As = _product(variant_call("adaptive-svd", self.B, self.A)())
+        return float(relative_error(Bs, As, Bg, Ag).mean())
+
+    track_gap_to_svd.unit = "relative"
+
+    def track_excess(self, variant):
+        """Mean excess of the relative error over the float64 Eckart-Young optimum at rank 8."""
+        from fraq.measure.fidelity import fidelity
+
+        Bg, Ag = _product(self.call())
+        return float(fidelity(self.B, self.A, Bg, Ag, P).excess.mean())
+
+    track_excess.unit = "relative"

@@ -1,0 +1,96 @@
+"""Seeded, cached inputs shared by every benchmark, and the suite's fixed settings.
+
+Data is built here and nowhere else, in ``setup``, never in a timed body. The generators
+are :mod:`fraq.synthetic`'s LoRA-like clients (decaying spectra, partly shared subspaces)
+with fixed seeds, cached per process: asv re-runs ``setup`` before every sample, and the
+cache makes that free after the first one.
+
+Threads: every benchmark process runs torch at ``FRAQ_BENCH_THREADS`` threads (default 1).
+On the 2-core machines this suite was written on, 2-thread LAPACK calls have been seen to
+slow down 100x for minutes when another process competes for the cores, which would be
+recorded as a regression; one thread is the stable default. The thread count is part of
+the asv machine name the regression workflow records under (``benchmarks/regress.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+THREADS = int(os.environ.get("FRAQ_BENCH_THREADS", "1"))
+torch.set_num_threads(THREADS)
+
+DTYPE = torch.float32
+
+# Fig. 3: total stacked rank r at d = 768, and hidden size d at r = 80 (10 clients of
+# rank 8 is RoBERTa's r = 80). Modules are square d x d, L of them: one projection
+# across RoBERTa-base's 12 layers.
+SWEEP_MODULES = 12
+SWEEP_D = 768
+SWEEP_RANKS = [16, 32, 64, 128, 256]
+SWEEP_R = 80
+SWEEP_DIMS = [256, 512, 768, 1024, 2048, 4096]
+SWEEP_P = 8
+"""Output rank in the sweeps: fixed, so every method does the same work at every point."""
+
+FLEXLORA_MAX_D = 768
+"""FlexLoRA forms each d x D aggregate and runs a dense SVD, O(D d^2): 12 modules at
+d = 1024 take ~10 s a call at one thread, at d = 4096 about 10 minutes. Larger d is skipped."""
+
+TAU = 0.95
+"""Energy threshold of the preset benchmarks (the paper's main setting)."""
+
+
+def check_threads() -> None:
+    """Fail loudly if something reset torch's thread count after import."""
+    if torch.get_num_threads() != THREADS:
+        torch.set_num_threads(THREADS)
+
+
+@functools.lru_cache(maxsize=4)
+def clients(m: int, n: int, ranks: tuple[int, ...], batch: int, seed: int = 0) -> tuple[tuple, tuple]:
+    """K clients' factors for ``batch`` modules of shape m x n: (Bs, As) tuples of
+    (batch, m, r_k) and (batch, r_k, n) tensors in :data:`DTYPE`."""
+    from fraq.synthetic import lora_clients
+
+    Bs, As = lora_clients(m, n, list(ranks), batch=(batch,), seed=seed, dtype=DTYPE)
+    return tuple(Bs), tuple(As)
+
+
+@functools.lru_cache(maxsize=4)
+def stacks(m: int, n: int, ranks: tuple[int, ...], batch: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exact weighted stacks (uniform weights) of :func:`clients`."""
+    import fraq
+
+    Bs, As = clients(m, n, ranks, batch, seed)
+    return fraq.stack(list(Bs), list(As))
+
+
+def sweep_ranks(r: int) -> tuple[int, ...]:
+    """Clients of rank 8 adding up to r (a last smaller client when 8 does not divide r)."""
+    ranks = [8] * (r // 8)
+    if r % 8:
+        ranks.append(r % 8)
+    return tuple(ranks)
+
+
+@functools.lru_cache(maxsize=2)
+def preset_clients(name: str, seed: int = 0) -> list[tuple[object, tuple, tuple]]:
+    """Per module group of preset ``name``: (group, Bs, As), Bs[k] of shape (count, m, r_k)."""
+    from fraq.presets import PRESETS
+
+    preset = PRESETS[name]
+    out = []
+    for i, g in enumerate(preset.groups):
+        from fraq.synthetic import lora_clients
+
+        Bs, As = lora_clients(g.m, g.n, list(preset.ranks), batch=(g.count,), seed=seed + i, dtype=DTYPE)
+        out.append((g, tuple(Bs), tuple(As)))
+    return out
+
+
+def skip(reason: str):
+    """asv's skip: NotImplementedError raised from ``setup``."""
+    raise NotImplementedError(reason)

@@ -1,0 +1,106 @@
+"""The methods the suites compare, by name, on one calling convention.
+
+Every method takes the clients' factors of a batch of equal-shape modules and returns
+the global adapter, so FRAQ, its backends and the baselines are timed on the same
+inputs doing the same job (the server's aggregation for those modules):
+
+    fn(Bs, As, *, rank=None, tau=None, weights=None, scales=None) -> (Bg, Ag, p)
+
+``Bs[k]`` is (*, m, r_k), ``As[k]`` (*, r_k, n); ``Bg @ Ag`` approximates
+sum_k a_k s_k B_k A_k; ``p`` is the rank per matrix (int, or int64 tensor of the batch
+shape). Names:
+
+- ``fraq``: :func:`fraq.stack` + :func:`fraq.recompress` (Householder, the default).
+- ``fraq:<backend>``: the same with ``backend=<backend>``, for every name in
+  :data:`fraq.BACKENDS` when the suite is imported.
+- ``florist``, ``flexlora`` (and any other baseline): looked up at call time in the
+  :mod:`fraq.aggregators` registry. Where the registry or the method is absent
+  :func:`get_method` raises NotImplementedError naming what is missing, which asv reports
+  as a skipped benchmark and pytest as a skip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["BASELINES", "fraq_method_names", "get_method", "method_names"]
+
+BASELINES = ("florist", "flexlora")
+"""Baselines in the paper's Fig. 3 and Table 4 comparisons."""
+
+
+def fraq_method_names() -> list[str]:
+    """``fraq`` and ``fraq:<backend>`` for every registered backend but the default."""
+    import fraq
+
+    return ["fraq"] + [f"fraq:{name}" for name in sorted(fraq.BACKENDS) if name != "householder"]
+
+
+def method_names() -> list[str]:
+    return fraq_method_names() + list(BASELINES)
+
+
+def _fraq(backend: str) -> Callable:
+    import fraq
+
+    if backend not in fraq.BACKENDS:
+        raise NotImplementedError(f"backend {backend!r} is not in fraq.BACKENDS at this commit")
+
+    def run(Bs, As, *, rank=None, tau=None, weights=None, scales=None):
+        B, A = fraq.stack(Bs, As, weights, scales)
+        res = fraq.recompress(B, A, rank=rank, tau=tau, backend=backend)
+        return res.B, res.A, res.rank
+
+    return run
+
+
+def _registry():
+    try:
+        import fraq.aggregators as registry
+    except ImportError as exc:
+        raise NotImplementedError(f"fraq.aggregators is not available at this commit ({exc})") from None
+    return registry
+
+
+def _aggregator(name: str) -> Callable:
+    """The baseline ``name`` from :mod:`fraq.aggregators`, on this module's convention."""
+    registry = _registry()
+    get = getattr(registry, "get_aggregator", None)
+    table = getattr(registry, "AGGREGATORS", None)
+    if get is not None:
+        try:
+            agg = get(name)
+        except (KeyError, ValueError) as exc:
+            raise NotImplementedError(f"fraq.aggregators has no {name!r}: {exc}") from None
+    elif isinstance(table, dict) and name in table:
+        agg = table[name]
+    else:
+        raise NotImplementedError(f"fraq.aggregators has no {name!r} (neither get_aggregator nor AGGREGATORS)")
+    batched = getattr(agg, "aggregate_batch", None) or getattr(agg, "aggregate_module", None)
+    if batched is None:
+        raise NotImplementedError(f"aggregator {name!r} has no per-module entry point "
+                                  "(aggregate_batch / aggregate_module)")
+
+    def run(Bs, As, *, rank=None, tau=None, weights=None, scales=None):
+        out = batched(Bs, As, rank=rank, tau=tau, weights=weights, scales=scales)
+        if isinstance(out, tuple):
+            return out
+        return out.B, out.A, out.rank
+
+    return run
+
+
+def get_method(name: str) -> Callable:
+    """The callable for method ``name`` (see the module docstring)."""
+    if name == "fraq":
+        return _fraq("householder")
+    if name.startswith("fraq:"):
+        return _fraq(name.split(":", 1)[1])
+    return _aggregator(name)
+
+
+def clients_as_batch(Bs: list[torch.Tensor], As: list[torch.Tensor], i: int) -> tuple[list, list]:
+    """Module ``i`` of a batch of client factors (views, no copies)."""
+    return [b[i] for b in Bs], [a[i] for a in As]

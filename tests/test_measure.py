@@ -1,0 +1,271 @@
+"""The measurement layer: each helper against a quantity derived by hand.
+
+Peak memory against known allocation patterns, the LAPACK FLOP formulas against the
+textbook counts on small shapes, counted FLOPs of the FRAQ pipeline against the analytic
+model, fidelity against exact truncations, and the ablation variants against
+:func:`fraq.recompress`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import fraq
+from fraq.measure.ablation import VARIANTS, ablation_variant
+from fraq.measure.fidelity import fidelity, orthogonality_error
+from fraq.measure.flops import (
+    analytic_flops,
+    count_flops,
+    eigh_flops,
+    flexlora_table5,
+    florist_table5,
+    fraq_table5,
+    geqrf_flops,
+    model_flops,
+    ormqr_flops,
+    svd_flops,
+)
+from fraq.measure.memory import peak_memory, tensor_bytes
+from fraq.measure.methods import get_method
+from fraq.measure.timing import threads, time_call
+from fraq.reference import reference_svd
+from fraq.synthetic import lora_clients
+
+MB = 1_000_000
+
+
+# ------------------------------------------------------------------ peak memory (CPU)
+
+
+def test_peak_of_known_pattern():
+    def pattern():
+        a = torch.empty(MB // 4)  # 1 MB of float32
+        b = torch.empty(2 * MB // 4)  # live 3 MB
+        del a  # live 2 MB
+        c = torch.empty(4 * MB // 4)  # live 6 MB: the peak
+        del b
+        return c  # 4 MB left allocated
+
+    m = peak_memory(pattern)
+    assert m.peak == 6 * MB
+    assert m.net == 4 * MB
+    assert m.allocated == 7 * MB
+
+
+def test_peak_excludes_inputs_and_counts_outputs():
+    x = torch.ones(500, 400)
+    m = peak_memory(lambda: x + x)
+    assert m.peak == tensor_bytes(x)
+    assert m.net == tensor_bytes(x)
+
+
+def test_peak_of_matmul_is_its_output():
+    a, b = torch.randn(300, 200), torch.randn(200, 100)
+    assert peak_memory(lambda: a @ b).peak == 300 * 100 * 4
+
+
+def test_peak_memory_restores_threads():
+    before = torch.get_num_threads()
+    seen = []
+    peak_memory(lambda: seen.append(torch.get_num_threads()))
+    assert seen == [1]
+    assert torch.get_num_threads() == before
+
+
+def test_peak_memory_rejects_other_devices():
+    with pytest.raises(ValueError, match="device"):
+        peak_memory(lambda: None, device="meta")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_peak_of_known_pattern_cuda():
+    # Sizes are multiples of the caching allocator's 512-byte rounding, so counts are exact.
+    def pattern():
+        a = torch.empty(MB // 4, device="cuda")
+        b = torch.empty(2 * MB // 4, device="cuda")
+        del a
+        return torch.empty(4 * MB // 4, device="cuda") + b[: MB].sum()
+
+    m = peak_memory(pattern, device="cuda")
+    assert m.peak >= 6 * MB
+    assert m.net == 4 * MB
+
+
+# ------------------------------------------------------------------ FLOP formulas
+
+
+def test_textbook_counts():
+    # Householder QR of a tall m x n: 2mn^2 - 2n^3/3; of a wide one: 2nm^2 - 2m^3/3.
+    assert geqrf_flops(50, 8) == pytest.approx(2 * 50 * 64 - 2 * 512 / 3)
+    assert geqrf_flops(8, 50) == pytest.approx(2 * 50 * 64 - 2 * 512 / 3)
+    assert geqrf_flops(8, 8) == pytest.approx(4 * 512 / 3)
+    assert ormqr_flops(50, 4, 8) == 4 * 50 * 4 * 8 - 2 * 4 * 64
+    assert eigh_flops(10) == 9000 and eigh_flops(9, vectors=False) == pytest.approx(972)
+    # Tall thin: the R-SVD is cheaper (6ab^2 + 20b^3 < 14ab^2 + 8b^3 iff a > 1.5 b).
+    assert svd_flops(100, 10) == 6 * 100 * 100 + 20 * 1000
+    assert svd_flops(10, 10) == 14 * 1000 + 8 * 1000
+
+
+@pytest.mark.parametrize("batch", [(), (3,), (2, 3)])
+def test_counted_lapack_calls(batch):
+    g = torch.Generator().manual_seed(0)
+    nb = math.prod(batch)
+    X = torch.randn(*batch, 50, 8, generator=g)
+    S = torch.randn(*batch, 8, 8, generator=g)
+    S = S @ S.mT + 8 * torch.eye(8)
+    cases = [
+        (lambda: torch.geqrf(X), nb * (2 * 50 * 64 - 2 * 512 / 3)),
+        (lambda: torch.linalg.eigh(S), nb * 9 * 512),
+        (lambda: torch.linalg.cholesky(S), nb * 512 / 3),
+        (lambda: torch.linalg.solve_triangular(S, X.mT, upper=True), nb * 64 * 50),
+        (lambda: torch.linalg.svd(X, full_matrices=False), nb * (6 * 50 * 64 + 20 * 512)),
+        (lambda: X.mT @ X, nb * 2 * 8 * 8 * 50),
+    ]
+    for fn, expected in cases:
+        assert count_flops(fn).total == int(expected) or count_flops(fn).total == pytest.approx(expected, abs=nb)
+    refl, tau = torch.geqrf(X)
+    C = torch.randn(*batch, 50, 4, generator=g)
+    assert count_flops(lambda: torch.ormqr(refl, tau, C)).total == nb * (4 * 50 * 4 * 8 - 2 * 4 * 64)
+    assert count_flops(lambda: torch.ormqr(refl, tau, C.mT, left=False)).total == nb * (4 * 50 * 4 * 8 - 2 * 4 * 64)
+
+
+def test_uncounted_linear_algebra_is_reported():
+    c = count_flops(lambda: torch.linalg.lstsq(torch.randn(10, 4), torch.randn(10, 2)))
+    assert c.total == 0
+    assert c.uncounted == ("aten.linalg_lstsq",)
+    assert count_flops(lambda: torch.randn(5).sqrt()).uncounted == ()
+
+
+def test_count_flops_restores_threads():
+    before = torch.get_num_threads()
+    count_flops(lambda: torch.randn(4, 4) @ torch.randn(4, 4))
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("m,n", [(300, 500), (500, 300)])
+@pytest.mark.parametrize("p", [1, 5])
+def test_counted_fraq_matches_analytic_model(m, n, p):
+    """The code's count equals the model with the code's constants, term for term."""
+    Bs, As = lora_clients(m, n, [8, 8, 4], seed=1)
+    B, A = fraq.stack(Bs, As)
+    counted = count_flops(lambda: fraq.recompress(B, A, rank=p)).total
+    model = analytic_flops("fraq", m, n, 20, p)
+    assert counted == pytest.approx(model, rel=1e-6)
+    # Table 5 keeps the leading terms only, with a SYRK Gram: below the count, same order.
+    assert 0.5 * counted < analytic_flops("fraq", m, n, 20, p, model="table5") < counted
+
+
+def test_table5_formulas():
+    d, D, r, p = 768, 3072, 64, 8
+    assert fraq_table5(d, D, r, p) == (2 * d + 3 * D) * r**2
+    assert fraq_table5(d, D, r, p, gram="gemm") == (2 * d + 4 * D) * r**2
+    assert florist_table5(d, D, r, p) == 4 * (d + D) * r**2 + 2 * (d + D) * r * p
+    assert flexlora_table5(d, D, r, p) == 2 * d * D * r + 4 * D * d**2
+    # The paper's Eq. 15-16 ratio for square matrices, 4(d + D) / (2d + 3D) = 1.6.
+    ratio = analytic_flops("florist", d, d, r, 0, model="table5") / analytic_flops("fraq", d, d, r, 0, model="table5")
+    assert ratio == pytest.approx(1.6)
+
+
+def test_model_flops_sums_modules():
+    groups = [(768, 768, 3), (3072, 8192, 2)]
+    total = model_flops(groups, "fraq", 64, [8, 8, 8, 4, 4], model="table5")
+    assert total == pytest.approx(3 * fraq_table5(768, 768, 64, 8) + 2 * fraq_table5(3072, 8192, 64, 4))
+    with pytest.raises(ValueError, match="entries"):
+        model_flops(groups, "fraq", 64, [8, 8])
+    with pytest.raises(ValueError, match="method"):
+        analytic_flops("svd", 4, 4, 2, 1)
+
+
+# ------------------------------------------------------------------ fidelity
+
+
+def _truncation(B, A, p):
+    U, S, Vh = reference_svd(B, A)
+    return U[..., :, :p], S[..., :p, None] * Vh[..., :p, :]
+
+
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_exact_truncation_has_no_excess(batch):
+    Bs, As = lora_clients(40, 60, [4, 4, 4], batch=batch, seed=2, dtype=torch.float64)
+    B, A = fraq.stack(Bs, As)
+    Bg, Ag = _truncation(B, A, 5)
+    f = fidelity(B, A, Bg, Ag, 5)
+    tol = 100 * torch.finfo(torch.float64).eps
+    assert f.relative_error.shape == batch
+    assert torch.all(f.optimal_error > 0.01)
+    assert torch.all(f.excess.abs() < tol)
+    assert torch.all(f.orthogonality < tol)
+
+
+def test_perturbed_adapter_shows_excess_and_lost_orthogonality():
+    Bs, As = lora_clients(40, 60, [4, 4], seed=3, dtype=torch.float64)
+    B, A = fraq.stack(Bs, As)
+    Bg, Ag = _truncation(B, A, 3)
+    Bp = Bg + 1e-3 * torch.randn(Bg.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    f = fidelity(B, A, Bp, Ag, 3)
+    assert float(f.excess) > 1e-5
+    assert float(f.orthogonality) > 1e-4
+
+
+def test_orthogonality_masks_padding():
+    Q, _ = torch.linalg.qr(torch.randn(2, 30, 4, dtype=torch.float64))
+    Q[1, :, 2:] = 0  # second matrix has rank 2, padded with zero columns
+    A = torch.randn(2, 4, 20, dtype=torch.float64) * 5  # rows far from orthonormal
+    err = orthogonality_error(Q, A, torch.tensor([4, 2]))
+    assert torch.all(err < 1e-13)
+    assert orthogonality_error(Q, A)[1] > 1  # without the ranks the padding counts as error
+
+
+# ------------------------------------------------------------------ ablation variants
+
+
+@pytest.mark.parametrize("m,n", [(120, 50), (50, 120)])
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_ablation_variants_match_recompress(m, n, variant):
+    Bs, As = lora_clients(m, n, [6, 6, 6], batch=(2,), seed=4, dtype=torch.float64)
+    B, A = fraq.stack(Bs, As)
+    orientation, spectral = VARIANTS[variant]
+    Bg, Ag = ablation_variant(B, A, 5, orientation=orientation, spectral=spectral)
+    ref = fraq.recompress(B, A, rank=5)
+    tol = 1e3 * torch.finfo(torch.float64).eps
+    assert Bg.shape == (2, m, 5) and Ag.shape == (2, 5, n)
+    assert torch.allclose(Bg @ Ag, ref.B @ ref.A, atol=tol * float((ref.B @ ref.A).abs().max()))
+
+
+def test_fixed_orientation_factorizes_b():
+    """Fixed orientation QRs the m-long factor; adaptive the n-long one (m > n)."""
+    m, n, r = 200, 60, 12
+    Bs, As = lora_clients(m, n, [6, 6], seed=5)
+    B, A = fraq.stack(Bs, As)
+    for orientation, rows in (("adaptive", n), ("fixed", m)):
+        c = count_flops(lambda: ablation_variant(B, A, 4, orientation=orientation))
+        assert c.by_op["aten.geqrf"] == int(geqrf_flops(rows, r))
+    with pytest.raises(ValueError, match="orientation"):
+        ablation_variant(B, A, 4, orientation="sideways")
+    with pytest.raises(ValueError, match="rank"):
+        ablation_variant(B, A, 13)
+
+
+# ------------------------------------------------------------------ methods, timing
+
+
+def test_fraq_method_is_stack_then_recompress():
+    Bs, As = lora_clients(30, 40, [4, 4], batch=(2,), seed=6)
+    Bg, Ag, p = get_method("fraq")(Bs, As, rank=3)
+    ref = fraq.recompress(*fraq.stack(Bs, As), rank=3)
+    assert torch.equal(Bg, ref.B) and torch.equal(Ag, ref.A) and torch.equal(p, ref.rank)
+    with pytest.raises(NotImplementedError, match="no-such-backend"):
+        get_method("fraq:no-such-backend")
+
+
+def test_time_call_records_threads():
+    with threads(1) as n:
+        t = time_call(lambda: torch.randn(10), repeats=3, warmup=1)
+    assert n == 1 and t.threads == 1 and len(t.samples) == 3
+    assert t.q25 <= t.median <= t.q75
+    with pytest.raises(ValueError, match="threads"):
+        with threads(0):
+            pass
