@@ -197,8 +197,8 @@ def partition(labels: np.ndarray, clients: int, *, scheme: str = "dirichlet", al
     """Split example indices across ``clients``; one sorted int64 index array per client.
 
     Schemes:
-        ``"dirichlet"``: for every label, proportions q ~ Dir(alpha * 1_K) split that
-            label's examples across the K clients; redrawn (up to 1000 times) until every
+        ``"dirichlet"``: for every label, proportions q ~ Dir(alpha * 1_K) and counts
+            ~ Multinomial(n_label, q) split that label's examples across the K clients; redrawn (up to 1000 times) until every
             client has at least ``min_size`` examples. Small alpha: few labels per client.
         ``"pathological"``: one task per client (``tasks`` per example, e.g. the generated
             corpus's domains or the reasoning benchmarks), tasks in sorted order; with
@@ -243,8 +243,8 @@ def partition(labels: np.ndarray, clients: int, *, scheme: str = "dirichlet", al
         for c in classes:
             idx = rng.permutation(np.flatnonzero(labels == c))
             q = rng.dirichlet(np.full(clients, float(alpha)))
-            cuts = (np.cumsum(q)[:-1] * idx.size).astype(int)
-            for k, piece in enumerate(np.split(idx, cuts)):
+            counts = rng.multinomial(idx.size, q)  # unbiased; flooring cumulative cuts favours the last client
+            for k, piece in enumerate(np.split(idx, np.cumsum(counts)[:-1])):
                 parts[k].extend(piece.tolist())
         if min(len(p) for p in parts) >= min_size:
             return [np.sort(np.array(p, dtype=np.int64)) for p in parts]

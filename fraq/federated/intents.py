@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 
-__all__ = ["DOMAINS", "generate_intents"]
+__all__ = ["DOMAINS", "generate_intents", "vocabulary"]
 
 _PREFIXES = ["", "", "", "please ", "hey, ", "could you ", "can you ", "i need you to ", "i want to ",
              "would you ", "quick question: ", "hi there, ", "assistant, ", "i'd like to ", "help me "]
@@ -253,3 +253,17 @@ def generate_intents(seed: int = 42, train_per_intent: int = 100, test_per_inten
     rng.shuffle(order)
     train = [train[i] for i in order]
     return train, test, names
+
+
+def vocabulary() -> list[str]:
+    """Every lower-case word and punctuation mark the generator can emit, sorted.
+
+    The word-level vocabulary of the tiny random BERT (:data:`fraq.federated.model.TINY_MODEL`).
+    """
+    import re
+
+    pieces = list(_PREFIXES) + list(_SUFFIXES) + ["? . !"]
+    pieces += [a for alts in _SYNONYMS.values() for a in alts] + list(_SYNONYMS)
+    pieces += [v for vals in _SLOTS.values() for v in vals]
+    pieces += [re.sub(r"\{\w+\}", " ", t) for intents in DOMAINS.values() for ts in intents.values() for t in ts]
+    return sorted({w for p in pieces for w in re.findall(r"\w+|[^\w\s]", p.lower())})

