@@ -1,0 +1,233 @@
+"""One function per figure: tidy DataFrame in (:mod:`analysis.loaders`), matplotlib Figure out.
+
+Each function takes the rows of its experiment as :func:`analysis.loaders.load_results`
+returns them and draws with seaborn's style; :func:`analysis.style.save` adds the caption
+line (machine, dtype, threads, versions) and writes PNG and PDF.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.style import COLORS, MARKERS, NAMES
+
+__all__ = ["fig1_downlink", "fig3_scalability", "fig4_fidelity", "fig_backends", "fig4_summary", "fig3_summary"]
+
+FLOOR = 1e-17
+"""Errors below this (exact zeros in float64) are drawn at it on log axes."""
+
+
+def _plt():
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _legend_top(fig, handles, labels, ncol) -> None:
+    fig.legend(handles, labels, loc="upper center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, 1.0))
+
+
+# ----------------------------------------------------------------------------- Fig. 1
+
+
+def fig1_downlink(df: pd.DataFrame):
+    """Per-client downlink (M parameters, whole model) against the number of clients
+    (at the middle local rank) and the local rank (at 8 clients, or the nearest)."""
+    plt = _plt()
+    d = df.copy()
+    d["label"] = np.where(d["method"] == "flora", "FLoRA (exact stack)",
+                          "FRAQ, " + (100 * d["tau"].fillna(0)).round().astype(int).astype(str) + "% energy")
+    d["M"] = d["downlink_params_full"] / 1e6
+    ranks = sorted(d["client_rank"].unique())
+    clients = sorted(d["clients"].unique())
+    r_fix = 8 if 8 in ranks else ranks[len(ranks) // 2]
+    k_fix = 8 if 8 in clients else clients[len(clients) // 2]
+    labels = ["FLoRA (exact stack)"] + sorted(x for x in d["label"].unique() if x.startswith("FRAQ"))
+    purples = ["#CAB2D6", "#9E7BB5", "#6A3D9A"]
+    colors = dict(zip(labels, ["#555555"] + purples[-(len(labels) - 1):] if len(labels) <= 4 else None))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    for ax, (x, fixed, fixval, xlabel) in zip(axes, [("clients", "client_rank", r_fix, "number of clients K"),
+                                                      ("client_rank", "clients", k_fix, "local LoRA rank $r_k$")]):
+        sub = d[d[fixed] == fixval]
+        for lab in labels:
+            s = sub[sub["label"] == lab].sort_values(x)
+            ax.plot(s[x], s["M"], marker="D" if lab.startswith("FLoRA") else "o", color=colors.get(lab), label=lab,
+                    linestyle="--" if lab.startswith("FLoRA") else "-")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(sorted(sub[x].unique()))
+        ax.set_xticklabels([str(v) for v in sorted(sub[x].unique())])
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("downlink per client (M parameters)")
+        fixname = f"$r_k$ = {fixval}" if fixed == "client_rank" else f"K = {fixval}"
+        ax.set_title(f"LLaMA-3.2-3B, {fixname}")
+    h, lab = axes[0].get_legend_handles_labels()
+    _legend_top(fig, h, lab, len(lab))
+    return fig
+
+
+# ----------------------------------------------------------------------------- Fig. 3
+
+
+def fig3_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (sweep, method, mode, d, r): median and IQR time (ms), peak MiB."""
+    d = df.copy()
+    d["method_name"] = d["method"].map(NAMES)
+    d["ms"] = d["timing.median"] * 1e3
+    d["q25_ms"] = d["timing.q25"] * 1e3
+    d["q75_ms"] = d["timing.q75"] * 1e3
+    d["peak_mib"] = d["peak_bytes"] / 2**20
+    d["x"] = np.where(d["sweep"] == "r", d["r"], d["d"])
+    return d.sort_values(["sweep", "method_name", "mode", "x"])
+
+
+def fig3_scalability(df: pd.DataFrame):
+    """Runtime and tensor peak memory against total rank r (at the fixed d) and hidden size
+    d (at the fixed r): methods as colours, batched solid, unbatched dashed, log axes."""
+    from matplotlib.lines import Line2D
+
+    plt = _plt()
+    d = fig3_summary(df)
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.4))
+    for row, sweep in enumerate(["r", "d"]):
+        sub = d[d["sweep"] == sweep]
+        if sub.empty:
+            continue
+        fixed = f"d = {int(sub['d'].iloc[0])}" if sweep == "r" else f"r = {int(sub['r'].iloc[0])}"
+        for col, (y, ylabel) in enumerate([("ms", "runtime (ms)"), ("peak_mib", "tensor peak memory (MiB)")]):
+            ax = axes[row, col]
+            for (name, mode), s in sub.groupby(["method_name", "mode"]):
+                batched = mode == "batched"
+                ax.plot(s["x"], s[y], color=COLORS[name], marker=MARKERS[name], linestyle="-" if batched else "--",
+                        markerfacecolor=COLORS[name] if batched else "white", linewidth=1.6)
+                if y == "ms":
+                    ax.fill_between(s["x"], s["q25_ms"], s["q75_ms"], color=COLORS[name], alpha=0.15, linewidth=0)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            xs = sorted(sub["x"].unique())
+            ax.set_xticks(xs)
+            ax.set_xticklabels([str(int(v)) for v in xs])
+            ax.set_xlabel("total stacked rank r" if sweep == "r" else "hidden size d (square d x d modules)")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"({'a' if sweep == 'r' else 'b'}) vs {'r' if sweep == 'r' else 'd'} at {fixed}")
+    names = [n for n in ["FRAQ", "FLoRIST", "FlexLoRA"] if n in set(d["method_name"])]
+    handles = [Line2D([], [], color=COLORS[n], marker=MARKERS[n], label=n) for n in names]
+    handles += [Line2D([], [], color="k", linestyle="-", marker="o", label="batched"),
+                Line2D([], [], color="k", linestyle="--", marker="o", markerfacecolor="white", label="unbatched")]
+    _legend_top(fig, handles, [h.get_label() for h in handles], len(handles))
+    return fig
+
+
+# ----------------------------------------------------------------------------- Fig. 4
+
+
+def fig4_summary(rank_df: pd.DataFrame) -> pd.DataFrame:
+    """Per (method, p): mean, 10th and 90th percentile of the relative error over modules,
+    and the mean Eckart-Young optimum."""
+    from analysis.loaders import explode_per_matrix
+
+    e = explode_per_matrix(rank_df, ["relative_error", "optimal_error", "orthogonality"])
+    g = e.groupby(["method", "p"])
+    return pd.DataFrame({
+        "mean": g["relative_error"].mean(), "p10": g["relative_error"].quantile(0.1),
+        "p90": g["relative_error"].quantile(0.9), "optimum": g["optimal_error"].mean(),
+        "modules": g["relative_error"].size()}).reset_index()
+
+
+def fig4_fidelity(rank_df: pd.DataFrame, cond_df: pd.DataFrame):
+    """Left: relative error against output rank (mean over modules, 10-90th percentile band,
+    Eckart-Young optimum dashed). Right: relative error against condition number at full
+    output rank (mean over matrices, min-max bars)."""
+    from analysis.loaders import explode_per_matrix
+
+    plt = _plt()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
+    s = fig4_summary(rank_df)
+    for m, sub in s.groupby("method"):
+        name = NAMES[m]
+        sub = sub.sort_values("p")
+        ax1.plot(sub["p"], sub["mean"].clip(lower=FLOOR), color=COLORS[name], marker=MARKERS[name], label=name)
+        ax1.fill_between(sub["p"], sub["p10"].clip(lower=FLOOR), sub["p90"].clip(lower=FLOOR), color=COLORS[name],
+                         alpha=0.2, linewidth=0)
+    opt = s.groupby("p")["optimum"].mean()
+    exact = opt[opt <= 1e-15]  # no truncation: the optimum is 0, which a log axis cannot show
+    opt = opt[opt > 1e-15]
+    ax1.plot(opt.index, opt.values, color="#666666", linestyle="--", linewidth=1.4, label="Optimal")
+    for p in exact.index:
+        ax1.annotate("optimum = 0\n(p = stacked rank)", xy=(p, ax1.get_ylim()[0]), xytext=(-4, 8),
+                     textcoords="offset points", ha="right", va="bottom", fontsize=9, color="#555555")
+    ax1.set_yscale("log")
+    ax1.set_xlabel("output rank p")
+    ax1.set_ylabel(r"relative error $\|M - B_gA_g\|_F / \|M\|_F$")
+    n_mod = int(s["modules"].max()) if not s.empty else 0
+    ax1.set_title(f"LLaMA-3.2-3B-shaped updates ({n_mod} modules)")
+
+    c = explode_per_matrix(cond_df, ["relative_error"])
+    c = c.groupby(["method", "kappa"])["relative_error"].agg(["mean", "min", "max"]).reset_index()
+    for m, sub in c.groupby("method"):
+        name = NAMES[m]
+        sub = sub.sort_values("kappa")
+        mean = sub["mean"].clip(lower=FLOOR)
+        err = np.vstack([mean - sub["min"].clip(lower=FLOOR), sub["max"].clip(lower=FLOOR) - mean])
+        ax2.errorbar(sub["kappa"], mean, yerr=err, color=COLORS[name], marker=MARKERS[name], label=name, capsize=2)
+    ax2.axhline(np.finfo(np.float32).eps, color="#999999", linestyle=":", linewidth=1)
+    ax2.text(1.3, np.finfo(np.float32).eps * 1.05, "float32 eps", fontsize=9, color="#666666", va="bottom")
+    ax2.set_xscale("log")
+    ax2.set_yscale("log")
+    ax2.set_xlabel(r"condition number $\kappa(W)$")
+    ax2.set_ylabel("relative error (full output rank)")
+    if not cond_df.empty:
+        ax2.set_title(f"rank-{int(cond_df['rank'].iloc[0])} aggregates, "
+                      f"{int(cond_df['m'].iloc[0])} x {int(cond_df['n'].iloc[0])}")
+    handles, labels = [], []
+    for ax in (ax2, ax1):
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    order = [labels.index(n) for n in ["FRAQ", "FLoRIST", "FlexLoRA", "Optimal"] if n in labels]
+    _legend_top(fig, [handles[i] for i in order], [labels[i] for i in order], len(order))
+    return fig
+
+
+# ----------------------------------------------------------------------------- backends
+
+
+def fig_backends(df: pd.DataFrame, cases: list[str] | None = None):
+    """Accuracy-latency of FRAQ's basis backends (``python -m fraq.experiments.backends``):
+    1-thread median latency against the error above the float64 optimum, one panel per case."""
+    import seaborn as sns
+
+    plt = _plt()
+    d = df.copy()
+    if "file" in d and d["file"].nunique() > 1:
+        d = d[d["file"] == sorted(d["file"].unique())[-1]]  # the latest run
+    if cases is None:
+        cases = [c for c in ["roberta-base", "llama-3.2-3b"] if c in set(d["case"])]
+        cond = sorted((c for c in d["case"].unique() if str(c).startswith("cond")), key=lambda c: float(c.split()[1]))
+        cases += cond[-1:]
+    backends = sorted(d["backend"].unique())
+    palette = dict(zip(backends, sns.color_palette("tab10", len(backends))))
+    markers = dict(zip(backends, "osD^vP*X<>ph"))
+    fig, axes = plt.subplots(1, len(cases), figsize=(4.2 * len(cases), 4.4), squeeze=False)
+    for ax, case in zip(axes[0], cases):
+        sub = d[d["case"] == case]
+        for _, r in sub.iterrows():
+            ax.errorbar(r["ms_1t"], max(r["gap_to_optimum"], FLOOR), xerr=r.get("iqr_ms_1t", 0) / 2,
+                        color=palette[r["backend"]], marker=markers[r["backend"]], markersize=7, capsize=2,
+                        linestyle="none", label=r["backend"], markerfacecolor="white" if not r["exact"] else None)
+        ax.axhline(1e-6, color="#999999", linestyle=":", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("latency, 1 thread (ms)")
+        ax.set_ylabel("relative error above optimum")
+        ax.set_title(case)
+    handles, labels = [], []
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    _legend_top(fig, handles, labels, min(4, len(labels)))
+    return fig

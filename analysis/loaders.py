@@ -1,0 +1,225 @@
+"""Results files -> tidy pandas DataFrames: one row per measurement, the machine as columns.
+
+Three sources:
+
+- :func:`load_results`: the project's own results files, one JSON per result as
+  :func:`analysis.sweeps.write_result` writes them (``experiment``, ``config``, ``result``,
+  ``machine``, ``versions``); plus the whole-experiment files of
+  ``python -m fraq.experiments.backends`` (:func:`load_backends`) and
+  ``python -m fraq.experiments.aggregators`` (:func:`load_aggregators`).
+- :func:`load_asv`: asv's result files (``.asv/results/<machine>/<commit>-<env>.json``,
+  format version 2), one row per benchmark and parameter combination.
+- :func:`load_pytest_benchmark`: the JSON of ``pytest --benchmark-json`` /
+  ``--benchmark-save``, one row per benchmark, ``extra_info`` as columns.
+
+Machine columns are prefixed ``machine.`` everywhere, so frames from different sources
+concatenate and can be grouped by machine.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+__all__ = ["load_results", "load_backends", "load_aggregators", "load_asv", "load_pytest_benchmark",
+           "explode_per_matrix"]
+
+
+def _flat(prefix: str, d: dict | None) -> dict:
+    """``{prefix.key: value}``, nested dicts flattened with dots."""
+    out = {}
+    for k, v in (d or {}).items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict):
+            out.update(_flat(key, v))
+        else:
+            out[key] = v
+    return out
+
+
+def _files(paths: str | Path | Iterable) -> list[Path]:
+    if isinstance(paths, (str, Path)):
+        p = Path(paths)
+        return sorted(p.rglob("*.json")) if p.is_dir() else [p]
+    return [Path(p) for p in paths]
+
+
+def load_results(paths: str | Path | Iterable, experiment: str | None = None) -> pd.DataFrame:
+    """The project's per-result JSON files under ``paths`` (a directory, searched
+    recursively, or a list of files) as one row each.
+
+    Columns: ``experiment``, ``file``, the config's keys, the result's keys (nested dicts
+    flattened with dots: ``timing.median``), ``machine.*``, ``versions.*``, ``dtype``,
+    ``threads``, ``git_sha``, ``loadavg``, ``created``. Files that are not per-result
+    records (no ``result`` key) are skipped; ``experiment`` filters.
+    """
+    rows = []
+    for f in _files(paths):
+        try:
+            rec = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if not isinstance(rec, dict) or "result" not in rec or "config" not in rec:
+            continue
+        if experiment is not None and rec.get("experiment") != experiment:
+            continue
+        row = {"experiment": rec.get("experiment"), "file": str(f)}
+        row.update(_flat("", rec["config"]))
+        row.update(_flat("", rec["result"]))
+        row.update(_flat("machine", rec.get("machine")))
+        row.update(_flat("versions", rec.get("versions")))
+        for k in ("dtype", "threads", "git_sha", "loadavg", "created"):
+            row[k] = rec.get(k)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def explode_per_matrix(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """One row per matrix from rows holding per-matrix lists in ``columns`` (same length)."""
+    if df.empty:
+        return df
+    out = df.explode(columns, ignore_index=True)
+    for c in columns:
+        out[c] = pd.to_numeric(out[c])
+    return out
+
+
+def load_backends(paths: str | Path | Iterable) -> pd.DataFrame:
+    """Rows of ``python -m fraq.experiments.backends`` result files (``backends-*.json``).
+
+    One row per (case, backend) and file, with ``mode``, ``file``, ``machine.*``, and the
+    timing columns (``ms_1t``, ``iqr_ms_1t``, ...) as written.
+    """
+    rows = []
+    for f in _files(paths):
+        try:
+            rec = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if not isinstance(rec, dict) or rec.get("experiment") != "backends":
+            continue
+        machine = _flat("machine", rec.get("machine"))
+        for r in rec.get("rows", []):
+            row = {k: v for k, v in r.items() if not k.startswith("timing_")}
+            row.update(mode=rec.get("mode"), file=str(f), loadavg=(rec.get("loadavg_before") or [None])[0], **machine)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def load_aggregators(paths: str | Path | Iterable) -> pd.DataFrame:
+    """Rows of ``python -m fraq.experiments.aggregators`` result files (one per preset)."""
+    rows = []
+    for f in _files(paths):
+        try:
+            rec = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if not isinstance(rec, dict) or "preset" not in rec or "rows" not in rec:
+            continue
+        machine = _flat("machine", rec.get("machine"))
+        for r in rec["rows"]:
+            row = {k: v for k, v in r.items() if k not in ("latency", "paper", "options")}
+            row.update(_flat("latency", {k: v for k, v in (r.get("latency") or {}).items() if k != "samples_s"}))
+            paper = r.get("paper") or [None, None]
+            row.update(preset=rec["preset"], quick=rec.get("quick"), file=str(f),
+                       paper_downlink_pct=paper[0], paper_latency_ms=paper[1], **machine)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def load_asv(results_dir: str | Path) -> pd.DataFrame:
+    """asv results (``results_dir/<machine>/*.json``, asv's format version 2) as rows.
+
+    One row per benchmark, parameter combination and commit: ``benchmark`` (e.g.
+    ``bench_recompress.RankSweep.time_aggregate``), ``kind`` (time / track / peakmem /
+    mem), one column per parameter name (from ``benchmarks.json``, ``param0``... if
+    absent; values as asv stores them, quoted strings unquoted), ``value`` (None for a
+    skipped or failed combination), ``unit``, ``q25``/``q75``/``ci99_lo``/``ci99_hi``
+    where asv recorded them, ``commit``, ``date``, and the machine as ``machine.*``.
+    """
+    root = Path(results_dir)
+    meta = {}
+    if (root / "benchmarks.json").exists():
+        meta = json.loads((root / "benchmarks.json").read_text())
+    rows = []
+    for mdir in sorted(p for p in root.iterdir() if p.is_dir()):
+        machine = {}
+        if (mdir / "machine.json").exists():
+            machine = _flat("machine", json.loads((mdir / "machine.json").read_text()))
+        for f in sorted(mdir.glob("*.json")):
+            if f.name == "machine.json":
+                continue
+            rec = json.loads(f.read_text())
+            cols = rec.get("result_columns", ["result", "params"])
+            for name, entry in rec.get("results", {}).items():
+                fields = dict(zip(cols, entry))
+                params = fields.get("params") or []
+                info = meta.get(name, {})
+                names = info.get("param_names") or [f"param{i}" for i in range(len(params))]
+                combos = list(itertools.product(*params)) if params else [()]
+                values = fields.get("result")
+                values = values if isinstance(values, list) else [values] * len(combos)
+
+                def stat(key, i):
+                    s = fields.get(key)
+                    return s[i] if isinstance(s, list) and i < len(s) else None
+
+                for i, combo in enumerate(combos):
+                    row = {"benchmark": name, "kind": name.rsplit(".", 1)[-1].split("_", 1)[0],
+                           "value": values[i] if i < len(values) else None, "unit": info.get("unit"),
+                           "q25": stat("stats_q_25", i), "q75": stat("stats_q_75", i),
+                           "ci99_lo": stat("stats_ci_99_a", i), "ci99_hi": stat("stats_ci_99_b", i),
+                           "commit": rec.get("commit_hash"), "date": rec.get("date"), "env": rec.get("env_name"),
+                           "file": str(f)}
+                    row.update({n: _unquote(v) for n, v in zip(names, combo)})
+                    row.update(machine)
+                    rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _unquote(v):
+    if isinstance(v, str) and len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"":
+        return v[1:-1]
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        pass
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return v
+
+
+def load_pytest_benchmark(paths: str | Path | Iterable) -> pd.DataFrame:
+    """pytest-benchmark JSON files (``--benchmark-json`` or ``.benchmarks/**``) as rows.
+
+    One row per benchmark: ``name``, ``fullname``, ``group``, ``param.*``, the stats in
+    seconds (``median``, ``iqr``, ``q1``, ``q3``, ``min``, ``max``, ``mean``, ``stddev``,
+    ``rounds``), ``extra.*`` (the suite's FLOPs, memory, errors, threads), ``commit``, and
+    the machine as ``machine.*`` (pytest-benchmark's ``machine_info``).
+    """
+    rows = []
+    for f in _files(paths):
+        try:
+            rec = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if not isinstance(rec, dict) or "benchmarks" not in rec:
+            continue
+        machine = _flat("machine", {k: v for k, v in (rec.get("machine_info") or {}).items() if k != "cpu"})
+        cpu = (rec.get("machine_info") or {}).get("cpu") or {}
+        machine["machine.cpu"] = cpu.get("brand_raw") if isinstance(cpu, dict) else cpu
+        commit = (rec.get("commit_info") or {}).get("id")
+        for b in rec["benchmarks"]:
+            row = {"name": b.get("name"), "fullname": b.get("fullname"), "group": b.get("group"),
+                   "commit": commit, "datetime": rec.get("datetime"), "file": str(f)}
+            row.update(_flat("param", b.get("params") or {}))
+            row.update({k: v for k, v in (b.get("stats") or {}).items() if k != "data"})
+            row.update(_flat("extra", b.get("extra_info") or {}))
+            row.update(machine)
+            rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,63 @@
+"""The paper's method names, colours and markers, the house plot style, and caption lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+__all__ = ["NAMES", "COLORS", "MARKERS", "setup", "caption", "save"]
+
+NAMES = {"fraq": "FRAQ", "florist": "FLoRIST", "flexlora": "FlexLoRA", "flora": "FLoRA (stack)"}
+COLORS = {"FRAQ": "#6A3D9A", "FLoRIST": "#1B9E77", "FlexLoRA": "#E66101", "FLoRA (stack)": "#555555"}
+MARKERS = {"FRAQ": "o", "FLoRIST": "s", "FlexLoRA": "^", "FLoRA (stack)": "D"}
+
+
+def setup() -> None:
+    """Seaborn's paper context with fonts readable at column width."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import seaborn as sns
+
+    sns.set_theme(context="paper", style="whitegrid", font_scale=1.25,
+                  rc={"axes.titlesize": 12, "legend.fontsize": 10, "figure.dpi": 110, "savefig.dpi": 160,
+                      "pdf.fonttype": 42})
+
+
+def _first(df: pd.DataFrame, col: str, default: str = "?"):
+    if col in df and df[col].notna().any():
+        vals = df[col].dropna().unique()
+        return ",".join(str(v) for v in vals[:3])
+    return default
+
+
+def caption(df: pd.DataFrame, extra: str = "") -> str:
+    """Machine, dtype, thread count and versions of the rows behind a figure, one line."""
+    sha = _first(df, "git_sha", _first(df, "machine.git_sha"))
+    threads = _first(df, "threads", _first(df, "machine.threads"))
+    torch_v = _first(df, "versions.torch", _first(df, "machine.torch"))
+    dtype = _first(df, "dtype", "float32")
+    line = (f"{_first(df, 'machine.cpu')} ({_first(df, 'machine.cores')} cores, BLAS {_first(df, 'machine.blas')}); "
+            f"{dtype}; {threads} torch thread(s); torch {torch_v}, python {_first(df, 'machine.python')}; "
+            f"fraq {str(sha)[:10]}")
+    return f"{line}. {extra}" if extra else line
+
+
+def save(fig, out: Path, name: str, cap: str) -> list[Path]:
+    """Write ``name``.png and .pdf with the caption line under the axes."""
+    import matplotlib.pyplot as plt
+    import textwrap
+
+    text = "\n".join(textwrap.wrap(cap, 150))
+    fig.text(0.01, 0.005, text, ha="left", va="bottom", fontsize=7.5, color="#333333")
+    lines = text.count("\n") + 1
+    height = fig.get_size_inches()[1]
+    top = 1 - 0.45 / height if fig.legends else 1  # room for a figure-level legend above the axes
+    fig.tight_layout(rect=(0, (0.17 * lines + 0.1) / height, 1, top))
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.png", out / f"{name}.pdf"]
+    for p in paths:
+        fig.savefig(p, bbox_inches="tight")
+    plt.close(fig)
+    return paths
