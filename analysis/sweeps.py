@@ -42,6 +42,15 @@ CONFIGS: dict[str, dict] = {
         fig1=dict(preset="llama-3.2-3b", layers=1, clients=[2, 4, 8, 16], client_ranks=[4, 8, 16],
                   taus=[0.80, 0.90, 0.95]),
     ),
+    # Seconds: small shapes for the tests and the notebooks' CI run (not the paper's shapes).
+    "tiny": dict(
+        fig3=dict(modules=2, client_rank=8, p=4, d_fixed=64, r_fixed=16, ranks=[8, 16], dims=[32, 64],
+                  flexlora_max_d=64, flexlora_ranks=[8, 16], repeats=3, slow_repeats=3),
+        fig4_rank=dict(preset="roberta-base", layers=1, ranks=[2, 8, 40, 80], flexlora_max_d=0),
+        fig4_cond=dict(shape=[64, 64], rank=16, clients=4, batch=2, kappas=[1, 1e5, 1e10]),
+        table4=dict(m=256, n=128, modules=2, clients=4, client_rank=4, p=4, repeats=3),
+        fig1=dict(preset="roberta-base", layers=1, clients=[2, 4], client_ranks=[4, 8], taus=[0.80, 0.90, 0.95]),
+    ),
     # The paper's sizes where this machine allows; expect about 1.5-2 hours on 2 cores.
     "paper": dict(
         fig3=dict(modules=12, client_rank=8, p=8, d_fixed=768, r_fixed=80,
