@@ -1,8 +1,10 @@
 """One client's local round: load the start adapter, train LoRA (and the head) with AdamW, upload.
 
 The client trains on top of the frozen global weights W_t (already in the backbone). Its
-adapter starts either fresh (peft's initialization, seeded per round and client: FLoRA
-and FRAQ after merging) or from what the server sent (``Downlink.start``: FedIT,
+adapter starts either fresh (peft's initialization, B = 0 and A kaiming-uniform, drawn from
+a seed of the round and module that every client shares, as when all clients run peft with
+one seed: FLoRA and FRAQ after merging; a rank-r client gets the first r rows of the draw)
+or from what the server sent (``Downlink.start``: FedIT,
 FedEx-LoRA, FlexLoRA, FLoRIST, LoRA-A^2, FLoRG). A start of rank p loads into the
 client's rank-r_k adapter at the client's own scale s_k: ``lora_B = B * (scale / s_k)``,
 ``lora_A = A``; with p > r_k the client keeps the first r_k components, with p < r_k it
@@ -144,7 +146,7 @@ def local_update(backbone: Backbone, head: nn.Linear, data: Inputs, labels: torc
                 for j, (name, (m, n)) in enumerate(backbone.targets.items()):
                     layer = model.base_model.model.get_submodule(name)
                     f = None if job.start is None else job.start[name]
-                    B, A = load_start(f, m, n, job.rank, s, stable_seed(settings.seed, "init", job.round, job.client, j))
+                    B, A = load_start(f, m, n, job.rank, s, stable_seed(settings.seed, "init", job.round, j))
                     layer.lora_B["default"].weight.copy_(B)
                     layer.lora_A["default"].weight.copy_(A)
                     wa, wb = layer.lora_A["default"].weight, layer.lora_B["default"].weight

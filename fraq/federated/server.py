@@ -9,8 +9,9 @@ update, then a fresh adapter, Algorithm 1; FedEx-LoRA: the residual) and trains 
 
 What each method's clients do differently:
 
-- warm-start methods begin round 1 from one shared seeded adapter (B = 0), so that
-  factor averaging starts from a common point;
+- every fresh adapter (round 1 of every method, every round of FLoRA and FRAQ) is peft's
+  initialization drawn from a seed of the round shared by all clients, so all clients
+  start a round from a common point and all methods train identically in round 1;
 - LoRA-A^2 trains only B in odd rounds and only A in even rounds; with mixed client ranks
   every client holds the global rank max r_k and uploads its r_k-component budget;
 - FLoRG's clients train one matrix per module (:class:`~fraq.federated.model.FlorgLinear`);
@@ -45,7 +46,8 @@ from fraq.federated.config import client_ranks, method_label, parse_method
 from fraq.federated.dataset import load_dataset, partition, partition_summary
 from fraq.federated.model import Backbone, Inputs, init_lora, stable_seed
 
-__all__ = ["ClientPlan", "Method", "Task", "apply_round", "eval_weights", "initial_state", "run_method", "run_round"]
+__all__ = ["ClientPlan", "Method", "Task", "apply_round", "eval_weights", "florg_offset", "initial_state", "merge_into",
+           "run_method", "run_round"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
@@ -135,13 +137,21 @@ class ClientPlan:
         return cls(ranks, alphas, [None] * len(ranks))
 
 
-def _merge(weights: dict[str, torch.Tensor], merges: dict[str, tuple[Factors, ...]]) -> dict[str, torch.Tensor]:
-    """W + sum f.scale B A per module, in float64, cast back to W's dtype."""
+def merge_into(weights: dict[str, torch.Tensor], merges: dict[str, tuple[Factors, ...]],
+               florg: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None) -> dict[str, torch.Tensor]:
+    """W + sum of each merge's product per module, in float64, cast back to W's dtype.
+
+    A merge with ``B`` None is FLoRG's ``scale L A^T A R`` with ``florg[module] = (L, R)``.
+    The server and every client apply their merges with this function, so they hold the
+    same weights bit for bit.
+    """
     out = dict(weights)
     for name, fs in merges.items():
         if fs:
             W = weights[name]
-            acc = W.double() + sum(f.dense(torch.float64) for f in fs)
+            acc = W.double()
+            for f in fs:
+                acc = acc + _start_delta(f, None if florg is None else florg.get(name))
             out[name] = acc.to(W.dtype)
     return out
 
@@ -178,14 +188,18 @@ def initial_state(task: Task, agg: Aggregator, plan: ClientPlan, use_rslora: boo
             adapter = {}
             for j, (name, (m, n)) in enumerate(task.backbone.targets.items()):
                 B, A = init_lora(min(m, n) if agg.single_matrix else m, min(m, n) if agg.single_matrix else n, r,
-                                 stable_seed(seed, "shared-init", r, j))
+                                 stable_seed(seed, "init", 1, j))
                 adapter[name] = Factors(None if agg.single_matrix else B, A, s)
             shared[(r, s)] = adapter
         starts.append(shared[(r, s)])
     if agg.single_matrix:  # FLoRG: offset W so the initial nonzero adapter leaves the model unchanged
-        proj = task.florg_projections()
-        weights = {n: (W.double() - _start_delta(starts[0][n], proj[n])).to(W.dtype) for n, W in weights.items()}
+        weights = merge_into(weights, florg_offset(starts[0]), task.florg_projections())
     return RoundState(0, weights, head, starts)
+
+
+def florg_offset(start: dict[str, Factors]) -> dict[str, tuple[Factors, ...]]:
+    """FLoRG's initial merge: minus the initial adapter's update, so W_0 + adapter = pretrained."""
+    return {n: (Factors(None, f.A, -f.scale),) for n, f in start.items()}
 
 
 def flora_downlink(targets: dict[str, tuple[int, int]], ranks: list[int]) -> int:
@@ -224,7 +238,7 @@ def apply_round(state: RoundState, result: AggregationResult, heads: list[dict] 
     for k in range(1, result.clients):  # every method merges one shared update into W
         if not all(_same(merges[n], fs) for n, fs in result.merged(k).items()):
             raise RuntimeError(f"{result.method}: clients received different merges; the harness keeps one W")
-    new_w = _merge(state.weights, merges)
+    new_w = merge_into(state.weights, merges)
     starts = [None if result.client_init == REINITIALIZE else result.starts(k) for k in range(result.clients)]
     head = state.head
     if heads is not None:

@@ -1,0 +1,175 @@
+"""A Flower strategy that aggregates LoRA uploads with any :mod:`fraq.aggregators` method.
+
+:class:`LoraStrategy` is Flower's ``FedAvg`` with the two methods a federated LoRA
+strategy must change: ``configure_train`` (each client gets its own payload: the merges
+and start adapter of its :class:`~fraq.aggregators.Downlink`, its rank and what to train)
+and ``aggregate_train`` (the uploads become :class:`~fraq.aggregators.ClientUpdate` objects
+for the method's aggregator; the server state advances exactly as in the in-process
+harness, through :func:`fraq.federated.server.apply_round`). Client evaluation is off;
+the ``ServerApp`` evaluates the global model centrally.
+
+Wire format (peft's names): server -> client ``merge.{i}.{module}.B`` / ``.A`` (products
+added to the frozen weights), ``start.{module}.B`` / ``.A`` (the warm start), ``head.*``;
+scales and the round's instructions in the ConfigRecord. Client -> server
+``{module}.lora_B.weight`` (out, r), ``{module}.lora_A.weight`` (r, in), ``head.*`` while
+the head trains, and a MetricRecord with ``num-examples``, ``client``, ``scale``, ``loss``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from logging import INFO
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg
+from flwr.supercore import log
+
+from fraq.aggregators import REINITIALIZE, ClientUpdate, Factors, LoraA2
+from fraq.federated.checkpoint import RoundState
+from fraq.federated.server import Method, _jsonable, _rank_mean, apply_round, flora_downlink
+
+__all__ = ["LoraStrategy", "decode_downlink", "encode_update"]
+
+
+def _encode_factors(prefix: str, f: Factors, arrays: dict, config: dict) -> None:
+    if f.B is not None:
+        arrays[f"{prefix}.B"] = f.B.detach().cpu().contiguous()
+    arrays[f"{prefix}.A"] = f.A.detach().cpu().contiguous()
+    config[f"scale.{prefix}"] = float(f.scale)
+
+
+def decode_downlink(arrays: dict[str, torch.Tensor], config) -> tuple[dict[str, list[Factors]], dict[str, Factors]]:
+    """(module -> merges in order, module -> start) from a train message's records."""
+    merges: dict[str, list[tuple[int, Factors]]] = {}
+    starts: dict[str, Factors] = {}
+    for key, scale in config.items():
+        if not key.startswith("scale."):
+            continue
+        prefix = key[len("scale."):]
+        B = arrays.get(f"{prefix}.B")
+        f = Factors(B, arrays[f"{prefix}.A"], float(scale))
+        kind, _, rest = prefix.partition(".")
+        if kind == "start":
+            starts[rest] = f
+        else:
+            i, _, module = rest.partition(".")
+            merges.setdefault(module, []).append((int(i), f))
+    return {m: [f for _, f in sorted(v, key=lambda x: x[0])] for m, v in merges.items()}, starts
+
+
+def encode_update(update: ClientUpdate, head: dict[str, torch.Tensor] | None, client: int, loss: float) -> RecordDict:
+    """A client's reply: its factors under peft's names, its head, its metrics."""
+    arrays = {}
+    for name, (B, A) in update.factors.items():
+        if B is not None:
+            arrays[f"{name}.lora_B.weight"] = B.contiguous()
+        arrays[f"{name}.lora_A.weight"] = A.contiguous()
+    for k, v in (head or {}).items():
+        arrays[f"head.{k}"] = v.contiguous()
+    metrics = {"num-examples": int(update.weight), "client": int(client), "scale": float(update.scale),
+               "upload-rank": -1 if update.upload_rank is None else int(update.upload_rank), "loss": float(loss)}
+    return RecordDict({"arrays": ArrayRecord(torch_state_dict=arrays), "metrics": MetricRecord(metrics)})
+
+
+class LoraStrategy(FedAvg):
+    """Federated LoRA rounds with ``method``'s aggregator, every client every round.
+
+    Args:
+        method: the :class:`~fraq.federated.server.Method` (aggregator, client plan).
+        state: the server state before round 1 (:meth:`Method.initial_state`).
+        targets: adapted module -> (m, n), for the FLoRA downlink reference.
+        node_clients: Flower node id -> client (data partition) index.
+        initial_merges: module -> products every client adds to its pretrained weights
+            before round 1 (FLoRG's offset), or None.
+        head_rounds: rounds in which the head trains and is averaged.
+
+    After each round ``state`` holds the new server state and ``records`` one dict per round.
+    """
+
+    def __init__(self, method: Method, state: RoundState, targets: dict[str, tuple[int, int]],
+                 node_clients: dict[int, int], *, initial_merges: dict[str, tuple[Factors, ...]] | None = None,
+                 head_rounds: int = 0):
+        K = len(method.plan.ranks)
+        if sorted(node_clients.values()) != list(range(K)):
+            raise ValueError(f"node_clients must map one node to each client 0..{K - 1}, got "
+                             f"{sorted(node_clients.values())}")
+        super().__init__(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=K, min_available_nodes=K)
+        self.method = method
+        self.state = state
+        self.targets = dict(targets)
+        self.node_clients = dict(node_clients)
+        self.head_rounds = head_rounds
+        self.records: list[dict] = []
+        merges = initial_merges or {}
+        self._merges = [dict(merges) for _ in range(K)]
+
+    def summary(self) -> None:
+        log(INFO, "\t├──> LoRA aggregation: %s (%s)", self.method.spec, type(self.method.agg).__name__)
+        log(INFO, "\t└──> clients: %d, ranks %s", len(self.method.plan.ranks), self.method.plan.ranks)
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+                        ) -> Iterable[Message]:
+        """One message per client: its pending merges, its start adapter, the head, the instructions."""
+        plan, agg = self.method.plan, self.method.agg
+        train = ("B" if server_round % 2 == 1 else "A") if isinstance(agg, LoraA2) else "AB"
+        messages = []
+        for node_id, k in sorted(self.node_clients.items(), key=lambda x: x[1]):
+            tensors: dict[str, torch.Tensor] = {f"head.{n}": v for n, v in self.state.head.items()}
+            cfg = {"server-round": server_round, "client": k, "rank": plan.ranks[k], "alpha": float(plan.alphas[k]),
+                   "train": train, "train-head": server_round <= self.head_rounds,
+                   "upload-rank": -1 if plan.upload_ranks[k] is None else plan.upload_ranks[k],
+                   "florg": bool(agg.single_matrix)}
+            for module, fs in self._merges[k].items():
+                for i, f in enumerate(fs):
+                    _encode_factors(f"merge.{i}.{module}", f, tensors, cfg)
+            start = self.state.starts[k]
+            for module, f in (start or {}).items():
+                _encode_factors(f"start.{module}", f, tensors, cfg)
+            content = RecordDict({"arrays": ArrayRecord(torch_state_dict=tensors), "config": ConfigRecord(cfg)})
+            messages.append(Message(content=content, message_type=MessageType.TRAIN, dst_node_id=node_id))
+        return messages
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """The method's aggregation of every client's upload; the server state advances one round."""
+        valid, errors = self._check_and_log_replies(list(replies), is_train=True)
+        K = len(self.method.plan.ranks)
+        if errors or len(valid) != K:
+            raise RuntimeError(f"round {server_round}: {len(valid)} of {K} clients replied ({len(errors)} errors); "
+                               f"every client must upload for the aggregation")
+        by_client: dict[int, RecordDict] = {}
+        for msg in valid:
+            k = int(msg.content["metrics"]["client"])
+            if k in by_client:
+                raise RuntimeError(f"round {server_round}: two replies from client {k}")
+            by_client[k] = msg.content
+        updates, heads, losses = [], [], []
+        for k in range(K):
+            content = by_client[k]
+            tensors = content["arrays"].to_torch_state_dict()
+            met = content["metrics"]
+            factors = {n: (tensors.get(f"{n}.lora_B.weight"), tensors[f"{n}.lora_A.weight"]) for n in self.targets}
+            up_rank = int(met["upload-rank"])
+            updates.append(ClientUpdate(factors, scale=float(met["scale"]), weight=float(met["num-examples"]),
+                                        upload_rank=None if up_rank < 0 else up_rank))
+            heads.append({n[len("head."):]: v for n, v in tensors.items() if n.startswith("head.")} or None)
+            losses.append(float(met["loss"]))
+        t0 = time.perf_counter()
+        result = self.method.agg.aggregate(updates, self.state.agg_state)
+        agg_ms = (time.perf_counter() - t0) * 1e3
+        train_head = server_round <= self.head_rounds
+        self.state = apply_round(self.state, result, heads if train_head else None, [u.weight for u in updates])
+        self._merges = [result.merged(k) for k in range(K)]
+        down = result.downlink_params()
+        ref = flora_downlink(self.targets, list(self.method.client_ranks))
+        rec = {"round": server_round, "train_loss": float(np.mean(losses)), "agg_ms": agg_ms, "downlink_params": down,
+               "downlink_pct_flora": 100.0 * float(np.mean(down)) / ref, "ranks": _jsonable(result.ranks),
+               "rank_mean": _rank_mean(result.ranks), "reinitialize": result.client_init == REINITIALIZE}
+        self.records.append(rec)
+        metrics = MetricRecord({"train-loss": rec["train_loss"], "agg-ms": agg_ms,
+                                "downlink-pct-flora": rec["downlink_pct_flora"], "rank-mean": rec["rank_mean"]})
+        return ArrayRecord(torch_state_dict=dict(self.state.head)), metrics
