@@ -3,7 +3,8 @@
     .venv/bin/python -m analysis.reproduce [--paper] [--out DIR] [--figures-only] [--backends run|reuse|skip]
 
 1. Runs the sweep (:mod:`analysis.sweeps`; reduced by default, about 6 minutes on 2
-   cores; ``--paper``: the paper's sizes where feasible, about 1.5-2 hours), writing one
+   cores; ``--paper``: the paper's sizes where feasible, an estimated 1.5-2 hours scaled
+   from the reduced run's per-job times, not yet measured end to end), writing one
    JSON per result under ``DIR/results/<experiment>/``, and the backend accuracy-latency
    benchmark (``python -m fraq.experiments.backends --quick``, or the full run with
    ``--paper``) under ``DIR/results/backends/``.
@@ -108,7 +109,8 @@ def build(out: Path, backends: str = "run", seconds: float | None = None, mode: 
     if not rk.empty and not cd.empty:
         figure("fig4_fidelity", figures.fig4_fidelity(rk, cd), rk,
                f"float32 against float64 references; left: {int(rk['clients'].iloc[0])} clients of rank 8, "
-               f"{rk.groupby('group')['layers'].first().sum()} modules, band = 10-90th percentile; right: "
+               f"{rk.groupby('group')['layers'].first().sum()} modules, band = 10-90th percentile, the optimum at p = "
+               "stacked rank is 0 and not drawn; right: "
                f"{int(cd['batch'].iloc[0])} matrices per kappa, bars = min-max",
                "Figure 4: float32 fidelity", agreement.fig4_lines(
                    figures.fig4_summary(rk), explode_per_matrix(cd, ["relative_error"])),
@@ -126,6 +128,7 @@ def build(out: Path, backends: str = "run", seconds: float | None = None, mode: 
     bfiles = _backends_files(out, backends) if backends != "skip" else []
     if bfiles:
         b = loaders.load_backends(bfiles)
+        b["threads"] = 1  # the plotted latency is the 1-thread column (the file also has 2-thread timings)
         summary = json.loads(bfiles[-1].read_text()).get("summary")
         figure("fig_backends", figures.fig_backends(b), b,
                f"python -m fraq.experiments.backends ({b['mode'].iloc[0]}), {bfiles[-1].name}; open markers: "
@@ -149,7 +152,7 @@ def build(out: Path, backends: str = "run", seconds: float | None = None, mode: 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis.reproduce", description=__doc__.split("\n")[0])
-    ap.add_argument("--paper", action="store_true", help="the paper's sizes where feasible (about 1.5-2 hours)")
+    ap.add_argument("--paper", action="store_true", help="the paper's sizes where feasible (estimated 1.5-2 hours on 2 cores)")
     ap.add_argument("--out", type=Path, default=Path("results/reproduce"), help="output directory")
     ap.add_argument("--figures-only", action="store_true", help="rebuild figures and report from existing results")
     ap.add_argument("--backends", choices=["run", "reuse", "skip"], default="run",

@@ -41,6 +41,9 @@ def caption(df: pd.DataFrame, extra: str = "") -> str:
     line = (f"{_first(df, 'machine.cpu')} ({_first(df, 'machine.cores')} cores, BLAS {_first(df, 'machine.blas')}); "
             f"{dtype}; {threads} torch thread(s); torch {torch_v}, python {_first(df, 'machine.python')}; "
             f"fraq {str(sha)[:10]}")
+    if "loadavg" in df and pd.to_numeric(df["loadavg"], errors="coerce").notna().any():
+        la = pd.to_numeric(df["loadavg"], errors="coerce")
+        line += f"; 1-min load average {la.min():.1f}-{la.max():.1f}"
     return f"{line}. {extra}" if extra else line
 
 

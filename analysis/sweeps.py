@@ -51,7 +51,7 @@ CONFIGS: dict[str, dict] = {
         table4=dict(m=256, n=128, modules=2, clients=4, client_rank=4, p=4, repeats=3),
         fig1=dict(preset="roberta-base", layers=1, clients=[2, 4], client_ranks=[4, 8], taus=[0.80, 0.90, 0.95]),
     ),
-    # The paper's sizes where this machine allows; expect about 1.5-2 hours on 2 cores.
+    # The paper's sizes where this machine allows; estimated 1.5-2 hours on 2 cores (not yet run end to end).
     "paper": dict(
         fig3=dict(modules=12, client_rank=8, p=8, d_fixed=768, r_fixed=80,
                   ranks=[16, 32, 64, 128, 256, 512], dims=[256, 512, 768, 1024, 2048, 4096],

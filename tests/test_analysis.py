@@ -1,0 +1,246 @@
+"""analysis/: loaders on small fixture files, figure functions, the report, the notebooks.
+
+Needs the ``analysis`` extra (pandas, matplotlib, seaborn, tqdm, nbclient, ipykernel);
+skipped without it. The tiny sweep (``analysis.sweeps.CONFIGS["tiny"]``) runs real
+measurements at small shapes once per session and is shared by the tests below.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+pd = pytest.importorskip("pandas")
+pytest.importorskip("seaborn")
+pytest.importorskip("tqdm")
+
+from analysis import figures, loaders, style, sweeps, tables  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The tiny sweep's results directory (every experiment, real measurements)."""
+    out = tmp_path_factory.mktemp("tiny")
+    results = out / "results"
+    for job in sweeps.jobs("tiny"):
+        sweeps.run_job(results, job)
+    return out
+
+
+def _png_ok(path: Path) -> None:
+    assert path.exists() and path.stat().st_size > 10_000
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _axes_text(fig) -> tuple[list[str], list[str]]:
+    labels = [t for ax in fig.axes for t in (ax.get_xlabel(), ax.get_ylabel())]
+    legend = [t.get_text() for lg in fig.legends for t in lg.get_texts()]
+    legend += [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    return labels, legend
+
+
+# ----------------------------------------------------------------------------- loaders
+
+
+def test_results_one_row_per_file_with_machine_columns(tiny):
+    df = loaders.load_results(tiny / "results")
+    files = list((tiny / "results").rglob("*.json"))
+    assert len(df) == len(files)
+    assert set(df["experiment"]) == {"fig1", "fig3", "fig4_rank", "fig4_cond", "table4"}
+    for col in ("machine.cpu", "machine.cores", "machine.torch", "versions.torch", "threads", "dtype", "git_sha"):
+        assert col in df and df[col].notna().all(), col
+    assert (df["threads"] == sweeps.THREADS).all()
+    f3 = loaders.load_results(tiny / "results", experiment="fig3")
+    assert {"timing.median", "timing.q25", "peak_bytes", "analytic_flops_table5"} <= set(f3.columns)
+    assert (f3["timing.median"] > 0).all()
+
+
+def test_results_skips_foreign_json(tmp_path):
+    (tmp_path / "a.json").write_text("{not json")
+    (tmp_path / "b.json").write_text(json.dumps({"rows": []}))
+    sweeps.write_result(tmp_path, "demo", "x", {"k": 1}, {"v": {"inner": 2.0}})
+    df = loaders.load_results(tmp_path)
+    assert len(df) == 1 and df.loc[0, "v.inner"] == 2.0 and df.loc[0, "k"] == 1
+
+
+def test_explode_per_matrix(tiny):
+    rk = loaders.load_results(tiny / "results" / "fig4_rank")
+    e = loaders.explode_per_matrix(rk, ["relative_error", "optimal_error", "orthogonality"])
+    assert len(e) == int(rk["relative_error"].map(len).sum())
+    assert e["relative_error"].dtype.kind == "f"
+
+
+def _asv_fixture(root: Path) -> None:
+    (root / "vm").mkdir(parents=True)
+    (root / "vm" / "machine.json").write_text(json.dumps({"cpu": "Test CPU", "num_cpu": "2", "machine": "vm",
+                                                          "version": 1}))
+    (root / "benchmarks.json").write_text(json.dumps({
+        "bench_recompress.RankSweep.time_aggregate": {"param_names": ["method", "r", "mode"], "unit": "seconds"},
+        "bench_ablation.Table4.track_peakmem": {"param_names": ["variant"], "unit": "bytes"},
+        "version": 2}))
+    result = {
+        "commit_hash": "abc123", "env_name": "existing-py", "date": 1700000000000, "version": 2,
+        "result_columns": ["result", "params", "version", "started_at", "duration", "stats_ci_99_a",
+                           "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number", "stats_repeat"],
+        "results": {
+            "bench_recompress.RankSweep.time_aggregate": [
+                [0.01, 0.02, None, 0.04], [["'fraq'", "'florist'"], ["16"], ["'batched'", "'unbatched'"]],
+                "v", 0, 1.0, [0.009, 0.019, None, 0.039], [0.011, 0.021, None, 0.041],
+                [0.0095, 0.0195, None, 0.0395], [0.0105, 0.0205, None, 0.0405], [1, 1, None, 1], [5, 5, None, 5]],
+            "bench_ablation.Table4.track_peakmem": [[1024, 2048], [["'adaptive-gram'", "'adaptive-svd'"]], "v", 0, 1.0],
+        }}
+    (root / "vm" / "abc123-existing-py.json").write_text(json.dumps(result))
+
+
+def test_asv_loader(tmp_path):
+    _asv_fixture(tmp_path)
+    df = loaders.load_asv(tmp_path)
+    assert len(df) == 6
+    t = df[df["benchmark"].str.endswith("time_aggregate")]
+    row = t[(t["method"] == "florist") & (t["mode"] == "unbatched")].iloc[0]
+    assert row["value"] == 0.04 and row["r"] == 16 and row["q75"] == 0.0405 and row["kind"] == "time"
+    assert t[(t["method"] == "florist") & (t["mode"] == "batched")]["value"].isna().all()  # skipped combination
+    assert (df["machine.cpu"] == "Test CPU").all() and (df["commit"] == "abc123").all()
+    m = df[df["kind"] == "track"]
+    assert list(m["variant"]) == ["adaptive-gram", "adaptive-svd"] and list(m["unit"]) == ["bytes"] * 2
+
+
+def test_pytest_benchmark_loader(tmp_path):
+    rec = {"machine_info": {"node": "vm", "python_version": "3.11.7", "cpu": {"brand_raw": "Test CPU", "count": 2}},
+           "commit_info": {"id": "abc123"}, "datetime": "2026-11-22T00:00:00", "version": "5.1.0",
+           "benchmarks": [{"name": "test_recompress[fraq]", "fullname": "tests/bench/test_quick.py::test_recompress[fraq]",
+                           "group": "recompress", "params": {"method": "fraq"},
+                           "stats": {"min": 0.01, "max": 0.02, "mean": 0.015, "stddev": 0.001, "median": 0.014,
+                                     "iqr": 0.002, "q1": 0.013, "q3": 0.015, "rounds": 9, "data": [0.01] * 9},
+                           "extra_info": {"flops": 1e9, "peak_bytes": 2048, "threads": 1}}]}
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(rec))
+    df = loaders.load_pytest_benchmark(path)
+    assert len(df) == 1
+    r = df.iloc[0]
+    assert r["param.method"] == "fraq" and r["median"] == 0.014 and r["extra.flops"] == 1e9
+    assert r["machine.cpu"] == "Test CPU" and r["commit"] == "abc123" and "data" not in df
+
+
+def test_backends_and_aggregators_loaders(tmp_path):
+    machine = {"cpu": "Test CPU", "cores": 2, "threads": 1, "torch": "2.13.0"}
+    rows = [dict(section="lora", case="roberta-base", backend=b, exact=b != "newton-schulz-muon", gflop=0.3,
+                 gap_to_optimum=g, ms_1t=ms, iqr_ms_1t=1.0, timing_1t={"samples": [0.01]})
+            for b, g, ms in [("householder", 1e-13, 40.0), ("cholesky-qr2", 2e-13, 35.0), ("newton-schulz-muon", 1e-2, 20.0)]]
+    rows.append(dict(rows[0], section="condition", case="cond 1e+10", gap_to_optimum=3e-7))
+    (tmp_path / "backends-quick-1.json").write_text(json.dumps(
+        {"experiment": "backends", "mode": "quick", "machine": machine, "rows": rows, "summary": ["line"],
+         "loadavg_before": [1.0, 1.0, 1.0]}))
+    b = loaders.load_backends(tmp_path)
+    assert len(b) == 4 and "timing_1t" not in b and (b["machine.cpu"] == "Test CPU").all()
+    style.setup()
+    fig = figures.fig_backends(b)
+    labels, legend = _axes_text(fig)
+    assert "latency, 1 thread (ms)" in labels and {"householder", "cholesky-qr2"} <= set(legend)
+    _png_ok(style.save(fig, tmp_path / "f", "backends", style.caption(b))[0])
+    agg = {"preset": "roberta-base", "quick": True, "machine": machine,
+           "rows": [{"method": "flora", "downlink_pct": 100.0, "paper": [100.0, 4.3],
+                     "latency": {"median_ms": 5.0, "samples_s": [0.005]}}]}
+    (tmp_path / "roberta-base.json").write_text(json.dumps(agg))
+    a = loaders.load_aggregators(tmp_path)
+    assert len(a) == 1 and a.loc[0, "latency.median_ms"] == 5.0 and a.loc[0, "paper_latency_ms"] == 4.3
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def test_fig3(tiny, tmp_path):
+    style.setup()
+    df = loaders.load_results(tiny / "results" / "fig3")
+    fig = figures.fig3_scalability(df)
+    labels, legend = _axes_text(fig)
+    assert {"runtime (ms)", "tensor peak memory (MiB)", "total stacked rank r"} <= set(labels)
+    assert {"FRAQ", "FLoRIST", "FlexLoRA", "batched", "unbatched"} <= set(legend)
+    assert all(ax.get_yscale() == "log" for ax in fig.axes)
+    _png_ok(style.save(fig, tmp_path, "fig3", style.caption(df))[0])
+    assert (tmp_path / "fig3.pdf").stat().st_size > 0
+
+
+def test_fig4(tiny, tmp_path):
+    style.setup()
+    rk = loaders.load_results(tiny / "results" / "fig4_rank")
+    cd = loaders.load_results(tiny / "results" / "fig4_cond")
+    fig = figures.fig4_fidelity(rk, cd)
+    labels, legend = _axes_text(fig)
+    assert "output rank p" in labels and r"condition number $\kappa(W)$" in labels
+    assert {"FRAQ", "FLoRIST", "FlexLoRA", "Optimal"} <= set(legend)
+    _png_ok(style.save(fig, tmp_path, "fig4", style.caption(rk))[0])
+    s = figures.fig4_summary(rk)
+    assert ((s["p10"] <= s["mean"] * (1 + 1e-12)) & (s["mean"] <= s["p90"] * (1 + 1e-12))).all()
+
+
+def test_fig1(tiny, tmp_path):
+    style.setup()
+    df = loaders.load_results(tiny / "results" / "fig1")
+    fig = figures.fig1_downlink(df)
+    labels, legend = _axes_text(fig)
+    assert "downlink per client (M parameters)" in labels and "number of clients K" in labels
+    assert {"FLoRA (exact stack)", "FRAQ, 80% energy", "FRAQ, 95% energy"} <= set(legend)
+    _png_ok(style.save(fig, tmp_path, "fig1", style.caption(df))[0])
+    flora = df[df["method"] == "flora"].set_index(["clients", "client_rank"])["downlink_params_full"]
+    fraq_ = df[df["method"] == "fraq"].set_index(["clients", "client_rank"])["downlink_params_full"]
+    assert (fraq_ <= flora.reindex(fraq_.index)).all()  # recompression never sends more than the stack
+
+
+def test_caption_has_machine_dtype_threads_versions(tiny):
+    df = loaders.load_results(tiny / "results" / "table4")
+    cap = style.caption(df)
+    for part in (str(df["machine.cpu"].iloc[0]), "float32", f"{sweeps.THREADS} torch thread(s)", "torch 2."):
+        assert part in cap
+
+
+def test_tables(tiny):
+    t4 = tables.table4_ablation(loaders.load_results(tiny / "results" / "table4"))
+    assert list(t4["Variant"])[:3] == ["Adaptive + Gram", "Fixed + Gram", "Adaptive + coordinate SVD"]
+    t5 = tables.table5_flops(loaders.load_results(tiny / "results" / "fig3"))
+    assert (t5["counted GFLOP"] > 0).all() and set(t5["Method"]) == {"FRAQ", "FLoRIST", "FlexLoRA"}
+    md = tables.markdown(t5)
+    assert md.count("\n") == len(t5) + 1
+
+
+def test_report_from_files(tiny):
+    from analysis.reproduce import build
+
+    report = build(tiny, backends="skip")
+    text = report.read_text()
+    for name in ("fig1_downlink", "fig3_scalability", "fig4_fidelity"):
+        assert f"figures/{name}.png" in text
+        _png_ok(tiny / "figures" / f"{name}.png")
+    assert "## Table 4" in text and "## Table 5" in text and "**agrees**" in text
+
+
+# ----------------------------------------------------------------------------- notebooks
+
+
+def test_notebooks_execute(tiny):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    notebooks = sorted((ROOT / "analysis" / "notebooks").glob("*.ipynb"))
+    assert notebooks
+    env_before = os.environ.get("FRAQ_RESULTS")
+    os.environ["FRAQ_RESULTS"] = str(tiny / "results")
+    try:
+        for path in notebooks:
+            nb = nbformat.read(path, as_version=4)
+            client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                                             resources={"metadata": {"path": str(ROOT)}})
+            client.execute()
+            errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                      if o.get("output_type") == "error"]
+            assert not errors, (path.name, errors)
+    finally:
+        if env_before is None:
+            os.environ.pop("FRAQ_RESULTS", None)
+        else:
+            os.environ["FRAQ_RESULTS"] = env_before
