@@ -3,10 +3,11 @@
 ``RankSweep`` / ``HiddenSweep``: FRAQ, FLoRIST and FlexLoRA aggregate the same clients'
 factors (stacking included) for ``SWEEP_MODULES`` square modules to a rank-``SWEEP_P``
 adapter, in one batched call (``batched``) or one module at a time (``unbatched``, the
-paper's dashed curves). ``BackendRankSweep`` / ``BackendHiddenSweep``: every registered
-FRAQ backend on the same stacks, batched. Time, tensor peak memory, counted FLOPs, and
-the analytic model: ``flops_model`` with the code's constants and lower-order terms,
-``flops_table5`` the paper's Table 5 leading-order formula.
+paper's dashed curves). ``Backends``: every registered FRAQ backend on the same stacks,
+batched, at points of both sweeps. The fine sweeps behind the fitted exponents are
+``python -m benchmarks.report scaling``. Time, tensor peak memory, counted FLOPs, and
+and (``FlopModel``) the analytic model at the same points: the paper's Table 5 and the
+same pipelines with the code's constants and lower-order terms.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import math
 
 from benchmarks.common import (
     FLEXLORA_MAX_D,
+    BACKEND_POINTS,
     SWEEP_D,
     SWEEP_DIMS,
     SWEEP_MODULES,
@@ -63,9 +65,6 @@ class _Methods:
         if method == "flexlora":
             self.repeat = (1, 3, 30.0)
 
-    def _model(self, model: str) -> float:
-        return SWEEP_MODULES * analytic_flops(self.method, self.d, self.d, self.r, self.p, model=model)
-
 
 class RankSweep(_Methods):
     """Fig. 3a: total stacked rank r at d = D = 768."""
@@ -89,15 +88,6 @@ class RankSweep(_Methods):
 
     track_flops.unit = "flop"
 
-    def track_flops_model(self, method, r, mode):
-        return self._model("full")
-
-    track_flops_model.unit = "flop"
-
-    def track_flops_table5(self, method, r, mode):
-        return self._model("table5")
-
-    track_flops_table5.unit = "flop"
 
 
 class HiddenSweep(_Methods):
@@ -122,15 +112,34 @@ class HiddenSweep(_Methods):
 
     track_flops.unit = "flop"
 
-    def track_flops_model(self, method, d, mode):
-        return self._model("full")
 
-    track_flops_model.unit = "flop"
 
-    def track_flops_table5(self, method, d, mode):
-        return self._model("table5")
+class FlopModel:
+    """The analytic FLOPs of the method sweeps' points (no data, no run).
 
-    track_flops_table5.unit = "flop"
+    ``table5``: the paper's Table 5 leading-order formula; ``full``: the same pipeline
+    with the constants of what the code runs and the lower-order terms, which the
+    sweeps' counted ``track_flops`` should equal for FRAQ.
+    """
+
+    params = [METHODS, ["r", "d"], sorted(set(SWEEP_RANKS) | set(SWEEP_DIMS))]
+    param_names = ["method", "sweep", "value"]
+
+    def setup(self, method, sweep, value):
+        if sweep == "r" and value not in SWEEP_RANKS or sweep == "d" and value not in SWEEP_DIMS:
+            skip(f"{value} is not a point of the {sweep} sweep")
+        self.d, self.r = (SWEEP_D, value) if sweep == "r" else (value, SWEEP_R)
+        self.p = min(SWEEP_P, self.r, self.d)
+
+    def track_table5(self, method, sweep, value):
+        return SWEEP_MODULES * analytic_flops(method, self.d, self.d, self.r, self.p, model="table5")
+
+    track_table5.unit = "flop"
+
+    def track_full(self, method, sweep, value):
+        return SWEEP_MODULES * analytic_flops(method, self.d, self.d, self.r, self.p, model="full")
+
+    track_full.unit = "flop"
 
 
 class _Backends:
@@ -158,57 +167,30 @@ class _Backends:
         return SWEEP_MODULES * f
 
 
-class BackendRankSweep(_Backends):
-    """Every FRAQ backend along Fig. 3a's rank sweep (batched)."""
+class Backends(_Backends):
+    """Every registered FRAQ backend at points of both sweeps (batched)."""
 
-    params = [_backends(), SWEEP_RANKS]
-    param_names = ["backend", "r"]
+    params = [_backends(), BACKEND_POINTS]
+    param_names = ["backend", "point"]
 
-    def setup(self, backend, r):
-        self._prepare(backend, SWEEP_D, r)
+    def setup(self, backend, point):
+        d, r = (int(x[1:]) for x in point.split("-"))
+        self._prepare(backend, d, r)
 
-    def time_recompress(self, backend, r):
+    def time_recompress(self, backend, point):
         self.call()
 
-    def track_peakmem(self, backend, r):
+    def track_peakmem(self, backend, point):
         return peak_memory(self.call).peak
 
     track_peakmem.unit = "bytes"
 
-    def track_flops(self, backend, r):
+    def track_flops(self, backend, point):
         return count_flops(self.call).total
 
     track_flops.unit = "flop"
 
-    def track_flops_model(self, backend, r):
-        return self._model()
-
-    track_flops_model.unit = "flop"
-
-
-class BackendHiddenSweep(_Backends):
-    """Every FRAQ backend along Fig. 3b's hidden-size sweep (batched)."""
-
-    params = [_backends(), SWEEP_DIMS]
-    param_names = ["backend", "d"]
-
-    def setup(self, backend, d):
-        self._prepare(backend, d, SWEEP_R)
-
-    def time_recompress(self, backend, d):
-        self.call()
-
-    def track_peakmem(self, backend, d):
-        return peak_memory(self.call).peak
-
-    track_peakmem.unit = "bytes"
-
-    def track_flops(self, backend, d):
-        return count_flops(self.call).total
-
-    track_flops.unit = "flop"
-
-    def track_flops_model(self, backend, d):
+    def track_flops_model(self, backend, point):
         return self._model()
 
     track_flops_model.unit = "flop"

@@ -269,3 +269,15 @@ def test_time_call_records_threads():
     with pytest.raises(ValueError, match="threads"):
         with threads(0):
             pass
+
+
+def test_quadrature_excess_recovers_the_methods_own_error():
+    """Scaling the exact truncation by (1 + delta) adds delta * M_p, orthogonal to M - M_p."""
+    Bs, As = lora_clients(40, 60, [4, 4, 4], seed=7, dtype=torch.float64)
+    B, A = fraq.stack(Bs, As)
+    Bg, Ag = _truncation(B, A, 4)
+    delta = 1e-4
+    f = fidelity(B, A, Bg, Ag * (1 + delta), 4)
+    opt = float(f.optimal_error)
+    assert float(f.excess_quadrature) == pytest.approx(delta * math.sqrt(1 - opt**2), rel=1e-3)
+    assert float(f.excess) < 0.1 * delta  # the plain difference squares the error away
