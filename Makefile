@@ -1,7 +1,7 @@
 # The README's commands. Set-up is the first two lines of the README; `make setup` runs them.
 PY := .venv/bin/python
 
-.PHONY: setup run test test-slow test-all bench-roofline
+.PHONY: setup run demo test test-slow test-all bench-roofline reproduce reproduce-paper figures
 
 setup:
 	python3 -m venv .venv
@@ -21,3 +21,12 @@ test-all:
 
 bench-roofline:
 	$(PY) -m pytest tests/bench/test_roofline.py --benchmark-only -s
+
+reproduce:
+	$(PY) -m analysis.reproduce
+
+reproduce-paper:
+	$(PY) -m analysis.reproduce --paper
+
+figures:
+	$(PY) -m analysis.reproduce --figures-only
