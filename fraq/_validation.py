@@ -52,8 +52,13 @@ def check_factor(name: str, t: object) -> torch.Tensor:
 
 
 def check_finite(name: str, t: torch.Tensor) -> None:
-    """Raise if ``t`` holds a NaN or an infinity (one reduction, no copy)."""
-    if t.numel() == 0:
+    """Raise if ``t`` holds a NaN or an infinity.
+
+    The common case costs one reduction and no allocation: a NaN or an infinity makes
+    the sum non-finite. Only a non-finite sum (which finite entries can also give, by
+    overflow) pays for the elementwise check that finds the index.
+    """
+    if t.numel() == 0 or bool(torch.isfinite(t.sum())):
         return
     bad = ~torch.isfinite(t)
     if bool(bad.any()):

@@ -215,3 +215,11 @@ def test_recompress_bad_eig_dtype():
 def test_recompress_unknown_gram():
     B, A = _stack()
     _raises(ValueError, lambda: fraq.recompress(B, A, tau=0.9, gram="syrk"), r"gram\(='syrk'\)")
+
+
+def test_finite_entries_whose_sum_overflows_are_accepted():
+    """The fast finiteness check (a sum) must not reject large finite factors."""
+    Bs = [torch.full((4, 2), 3e38), torch.full((4, 2), 3e38)]
+    As = [torch.ones(2, 5), torch.ones(2, 5)]
+    B, A = fraq.stack(Bs, As)
+    assert torch.isfinite(B).all()
