@@ -124,7 +124,8 @@ def local_update(backbone: Backbone, head: nn.Linear, data: Inputs, labels: torc
     head.requires_grad_(job.train_head)
     s = lora_scale(job.rank, job.alpha, settings.use_rslora)
     base = backbone.model
-    restore: list[tuple[nn.Module, str, nn.Module]] = []
+    restore: list[tuple[nn.Module, str, nn.Module]] = []  # FLoRG: modules swapped in place
+    wrapped = None  # LoRA: the PeftModel around ``base``
     try:
         if job.florg is not None:
             model, params = base, []
@@ -138,9 +139,7 @@ def local_update(backbone: Backbone, head: nn.Linear, data: Inputs, labels: torc
                 restore.append((parent, child, orig))
                 params.append(layer.A)
         else:
-            from peft import get_peft_model
-
-            model = get_peft_model(base, backbone.lora_config(job.rank, job.alpha, settings.use_rslora))
+            model = wrapped = backbone.wrap(job.rank, job.alpha, settings.use_rslora)
             params = []
             with torch.no_grad():
                 for j, (name, (m, n)) in enumerate(backbone.targets.items()):
@@ -179,8 +178,8 @@ def local_update(backbone: Backbone, head: nn.Linear, data: Inputs, labels: torc
     finally:
         for parent, child, orig in restore:
             setattr(parent, child, orig)
-        if job.florg is None and "model" in locals() and model is not base:
-            backbone.model = model.unload()
+        if wrapped is not None:
+            backbone.model = wrapped.unload()
     update = ClientUpdate(factors, scale=s, weight=float(len(data)), upload_rank=job.upload_rank)
     head_state = {k: v.detach().cpu().clone() for k, v in head.state_dict().items()} if job.train_head else None
     return LocalResult(update, head_state, float(np.mean(losses)) if losses else float("nan"),

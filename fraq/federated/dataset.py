@@ -178,7 +178,7 @@ def _from_columns(splits: dict[str, list[dict]], spec: dict, names: list[str] | 
             names = [str(i) for i in range(ints[-1] + 1)]
             index = {str(i): i for i in ints}
         else:
-            names = sorted({str(v) for v in raw})
+            names = sorted({str(v).strip() for v in raw})
             index = {v: i for i, v in enumerate(names)}
     else:
         index = {**{str(i): i for i in range(len(names))}, **{n: i for i, n in enumerate(names)}}

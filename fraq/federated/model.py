@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 import zlib
 from dataclasses import dataclass
 
@@ -188,6 +189,14 @@ class Backbone:
             self._enable_cache()
 
     # -- modules --------------------------------------------------------------------------
+    def wrap(self, r: int, alpha: float, use_rslora: bool = False):
+        """The backbone with fresh peft LoRA adapters (``PeftModel``); ``.unload()`` removes them."""
+        from peft import get_peft_model
+
+        with warnings.catch_warnings():  # transformers 5 deprecates an attribute peft still reads
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            return get_peft_model(self.model, self.lora_config(r, alpha, use_rslora))
+
     def lora_config(self, r: int, alpha: float, use_rslora: bool = False):
         from peft import LoraConfig
 
@@ -197,10 +206,9 @@ class Backbone:
 
     def _find_targets(self) -> dict[str, tuple[int, int]]:
         """Module name -> (m, n) of every module peft adapts, found by peft's own matching."""
-        from peft import get_peft_model
         from peft.tuners.lora import LoraLayer
 
-        pm = get_peft_model(self.model, self.lora_config(1, 1.0))
+        pm = self.wrap(1, 1.0)
         prefix = "base_model.model."
         out = {n[len(prefix):]: tuple(mod.get_base_layer().weight.shape)
                for n, mod in pm.named_modules() if isinstance(mod, LoraLayer)}

@@ -85,9 +85,13 @@ def _plot(results: list[dict], path: Path) -> bool:
         pts = [(r["round"], 100 * r["accuracy"]) for r in recs if r["accuracy"] is not None]
         ax1.plot(*zip(*pts), marker="o", label=res["method"])
         ax2.plot([r["round"] for r in recs], [r["downlink_pct_flora"] for r in recs], marker=".", label=res["method"])
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in (ax1, ax2):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax1.set(xlabel="round", ylabel="test accuracy (%)", title="accuracy")
     ax2.set(xlabel="round", ylabel="downlink per client (% of FLoRA)", title="downlink", yscale="log")
-    ax2.legend(fontsize=7, loc="best")
+    ax1.legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
