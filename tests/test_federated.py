@@ -297,6 +297,13 @@ def test_smoke_run_files_and_overwrite_protection(tmp_path):
         run_experiment(other, out, resume=True, progress=False, log=lambda *a: None)
 
 
+def test_failed_start_does_not_block_the_next_run(tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a run that stopped before any round
+    cfg = tiny_config(**{"methods": ["fedit"], "federated.rounds": 1, "federated.clients": 2})
+    rows = run_experiment(cfg, tmp_path, progress=False, log=lambda *a: None)
+    assert rows[0]["method"] == "fedit"
+
+
 def test_skipped_method_in_table(tmp_path):
     cfg = tiny_config(**{"methods": ["fedit", "flora"], "federated.rounds": 1, "federated.ranks": [2, 4, 2]})
     rows = run_experiment(cfg, tmp_path, progress=False, log=lambda *a: None)

@@ -27,8 +27,10 @@ __all__ = ["main", "run_experiment"]
 _OUR_FILES = ("results.json", "rounds.csv", "table.csv", "table.md", "plot.png", "config.json")
 
 
-def _existing(out_dir: Path) -> list[Path]:
-    found = [out_dir / n for n in _OUR_FILES if (out_dir / n).exists()]
+def _existing(out_dir: Path, results_only: bool = False) -> list[Path]:
+    """This harness's files in ``out_dir``; with ``results_only`` only results and checkpoints."""
+    names = ("results.json",) if results_only else _OUR_FILES
+    found = [out_dir / n for n in names if (out_dir / n).exists()]
     found += sorted(out_dir.glob("*/result.json")) + sorted(out_dir.glob("*/checkpoint.pt"))
     if (out_dir / "adapters").is_dir():
         found.append(out_dir / "adapters")
@@ -63,7 +65,7 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
     if resume and overwrite:
         raise ValueError("resume and overwrite exclude each other")
     out_dir = Path(out_dir)
-    old = _existing(out_dir) if out_dir.exists() else []
+    old = _existing(out_dir, results_only=True) if out_dir.exists() else []
     cfg_json = _jsonable(cfg)
     if old and not resume:
         question = (f"{out_dir} holds results of an earlier run ({', '.join(p.name for p in old[:4])}"
@@ -71,7 +73,7 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
         if not overwrite and not (ask is not None and ask(question)):
             raise FileExistsError(f"{question} Refused: pass --resume to continue that run or --overwrite to "
                                   f"replace it, or choose another --out")
-        _clear(old)
+        _clear(_existing(out_dir))
     if resume and (out_dir / "config.json").exists():
         with open(out_dir / "config.json", encoding="utf-8") as f:
             prev = json.load(f)["config"]
@@ -197,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_experiment(cfg, out, resume=args.resume, overwrite=args.overwrite, ask=ask,
                        progress=not args.no_progress)
-    except (FileExistsError, ValueError) as e:
+    except (FileExistsError, FileNotFoundError, ImportError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
