@@ -33,17 +33,10 @@ def _methods():
     return method_names()
 
 
-def _optimal(S: torch.Tensor, p: int) -> torch.Tensor:
-    """Eckart-Young optimum at rank p from the float64 singular values S (*, s)."""
-    total = S.square().sum(-1)
-    return (S[..., p:].square().sum(-1) / total).sqrt()
-
-
 def _measure(method, Bs, As, B, A, S, p, d):
     """Fidelity summary of one method on one batch, or the reason it cannot run."""
-    from fraq.measure.fidelity import orthogonality_error
+    from fraq.measure.fidelity import fidelity
     from fraq.measure.methods import get_method
-    from fraq.reference import factored_error
 
     if method == "flexlora" and d > FLEXLORA_MAX_D:
         return f"flexlora at d={d}: dense SVDs too slow above d={FLEXLORA_MAX_D}"
@@ -52,14 +45,9 @@ def _measure(method, Bs, As, B, A, S, p, d):
         Bg, Ag, rank = fn(list(Bs), list(As), rank=p)
     except NotImplementedError as exc:
         return str(exc)
-    # ||BA - BgAg|| / ||BA||, the norm from the cached spectrum (fraq.reference.relative_error
-    # would recompute it for every method and rank).
-    rel = factored_error(B, A, Bg, Ag) / S.square().sum(-1).sqrt()
-    opt = _optimal(S, p)
-    orth = orthogonality_error(Bg, Ag, rank)
-    return {"relative_error": float(rel.mean()), "excess": float((rel - opt).mean()),
-            "excess_quadrature": float((rel.square() - opt.square()).clamp(min=0).sqrt().mean()),
-            "optimal_error": float(opt.mean()), "orthogonality": float(orth.mean())}
+    f = fidelity(B, A, Bg, Ag, rank, singular_values=S)
+    return {k: float(getattr(f, k).mean()) for k in
+            ("relative_error", "excess", "excess_quadrature", "optimal_error", "orthogonality")}
 
 
 def _llama_modules():

@@ -281,3 +281,15 @@ def test_quadrature_excess_recovers_the_methods_own_error():
     opt = float(f.optimal_error)
     assert float(f.excess_quadrature) == pytest.approx(delta * math.sqrt(1 - opt**2), rel=1e-3)
     assert float(f.excess) < 0.1 * delta  # the plain difference squares the error away
+
+
+@pytest.mark.parametrize("method", ["florist", "flexlora"])
+@pytest.mark.parametrize("m,n", [(60, 90), (90, 60)])
+def test_counted_baselines_match_analytic_model(method, m, n):
+    try:
+        fn = get_method(method)
+    except NotImplementedError as exc:
+        pytest.skip(str(exc))
+    Bs, As = lora_clients(m, n, [4, 4, 4], batch=(2,), seed=8)
+    counted = count_flops(lambda: fn(Bs, As, rank=3)).total
+    assert counted == pytest.approx(2 * analytic_flops(method, m, n, 12, 3), rel=1e-6)

@@ -4,9 +4,10 @@ For an exact aggregate :math:`M = BA` (the weighted stacks) and a rank-p adapter
 :math:`B_g A_g`:
 
 - relative error :math:`\|M - B_g A_g\|_F / \|M\|_F`, in float64 from the factors
-  (:func:`fraq.reference.relative_error`, no m x n matrix);
-- the Eckart-Young optimum :math:`\sqrt{\sum_{i>p}\sigma_i^2} / \|M\|_F` at the same p
-  (:func:`fraq.reference.optimal_error`);
+  (:func:`fraq.reference.factored_error` over the norm of the float64 spectrum, no m x n
+  matrix);
+- the Eckart-Young optimum :math:`\sqrt{\sum_{i>p}\sigma_i^2} / \|M\|_F` at the same p,
+  from the float64 singular values of :func:`fraq.reference.reference_svd`;
 - the excess, relative error minus optimum: what the method and its precision lose beyond
   the truncation every rank-p method must make. When the adapter lies in the dominant
   subspaces its own error e adds to the truncation in quadrature,
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Fidelity", "fidelity", "orthogonality_error", "summarize"]
+__all__ = ["Fidelity", "fidelity", "optimal_from_spectrum", "orthogonality_error", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,18 @@ def orthogonality_error(Bg: torch.Tensor, Ag: torch.Tensor, rank=None) -> torch.
     return torch.minimum(eb, ea)
 
 
-def fidelity(B: torch.Tensor, A: torch.Tensor, Bg: torch.Tensor, Ag: torch.Tensor, rank=None) -> Fidelity:
+def optimal_from_spectrum(S: torch.Tensor, rank) -> torch.Tensor:
+    """Eckart-Young optimum sqrt(sum_{i>p} S_i^2) / ||S|| per matrix (0 where S is all zero)."""
+    S = S.double()
+    idx = torch.arange(S.shape[-1])
+    p = torch.as_tensor(rank).unsqueeze(-1)
+    tail = torch.where(idx >= p, S, torch.zeros_like(S)).square().sum(-1).sqrt()
+    total = S.square().sum(-1).sqrt()
+    return torch.where(total > 0, tail / torch.where(total > 0, total, 1), torch.zeros_like(total))
+
+
+def fidelity(B: torch.Tensor, A: torch.Tensor, Bg: torch.Tensor, Ag: torch.Tensor, rank=None, *,
+             singular_values: torch.Tensor | None = None) -> Fidelity:
     """Fidelity of ``Bg @ Ag`` as an approximation of the aggregate ``B @ A``.
 
     Args:
@@ -100,12 +112,18 @@ def fidelity(B: torch.Tensor, A: torch.Tensor, Bg: torch.Tensor, Ag: torch.Tenso
             must be zero.
         rank: the rank each matrix was cut to (int or int tensor of the batch shape);
             default P. The optimum is taken at this rank.
+        singular_values: the aggregate's float64 singular values (*, s), if already known
+            (from :func:`fraq.reference.reference_svd`); comparing several methods on the
+            same inputs then skips recomputing the reference.
     """
-    from fraq.reference import optimal_error, relative_error
+    from fraq.reference import factored_error, reference_svd
 
     width = Bg.shape[-1]
     p = width if rank is None else rank
-    rel = relative_error(B, A, Bg, Ag)
-    opt = optimal_error(B, A, torch.as_tensor(p))
+    S = reference_svd(B, A)[1] if singular_values is None else singular_values.double()
+    num = factored_error(B, A, Bg, Ag)
+    den = S.square().sum(-1).sqrt()
+    rel = torch.where(den > 0, num / torch.where(den > 0, den, 1), (num > 0).double())
+    opt = optimal_from_spectrum(S, torch.as_tensor(p))
     orth = orthogonality_error(Bg, Ag, p) if width > 0 else torch.zeros_like(rel)
     return Fidelity(relative_error=rel, optimal_error=opt, orthogonality=orth)

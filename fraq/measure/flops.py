@@ -289,20 +289,22 @@ def fraq_table5(d: int, D: int, r: int, p: int, *, gram: str = "syrk", lower: bo
 def florist_table5(d: int, D: int, r: int, p: int, *, lower: bool = False) -> float:
     r"""FLoRIST, Table 5: :math:`4(d + D) r^2 + 2(d + D) r p` (thin SVDs of both stacks).
 
-    ``lower=True`` adds the r x r core product and its SVD (2r^3 + 14 r^3 + 8 r^3).
+    ``lower=True`` counts what the method runs, with the routines' constants: thin SVDs
+    with vectors of the d x r and r x D stacks (GVL's R-SVD, 6 a r^2 + 20 r^3 each; Table 5's
+    4 a r^2 is the values-only cost), the r x r core product (2 r^3) and its SVD (22 r^3),
+    and the two recovery products 2 (d + D) r p.
     """
     s = min(d, r)
-    f = 4 * (d + D) * s * s + 2 * (d + D) * s * p
     if lower:
-        f += 2 * s**3 + svd_flops(s, s)
-    return float(f)
+        return float(svd_flops(d, s) + svd_flops(s, D) + 2 * s**3 + svd_flops(s, s) + 2 * (d + D) * s * p)
+    return float(4 * (d + D) * s * s + 2 * (d + D) * s * p)
 
 
 def flexlora_table5(d: int, D: int, r: int, p: int, *, lower: bool = False) -> float:
     r"""FlexLoRA, Table 5: :math:`2dDr + 4Dd^2` (dense aggregate, economy SVD).
 
-    ``lower=True`` adds the O(d^3) of the SVD with singular vectors (GVL R-SVD:
-    6Dd^2 + 20d^3 replaces 4Dd^2).
+    ``lower=True`` counts the economy SVD with singular vectors at GVL's cost (the cheaper
+    of Golub-Reinsch 14Dd^2 + 8d^3 and R-SVD 6Dd^2 + 20d^3) instead of 4Dd^2.
     """
     f = 2 * d * D * r + (svd_flops(D, d) if lower else 4 * D * d * d)
     return float(f)
