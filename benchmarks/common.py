@@ -9,7 +9,8 @@ keyed by the arguments and a digest of the generator's source, and in memory per
 process (asv re-runs ``setup`` before every sample). Every commit the regression workflow
 measures therefore sees the same inputs, unless ``fraq/synthetic.py`` itself changed.
 
-Threads: every benchmark process runs torch at ``FRAQ_BENCH_THREADS`` threads (default 1).
+Threads: every benchmark runs torch at ``FRAQ_BENCH_THREADS`` threads (default 1), set in
+its ``setup``.
 On the 2-core machines this suite was written on, 2-thread LAPACK calls have been seen to
 slow down 100x for minutes when another process competes for the cores, which would be
 recorded as a regression; one thread is the stable default. The thread count is part of
@@ -26,7 +27,6 @@ import os
 import torch
 
 THREADS = int(os.environ.get("FRAQ_BENCH_THREADS", "1"))
-torch.set_num_threads(THREADS)
 
 DTYPE = torch.float32
 
@@ -73,7 +73,8 @@ _warm_up()
 
 
 def check_threads() -> None:
-    """Fail loudly if something reset torch's thread count after import."""
+    """Set torch to THREADS threads: every ``setup`` and ``setup_cache`` calls this first
+    (importing the suite changes nothing, so tests can import it)."""
     if torch.get_num_threads() != THREADS:
         torch.set_num_threads(THREADS)
 

@@ -13,7 +13,8 @@ and compare against a saved baseline:
 
 Each benchmark records in ``extra_info`` (saved in the JSON): counted FLOPs, the
 analytic model's FLOPs, tensor peak memory, mean relative error and its excess over the
-float64 optimum, the selected rank and the thread count. Inputs and measurements are
+float64 optimum (plain and in quadrature, see :mod:`fraq.measure.fidelity`), the
+selected rank and the thread count. Inputs and measurements are
 the asv suite's (``benchmarks.common``, :mod:`fraq.measure`) at smaller sizes; threads
 are ``FRAQ_BENCH_THREADS`` (default 1), as there.
 """
@@ -76,7 +77,7 @@ def _run(benchmark, call, *, B, A, method, d, r, rounds=7):
             method=method, modules=MODULES, d=d, r=r, threads=torch.get_num_threads(),
             flops=count_flops(call).total, flops_model=model, peak_bytes=peak_memory(call).peak,
             relative_error=float(f.relative_error.mean()), excess=float(f.excess.mean()),
-            rank_mean=float(ranks.mean()),
+            excess_quadrature=float(f.excess_quadrature.mean()), rank_mean=float(ranks.mean()),
         )
 
 
@@ -125,7 +126,7 @@ def test_ablation(benchmark, variant):
         benchmark.extra_info.update(
             variant=variant, modules=8, threads=torch.get_num_threads(), flops=count_flops(call).total,
             peak_bytes=peak_memory(call).peak, relative_error=float(f.relative_error.mean()),
-            excess=float(f.excess.mean()), rank_mean=float(P),
+            excess=float(f.excess.mean()), excess_quadrature=float(f.excess_quadrature.mean()), rank_mean=float(P),
         )
 
 
