@@ -23,7 +23,7 @@ from fraq.federated.adapters import load_client_adapters, save_client_adapters  
 from fraq.federated.checkpoint import RoundState, load_checkpoint, save_checkpoint  # noqa: E402
 from fraq.federated.cli import main, run_experiment  # noqa: E402
 from fraq.federated.client import LocalJob, TrainSettings, load_start, local_update  # noqa: E402
-from fraq.federated.config import load_config, method_label, parse_method  # noqa: E402
+from fraq.federated.config import client_ranks, load_config, method_label, parse_method  # noqa: E402
 from fraq.federated.dataset import load_dataset, partition, partition_summary  # noqa: E402
 from fraq.federated.intents import DOMAINS, generate_intents  # noqa: E402
 from fraq.federated.model import TINY_MODEL, Backbone  # noqa: E402
@@ -451,6 +451,10 @@ def test_config_settings_and_errors():
         load_config("quick", {"methods": ["fedavg"]})
     with pytest.raises(ValueError, match="config"):
         load_config("nosuch")
+    with pytest.raises(ValueError, match="federated.ranks"):
+        load_config("quick", {"federated.ranks": [8] * 11})
+    ranks, alphas = client_ranks(load_config("quick", {"federated.ranks": [4, 16, 32, 64]}))
+    assert ranks == [4, 16, 32, 64, 4, 16, 32, 64, 4, 16] and alphas[:4] == [8.0, 32.0, 64.0, 128.0]
     assert parse_method("fraq:tau=0.80,backend=householder") == ("fraq", {"tau": 0.8, "backend": "householder"})
     assert method_label("fraq:tau=0.80") == "fraq-tau0.80"
 

@@ -173,9 +173,9 @@ def validate(cfg: dict) -> None:
     if not isinstance(ranks, list) or not ranks or \
             not all(isinstance(r, int) and not isinstance(r, bool) and r >= 1 for r in ranks):
         raise ValueError(f"federated.ranks(={ranks!r}) must be a non-empty list of ints >= 1")
-    if len(ranks) not in (1, K) and K % len(ranks) != 0:
-        raise ValueError(f"federated.ranks has {len(ranks)} entries for federated.clients(={K}): give 1, K, "
-                         f"or a divisor of K (the pattern repeats)")
+    if len(ranks) > K:
+        raise ValueError(f"federated.ranks has {len(ranks)} entries for federated.clients(={K}): give at most K "
+                         f"(a shorter list repeats: clients 0, 1, ... take ranks[k % len(ranks)])")
     alphas = f["alphas"]
     if alphas is not None and (not isinstance(alphas, list) or len(alphas) != len(ranks) or
                                not all(isinstance(a, numbers.Real) and not isinstance(a, bool) and a > 0
