@@ -83,6 +83,10 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
                              f"use the same flags, or another --out")
     from fraq.measure.machine import machine_record
 
+    if cfg["threads"] is not None:  # before the machine record, which reports the thread count
+        import torch
+
+        torch.set_num_threads(cfg["threads"])
     run_info = {"machine": machine_record(), "versions": _versions(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     write_json(out_dir / "config.json", {"config": cfg_json, "run": run_info})
     t0 = time.perf_counter()
