@@ -1,13 +1,18 @@
 # The README's commands. Set-up is the first two lines of the README; `make setup` runs them.
 PY := .venv/bin/python
 
-.PHONY: setup run demo test test-slow test-all bench-roofline reproduce reproduce-paper figures
+.PHONY: setup run demo test test-slow test-all asv-check bench bench-quick bench-pytest bench-roofline regress \
+	reproduce reproduce-paper figures federated federated-smoke
 
 setup:
 	python3 -m venv .venv
-	.venv/bin/pip install torch==2.13.0 -e ".[dev]"
+	.venv/bin/pip install torch==2.13.0 -e ".[dev,bench,analysis,fl]"
 
-run:
+# The main job: the reduced reproduction of every server-side figure and table.
+run: reproduce
+
+# FRAQ alone on the model presets (latency, ranks, downlink, error vs float64).
+demo:
 	$(PY) -m fraq
 
 test:
@@ -18,6 +23,24 @@ test-slow:
 
 test-all:
 	$(PY) -m pytest --benchmark-skip -q
+
+asv-check:
+	.venv/bin/asv machine --yes >/dev/null
+	.venv/bin/asv check --python=same
+
+bench:
+	.venv/bin/asv machine --yes >/dev/null
+	.venv/bin/asv run --python=same --set-commit-hash $$(git rev-parse HEAD)
+
+bench-quick:
+	.venv/bin/asv machine --yes >/dev/null
+	.venv/bin/asv run --python=same --quick --set-commit-hash $$(git rev-parse HEAD)
+
+bench-pytest:
+	$(PY) -m pytest tests/bench --benchmark-only
+
+regress:
+	$(PY) -m benchmarks.regress
 
 bench-roofline:
 	$(PY) -m pytest tests/bench/test_roofline.py --benchmark-only -s
@@ -30,3 +53,9 @@ reproduce-paper:
 
 figures:
 	$(PY) -m analysis.reproduce --figures-only
+
+federated:
+	$(PY) -m fraq.federated
+
+federated-smoke:
+	$(PY) -m fraq.federated --methods fedit fraq --clients 2 --rounds 1 --steps 5 --set dataset.train_per_intent=20 --set dataset.test_per_intent=5 --out results/federated/smoke --overwrite --no-progress
