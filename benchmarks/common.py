@@ -10,9 +10,9 @@ process (asv re-runs ``setup`` before every sample). Every commit the regression
 measures therefore sees the same inputs, unless ``fraq/synthetic.py`` itself changed.
 
 Threads: every benchmark runs torch at ``FRAQ_BENCH_THREADS`` threads (default 1), set in
-its ``setup``.
-On the 2-core machines this suite was written on, 2-thread LAPACK calls have been seen to
-slow down 100x for minutes when another process competes for the cores, which would be
+its ``setup``. On the 2-core machine this suite was written on, 2-thread LAPACK calls slow
+down erratically when another process competes for the cores (a batched SVD measured 5x
+slower at 2 threads than at 1, with an IQR as large as its median), which would be
 recorded as a regression; one thread is the stable default. The thread count is part of
 the asv machine name the regression workflow records under (``benchmarks/regress.py``).
 """
@@ -49,8 +49,8 @@ CACHE_DIR = os.environ.get("FRAQ_BENCH_CACHE") or os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".asv", "cache")
 
 FLEXLORA_MAX_D = 768
-"""FlexLoRA forms each d x D aggregate and runs a dense SVD, O(D d^2): 12 modules at
-d = 1024 take ~10 s a call at one thread, at d = 4096 about 10 minutes. Larger d is skipped."""
+"""FlexLoRA forms each d x D aggregate and runs a dense SVD, O(D d^2): 12 modules take
+~5 s a call at d = 768 and one thread, about 5 minutes at d = 4096. Larger d is skipped."""
 
 TAU = 0.95
 """Energy threshold of the preset benchmarks (the paper's main setting)."""

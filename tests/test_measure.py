@@ -82,16 +82,22 @@ def test_peak_memory_rejects_other_devices():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_peak_of_known_pattern_cuda():
-    # Sizes are multiples of the caching allocator's 512-byte rounding, so counts are exact.
-    def pattern():
-        a = torch.empty(MB // 4, device="cuda")
-        b = torch.empty(2 * MB // 4, device="cuda")
-        del a
-        return torch.empty(4 * MB // 4, device="cuda") + b[: MB].sum()
+    # MiB multiples: the caching allocator rounds blocks to 512 bytes, so these are exact.
+    mib = 2**20
 
+    def pattern():
+        a = torch.empty(mib // 4, device="cuda")
+        b = torch.empty(2 * mib // 4, device="cuda")
+        del a
+        c = torch.empty(4 * mib // 4, device="cuda")
+        del b
+        return c
+
+    pattern()  # let the allocator reserve its segments once
     m = peak_memory(pattern, device="cuda")
-    assert m.peak >= 6 * MB
-    assert m.net == 4 * MB
+    assert m.peak == 6 * mib
+    assert m.net == 4 * mib
+    assert m.allocated == 7 * mib
 
 
 # ------------------------------------------------------------------ FLOP formulas

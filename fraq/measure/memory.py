@@ -79,7 +79,8 @@ def peak_memory(fn: Callable[[], object], *, device: torch.device | str = "cpu",
 
     The result of ``fn`` is dropped after the measurement. Run it once beforehand if the
     first call populates caches (the CUDA allocator's pool does not affect these counts,
-    but lazily built constants would).
+    but lazily built constants would). ``single_thread`` (CPU only): run at one torch
+    thread so that work fanned out to Python threads is seen (see the module docstring).
     """
     device = torch.device(device)
     gc.collect()

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["BASELINES", "fraq_method_names", "get_method", "method_names"]
+__all__ = ["BASELINES", "clients_as_batch", "fraq_method_names", "get_method", "method_names"]
 
 BASELINES = ("florist", "flexlora")
 """Baselines in the paper's Fig. 3 and Table 4 comparisons."""
