@@ -48,6 +48,17 @@ def _files(paths: str | Path | Iterable) -> list[Path]:
     return [Path(p) for p in paths]
 
 
+def _records(paths: str | Path | Iterable) -> Iterable[tuple[Path, dict]]:
+    """(file, parsed JSON object) for every readable JSON object under ``paths``."""
+    for f in _files(paths):
+        try:
+            rec = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(rec, dict):
+            yield f, rec
+
+
 def load_results(paths: str | Path | Iterable, experiment: str | None = None) -> pd.DataFrame:
     """The project's per-result JSON files under ``paths`` (a directory, searched
     recursively, or a list of files) as one row each.
@@ -58,12 +69,8 @@ def load_results(paths: str | Path | Iterable, experiment: str | None = None) ->
     records (no ``result`` key) are skipped; ``experiment`` filters.
     """
     rows = []
-    for f in _files(paths):
-        try:
-            rec = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if not isinstance(rec, dict) or "result" not in rec or "config" not in rec:
+    for f, rec in _records(paths):
+        if "result" not in rec or "config" not in rec:
             continue
         if experiment is not None and rec.get("experiment") != experiment:
             continue
@@ -95,12 +102,8 @@ def load_backends(paths: str | Path | Iterable) -> pd.DataFrame:
     timing columns (``ms_1t``, ``iqr_ms_1t``, ...) as written.
     """
     rows = []
-    for f in _files(paths):
-        try:
-            rec = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if not isinstance(rec, dict) or rec.get("experiment") != "backends":
+    for f, rec in _records(paths):
+        if rec.get("experiment") != "backends":
             continue
         machine = _flat("machine", rec.get("machine"))
         for r in rec.get("rows", []):
@@ -113,12 +116,8 @@ def load_backends(paths: str | Path | Iterable) -> pd.DataFrame:
 def load_aggregators(paths: str | Path | Iterable) -> pd.DataFrame:
     """Rows of ``python -m fraq.experiments.aggregators`` result files (one per preset)."""
     rows = []
-    for f in _files(paths):
-        try:
-            rec = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if not isinstance(rec, dict) or "preset" not in rec or "rows" not in rec:
+    for f, rec in _records(paths):
+        if "preset" not in rec or "rows" not in rec:
             continue
         machine = _flat("machine", rec.get("machine"))
         for r in rec["rows"]:
@@ -203,12 +202,8 @@ def load_pytest_benchmark(paths: str | Path | Iterable) -> pd.DataFrame:
     the machine as ``machine.*`` (pytest-benchmark's ``machine_info``).
     """
     rows = []
-    for f in _files(paths):
-        try:
-            rec = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if not isinstance(rec, dict) or "benchmarks" not in rec:
+    for f, rec in _records(paths):
+        if "benchmarks" not in rec:
             continue
         machine = _flat("machine", {k: v for k, v in (rec.get("machine_info") or {}).items() if k != "cpu"})
         cpu = (rec.get("machine_info") or {}).get("cpu") or {}
