@@ -6,6 +6,11 @@ float64 Eckart-Young optimum, and the orthogonality of the adapter's basis side.
 ``ConditionFidelity`` (Fig. 4 right): rank-64 aggregates with condition numbers 1 to
 1e10, output rank 64, so any error is precision, not truncation.
 
+Real LoRA updates instead of synthetic ones (the paper's Fig. 4 left uses trained
+adapters): save one round's client adapters from the federated harness
+(``python -m fraq.federated --set federated.save_adapters_round=T``) and point
+``FRAQ_ADAPTERS`` at the file; ``RankFidelity`` then measures those modules.
+
 The numbers are computed once per class in ``setup_cache`` (asv stores them and hands
 them to each ``track_``); a method or combination that cannot run is recorded with its
 reason and skipped.
@@ -50,13 +55,38 @@ def _measure(method, Bs, As, B, A, S, p, d):
             ("relative_error", "excess", "excess_quadrature", "optimal_error", "orthogonality")}
 
 
+def _adapter_modules(path):
+    """(Bs, As, B, A, S, d) per module shape of a saved federated round (``FRAQ_ADAPTERS``)."""
+    import fraq
+    from fraq.federated.adapters import load_client_adapters
+    from fraq.reference import reference_svd
+
+    saved = load_client_adapters(path)
+    K = len(saved.updates)
+    a = fraq.normalized_weights(saved.weights, K)
+    out = []
+    for (m, n, _ranks, scales), (Bs, As, _names) in saved.stacks(DTYPE).items():
+        # The methods stack with uniform weights and unit scales, so each client's data
+        # weight and LoRA scale go into its factors: sqrt(K a_k) B_k, sqrt(K a_k) s_k A_k.
+        Bs = [b * (K * ak) ** 0.5 for b, ak in zip(Bs, a)]
+        As = [x * ((K * ak) ** 0.5 * sk) for x, ak, sk in zip(As, a, scales)]
+        B, A = fraq.stack(Bs, As)
+        out.append((Bs, As, B, A, reference_svd(B, A)[1], min(m, n)))
+    return out
+
+
 def _llama_modules():
     """(Bs, As, B, A, S, d) per LLaMA-3.2-3B projection shape, FIDELITY_LAYERS of each;
-    S the float64 singular values of the exact aggregate."""
+    S the float64 singular values of the exact aggregate. With ``FRAQ_ADAPTERS`` set, the
+    saved real client adapters instead."""
+    import os
+
     import fraq
     from fraq.presets import PRESETS
     from fraq.reference import reference_svd
 
+    if os.environ.get("FRAQ_ADAPTERS"):
+        return _adapter_modules(os.environ["FRAQ_ADAPTERS"])
     preset = PRESETS["llama-3.2-3b"]
     out = []
     for i, g in enumerate(preset.groups):

@@ -462,3 +462,30 @@ def test_config_settings_and_errors():
 def test_cli_refuses_bad_flags(capsys):
     assert main(["--rounds", "0", "--no-progress"]) == 2
     assert "federated.rounds(=0)" in capsys.readouterr().err
+
+
+def test_saved_adapters_feed_the_fidelity_benchmark(tmp_path, monkeypatch):
+    """FRAQ_ADAPTERS points benchmarks/bench_fidelity.py at real saved client adapters."""
+    from benchmarks.bench_fidelity import _llama_modules, _measure
+
+    from fraq.aggregators.payload import ClientUpdate
+    from fraq.federated.adapters import save_client_adapters
+    from fraq.reference import dense_aggregate
+    from fraq.synthetic import lora_clients
+
+    ranks = [4, 4, 4]
+    Bq, Aq = lora_clients(24, 16, ranks, seed=3)
+    Bv, Av = lora_clients(8, 16, ranks, seed=4)
+    updates = [ClientUpdate(factors={"q": (Bq[k], Aq[k]), "v": (Bv[k], Av[k])}, scale=2.0, weight=1.0 + k)
+               for k in range(3)]
+    path = save_client_adapters(tmp_path / "round.safetensors", updates)
+    monkeypatch.setenv("FRAQ_ADAPTERS", str(path))
+    modules = _llama_modules()
+    assert sorted(d for *_, d in modules) == [8, 16]
+    original = {16: (Bq, Aq), 8: (Bv, Av)}  # d = min(m, n) of q (24 x 16) and v (8 x 16)
+    for Bs, As, B, A, S, d in modules:
+        ref = dense_aggregate(*original[d], [1.0, 2.0, 3.0], [2.0] * 3)
+        tol = 64 * torch.finfo(torch.float32).eps * float(torch.linalg.matrix_norm(ref))
+        assert float(torch.linalg.matrix_norm(B[0].double() @ A[0].double() - ref)) <= tol
+        row = _measure("fraq", Bs, As, B, A, S, 4, d)
+        assert row["excess"] <= 1e-5
