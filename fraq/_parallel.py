@@ -3,12 +3,19 @@
 torch runs a batch of small factorizations (geqrf, eigh, ormqr) as a serial loop of
 LAPACK calls, each too small for LAPACK's own threads to help: on 2 cores a batch of 36
 QRs of 768 x 80 barely speeds up from 1 to 2 threads. Running slices of the batch in
-Python threads (torch releases the GIL inside its operators) uses the other cores. On
-CUDA, or with one thread, or for a batch of one, the call runs as is.
+Python threads (torch releases the GIL inside its operators) can use the other cores.
+
+It is off by default and turned on with ``FRAQ_LAPACK_FANOUT=1``: on this project's
+2-core machine a whole ``fraq.recompress`` of the RoBERTa-base preset at 2 threads took
+the same time with and without it on a quiet machine (55.4 vs 55.4 ms median, 12
+interleaved runs), and 3.6x longer with it when the other core was busy (each worker's
+LAPACK call starts its own OpenMP team, oversubscribing the cores). On CUDA, with one
+thread, or for a batch of one, the call always runs as is.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,7 +48,7 @@ def batch_map(fn: Callable[..., object], *tensors: torch.Tensor) -> object:
     The first tensor is a batch of matrices (*, rows, cols); an unbatched one (2-D) is
     passed through whole.
     """
-    if tensors[0].dim() < 3:
+    if tensors[0].dim() < 3 or os.environ.get("FRAQ_LAPACK_FANOUT") != "1":
         return fn(*tensors)
     nb = tensors[0].shape[0]
     workers = min(torch.get_num_threads(), nb)
