@@ -1,7 +1,7 @@
 # The README's commands. Set-up is the first two lines of the README; `make setup` runs them.
 PY := .venv/bin/python
 
-.PHONY: setup run demo test test-slow test-all asv-check bench bench-quick bench-pytest bench-roofline regress \
+.PHONY: setup run demo test test-slow test-all asv-check bench bench-quick bench-pytest bench-roofline bench-report regress \
 	reproduce reproduce-paper figures federated federated-smoke
 
 setup:
@@ -39,8 +39,13 @@ bench-quick:
 bench-pytest:
 	$(PY) -m pytest tests/bench --benchmark-only
 
+N ?= 2
+FACTOR ?= 1.5
 regress:
-	$(PY) -m benchmarks.regress
+	$(PY) -m benchmarks.regress --commits $(N) --factor $(FACTOR)
+
+bench-report:
+	$(PY) -m benchmarks.report all
 
 bench-roofline:
 	$(PY) -m pytest tests/bench/test_roofline.py --benchmark-only -s
