@@ -124,7 +124,11 @@ def select_rank(lam: torch.Tensor, tau: float) -> torch.Tensor:
     and 0 where every eigenvalue is zero. The total is the last entry of the same
     cumulative sum, so at tau = 1 the rule stops exactly at the last nonzero eigenvalue.
     """
-    cums = torch.cumsum(lam, dim=-1)
+    return _rank_from_cumsum(torch.cumsum(lam, dim=-1), tau)
+
+
+def _rank_from_cumsum(cums: torch.Tensor, tau: float) -> torch.Tensor:
+    """The energy rule on the cumulative eigenvalue sums (*, s) (see :func:`select_rank`)."""
     total = cums[..., -1:]
     p = (cums < tau * total).sum(dim=-1) + 1
     return torch.where(total[..., 0] > 0, p, torch.zeros_like(p))
@@ -214,8 +218,9 @@ def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype, factore
     floor = noise_floor(lam[..., :1], s, cdt)
     lam = torch.where(lam > floor, lam, torch.zeros_like(lam))
 
+    cums = torch.cumsum(lam, dim=-1)
     if tau is not None:
-        p = select_rank(lam, tau)
+        p = _rank_from_cumsum(cums, tau)
     else:
         p = torch.full((nb,), rank, dtype=torch.int64, device=lam.device)
     pmax = int(p.max().item())
@@ -236,7 +241,6 @@ def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype, factore
     Bg = Bg.reshape(*batch, m, pmax).to(out_dtype)
     Ag = Ag.reshape(*batch, pmax, n).to(out_dtype)
 
-    cums = torch.cumsum(lam, dim=-1)
     total = cums[..., -1]
     kept = torch.gather(cums, -1, (p - 1).clamp(min=0).unsqueeze(-1)).squeeze(-1)
     kept = torch.where(p > 0, kept, torch.zeros_like(kept))
