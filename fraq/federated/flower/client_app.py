@@ -4,21 +4,28 @@ Each node keeps its copy of the global weights W_t of the adapted modules in
 ``context.state`` and adds the merges it receives (Algorithm 1: W_t = W_{t-1} +
 s_g B_g A_g), with the same float64 arithmetic as the server
 (:func:`fraq.federated.server.merge_into`). It answers a ``query`` message with its
-``partition-id`` so the server can address each client's own payload.
+``partition-id`` (checked against ``num-partitions`` and the run's client count) so the
+server can address each client's own payload: SuperNode ``partition-id`` K trains the
+harness's client K (``Task.clients[K]``, the K-th part of the seeded Dirichlet split).
+
+``app`` is ``flwr run``'s component (configuration from ``context.run_config``);
+:func:`make_client_app` builds one for a given configuration.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from fraq.federated.client import LocalJob, local_update
+from fraq.federated.flower.run_config import from_run_config
 from fraq.federated.flower.strategy import decode_downlink, encode_update
 from fraq.federated.server import Method, Task, merge_into
 
-__all__ = ["make_client_app"]
+__all__ = ["app", "make_client_app"]
 
 _TASKS: dict[str, Task] = {}
 
@@ -31,24 +38,39 @@ def _task(cfg: dict) -> Task:
     return _TASKS[key]
 
 
-def make_client_app(cfg: dict, method: str) -> ClientApp:
-    """A ``ClientApp`` for configuration ``cfg`` (a :func:`fraq.federated.config.load_config` dict)
-    and method spec ``method`` (for the local-training settings)."""
-    app = ClientApp()
+def _partition(context: Context, K: int) -> int:
+    """This node's partition id, checked against the node's ``num-partitions`` and K clients."""
+    nc = context.node_config
+    if "partition-id" not in nc or "num-partitions" not in nc:
+        raise ValueError(f"SuperNode node_config(={dict(nc)!r}) needs partition-id and num-partitions: start it with "
+                         f"--node-config \"partition-id=K num-partitions={K}\"")
+    pid, n = nc["partition-id"], nc["num-partitions"]
+    if int(n) != K:
+        raise ValueError(f"SuperNode num-partitions(={n!r}) differs from the run's clients(={K}); the data are "
+                         f"split into {K} partitions, one per SuperNode")
+    if not 0 <= int(pid) < K:
+        raise ValueError(f"SuperNode partition-id(={pid!r}) must be in 0..{K - 1}")
+    return int(pid)
+
+
+def _register(app: ClientApp, resolve: Callable[[Context], tuple[dict, str]]) -> ClientApp:
+    """Add the query and train handlers; ``resolve(context)`` gives (cfg, method spec)."""
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
-        pid = int(context.node_config.get("partition-id", -1))
+        cfg, _ = resolve(context)
+        pid = _partition(context, cfg["federated"]["clients"])
         return Message(RecordDict({"metrics": MetricRecord({"partition-id": pid})}), reply_to=msg)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
+        cfg, method = resolve(context)
         task = _task(cfg)
         settings = Method.make(method, cfg).settings
         c = msg.content["config"]
         k = int(c["client"])
-        pid = context.node_config.get("partition-id")
-        if pid is not None and int(pid) != k:
+        pid = _partition(context, cfg["federated"]["clients"])
+        if pid != k:
             raise ValueError(f"node with partition-id {pid} was sent client {k}'s round")
         tensors = msg.content["arrays"].to_torch_state_dict()
         merges, starts = decode_downlink(tensors, c)
@@ -71,3 +93,18 @@ def make_client_app(cfg: dict, method: str) -> ClientApp:
         return Message(encode_update(res.update, res.head, k, res.loss), reply_to=msg)
 
     return app
+
+
+def make_client_app(cfg: dict, method: str) -> ClientApp:
+    """A ``ClientApp`` for configuration ``cfg`` (a :func:`fraq.federated.config.load_config` dict)
+    and method spec ``method`` (for the local-training settings)."""
+    return _register(ClientApp(), lambda context: (cfg, method))
+
+
+def _from_run_config(context: Context) -> tuple[dict, str]:
+    cfg, method, _ = from_run_config(context.run_config)
+    return cfg, method
+
+
+# ``flwr run``'s component: the configuration comes from ``context.run_config``
+app = _register(ClientApp(), _from_run_config)

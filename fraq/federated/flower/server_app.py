@@ -2,23 +2,32 @@
 
 The ``ServerApp`` asks every node for its partition, builds the method's
 :class:`~fraq.federated.flower.strategy.LoraStrategy` from the same initial state as the
-in-process harness, runs ``strategy.start`` for ``federated.rounds`` rounds and
-evaluates the global model centrally (``evaluate_fn``) every ``eval_every`` rounds.
-:func:`run_simulation` runs it with Flower's simulation runtime (Ray backend).
+in-process harness, runs ``strategy.start`` for ``federated.rounds`` rounds,
+evaluates the global model centrally (``evaluate_fn``) every ``eval_every`` rounds and
+writes the per-round records to ``<results-dir>/<label>/result.json`` (atomic, after
+every round). ``app`` is ``flwr run``'s component (configuration from
+``context.run_config``, :mod:`~fraq.federated.flower.run_config`);
+:func:`make_server_app` builds one for a given configuration, and :func:`run_simulation`
+runs it in-process with Flower's simulation runtime (Ray backend).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from logging import INFO
+from pathlib import Path
 
 from flwr.app import ArrayRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid, ServerApp
+from flwr.supercore import log
 
+from fraq.federated.flower.run_config import from_run_config
 from fraq.federated.flower.strategy import LoraStrategy
-from fraq.federated.server import Method, Task, eval_weights, florg_offset
+from fraq.federated.results import write_json
+from fraq.federated.server import Method, Task, _jsonable, eval_weights, florg_offset, flora_downlink
 
-__all__ = ["make_server_app", "run_simulation"]
+__all__ = ["app", "make_server_app", "run_simulation"]
 
 
 def _wait_for_nodes(grid: Grid, count: int, timeout: float = 300.0) -> list[int]:
@@ -30,60 +39,104 @@ def _wait_for_nodes(grid: Grid, count: int, timeout: float = 300.0) -> list[int]
     return nodes
 
 
-def make_server_app(cfg: dict, method: str, sink: dict | None = None) -> ServerApp:
+def _partitions(grid: Grid, K: int) -> dict[int, int]:
+    """Node id -> partition id, asked of every connected node; exactly one node per client 0..K-1."""
+    nodes = _wait_for_nodes(grid, K)
+    query = [Message(RecordDict({}), message_type=MessageType.QUERY, dst_node_id=n) for n in nodes]
+    node_clients = {}
+    for reply in grid.send_and_receive(query):
+        if reply.has_error():
+            raise RuntimeError(f"node {reply.metadata.src_node_id} failed the partition query: {reply.error.reason}")
+        node_clients[reply.metadata.src_node_id] = int(reply.content["metrics"]["partition-id"])
+    if sorted(node_clients.values()) != list(range(K)):
+        raise RuntimeError(f"federated.clients(={K}) needs one SuperNode per partition-id 0..{K - 1}; the "
+                           f"connected nodes have partition-ids {sorted(node_clients.values())}")
+    return node_clients
+
+
+def _result(strategy: LoraStrategy, task: Task, m: Method, cfg: dict, run_id: int | None) -> dict:
+    """The method's result in the in-process harness's shape (``run_method``), plus the run id."""
+    return {"method": m.spec, "label": m.label, "skipped": None, "ranks": m.plan.ranks, "alphas": m.plan.alphas,
+            "upload_ranks": m.plan.upload_ranks,
+            "flora_downlink_params": flora_downlink(task.backbone.targets, list(m.client_ranks)),
+            "rounds": strategy.records, "runtime": "flower", "run_id": run_id, "config": _jsonable(cfg)}
+
+
+def _main(grid: Grid, context: Context, cfg: dict, method: str, sink: dict | None, results_dir: str | None) -> None:
+    task = Task(cfg, log=lambda msg: log(INFO, "%s", msg))
+    m = Method.make(method, cfg)
+    if m.plan.skip:
+        raise ValueError(f"{method}: {m.plan.skip}")
+    f = cfg["federated"]
+    node_clients = _partitions(grid, f["clients"])
+    state = m.initial_state(task)
+    florg = task.florg_projections() if m.agg.single_matrix else None
+    strategy = LoraStrategy(m, state, task.backbone.targets, node_clients,
+                            initial_merges=florg_offset(state.starts[0]) if florg else None,
+                            head_rounds=f["head_rounds"])
+    accuracy: dict[int, float] = {}
+    out = None if results_dir is None else Path(results_dir).expanduser().resolve() / m.label / "result.json"
+    if out is not None:
+        log(INFO, "fraq: results go to %s", out)
+
+    def evaluate(rnd: int, arrays: ArrayRecord) -> MetricRecord | None:
+        if rnd == 0:
+            return None
+        metrics = None
+        if rnd % f["eval_every"] == 0 or rnd == f["rounds"]:
+            bb = task.backbone
+            bb.set_weights(eval_weights(strategy.state, m.plan.ranks, florg))
+            head = task.new_head()
+            head.load_state_dict(strategy.state.head)
+            accuracy[rnd] = strategy.records[-1]["accuracy"] = bb.accuracy(head, task.test, task.test_labels)
+            metrics = MetricRecord({"accuracy": accuracy[rnd]})
+        rec = strategy.records[-1]
+        log(INFO, "fraq: [%s] round %d/%d: loss %.3f%s, downlink %.1f%% of FLoRA, mean rank %.1f, aggregation %.1f ms",
+            m.spec, rnd, f["rounds"], rec["train_loss"],
+            f", accuracy {100 * accuracy[rnd]:.2f}%" if rnd in accuracy else "", rec["downlink_pct_flora"],
+            rec["rank_mean"], rec["agg_ms"])
+        if out is not None:
+            write_json(out, _result(strategy, task, m, cfg, context.run_id))
+        return metrics
+
+    result = strategy.start(grid, ArrayRecord(torch_state_dict=dict(state.head)), num_rounds=f["rounds"],
+                            evaluate_fn=evaluate)
+    if sink is not None:
+        sink.update(strategy=strategy, result=result, accuracy=accuracy)
+
+
+def make_server_app(cfg: dict, method: str, sink: dict | None = None, results_dir: str | None = None) -> ServerApp:
     """A ``ServerApp`` running ``method`` (e.g. ``"fraq:tau=0.95"``) with configuration ``cfg``.
 
     ``sink`` (a dict) receives ``strategy`` (its ``state`` and ``records``), ``result``
-    (Flower's ``Result``) and ``accuracy`` (round -> accuracy).
+    (Flower's ``Result``) and ``accuracy`` (round -> accuracy). With ``results_dir`` the
+    records are written to ``results_dir/<label>/result.json`` after every round.
     """
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        task = Task(cfg, log=lambda *a: None)
-        m = Method.make(method, cfg)
-        if m.plan.skip:
-            raise ValueError(f"{method}: {m.plan.skip}")
-        K = cfg["federated"]["clients"]
-        nodes = _wait_for_nodes(grid, K)
-        query = [Message(RecordDict({}), message_type=MessageType.QUERY, dst_node_id=n) for n in nodes]
-        node_clients = {}
-        for reply in grid.send_and_receive(query):
-            if reply.has_error():
-                raise RuntimeError(f"node {reply.metadata.src_node_id} failed the partition query: {reply.error.reason}")
-            node_clients[reply.metadata.src_node_id] = int(reply.content["metrics"]["partition-id"])
-        state = m.initial_state(task)
-        florg = task.florg_projections() if m.agg.single_matrix else None
-        strategy = LoraStrategy(m, state, task.backbone.targets, node_clients,
-                                initial_merges=florg_offset(state.starts[0]) if florg else None,
-                                head_rounds=cfg["federated"]["head_rounds"])
-        f = cfg["federated"]
-        accuracy: dict[int, float] = {}
-
-        def evaluate(rnd: int, arrays: ArrayRecord) -> MetricRecord | None:
-            if rnd == 0 or not (rnd % f["eval_every"] == 0 or rnd == f["rounds"]):
-                return None
-            bb = task.backbone
-            bb.set_weights(eval_weights(strategy.state, m.plan.ranks, florg))
-            head = task.new_head()
-            head.load_state_dict(strategy.state.head)
-            accuracy[rnd] = bb.accuracy(head, task.test, task.test_labels)
-            return MetricRecord({"accuracy": accuracy[rnd]})
-
-        result = strategy.start(grid, ArrayRecord(torch_state_dict=dict(state.head)), num_rounds=f["rounds"],
-                                evaluate_fn=evaluate)
-        if sink is not None:
-            sink.update(strategy=strategy, result=result, accuracy=accuracy)
+        _main(grid, context, cfg, method, sink, results_dir)
 
     return app
 
 
-def run_simulation(cfg: dict, method: str, *, flwr_home: str | None = None) -> dict:
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """``flwr run``'s entry point: the configuration comes from ``context.run_config``."""
+    cfg, method, results_dir = from_run_config(context.run_config)
+    _main(grid, context, cfg, method, None, results_dir)
+
+
+def run_simulation(cfg: dict, method: str, *, flwr_home: str | None = None, results_dir: str | None = None) -> dict:
     """Run ``method`` under Flower's simulation runtime with one node per client; return the sink.
 
     Sets ``FLWR_TELEMETRY_ENABLED=0`` and ``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1``,
     and ``FLWR_HOME`` when given. Needs the Ray backend (``flwr[simulation]``); each node
-    gets one CPU.
+    gets one CPU. With ``results_dir`` the records also go to ``results_dir/<label>/result.json``.
     """
     import importlib.util
 
@@ -98,7 +151,7 @@ def run_simulation(cfg: dict, method: str, *, flwr_home: str | None = None) -> d
     from fraq.federated.flower.client_app import make_client_app
 
     sink: dict = {}
-    _run(make_server_app(cfg, method, sink), make_client_app(cfg, method), num_supernodes=cfg["federated"]["clients"],
+    _run(make_server_app(cfg, method, sink, results_dir), make_client_app(cfg, method), num_supernodes=cfg["federated"]["clients"],
          backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
     if "strategy" not in sink:
         raise RuntimeError("the Flower simulation ended without finishing the ServerApp (see the log above)")

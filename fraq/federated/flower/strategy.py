@@ -87,7 +87,10 @@ class LoraStrategy(FedAvg):
             before round 1 (FLoRG's offset), or None.
         head_rounds: rounds in which the head trains and is averaged.
 
-    After each round ``state`` holds the new server state and ``records`` one dict per round.
+    After each round ``state`` holds the new server state and ``records`` one dict per round,
+    with the keys of :func:`fraq.federated.server.run_round`'s records (``accuracy`` is
+    filled in by the ``ServerApp``'s evaluation; ``train_seconds`` is the wall time from
+    ``configure_train`` to ``aggregate_train``: local training plus communication).
     """
 
     def __init__(self, method: Method, state: RoundState, targets: dict[str, tuple[int, int]],
@@ -104,6 +107,7 @@ class LoraStrategy(FedAvg):
         self.node_clients = dict(node_clients)
         self.head_rounds = head_rounds
         self.records: list[dict] = []
+        self._t_configure: float | None = None
         merges = initial_merges or {}
         self._merges = [dict(merges) for _ in range(K)]
 
@@ -115,6 +119,7 @@ class LoraStrategy(FedAvg):
                         ) -> Iterable[Message]:
         """One message per client: its pending merges, its start adapter, the head, the instructions."""
         plan, agg = self.method.plan, self.method.agg
+        self._t_configure = time.perf_counter()
         train = ("B" if server_round % 2 == 1 else "A") if isinstance(agg, LoraA2) else "AB"
         messages = []
         for node_id, k in sorted(self.node_clients.items(), key=lambda x: x[1]):
@@ -136,6 +141,7 @@ class LoraStrategy(FedAvg):
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """The method's aggregation of every client's upload; the server state advances one round."""
+        train_s = None if self._t_configure is None else time.perf_counter() - self._t_configure
         valid, errors = self._check_and_log_replies(list(replies), is_train=True)
         K = len(self.method.plan.ranks)
         if errors or len(valid) != K:
@@ -166,7 +172,8 @@ class LoraStrategy(FedAvg):
         self._merges = [result.merged(k) for k in range(K)]
         down = result.downlink_params()
         ref = flora_downlink(self.targets, list(self.method.client_ranks))
-        rec = {"round": server_round, "train_loss": float(np.mean(losses)), "agg_ms": agg_ms, "downlink_params": down,
+        rec = {"round": server_round, "accuracy": None, "train_loss": float(np.mean(losses)), "train_seconds": train_s,
+               "agg_ms": agg_ms, "downlink_params": down, "downlink_params_mean": float(np.mean(down)),
                "downlink_pct_flora": 100.0 * float(np.mean(down)) / ref, "ranks": _jsonable(result.ranks),
                "rank_mean": _rank_mean(result.ranks), "reinitialize": result.client_init == REINITIALIZE}
         self.records.append(rec)

@@ -1,0 +1,240 @@
+"""``flwr run`` against a SuperLink on this machine, started and always stopped here.
+
+::
+
+    python -m fraq.federated.flower.local                       # simulation runtime
+    python -m fraq.federated.flower.local --deployment          # SuperLink + one SuperNode per client
+    python -m fraq.federated.flower.local --run-config "num-server-rounds=3 method='flora'"
+
+Steps: pick a free port; write ``$FLWR_HOME/config.toml`` with one SuperLink connection,
+``fraq-local`` (``address = "127.0.0.1:PORT"``, ``insecure = true``); start
+``flower-superlink --insecure [--simulation] --host 127.0.0.1 --port PORT`` (and, with
+``--deployment``, ``flower-supernode --insecure --superlink 127.0.0.1:PORT --node-config
+"partition-id=K num-partitions=N" --port FREE`` for K = 0..N-1); run ``flwr run APP
+fraq-local --stream`` (with ``--federation-config "num-supernodes=N
+client-resources-num-cpus=1"`` in the simulation runtime); then stop every process it
+started and their descendants (SIGTERM, then SIGKILL), whatever happened. Everything goes
+under ``--out`` (default ``results/flower-local/<time>``): ``flwr-home/``, the logs
+(``superlink.log``, ``supernode-K.log``, ``flwr-run.log``) and the ServerApp's
+``<label>/result.json``; a summary (accuracy, downlink, aggregation time) is printed at
+the end.
+
+Sets ``FLWR_HOME``, ``FLWR_TELEMETRY_ENABLED=0`` and
+``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1`` (Flower would otherwise ``uv sync`` the
+App's dependencies, e.g. a CUDA build of torch) and puts this interpreter's ``bin/`` first
+on ``PATH`` (the SuperLink starts ``flower-superexec`` by name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+__all__ = ["default_app_dir", "free_port", "main", "run_local"]
+
+CONNECTION = "fraq-local"
+
+
+def default_app_dir() -> Path:
+    """``apps/flower`` of the repository this package is installed from (editable install)."""
+    return Path(__file__).resolve().parents[3] / "apps" / "flower"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(port: int, proc: subprocess.Popen, log_path: Path, timeout: float) -> None:
+    import httpx
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"flower-superlink exited with code {proc.returncode}; see {log_path}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=0.5).is_success:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"flower-superlink not healthy on 127.0.0.1:{port} after {timeout:.0f} s; see {log_path}")
+
+
+def _descendants(pids: list[int]) -> list:
+    import psutil
+
+    procs = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            procs += [p, *p.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
+    return procs
+
+
+def _stop(started: list[subprocess.Popen], known: list, grace: float = 10.0) -> list[int]:
+    """SIGTERM every started process and every descendant seen, SIGKILL what is left; the pids killed."""
+    import psutil
+
+    procs = {p.pid: p for p in [*known, *_descendants([s.pid for s in started])]}
+    for p in procs.values():
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(list(procs.values()), timeout=grace)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    for s in started:
+        try:
+            s.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            pass
+    return [p.pid for p in alive]
+
+
+def _quote(v: str) -> str:
+    return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def run_local(out: Path, *, app_dir: Path | None = None, run_config: str = "", clients: int = 2,
+              deployment: bool = False, timeout: float = 1800.0, echo=print) -> dict:
+    """Start a SuperLink (and SuperNodes), ``flwr run`` the App, stop everything; return the result dict.
+
+    ``clients`` must equal the run config's ``clients`` (the App's default is 2).
+    """
+    import tomli
+    from flwr.common.config import parse_config_args
+
+    from fraq.federated.config import method_label
+
+    out = Path(out).resolve()
+    app_dir = (app_dir or default_app_dir()).resolve()
+    if not (app_dir / "pyproject.toml").is_file():
+        raise FileNotFoundError(f"app_dir(={str(app_dir)!r}) holds no pyproject.toml (the Flower App)")
+    home = out / "flwr-home"
+    home.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+        f'address = "127.0.0.1:{port}"\ninsecure = true\n', encoding="utf-8")
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0",
+           "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_DISABLE_UPDATE_CHECK": "1",
+           "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1"}
+    env.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    rc_items = [run_config.strip(), f"results-dir={_quote(str(out))}"]
+    rc = " ".join(x for x in rc_items if x)
+    app_config = tomli.loads((app_dir / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["flwr"]["app"]["config"]
+    spec = parse_config_args([run_config]).get("method", app_config["method"])  # its label names the result file
+    started: list[subprocess.Popen] = []
+    logs = []
+    known: list = []
+    t0 = time.perf_counter()
+
+    def spawn(cmd: list[str], log_name: str) -> subprocess.Popen:
+        f = open(out / log_name, "w", encoding="utf-8")
+        logs.append(f)
+        echo("$ " + shlex.join(cmd) + f"   > {out / log_name}")
+        p = subprocess.Popen(cmd, env=env, cwd=out, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        started.append(p)
+        return p
+
+    previous = signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        link = spawn(["flower-superlink", "--insecure", *([] if deployment else ["--simulation"]),
+                      "--host", "127.0.0.1", "--port", str(port)], "superlink.log")
+        _wait_healthy(port, link, out / "superlink.log", timeout=60)
+        if deployment:
+            for k in range(clients):
+                spawn(["flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{port}",
+                       "--node-config", f"partition-id={k} num-partitions={clients}",
+                       "--port", str(free_port())], f"supernode-{k}.log")
+        cmd = ["flwr", "run", str(app_dir), CONNECTION, "--run-config", rc, "--stream"]
+        if not deployment:
+            cmd += ["--federation-config", f"num-supernodes={clients} client-resources-num-cpus=1"]
+        echo("$ " + shlex.join(cmd))
+        known += _descendants([p.pid for p in started])
+        with open(out / "flwr-run.log", "w", encoding="utf-8") as f:
+            run = subprocess.Popen(cmd, env=env, cwd=out, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, start_new_session=True)
+            started.append(run)
+            for line in run.stdout:
+                echo(line.rstrip("\n"))
+                f.write(line)
+                known += [p for p in _descendants([s.pid for s in started]) if p.pid not in {q.pid for q in known}]
+                if time.perf_counter() - t0 > timeout:
+                    raise TimeoutError(f"flwr run exceeded {timeout:.0f} s")
+            run.wait()
+        if run.returncode != 0:
+            raise RuntimeError(f"flwr run exited with code {run.returncode}; see {out / 'flwr-run.log'}")
+    finally:
+        killed = _stop(started, known)
+        for f in logs:
+            f.close()
+        signal.signal(signal.SIGTERM, previous)
+        echo(f"stopped the SuperLink{' and SuperNodes' if deployment else ''}"
+             + (f" (SIGKILL for pids {killed})" if killed else ""))
+    result_path = out / method_label(spec) / "result.json"
+    if not result_path.is_file():
+        raise RuntimeError(f"the ServerApp wrote no {result_path}; see {out / 'flwr-run.log'} and {out / 'superlink.log'}")
+    import json
+
+    result = json.loads(result_path.read_text(encoding="utf-8"))
+    result["wall_seconds"] = time.perf_counter() - t0
+    result["result_path"] = str(result_path)
+    return result
+
+
+def _summary(result: dict) -> str:
+    from fraq.federated.results import summarize
+
+    s = summarize(result)
+    return (f"{result['method']}: {s['rounds']} rounds, accuracy {s['accuracy_pct']:.2f}%, downlink "
+            f"{s['downlink_pct_flora']:.1f}% of FLoRA ({s['downlink_params']:.0f} params / client / round), "
+            f"aggregation {s['agg_ms_mean']:.1f} ms, mean rank {s['rank_mean']:.1f}, "
+            f"wall {result['wall_seconds']:.0f} s\nresults: {result['result_path']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fraq.federated.flower.local", description=__doc__.split("\n")[0])
+    p.add_argument("--deployment", action="store_true",
+                   help="deployment runtime: SuperLink plus one flower-supernode per client (default: simulation)")
+    p.add_argument("--run-config", default="", metavar='"K=V K=V"',
+                   help="flwr run --run-config overrides of apps/flower/pyproject.toml, e.g. \"num-server-rounds=3\"")
+    p.add_argument("--clients", type=int, default=2, help="SuperNodes to start; must equal the run config's clients")
+    p.add_argument("--app", type=Path, default=None, help="the Flower App directory (default: apps/flower)")
+    p.add_argument("--out", type=Path, default=None, help="default: results/flower-local/<UTC time>")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds before the run is stopped")
+    a = p.parse_args(argv)
+    from flwr.common.config import parse_config_args
+
+    rc_clients = parse_config_args([a.run_config]).get("clients")
+    if rc_clients is not None and rc_clients != a.clients:
+        p.error(f"--clients(={a.clients}) must equal the run config's clients(={rc_clients})")
+    out = a.out or Path("results/flower-local") / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    print(f"results and logs go to {out.resolve()}", flush=True)
+    result = run_local(out, app_dir=a.app, run_config=a.run_config, clients=a.clients, deployment=a.deployment,
+                       timeout=a.timeout, echo=lambda s: print(s, flush=True))
+    print(_summary(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
