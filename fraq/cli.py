@@ -1,6 +1,9 @@
 """``python -m fraq``: FRAQ on the model presets with synthetic LoRA-like clients.
 
-For each preset it stacks the clients' factors per module group, recompresses every
+Commands: ``fraq [demo] [options]`` (this benchmark, the default), ``fraq aggregate
+CLIENT_DIR... -o OUT_DIR`` (peft adapters in, one peft adapter out:
+:mod:`fraq.peft_adapters`) and ``fraq example-adapters DIR`` (a tiny model and client
+adapters to try it on). The demo: for each preset it stacks the clients' factors per module group, recompresses every
 adapted matrix in batched kernels, and prints per preset and tau: server latency
 (median and spread), the selected ranks, the downlink relative to the uncompressed
 FLoRA stack, and the relative error against a float64 reference together with the
@@ -78,8 +81,29 @@ def _print(rows) -> None:
               f"{r['rel_error_median']:>15.3e}{r['excess_over_optimum_max']:>15.1e}")
 
 
+_COMMANDS = """commands:
+  fraq [demo] [options]              this benchmark (the default command)
+  fraq aggregate CLIENT_DIR... -o OUT_DIR [--weights N...] [--tau T] [--report]
+                                     aggregate peft LoRA adapters into one (fraq aggregate --help)
+  fraq example-adapters DIR          write a tiny model and 3 client adapters to try aggregate on
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fraq", description=__doc__.split("\n\n")[0])
+    """Dispatch ``aggregate`` and ``example-adapters``; anything else (or ``demo``) runs the demo."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["aggregate"]:
+        return aggregate_main(argv[1:])
+    if argv[:1] == ["example-adapters"]:
+        return example_main(argv[1:])
+    if argv[:1] == ["demo"]:
+        argv = argv[1:]
+    return demo_main(argv)
+
+
+def demo_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="fraq [demo]", description=__doc__.split("\n\n")[0], epilog=_COMMANDS,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", action="append", choices=sorted(PRESETS),
                         help=f"preset to run (repeatable; default: {', '.join(DEFAULT_PRESETS)})")
     parser.add_argument("--tau", type=float, action="append", help="energy threshold (repeatable; default 0.8 and 0.95)")
@@ -112,6 +136,79 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))
         tmp.replace(args.json)
         print(f"wrote {args.json}")
+    return 0
+
+
+def aggregate_main(argv: list[str]) -> int:
+    """``fraq aggregate``: see :func:`fraq.peft_adapters.aggregate_adapters`."""
+    from fraq.aggregators import AGGREGATORS
+
+    parser = argparse.ArgumentParser(
+        prog="fraq aggregate",
+        description="Aggregate peft LoRA adapter directories (adapter_config.json + adapter_model.safetensors) "
+                    "into one peft adapter whose every module has scale 1, or into a dense weight delta.",
+        epilog="example: fraq aggregate c0 c1 c2 --weights 120 80 40 --tau 0.95 -o merged --report")
+    parser.add_argument("clients", nargs="+", metavar="CLIENT_DIR", help="peft adapter directories")
+    parser.add_argument("-o", "--out", type=Path,
+                        help="output adapter directory (with --delta: the .safetensors file); omit to only report")
+    parser.add_argument("--weights", type=float, nargs="+", metavar="N",
+                        help="one data weight per client, normalized inside (default: equal)")
+    parser.add_argument("--method", default="fraq", choices=list(AGGREGATORS), help="aggregator (default fraq)")
+    parser.add_argument("--tau", type=float, help="energy threshold in (0, 1] (fraq, florist; default: the method's)")
+    parser.add_argument("--rank", type=int, help="fixed rank per module instead of --tau (fraq)")
+    parser.add_argument("--delta", action="store_true",
+                        help="write dense per-module deltas <module>.weight in the base weight's layout")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"],
+                        help="dtype written (default float32)")
+    parser.add_argument("--overwrite", action="store_true", help="replace the adapter files in an existing OUT")
+    parser.add_argument("--report", action="store_true",
+                        help="print per module: shape, client ranks, rank kept, energy, error, parameters")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the report rows as JSON ('-': stdout)")
+    args = parser.parse_args(argv)
+    if args.out is None and not (args.report or args.json):
+        parser.error("nothing to do: pass -o OUT, --report or --json")
+    from fraq.peft_adapters import aggregate_adapters
+
+    try:
+        agg = aggregate_adapters(args.clients, args.out, weights=args.weights, method=args.method, tau=args.tau,
+                                 rank=args.rank, delta=args.delta, dtype=getattr(torch, args.dtype),
+                                 overwrite=args.overwrite, report=bool(args.report or args.json))
+    except (ValueError, TypeError) as e:
+        print(f"fraq aggregate: error: {e}", file=sys.stderr)
+        return 1
+    if args.report:
+        print(agg.table())
+    if args.json:
+        text = json.dumps(agg.to_json(), indent=2)
+        if str(args.json) == "-":
+            print(text)
+        else:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(text + "\n")
+    if agg.path is not None:
+        t = agg.totals()
+        what = "delta" if agg.delta else "adapter"
+        print(f"wrote {what} {agg.path}: {t['modules']} modules, {t['params']} parameters "
+              f"({t['params_pct_flora']:.1f}% of the FLoRA stack), method {agg.method}", file=sys.stderr)
+    return 0
+
+
+def example_main(argv: list[str]) -> int:
+    """``fraq example-adapters DIR``: see :func:`fraq.peft_adapters.example_clients`."""
+    parser = argparse.ArgumentParser(
+        prog="fraq example-adapters",
+        description="Write a tiny random BERT (no download) to DIR/base and client peft adapters of it to "
+                    "DIR/client0, DIR/client1, ... (mixed ranks, rsLoRA, rank_pattern). Needs transformers and peft.")
+    parser.add_argument("dir", type=Path, metavar="DIR")
+    parser.add_argument("--clients", type=int, default=3, help="number of adapters (default 3)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.dir.exists() and any(args.dir.iterdir()):
+        parser.error(f"{args.dir} exists and is not empty")
+    from fraq.peft_adapters import example_clients
+
+    paths = example_clients(args.dir, clients=args.clients, seed=args.seed)
+    print(f"wrote {args.dir / 'base'} and {', '.join(str(p) for p in paths)}")
     return 0
 
 
