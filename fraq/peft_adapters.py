@@ -335,7 +335,8 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
             the delta file with ``delta``, or None to write nothing.
         weights: K non-negative data weights n_k (default equal), normalized inside.
         method: aggregator name; ``tau`` / ``rank`` and other ``options`` go to
-            :func:`fraq.aggregators.get_aggregator` (None: the method's default).
+            :func:`fraq.aggregators.get_aggregator` (None: the method's default). FRAQ's
+            ``rank`` is a cap: each module keeps min(rank, sum_k r_k, m, n) components.
         delta: write a safetensors file of dense deltas, key ``<module>.weight`` in the
             base weight's layout ((out, in); (in, out) for ``fan_in_fan_out`` Conv1D and
             (num_embeddings, dim) for embeddings), to be added to the base state_dict.
@@ -374,14 +375,15 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
         options["rank"] = rank
         if method == "fraq":
             options.setdefault("tau", None)  # Fraq takes exactly one of tau and rank
-    aggregator = get_aggregator(method, **options)
+    get_aggregator(method, **options)  # checks the options before any file is read
     out = None if out is None else Path(out)
     if out is not None:
         _check_out(out, delta, overwrite)
     clients = [read_adapter(p) for p in client_dirs]
     _check_compatible(clients)
     a = normalized_weights(weights, len(clients))
-    factors, rows = _aggregate_impl(clients, a, aggregator, dtype, report)
+    exact_factors, rows = _aggregate_impl(clients, a, method, options, dtype, report)
+    factors = {m: (B.to(dtype).contiguous(), A.to(dtype).contiguous()) for m, (B, A) in exact_factors.items()}
     full = _average_full(clients, a, dtype)
     if delta and full:
         raise ValueError(f"{clients[0].file}: modules_to_save tensors {sorted(full)[:3]} are full weights, not "
@@ -390,7 +392,7 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
     if out is not None:
         if delta:
             tensors = {f"{m}.weight": _dense(B, A, _transposed(clients[0], m)).to(dtype).contiguous()
-                       for m, (B, A) in factors.items()}
+                       for m, (B, A) in exact_factors.items()}
             meta = {"format": "pt", "fraq": json.dumps({"method": method, "weights": a,
                                                         "clients": [str(c.path) for c in clients]})}
             _write_file(out, tensors, meta, overwrite)
@@ -439,7 +441,8 @@ def _check_compatible(clients: list[ClientAdapter]) -> None:
                                  f"{tuple(ref.full[key].shape)} in {ref.file}")
 
 
-def _aggregate_impl(clients, a, aggregator, dtype, report):
+def _aggregate_impl(clients, a, method, options, dtype, report):
+    """module -> the written (B, A) in the compute dtype, and the report rows."""
     import fraq
 
     cdt = dtype
@@ -449,14 +452,13 @@ def _aggregate_impl(clients, a, aggregator, dtype, report):
     cdt = torch.promote_types(cdt, torch.float32)
     updates = [ClientUpdate({m: (B.to(cdt), A.to(cdt)) for m, (B, A) in c.factors.items()},
                             scale=c.scales, weight=ak) for c, ak in zip(clients, a)]
-    result = aggregator.aggregate(updates)
+    downlinks = _run(method, options, updates)
     factors, rows = {}, []
     for m in clients[0].factors:
-        downs = [result.downlinks[k][m] for k in range(result.clients)]
-        d = max(downs, key=lambda d: sum(f.rank for f in d.merge) + (d.start.rank if d.start else 0))
+        d = max(downlinks[m], key=lambda d: sum(f.rank for f in d.merge) + (d.start.rank if d.start else 0))
         terms = list(d.merge) + ([d.start] if d.start is not None else [])
         if any(f.B is None for f in terms):
-            raise ValueError(f"method {result.method!r} returned a single-matrix adapter for {m!r}; "
+            raise ValueError(f"method {method!r} returned a single-matrix adapter for {m!r}; "
                              f"it cannot be written as lora_A / lora_B")
         B = torch.cat([f.B.to(cdt) * f.scale for f in terms], dim=-1)
         A = torch.cat([f.A.to(cdt) for f in terms], dim=-2)
@@ -474,10 +476,33 @@ def _aggregate_impl(clients, a, aggregator, dtype, report):
             diff = _sqnorm(torch.cat([Bst, -B.double()], -1), torch.cat([Ast, A.double()], -2))
             energy = kept / total if total > 0 else 1.0
             err = math.sqrt(max(diff, 0.0) / total) if total > 0 else math.sqrt(kept)
-        factors[m] = (B.to(dtype).contiguous(), A.to(dtype).contiguous())
+        factors[m] = (B, A)
         rows.append(ModuleRow(m, (mm, n), ranks, B.shape[-1], energy, err, (mm + n) * B.shape[-1],
                               (mm + n) * sum(ranks)))
     return factors, rows
+
+
+def _run(method, options, updates) -> dict[str, list]:
+    """module -> one Downlink per client. A fixed FRAQ ``rank`` is a cap: a module whose
+    stack or shape allows fewer components gets min(rank, sum_k r_k, m, n)."""
+    rank = options.get("rank") if method == "fraq" else None
+    names = list(updates[0].factors)
+    if rank is None:
+        caps = {None: names}
+    else:
+        caps = {}
+        for m in names:
+            B0, A0 = updates[0].factors[m]
+            stacked = sum(u.factors[m][1].shape[0] for u in updates)
+            caps.setdefault(min(rank, stacked, B0.shape[0], A0.shape[1]), []).append(m)
+    out = {}
+    for cap, mods in caps.items():
+        agg = get_aggregator(method, **(options if cap is None else {**options, "rank": cap}))
+        sub = updates if cap is None else [ClientUpdate({m: u.factors[m] for m in mods}, u.scale, u.weight)
+                                           for u in updates]
+        result = agg.aggregate(sub)
+        out.update({m: [result.downlinks[k][m] for k in range(result.clients)] for m in mods})
+    return out
 
 
 def _sqnorm(B: torch.Tensor, A: torch.Tensor) -> float:

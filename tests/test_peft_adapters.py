@@ -223,6 +223,27 @@ def test_tau_below_one_energy_rule_and_eckart_young(bert, tau):
         assert row.rel_error == pytest.approx(opt / float(S.square().sum().sqrt()), abs=1e3 * math.sqrt(EPS64))
 
 
+def test_fixed_rank_is_a_cap_per_module(bert):
+    dirs, _ = bert
+    stacked = {m: sum(read_adapter(d).factors[m][1].shape[0] for d in dirs) for m in read_adapter(dirs[0]).factors}
+    for rank in (3, 13):
+        agg = aggregate_adapters(dirs, None, rank=rank, report=False)
+        assert agg.ranks == {m: min(rank, r) for m, r in stacked.items()}
+        assert all(row.energy is None for row in agg.rows)
+
+
+def test_bf16_clients_aggregate_in_float32(bert, tmp_path):
+    dirs, refs = bert
+    halves = [copy_client(d, tmp_path / f"bf{k}", tensors=lambda t: t.update({n: v.bfloat16() for n, v in t.items()}))
+              for k, d in enumerate(dirs)]
+    # the reference: the bf16-rounded factors at peft's scalings, exact in float64
+    refs = [{m: (B.bfloat16().double(), A.bfloat16().double(), s) for m, (B, A, s) in r.items()} for r in refs]
+    agg = aggregate_adapters(halves, None, weights=WEIGHTS, tau=1.0)
+    for m, (B, A) in agg.factors.items():
+        assert B.dtype == torch.float32
+        assert rel(B.double() @ A.double(), exact(refs, WEIGHTS, m)) < 100 * EPS32
+
+
 # --- parity with peft -------------------------------------------------------------------------
 
 def test_flora_equals_peft_add_weighted_adapter_cat(bert, tmp_path):
