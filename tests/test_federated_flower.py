@@ -1,14 +1,20 @@
-"""The Flower app: strategy units with mock replies (hand-derived results), and a 2-client
-simulation that must reproduce the in-process harness's round.
+"""The Flower app: strategy units with mock replies (hand-derived results), the run config
+(``apps/flower/pyproject.toml``) and its mapping onto the harness's configuration, and a
+2-client simulation that must reproduce the in-process harness's round.
 
 Needs flwr (the ``fl`` extra); the simulation also needs Flower's Ray backend
-(``flwr[simulation]``) and is skipped without it.
+(``flwr[simulation]``) and is skipped without it. The ``slow`` tests run ``flwr run``
+against a SuperLink on this machine (simulation and deployment runtimes) and check that
+no process is left behind.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,11 +27,14 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from fraq.aggregators import ClientUpdate, Factors  # noqa: E402
 from fraq.federated.checkpoint import RoundState  # noqa: E402
 from fraq.federated.config import load_config  # noqa: E402
+from fraq.federated.flower.run_config import DEFAULTS, from_run_config, parse_overrides  # noqa: E402
 from fraq.federated.flower.strategy import LoraStrategy, decode_downlink, encode_update  # noqa: E402
 from fraq.federated.model import TINY_MODEL  # noqa: E402
 from fraq.federated.server import Method, Task, run_round  # noqa: E402
 
 EPS64 = torch.finfo(torch.float64).eps
+APP_DIR = Path(__file__).resolve().parents[1] / "apps" / "flower"
+HAS_RAY = importlib.util.find_spec("ray") is not None
 
 
 @pytest.fixture(autouse=True)
@@ -51,8 +60,8 @@ def reply(k: int, B: torch.Tensor, A: torch.Tensor, scale: float, n: int, head=N
     return Message(content=encode_update(u, head, k, loss=1.0), message_type=MessageType.TRAIN, dst_node_id=0)
 
 
-def make_strategy(spec: str, W0: torch.Tensor, head_rounds: int = 0, rank: int = 2):
-    m = Method.make(spec, cfg2(**{"federated.ranks": [rank]}))
+def make_strategy(spec: str, W0: torch.Tensor, head_rounds: int = 0, rank: int | list[int] = 2):
+    m = Method.make(spec, cfg2(**{"federated.ranks": rank if isinstance(rank, list) else [rank]}))
     state = RoundState(0, {"q": W0.clone()}, {"weight": torch.zeros(2, 3), "bias": torch.zeros(2)}, [None, None])
     return LoraStrategy(m, state, {"q": (4, 3)}, {101: 0, 202: 1}, head_rounds=head_rounds)
 
@@ -133,15 +142,129 @@ def test_decode_roundtrip_with_florg_merge():
     assert starts["enc.q"].scale == 0.5
 
 
-@pytest.mark.skipif(importlib.util.find_spec("ray") is None,
-                    reason='Flower simulation needs its Ray backend: pip install "flwr[simulation]==1.41.*"')
+@pytest.mark.parametrize("spec", ["flora", "fraq:tau=1.0"])
+def test_strategy_mixed_ranks_stack_and_send_each_client_its_own_rank(spec):
+    """Clients of ranks 1 and 2 (alpha = 2 r, scale 2): FLoRA stacks to rank 3, FRAQ with
+    tau = 1 keeps every direction; both merge W0 + sum_k a_k s_k B_k A_k."""
+    W0 = torch.randn(4, 3, dtype=torch.float64)
+    st = make_strategy(spec, W0, rank=[1, 2])
+    (B0, A0), (B1, A1) = factors(6, r=1), factors(7, r=2)
+    st.aggregate_train(1, [reply(0, B0, A0, 2.0, 10), reply(1, B1, A1, 2.0, 30)])
+    want = W0 + 0.25 * 2.0 * B0 @ A0 + 0.75 * 2.0 * B1 @ A1
+    torch.testing.assert_close(st.state.weights["q"], want, rtol=0, atol=100 * EPS64)
+    assert st.records[0]["ranks"]["q"] <= 3
+    msgs = list(st.configure_train(2, ArrayRecord(), ConfigRecord(), grid=None))
+    assert [(m.content["config"]["rank"], m.content["config"]["alpha"]) for m in msgs] == [(1, 2.0), (2, 4.0)]
+    for msg in msgs:
+        merges, starts = decode_downlink(msg.content["arrays"].to_torch_state_dict(), msg.content["config"])
+        got = W0 + sum(f.scale * f.B @ f.A for f in merges["q"])
+        torch.testing.assert_close(got, want, rtol=0, atol=100 * EPS64)
+
+
+# ---- the run config: apps/flower/pyproject.toml -> fraq.federated.config ----
+
+def test_app_pyproject_validates_and_its_components_load():
+    """flwr's own checks (``flwr run`` calls them): the App's pyproject, its components, its FAB."""
+    import io
+    import zipfile
+
+    from flwr.cli.build import build_fab_from_disk
+    from flwr.cli.config_utils import load_and_validate
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import ServerApp
+    from flwr.supercore.object_ref import load_app
+
+    path = list(sys.path)
+    try:
+        config, warnings = load_and_validate(APP_DIR / "pyproject.toml", check_module=True)
+        app = config["tool"]["flwr"]["app"]
+        assert warnings == [] and app["config"] == DEFAULTS
+        assert isinstance(load_app(app["components"]["serverapp"], ValueError, APP_DIR), ServerApp)
+        assert isinstance(load_app(app["components"]["clientapp"], ValueError, APP_DIR), ClientApp)
+    finally:
+        sys.path[:] = path
+    fab = zipfile.ZipFile(io.BytesIO(build_fab_from_disk(APP_DIR)))
+    assert fab.namelist() == ["pyproject.toml", ".info/CONTENT"]  # the FAB bundles no code
+
+
+def test_run_config_maps_kebab_keys_onto_the_harness():
+    rc = {**DEFAULTS, "num-server-rounds": 3, "clients": 4, "local-steps": 7, "batch-size": 8, "lora-rank": 4,
+          "seed": 0, "eval-every": 2, "threads": 1, "method": "flora",
+          "overrides": "train.lr=1e-3 dataset.train_per_intent=20 federated.alphas=[4] model.pooling=first"}
+    cfg, method, out = from_run_config(rc)
+    assert method == "flora" and cfg["methods"] == ["flora"] and out == DEFAULTS["results-dir"]
+    f, t = cfg["federated"], cfg["train"]
+    assert (f["rounds"], f["clients"], f["ranks"], f["eval_every"], f["alphas"]) == (3, 4, [4], 2, [4])
+    assert (t["steps"], t["batch_size"], t["lr"], cfg["seed"], cfg["threads"]) == (7, 8, 1e-3, 0, 1)
+    assert cfg["dataset"] == {"name": "intents", "train_per_intent": 20} and cfg["model"]["pooling"] == "first"
+    quick = load_config("quick")
+    keep, _, _ = from_run_config({**DEFAULTS, **{k: -1 for k in ("num-server-rounds", "clients", "local-steps")},
+                                  "overrides": ""})
+    assert (keep["federated"]["rounds"], keep["federated"]["clients"], keep["train"]["steps"]) == \
+        (quick["federated"]["rounds"], quick["federated"]["clients"], quick["train"]["steps"])
+
+
+@pytest.mark.parametrize("over, match", [
+    ({"clients": 0}, r"'clients' \(federated.clients\): federated.clients\(=0\)"),
+    ({"clients": -2}, r"'clients'\(=-2\) must be an int"),
+    ({"local-steps": 2.5}, r"'local-steps'\(=2.5\) must be an int"),
+    ({"seed": True}, r"'seed'\(=True\) must be an int"),
+    ({"method": "nope:tau=1"}, r"'method'\(='nope:tau=1'\): 'nope' is not one of"),
+    ({"method": ""}, r"'method'\(=''\) must not be empty"),
+    ({"setting": "no/such.json"}, r"'setting'\(='no/such.json'\)"),
+    ({"overrides": "train.lr"}, r"'overrides'\(='train.lr'\): item 'train.lr' must be dotted.key=value"),
+    ({"overrides": "train.nope=1"}, r"'overrides' \(train.nope\): unknown config key 'train.nope'"),
+    ({"overrides": "train.lr=-1"}, r"'overrides' \(train.lr\): train.lr\(=-1\) must be a positive number"),
+    ({"overrides": "train.steps=3"}, r"'overrides' sets 'train.steps', which run config 'local-steps'\(=5\)"),
+    ({"results-dir": 3}, r"'results-dir'\(=3\) must be a string"),
+])
+def test_run_config_errors_name_the_key_and_value(over, match):
+    with pytest.raises(ValueError, match=match):
+        from_run_config({**DEFAULTS, **over})
+
+
+def test_run_config_refuses_unknown_and_missing_keys():
+    with pytest.raises(ValueError, match=r"unknown run config key\(s\) \['num_server_rounds'\]"):
+        from_run_config({**DEFAULTS, "num_server_rounds": 3})
+    with pytest.raises(ValueError, match=r"lacks \['overrides'\]"):
+        from_run_config({k: v for k, v in DEFAULTS.items() if k != "overrides"})
+
+
+def test_parse_overrides_json_values_else_strings():
+    assert parse_overrides("a.b=1e-3 c.d=[4,8] e.f=null g.h=first i.j=true") == \
+        {"a.b": 1e-3, "c.d": [4, 8], "e.f": None, "g.h": "first", "i.j": True}
+    assert parse_overrides("  ") == {}
+    with pytest.raises(ValueError, match="sets 'a.b' twice"):
+        parse_overrides("a.b=1 a.b=2")
+
+
+@pytest.mark.parametrize("node_config, match", [
+    ({}, r"needs partition-id and num-partitions: start it with --node-config"),
+    ({"partition-id": 0, "num-partitions": 3}, r"num-partitions\(=3\) differs from the run's clients\(=2\)"),
+    ({"partition-id": 2, "num-partitions": 2}, r"partition-id\(=2\) must be in 0..1"),
+])
+def test_client_partition_checks_node_config(node_config, match):
+    from flwr.app import Context
+
+    from fraq.federated.flower.client_app import _partition
+
+    ctx = Context(run_id=1, node_id=1, node_config=node_config, state=RecordDict(), run_config={})
+    with pytest.raises(ValueError, match=match):
+        _partition(ctx, 2)
+    ok = Context(run_id=1, node_id=1, node_config={"partition-id": 1, "num-partitions": 2}, state=RecordDict(),
+                 run_config={})
+    assert _partition(ok, 2) == 1
+
+
+@pytest.mark.skipif(not HAS_RAY, reason='Flower simulation needs its Ray backend: pip install "flwr[simulation]==1.41.*"')
 @pytest.mark.parametrize("spec", ["fraq:tau=0.95"])
 def test_simulation_equals_in_process_round(spec, tmp_path):
     from fraq.federated.flower.server_app import run_simulation
+    from fraq.federated.results import summarize
 
     cfg = cfg2()
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-    sink = run_simulation(cfg, spec, flwr_home=str(tmp_path / "flwr"))
+    sink = run_simulation(cfg, spec, flwr_home=str(tmp_path / "flwr"), results_dir=str(tmp_path / "out"))
     task = Task(cfg, log=lambda *a: None)
     m = Method.make(spec, cfg)
     s1, rec, _ = run_round(task, m, m.initial_state(task), evaluate=True)
@@ -152,3 +275,57 @@ def test_simulation_equals_in_process_round(spec, tmp_path):
         torch.testing.assert_close(fl.head[k], s1.head[k], rtol=1e-5, atol=1e-6)
     assert sink["strategy"].records[0]["ranks"] == rec["ranks"]
     assert sink["accuracy"][1] == pytest.approx(rec["accuracy"], abs=1.0 / len(task.test_labels) + 1e-12)
+    written = json.loads((tmp_path / "out" / m.label / "result.json").read_text())
+    assert [r["round"] for r in written["rounds"]] == [1] and written["rounds"][0]["accuracy"] == sink["accuracy"][1]
+    assert written["rounds"][0]["downlink_pct_flora"] == pytest.approx(rec["downlink_pct_flora"])
+    assert summarize(written)["rounds"] == 1
+
+
+def _processes_under(root: Path) -> list:
+    """Processes whose working directory or command line lies under ``root``."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["cmdline", "cwd"]):
+        try:
+            if p.pid != os.getpid() and (str(root) in (p.info["cwd"] or "") or
+                                         any(str(root) in part for part in p.info["cmdline"] or [])):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.fixture
+def no_processes_left(tmp_path):
+    """Whatever the test does, nothing it started under tmp_path survives it (the test fails if something did)."""
+    yield tmp_path
+    left = _processes_under(tmp_path)
+    for p in left:
+        p.kill()
+    assert not left, f"processes left running: {[' '.join(p.cmdline()) for p in left]}"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_RAY, reason='Flower simulation needs its Ray backend: pip install "flwr[simulation]==1.41.*"')
+@pytest.mark.parametrize("deployment", [False, True], ids=["simulation", "deployment"])
+def test_flwr_run_with_local_superlink_equals_in_process_round(deployment, no_processes_left):
+    """``flwr run apps/flower`` against a SuperLink on a free port (plus 2 SuperNodes in the
+    deployment runtime): the ServerApp's result.json has the in-process round's numbers."""
+    from fraq.federated.flower.local import run_local
+
+    rc = {**DEFAULTS, "num-server-rounds": 1, "local-steps": 2, "batch-size": 8,
+          "overrides": "dataset.train_per_intent=8 dataset.test_per_intent=2 partition.min_size=5"}
+    run_config = ("num-server-rounds=1 local-steps=2 batch-size=8 "
+                  'overrides="dataset.train_per_intent=8 dataset.test_per_intent=2 partition.min_size=5"')
+    res = run_local(no_processes_left / "run", run_config=run_config, clients=2, deployment=deployment,
+                    timeout=400, echo=lambda s: None)
+    cfg, spec, _ = from_run_config(rc)
+    task = Task(cfg, log=lambda *a: None)
+    m = Method.make(spec, cfg)
+    _, rec, _ = run_round(task, m, m.initial_state(task), evaluate=True)
+    got = res["rounds"][0]
+    assert res["runtime"] == "flower" and got["ranks"] == rec["ranks"]
+    assert got["train_loss"] == pytest.approx(rec["train_loss"], rel=1e-5)
+    assert got["downlink_pct_flora"] == pytest.approx(rec["downlink_pct_flora"])
+    assert got["accuracy"] == pytest.approx(rec["accuracy"], abs=1.0 / len(task.test_labels) + 1e-12)
