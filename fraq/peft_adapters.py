@@ -241,7 +241,8 @@ class ModuleRow:
     ``shape`` is the LoRA view (m, n) = (out, in); ``energy`` is
     :math:`\\|\\Delta_{out}\\|_F^2 / \\|\\Delta\\|_F^2` and ``rel_error``
     :math:`\\|\\Delta_{out} - \\Delta\\|_F / \\|\\Delta\\|_F` against the exact aggregate
-    :math:`\\Delta = \\sum_k a_k s_k B_k A_k` (float64; None when not computed). ``params``
+    :math:`\\Delta = \\sum_k a_k s_k B_k A_k`, from float64 Gram matrices, so accurate to
+    about sqrt(eps64) ~ 1e-8 (None when not computed; absolute when Delta = 0). ``params``
     counts the written factors, ``flora_params`` the FLoRA stack, (m + n) sum_k r_k.
     """
 
@@ -303,18 +304,21 @@ class AdapterAggregation:
         head = (f"{'module':<{width}}  {'m x n':>11}  {'client ranks':>14}  {'rank':>5}  {'energy':>9}  "
                 f"{'rel err':>9}  {'params':>10}  {'% FLoRA':>7}")
         lines = [head, "-" * len(head)]
-        fmt = lambda v: "-" if v is None else f"{v:.6f}" if v >= 1e-3 else f"{v:.2e}"  # noqa: E731
         for r in self.rows:
             shape = f"{r.shape[0]} x {r.shape[1]}"
             ranks = ",".join(map(str, r.client_ranks))
             pct = 100.0 * r.params / r.flora_params
-            lines.append(f"{r.module:<{width}}  {shape:>11}  {ranks:>14}  {r.rank:>5}  {fmt(r.energy):>9}  "
-                         f"{fmt(r.rel_error):>9}  {r.params:>10}  {pct:>7.1f}")
+            lines.append(f"{r.module:<{width}}  {shape:>11}  {ranks:>14}  {r.rank:>5}  {_fmt(r.energy):>9}  "
+                         f"{_fmt(r.rel_error):>9}  {r.params:>10}  {pct:>7.1f}")
         t = self.totals()
         lines.append("-" * len(head))
         lines.append(f"{'total (' + str(t['modules']) + ' modules)':<{width}}  {'':>11}  {'':>14}  {'':>5}  "
                      f"{'':>9}  {'':>9}  {t['params']:>10}  {t['params_pct_flora']:>7.1f}")
         return "\n".join(lines)
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.6f}" if v >= 1e-3 else f"{v:.2e}"
 
 
 def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.PathLike | None = None, *,
@@ -366,7 +370,7 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
         raise TypeError(f"method(={method!r}) must be a str")
     refused = NO_DELTA if delta else NOT_AN_ADAPTER
     if method in refused:
-        hint = "; pass delta=True (--delta) for its dense update" if method in NO_DELTA.keys() ^ refused.keys() else ""
+        hint = "; pass delta=True (--delta) for its exact dense update" if method not in NO_DELTA else ""
         raise ValueError(f"method(={method!r}) cannot write a {'delta' if delta else 'peft adapter'}: "
                          f"{refused[method]}{hint}")
     if tau is not None:
@@ -381,19 +385,20 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
         _check_out(out, delta, overwrite)
     clients = [read_adapter(p) for p in client_dirs]
     _check_compatible(clients)
+    if delta and clients[0].full:
+        raise ValueError(f"{clients[0].file}: modules_to_save tensors {sorted(clients[0].full)[:3]} are full "
+                         f"weights, not changes; write an adapter instead of a delta")
     a = normalized_weights(weights, len(clients))
     exact_factors, rows = _aggregate_impl(clients, a, method, options, dtype, report)
     factors = {m: (B.to(dtype).contiguous(), A.to(dtype).contiguous()) for m, (B, A) in exact_factors.items()}
     full = _average_full(clients, a, dtype)
-    if delta and full:
-        raise ValueError(f"{clients[0].file}: modules_to_save tensors {sorted(full)[:3]} are full weights, not "
-                         f"changes; write an adapter instead of a delta")
     config = {} if delta else _output_config(clients[0].config, {m: B.shape[1] for m, (B, _) in factors.items()})
     if out is not None:
         if delta:
             tensors = {f"{m}.weight": _dense(B, A, _transposed(clients[0], m)).to(dtype).contiguous()
                        for m, (B, A) in exact_factors.items()}
-            meta = {"format": "pt", "fraq": json.dumps({"method": method, "weights": a,
+            plain = {k: v for k, v in options.items() if isinstance(v, (bool, int, float, str, type(None)))}
+            meta = {"format": "pt", "fraq": json.dumps({"method": method, "options": plain, "weights": a,
                                                         "clients": [str(c.path) for c in clients]})}
             _write_file(out, tensors, meta, overwrite)
         else:
@@ -422,7 +427,8 @@ def _check_compatible(clients: list[ClientAdapter]) -> None:
         for key in ("base_model_name_or_path", "fan_in_fan_out"):
             if c.config.get(key) != ref.config.get(key):
                 raise ValueError(f"{c.path / CONFIG}: {key}={c.config.get(key)!r} differs from "
-                                 f"{ref.path / CONFIG}'s {ref.config.get(key)!r}")
+                                 f"{ref.path / CONFIG}'s {ref.config.get(key)!r} (if the base models are the "
+                                 f"same, make the configs agree)")
         if set(c.factors) != set(ref.factors):
             missing, extra = sorted(set(ref.factors) - set(c.factors)), sorted(set(c.factors) - set(ref.factors))
             raise ValueError(f"{c.file}: adapts different modules from {ref.file}: missing {missing[:5]}, "

@@ -204,6 +204,16 @@ def test_tau_one_float64_is_exact_and_client_order_invariant(bert, tmp_path):
         assert fwd.ranks[m] == rev.ranks[m]
 
 
+def test_one_client_and_duplicate_clients(bert):
+    dirs, refs = bert
+    one = aggregate_adapters(dirs[1:2], None, tau=1.0, dtype=torch.float64)
+    dup = aggregate_adapters([dirs[1]] * 3, None, weights=WEIGHTS, tau=1.0, dtype=torch.float64)
+    for m, (B, A, s) in refs[1].items():
+        assert rel(one.factors[m][0] @ one.factors[m][1], s * B @ A) < 100 * EPS64
+        assert rel(dup.factors[m][0] @ dup.factors[m][1], s * B @ A) < 100 * EPS64
+        assert one.ranks[m] == dup.ranks[m] == A.shape[0]  # the stack of 3 copies is rank-deficient
+
+
 @pytest.mark.parametrize("tau", [0.6, 0.9])
 def test_tau_below_one_energy_rule_and_eckart_young(bert, tau):
     dirs, refs = bert
