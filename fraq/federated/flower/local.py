@@ -109,6 +109,10 @@ def _stop(started: list[subprocess.Popen], known: list, grace: float = 10.0) -> 
     return [p.pid for p in alive]
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _quote(v: str) -> str:
     return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -143,6 +147,9 @@ def run_local(out: Path, *, app_dir: Path | None = None, run_config: str = "", c
     rc = " ".join(x for x in rc_items if x)
     app_config = tomli.loads((app_dir / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["flwr"]["app"]["config"]
     spec = parse_config_args([run_config]).get("method", app_config["method"])  # its label names the result file
+    result_path = out / method_label(spec) / "result.json"
+    if result_path.exists():
+        result_path.unlink()  # never report a previous run's result
     started: list[subprocess.Popen] = []
     logs = []
     known: list = []
@@ -156,7 +163,7 @@ def run_local(out: Path, *, app_dir: Path | None = None, run_config: str = "", c
         started.append(p)
         return p
 
-    previous = signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         link = spawn(["flower-superlink", "--insecure", *([] if deployment else ["--simulation"]),
                       "--host", "127.0.0.1", "--port", str(port)], "superlink.log")
@@ -191,7 +198,6 @@ def run_local(out: Path, *, app_dir: Path | None = None, run_config: str = "", c
         signal.signal(signal.SIGTERM, previous)
         echo(f"stopped the SuperLink{' and SuperNodes' if deployment else ''}"
              + (f" (SIGKILL for pids {killed})" if killed else ""))
-    result_path = out / method_label(spec) / "result.json"
     if not result_path.is_file():
         raise RuntimeError(f"the ServerApp wrote no {result_path}; see {out / 'flwr-run.log'} and {out / 'superlink.log'}")
     import json
@@ -230,8 +236,15 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--clients(={a.clients}) must equal the run config's clients(={rc_clients})")
     out = a.out or Path("results/flower-local") / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     print(f"results and logs go to {out.resolve()}", flush=True)
-    result = run_local(out, app_dir=a.app, run_config=a.run_config, clients=a.clients, deployment=a.deployment,
-                       timeout=a.timeout, echo=lambda s: print(s, flush=True))
+    try:
+        result = run_local(out, app_dir=a.app, run_config=a.run_config, clients=a.clients, deployment=a.deployment,
+                           timeout=a.timeout, echo=lambda s: print(s, flush=True))
+    except (RuntimeError, TimeoutError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; the SuperLink is stopped", file=sys.stderr, flush=True)
+        return 130
     print(_summary(result), flush=True)
     return 0
 
