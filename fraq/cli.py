@@ -160,6 +160,8 @@ def aggregate_main(argv: list[str]) -> int:
                         help="write dense per-module deltas <module>.weight in the base weight's layout")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"],
                         help="dtype written (default float32)")
+    parser.add_argument("--compute-dtype", default="float64", choices=["float64", "float32"],
+                        help="dtype of the arithmetic (default float64: exact at --tau 1 to float32 rounding)")
     parser.add_argument("--overwrite", action="store_true", help="replace the adapter files in an existing OUT")
     parser.add_argument("--report", action="store_true",
                         help="print per module: shape, client ranks, rank kept, energy, error, parameters")
@@ -172,6 +174,7 @@ def aggregate_main(argv: list[str]) -> int:
     try:
         agg = aggregate_adapters(args.clients, args.out, weights=args.weights, method=args.method, tau=args.tau,
                                  rank=args.rank, delta=args.delta, dtype=getattr(torch, args.dtype),
+                                 compute_dtype=getattr(torch, args.compute_dtype),
                                  overwrite=args.overwrite, report=bool(args.report or args.json))
     except (ValueError, TypeError) as e:
         print(f"fraq aggregate: error: {e}", file=sys.stderr)
@@ -187,9 +190,12 @@ def aggregate_main(argv: list[str]) -> int:
             args.json.write_text(text + "\n")
     if agg.path is not None:
         t = agg.totals()
-        what = "delta" if agg.delta else "adapter"
-        print(f"wrote {what} {agg.path}: {t['modules']} modules, {t['params']} parameters "
-              f"({t['params_pct_flora']:.1f}% of the FLoRA stack), method {agg.method}", file=sys.stderr)
+        if agg.delta:
+            print(f"wrote delta {agg.path}: {t['modules']} dense <module>.weight deltas, method {agg.method}",
+                  file=sys.stderr)
+        else:
+            print(f"wrote adapter {agg.path}: {t['modules']} modules, {t['params']} parameters "
+                  f"({t['params_pct_flora']:.1f}% of the FLoRA stack), method {agg.method}", file=sys.stderr)
     return 0
 
 

@@ -50,6 +50,7 @@ import math
 import os
 import re
 import uuid
+import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -324,7 +325,8 @@ def _fmt(v: float | None) -> str:
 def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.PathLike | None = None, *,
                        weights: Sequence[float] | None = None, method: str = "fraq", tau: float | None = None,
                        rank: int | None = None, delta: bool = False, dtype: torch.dtype = torch.float32,
-                       overwrite: bool = False, report: bool = True, **options) -> AdapterAggregation:
+                       compute_dtype: torch.dtype = torch.float64, overwrite: bool = False, report: bool = True,
+                       **options) -> AdapterAggregation:
     r"""Aggregate K peft LoRA adapters into one peft adapter directory (or one delta file).
 
     Every module's exact aggregate is :math:`\Delta = \sum_k a_k s_k B_k A_k`, with
@@ -344,8 +346,13 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
         delta: write a safetensors file of dense deltas, key ``<module>.weight`` in the
             base weight's layout ((out, in); (in, out) for ``fan_in_fan_out`` Conv1D and
             (num_embeddings, dim) for embeddings), to be added to the base state_dict.
-        dtype: dtype of what is written (default float32). The arithmetic runs in the
-            wider of float32, the clients' dtype and ``dtype``.
+        dtype: dtype of what is written (default float32).
+        compute_dtype: dtype of the arithmetic (default float64; float16 / bfloat16 mean
+            float32). FRAQ's Gram eigenproblem squares the spectrum, so in float32 it takes
+            directions below about sqrt(r eps32) sigma_1 ~ 1e-3 sigma_1 as rounding noise
+            and drops them even at ``tau=1``; in float64 that floor is ~1e-7 sigma_1, below
+            float32 output rounding. Adapters are small, so float64 costs little; pass
+            float32 to halve the time on very large ones.
         overwrite: replace the adapter files in a non-empty ``out`` (other files there are
             kept) or an existing delta file; without it such an ``out`` is refused before
             any work.
@@ -364,8 +371,9 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
         raise TypeError(f"client_dirs must be a sequence of adapter directories, got {client_dirs!r}")
     if not client_dirs:
         raise ValueError("client_dirs is empty: aggregation needs at least one adapter")
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype(={dtype!r}) must be a floating torch.dtype")
+    for name, dt in (("dtype", dtype), ("compute_dtype", compute_dtype)):
+        if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
+            raise TypeError(f"{name}(={dt!r}) must be a floating torch.dtype")
     if not isinstance(method, str):
         raise TypeError(f"method(={method!r}) must be a str")
     refused = NO_DELTA if delta else NOT_AN_ADAPTER
@@ -389,7 +397,8 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
         raise ValueError(f"{clients[0].file}: modules_to_save tensors {sorted(clients[0].full)[:3]} are full "
                          f"weights, not changes; write an adapter instead of a delta")
     a = normalized_weights(weights, len(clients))
-    exact_factors, rows = _aggregate_impl(clients, a, method, options, dtype, report)
+    cdt = torch.promote_types(compute_dtype, torch.float32)
+    exact_factors, rows = _aggregate_impl(clients, a, method, options, cdt, dtype, report)
     factors = {m: (B.to(dtype).contiguous(), A.to(dtype).contiguous()) for m, (B, A) in exact_factors.items()}
     full = _average_full(clients, a, dtype)
     config = {} if delta else _output_config(clients[0].config, {m: B.shape[1] for m, (B, _) in factors.items()})
@@ -447,15 +456,11 @@ def _check_compatible(clients: list[ClientAdapter]) -> None:
                                  f"{tuple(ref.full[key].shape)} in {ref.file}")
 
 
-def _aggregate_impl(clients, a, method, options, dtype, report):
-    """module -> the written (B, A) in the compute dtype, and the report rows."""
+def _aggregate_impl(clients, a, method, options, cdt, dtype, report):
+    """module -> the written (B, A) in the compute dtype ``cdt``, and the report rows of the
+    factors as written in ``dtype``."""
     import fraq
 
-    cdt = dtype
-    for c in clients:
-        for B, _ in c.factors.values():
-            cdt = torch.promote_types(cdt, B.dtype)
-    cdt = torch.promote_types(cdt, torch.float32)
     updates = [ClientUpdate({m: (B.to(cdt), A.to(cdt)) for m, (B, A) in c.factors.items()},
                             scale=c.scales, weight=ak) for c, ak in zip(clients, a)]
     downlinks = _run(method, options, updates)
@@ -478,8 +483,9 @@ def _aggregate_impl(clients, a, method, options, dtype, report):
             As = [c.factors[m][1].double() for c in clients]
             Bst, Ast = fraq.stack(Bs, As, a, [c.scales[m] for c in clients])
             total = _sqnorm(Bst, Ast)
-            kept = _sqnorm(B.double(), A.double())
-            diff = _sqnorm(torch.cat([Bst, -B.double()], -1), torch.cat([Ast, A.double()], -2))
+            Bw, Aw = B.to(dtype).double(), A.to(dtype).double()
+            kept = _sqnorm(Bw, Aw)
+            diff = _sqnorm(torch.cat([Bst, -Bw], -1), torch.cat([Ast, Aw], -2))
             energy = kept / total if total > 0 else 1.0
             err = math.sqrt(max(diff, 0.0) / total) if total > 0 else math.sqrt(kept)
         factors[m] = (B, A)
@@ -638,7 +644,8 @@ def example_clients(directory: str | os.PathLike, *, clients: int = 3, seed: int
     hf_logging.set_verbosity_error()  # the tiny model's load report and progress bars are noise here
     hf_logging.disable_progress_bar()
     try:
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # transformers deprecations peft still triggers
             torch.manual_seed(seed)
             BertModel(config).save_pretrained(base_dir)
             for k in range(clients):
@@ -648,7 +655,7 @@ def example_clients(directory: str | os.PathLike, *, clients: int = 3, seed: int
                     for name, p in model.named_parameters():
                         if "lora_" in name:
                             r = p.shape[0] if "lora_A" in name else p.shape[1]
-                            decay = 0.6 ** torch.arange(r, dtype=p.dtype)
+                            decay = 0.8 ** torch.arange(r, dtype=p.dtype)
                             p.copy_(torch.randn_like(p) * (decay[:, None] if "lora_A" in name else decay) * 0.1)
                 model.save_pretrained(directory / f"client{k}")
                 paths.append(directory / f"client{k}")

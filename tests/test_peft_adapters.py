@@ -169,9 +169,11 @@ def test_read_adapter_scales_match_peft(bert):
 
 # --- exactness at tau = 1 and the energy rule -------------------------------------------------
 
-def test_tau_one_loaded_adapter_reproduces_exact_aggregate(bert, tmp_path):
+@pytest.mark.parametrize("compute", [torch.float64, torch.float32])
+def test_tau_one_loaded_adapter_reproduces_exact_aggregate(bert, tmp_path, compute):
     dirs, refs = bert
-    agg = aggregate_adapters(dirs, tmp_path / "out", weights=WEIGHTS, tau=1.0)
+    # the fixture's spectra decay no further than ~0.03 sigma_1, above float32's Gram noise floor
+    agg = aggregate_adapters(dirs, tmp_path / "out", weights=WEIGHTS, tau=1.0, compute_dtype=compute)
     model = peft.PeftModel.from_pretrained(tiny_bert(), tmp_path / "out")
     layers = lora_layers(model)
     assert set(layers) == set(refs[0])
@@ -179,7 +181,7 @@ def test_tau_one_loaded_adapter_reproduces_exact_aggregate(bert, tmp_path):
         D = exact(refs, WEIGHTS, m)
         assert layer.scaling["default"] == 1.0
         assert layer.r["default"] == agg.ranks[m]
-        # float32 stack + QR + eigenproblem: a few eps per stacked rank (<= 14), factor 100.
+        # float32 output (and float32 stack + QR when compute is float32): factor 100 on eps32.
         assert rel(layer.get_delta_weight("default"), D) < 100 * EPS32
     # outputs: the loaded adapter equals the base model with Delta added to its weights
     ids = torch.randint(0, 40, (3, 9), generator=torch.Generator().manual_seed(0))
