@@ -162,6 +162,8 @@ def aggregate_main(argv: list[str]) -> int:
                         help="dtype written (default float32)")
     parser.add_argument("--compute-dtype", default="float64", choices=["float64", "float32"],
                         help="dtype of the arithmetic (default float64: exact at --tau 1 to float32 rounding)")
+    parser.add_argument("--uniform-rank", action="store_true",
+                        help="pad every module to the largest rank with zeros: no rank_pattern in the config")
     parser.add_argument("--overwrite", action="store_true", help="replace the adapter files in an existing OUT")
     parser.add_argument("--report", action="store_true",
                         help="print per module: shape, client ranks, rank kept, energy, error, parameters")
@@ -175,7 +177,7 @@ def aggregate_main(argv: list[str]) -> int:
         agg = aggregate_adapters(args.clients, args.out, weights=args.weights, method=args.method, tau=args.tau,
                                  rank=args.rank, delta=args.delta, dtype=getattr(torch, args.dtype),
                                  compute_dtype=getattr(torch, args.compute_dtype),
-                                 overwrite=args.overwrite, report=bool(args.report or args.json))
+                                 uniform_rank=args.uniform_rank, overwrite=args.overwrite, report=bool(args.report or args.json))
     except (ValueError, TypeError) as e:
         print(f"fraq aggregate: error: {e}", file=sys.stderr)
         return 1

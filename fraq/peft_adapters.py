@@ -33,6 +33,10 @@ Decisions:
   sends). FedEx-LoRA's residual is meant for the base weights: delta only. FLoRG (one
   matrix per module) and LoRA-A^2 (stateful alternating rounds) cannot start from
   independent peft LoRA adapters: refused.
+- Arithmetic in float64 by default (``compute_dtype``): FRAQ's float32 Gram would drop
+  directions below ~1e-3 sigma_1 even at tau = 1. Output in float32 by default (``dtype``).
+- Per-module ranks go to ``rank_pattern``; ``uniform_rank`` pads to the largest rank
+  with zeros instead, for loaders that ignore the pattern.
 - A module whose aggregate has rank 0 (all clients zero there) is written with rank 1
   and zero factors, so the adapter loads with every target module present.
 - ``modules_to_save`` tensors (full weights, e.g. a classifier head) are averaged with the
@@ -325,8 +329,8 @@ def _fmt(v: float | None) -> str:
 def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.PathLike | None = None, *,
                        weights: Sequence[float] | None = None, method: str = "fraq", tau: float | None = None,
                        rank: int | None = None, delta: bool = False, dtype: torch.dtype = torch.float32,
-                       compute_dtype: torch.dtype = torch.float64, overwrite: bool = False, report: bool = True,
-                       **options) -> AdapterAggregation:
+                       compute_dtype: torch.dtype = torch.float64, uniform_rank: bool = False,
+                       overwrite: bool = False, report: bool = True, **options) -> AdapterAggregation:
     r"""Aggregate K peft LoRA adapters into one peft adapter directory (or one delta file).
 
     Every module's exact aggregate is :math:`\Delta = \sum_k a_k s_k B_k A_k`, with
@@ -353,6 +357,9 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
             and drops them even at ``tau=1``; in float64 that floor is ~1e-7 sigma_1, below
             float32 output rounding. Adapters are small, so float64 costs little; pass
             float32 to halve the time on very large ones.
+        uniform_rank: pad every module with zero components to the largest rank, so the
+            config needs no ``rank_pattern`` (for loaders that ignore it, e.g. serving
+            engines); the product is unchanged.
         overwrite: replace the adapter files in a non-empty ``out`` (other files there are
             kept) or an existing delta file; without it such an ``out`` is refused before
             any work.
@@ -399,6 +406,12 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
     a = normalized_weights(weights, len(clients))
     cdt = torch.promote_types(compute_dtype, torch.float32)
     exact_factors, rows = _aggregate_impl(clients, a, method, options, cdt, dtype, report)
+    if uniform_rank and not delta:
+        p = max(B.shape[1] for B, _ in exact_factors.values())
+        exact_factors = {m: (torch.nn.functional.pad(B, (0, p - B.shape[1])),
+                             torch.nn.functional.pad(A, (0, 0, 0, p - A.shape[0])))
+                         for m, (B, A) in exact_factors.items()}
+        rows = [ModuleRow(**{**vars(r), "rank": p, "params": (r.shape[0] + r.shape[1]) * p}) for r in rows]
     factors = {m: (B.to(dtype).contiguous(), A.to(dtype).contiguous()) for m, (B, A) in exact_factors.items()}
     full = _average_full(clients, a, dtype)
     config = {} if delta else _output_config(clients[0].config, {m: B.shape[1] for m, (B, _) in factors.items()})

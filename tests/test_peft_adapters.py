@@ -235,6 +235,18 @@ def test_tau_below_one_energy_rule_and_eckart_young(bert, tau):
         assert row.rel_error == pytest.approx(opt / float(S.square().sum().sqrt()), abs=1e3 * math.sqrt(EPS64))
 
 
+def test_uniform_rank_pads_with_zeros(bert, tmp_path):
+    dirs, refs = bert
+    agg = aggregate_adapters(dirs, tmp_path / "out", weights=WEIGHTS, tau=0.9, uniform_rank=True)
+    plain = aggregate_adapters(dirs, None, weights=WEIGHTS, tau=0.9)
+    assert len(set(plain.ranks.values())) > 1 and set(agg.ranks.values()) == {max(plain.ranks.values())}
+    cfg = json.loads((tmp_path / "out" / "adapter_config.json").read_text())
+    assert cfg["rank_pattern"] == {} == cfg["alpha_pattern"] and cfg["r"] == cfg["lora_alpha"] == max(agg.ranks.values())
+    for m, layer in lora_layers(peft.PeftModel.from_pretrained(tiny_bert(), tmp_path / "out")).items():
+        B, A = plain.factors[m]
+        assert rel(layer.get_delta_weight("default"), B.double() @ A.double()) < 4 * EPS32
+
+
 def test_fixed_rank_is_a_cap_per_module(bert):
     dirs, _ = bert
     stacked = {m: sum(read_adapter(d).factors[m][1].shape[0] for d in dirs) for m in read_adapter(dirs[0]).factors}
