@@ -408,7 +408,7 @@ BAD = {
     "r mismatch": (dict(config=_set("r", 7)), "rank 4 .* r=7"),
     "a without b": (dict(tensors=_drop("layer.0.attention.self.query.lora_B.weight")),
                     "encoder.layer.0.attention.self.query' has no lora_B"),
-    "missing module": (dict(tensors=_drop("layer.1.attention.self.value.lora_A.weight")), "has no lora_A"),
+    "b without a": (dict(tensors=_drop("layer.1.attention.self.value.lora_A.weight")), "value' has no lora_A"),
     "nan": (dict(tensors=lambda t: t[f"{PREFIX}encoder.layer.1.output.dense.lora_A.weight"].__setitem__(
         (0, 0), float("nan"))), "encoder.layer.1.output.dense'.*NaN"),
     "lora bias": (dict(tensors=lambda t: t.update({f"{PREFIX}encoder.layer.0.attention.self.query.lora_B.bias":
