@@ -256,7 +256,11 @@ def test_client_partition_checks_node_config(node_config, match):
     assert _partition(ok, 2) == 1
 
 
-@pytest.mark.skipif(not HAS_RAY, reason='Flower simulation needs its Ray backend: pip install "flwr[simulation]==1.41.*"')
+needs_ray = pytest.mark.skipif(not HAS_RAY, reason='Flower simulation needs its Ray backend: '
+                               'pip install "flwr[simulation]==1.41.*"')
+
+
+@needs_ray
 @pytest.mark.parametrize("spec", ["fraq:tau=0.95"])
 def test_simulation_equals_in_process_round(spec, tmp_path):
     from fraq.federated.flower.server_app import run_simulation
@@ -307,8 +311,8 @@ def no_processes_left(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not HAS_RAY, reason='Flower simulation needs its Ray backend: pip install "flwr[simulation]==1.41.*"')
-@pytest.mark.parametrize("deployment", [False, True], ids=["simulation", "deployment"])
+@pytest.mark.parametrize("deployment", [pytest.param(False, id="simulation", marks=needs_ray),
+                                        pytest.param(True, id="deployment")])
 def test_flwr_run_with_local_superlink_equals_in_process_round(deployment, no_processes_left):
     """``flwr run apps/flower`` against a SuperLink on a free port (plus 2 SuperNodes in the
     deployment runtime): the ServerApp's result.json has the in-process round's numbers."""

@@ -7,5 +7,10 @@ each client its own downlink, ``aggregate_train`` calls a :mod:`fraq.aggregators
 (the ``ServerApp`` and :func:`run_simulation`). The rounds, seeds and arithmetic are the
 in-process harness's, so a simulation reproduces :func:`fraq.federated.server.run_round`.
 
+For ``flwr run``: ``server_app.app`` and ``client_app.app`` are the components of the Flower
+App ``apps/flower/pyproject.toml``; they read ``context.run_config``, mapped by
+:mod:`~fraq.federated.flower.run_config`. :mod:`~fraq.federated.flower.local` starts a
+SuperLink (and SuperNodes) on this machine, runs the App and stops them. See docs/flower.md.
+
 Simulation needs Flower's Ray backend: ``pip install "flwr[simulation]==1.41.*"``.
 """

@@ -199,7 +199,8 @@ def run_local(out: Path, *, app_dir: Path | None = None, run_config: str = "", c
         echo(f"stopped the SuperLink{' and SuperNodes' if deployment else ''}"
              + (f" (SIGKILL for pids {killed})" if killed else ""))
     if not result_path.is_file():
-        raise RuntimeError(f"the ServerApp wrote no {result_path}; see {out / 'flwr-run.log'} and {out / 'superlink.log'}")
+        raise RuntimeError(f"the ServerApp wrote no {result_path}; see {out / 'flwr-run.log'} and "
+                           f"{out / 'superlink.log'}")
     import json
 
     result = json.loads(result_path.read_text(encoding="utf-8"))

@@ -151,7 +151,8 @@ def run_simulation(cfg: dict, method: str, *, flwr_home: str | None = None, resu
     from fraq.federated.flower.client_app import make_client_app
 
     sink: dict = {}
-    _run(make_server_app(cfg, method, sink, results_dir), make_client_app(cfg, method), num_supernodes=cfg["federated"]["clients"],
+    _run(make_server_app(cfg, method, sink, results_dir), make_client_app(cfg, method),
+         num_supernodes=cfg["federated"]["clients"],
          backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
     if "strategy" not in sink:
         raise RuntimeError("the Flower simulation ended without finishing the ServerApp (see the log above)")
