@@ -280,7 +280,8 @@ def test_simulation_equals_in_process_round(spec, tmp_path):
     assert sink["strategy"].records[0]["ranks"] == rec["ranks"]
     assert sink["accuracy"][1] == pytest.approx(rec["accuracy"], abs=1.0 / len(task.test_labels) + 1e-12)
     written = json.loads((tmp_path / "out" / m.label / "result.json").read_text())
-    assert [r["round"] for r in written["rounds"]] == [1] and written["rounds"][0]["accuracy"] == sink["accuracy"][1]
+    assert written["num_rounds"] == 1 and [r["round"] for r in written["rounds"]] == [1]
+    assert written["rounds"][0]["accuracy"] == sink["accuracy"][1]
     assert written["rounds"][0]["downlink_pct_flora"] == pytest.approx(rec["downlink_pct_flora"])
     assert summarize(written)["rounds"] == 1
 

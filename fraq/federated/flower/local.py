@@ -204,6 +204,9 @@ def run_local(out: Path, *, app_dir: Path | None = None, run_config: str = "", c
     import json
 
     result = json.loads(result_path.read_text(encoding="utf-8"))
+    if len(result["rounds"]) != result["num_rounds"]:
+        raise RuntimeError(f"the run stopped after round {len(result['rounds'])} of {result['num_rounds']}; see "
+                           f"{out / 'flwr-run.log'}")
     result["wall_seconds"] = time.perf_counter() - t0
     result["result_path"] = str(result_path)
     return result

@@ -55,11 +55,13 @@ def _partitions(grid: Grid, K: int) -> dict[int, int]:
 
 
 def _result(strategy: LoraStrategy, task: Task, m: Method, cfg: dict, run_id: int | None) -> dict:
-    """The method's result in the in-process harness's shape (``run_method``), plus the run id."""
+    """The method's result in the in-process harness's shape (``run_method``), plus the run id and
+    ``num_rounds`` (the run is complete when ``len(rounds) == num_rounds``)."""
     return {"method": m.spec, "label": m.label, "skipped": None, "ranks": m.plan.ranks, "alphas": m.plan.alphas,
             "upload_ranks": m.plan.upload_ranks,
             "flora_downlink_params": flora_downlink(task.backbone.targets, list(m.client_ranks)),
-            "rounds": strategy.records, "runtime": "flower", "run_id": run_id, "config": _jsonable(cfg)}
+            "num_rounds": cfg["federated"]["rounds"], "rounds": strategy.records, "runtime": "flower", "run_id": run_id,
+            "config": _jsonable(cfg)}
 
 
 def _main(grid: Grid, context: Context, cfg: dict, method: str, sink: dict | None, results_dir: str | None) -> None:
