@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 
 .PHONY: setup run demo test test-slow test-all asv-check bench bench-quick bench-pytest bench-roofline bench-report regress \
-	reproduce reproduce-paper figures federated federated-smoke
+	reproduce reproduce-paper figures federated federated-smoke flower-local flower-deployment peft-example
 
 setup:
 	python3 -m venv .venv
@@ -61,6 +61,17 @@ figures:
 
 federated:
 	$(PY) -m fraq.federated
+
+flower-local:
+	$(PY) -m fraq.federated.flower.local
+
+flower-deployment:
+	$(PY) -m fraq.federated.flower.local --deployment
+
+peft-example:
+	rm -rf results/peft-example
+	.venv/bin/fraq example-adapters results/peft-example
+	.venv/bin/fraq aggregate results/peft-example/client0 results/peft-example/client1 results/peft-example/client2 --weights 120 80 40 --tau 0.95 -o results/peft-example/merged --report
 
 federated-smoke:
 	$(PY) -m fraq.federated --methods fedit fraq --clients 2 --rounds 1 --steps 5 --set dataset.train_per_intent=20 --set dataset.test_per_intent=5 --out results/federated/smoke --overwrite --no-progress
