@@ -507,3 +507,36 @@ def test_cli_dispatch_keeps_the_demo(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         cli.main(["aggregate", "--help"])
     assert "--tau" in capsys.readouterr().out
+
+
+def tiny_llama(seed: int = 0):
+    # 11 layers so that layers.1 and layers.10 both exist: a rank_pattern key for one must not reach the other
+    cfg = transformers.LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=24, num_hidden_layers=11,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=16)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def test_causal_lm_per_module_ranks_load_exactly(tmp_path):
+    # A causal LM nests its decoder under `model.`; every module's rank differs at tau < 1, so the
+    # written rank_pattern must reach each module, and only it, through peft's own matching.
+    configs = [dict(r=2, lora_alpha=4), dict(r=6, lora_alpha=3, use_rslora=True)]
+    dirs, refs = make_clients(tmp_path, tiny_llama, configs, ["q_proj", "v_proj", "down_proj"], seed=3)
+    w = [1.0, 2.0]
+    agg = aggregate_adapters(dirs, tmp_path / "out", weights=w, tau=0.9)
+    assert len(set(agg.ranks.values())) > 1  # the config needs a rank_pattern
+    model = peft.PeftModel.from_pretrained(tiny_llama(), tmp_path / "out")
+    layers = lora_layers(model)
+    assert set(layers) == set(refs[0])
+    for m, layer in layers.items():
+        assert layer.r["default"] == agg.ranks[m] and layer.scaling["default"] == 1.0, m
+        B, A = agg.factors[m]
+        assert rel(layer.get_delta_weight("default"), B.double() @ A.double()) < 16 * EPS32
+        D = exact(refs, w, m)
+        S = torch.linalg.svdvals(D)
+        p = agg.ranks[m]
+        # float64 arithmetic, float32 output: within float32 rounding of the Eckart-Young optimum
+        opt = float(S[p:].square().sum().sqrt())
+        err = float(torch.linalg.matrix_norm(B.double() @ A.double() - D))
+        assert err == pytest.approx(opt, abs=100 * EPS32 * float(S[0])), m
