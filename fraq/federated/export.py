@@ -163,7 +163,7 @@ def _write_export(out_dir: Path, data: RoundAdapters, configs: list[dict], base:
     from peft import LoraConfig
     from safetensors.torch import save_file
 
-    from fraq.peft_adapters import PREFIX, WEIGHTS, _umask_mode
+    from fraq.peft_adapters import PREFIX, WEIGHTS
 
     auto = _auto_mapping(base)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -181,16 +181,27 @@ def _write_export(out_dir: Path, data: RoundAdapters, configs: list[dict], base:
                 tensors[f"{PREFIX}{m}.lora_A.weight"] = A.contiguous()
                 tensors[f"{PREFIX}{m}.lora_B.weight"] = B.contiguous()
             save_file(tensors, str(d / WEIGHTS), metadata={"format": "pt"})
-            _umask_mode(d / WEIGHTS)
+            os.chmod(d / WEIGHTS, 0o666 & ~_umask())  # safetensors creates its files 0600
         (tmp / "export.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         _check_out_dir(out_dir, overwrite)  # again: it may have appeared meanwhile
         if out_dir.is_dir() and any(out_dir.iterdir()):
-            os.replace(out_dir, old)
-        os.replace(tmp, out_dir)  # rename(2) replaces an empty directory
+            os.replace(out_dir, old)  # the earlier export, removed once the new one is in place
+        try:
+            os.replace(tmp, out_dir)  # rename(2) replaces an empty directory
+        except OSError:
+            if old.exists():
+                os.replace(old, out_dir)
+            raise
     finally:
         for d in (tmp, old):
             if d.exists():
                 shutil.rmtree(d)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _auto_mapping(base: str | None) -> dict | None:
