@@ -540,3 +540,25 @@ def test_causal_lm_per_module_ranks_load_exactly(tmp_path):
         opt = float(S[p:].square().sum().sqrt())
         err = float(torch.linalg.matrix_norm(B.double() @ A.double() - D))
         assert err == pytest.approx(opt, abs=100 * EPS32 * float(S[0])), m
+
+
+def test_report_error_resolves_float32_rounding_at_tau_one(bert):
+    # At tau = 1 the written float32 factors differ from Delta by float32 rounding only (~1e-8
+    # relative); the report must measure that, not round it to 0. Both sides are float64 from
+    # the same float32 factors, so they agree to eps64 / eps32 ~ 1e-9 relative, 1e3 times that here.
+    dirs, refs = bert
+    agg = aggregate_adapters(dirs, None, weights=WEIGHTS, tau=1.0)
+    for row in agg.rows:
+        B, A = agg.factors[row.module]
+        assert B.dtype == torch.float32
+        want = rel(B.double() @ A.double(), exact(refs, WEIGHTS, row.module))
+        assert 0 < want < 100 * EPS32
+        assert row.rel_error == pytest.approx(want, rel=1e3 * EPS64 / EPS32)
+        assert row.energy == pytest.approx(1.0, abs=100 * EPS32)
+
+
+def test_report_table_columns_align_with_many_clients(bert):
+    dirs, _ = bert
+    agg = aggregate_adapters(list(dirs) * 4, None, tau=0.9)  # 12 clients: a long "client ranks" entry
+    lines = [ln for ln in agg.table().splitlines() if not ln.startswith("-")]
+    assert len({len(ln) for ln in lines}) == 1, lines
