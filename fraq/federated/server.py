@@ -47,7 +47,7 @@ from fraq.federated.dataset import load_dataset, partition, partition_summary
 from fraq.federated.model import Backbone, Inputs, init_lora, stable_seed
 
 __all__ = ["ClientPlan", "Method", "Task", "apply_round", "eval_weights", "florg_offset", "initial_state", "merge_into",
-           "run_method", "run_round"]
+           "method_result", "round_line", "run_method", "run_round"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
@@ -327,6 +327,24 @@ def run_round(task: Task, method: Method, state: RoundState, *, evaluate: bool, 
     return state, rec, updates
 
 
+def round_line(spec: str, t: int, R: int, rec: dict) -> str:
+    """One round's log line: loss, accuracy (when evaluated), downlink, rank, aggregation and training time."""
+    acc = rec.get("accuracy")
+    return (f"[{spec}] round {t}/{R}: loss {rec['train_loss']:.3f}"
+            + (f", accuracy {100 * acc:.2f}%" if acc is not None else "")
+            + f", downlink {rec['downlink_pct_flora']:.1f}% of FLoRA, mean rank {rec['rank_mean']:.1f}, "
+              f"aggregation {rec['agg_ms']:.1f} ms, training {rec['train_seconds']:.1f} s")
+
+
+def method_result(task: Task, method: Method, records: list[dict]) -> dict:
+    """A method's result dict (``result.json``): its client plan, the FLoRA downlink reference, the rounds."""
+    plan = method.plan
+    return {"method": method.spec, "label": method.label, "skipped": None, "ranks": plan.ranks, "alphas": plan.alphas,
+            "upload_ranks": plan.upload_ranks,
+            "flora_downlink_params": flora_downlink(task.backbone.targets, list(method.client_ranks)),
+            "rounds": records}
+
+
 def run_method(task: Task, spec: str, out_dir: Path, *, resume: bool = False, log=print,
                progress: bool = True, save_adapters=None) -> dict:
     """Run every round of method ``spec`` (e.g. ``"fraq:tau=0.95"``); return its result dict.
@@ -363,15 +381,8 @@ def run_method(task: Task, spec: str, out_dir: Path, *, resume: bool = False, lo
                           {"method": spec, "round": t, "model": cfg["model"]["name"], "alphas": plan.alphas})
         state.records.append(rec)
         save_checkpoint(ckpt, state, meta)
-        acc = rec["accuracy"]
-        log(f"[{spec}] round {t}/{R}: loss {rec['train_loss']:.3f}"
-            + (f", accuracy {100 * acc:.2f}%" if acc is not None else "")
-            + f", downlink {rec['downlink_pct_flora']:.1f}% of FLoRA, mean rank {rec['rank_mean']:.1f}, "
-              f"aggregation {rec['agg_ms']:.1f} ms, training {rec['train_seconds']:.1f} s")
-    out = {"method": spec, "label": label, "skipped": None, "ranks": plan.ranks, "alphas": plan.alphas,
-           "upload_ranks": plan.upload_ranks, "flora_downlink_params": flora_downlink(task.backbone.targets,
-                                                                                     list(method.client_ranks)),
-           "rounds": state.records}
+        log(round_line(spec, t, R, rec))
+    out = method_result(task, method, state.records)
     write_json(mdir / "result.json", out)
     if ckpt.exists():
         ckpt.unlink()

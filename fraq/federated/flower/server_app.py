@@ -25,7 +25,7 @@ from flwr.supercore import log
 from fraq.federated.flower.run_config import from_run_config
 from fraq.federated.flower.strategy import LoraStrategy
 from fraq.federated.results import write_json
-from fraq.federated.server import Method, Task, _jsonable, eval_weights, florg_offset, flora_downlink
+from fraq.federated.server import Method, Task, _jsonable, eval_weights, florg_offset, method_result, round_line
 
 __all__ = ["app", "make_server_app", "run_simulation"]
 
@@ -57,11 +57,8 @@ def _partitions(grid: Grid, K: int) -> dict[int, int]:
 def _result(strategy: LoraStrategy, task: Task, m: Method, cfg: dict, run_id: int | None) -> dict:
     """The method's result in the in-process harness's shape (``run_method``), plus the run id and
     ``num_rounds`` (the run is complete when ``len(rounds) == num_rounds``)."""
-    return {"method": m.spec, "label": m.label, "skipped": None, "ranks": m.plan.ranks, "alphas": m.plan.alphas,
-            "upload_ranks": m.plan.upload_ranks,
-            "flora_downlink_params": flora_downlink(task.backbone.targets, list(m.client_ranks)),
-            "num_rounds": cfg["federated"]["rounds"], "rounds": strategy.records, "runtime": "flower", "run_id": run_id,
-            "config": _jsonable(cfg)}
+    return {**method_result(task, m, strategy.records), "num_rounds": cfg["federated"]["rounds"], "runtime": "flower",
+            "run_id": run_id, "config": _jsonable(cfg)}
 
 
 def _main(grid: Grid, context: Context, cfg: dict, method: str, sink: dict | None, results_dir: str | None) -> None:
@@ -92,11 +89,7 @@ def _main(grid: Grid, context: Context, cfg: dict, method: str, sink: dict | Non
             head.load_state_dict(strategy.state.head)
             accuracy[rnd] = strategy.records[-1]["accuracy"] = bb.accuracy(head, task.test, task.test_labels)
             metrics = MetricRecord({"accuracy": accuracy[rnd]})
-        rec = strategy.records[-1]
-        log(INFO, "fraq: [%s] round %d/%d: loss %.3f%s, downlink %.1f%% of FLoRA, mean rank %.1f, aggregation %.1f ms",
-            m.spec, rnd, f["rounds"], rec["train_loss"],
-            f", accuracy {100 * accuracy[rnd]:.2f}%" if rnd in accuracy else "", rec["downlink_pct_flora"],
-            rec["rank_mean"], rec["agg_ms"])
+        log(INFO, "fraq: %s", round_line(m.spec, rnd, f["rounds"], strategy.records[-1]))
         if out is not None:
             write_json(out, _result(strategy, task, m, cfg, context.run_id))
         return metrics
