@@ -62,6 +62,7 @@ from pathlib import Path
 
 import torch
 
+from fraq._files import default_mode
 from fraq.aggregators import ClientUpdate, get_aggregator
 from fraq.stack import normalized_weights
 
@@ -70,6 +71,7 @@ __all__ = [
     "ClientAdapter",
     "ModuleRow",
     "aggregate_adapters",
+    "config_rank_alpha",
     "example_clients",
     "pattern_key",
     "read_adapter",
@@ -227,11 +229,18 @@ def _check_config(where: Path, cfg: dict) -> None:
                          f"(save_pretrained(..., path_initial_model_for_weight_conversion=...)) first")
 
 
-def _scale(where: Path, cfg: dict, module: str, rank: int) -> float:
+def config_rank_alpha(cfg: Mapping, module: str) -> tuple[object, object]:
+    """(r, lora_alpha) that peft's config ``cfg`` gives ``module``: a matching ``rank_pattern`` /
+    ``alpha_pattern`` key (:func:`pattern_key`) first, else ``r`` / ``lora_alpha``. Unchecked."""
     rank_pattern, alpha_pattern = cfg.get("rank_pattern") or {}, cfg.get("alpha_pattern") or {}
     rk, ak = pattern_key(rank_pattern, module), pattern_key(alpha_pattern, module)
     r = rank_pattern[rk] if rk is not None else cfg.get("r")
     alpha = alpha_pattern[ak] if ak is not None else cfg.get("lora_alpha")
+    return r, alpha
+
+
+def _scale(where: Path, cfg: dict, module: str, rank: int) -> float:
+    r, alpha = config_rank_alpha(cfg, module)
     if r != rank:
         raise ValueError(f"{where}: module {module!r} has rank {rank} in {WEIGHTS} but the config gives r={r}")
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha) or alpha <= 0:
@@ -600,7 +609,7 @@ def _write_adapter(out: Path, config: dict, tensors: dict, overwrite: bool) -> N
     tmp.mkdir()
     try:
         save_file(tensors, tmp / WEIGHTS, metadata={"format": "pt"})
-        _umask_mode(tmp / WEIGHTS)
+        default_mode(tmp / WEIGHTS)
         (tmp / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         if out.exists() and any(out.iterdir()):
             for name in (WEIGHTS, CONFIG):
@@ -623,18 +632,11 @@ def _write_file(out: Path, tensors: dict, metadata: dict, overwrite: bool) -> No
     tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
         save_file(tensors, tmp, metadata=metadata)
-        _umask_mode(tmp)
+        default_mode(tmp)
         os.replace(tmp, out)
     finally:
         if tmp.exists():
             tmp.unlink()
-
-
-def _umask_mode(path: Path) -> None:
-    """Give a file the permissions ``open`` would (safetensors creates its files 0600)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)
 
 
 def example_clients(directory: str | os.PathLike, *, clients: int = 3, seed: int = 0) -> list[Path]:

@@ -148,7 +148,6 @@ def load_client_adapters(path: str | Path) -> RoundAdapters:
     return RoundAdapters(updates, modules, json.loads(header["meta"]))
 
 
-
 def export_peft(path: str | Path, out_dir: str | Path, *, overwrite: bool = False, allow_later_round: bool = False,
                 base_model: str | None = None) -> list[Path]:
     """Write each client of a saved round as a peft adapter directory ``out_dir/client{k}``.

@@ -34,6 +34,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+from fraq._files import default_mode
 from fraq.aggregators import ClientUpdate
 from fraq.federated.adapters import RoundAdapters, load_client_adapters
 
@@ -120,7 +121,7 @@ def _base_model(name: str | None) -> str | None:
 
 def _client_config(modules: list[str], u: ClientUpdate, alpha: float | None) -> dict:
     """r, lora_alpha, patterns and use_rslora whose peft scale is the saved scale of every module."""
-    from fraq.peft_adapters import exact_key, pattern_key
+    from fraq.peft_adapters import config_rank_alpha, exact_key
 
     ranks = {m: int(u.factors[m][1].shape[-2]) for m in modules}
     scales = {m: float(u.scale_of(m)) for m in modules}
@@ -135,9 +136,7 @@ def _client_config(modules: list[str], u: ClientUpdate, alpha: float | None) -> 
            "rank_pattern": {exact_key(m): r for m, r in ranks.items() if r != r0},
            "alpha_pattern": {exact_key(m): a for m, a in alphas.items() if a != a0}}
     for m in modules:  # the scale peft will compute, from the config as peft reads it
-        rk, ak = pattern_key(cfg["rank_pattern"], m), pattern_key(cfg["alpha_pattern"], m)
-        r = cfg["rank_pattern"][rk] if rk else r0
-        a = cfg["alpha_pattern"][ak] if ak else a0
+        r, a = config_rank_alpha(cfg, m)
         s = a / math.sqrt(r) if rslora else a / r
         if r != ranks[m] or abs(s - scales[m]) > 2 * sys.float_info.epsilon * abs(scales[m]):
             raise RuntimeError(f"module {m!r}: config gives rank {r}, scale {s!r}; saved {ranks[m]}, {scales[m]!r}")
@@ -181,7 +180,7 @@ def _write_export(out_dir: Path, data: RoundAdapters, configs: list[dict], base:
                 tensors[f"{PREFIX}{m}.lora_A.weight"] = A.contiguous()
                 tensors[f"{PREFIX}{m}.lora_B.weight"] = B.contiguous()
             save_file(tensors, str(d / WEIGHTS), metadata={"format": "pt"})
-            os.chmod(d / WEIGHTS, 0o666 & ~_umask())  # safetensors creates its files 0600
+            default_mode(d / WEIGHTS)
         (tmp / "export.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         _check_out_dir(out_dir, overwrite)  # again: it may have appeared meanwhile
         if out_dir.is_dir() and any(out_dir.iterdir()):
@@ -196,12 +195,6 @@ def _write_export(out_dir: Path, data: RoundAdapters, configs: list[dict], base:
         for d in (tmp, old):
             if d.exists():
                 shutil.rmtree(d)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _auto_mapping(base: str | None) -> dict | None:
