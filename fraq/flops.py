@@ -134,10 +134,18 @@ def _newton_schulz(coords):
     return cost
 
 
+def _cholesky(d, r, p, steps, gram):
+    if r >= d:
+        return 0.0  # Q = I_d, C = X
+    # W = X^T X (float64), Cholesky, R^{-1} (r^3 / 3); apply: R^{-1} U then X (.) (float64)
+    return gram_flops(d, r, gram) + _chol(r) + r**3 / 3 + gemm_flops(r, r, p) + gemm_flops(d, r, p)
+
+
 BACKEND_COSTS = {
     "householder": _householder,
     "polar": _polar,
     "cholesky-qr2": _cholesky_qr2,
+    "cholesky": _cholesky,
     "newton-schulz": _newton_schulz("cholesky"),
     "newton-schulz-polar-express": _newton_schulz("cholesky"),
     "newton-schulz-lstsq": _newton_schulz("lstsq"),

@@ -10,6 +10,8 @@ name                        basis                                               
 ``polar``                   polar factor from the SVD, S = (X^T X)^{1/2} for R     yes
 ``cholesky-qr2``            two Cholesky-QR passes, per-matrix Householder         yes
                             fallback detected from the data
+``cholesky``                one Cholesky of X's Gram formed in float64, per-       yes
+                            matrix Householder fallback; float64 data: Householder
 ``newton-schulz``           classic cubic iteration to tolerance, Cholesky         yes
                             metric correction (pseudo-inverse if rank-deficient)
 ``newton-schulz-polar-      Polar Express schedule, otherwise as above: fewer      yes
@@ -31,6 +33,7 @@ from __future__ import annotations
 from functools import partial
 
 from fraq.backends.base import Backend, Basis
+from fraq.backends.cholesky import cholesky
 from fraq.backends.cholesky_qr import cholesky_qr2
 from fraq.backends.householder import householder
 from fraq.backends.newton_schulz import newton_schulz
@@ -42,6 +45,7 @@ BACKENDS: dict[str, Backend] = {
     "householder": householder,
     "polar": polar,
     "cholesky-qr2": cholesky_qr2,
+    "cholesky": cholesky,
     "newton-schulz": partial(newton_schulz, schedule="cubic", coords="cholesky"),
     "newton-schulz-polar-express": partial(newton_schulz, schedule="polar-express", coords="cholesky"),
     "newton-schulz-lstsq": partial(newton_schulz, schedule="polar-express", coords="lstsq"),
@@ -49,7 +53,7 @@ BACKENDS: dict[str, Backend] = {
     "newton-schulz-muon": partial(newton_schulz, schedule="muon", steps=5, coords="direct"),
 }
 
-EXACT_BACKENDS: tuple[str, ...] = ("householder", "polar", "cholesky-qr2", "newton-schulz", "newton-schulz-polar-express")
+EXACT_BACKENDS: tuple[str, ...] = ("householder", "polar", "cholesky-qr2", "cholesky", "newton-schulz", "newton-schulz-polar-express")
 """Backends whose basis is orthonormal with X = Q C to working precision (see the table)."""
 
 
