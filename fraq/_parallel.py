@@ -10,7 +10,8 @@ several times slower at two threads than at one. The rule here:
   are handed out on demand to ``torch.get_num_threads()`` threads, the caller among
   them, so more threads never means slower: each thread does a share of independent
   serial work, and if the OS does not schedule a helper (a busy core) the caller
-  simply takes its chunks;
+  simply takes its chunks. A batch whose work would not repay handing it to another
+  thread, and a single small matrix, run on the caller, also on one thread;
 * GEMM-shaped steps (matmul, bmm) keep all threads and do not go through this module.
 
 How each call is kept on one thread, and why the alternatives fail (each was measured):
@@ -44,15 +45,17 @@ How each call is kept on one thread, and why the alternatives fail (each was mea
 The symbols are looked up once, in the process's loaded libraries (torch's own
 libtorch_cpu and libgomp for the pip wheels). Where they are missing (a torch without
 MKL, or with another OpenMP runtime) a per-thread limit cannot be guaranteed, and
-:func:`batch_map` calls ``fn`` on the whole batch as is; so it does on CUDA, at one
-thread, and for batches of fewer than two matrices.
+:func:`batch_map` calls ``fn`` on the whole batch as is; so it does on CUDA and at one
+thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -64,6 +67,13 @@ _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 _CHUNKS_PER_THREAD = 4  # chunks per thread: load balance against per-call overhead
+# Fan out only when the rest of the batch would take longer than this on one thread: a
+# hand-off to another thread costs tens of microseconds on an idle core, milliseconds
+# when the core is busy, so smaller batches stay on the caller.
+_FANOUT_SECONDS = 2e-3
+# A single matrix with rows * cols * min(rows, cols) below this runs on one thread (the
+# d x r panels and r x r Grams of LoRA stacks are far below it); above, LAPACK's threads.
+_THREADED_WORK = 2**28
 _controls: tuple | None = None  # (set_mkl_local, omp_set, omp_get), or () when unavailable
 # Where torch's MKL and OpenMP live: linked into libtorch_cpu / bundled libgomp in the pip
 # wheels, separate MKL and OpenMP libraries in other builds.
@@ -130,6 +140,25 @@ def _executor(size: int) -> ThreadPoolExecutor:
         return _pool
 
 
+@contextlib.contextmanager
+def _one_thread():
+    """This thread's MKL and OpenMP counts at 1 inside the block, restored after.
+
+    torch's per-thread initialisation runs first (``torch.get_num_threads``), or it
+    would reset both counts on this thread's first parallel op.
+    """
+    mkl_local, omp_set, omp_get = _thread_controls()
+    torch.get_num_threads()
+    omp_before = omp_get()
+    mkl_before = mkl_local(1)  # returns this thread's previous local count (0: the global one)
+    omp_set(1)
+    try:
+        yield
+    finally:
+        omp_set(omp_before)
+        mkl_local(mkl_before)
+
+
 class _Chunks:
     """Contiguous batch chunks handed out one at a time to whichever thread asks first."""
 
@@ -149,28 +178,20 @@ class _Chunks:
             self._next += 1
             return self._next - 1
 
-    def drain(self) -> None:
-        """Run chunks until none is left, with this thread's MKL and OpenMP counts at 1.
-
-        torch's per-thread initialisation runs first (``torch.get_num_threads``), or it
-        would reset both counts on this thread's first parallel op. Both are restored.
-        """
-        mkl_local, omp_set, omp_get = _thread_controls()
-        torch.get_num_threads()
-        omp_before = omp_get()
-        mkl_before = mkl_local(1)  # returns this thread's previous local count (0: the global one)
-        omp_set(1)
-        try:
+    def drain(self, after_first: Callable[[float], None] | None = None) -> None:
+        """Run chunks on one thread until none is left; ``after_first(seconds)`` once."""
+        with _one_thread():
             while (i := self._take()) is not None:
                 lo, hi = self.bounds[i], self.bounds[i + 1]
+                start = time.perf_counter()
                 try:
                     self.results[i] = self.fn(*(t[lo:hi] for t in self.tensors))
                 except BaseException as e:  # noqa: BLE001 - raised by the caller once all threads stop
                     with self._lock:
                         self.errors.append((i, e))
-        finally:
-            omp_set(omp_before)
-            mkl_local(mkl_before)
+                if after_first is not None:
+                    after_first(time.perf_counter() - start)
+                    after_first = None
 
 
 def _join(parts: list[torch.Tensor]) -> torch.Tensor:
@@ -182,36 +203,50 @@ def _join(parts: list[torch.Tensor]) -> torch.Tensor:
 
 
 def batch_map(fn: Callable[..., object], *tensors: torch.Tensor) -> object:
-    """``fn(*tensors)``, the leading (batch) dimension split over torch's CPU threads.
+    """``fn(*tensors)`` with every LAPACK call on one thread, the batch spread over threads.
 
     ``fn`` must act independently on each batch entry and return a tensor or a tuple
     (named tuples included) of tensors whose leading dimension is the batch. The first
-    tensor is a batch of matrices (b, rows, cols); the others share its leading b. An
-    unbatched (2-D) first tensor is passed through whole.
+    tensor is a batch of matrices (b, rows, cols), or one matrix (rows, cols); the
+    others share its leading b.
 
-    With t = ``torch.get_num_threads()``, the batch is cut into up to 4 t contiguous
-    chunks; the calling thread and t - 1 pool threads take chunks in turn until none is
-    left, each call running on one MKL and one OpenMP thread (see the module
-    docstring). Handing chunks out on demand, rather than one fixed slice per thread,
-    keeps a thread that the OS has not scheduled (a busy core) from holding the others
-    up: at worst the caller runs every chunk itself, as the plain call would. The
-    results are concatenated in batch order, column-major matrices staying
+    With t = ``torch.get_num_threads()`` > 1, the batch is cut into up to 4 t contiguous
+    chunks. The calling thread runs the first chunk on one thread (see the module
+    docstring); if the rest would take more than ``_FANOUT_SECONDS`` at that pace, t - 1
+    pool threads join it, and the threads take chunks in turn until none is left.
+    Handing chunks out on demand keeps a thread the OS has not scheduled (a busy core)
+    from holding the others up: at worst the caller runs every chunk itself, as a
+    one-thread call would; a batch too small to repay a hand-off never leaves the
+    caller. A single matrix runs on one thread too, unless rows * cols * min(rows,
+    cols) reaches ``_THREADED_WORK``, where LAPACK's own threads pay. On CUDA, at one
+    thread, or without the MKL/OpenMP controls, ``fn`` is called as is.
+
+    The results are concatenated in batch order, column-major matrices staying
     column-major, so each matrix comes out exactly as a one-thread call of ``fn``
     computes it. The caller's thread settings are restored, also when ``fn`` raises
     (the error of the earliest failing chunk is raised once all threads have stopped).
     """
     first = tensors[0]
-    if first.dim() < 3 or first.device.type != "cpu":
+    if first.device.type != "cpu" or first.dim() < 2 or torch.get_num_threads() < 2 or not _thread_controls():
         return fn(*tensors)
-    nb = first.shape[0]
+    nb = first.shape[0] if first.dim() > 2 else 1
+    if nb < 2:
+        rows, cols = first.shape[-2], first.shape[-1]
+        if rows * cols * min(rows, cols) >= _THREADED_WORK:
+            return fn(*tensors)
+        with _one_thread():
+            return fn(*tensors)
     workers = min(torch.get_num_threads(), nb)
-    if workers < 2 or not _thread_controls():
-        return fn(*tensors)
     chunks = _Chunks(fn, tensors, min(nb, _CHUNKS_PER_THREAD * workers))
-    pool = _executor(workers - 1)
-    helpers = [pool.submit(chunks.drain) for _ in range(workers - 1)]
+    helpers = []
+
+    def recruit(first_chunk_seconds: float) -> None:
+        if first_chunk_seconds * (len(chunks.results) - 1) >= _FANOUT_SECONDS:
+            pool = _executor(workers - 1)
+            helpers.extend(pool.submit(chunks.drain) for _ in range(workers - 1))
+
     try:
-        chunks.drain()
+        chunks.drain(after_first=recruit)
     finally:
         for h in helpers:
             if not h.cancel():  # a helper that never started has nothing to finish

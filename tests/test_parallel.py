@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 import pytest
 import torch
@@ -65,6 +66,12 @@ OPS = [
 ]
 
 
+@pytest.fixture
+def eager(monkeypatch):
+    """Fan out whatever the batch's cost: the test problems are far below the threshold."""
+    monkeypatch.setattr(_parallel, "_FANOUT_SECONDS", 0.0)
+
+
 def _outputs(r) -> tuple[torch.Tensor, ...]:
     return tuple(r) if isinstance(r, tuple) else (r,)
 
@@ -105,7 +112,7 @@ needs_fanout = pytest.mark.skipif(not fanout_available(), reason="torch without 
 @pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize("b", [0, 1, 2, 3, 5, 7])
 @pytest.mark.parametrize("name,fn,make", OPS, ids=[o[0] for o in OPS])
-def test_equals_the_unsplit_one_thread_call(name, fn, make, b, threads):
+def test_equals_the_unsplit_one_thread_call(eager, name, fn, make, b, threads):
     args = make(b, torch.Generator().manual_seed(b))
     with torch_threads(1):
         ref = fn(*args)
@@ -116,7 +123,7 @@ def test_equals_the_unsplit_one_thread_call(name, fn, make, b, threads):
 
 @needs_fanout
 @pytest.mark.parametrize("name,fn,make", OPS, ids=[o[0] for o in OPS])
-def test_non_contiguous_inputs(name, fn, make):
+def test_non_contiguous_inputs(eager, name, fn, make):
     """Inputs viewed with the batch dimension not outermost, and every other matrix."""
     args = make(10, torch.Generator().manual_seed(3))
     views = tuple(t.movedim(0, -1).contiguous().movedim(-1, 0)[::2] for t in args)
@@ -134,20 +141,24 @@ def test_non_contiguous_inputs(name, fn, make):
 def test_each_chunk_runs_on_one_thread_in_several_threads():
     """Inside fn: torch, OpenMP and MKL all at one thread; t threads (the caller too) at once.
 
-    Every thread's first call waits at a barrier for t parties: it passes only if t
-    threads really run chunks concurrently.
+    The caller's first chunk takes 20 ms, so the default threshold recruits helpers.
+    Then every thread's next call waits at a barrier for t parties: it passes only if
+    t threads really run chunks concurrently.
     """
     threads = 3
     barrier = threading.Barrier(threads, timeout=60)
-    started = threading.local()
+    calls = threading.local()
+    caller = threading.get_ident()
     seen = []
     lock = threading.Lock()
     mkl_get = _mkl_get()
     _, _, omp_get = _parallel._thread_controls()
 
     def probe(X):
-        if not getattr(started, "yes", False):
-            started.yes = True
+        calls.n = getattr(calls, "n", 0) + 1
+        if threading.get_ident() == caller and calls.n == 1:
+            time.sleep(0.02)
+        elif threading.get_ident() != caller and calls.n == 1 or threading.get_ident() == caller and calls.n == 2:
             barrier.wait()
         with lock:
             seen.append((threading.get_ident(), torch.get_num_threads(), omp_get(), mkl_get(), X.shape[0]))
@@ -163,7 +174,43 @@ def test_each_chunk_runs_on_one_thread_in_several_threads():
     assert sum(s[4] for s in seen) == 7
     assert all(s[1:4] == (1, 1, 1) for s in seen)
     assert len({s[0] for s in seen}) == threads
-    assert threading.get_ident() in {s[0] for s in seen}  # the caller runs chunks too
+    assert caller in {s[0] for s in seen}
+
+
+@needs_fanout
+@pytest.mark.parametrize("shape", [(7, 13, 5), (1, 13, 5), (13, 5)], ids=["batch", "one", "2-D"])
+def test_cheap_work_stays_on_the_caller_at_one_thread(shape):
+    """A batch too cheap to repay a hand-off, and one small matrix: caller only, one thread."""
+    seen = []
+    _, _, omp_get = _parallel._thread_controls()
+
+    def probe(X):
+        seen.append((threading.get_ident(), torch.get_num_threads(), omp_get(), _mkl_get()()))
+        return torch.geqrf(X)
+
+    X = torch.randn(*shape, generator=torch.Generator().manual_seed(7))
+    with torch_threads(2):
+        got = batch_map(probe, X)
+    with torch_threads(1):
+        _assert_identical(got, torch.geqrf(X))
+    assert {s[0] for s in seen} == {threading.get_ident()}
+    assert all(s[1:] == (1, 1, 1) for s in seen)
+
+
+@needs_fanout
+def test_one_large_matrix_keeps_lapack_threads():
+    """rows * cols * min(rows, cols) >= _THREADED_WORK: fn sees torch's thread count."""
+    n = 1 + int(round(_parallel._THREADED_WORK ** (1 / 3)))
+    seen = []
+    _, _, omp_get = _parallel._thread_controls()
+
+    def probe(X):
+        seen.append((torch.get_num_threads(), omp_get(), _mkl_get()()))
+        return X[..., :1, :1].clone()
+
+    with torch_threads(2):
+        batch_map(probe, torch.empty(1, n, n))
+    assert seen == [(2, 2, 2)]
 
 
 @needs_fanout
@@ -179,7 +226,7 @@ def test_thread_settings_restored(threads):
 
 @needs_fanout
 @pytest.mark.parametrize("bad_slice", [0, 1])  # first, last
-def test_thread_settings_restored_after_an_exception(bad_slice):
+def test_thread_settings_restored_after_an_exception(eager, bad_slice):
     """fn raising on the first or the last chunk: error raised, settings kept everywhere."""
     X = _col(4, 13, 5, torch.Generator().manual_seed(2))
     marker = X[3 * bad_slice, 0, 0].item()
@@ -204,7 +251,7 @@ def test_thread_settings_restored_after_an_exception(bad_slice):
 
 
 @needs_fanout
-def test_concurrent_callers():
+def test_concurrent_callers(eager):
     """Several Python threads fanning out at once get their own results, settings intact."""
     g = torch.Generator().manual_seed(4)
     problems = [(torch.geqrf, (_col(5, 13, 5, g),)), (torch.linalg.eigh, (_spd(7, 7, g),)),
@@ -235,7 +282,7 @@ def test_concurrent_callers():
 
 
 @needs_fanout
-def test_nested_call_runs_inline():
+def test_nested_call_runs_inline(eager):
     """batch_map inside a slice sees one thread and calls fn whole: no deadlock, same result."""
     X = _col(6, 13, 5, torch.Generator().manual_seed(5))
     with torch_threads(1):
@@ -243,12 +290,3 @@ def test_nested_call_runs_inline():
     with torch_threads(2):
         got = batch_map(lambda Y: batch_map(torch.geqrf, Y), X)
     _assert_identical(got, ref)
-
-
-def test_unbatched_and_unsplittable_inputs_run_whole():
-    """A 2-D input, and a batch of one, are the plain call at the current thread count."""
-    g = torch.Generator().manual_seed(6)
-    X2, X1 = _col(1, 13, 5, g)[0], _col(1, 13, 5, g)
-    with torch_threads(2):
-        for X in (X2, X1):
-            _assert_identical(batch_map(torch.geqrf, X), torch.geqrf(X))
