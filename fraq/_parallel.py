@@ -11,7 +11,9 @@ several times slower at two threads than at one. The rule here:
   them, so more threads never means slower: each thread does a share of independent
   serial work, and if the OS does not schedule a helper (a busy core) the caller
   simply takes its chunks. A batch whose work would not repay handing it to another
-  thread, and a single small matrix, run on the caller, also on one thread;
+  thread, and a single matrix of any size, run on the caller, also on one thread
+  (LAPACK's own team helps a large matrix only while all cores are idle, and costs
+  many times its gain when one is busy);
 * GEMM-shaped steps (matmul, bmm) keep all threads and do not go through this module.
 
 How each call is kept on one thread, and why the alternatives fail (each was measured):
@@ -71,9 +73,6 @@ _CHUNKS_PER_THREAD = 4  # chunks per thread: load balance against per-call overh
 # hand-off to another thread costs tens of microseconds on an idle core, milliseconds
 # when the core is busy, so smaller batches stay on the caller.
 _FANOUT_SECONDS = 2e-3
-# A single matrix with rows * cols * min(rows, cols) below this runs on one thread (the
-# d x r panels and r x r Grams of LoRA stacks are far below it); above, LAPACK's threads.
-_THREADED_WORK = 2**28
 _controls: tuple | None = None  # (set_mkl_local, omp_set, omp_get), or () when unavailable
 # Where torch's MKL and OpenMP live: linked into libtorch_cpu / bundled libgomp in the pip
 # wheels, separate MKL and OpenMP libraries in other builds.
@@ -217,9 +216,10 @@ def batch_map(fn: Callable[..., object], *tensors: torch.Tensor) -> object:
     Handing chunks out on demand keeps a thread the OS has not scheduled (a busy core)
     from holding the others up: at worst the caller runs every chunk itself, as a
     one-thread call would; a batch too small to repay a hand-off never leaves the
-    caller. A single matrix runs on one thread too, unless rows * cols * min(rows,
-    cols) reaches ``_THREADED_WORK``, where LAPACK's own threads pay. On CUDA, at one
-    thread, or without the MKL/OpenMP controls, ``fn`` is called as is.
+    caller. A single matrix runs on the caller on one thread too, whatever its size:
+    LAPACK's own team gains on a large matrix only while every core is idle, and loses
+    many times over when one is busy. On CUDA, at one thread, or without the
+    MKL/OpenMP controls, ``fn`` is called as is.
 
     The results are concatenated in batch order, column-major matrices staying
     column-major, so each matrix comes out exactly as a one-thread call of ``fn``
@@ -231,9 +231,6 @@ def batch_map(fn: Callable[..., object], *tensors: torch.Tensor) -> object:
         return fn(*tensors)
     nb = first.shape[0] if first.dim() > 2 else 1
     if nb < 2:
-        rows, cols = first.shape[-2], first.shape[-1]
-        if rows * cols * min(rows, cols) >= _THREADED_WORK:
-            return fn(*tensors)
         with _one_thread():
             return fn(*tensors)
     workers = min(torch.get_num_threads(), nb)

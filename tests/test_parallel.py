@@ -178,9 +178,9 @@ def test_each_chunk_runs_on_one_thread_in_several_threads():
 
 
 @needs_fanout
-@pytest.mark.parametrize("shape", [(7, 13, 5), (1, 13, 5), (13, 5)], ids=["batch", "one", "2-D"])
-def test_cheap_work_stays_on_the_caller_at_one_thread(shape):
-    """A batch too cheap to repay a hand-off, and one small matrix: caller only, one thread."""
+@pytest.mark.parametrize("shape", [(7, 13, 5), (1, 13, 5), (13, 5), (1, 700, 700)], ids=["batch", "one", "2-D", "large"])
+def test_cheap_work_and_single_matrices_stay_on_the_caller_at_one_thread(shape):
+    """A batch too cheap to repay a hand-off, and one matrix of any size: caller only, one thread."""
     seen = []
     _, _, omp_get = _parallel._thread_controls()
 
@@ -195,22 +195,6 @@ def test_cheap_work_stays_on_the_caller_at_one_thread(shape):
         _assert_identical(got, torch.geqrf(X))
     assert {s[0] for s in seen} == {threading.get_ident()}
     assert all(s[1:] == (1, 1, 1) for s in seen)
-
-
-@needs_fanout
-def test_one_large_matrix_keeps_lapack_threads():
-    """rows * cols * min(rows, cols) >= _THREADED_WORK: fn sees torch's thread count."""
-    n = 1 + int(round(_parallel._THREADED_WORK ** (1 / 3)))
-    seen = []
-    _, _, omp_get = _parallel._thread_controls()
-
-    def probe(X):
-        seen.append((torch.get_num_threads(), omp_get(), _mkl_get()()))
-        return X[..., :1, :1].clone()
-
-    with torch_threads(2):
-        batch_map(probe, torch.empty(1, n, n))
-    assert seen == [(2, 2, 2)]
 
 
 @needs_fanout

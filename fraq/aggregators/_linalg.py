@@ -19,7 +19,7 @@ def batched(fn, X: torch.Tensor):
     ``fn`` returns a tensor or a tuple of tensors with X's batch dimensions in front.
     """
     if X.dim() <= 2:
-        return fn(X)
+        return batch_map(fn, X)  # one matrix: on one thread, as the core's
     lead = X.shape[:-2]
     out = batch_map(fn, X.reshape(-1, *X.shape[-2:]))
     if isinstance(out, tuple):
