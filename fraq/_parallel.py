@@ -69,10 +69,12 @@ _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 _CHUNKS_PER_THREAD = 4  # chunks per thread: load balance against per-call overhead
-# Fan out only when the rest of the batch would take longer than this on one thread: a
-# hand-off to another thread costs tens of microseconds on an idle core, milliseconds
-# when the core is busy, so smaller batches stay on the caller.
-_FANOUT_SECONDS = 2e-3
+# Fan out only when the rest of the batch would take longer than this on one thread. A
+# hand-off costs tens of microseconds when the helper's core is idle, but up to a
+# scheduler time slice (milliseconds) when it is busy, and the caller then waits for the
+# helper's chunk: the rest must be worth several slices. Cheaper batches (r x r
+# Cholesky factors of a RoBERTa-sized stack, say) stay on the caller, on one thread.
+_FANOUT_SECONDS = 5e-3
 _controls: tuple | None = None  # (set_mkl_local, omp_set, omp_get), or () when unavailable
 # Where torch's MKL and OpenMP live: linked into libtorch_cpu / bundled libgomp in the pip
 # wheels, separate MKL and OpenMP libraries in other builds.
