@@ -108,7 +108,8 @@ def recompress(
             :mod:`fraq.backends.factored_gram`).
 
     Returns:
-        :class:`fraq.RecompressResult`.
+        :class:`fraq.RecompressResult`; ``info["rescaled"]`` counts the matrices that
+        took the rescaled (slow) path.
 
     Flops, leading order per matrix (Eq. 12, Gram by a general GEMM here):
     2 d r^2 (QR) + 2 D r^2 (H) + 2 D r^2 (G) + O(r^3) + 4 d r p + 2 D r p.
@@ -181,7 +182,9 @@ def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype, factore
     lam, U, p, energy = _spectrum(G, ok, s, cdt, edt, tau, rank)
     all_ok, pmax, energy0, lo, hi = _host_stats(ok, p, energy, lam, None)
     e = None  # M = 2^e Q C Y per matrix once the factors have been rescaled
+    rescaled = 0
     if not all_ok:
+        rescaled = int((~ok).sum())
         basis, Y, H, G, e = _rescaled(B, A, X, Y, ok, basis_fn, backend_name, factored)
         lam, U, p, energy = _spectrum(G, None, s, cdt, edt, tau, rank)
         _, pmax, energy0, lo, hi = _host_stats(None, p, energy, lam, e)
@@ -211,7 +214,7 @@ def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype, factore
         rank_out, energy_out = p.reshape(batch), energy.to(cdt).reshape(batch)
     return RecompressResult(
         B=Bg, A=Ag, rank=rank_out, energy=energy_out, singular_values=sv, tau=tau,
-        backend=backend_name, transposed=transposed, info=dict(basis.info),
+        backend=backend_name, transposed=transposed, info=dict(basis.info, rescaled=rescaled),
     )
 
 

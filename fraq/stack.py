@@ -116,15 +116,13 @@ def _check_weighted_range(Bs, As, a, s, dtype):
     The per-matrix largest entries of every client factor are read in one host
     synchronization; a non-finite one is then located by :func:`check_finite`.
     """
-    stats = []
-    for B in Bs + As:
-        if B.numel() == 0:
-            top = B.new_zeros(1, dtype=torch.float64)
-        else:  # max |entry| without materializing |B| (NaN propagates through both)
-            top = torch.maximum(B.amax(dim=(-2, -1)), -B.amin(dim=(-2, -1))).double().reshape(-1)
-        live = torch.where(top > 0, top, math.inf)
-        stats.append(torch.stack([top.amax(), live.amin()]))
-    stats = torch.stack(stats).tolist()
+    factors = Bs + As
+    nb = math.prod(Bs[0].shape[:-2])  # every client has this batch shape
+    if nb == 0:
+        return
+    tops = torch.stack([_largest_entries(t, nb) for t in factors]).double()  # (2K, nb)
+    live = torch.where(tops > 0, tops, math.inf)
+    stats = torch.stack([tops.amax(dim=1), live.amin(dim=1)], dim=1).tolist()
     fi = torch.finfo(dtype)
     limit = fi.max / (1 + 4 * fi.eps)  # rounding of the weighted value cannot reach inf
     K = len(Bs)
@@ -146,6 +144,13 @@ def _check_weighted_range(Bs, As, a, s, dtype):
                 f"smallest normal {dtype} ({fi.tiny:.3g}): it would underflow to subnormal numbers or 0; "
                 "stack in a wider dtype (dtype=torch.float32) or rescale the client's factors"
             )
+
+
+def _largest_entries(t, nb):
+    """max |t| per matrix, flattened to (nb,), without materializing |t| (NaN propagates)."""
+    if t.numel() == 0:
+        return t.new_zeros(nb)
+    return torch.maximum(t.amax(dim=(-2, -1)), -t.amin(dim=(-2, -1))).reshape(nb)
 
 
 def _stack_impl(Bs, As, a, s, dtype):

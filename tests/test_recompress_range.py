@@ -169,6 +169,7 @@ def test_badly_scaled_matrix_in_a_batch_leaves_the_others_unchanged():
     B = B.clone()
     B[1] = B[1] * 2.0**-120
     res = fraq.recompress(B, A, tau=TAU)
+    assert res.info["rescaled"] == 1
     for i in (0, 2):
         one = fraq.recompress(B[i], A[i], tau=TAU)
         assert int(res.rank[i]) == one.rank
@@ -234,5 +235,6 @@ def test_fast_path_synchronizes_once(monkeypatch):
     for mode in ({"tau": TAU}, {"rank": 3}):
         for gram in ("product", "factored"):
             calls.clear()
-            fraq.recompress(B, A, gram=gram, **mode)
+            res = fraq.recompress(B, A, gram=gram, **mode)
             assert calls == ["tolist"], (mode, gram, calls)
+            assert res.info["rescaled"] == 0
