@@ -9,7 +9,7 @@ import torch
 from fraq._parallel import batch_map
 from fraq._range import amax, exponent, scale_pow2
 from fraq._validation import check_eig_dtype, check_finite, check_pair, check_rank, check_tau, compute_dtype
-from fraq.backends import get_backend
+from fraq.backends import get_backend, resolve_backend
 from fraq.backends.factored_gram import factored_gram_parts, factored_rows
 from fraq.result import RecompressResult
 
@@ -22,7 +22,7 @@ def recompress(
     *,
     tau: float | None = None,
     rank: int | None = None,
-    backend: str = "householder",
+    backend: str = "auto",
     eig_dtype: torch.dtype | None = None,
     gram: str = "product",
 ) -> RecompressResult:
@@ -97,7 +97,10 @@ def recompress(
         tau: energy threshold in (0, 1]. Exactly one of ``tau`` and ``rank``.
         rank: fixed output rank p, 1 <= p <= min(d, r) (any p >= 1 when min(d, r) = 0).
             An int, or a 0-dimensional integer tensor (a bool is refused).
-        backend: name of the basis backend (:data:`fraq.backends.BACKENDS`).
+        backend: name of the basis backend (:data:`fraq.backends.BACKENDS`), or ``"auto"``
+            (the default): ``cholesky`` on CPU, ``householder`` on CUDA (see
+            :data:`fraq.backends.DEVICE_DEFAULTS` for the measurements behind it).
+            ``result.backend`` records the one that ran.
         eig_dtype: dtype of the r x r eigenproblem, torch.float32 or torch.float64;
             default float64 (see Precision).
         gram: ``"product"`` (the paper's steps: H = C Y, G = H H^T, R_p = U_p^T H) or
@@ -126,6 +129,7 @@ def recompress(
         tau = check_tau(tau)
     else:
         rank = check_rank(rank, s if s > 0 else None)
+    backend = resolve_backend(backend, B.device)
     basis_fn = get_backend(backend)
     if gram not in ("product", "factored"):
         raise ValueError(f"gram(={gram!r}) must be 'product' or 'factored'")
@@ -176,18 +180,26 @@ def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype, factore
 
     # Fast path: only the small intermediates (C, the Grams, the eigenvalues) are looked
     # at, and one host synchronization reads the verdict together with the largest rank.
-    basis = basis_fn(X)
+    # A backend that offers ``deferred`` leaves its per-matrix fallback verdict pending, to
+    # be read in that same synchronization (see fraq.backends.base.Backend).
+    basis = getattr(basis_fn, "deferred", basis_fn)(X)
     Ht, G, WY = _coordinates(basis.C, Y, factored)
     ok = _fast_path_ok(basis.C, G, WY, cdt, edt)
     lam, U, p, energy = _spectrum(G, ok, s, cdt, edt, tau, rank)
-    all_ok, pmax, energy0, lo, hi = _host_stats(ok, p, energy, lam, None)
+    all_ok, pmax, energy0, lo, hi, rejected = _host_stats(ok, p, energy, lam, None, basis.rejected)
+    if rejected:  # the fast basis was wrong somewhere: complete it and redo the pipeline
+        basis = basis.complete()
+        Ht, G, WY = _coordinates(basis.C, Y, factored)
+        ok = _fast_path_ok(basis.C, G, WY, cdt, edt)
+        lam, U, p, energy = _spectrum(G, ok, s, cdt, edt, tau, rank)
+        all_ok, pmax, energy0, lo, hi, _ = _host_stats(ok, p, energy, lam, None, None)
     e = None  # M = 2^e Q C Y per matrix once the factors have been rescaled
     rescaled = 0
     if not all_ok:
         rescaled = int((~ok).sum())
         basis, Y, Ht, G, e = _rescaled(B, A, X, Y, ok, basis_fn, backend_name, factored)
         lam, U, p, energy = _spectrum(G, None, s, cdt, edt, tau, rank)
-        _, pmax, energy0, lo, hi = _host_stats(None, p, energy, lam, e)
+        _, pmax, energy0, lo, hi, _ = _host_stats(None, p, energy, lam, e, None)
     _check_representable(B, A, lam, e, out_dtype, lo, hi, batch)
 
     Up = U[..., :pmax].to(cdt)
@@ -311,16 +323,20 @@ def _log2_sigma1(lam, e):
     return l2 if e is None else l2 + e.double()
 
 
-def _host_stats(ok, p, energy, lam, e):
-    """The one host synchronization: (all ok, largest rank, energy of matrix 0, and the
-    smallest and largest log2 sigma_1 over the nonzero aggregates)."""
+def _host_stats(ok, p, energy, lam, e, rejected):
+    """The one host synchronization: (all ok, largest rank, energy of matrix 0, the smallest
+    and largest log2 sigma_1 over the nonzero aggregates, and the number of matrices whose
+    deferred basis was ``rejected`` (0 when None))."""
     l2 = _log2_sigma1(lam, e)
     live = torch.isfinite(l2)
     lo = torch.where(live, l2, math.inf).amin()
     hi = torch.where(live, l2, -math.inf).amax()
-    flag = torch.ones((), dtype=torch.float64, device=p.device) if ok is None else ok.all().double()
-    all_ok, pmax, energy0, lo, hi = torch.stack([flag, p.amax().double(), energy[0].double(), lo, hi]).tolist()
-    return bool(all_ok), int(pmax), energy0, lo, hi
+    one = torch.ones((), dtype=torch.float64, device=p.device)
+    flag = one if ok is None else ok.all().double()
+    nrej = 0 * one if rejected is None else rejected.sum().double()
+    stats = torch.stack([flag, p.amax().double(), energy[0].double(), lo, hi, nrej]).tolist()
+    all_ok, pmax, energy0, lo, hi, nrej = stats
+    return bool(all_ok), int(pmax), energy0, lo, hi, int(nrej)
 
 
 def _check_representable(B, A, lam, e, out_dtype, lo, hi, batch):
