@@ -79,7 +79,8 @@ def check_config(where: Path, cfg: object) -> None:
     int, alpha that is not a positive finite number, a pattern that is not an object of
     valid regular expressions, non-boolean switches."""
     if not isinstance(cfg, dict):
-        raise ValueError(f"{where}: holds {_show(json.dumps(cfg))}, not a JSON object; a peft adapter config is "
+        text = json.dumps(cfg)
+        raise ValueError(f"{where}: holds {text if len(text) <= 60 else text[:57] + '...'}, not a JSON object; a peft adapter config is "
                          f"a JSON object (LoraConfig's fields)")
     if cfg.get("peft_type") != "LORA":
         raise ValueError(f"{where}: peft_type(={_show(cfg.get('peft_type'))}) is not 'LORA'")
