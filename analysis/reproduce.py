@@ -102,7 +102,7 @@ def build(out: Path, backends: str = "run", seconds: float | None = None, mode: 
         sections.append("## Table 5: FLOPs, analytic next to counted next to measured time\n\n"
                         "Batched points of the Fig. 3 sweeps, all modules of one call. *Table 5 GFLOP*: the paper's "
                         "leading-order formulas; *model (code)*: the same pipelines with the constants of what the "
-                        "code runs (`fraq.measure.flops.analytic_flops(model='full')`); *counted*: FlopCounterMode with "
+                        "code runs (`fraq.flops.analytic_flops(model='full')`); *counted*: FlopCounterMode with "
                         f"LAPACK formulas (`fraq.measure.count_flops`). {style.caption(f3)}.\n\n"
                         + tables.markdown(t5) + "\n\n" + "\n".join(agreement.table5_lines(t5)) + "\n")
     rk, cd = loaders.load_results(res / "fig4_rank"), loaders.load_results(res / "fig4_cond")

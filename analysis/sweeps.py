@@ -131,7 +131,7 @@ def _timing(fn, repeats: int, warmup: int) -> dict:
 
 def _fig3_point(method: str, d: int, r: int, mode: str, c: dict) -> dict:
     from fraq.measure import count_flops, peak_memory
-    from fraq.measure.flops import analytic_flops
+    from fraq.flops import analytic_flops
     from fraq.measure.methods import clients_as_batch, get_method
     from fraq.synthetic import lora_clients
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 
 from benchmarks.common import TAU, check_threads, preset_clients, skip
-from fraq.measure.flops import count_flops, model_flops
+from fraq.flops import model_flops
+from fraq.measure.flops import count_flops
 from fraq.measure.memory import peak_memory
 from fraq.measure.methods import BASELINES, get_method
 

@@ -29,7 +29,8 @@ from benchmarks.common import (
     stacks,
     sweep_ranks,
 )
-from fraq.measure.flops import analytic_flops, count_flops
+from fraq.flops import analytic_flops
+from fraq.measure.flops import count_flops
 from fraq.measure.memory import peak_memory
 from fraq.measure.methods import BASELINES, clients_as_batch, get_method
 

@@ -28,7 +28,7 @@ from benchmarks.common import SWEEP_MODULES, SWEEP_P, clients, stacks, sweep_ran
 from fraq.measure import count_flops, machine_record, peak_memory, threads
 from fraq.measure.timing import time_call as _time_call  # a module-level time_* would be an asv benchmark
 from fraq.measure.ablation import ablation_variant
-from fraq.measure.flops import analytic_flops
+from fraq.flops import analytic_flops
 from fraq.measure.memory import mib
 from fraq.measure.methods import get_method
 

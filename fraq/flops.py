@@ -1,9 +1,9 @@
-r"""Analytic FLOP counts of FRAQ and its basis backends (the paper's Eq. 12-14 and Table 5).
+r"""Analytic FLOP counts: LAPACK routines, FRAQ with each basis backend, the baselines.
 
-One adapted weight matrix, oriented as in the paper: d = min(m, n), D = max(m, n),
-stacked rank r, output rank p, s = min(d, r). A multiply-add is 2 FLOPs. The counts
-keep each routine's leading term with its constant, and the O(r^3) and O(r p) terms
-too, because those separate the backends:
+The one analytic FLOP module of the project. One adapted weight matrix, oriented as in
+the paper: d = min(m, n), D = max(m, n), stacked rank r, output rank p, s = min(d, r).
+A multiply-add is 2 FLOPs. The counts keep each routine's leading term with its
+constant, and the O(r^3) and O(r p) terms too, because those separate the backends:
 
 ======================  ====================================================================
 piece                   FLOPs
@@ -13,45 +13,71 @@ Gram X^T X, X a x r     2 a r^2 as a GEMM (``gram="gemm"``, what the code runs),
                         a symmetry-aware SYRK (``gram="syrk"``, the paper's Table 5)
 Householder QR a x r    4ark - 2(a + r)k^2 + 4k^3/3, k = min(a, r) (= 2ar^2 - 2r^3/3); LAWN 41
 reflectors onto a x c   4ack - 2ck^2 (LAPACK ``ormqr``); LAWN 41
+Q's first q columns     4aqk - 2(a + q)k^2 + 4k^3/3 (``orgqr``); LAWN 41
 Cholesky n x n          n^3 / 3;  triangular solve with c right-hand sides: n^2 c
-symmetric eig n x n     9 n^3 with vectors (Golub and Van Loan, Sec. 8.3)
-SVD n x n, vectors      22 n^3 (Golub-Reinsch, GVL Fig. 8.6.1)
+symmetric eig n x n     9 n^3 with vectors, 4 n^3 / 3 values only (GVL Sec. 8.3)
+SVD a x b, a >= b       the cheaper of Golub-Reinsch and R-SVD (GVL Fig. 8.6.1)
 ======================  ====================================================================
 
-The pipeline around any backend (:func:`fraq.recompress`): H = C Y (2 s r D), the Gram
-H H^T, the eigenproblem (9 s^3), and R_p = U_p^T H (2 p s D). With Householder and a
-SYRK Gram this is the paper's :math:`(2d + 3D) r^2 + O((d + D) r p + r^3)`; the code's
-GEMM Gram makes it :math:`(2d + 4D) r^2`. The **factored** variant
-(``factored=True``) forms :math:`G = C (YY^\top) C^\top` and :math:`R_p = (U_p^\top C) Y`
-instead, so H never exists: D enters through one Gram :math:`YY^\top` (D r^2 with SYRK)
-and R_p, i.e. :math:`(2d + D) r^2` with Householder and :math:`(4d + D) r^2` with
-Cholesky-QR2 (SYRK Grams), against the paper's :math:`(2d + 3D) r^2`.
+**FRAQ** (:func:`fraq_flops`) is the pipeline around a backend (:func:`fraq.recompress`):
+H = C Y (2 s r D), the Gram H H^T, the eigenproblem (9 s^3) and R_p = U_p^T H (2 p s D),
+plus the backend's own cost, the basis of X and Q applied to U_p, which the backend
+registry holds (:func:`fraq.backends.register_backend`'s ``flops``). With Householder and
+a SYRK Gram this is the paper's :math:`(2d + 3D) r^2 + O((d + D) r p + r^3)`; the code's
+GEMM Gram makes it :math:`(2d + 4D) r^2`. The **factored** variant (``factored=True``)
+forms :math:`G = C (YY^\top) C^\top` and :math:`R_p = (U_p^\top C) Y` instead, so H never
+exists: D enters through one Gram :math:`YY^\top` (D r^2 with SYRK) and R_p, i.e.
+:math:`(2d + D) r^2` with Householder and :math:`(4d + D) r^2` with Cholesky-QR2.
+
+**Models of a method** (:func:`analytic_flops`): ``model="table5"`` is the paper's Table 5
+exactly (leading terms, SYRK Gram; :func:`fraq_table5`, :func:`florist_table5`,
+:func:`flexlora_table5`); ``model="full"`` is what the code runs, with the routines'
+constants and the lower-order terms (FRAQ from :func:`fraq_flops`, FLoRIST's and
+FlexLoRA's SVDs at GVL's counts). :func:`model_flops` sums either over a model's
+modules (Eq. 14).
 
 Data-dependent work is not modelled: a Cholesky-QR2 fallback adds Householder's count for
 that matrix, and Newton-Schulz's step count comes from its tolerance (pass ``steps``,
 e.g. from ``result.info["steps"]``).
 
 References: the FRAQ paper, Appendix A.3 and Table 5; Golub and Van Loan, *Matrix
-Computations*, 4th ed.; LAPACK Working Note 41.
+Computations*, 4th ed. (GVL); LAPACK Working Note 41 (LAWN 41).
 """
 
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterable
 
 __all__ = [
     "GRAMS",
-    "BACKEND_COSTS",
+    "MODELS",
+    "METHODS",
     "gemm_flops",
     "gram_flops",
     "qr_flops",
     "reflector_flops",
+    "orgqr_flops",
+    "cholesky_flops",
+    "trsm_flops",
+    "eigh_flops",
+    "svd_flops",
     "basis_flops",
     "coordinate_flops",
     "fraq_flops",
+    "fraq_table5",
+    "florist_table5",
+    "flexlora_table5",
+    "analytic_flops",
+    "model_flops",
 ]
 
 GRAMS = ("gemm", "syrk")
+MODELS = ("table5", "full")
+METHODS = ("fraq", "florist", "flexlora")
+
+
+# ------------------------------------------------------------------ routines
 
 
 def gemm_flops(a: int, b: int, c: int) -> float:
@@ -75,48 +101,86 @@ def reflector_flops(a: int, c: int, k: int) -> float:
     return 4.0 * a * c * k - 2.0 * c * k**2
 
 
-def _chol(n: int) -> float:
+def orgqr_flops(a: int, q: int, k: int) -> float:
+    """Form the first q columns of Q (a x a, k reflectors): 4aqk - 2(a + q)k^2 + 4k^3/3."""
+    return 4.0 * a * q * k - 2.0 * (a + q) * k**2 + 4.0 * k**3 / 3
+
+
+def cholesky_flops(n: int) -> float:
+    """Cholesky factorization of an n x n matrix: n^3 / 3 (GVL Sec. 4.2)."""
     return n**3 / 3.0
 
 
-def _trsm(n: int, c: int) -> float:
+def trsm_flops(n: int, c: int) -> float:
+    """Triangular solve, n x n triangle, c right-hand sides: n^2 c."""
     return float(n * n * c)
 
 
-def _eigh(n: int) -> float:
-    return 9.0 * n**3
+def eigh_flops(n: int, vectors: bool = True) -> float:
+    """Symmetric eigendecomposition: 9 n^3 with eigenvectors, 4 n^3 / 3 values only (GVL 8.3)."""
+    return 9.0 * n**3 if vectors else 4.0 * n**3 / 3
 
 
-def _svd_square(n: int) -> float:
-    return 22.0 * n**3
+def svd_flops(m: int, n: int, compute_uv: bool = True, full_matrices: bool = False) -> float:
+    """SVD of an m x n matrix, the cheaper of Golub-Reinsch and R-SVD (GVL Fig. 8.6.1).
+
+    LAPACK's ``gesdd`` makes the same choice: it starts with a QR when the matrix is
+    tall enough, which is the R-SVD.
+    """
+    a, b = max(m, n), min(m, n)
+    if not compute_uv:
+        return float(min(4 * a * b**2 - 4 * b**3 / 3, 2 * a * b**2 + 2 * b**3))
+    if full_matrices:
+        return float(min(4 * a**2 * b + 8 * a * b**2 + 9 * b**3, 4 * a**2 * b + 22 * b**3))
+    return float(min(14 * a * b**2 + 8 * b**3, 6 * a * b**2 + 20 * b**3))
 
 
 # ------------------------------------------------------------------ backends: basis + apply(U_p)
+# Each takes (d, r, p, *, steps, gram) and is registered beside its backend in
+# fraq.backends; a new backend brings its own function of the same signature.
 
 
-def _householder(d, r, p, steps, gram):
+def householder_flops(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:
+    """Householder: QR of X, then the reflectors applied to the zero-padded U_p."""
+    return qr_flops(d, r) + reflector_flops(d, p, min(d, r))
+
+
+def polar_flops(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:
+    """Polar: Householder QR, the SVD of R, S and W_R V^T, then U_p through both."""
     s = min(d, r)
-    return qr_flops(d, r) + reflector_flops(d, p, s)
-
-
-def _polar(d, r, p, steps, gram):
-    s = min(d, r)
-    small = _svd_square(s) + gemm_flops(s, s, r) * (2 if d >= r else 0)  # SVD of R, then S and W_R V^T
+    small = svd_flops(s, s) + gemm_flops(s, s, r) * (2 if d >= r else 0)
     return qr_flops(d, r) + small + gemm_flops(s, s, p) + reflector_flops(d, p, s)
 
 
-def _cholesky_qr2(d, r, p, steps, gram):
+def cholesky_qr2_flops(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:
+    """Cholesky-QR2 without fallbacks (wide X: Q = I, free)."""
     if r >= d:
-        return 0.0  # Q = I_d, C = X
+        return 0.0
     # W1, R1^{-1} (r^3 / 3), Q1 = X R1^{-1} (a GEMM), W2, two Cholesky, R2 R1; apply: R2^{-1} U then Q1 (.)
-    basis = 2 * gram_flops(d, r, gram) + r**3 / 3 + gemm_flops(d, r, r) + 2 * _chol(r) + gemm_flops(r, r, r)
-    return basis + _trsm(r, p) + gemm_flops(d, r, p)
+    basis = (2 * gram_flops(d, r, gram) + r**3 / 3 + gemm_flops(d, r, r) + 2 * cholesky_flops(r)
+             + gemm_flops(r, r, r))
+    return basis + trsm_flops(r, p) + gemm_flops(d, r, p)
 
 
-def _newton_schulz(coords):
-    def cost(d, r, p, steps, gram):
+def cholesky_basis_flops(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:
+    """The ``cholesky`` backend without fallbacks (wide X: Q = I, free): the Gram of X (float64),
+    its Cholesky factor, R^{-1} (r^3 / 3); applying Q: R^{-1} U_p, then X times it (float64)."""
+    if r >= d:
+        return 0.0
+    return gram_flops(d, r, gram) + cholesky_flops(r) + r**3 / 3 + gemm_flops(r, r, p) + gemm_flops(d, r, p)
+
+
+def newton_schulz_flops(coords: str, default_steps: int | None = None):
+    """The cost function of a Newton-Schulz backend with ``coords`` (see fraq.backends.newton_schulz).
+
+    ``default_steps``: the step count when the caller passes none (a fixed schedule);
+    None makes ``steps`` required, since a tolerance decides it from the data.
+    """
+
+    def cost(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:
         if r >= d:
             return 0.0
+        steps = default_steps if steps is None else steps
         if steps is None:
             raise ValueError("steps is required for a Newton-Schulz backend: its step count depends on the "
                              "data (use result.info['steps'])")
@@ -126,30 +190,19 @@ def _newton_schulz(coords):
         f += gemm_flops(r, d, r)  # T = Q^T X
         if coords == "direct":
             return f + gemm_flops(d, r, p)
-        f += _chol(r) + _trsm(r, r)  # Z = L^{-T}
+        f += cholesky_flops(r) + trsm_flops(r, r)  # Z = L^{-T}
         if coords == "lstsq":
             return f + 2 * gemm_flops(r, r, r) + gemm_flops(d, r, p)
         return f + gemm_flops(r, r, r) + gemm_flops(r, r, p) + gemm_flops(d, r, p)
 
+    cost.__name__ = cost.__qualname__ = f"newton_schulz_{coords}_flops"
     return cost
 
 
-BACKEND_COSTS = {
-    "householder": _householder,
-    "polar": _polar,
-    "cholesky-qr2": _cholesky_qr2,
-    "newton-schulz": _newton_schulz("cholesky"),
-    "newton-schulz-polar-express": _newton_schulz("cholesky"),
-    "newton-schulz-lstsq": _newton_schulz("lstsq"),
-    "newton-schulz-direct": _newton_schulz("direct"),
-    "newton-schulz-muon": _newton_schulz("direct"),
-}
-"""Backend name -> cost of its basis and of applying Q to U_p (the registry's names)."""
-
-_DEFAULT_STEPS = {"newton-schulz-muon": 5}
+# ------------------------------------------------------------------ FRAQ
 
 
-def _check_dims(d, D, r, p, gram, backend) -> None:
+def _check_dims(d, D, r, p, gram) -> None:
     for name, v in (("d", d), ("D", D), ("r", r), ("p", p)):
         if isinstance(v, bool) or not isinstance(v, numbers.Integral):
             raise TypeError(f"{name}(={v!r}) must be an int")
@@ -161,33 +214,41 @@ def _check_dims(d, D, r, p, gram, backend) -> None:
         raise ValueError(f"p(={p}) must be <= min(d, r)(={min(d, r)})")
     if gram not in GRAMS:
         raise ValueError(f"gram(={gram!r}) must be one of {list(GRAMS)}")
-    if not isinstance(backend, str) or backend not in BACKEND_COSTS:
-        raise ValueError(f"backend(={backend!r}) is not one of {sorted(BACKEND_COSTS)}")
+
+
+def _backend_cost(backend):
+    from fraq.backends import REGISTRY  # the one registry; imported here so fraq.backends can import us
+
+    if not isinstance(backend, str) or backend not in REGISTRY:
+        raise ValueError(f"backend(={backend!r}) is not one of {sorted(REGISTRY)}")
+    cost = REGISTRY[backend].flops
+    if cost is None:
+        raise ValueError(f"backend(={backend!r}) was registered without a FLOP model: pass "
+                         "register_backend(..., flops=cost) with cost(d, r, p, *, steps, gram)")
+    return cost
 
 
 def basis_flops(d: int, r: int, p: int, backend: str = "householder", *, steps: int | None = None,
                 gram: str = "gemm") -> float:
     """FLOPs of a backend's basis of X (d x r) plus applying Q to U_p (r x p)."""
-    _check_dims(d, d, r, p, gram, backend)
-    if steps is None:
-        steps = _DEFAULT_STEPS.get(backend)
-    return float(BACKEND_COSTS[backend](d, r, p, steps, gram))
+    _check_dims(d, d, r, p, gram)
+    return float(_backend_cost(backend)(d, r, p, steps=steps, gram=gram))
 
 
 def coordinate_flops(d: int, D: int, r: int, p: int, *, gram: str = "gemm", factored: bool = False) -> float:
     """FLOPs of the pipeline around the basis: coordinates, Gram, eigenproblem and R_p.
 
     ``factored=False``: H = C Y, G = H H^T, R_p = U_p^T H (what :func:`fraq.recompress`
-    runs). ``factored=True``: G = C (Y Y^T) C^T and R_p = (U_p^T C) Y, H never formed.
+    runs by default). ``factored=True``: G = C (Y Y^T) C^T and R_p = (U_p^T C) Y.
     """
-    _check_dims(d, D, r, p, gram, "householder")
+    _check_dims(d, D, r, p, gram)
     s = min(d, r)
     if factored:
         f = gram_flops(D, r, gram) + gemm_flops(s, r, r) + gemm_flops(s, r, s)
         f += gemm_flops(p, s, r) + gemm_flops(p, r, D)
     else:
         f = gemm_flops(s, r, D) + gram_flops(D, s, gram) + gemm_flops(p, s, D)
-    return float(f + _eigh(s))
+    return float(f + eigh_flops(s))
 
 
 def fraq_flops(d: int, D: int, r: int, p: int, backend: str = "householder", *, steps: int | None = None,
@@ -197,7 +258,7 @@ def fraq_flops(d: int, D: int, r: int, p: int, backend: str = "householder", *, 
     Args:
         d, D: min(m, n) and max(m, n) (d <= D).
         r: stacked rank; p: output rank, p <= min(d, r).
-        backend: a name in :data:`BACKEND_COSTS` (the registry's backends).
+        backend: a registered backend (:data:`fraq.backends.REGISTRY`) with a FLOP model.
         steps: Newton-Schulz steps (required for the tolerance-driven Newton-Schulz
             backends; 5 for ``newton-schulz-muon``).
         gram: ``"gemm"`` counts the symmetric Gram products as the code runs them;
@@ -208,7 +269,106 @@ def fraq_flops(d: int, D: int, r: int, p: int, backend: str = "householder", *, 
 
     Returns:
         FLOPs as a float.
+
+    Examples:
+        The paper's (2d + 3D) r^2, plus the QR's -2 r^3 / 3 and the eigenproblem's 9 r^3:
+
+        >>> round(fraq_flops(768, 3072, 64, 0, gram="syrk") - (2 * 768 + 3 * 3072) * 64**2)
+        2184533
+        >>> round((9 - 2 / 3) * 64**3)
+        2184533
     """
-    _check_dims(d, D, r, p, gram, backend)
+    _check_dims(d, D, r, p, gram)
     return basis_flops(d, r, p, backend, steps=steps, gram=gram) + coordinate_flops(d, D, r, p, gram=gram,
                                                                                     factored=factored)
+
+
+# ------------------------------------------------------------------ the paper's Table 5 and the baselines
+
+
+def fraq_table5(d: int, D: int, r: int, p: int) -> float:
+    r"""FRAQ, Table 5: :math:`(2d + 3D) r^2` (r replaced by s = min(d, r) where the
+    coordinate space is s-dimensional, Appendix A.2)."""
+    s = min(d, r)
+    return float(2 * d * r * s + 2 * D * r * s + D * s * s)
+
+
+def florist_table5(d: int, D: int, r: int, p: int) -> float:
+    r"""FLoRIST, Table 5: :math:`4(d + D) r^2 + 2(d + D) r p` (thin SVDs of both stacks)."""
+    s = min(d, r)
+    return float(4 * (d + D) * s * s + 2 * (d + D) * s * p)
+
+
+def flexlora_table5(d: int, D: int, r: int, p: int) -> float:
+    r"""FlexLoRA, Table 5: :math:`2dDr + 4Dd^2` (dense aggregate, economy SVD)."""
+    return float(2 * d * D * r + 4 * D * d * d)
+
+
+def _florist_full(d: int, D: int, r: int, p: int) -> float:
+    # thin SVDs with vectors of the d x r and r x D stacks (R-SVD, 6 a r^2 + 20 r^3 each; Table 5's
+    # 4 a r^2 is the values-only cost), the r x r core product and its SVD, the two recovery products
+    s = min(d, r)
+    return float(svd_flops(d, s) + svd_flops(s, D) + 2 * s**3 + svd_flops(s, s) + 2 * (d + D) * s * p)
+
+
+def _flexlora_full(d: int, D: int, r: int, p: int) -> float:
+    return float(2 * d * D * r + svd_flops(D, d))
+
+
+_TABLE5 = {"fraq": fraq_table5, "florist": florist_table5, "flexlora": flexlora_table5}
+_FULL_BASELINES = {"florist": _florist_full, "flexlora": _flexlora_full}
+
+
+def analytic_flops(method: str, d: int, D: int, r: int, p: int, *, backend: str = "householder",
+                   model: str = "full", steps: int | None = None) -> float:
+    """Analytic FLOPs of one d x D module with stacked rank r and output rank p.
+
+    Args:
+        method: ``fraq``, ``florist`` or ``flexlora`` (:data:`METHODS`).
+        backend: FRAQ's basis backend (``model="full"`` only).
+        model: ``"table5"``, the paper's leading-order formulas exactly (FRAQ with a SYRK
+            Gram, (2d + 3D) r^2); ``"full"``, the same pipelines with the constants of what
+            the code runs and the lower-order terms: FRAQ from :func:`fraq_flops` (GEMM
+            Gram, every registered backend), FLoRIST and FlexLoRA with their SVDs with
+            singular vectors at GVL's counts.
+        steps: Newton-Schulz step count, for those backends.
+
+    Shapes are oriented here: d and D may come in either order.
+    """
+    if model not in MODELS:
+        raise ValueError(f"model(={model!r}) must be one of {MODELS}")
+    if method not in METHODS:
+        raise ValueError(f"method(={method!r}) is not one of {list(METHODS)}")
+    d, D = min(d, D), max(d, D)
+    if model == "table5":
+        if method == "fraq" and backend != "householder":
+            raise ValueError(f"Table 5 models the Householder backend only, not backend(={backend!r})")
+        return _TABLE5[method](d, D, r, p)
+    if method == "fraq":
+        return fraq_flops(d, D, r, p, backend, steps=steps, gram="gemm")
+    return _FULL_BASELINES[method](d, D, r, p)
+
+
+def model_flops(modules: Iterable[tuple[int, int, int]], method: str, r: int,
+                ranks: Iterable[int] | int, **kwargs) -> float:
+    """Eq. 14: the sum of per-module FLOPs over a model.
+
+    Args:
+        modules: (m, n, count) per group of equal-shape modules, e.g.
+            ``[(g.m, g.n, g.count) for g in preset.groups]``.
+        method, kwargs: as :func:`analytic_flops`.
+        r: stacked rank (sum of the clients' ranks).
+        ranks: output rank p of each module (one int for all, or one per module in the
+            order the groups list them).
+    """
+    modules = list(modules)
+    total_modules = sum(c for _, _, c in modules)
+    ps = [ranks] * total_modules if isinstance(ranks, int) else [int(x) for x in ranks]
+    if len(ps) != total_modules:
+        raise ValueError(f"ranks has {len(ps)} entries for {total_modules} modules")
+    out, i = 0.0, 0
+    for m, n, count in modules:
+        for _ in range(count):
+            out += analytic_flops(method, m, n, r, ps[i], **kwargs)
+            i += 1
+    return out

@@ -1,4 +1,4 @@
-"""Basis backends for :func:`fraq.recompress`, by name.
+"""Basis backends for :func:`fraq.recompress`, by name: the one registry.
 
 Each backend maps the oriented left factor X (*, d, r) to a :class:`Basis`: coordinates
 C with X = Q C, and a way to apply Q. ``householder`` is the default and the reference.
@@ -10,6 +10,8 @@ name                        basis                                               
 ``polar``                   polar factor from the SVD, S = (X^T X)^{1/2} for R     yes
 ``cholesky-qr2``            two Cholesky-QR passes, per-matrix Householder         yes
                             fallback detected from the data
+``cholesky``                one Cholesky of X's Gram formed in float64, per-       yes
+                            matrix Householder fallback; float64 data: Householder
 ``newton-schulz``           classic cubic iteration to tolerance, Cholesky         yes
                             metric correction (pseudo-inverse if rank-deficient)
 ``newton-schulz-polar-      Polar Express schedule, otherwise as above: fewer      yes
@@ -24,41 +26,166 @@ express``                   steps, 1.3e-6 above the optimum in float32 (cubic:
 The Newton-Schulz bases are exact in the same sense as Householder's but their float32
 rounding is a few times larger (see :mod:`fraq.backends.newton_schulz`, "Accuracy").
 ``newton-schulz-muon`` is a documented reference that does not converge.
+
+**The registry.** :data:`REGISTRY` maps each name to a :class:`BackendSpec`: the
+callable, whether it is exact, and its FLOP model. Everything else reads it:
+:data:`BACKENDS` (name -> callable) and :data:`EXACT_BACKENDS` (the exact names, in
+registration order) are live read-only views of it, :func:`fraq.flops.fraq_flops` takes
+the backend's cost from it, and the benchmarks, experiments and figures list backends
+from it. A new backend needs one call::
+
+    from fraq.backends import register_backend
+    from fraq.flops import cholesky_flops, gemm_flops, gram_flops, trsm_flops
+
+    def gram_cholesky_flops(d, r, p, *, steps=None, gram="gemm"):
+        # basis of X (d x r) plus Q applied to U_p (r x p); fraq_flops adds the pipeline
+        return gram_flops(d, r, gram) + cholesky_flops(r) + trsm_flops(r, p) + gemm_flops(d, r, p)
+
+    register_backend("gram-cholesky", gram_cholesky, exact=True, flops=gram_cholesky_flops)
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 from fraq.backends.base import Backend, Basis
+from fraq.backends.cholesky import cholesky
 from fraq.backends.cholesky_qr import cholesky_qr2
 from fraq.backends.householder import householder
 from fraq.backends.newton_schulz import newton_schulz
 from fraq.backends.polar import polar
+from fraq.flops import cholesky_basis_flops, cholesky_qr2_flops, householder_flops, newton_schulz_flops, polar_flops
 
-__all__ = ["BACKENDS", "EXACT_BACKENDS", "Backend", "Basis", "get_backend", "register_backend"]
+__all__ = [
+    "BACKENDS",
+    "EXACT_BACKENDS",
+    "REGISTRY",
+    "Backend",
+    "BackendSpec",
+    "Basis",
+    "FlopModel",
+    "get_backend",
+    "register_backend",
+]
 
-BACKENDS: dict[str, Backend] = {
-    "householder": householder,
-    "polar": polar,
-    "cholesky-qr2": cholesky_qr2,
-    "newton-schulz": partial(newton_schulz, schedule="cubic", coords="cholesky"),
-    "newton-schulz-polar-express": partial(newton_schulz, schedule="polar-express", coords="cholesky"),
-    "newton-schulz-lstsq": partial(newton_schulz, schedule="polar-express", coords="lstsq"),
-    "newton-schulz-direct": partial(newton_schulz, schedule="polar-express", coords="direct"),
-    "newton-schulz-muon": partial(newton_schulz, schedule="muon", steps=5, coords="direct"),
-}
-
-EXACT_BACKENDS: tuple[str, ...] = ("householder", "polar", "cholesky-qr2", "newton-schulz", "newton-schulz-polar-express")
-"""Backends whose basis is orthonormal with X = Q C to working precision (see the table)."""
+FlopModel = Callable[..., float]
+"""``cost(d, r, p, *, steps=None, gram="gemm") -> float``: FLOPs of the basis of X (d x r)
+plus applying Q to U_p (r x p), for d = min(m, n); ``gram`` is ``"gemm"`` (as the code
+runs a symmetric product) or ``"syrk"`` (at half, the paper's convention); ``steps`` is
+an iteration count for data-dependent backends. :func:`fraq.flops.fraq_flops` adds the
+pipeline around the basis (H, the Gram, the eigenproblem, R_p)."""
 
 
-def register_backend(name: str, fn: Backend) -> None:
-    """Make ``fn`` available as ``recompress(..., backend=name)``."""
-    BACKENDS[name] = fn
+@dataclass(frozen=True)
+class BackendSpec:
+    """One registered backend.
+
+    Attributes:
+        fn: the backend, ``X (*, d, r) -> Basis``.
+        exact: the basis is orthonormal with X = Q C to working precision, so FRAQ's
+            result is a best rank-p approximation (the test suite checks every exact
+            backend for it).
+        flops: its :data:`FlopModel`, or None when it has none (then
+            :func:`fraq.flops.fraq_flops` refuses it by name).
+    """
+
+    fn: Backend
+    exact: bool = False
+    flops: FlopModel | None = None
+
+
+REGISTRY: dict[str, BackendSpec] = {}
+"""Backend name -> :class:`BackendSpec`; add to it with :func:`register_backend`."""
+
+
+def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: FlopModel | None = None) -> None:
+    """Make ``fn`` available as ``recompress(..., backend=name)``, with its exactness and FLOP model.
+
+    Args:
+        name: the backend's name; registering a name again replaces its entry.
+        fn: ``X (*, d, r) -> Basis`` (see :mod:`fraq.backends.base`).
+        exact: True only if the basis is orthonormal with X = Q C to working precision
+            whatever the data; default False, so an unverified backend is never listed
+            with the exact ones.
+        flops: ``cost(d, r, p, *, steps=None, gram="gemm")`` (see :data:`FlopModel`);
+            default None: no analytic FLOP count.
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name(={name!r}) must be a non-empty str")
+    if not callable(fn):
+        raise TypeError(f"fn(={fn!r}) must be callable: X (*, d, r) -> Basis")
+    if not isinstance(exact, bool):
+        raise TypeError(f"exact(={exact!r}) must be a bool")
+    if flops is not None and not callable(flops):
+        raise TypeError(f"flops(={flops!r}) must be callable: cost(d, r, p, *, steps, gram) -> float")
+    REGISTRY[name] = BackendSpec(fn=fn, exact=exact, flops=flops)
 
 
 def get_backend(name: str) -> Backend:
-    if not isinstance(name, str) or name not in BACKENDS:
-        raise ValueError(f"backend(={name!r}) is not one of {sorted(BACKENDS)}")
-    return BACKENDS[name]
+    """The callable registered as ``name``; ValueError listing the names otherwise."""
+    if not isinstance(name, str) or name not in REGISTRY:
+        raise ValueError(f"backend(={name!r}) is not one of {sorted(REGISTRY)}")
+    return REGISTRY[name].fn
+
+
+class _Callables(Mapping):
+    """name -> callable, read live from :data:`REGISTRY`."""
+
+    def __getitem__(self, name: str) -> Backend:
+        return REGISTRY[name].fn
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(REGISTRY)
+
+    def __len__(self) -> int:
+        return len(REGISTRY)
+
+    def __repr__(self) -> str:
+        return f"BACKENDS({list(REGISTRY)})"
+
+
+class _ExactNames(Sequence):
+    """The exact backends' names in registration order, read live from :data:`REGISTRY`."""
+
+    def _names(self) -> tuple[str, ...]:
+        return tuple(name for name, spec in REGISTRY.items() if spec.exact)
+
+    def __getitem__(self, i):
+        return self._names()[i]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(self._names())
+
+    def __repr__(self) -> str:
+        return f"EXACT_BACKENDS({list(self._names())})"
+
+
+BACKENDS: Mapping[str, Backend] = _Callables()
+"""Backend name -> callable, a read-only view of :data:`REGISTRY`."""
+
+EXACT_BACKENDS: Sequence[str] = _ExactNames()
+"""Backends whose basis is orthonormal with X = Q C to working precision (see the table)."""
+
+register_backend("householder", householder, exact=True, flops=householder_flops)
+register_backend("polar", polar, exact=True, flops=polar_flops)
+register_backend("cholesky-qr2", cholesky_qr2, exact=True, flops=cholesky_qr2_flops)
+register_backend("cholesky", cholesky, exact=True, flops=cholesky_basis_flops)
+register_backend("newton-schulz", partial(newton_schulz, schedule="cubic", coords="cholesky"), exact=True,
+                 flops=newton_schulz_flops("cholesky"))
+register_backend("newton-schulz-polar-express",
+                 partial(newton_schulz, schedule="polar-express", coords="cholesky"), exact=True,
+                 flops=newton_schulz_flops("cholesky"))
+register_backend("newton-schulz-lstsq", partial(newton_schulz, schedule="polar-express", coords="lstsq"),
+                 flops=newton_schulz_flops("lstsq"))
+register_backend("newton-schulz-direct", partial(newton_schulz, schedule="polar-express", coords="direct"),
+                 flops=newton_schulz_flops("direct"))
+register_backend("newton-schulz-muon", partial(newton_schulz, schedule="muon", steps=5, coords="direct"),
+                 flops=newton_schulz_flops("direct", default_steps=5))

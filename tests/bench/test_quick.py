@@ -30,7 +30,7 @@ import torch
 import fraq
 from fraq.measure import count_flops, fidelity, peak_memory
 from fraq.measure.ablation import VARIANTS, ablation_variant
-from fraq.measure.flops import analytic_flops
+from fraq.flops import analytic_flops
 from fraq.measure.methods import BASELINES, get_method
 from fraq.measure.timing import threads
 from fraq.synthetic import lora_clients
