@@ -23,7 +23,7 @@ accuracy in the aggregate's spectrum by the factor
 
 **Status.** :func:`fraq.recompress` uses them with ``gram="factored"`` (with the C it
 would have multiplied Y by, rescaled when the Gram is out of range);
-:mod:`fraq.experiments.backends` times the factored path stage by stage.
+:mod:`benchmarks.experiments.backends` times the factored path stage by stage.
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
         if diff:
             raise ValueError(f"--resume: the configuration differs from the earlier run's in {diff}; "
                              f"use the same flags, or another --out")
-    from fraq.measure.machine import machine_record
+    from fraq._machine import machine_record
 
     if cfg["threads"] is not None:  # before the machine record, which reports the thread count
         import torch
