@@ -162,6 +162,14 @@ def cholesky_qr2_flops(d: int, r: int, p: int, *, steps: int | None = None, gram
     return basis + trsm_flops(r, p) + gemm_flops(d, r, p)
 
 
+def cholesky_basis_flops(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:
+    """The ``cholesky`` backend without fallbacks (wide X: Q = I, free): the Gram of X (float64),
+    its Cholesky factor, R^{-1} (r^3 / 3); applying Q: R^{-1} U_p, then X times it (float64)."""
+    if r >= d:
+        return 0.0
+    return gram_flops(d, r, gram) + cholesky_flops(r) + r**3 / 3 + gemm_flops(r, r, p) + gemm_flops(d, r, p)
+
+
 def newton_schulz_flops(coords: str, default_steps: int | None = None):
     """The cost function of a Newton-Schulz backend with ``coords`` (see fraq.backends.newton_schulz).
 

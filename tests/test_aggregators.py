@@ -698,3 +698,15 @@ def test_measurement_rows_on_a_tiny_preset():
     text = format_table({"preset": "tiny", "modules": 5, "clients": 3, "ranks": [2, 2, 2], "quick": False,
                          "rows": rows})
     assert "fedit" in text and "33.33" in text
+
+
+def test_lora_a2_peculiarities_are_class_attributes():
+    """LoRA-A^2's alternating freeze and rank budgets are declared on its class (callers read them, no
+    isinstance checks); every other method trains both factors at its own rank."""
+    for name, cls in AGGREGATORS.items():
+        special = name == "lora-a2"
+        assert cls.alternating_freeze is special and cls.rank_budgets is special, name
+        want = ["B", "A", "B", "A"] if special else ["AB"] * 4
+        assert [cls.trained_factors(t) for t in (1, 2, 3, 4)] == want, name
+    with pytest.raises(ValueError, match=r"round\(=0\)"):
+        get_aggregator("lora-a2").trained_factors(0)

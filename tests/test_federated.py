@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import csv
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -489,3 +491,204 @@ def test_saved_adapters_feed_the_fidelity_benchmark(tmp_path, monkeypatch):
         assert float(torch.linalg.matrix_norm(B[0].double() @ A[0].double() - ref)) <= tol
         row = _measure("fraq", Bs, As, B, A, S, 4, d)
         assert row["excess"] <= 1e-5
+
+
+# ---------------------------------------------------------------------------------- bad input (issue 14, part 5)
+@pytest.mark.parametrize("spec, match", [
+    ("fraq:tau=abc", r"method\(='fraq:tau=abc'\): tau\(='abc'\) must be a real number"),
+    ("fraq:tau=2", r"method\(='fraq:tau=2'\): tau\(=2.0\) must be in \(0, 1\]"),
+    ("florist:tau=NaN", r"method\(='florist:tau=NaN'\): tau\(=nan\)"),
+    ("fraq:backend=nope", r"method\(='fraq:backend=nope'\): backend\(='nope'\)"),
+    ("fedit:tau=0.9", r"method\(='fedit:tau=0.9'\): aggregator 'fedit' does not take options \['tau'\]"),
+    ("flexlora:max_dense_bytes=0", r"max_dense_bytes\(=0\)"),
+])
+def test_every_method_option_is_checked_at_validation(spec, match):
+    with pytest.raises(ValueError, match=match):
+        load_config("quick", {"methods": ["fedit", spec]})
+
+
+@pytest.mark.parametrize("key, value", [
+    ("train.lr", float("inf")), ("train.lr", float("nan")), ("train.head_lr", float("inf")),
+    ("train.weight_decay", float("inf")), ("partition.alpha", float("inf")), ("federated.alphas", [float("inf")]),
+    ("model.layers_pattern", 5), ("dataset.train_per_intent", 0),
+])
+def test_non_finite_and_out_of_range_values_are_refused(key, value):
+    with pytest.raises(ValueError, match=rf"{key}\(="):
+        load_config("quick", {key: value})
+
+
+@pytest.mark.parametrize("device, match", [
+    ("gpu7", r"model.device\(='gpu7'\) must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"),
+    ("cuda:99", r"model.device\(='cuda:99'\): this machine has"),
+    ("meta", r"model.device\(='meta'\) must be"),
+])
+def test_unknown_or_absent_device_is_refused(device, match):
+    with pytest.raises(ValueError, match=match):
+        load_config("quick", {"model.device": device})
+
+
+def test_unknown_dataset_name_is_refused_before_loading():
+    with pytest.raises(ValueError, match=r"dataset.name\(='nosuchdataset'\) is not 'intents'"):
+        load_config("quick", {"dataset": {"name": "nosuchdataset"}})
+    with pytest.raises(ValueError, match=r"dataset has unknown keys \['nmae'\]"):
+        load_config("quick", {"dataset": {"nmae": "intents"}})
+    # a legacy hub id without owner is taken when hub_id says so explicitly
+    assert load_config("quick", {"dataset": {"name": "imdb", "hub_id": "imdb"}})["dataset"]["hub_id"] == "imdb"
+
+
+def test_unreachable_hub_dataset_gives_an_error_naming_it(monkeypatch):
+    datasets = pytest.importorskip("datasets")
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'owner/nope' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(ValueError, match=r"dataset.name\(='owner/nope'\): the Hugging Face hub data set 'owner/nope'"):
+        load_dataset({"name": "owner/nope"})
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--methods", "fedit", "fraq:tau=abc"], r"method\(='fraq:tau=abc'\): tau\(='abc'\)"),
+    (["--set", "train.lr=Infinity"], r"train.lr\(=inf\) must be a finite positive number"),
+    (["--set", "train.lr=NaN"], r"train.lr\(=nan\)"),
+    (["--set", "model.device=gpu7"], r"model.device\(='gpu7'\)"),
+    (["--dataset", "nosuchdataset"], r"dataset.name\(='nosuchdataset'\)"),
+])
+def test_cli_refuses_bad_input_before_any_work(argv, match, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
+    out = tmp_path / "out"
+    assert main([*argv, "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert re.search(match, err), err
+    assert not out.exists()
+
+
+def _no_loading(*args, **kwargs):
+    raise AssertionError("the model and the data were loaded before the input was checked")
+
+
+def _resume_dir(tmp_path, cfg) -> Path:
+    """An output directory as an interrupted run of ``cfg`` (fedit finished, fraq checkpointed) leaves it."""
+    from fraq.federated.records import jsonable
+
+    out = tmp_path / "run"
+    cfg_json = jsonable(cfg)
+    (out / "fedit").mkdir(parents=True)
+    (out / "config.json").write_text(json.dumps({"config": cfg_json, "run": {}}))
+    (out / "fedit" / "result.json").write_text(json.dumps({"method": "fedit", "rounds": [], "config": cfg_json}))
+    st = RoundState(1, {"q": torch.zeros(2, 2)}, {"weight": torch.zeros(2, 2)}, [None, None], None, [{"round": 1}])
+    save_checkpoint(out / "fraq" / "checkpoint.pt", st, {"method": "fraq", "config": cfg_json})
+    return out
+
+
+def _truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+@pytest.mark.parametrize("damage, name", [
+    (lambda out: (out / "config.json").write_text("{not json"), "config.json"),
+    (lambda out: (out / "config.json").write_text("[1, 2]"), "config.json"),
+    (lambda out: (out / "config.json").write_text("{}"), "config.json"),
+    (lambda out: _truncate(out / "fedit" / "result.json"), "fedit/result.json"),
+    (lambda out: (out / "fedit" / "result.json").write_text('{"method": "flora", "rounds": []}'), "fedit/result.json"),
+    (lambda out: _truncate(out / "fraq" / "checkpoint.pt"), "fraq/checkpoint.pt"),
+    (lambda out: (out / "fraq" / "checkpoint.pt").write_bytes(b"\x80\x04garbage"), "fraq/checkpoint.pt"),
+    (lambda out: torch.save([1, 2], out / "fraq" / "checkpoint.pt"), "fraq/checkpoint.pt"),
+    (lambda out: torch.save({"meta": 1}, out / "fraq" / "checkpoint.pt"), "fraq/checkpoint.pt"),
+])
+def test_resume_names_a_damaged_file_before_loading_model_and_data(damage, name, tmp_path, monkeypatch):
+    cfg = tiny_config(**{"methods": ["fedit", "fraq"], "federated.clients": 2})
+    out = _resume_dir(tmp_path, cfg)
+    monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
+    with pytest.raises(AssertionError, match="loaded"):  # intact: the files pass, then the model would load
+        run_experiment(cfg, out, resume=True, progress=False, log=lambda *a: None)
+    damage(out)
+    with pytest.raises(ValueError, match=re.escape(str(out / name))):
+        run_experiment(cfg, out, resume=True, progress=False, log=lambda *a: None)
+
+
+def test_cli_resume_with_a_damaged_checkpoint_prints_its_path(tmp_path, capsys, monkeypatch):
+    over = ["--methods", "fedit", "fraq", "--clients", "2", "--set", "model.name=" + TINY_MODEL]
+    cfg = load_config("quick", {"methods": ["fedit", "fraq"], "federated.clients": 2, "model.name": TINY_MODEL})
+    out = _resume_dir(tmp_path, cfg)
+    _truncate(out / "fraq" / "checkpoint.pt")
+    monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
+    assert main([*over, "--out", str(out), "--resume", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert str(out / "fraq" / "checkpoint.pt") in err and "Traceback" not in err
+
+
+def test_overwrite_keeps_earlier_results_until_model_and_data_load(tmp_path, monkeypatch):
+    cfg = tiny_config(**{"methods": ["fedit", "fraq"], "federated.clients": 2})
+    out = _resume_dir(tmp_path, cfg)
+    before = (out / "fedit" / "result.json").read_text()
+    monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
+    with pytest.raises(AssertionError):
+        run_experiment(cfg, out, overwrite=True, progress=False, log=lambda *a: None)
+    assert (out / "fedit" / "result.json").read_text() == before and (out / "fraq" / "checkpoint.pt").exists()
+
+
+def test_results_files_are_replaced_whole(tmp_path, monkeypatch):
+    """A failure while writing leaves every results file as it was, and no temporary file."""
+    from fraq.federated import results
+
+    out = tmp_path / "run"
+    out.mkdir()
+    for name in ("rounds.csv", "table.csv", "table.md"):
+        (out / name).write_text("OLD")
+    rec = {"round": 1, "accuracy": 0.5, "train_loss": 1.0, "train_seconds": 1.0, "agg_ms": 1.0,
+           "downlink_params": [10], "downlink_params_mean": 10.0, "downlink_pct_flora": 50.0, "ranks": {"q": 1},
+           "rank_mean": 1.0}
+    res = [{"method": "flora", "skipped": None, "rounds": [rec]}]
+    cfg = load_config("quick")
+    real_writer = csv.writer
+
+    class Failing:
+        def __init__(self, f):
+            self.w = real_writer(f)
+
+        def writerow(self, row):
+            if row[0] != "method":
+                raise OSError("disk full")
+            self.w.writerow(row)
+
+    monkeypatch.setattr(results.csv, "writer", Failing)
+    with pytest.raises(OSError, match="disk full"):
+        results.write_results(out, res, cfg, {})
+    assert (out / "rounds.csv").read_text() == "OLD"
+    assert not list(out.glob("*.tmp"))
+
+
+def test_checkpoint_is_replaced_whole(tmp_path, monkeypatch):
+    import fraq.federated.checkpoint as checkpoint
+
+    st = RoundState(1, {"q": torch.ones(2, 2)}, {"weight": torch.zeros(2, 2)}, [None], None, [{"round": 1}])
+    save_checkpoint(tmp_path / "c.pt", st, {"method": "fedit"})
+    real_save = torch.save
+
+    def failing_save(obj, f, *args, **kwargs):
+        real_save(obj, f, *args, **kwargs)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint.torch, "save", failing_save)
+    st2 = RoundState(2, {"q": torch.zeros(2, 2)}, st.head, [None], None, [{"round": 1}, {"round": 2}])
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(tmp_path / "c.pt", st2, {"method": "fedit"})
+    monkeypatch.undo()
+    assert load_checkpoint(tmp_path / "c.pt", {"method": "fedit"}).round == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt"]
+
+
+def test_client_plan_reads_the_aggregator_class_not_its_type():
+    """A method's peculiarities are attributes: any aggregator declaring rank budgets gets LoRA-A^2's plan."""
+    from fraq.aggregators import FLoRA
+
+    class Budgeted(FLoRA):
+        rank_budgets = True
+
+    plan = ClientPlan.make(Budgeted(), [2, 4, 2], [4.0, 8.0, 4.0])
+    assert plan.ranks == [4, 4, 4] and plan.upload_ranks == [2, 4, 2] and plan.skip is None
+    plain = ClientPlan.make(FLoRA(), [2, 4, 2], [4.0, 8.0, 4.0])
+    assert plain.ranks == [2, 4, 2] and plain.upload_ranks == [None] * 3

@@ -214,9 +214,15 @@ def test_run_config_maps_kebab_keys_onto_the_harness():
     ({"setting": "no/such.json"}, r"'setting'\(='no/such.json'\)"),
     ({"overrides": "train.lr"}, r"'overrides'\(='train.lr'\): item 'train.lr' must be dotted.key=value"),
     ({"overrides": "train.nope=1"}, r"'overrides' \(train.nope\): unknown config key 'train.nope'"),
-    ({"overrides": "train.lr=-1"}, r"'overrides' \(train.lr\): train.lr\(=-1\) must be a positive number"),
+    ({"overrides": "train.lr=-1"}, r"'overrides' \(train.lr\): train.lr\(=-1\) must be a finite positive number"),
     ({"overrides": "train.steps=3"}, r"'overrides' sets 'train.steps', which run config 'local-steps'\(=5\)"),
     ({"results-dir": 3}, r"'results-dir'\(=3\) must be a string"),
+    ({"method": "fraq:tau=2"}, r"'method'\(='fraq:tau=2'\): tau\(=2.0\) must be in \(0, 1\]"),
+    ({"method": "fraq:tau=abc"}, r"'method'\(='fraq:tau=abc'\): tau\(='abc'\) must be a real number"),
+    ({"method": "florist:rank=3"}, r"'method'\(='florist:rank=3'\): aggregator 'florist' does not take"),
+    ({"method": "fedit", "overrides": "federated.ranks=[2,4]"}, r"'method'\(='fedit'\): fedit needs one rank"),
+    ({"overrides": "train.lr=Infinity"}, r"train.lr\(=inf\) must be a finite positive number"),
+    ({"overrides": "model.device=gpu7"}, r"model.device\(='gpu7'\)"),
 ])
 def test_run_config_errors_name_the_key_and_value(over, match):
     with pytest.raises(ValueError, match=match):
@@ -334,3 +340,83 @@ def test_flwr_run_with_local_superlink_equals_in_process_round(deployment, no_pr
     assert got["train_loss"] == pytest.approx(rec["train_loss"], rel=1e-5)
     assert got["downlink_pct_flora"] == pytest.approx(rec["downlink_pct_flora"])
     assert got["accuracy"] == pytest.approx(rec["accuracy"], abs=1.0 / len(task.test_labels) + 1e-12)
+
+
+def test_strategy_and_harness_build_the_same_round_record():
+    """The same uploads give the same per-round record in the Flower strategy and the in-process round."""
+    cfg = cfg2(**{"methods": ["fraq:tau=0.9"]})
+    task = Task(cfg, log=lambda *a: None)
+    m = Method.make("fraq:tau=0.9", cfg)
+    s0 = m.initial_state(task)
+    _, rec, updates = run_round(task, m, s0, evaluate=False)
+    st = LoraStrategy(m, s0, task.backbone.targets, {101: 0, 202: 1}, head_rounds=0)
+    replies = [Message(content=encode_update(u, None, k, loss=1.0), message_type=MessageType.TRAIN, dst_node_id=0)
+               for k, u in enumerate(updates)]
+    st.aggregate_train(1, replies)
+    got = st.records[0]
+    assert set(got) == set(rec)
+    for key in ("round", "accuracy", "downlink_params", "downlink_params_mean", "downlink_pct_flora", "ranks",
+                "rank_mean", "reinitialize", "info"):
+        assert got[key] == rec[key], key
+
+
+def test_strategy_reads_what_clients_train_from_the_aggregator_class():
+    """An aggregator declaring alternating_freeze gets B / A rounds from the strategy (no isinstance check)."""
+    import dataclasses
+
+    from fraq.aggregators import FLoRA
+
+    class Alternating(FLoRA):
+        alternating_freeze = True
+
+    st = make_strategy("flora", torch.zeros(4, 3, dtype=torch.float64))
+    st.method = dataclasses.replace(st.method, agg=Alternating())
+    trains = [list(st.configure_train(t, ArrayRecord(), ConfigRecord(), grid=None))[0].content["config"]["train"]
+              for t in (1, 2)]
+    assert trains == ["B", "A"]
+
+
+def test_flower_modules_import_no_private_names():
+    """strategy.py, server_app.py, ... use only public names of the modules they import."""
+    import ast
+
+    for path in sorted((Path(__file__).resolve().parents[1] / "fraq" / "federated" / "flower").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fraq"):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                assert not private, f"{path.name} imports {private} from {node.module}"
+
+
+def _no_process(*args, **kwargs):
+    raise AssertionError("a process was started before the run config was checked")
+
+
+@pytest.mark.parametrize("run_config, clients, match", [
+    ("method='fraq:tau=2'", 2, r"'method'\(='fraq:tau=2'\): tau\(=2.0\)"),
+    ("num-server-rounds=0", 2, r"'num-server-rounds' \(federated.rounds\)"),
+    ("nope=1", 2, r"unknown run config key\(s\) \['nope'\]"),
+    ("method=fraq:tau=2", 2, r"--run-config\(='method=fraq:tau=2'\): The provided configuration string"),
+    ("", 3, r"clients\(=3\) SuperNodes must equal the run config's clients \(=2\)"),
+])
+def test_local_launcher_checks_the_run_config_before_starting_anything(run_config, clients, match, tmp_path,
+                                                                        monkeypatch):
+    import subprocess
+
+    from fraq.federated.flower.local import run_local
+
+    monkeypatch.setattr(subprocess, "Popen", _no_process)
+    with pytest.raises(ValueError, match=match):
+        run_local(tmp_path / "out", run_config=run_config, clients=clients, echo=lambda s: None)
+    assert not (tmp_path / "out").exists()
+
+
+def test_local_launcher_cli_prints_the_error(tmp_path, monkeypatch, capsys):
+    import subprocess
+
+    from fraq.federated.flower.local import main as local_main
+
+    monkeypatch.setattr(subprocess, "Popen", _no_process)
+    assert local_main(["--run-config", "method='fraq:tau=2'", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "tau(=2.0) must be in (0, 1]" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()

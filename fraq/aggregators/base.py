@@ -122,6 +122,10 @@ class Aggregator(ABC):
         heterogeneous_ranks: False when every client must have the same rank and scale
             per module (methods that average factors).
         single_matrix: True for FLoRG: clients upload ``(None, A_k)``.
+        alternating_freeze: True for LoRA-A^2: clients train only B in odd rounds and only
+            A in even rounds (:meth:`trained_factors`).
+        rank_budgets: True for LoRA-A^2: every client holds the global rank max r_k and
+            uploads only its r_k most important components (``ClientUpdate.upload_rank``).
         checks_finite: False when the method validates finiteness in :func:`fraq.stack`,
             so the inputs are scanned once, not twice.
     """
@@ -130,6 +134,8 @@ class Aggregator(ABC):
     client_init: ClassVar[str]
     heterogeneous_ranks: ClassVar[bool] = True
     single_matrix: ClassVar[bool] = False
+    alternating_freeze: ClassVar[bool] = False
+    rank_budgets: ClassVar[bool] = False
     checks_finite: ClassVar[bool] = True
 
     def aggregate(self, updates: Sequence[ClientUpdate], state: object | None = None, *,
@@ -175,6 +181,17 @@ class Aggregator(ABC):
         new_state, info = self._finish(specs, per_client, state)
         return AggregationResult(method=self.name, downlinks=tuple(per_client), client_init=self.client_init,
                                  ranks=ranks, state=new_state, info=info)
+
+    @classmethod
+    def trained_factors(cls, round: int) -> str:
+        """What clients train in round ``round`` (from 1): ``"AB"``, or under
+        :attr:`alternating_freeze` ``"B"`` in odd rounds (B starts at zero, so A would get
+        no gradient) and ``"A"`` in even ones."""
+        if isinstance(round, bool) or not isinstance(round, numbers.Integral) or round < 1:
+            raise ValueError(f"round(={round!r}) must be an int >= 1")
+        if not cls.alternating_freeze:
+            return "AB"
+        return "B" if round % 2 == 1 else "A"
 
     @abstractmethod
     def _group(self, group: Group, state: object | None) -> GroupOutput:

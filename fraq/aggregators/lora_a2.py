@@ -36,7 +36,7 @@ class LoraA2State:
     @property
     def trains(self) -> str:
         """``"B"`` or ``"A"``: the factor clients train (and the server averages) this round."""
-        return "B" if self.round % 2 == 1 else "A"
+        return LoraA2.trained_factors(self.round)
 
     @classmethod
     def initial(cls, adapters: Mapping[str, tuple[torch.Tensor, torch.Tensor]]) -> LoraA2State:
@@ -86,6 +86,8 @@ class LoraA2(Aggregator):
     name = "lora-a2"
     client_init = WARM_START
     heterogeneous_ranks = False
+    alternating_freeze = True
+    rank_budgets = True
 
     def _check_state(self, state, specs: Sequence[ModuleSpec]):
         if state is None:

@@ -10,6 +10,8 @@ name                        basis                                               
 ``polar``                   polar factor from the SVD, S = (X^T X)^{1/2} for R     yes
 ``cholesky-qr2``            two Cholesky-QR passes, per-matrix Householder         yes
                             fallback detected from the data
+``cholesky``                one Cholesky of X's Gram formed in float64, per-       yes
+                            matrix Householder fallback; float64 data: Householder
 ``newton-schulz``           classic cubic iteration to tolerance, Cholesky         yes
                             metric correction (pseudo-inverse if rank-deficient)
 ``newton-schulz-polar-      Polar Express schedule, otherwise as above: fewer      yes
@@ -49,11 +51,12 @@ from dataclasses import dataclass
 from functools import partial
 
 from fraq.backends.base import Backend, Basis
+from fraq.backends.cholesky import cholesky
 from fraq.backends.cholesky_qr import cholesky_qr2
 from fraq.backends.householder import householder
 from fraq.backends.newton_schulz import newton_schulz
 from fraq.backends.polar import polar
-from fraq.flops import cholesky_qr2_flops, householder_flops, newton_schulz_flops, polar_flops
+from fraq.flops import cholesky_basis_flops, cholesky_qr2_flops, householder_flops, newton_schulz_flops, polar_flops
 
 __all__ = [
     "BACKENDS",
@@ -174,6 +177,7 @@ EXACT_BACKENDS: Sequence[str] = _ExactNames()
 register_backend("householder", householder, exact=True, flops=householder_flops)
 register_backend("polar", polar, exact=True, flops=polar_flops)
 register_backend("cholesky-qr2", cholesky_qr2, exact=True, flops=cholesky_qr2_flops)
+register_backend("cholesky", cholesky, exact=True, flops=cholesky_basis_flops)
 register_backend("newton-schulz", partial(newton_schulz, schedule="cubic", coords="cholesky"), exact=True,
                  flops=newton_schulz_flops("cholesky"))
 register_backend("newton-schulz-polar-express",

@@ -10,7 +10,8 @@ corpus, 10 clients, Dirichlet(0.1), every method, on a CPU. ``--config roberta``
 Modules (Flower's file roles): :mod:`~fraq.federated.model` (backbone, LoRA, head),
 :mod:`~fraq.federated.dataset` (data sets, partitions), :mod:`~fraq.federated.client`
 (local training), :mod:`~fraq.federated.server` (the round loop), :mod:`~fraq.federated.config`
-(settings as data), :mod:`~fraq.federated.checkpoint`, :mod:`~fraq.federated.results`,
+(settings as data), :mod:`~fraq.federated.checkpoint`, :mod:`~fraq.federated.records` (the per-round record),
+:mod:`~fraq.federated.results`,
 :mod:`~fraq.federated.adapters` (one round's client adapters as safetensors) and
 :mod:`fraq.federated.flower` (the same rounds as a Flower app).
 

@@ -11,13 +11,15 @@ uninterrupted run gets. The file holds tensors, numbers and strings only and loa
 
 from __future__ import annotations
 
-import os
+import pickle
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from fraq.aggregators import Factors, FlorgState, LoraA2State
+from fraq.federated.results import atomic_write
 
 __all__ = ["RoundState", "load_checkpoint", "save_checkpoint"]
 
@@ -79,21 +81,49 @@ def save_checkpoint(path: Path, state: RoundState, meta: dict) -> None:
         "agg_state": _agg_state_out(state.agg_state),
         "records": state.records,
     }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: torch.save(payload, f), binary=True)
+
+
+_KEYS = ("meta", "round", "weights", "head", "starts", "agg_state", "records")
+_FIX = "delete it to rerun this method from round 1, or start again with --overwrite"
 
 
 def load_checkpoint(path: Path, meta: dict) -> RoundState:
-    """Read a checkpoint; ``meta`` (method and config) must equal what it was written with."""
-    payload = torch.load(path, weights_only=True)
-    if payload["meta"] != meta:
-        diff = sorted(k for k in set(meta) | set(payload["meta"]) if meta.get(k) != payload["meta"].get(k))
+    """Read a checkpoint; ``meta`` (method and config) must equal what it was written with.
+
+    A file that cannot be read (truncated, not a checkpoint, damaged) or that was written
+    for another run raises ValueError naming the path.
+    """
+    path = Path(path)
+    try:
+        payload = torch.load(path, weights_only=True)
+    except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
+        raise ValueError(f"checkpoint {str(path)!r} cannot be read ({type(e).__name__}: {e}); {_FIX}") from None
+    if not isinstance(payload, dict) or not set(_KEYS) <= set(payload):
+        found = sorted(payload) if isinstance(payload, dict) else type(payload).__name__
+        raise ValueError(f"checkpoint {str(path)!r} is not a harness checkpoint (needs keys {list(_KEYS)}, "
+                         f"found {found}); {_FIX}")
+    if not isinstance(payload["meta"], dict) or payload["meta"] != meta:
+        old = payload["meta"] if isinstance(payload["meta"], dict) else {}
+        diff = sorted(k for k in set(meta) | set(old) if meta.get(k) != old.get(k))
         raise ValueError(f"checkpoint {str(path)!r} was written for a different run (differs in {diff}); "
                          f"use a new --out or --overwrite")
-    starts = [None if s is None else {k: Factors(f["B"], f["A"], f["scale"]) for k, f in s.items()}
-              for s in payload["starts"]]
-    return RoundState(payload["round"], payload["weights"], payload["head"], starts,
-                      _agg_state_in(payload["agg_state"]), payload["records"])
+    try:
+        state = RoundState(payload["round"], dict(payload["weights"]), dict(payload["head"]),
+                           [None if s is None else {k: Factors(f["B"], f["A"], f["scale"]) for k, f in s.items()}
+                            for s in payload["starts"]],
+                           _agg_state_in(payload["agg_state"]), list(payload["records"]))
+        _check_state(state)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"checkpoint {str(path)!r} is damaged ({type(e).__name__}: {e}); {_FIX}") from None
+    return state
+
+
+def _check_state(state: RoundState) -> None:
+    if isinstance(state.round, bool) or not isinstance(state.round, int) or state.round < 0:
+        raise ValueError(f"round(={state.round!r}) must be an int >= 0")
+    if not all(isinstance(r, dict) for r in state.records):
+        raise ValueError("records must be a list of dicts")
+    for where, d in (("weights", state.weights), ("head", state.head)):
+        if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in d.items()):
+            raise ValueError(f"{where} must map names to tensors")

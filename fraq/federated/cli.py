@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -45,9 +46,76 @@ def _clear(paths: list[Path]) -> None:
             p.unlink()
 
 
+def _read_json(path: Path, what: str) -> dict:
+    """A JSON object from ``path``; ValueError naming the file when it cannot be read or is damaged."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"--resume: {what} {str(path)!r} cannot be read ({type(e).__name__}: {e}); delete it, "
+                         f"or start again with --overwrite") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--resume: {what} {str(path)!r} holds a JSON {type(data).__name__}, not an object; "
+                         f"delete it, or start again with --overwrite")
+    return data
+
+
+def _check_out_dir(out_dir: Path) -> None:
+    """``out_dir`` is a directory or can be made one: refused before any work when not."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out(={str(out_dir)!r}) is a file, not a directory")
+    parent = out_dir
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"--out(={str(out_dir)!r}) cannot be written: {str(parent)!r} is not a writable directory")
+
+
+def _read_earlier(cfg: dict, cfg_json: dict, out_dir: Path) -> tuple[dict[str, dict], dict]:
+    """For ``--resume``: the finished methods' results and the interrupted ones' states, all checked.
+
+    Reads ``config.json``, every method's ``result.json`` and ``checkpoint.pt`` before the
+    model and the data are loaded; a damaged file or one written for another
+    configuration raises ValueError naming it.
+    """
+    from fraq.federated.checkpoint import load_checkpoint
+    from fraq.federated.config import method_label
+
+    if (out_dir / "config.json").exists():
+        prev = _read_json(out_dir / "config.json", "config file")
+        if not isinstance(prev.get("config"), dict):
+            raise ValueError(f"--resume: config file {str(out_dir / 'config.json')!r} has no 'config' object; "
+                             f"delete it, or start again with --overwrite")
+        prev = prev["config"]
+        diff = sorted(k for k in set(prev) | set(cfg_json) if k != "methods" and prev.get(k) != cfg_json.get(k))
+        if diff:
+            raise ValueError(f"--resume: the configuration differs from the earlier run's in {diff}; "
+                             f"use the same flags, or another --out")
+    finished, states = {}, {}
+    for spec in cfg["methods"]:
+        mdir = out_dir / method_label(spec)
+        done, ckpt = mdir / "result.json", mdir / "checkpoint.pt"
+        if done.exists():
+            res = _read_json(done, "result file")
+            if res.get("method") != spec or not isinstance(res.get("rounds"), list):
+                raise ValueError(f"--resume: result file {str(done)!r} is not method {spec!r}'s result "
+                                 f"(method {res.get('method')!r}); delete it, or start again with --overwrite")
+            if res.get("config", cfg_json) != cfg_json:
+                raise ValueError(f"--resume: {str(done)!r} was written with another configuration")
+            finished[spec] = res
+        elif ckpt.exists():
+            states[spec] = load_checkpoint(ckpt, {"method": spec, "config": cfg_json})
+    return finished, states
+
+
 def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
                    ask=None, backbone=None, progress: bool = True, log=print) -> list[dict]:
     """Run every method of ``cfg`` into ``out_dir``; return the table rows.
+
+    Everything is checked before the model and the data are loaded: the configuration
+    (:func:`~fraq.federated.config.validate`: every method with its options), ``out_dir``,
+    and with ``resume`` every earlier file. Earlier results are deleted only once the model
+    and data have loaded.
 
     Args:
         resume: continue: finished methods are read back, interrupted ones continue from
@@ -58,53 +126,48 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
         backbone: a prebuilt :class:`~fraq.federated.model.Backbone` (tests).
     """
     from fraq.federated.adapters import save_client_adapters
-    from fraq.federated.config import method_label
+    from fraq.federated.config import method_label, validate
+    from fraq.federated.records import jsonable
     from fraq.federated.results import write_json, write_results
-    from fraq.federated.server import Task, _jsonable, run_method
+    from fraq.federated.server import Task, run_method
 
     if resume and overwrite:
         raise ValueError("resume and overwrite exclude each other")
+    validate(cfg)
     out_dir = Path(out_dir)
+    _check_out_dir(out_dir)
     old = _existing(out_dir, results_only=True) if out_dir.exists() else []
-    cfg_json = _jsonable(cfg)
-    if old and not resume:
+    cfg_json = jsonable(cfg)
+    replace = bool(old) and not resume
+    if replace:
         question = (f"{out_dir} holds results of an earlier run ({', '.join(p.name for p in old[:4])}"
                     f"{', ...' if len(old) > 4 else ''}). Overwrite them?")
         if not overwrite and not (ask is not None and ask(question)):
             raise FileExistsError(f"{question} Refused: pass --resume to continue that run or --overwrite to "
                                   f"replace it, or choose another --out")
-        _clear(_existing(out_dir))
-    if resume and (out_dir / "config.json").exists():
-        with open(out_dir / "config.json", encoding="utf-8") as f:
-            prev = json.load(f)["config"]
-        diff = sorted(k for k in set(prev) | set(cfg_json) if k != "methods" and prev.get(k) != cfg_json.get(k))
-        if diff:
-            raise ValueError(f"--resume: the configuration differs from the earlier run's in {diff}; "
-                             f"use the same flags, or another --out")
+    finished, states = _read_earlier(cfg, cfg_json, out_dir) if resume else ({}, {})
     from fraq._machine import machine_record
 
     if cfg["threads"] is not None:  # before the machine record, which reports the thread count
         import torch
 
         torch.set_num_threads(cfg["threads"])
-    run_info = {"machine": machine_record(), "versions": _versions(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    write_json(out_dir / "config.json", {"config": cfg_json, "run": run_info})
     t0 = time.perf_counter()
     task = Task(cfg, backbone=backbone, log=log)
+    if replace:
+        _clear(_existing(out_dir))
+    run_info = {"machine": machine_record(), "versions": _versions(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    write_json(out_dir / "config.json", {"config": cfg_json, "run": run_info})
     results = []
     for spec in cfg["methods"]:
-        done = out_dir / method_label(spec) / "result.json"
-        if resume and done.exists():
-            with open(done, encoding="utf-8") as f:
-                res = json.load(f)
-            if res.get("config", cfg_json) != cfg_json:
-                raise ValueError(f"--resume: {done} was written with another configuration")
-            log(f"[{spec}] finished earlier: read from {done}")
+        if spec in finished:
+            res = finished[spec]
+            log(f"[{spec}] finished earlier: read from {out_dir / method_label(spec) / 'result.json'}")
         else:
-            res = run_method(task, spec, out_dir, resume=resume, log=log, progress=progress,
-                             save_adapters=save_client_adapters)
+            res = run_method(task, spec, out_dir, resume=resume, state=states.pop(spec, None), log=log,
+                             progress=progress, save_adapters=save_client_adapters)
             res["config"] = cfg_json
-            write_json(done, res)
+            write_json(out_dir / method_label(spec) / "result.json", res)
         results.append(res)
     run_info["wall_seconds"] = time.perf_counter() - t0
     rows = write_results(out_dir, [{k: v for k, v in r.items() if k != "config"} for r in results], cfg_json,
@@ -203,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_experiment(cfg, out, resume=args.resume, overwrite=args.overwrite, ask=ask,
                        progress=not args.no_progress)
-    except (FileExistsError, FileNotFoundError, ImportError, ValueError) as e:
+    except (OSError, ImportError, ValueError) as e:  # bad input: a message naming it, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

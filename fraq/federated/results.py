@@ -6,6 +6,9 @@ one row per method (final accuracy, mean downlink as % of FLoRA, aggregation tim
 and standard deviation over rounds, mean global rank); ``out/plot.png`` accuracy and
 downlink per round (when matplotlib is installed). Every number in the table is computed
 from the per-round records in ``results.json``.
+
+Every file is written whole (:func:`atomic_write`): a reader, or a run killed at any
+moment, finds the complete old version or the complete new one, never a torn file.
 """
 
 from __future__ import annotations
@@ -15,19 +18,35 @@ import json
 import math
 import os
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["summarize", "write_json", "write_results"]
+__all__ = ["atomic_write", "summarize", "write_json", "write_results"]
+
+
+def atomic_write(path: Path, write: Callable, *, binary: bool = False) -> None:
+    """Replace ``path`` whole: ``write(f)`` fills a temporary file beside it, which is synced and renamed over it.
+
+    Until the rename ``path`` keeps its old content; on any error the temporary file is
+    removed and ``path`` is untouched. Text files are UTF-8 with no newline translation.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with (open(tmp, "wb") if binary else open(tmp, "w", encoding="utf-8", newline="")) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_json(path: Path, obj) -> None:
-    """Write ``obj`` as JSON through a temporary file and an atomic rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1, allow_nan=True)
-    os.replace(tmp, path)
+    """Write ``obj`` as JSON, whole (:func:`atomic_write`)."""
+    atomic_write(path, lambda f: json.dump(obj, f, indent=1, allow_nan=True))
 
 
 def summarize(result: dict) -> dict:
@@ -93,8 +112,10 @@ def _plot(results: list[dict], path: Path) -> bool:
     ax2.set(xlabel="round", ylabel="downlink per client (% of FLoRA)", title="downlink", yscale="log")
     ax1.legend(fontsize=7, loc="best")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=120), binary=True)
+    finally:
+        plt.close(fig)
     return True
 
 
@@ -103,7 +124,8 @@ def write_results(out_dir: Path, results: list[dict], cfg: dict, run_info: dict)
     out_dir = Path(out_dir)
     rows = [summarize(r) for r in results]
     write_json(out_dir / "results.json", {"config": cfg, "run": run_info, "table": rows, "methods": results})
-    with open(out_dir / "rounds.csv", "w", newline="", encoding="utf-8") as f:
+
+    def rounds_csv(f) -> None:
         w = csv.writer(f)
         w.writerow(["method", "round", "accuracy", "train_loss", "downlink_params_mean", "downlink_pct_flora",
                     "agg_ms", "rank_mean", "train_seconds"])
@@ -112,16 +134,21 @@ def write_results(out_dir: Path, results: list[dict], cfg: dict, run_info: dict)
                 w.writerow([res["method"], r["round"], "" if r["accuracy"] is None else r["accuracy"],
                             r["train_loss"], r["downlink_params_mean"], r["downlink_pct_flora"], r["agg_ms"],
                             r["rank_mean"], r["train_seconds"]])
-    with open(out_dir / "table.csv", "w", newline="", encoding="utf-8") as f:
+
+    def table_csv(f) -> None:
         w = csv.DictWriter(f, fieldnames=_COLUMNS, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
+
+    atomic_write(out_dir / "rounds.csv", rounds_csv)
+    atomic_write(out_dir / "table.csv", table_csv)
     m, p, fed = cfg["model"], cfg["partition"], cfg["federated"]
     header = (f"Model {m['name']}, data {cfg['dataset'].get('name') or cfg['dataset'].get('path')}, "
               f"{fed['clients']} clients, partition {p['scheme']}"
               + (f"(alpha={p['alpha']})" if p["scheme"] == "dirichlet" else "")
               + f", ranks {fed['ranks']}, {fed['rounds']} rounds x {cfg['train']['steps']} steps; "
                 f"accuracy at the last round; downlink and aggregation time averaged over rounds.")
-    (out_dir / "table.md").write_text(_markdown(rows, header), encoding="utf-8")
+    table_md = _markdown(rows, header)
+    atomic_write(out_dir / "table.md", lambda f: f.write(table_md))
     _plot(results, out_dir / "plot.png")
     return rows

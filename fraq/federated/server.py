@@ -29,7 +29,6 @@ weights) for the first ``head_rounds`` rounds, then frozen.
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,16 +37,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from fraq.aggregators import REINITIALIZE, AggregationResult, Aggregator, Factors, LoraA2, get_aggregator
+from fraq.aggregators import REINITIALIZE, AggregationResult, Aggregator, Factors
 from fraq.aggregators.florg import florg_delta, projections
 from fraq.federated.checkpoint import RoundState, load_checkpoint, save_checkpoint
 from fraq.federated.client import LocalJob, TrainSettings, local_update, lora_scale
-from fraq.federated.config import client_ranks, method_label, parse_method
+from fraq.federated.config import client_ranks, method_aggregator, method_label
 from fraq.federated.dataset import load_dataset, partition, partition_summary
-from fraq.federated.model import Backbone, Inputs, init_lora, stable_seed
+from fraq.federated.model import Backbone, Inputs, init_lora, resolve_device, stable_seed
+from fraq.federated.records import flora_downlink, jsonable, method_result, round_line, round_record
 
-__all__ = ["ClientPlan", "Method", "Task", "apply_round", "eval_weights", "florg_offset", "initial_state", "merge_into",
-           "method_result", "round_line", "run_method", "run_round"]
+__all__ = ["ClientPlan", "Method", "Task", "apply_round", "eval_weights", "flora_downlink", "florg_offset",
+           "initial_state", "merge_into", "method_result", "round_line", "run_method", "run_round"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
@@ -76,9 +76,7 @@ class Task:
         log(partition_summary(self.parts, self.data.train_labels, self.data.label_names))
         m = cfg["model"]
         if backbone is None:
-            device = m["device"]
-            if device == "auto":
-                device = "cuda" if torch.cuda.is_available() else "cpu"
+            device = resolve_device(m["device"])
             backbone = Backbone(m["name"], target_modules=m["target_modules"],
                                 layers_to_transform=m["layers_to_transform"], layers_pattern=m["layers_pattern"],
                                 pooling=m["pooling"], max_length=m["max_length"], dtype=_DTYPES[m["dtype"]],
@@ -127,7 +125,7 @@ class ClientPlan:
     @classmethod
     def make(cls, agg: Aggregator, ranks: list[int], alphas: list[float]) -> ClientPlan:
         mixed = len(set(zip(ranks, alphas))) > 1
-        if isinstance(agg, LoraA2):
+        if agg.rank_budgets:
             r = max(ranks)
             budgets = [rk if mixed else None for rk in ranks]
             return cls([r] * len(ranks), [2.0 * r if mixed else alphas[0]] * len(ranks), budgets)
@@ -202,28 +200,6 @@ def florg_offset(start: dict[str, Factors]) -> dict[str, tuple[Factors, ...]]:
     return {n: (Factors(None, f.A, -f.scale),) for n, f in start.items()}
 
 
-def flora_downlink(targets: dict[str, tuple[int, int]], ranks: list[int]) -> int:
-    """FLoRA's per-client downlink, (m + n) sum_k r_k over modules: the 100% of the tables."""
-    return sum((m + n) * sum(ranks) for m, n in targets.values())
-
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, torch.Tensor):
-        return x.tolist()
-    if isinstance(x, (np.integer, np.floating)):
-        return x.item()
-    return x
-
-
-def _rank_mean(ranks: dict) -> float:
-    vals = [statistics.fmean(r) if isinstance(r, (list, tuple)) else r for r in ranks.values()]
-    return float(statistics.fmean(vals))
-
-
 def _same(a: tuple[Factors, ...], b: tuple[Factors, ...]) -> bool:
     return len(a) == len(b) and all(
         x is y or (x.scale == y.scale and torch.equal(x.A, y.A) and
@@ -264,8 +240,7 @@ class Method:
 
     @classmethod
     def make(cls, spec: str, cfg: dict) -> Method:
-        name, options = parse_method(spec)
-        agg = get_aggregator(name, **options)
+        agg = method_aggregator(spec)
         ranks, alphas = client_ranks(cfg)
         plan = ClientPlan.make(agg, ranks, alphas)
         t = cfg["train"]
@@ -292,7 +267,7 @@ def run_round(task: Task, method: Method, state: RoundState, *, evaluate: bool, 
     head = task.new_head()
     head.load_state_dict(state.head)
     train_head = t <= f["head_rounds"]
-    trains = ("B" if t % 2 == 1 else "A") if isinstance(agg, LoraA2) else "AB"
+    trains = agg.trained_factors(t)
     t0 = time.perf_counter()
     updates, heads, losses = [], [], []
     it = range(K)
@@ -318,39 +293,18 @@ def run_round(task: Task, method: Method, state: RoundState, *, evaluate: bool, 
         head.load_state_dict(state.head)
         acc = bb.accuracy(head, task.test, task.test_labels)
         bb.set_weights(state.weights)
-    down = result.downlink_params()
-    ref = flora_downlink(bb.targets, list(method.client_ranks))
-    rec = {"round": t, "accuracy": acc, "train_loss": float(np.mean(losses)), "train_seconds": train_s,
-           "agg_ms": agg_ms, "downlink_params": down, "downlink_params_mean": float(np.mean(down)),
-           "downlink_pct_flora": 100.0 * float(np.mean(down)) / ref, "ranks": _jsonable(result.ranks),
-           "rank_mean": _rank_mean(result.ranks), "info": _jsonable(result.info)}
+    rec = round_record(result, t=t, losses=losses, train_seconds=train_s, agg_ms=agg_ms, targets=bb.targets,
+                       client_ranks=list(method.client_ranks), accuracy=acc)
     return state, rec, updates
 
 
-def round_line(spec: str, t: int, R: int, rec: dict) -> str:
-    """One round's log line: loss, accuracy (when evaluated), downlink, rank, aggregation and training time."""
-    acc = rec.get("accuracy")
-    return (f"[{spec}] round {t}/{R}: loss {rec['train_loss']:.3f}"
-            + (f", accuracy {100 * acc:.2f}%" if acc is not None else "")
-            + f", downlink {rec['downlink_pct_flora']:.1f}% of FLoRA, mean rank {rec['rank_mean']:.1f}, "
-              f"aggregation {rec['agg_ms']:.1f} ms, training {rec['train_seconds']:.1f} s")
-
-
-def method_result(task: Task, method: Method, records: list[dict]) -> dict:
-    """A method's result dict (``result.json``): its client plan, the FLoRA downlink reference, the rounds."""
-    plan = method.plan
-    return {"method": method.spec, "label": method.label, "skipped": None, "ranks": plan.ranks, "alphas": plan.alphas,
-            "upload_ranks": plan.upload_ranks,
-            "flora_downlink_params": flora_downlink(task.backbone.targets, list(method.client_ranks)),
-            "rounds": records}
-
-
-def run_method(task: Task, spec: str, out_dir: Path, *, resume: bool = False, log=print,
-               progress: bool = True, save_adapters=None) -> dict:
+def run_method(task: Task, spec: str, out_dir: Path, *, resume: bool = False, state: RoundState | None = None,
+               log=print, progress: bool = True, save_adapters=None) -> dict:
     """Run every round of method ``spec`` (e.g. ``"fraq:tau=0.95"``); return its result dict.
 
     Writes ``out_dir/<label>/checkpoint.pt`` after every round and ``result.json`` at the
-    end (the checkpoint is then removed). With ``resume`` a checkpoint is continued.
+    end (the checkpoint is then removed). ``state``: the state to continue from (a
+    checkpoint already read); else with ``resume`` a checkpoint is read and continued.
     ``save_adapters(path, updates, meta)`` is called with the uploads of round
     ``federated.save_adapters_round``.
     """
@@ -364,10 +318,11 @@ def run_method(task: Task, spec: str, out_dir: Path, *, resume: bool = False, lo
         log(f"[{spec}] skipped: {plan.skip}")
         return {"method": spec, "label": label, "skipped": plan.skip, "rounds": []}
     f = cfg["federated"]
-    meta = {"method": spec, "config": _jsonable(cfg)}
+    meta = {"method": spec, "config": jsonable(cfg)}
     ckpt = mdir / "checkpoint.pt"
-    if resume and ckpt.exists():
+    if state is None and resume and ckpt.exists():
         state = load_checkpoint(ckpt, meta)
+    if state is not None:
         log(f"[{spec}] resuming after round {state.round}")
     else:
         state = method.initial_state(task)

@@ -6,7 +6,9 @@
     python -m fraq.federated.flower.local --deployment          # SuperLink + one SuperNode per client
     python -m fraq.federated.flower.local --run-config "num-server-rounds=3 method='flora'"
 
-Steps: pick a free port; write ``$FLWR_HOME/config.toml`` with one SuperLink connection,
+Steps: check the run configuration (the App's defaults fused with ``--run-config``, as the
+ServerApp will see it: a bad one stops here, before any process starts or file is written);
+pick a free port; write ``$FLWR_HOME/config.toml`` with one SuperLink connection,
 ``fraq-local`` (``address = "127.0.0.1:PORT"``, ``insecure = true``); start
 ``flower-superlink --insecure [--simulation] --host 127.0.0.1 --port PORT`` (and, with
 ``--deployment``, ``flower-supernode --insecure --superlink 127.0.0.1:PORT --node-config
@@ -38,7 +40,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-__all__ = ["default_app_dir", "free_port", "main", "run_local"]
+__all__ = ["check_run_config", "default_app_dir", "free_port", "main", "run_local"]
 
 CONNECTION = "fraq-local"
 
@@ -117,21 +119,59 @@ def _quote(v: str) -> str:
     return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def check_run_config(app_dir: Path, run_config: str, out: Path, clients: int) -> tuple[dict, str]:
+    """(harness config, method spec) of the run ``flwr run`` would start, checked before any process starts.
+
+    Fuses the App's ``[tool.flwr.app.config]`` with ``run_config`` (``flwr run
+    --run-config``) and ``results-dir`` as Flower does and checks the result with
+    :func:`~fraq.federated.flower.run_config.from_run_config`, the same check the
+    ``ServerApp`` and every ``ClientApp`` make; ``clients`` (the SuperNodes to start) must
+    equal the run's ``federated.clients``. Raises ValueError naming the key and the value.
+    """
+    import tomli
+    from click import ClickException
+    from flwr.common.config import flatten_dict, parse_config_args
+
+    from fraq.federated.flower.run_config import from_run_config
+
+    if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
+        raise ValueError(f"clients(={clients!r}) must be an int >= 1")
+    pyproject = Path(app_dir) / "pyproject.toml"
+    if not pyproject.is_file():
+        raise ValueError(f"app_dir(={str(app_dir)!r}) holds no pyproject.toml (the Flower App)")
+    try:
+        app_config = tomli.loads(pyproject.read_text(encoding="utf-8"))["tool"]["flwr"]["app"]["config"]
+    except (OSError, UnicodeDecodeError, tomli.TOMLDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{pyproject} has no readable [tool.flwr.app.config] table: {type(e).__name__}: {e}") from None
+    try:
+        overrides = parse_config_args([run_config]) if run_config.strip() else {}
+    except (ClickException, ValueError, OSError) as e:
+        msg = e.format_message() if isinstance(e, ClickException) else str(e)
+        raise ValueError(f"--run-config(={run_config!r}): {msg}") from None
+    cfg, spec, _ = from_run_config({**flatten_dict(app_config), **overrides, "results-dir": str(out)})
+    if cfg["federated"]["clients"] != clients:
+        raise ValueError(f"clients(={clients}) SuperNodes must equal the run config's clients "
+                         f"(={cfg['federated']['clients']}): pass --clients {cfg['federated']['clients']} or set "
+                         f"clients={clients} in --run-config")
+    return cfg, spec
+
+
 def run_local(out: Path, *, app_dir: Path | None = None, run_config: str = "", clients: int = 2,
               deployment: bool = False, timeout: float = 1800.0, echo=print) -> dict:
     """Start a SuperLink (and SuperNodes), ``flwr run`` the App, stop everything; return the result dict.
 
-    ``clients`` must equal the run config's ``clients`` (the App's default is 2).
+    The run configuration is checked first (:func:`check_run_config`): a bad one raises
+    ValueError before any process starts or any file is written. ``clients`` must equal the
+    run config's ``clients`` (the App's default is 2).
     """
-    import tomli
-    from flwr.common.config import parse_config_args
-
     from fraq.federated.config import method_label
 
     out = Path(out).resolve()
     app_dir = (app_dir or default_app_dir()).resolve()
-    if not (app_dir / "pyproject.toml").is_file():
-        raise FileNotFoundError(f"app_dir(={str(app_dir)!r}) holds no pyproject.toml (the Flower App)")
+    _, spec = check_run_config(app_dir, run_config, out, clients)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out(={str(out)!r}) is a file, not a directory")
+    echo(f"results and logs go to {out}")
     home = out / "flwr-home"
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -145,8 +185,6 @@ def run_local(out: Path, *, app_dir: Path | None = None, run_config: str = "", c
     env.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     rc_items = [run_config.strip(), f"results-dir={_quote(str(out))}"]
     rc = " ".join(x for x in rc_items if x)
-    app_config = tomli.loads((app_dir / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["flwr"]["app"]["config"]
-    spec = parse_config_args([run_config]).get("method", app_config["method"])  # its label names the result file
     result_path = out / method_label(spec) / "result.json"
     if result_path.exists():
         result_path.unlink()  # never report a previous run's result
@@ -233,16 +271,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="default: results/flower-local/<UTC time>")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds before the run is stopped")
     a = p.parse_args(argv)
-    from flwr.common.config import parse_config_args
-
-    rc_clients = parse_config_args([a.run_config]).get("clients")
-    if rc_clients is not None and rc_clients != a.clients:
-        p.error(f"--clients(={a.clients}) must equal the run config's clients(={rc_clients})")
     out = a.out or Path("results/flower-local") / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    print(f"results and logs go to {out.resolve()}", flush=True)
     try:
         result = run_local(out, app_dir=a.app, run_config=a.run_config, clients=a.clients, deployment=a.deployment,
                            timeout=a.timeout, echo=lambda s: print(s, flush=True))
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
     except (RuntimeError, TimeoutError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 1

@@ -9,7 +9,8 @@ name the run-config key and its value.
 Keys (:data:`DEFAULTS` repeats the App's defaults):
 
 ``setting``            ``quick``, ``roberta``, ``llama`` or a JSON file (harness settings)
-``method``             one method spec, e.g. ``fraq:tau=0.95`` (:func:`~fraq.federated.config.parse_method`)
+``method``             one method spec, e.g. ``fraq:tau=0.95``, checked with its options by
+                       :func:`~fraq.federated.config.method_aggregator` (as the harness's ``methods``)
 ``num-server-rounds``  ``federated.rounds``
 ``clients``            ``federated.clients`` (= the number of SuperNodes, ``num-partitions``)
 ``local-steps``        ``train.steps``
@@ -31,7 +32,7 @@ from __future__ import annotations
 import json
 import numbers
 
-from fraq.federated.config import load_config, parse_method
+from fraq.federated.config import client_ranks, load_config, method_aggregator
 
 __all__ = ["DEFAULTS", "KEYS", "from_run_config", "parse_overrides"]
 
@@ -124,13 +125,11 @@ def from_run_config(run_config: dict) -> tuple[dict, str, str]:
     except ValueError as e:
         keys = [f"{source[t]!r} ({t})" for t in source if t in str(e)] or [f"'setting'(={rc['setting']!r})"]
         raise ValueError(f"run config {', '.join(keys)}: {e}") from None
-    try:
-        name, _ = parse_method(rc["method"])
-        from fraq.aggregators import AGGREGATORS
+    agg = method_aggregator(rc["method"], where="run config 'method'")
+    from fraq.federated.server import ClientPlan
 
-        if name not in AGGREGATORS:
-            raise ValueError(f"{name!r} is not one of {sorted(AGGREGATORS)}")
-    except ValueError as e:
-        raise ValueError(f"run config 'method'(={rc['method']!r}): {e}") from None
+    skip = ClientPlan.make(agg, *client_ranks(cfg)).skip
+    if skip:
+        raise ValueError(f"run config 'method'(={rc['method']!r}): {skip}")
     cfg["methods"] = [rc["method"]]
     return cfg, rc["method"], rc["results-dir"]

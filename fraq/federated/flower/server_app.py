@@ -24,8 +24,9 @@ from flwr.supercore import log
 
 from fraq.federated.flower.run_config import from_run_config
 from fraq.federated.flower.strategy import LoraStrategy
+from fraq.federated.records import jsonable, method_result, round_line
 from fraq.federated.results import write_json
-from fraq.federated.server import Method, Task, _jsonable, eval_weights, florg_offset, method_result, round_line
+from fraq.federated.server import Method, Task, eval_weights, florg_offset
 
 __all__ = ["app", "make_server_app", "run_simulation"]
 
@@ -58,14 +59,14 @@ def _result(strategy: LoraStrategy, task: Task, m: Method, cfg: dict, run_id: in
     """The method's result in the in-process harness's shape (``run_method``), plus the run id and
     ``num_rounds`` (the run is complete when ``len(rounds) == num_rounds``)."""
     return {**method_result(task, m, strategy.records), "num_rounds": cfg["federated"]["rounds"], "runtime": "flower",
-            "run_id": run_id, "config": _jsonable(cfg)}
+            "run_id": run_id, "config": jsonable(cfg)}
 
 
 def _main(grid: Grid, context: Context, cfg: dict, method: str, sink: dict | None, results_dir: str | None) -> None:
-    task = Task(cfg, log=lambda msg: log(INFO, "%s", msg))
     m = Method.make(method, cfg)
-    if m.plan.skip:
+    if m.plan.skip:  # before the model and data are loaded
         raise ValueError(f"{method}: {m.plan.skip}")
+    task = Task(cfg, log=lambda msg: log(INFO, "%s", msg))
     f = cfg["federated"]
     node_clients = _partitions(grid, f["clients"])
     state = m.initial_state(task)

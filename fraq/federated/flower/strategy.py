@@ -21,16 +21,16 @@ import time
 from collections.abc import Iterable
 from logging import INFO
 
-import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 from flwr.supercore import log
 
-from fraq.aggregators import REINITIALIZE, ClientUpdate, Factors, LoraA2
+from fraq.aggregators import ClientUpdate, Factors
 from fraq.federated.checkpoint import RoundState
-from fraq.federated.server import Method, _jsonable, _rank_mean, apply_round, flora_downlink
+from fraq.federated.records import round_record
+from fraq.federated.server import Method, apply_round
 
 __all__ = ["LoraStrategy", "decode_downlink", "encode_update"]
 
@@ -88,8 +88,8 @@ class LoraStrategy(FedAvg):
         head_rounds: rounds in which the head trains and is averaged.
 
     After each round ``state`` holds the new server state and ``records`` one dict per round,
-    with the keys of :func:`fraq.federated.server.run_round`'s records (``accuracy`` is
-    filled in by the ``ServerApp``'s evaluation; ``train_seconds`` is the wall time from
+    built by :func:`fraq.federated.records.round_record` as in the in-process harness
+    (``accuracy`` is filled in by the ``ServerApp``'s evaluation; ``train_seconds`` is the wall time from
     ``configure_train`` to ``aggregate_train``: local training plus communication).
     """
 
@@ -120,7 +120,7 @@ class LoraStrategy(FedAvg):
         """One message per client: its pending merges, its start adapter, the head, the instructions."""
         plan, agg = self.method.plan, self.method.agg
         self._t_configure = time.perf_counter()
-        train = ("B" if server_round % 2 == 1 else "A") if isinstance(agg, LoraA2) else "AB"
+        train = agg.trained_factors(server_round)
         messages = []
         for node_id, k in sorted(self.node_clients.items(), key=lambda x: x[1]):
             tensors: dict[str, torch.Tensor] = {f"head.{n}": v for n, v in self.state.head.items()}
@@ -170,12 +170,8 @@ class LoraStrategy(FedAvg):
         train_head = server_round <= self.head_rounds
         self.state = apply_round(self.state, result, heads if train_head else None, [u.weight for u in updates])
         self._merges = [result.merged(k) for k in range(K)]
-        down = result.downlink_params()
-        ref = flora_downlink(self.targets, list(self.method.client_ranks))
-        rec = {"round": server_round, "accuracy": None, "train_loss": float(np.mean(losses)), "train_seconds": train_s,
-               "agg_ms": agg_ms, "downlink_params": down, "downlink_params_mean": float(np.mean(down)),
-               "downlink_pct_flora": 100.0 * float(np.mean(down)) / ref, "ranks": _jsonable(result.ranks),
-               "rank_mean": _rank_mean(result.ranks), "reinitialize": result.client_init == REINITIALIZE}
+        rec = round_record(result, t=server_round, losses=losses, train_seconds=train_s, agg_ms=agg_ms,
+                           targets=self.targets, client_ranks=list(self.method.client_ranks))
         self.records.append(rec)
         metrics = MetricRecord({"train-loss": rec["train_loss"], "agg-ms": agg_ms,
                                 "downlink-pct-flora": rec["downlink_pct_flora"], "rank-mean": rec["rank_mean"]})

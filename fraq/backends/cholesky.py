@@ -1,0 +1,131 @@
+r"""Cholesky basis from a wide-precision Gram: FRAQ's QR-free exact path.
+
+For a tall X (d x r, d > r) whose entries are float32 (or bfloat16 / float16 upcast),
+
+.. math::
+    W = X^\top X \;(\text{float64}),\quad W = R^\top R,\quad Q = X R^{-1},\qquad X = Q R,
+
+so the basis costs one GEMM-shaped pass over X and an r x r Cholesky factorization,
+and applying it to r x p coordinates is one small triangular solve and one GEMM,
+:math:`QU = X\,(R^{-1}U)`. Every heavy pass is a GEMM: no panel factorization
+(``geqrf``) and no reflector application (``ormqr``), which on a GPU run as per-matrix
+loops and on a CPU well below the GEMM rate.
+
+**Why float64 for the Gram, and only there.** Forming W squares the condition number:
+a working-precision Gram makes :math:`Q` lose orthogonality like
+:math:`\kappa(X)^2\varepsilon` (one Cholesky-QR pass; Cholesky-QR2 needs a second pass
+to repair it). The products of two float32 numbers are exact in float64, so a float64
+W carries one rounding per sum, :math:`\varepsilon_{64}`, and Q keeps float32
+orthogonality while :math:`\kappa(X)^2 \varepsilon_{64} \lesssim \varepsilon_{32}`,
+i.e. :math:`\kappa(X) \lesssim 2\cdot10^4`, with no second pass. R itself and the
+coordinates' Gram :math:`G = (RY)(RY)^\top` then need nothing wider than the data
+(:func:`fraq.recompress` forms them as for Householder's R). Applying Q,
+:math:`X (R^{-1}U)`, also runs in float64 (X is already there): in float32 that GEMM
+would cost orthogonality like :math:`\kappa(X)\,\varepsilon_{32}`.
+
+Float64 data have no wider dtype to form their Gram in, so they get the Householder
+basis (recorded as a fallback with ``info["fallback_reason"] == "float64"``): a float64
+Gram of float64 data is only as accurate as one Cholesky-QR pass.
+
+**Fallback, detected per matrix from the data.** A matrix is handed to Householder QR
+(:func:`fraq.backends.householder.householder`, exact whatever the rank) when
+
+* the Cholesky factorization fails (``info > 0``: a numerically singular or non-finite
+  Gram, e.g. duplicate clients), or
+* :math:`\kappa_F(R)^2\,\varepsilon_{64} > \varepsilon/16`, with
+  :math:`\kappa_F(R) = \lVert R\rVert_F \lVert R^{-1}\rVert_F \ge \kappa_2(X)` computed from
+  the r x r inverse that ``apply`` needs anyway: past it the wide Gram no longer keeps
+  Q orthonormal to the data's precision (rank-deficient stacks whose Cholesky survives
+  on rounding land here too).
+
+Only those matrices are recomputed; ``info`` records ``fallback`` (``"householder"`` or
+None) and ``fallback_count``, as :mod:`~fraq.backends.cholesky_qr` does. When r >= d the
+exact basis is Q = I_d, C = X (no arithmetic).
+
+Flops, leading order per matrix: **2 d r^2** (the Gram, in float64) + r^3 / 3 (Cholesky)
++ r^3 / 3 (R^{-1}) against Householder's 2 d r^2 - 2 r^3 / 3; applying Q to r x p
+coordinates is r^2 p + **2 d r p** (float64) against the reflectors' 4 d r p - 2 r^2 p.
+On hardware where float64 GEMMs run at half the float32 rate (most CPUs), the Gram
+costs as much as 4 d r^2 float32 flops.
+
+Scaling: the Gram squares the magnitudes; a float64 Gram of float32 data can neither
+overflow nor underflow (float32's range squared is inside float64's), so no rescaling
+pass exists here. Non-finite input gives a failed Cholesky and the Householder
+fallback, which propagates the NaN for :func:`fraq.recompress` to report by name.
+
+References: Stathopoulos and Wu, "A block orthogonalization procedure with constant
+synchronization requirements", SIAM J. Sci. Comput. 23 (2002),
+doi:10.1137/S1064827500370883 (Cholesky QR); Yamamoto, Nakatsukasa, Yanagisawa,
+Fukaya, "Roundoff error analysis of the CholeskyQR2 algorithm", ETNA 44 (2015) 306-326
+(the :math:`\kappa^2\varepsilon` loss of one pass, which the wider Gram removes);
+Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed., SIAM 2002, Sec. 2.6
+(products of p-bit numbers are exact in 2p bits).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fraq.backends.base import Basis
+from fraq.backends.householder import householder
+from fraq.backends.safeguards import check_basis_input, flatten, identity_basis, unflatten, with_householder_fallback
+
+__all__ = ["cholesky", "wide_dtype", "CONDITION_MARGIN"]
+
+CONDITION_MARGIN = 16.0
+r"""A matrix is accepted while :math:`\kappa_F^2\varepsilon_{wide} \le \varepsilon / \text{CONDITION\_MARGIN}`.
+
+16 keeps the orthogonality lost to the Gram's rounding (about
+:math:`\kappa^2\varepsilon_{64}`, measured 1.1e-7 for d = 768, r = 80 up to
+:math:`\kappa_2 = 10^4`, i.e. :math:`\kappa_F \approx 5\cdot10^4`) at or below float32's own
+rounding; :math:`\kappa_F` bounds :math:`\kappa_2` from above, so the test errs on the
+side of falling back."""
+
+
+def wide_dtype(dtype: torch.dtype) -> torch.dtype | None:
+    """The dtype the Gram of ``dtype`` data is formed in: float64 for float32 and narrower,
+    None for float64 (nothing wider is available)."""
+    return None if dtype == torch.float64 else torch.float64
+
+
+def cholesky(X: torch.Tensor) -> Basis:
+    """Cholesky basis of the tall factor X (*, d, r); see the module docstring.
+
+    Returns a :class:`~fraq.backends.base.Basis` with C = R (*, r, r) upper triangular in
+    X's dtype and ``apply(U) = X (R^{-1} U)``, Householder's basis for the matrices that
+    fall back.
+    """
+    X = check_basis_input(X)
+    return _cholesky_impl(X)
+
+
+def _cholesky_impl(X: torch.Tensor) -> Basis:
+    d, r = X.shape[-2], X.shape[-1]
+    Xb, batch = flatten(X)
+    info = {"backend": "cholesky"}
+    if r >= d:
+        return unflatten(identity_basis(Xb, info), batch)
+    wide = wide_dtype(X.dtype)
+    if wide is None or Xb.shape[0] == 0 or r == 0:
+        hh = householder(Xb)
+        count = Xb.shape[0] if wide is None else 0
+        reason = {"fallback_reason": "float64"} if wide is None else {}
+        extra = dict(fallback="householder" if count else None, fallback_count=count, **reason)
+        return unflatten(Basis(C=hh.C, apply=hh.apply, info=dict(info, **extra)), batch)
+
+    Xw = Xb.to(wide)
+    W = torch.matmul(Xw.mT, Xw)
+    L, failed = torch.linalg.cholesky_ex(W)  # W = L L^T, R = L^T
+    eye = torch.eye(r, dtype=wide, device=X.device)
+    Rinv = torch.linalg.solve_triangular(L.mT, eye.expand_as(W), upper=True)
+    kappa = torch.linalg.matrix_norm(L) * torch.linalg.matrix_norm(Rinv)  # NaN if W was
+    limit = torch.finfo(X.dtype).eps / (CONDITION_MARGIN * torch.finfo(wide).eps)
+    bad = (failed != 0) | ~(kappa.square() <= limit)
+    C = L.mT.to(X.dtype)
+
+    def apply(U: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
+        Ri = Rinv if index is None else Rinv.index_select(0, index)
+        Xi = Xw if index is None else Xw.index_select(0, index)
+        return torch.matmul(Xi, torch.matmul(Ri, U.to(wide))).to(U.dtype)
+
+    return unflatten(with_householder_fallback(Xb, C, apply, bad, info), batch)
