@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from fraq._orient import orient, unorient
 from fraq._parallel import batch_map
 from fraq._range import amax, exponent, scale_pow2
 from fraq._validation import check_eig_dtype, check_finite, check_pair, check_rank, check_tau, compute_dtype
@@ -166,15 +167,14 @@ def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype, factore
     edt = eig_dtype or torch.float64
     batch = B.shape[:-2]
     m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
-    transposed = m > n
-    d, D = (n, m) if transposed else (m, n)
+    # Orient along the smaller side (Eq. 9) and flatten the batch to one dimension.
+    X, Y, transposed = orient(B, A)
+    d, D = X.shape[-2], Y.shape[-1]
     s = min(d, r)
     nb = math.prod(batch)
     if s == 0 or nb == 0:
         return _empty_result(batch, m, n, s, cdt, out_dtype, tau, rank, backend_name, transposed, B.device)
 
-    # Orient along the smaller side (Eq. 9) and flatten the batch to one dimension.
-    X, Y = (A.mT, B.mT) if transposed else (B, A)
     X = X.reshape(nb, d, r).to(cdt)
     Y = Y.reshape(nb, r, D).to(cdt)
 
@@ -213,10 +213,7 @@ def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype, factore
         Rp = scale_pow2(Rp, e.view(-1, 1, 1), parts=3)
         sv = scale_pow2(sv, e.view(-1, 1), parts=3)
 
-    if transposed:
-        Bg, Ag = Rp.mT, L.mT
-    else:
-        Bg, Ag = L, Rp
+    Bg, Ag = unorient(L, Rp, transposed)
     Bg = Bg.reshape(*batch, m, pmax).to(out_dtype)
     Ag = Ag.reshape(*batch, pmax, n).to(out_dtype)
     sv = sv.reshape(*batch, s)
