@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import torch
 
+from fraq._range import exponent, scale_pow2
 from fraq._validation import check_factor
 from fraq.backends.base import Basis
 from fraq.backends.householder import householder
@@ -54,7 +55,8 @@ def flatten(X: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
 
 
 def unflatten(basis: Basis, batch: tuple[int, ...]) -> Basis:
-    """Give a flattened basis the caller's batch shape back (C and ``apply``)."""
+    """Give a flattened basis the caller's batch shape back (C and ``apply``; a pending
+    verdict stays flat, (nb,), and ``complete`` returns the caller's shape itself)."""
     C = basis.C.reshape(*batch, *basis.C.shape[-2:])
     inner = basis.apply
 
@@ -62,7 +64,7 @@ def unflatten(basis: Basis, batch: tuple[int, ...]) -> Basis:
         out = inner(U.reshape(C.shape[:-2].numel(), *U.shape[-2:]))
         return out.reshape(*U.shape[:-2], *out.shape[-2:])
 
-    return Basis(C=C, apply=apply, info=basis.info)
+    return Basis(C=C, apply=apply, info=basis.info, rejected=basis.rejected, complete=basis.complete)
 
 
 def scaled_gram(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -87,17 +89,16 @@ def scaled_gram(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
     ok = torch.isfinite(dmax) & (dmax <= fi.max * fi.eps) & (dmax >= fi.tiny / fi.eps**2)
     if bool(ok.all()):
         return X, W, None
-    amax = X.abs().amax(dim=(-2, -1))
-    if bool((amax == 0).all()):
+    e = exponent(X)
+    if bool((e == 0).all()):  # all zero, or max|X| in [0.5, 1) already: nothing to gain
         return X, W, None
-    e = torch.frexp(amax).exponent
-    Xs = torch.ldexp(X, -e.view(-1, 1, 1).to(X.dtype))
+    Xs = scale_pow2(X, -e.view(-1, 1, 1), parts=2)
     return Xs, torch.matmul(Xs.mT, Xs), e
 
 
 def rescale(C: torch.Tensor, e: torch.Tensor | None) -> torch.Tensor:
     """Undo :func:`scaled_gram`'s scaling on coordinates: C * 2^e (exact)."""
-    return C if e is None else torch.ldexp(C, e.view(-1, 1, 1).to(C.dtype))
+    return C if e is None else scale_pow2(C, e.view(-1, 1, 1), parts=2)
 
 
 def identity_basis(X: torch.Tensor, info: dict) -> Basis:

@@ -1,0 +1,88 @@
+"""The methods the suites compare, by name, on one calling convention.
+
+Every method takes the clients' factors of a batch of equal-shape modules and returns
+the global adapter, so FRAQ, its backends and the baselines are timed on the same
+inputs doing the same job (the server's aggregation for those modules):
+
+    fn(Bs, As, *, rank=None, tau=None, weights=None, scales=None) -> (Bg, Ag, p)
+
+``Bs[k]`` is (*, m, r_k), ``As[k]`` (*, r_k, n); ``Bg @ Ag`` approximates
+sum_k a_k s_k B_k A_k; ``p`` is the rank per matrix (int, or int64 tensor of the batch
+shape). Names:
+
+- ``fraq``: :func:`fraq.stack` + :func:`fraq.recompress` with its default backend
+  (``"auto"``: ``cholesky`` on CPU, ``householder`` on CUDA; an older commit's own default
+  when :mod:`benchmarks.regress` measures one).
+- ``fraq:<backend>``: the same with ``backend=<backend>``, for every name in
+  :data:`fraq.BACKENDS` when the suite is imported.
+- ``florist``, ``flexlora``: the aggregator's documented per-module entry
+  ``get_aggregator(name).aggregate_batch`` (stacking included, like FRAQ's).
+
+Every call goes through fraq's public API, so the suite measures whatever fraq the
+process imports (:mod:`benchmarks.regress` points it at each commit's own checkout).
+A name the imported fraq does not have raises NotImplementedError naming it, which asv
+reports as a skipped benchmark and pytest as a skip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["BASELINES", "clients_as_batch", "fraq_method_names", "get_method", "method_names"]
+
+BASELINES = ("florist", "flexlora")
+"""Baselines in the paper's Fig. 3 and Table 4 comparisons."""
+
+
+def fraq_method_names() -> list[str]:
+    """``fraq`` (the default backend) and ``fraq:<backend>`` for every registered backend."""
+    import fraq
+
+    return ["fraq"] + [f"fraq:{name}" for name in sorted(fraq.BACKENDS)]
+
+
+def method_names() -> list[str]:
+    return fraq_method_names() + list(BASELINES)
+
+
+def _fraq(backend: str | None) -> Callable:
+    """FRAQ with ``backend``, or with recompress's own default when None."""
+    import fraq
+
+    if backend is not None and backend not in fraq.BACKENDS:
+        raise NotImplementedError(f"backend {backend!r} is not in fraq.BACKENDS ({sorted(fraq.BACKENDS)})")
+    chosen = {} if backend is None else {"backend": backend}
+
+    def run(Bs, As, *, rank=None, tau=None, weights=None, scales=None):
+        B, A = fraq.stack(Bs, As, weights, scales)
+        res = fraq.recompress(B, A, rank=rank, tau=tau, **chosen)
+        return res.B, res.A, res.rank
+
+    return run
+
+
+def _aggregator(name: str) -> Callable:
+    """The baseline ``name``'s ``aggregate_batch``, on this module's convention."""
+    from fraq.aggregators import get_aggregator
+
+    try:
+        agg = get_aggregator(name)
+    except (KeyError, ValueError) as exc:
+        raise NotImplementedError(f"fraq.aggregators has no {name!r}: {exc}") from None
+    return agg.aggregate_batch
+
+
+def get_method(name: str) -> Callable:
+    """The callable for method ``name`` (see the module docstring)."""
+    if name == "fraq":
+        return _fraq(None)
+    if name.startswith("fraq:"):
+        return _fraq(name.split(":", 1)[1])
+    return _aggregator(name)
+
+
+def clients_as_batch(Bs: list[torch.Tensor], As: list[torch.Tensor], i: int) -> tuple[list, list]:
+    """Module ``i`` of a batch of client factors (views, no copies)."""
+    return [b[i] for b in Bs], [a[i] for a in As]
