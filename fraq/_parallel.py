@@ -1,20 +1,56 @@
-"""Split a batch of small LAPACK calls across the CPU threads torch was given.
+"""Run a batch of small LAPACK calls as single-threaded calls spread over torch's threads.
 
-torch runs a batch of small factorizations (geqrf, eigh, ormqr) as a serial loop of
-LAPACK calls, each too small for LAPACK's own threads to help: on 2 cores a batch of 36
-QRs of 768 x 80 barely speeds up from 1 to 2 threads. Running slices of the batch in
-Python threads (torch releases the GIL inside its operators) can use the other cores.
+torch runs a batched factorization (geqrf, eigh, ormqr, cholesky, triangular solves,
+svd) as a serial loop of LAPACK calls, one per matrix. On the CPU each call gets MKL's
+whole thread team, and for the small matrices of a LoRA stack (r x r Grams, d x r
+panels) a team costs more than it saves: a batch of QRs of 768 x 80 panels runs
+several times slower at two threads than at one. The rule here:
 
-It is off by default and turned on with ``FRAQ_LAPACK_FANOUT=1``: on this project's
-2-core machine a whole ``fraq.recompress`` of the RoBERTa-base preset at 2 threads took
-the same time with and without it on a quiet machine (55.4 vs 55.4 ms median, 12
-interleaved runs), and 3.6x longer with it when the other core was busy (each worker's
-LAPACK call starts its own OpenMP team, oversubscribing the cores). On CUDA, with one
-thread, or for a batch of one, the call always runs as is.
+* a small batched LAPACK step runs every call on ONE thread, and chunks of the batch
+  are handed out on demand to ``torch.get_num_threads()`` threads, the caller among
+  them, so more threads never means slower: each thread does a share of independent
+  serial work, and if the OS does not schedule a helper (a busy core) the caller
+  simply takes its chunks;
+* GEMM-shaped steps (matmul, bmm) keep all threads and do not go through this module.
+
+How each call is kept on one thread, and why the alternatives fail (each was measured):
+
+* The limit has to be per OS thread. torch's OpenMP backend reads the thread count from
+  the calling thread's OpenMP ICV and sets MKL's thread-local count on each thread the
+  first time torch runs there (``at::init_num_threads``). A Python worker therefore
+  starts with torch's full count: without a limit, each worker's LAPACK call opens its
+  own OpenMP team and the teams oversubscribe the cores (the earlier, opt-in version
+  of this module, which became many times slower than one thread once other work
+  shared the cores).
+* What works: in each thread that runs chunks, after torch's per-thread initialisation,
+  MKL's ``MKL_Set_Num_Threads_Local(1)`` (MKL then runs sequentially on that thread
+  whatever its global count) and ``omp_set_num_threads(1)`` (libgomp keeps that ICV per
+  thread; it stops torch's own ``parallel_for`` inside the op, e.g. the copy to
+  column-major, from opening a team). Both are restored afterwards, so the caller's
+  settings are unchanged. Neither touches process-wide state, so concurrent callers are
+  safe.
+* ``omp_set_num_threads(1)`` alone does not help (MKL's own thread-local count, set by
+  torch, wins over the ICV), nor does threadpoolctl (it cannot see the MKL linked
+  statically into libtorch_cpu, and limits only OpenMP and numpy's OpenBLAS).
+  ``MKL_Set_Num_Threads_Local(1)`` alone leaves torch's ``parallel_for`` free to open
+  teams from the workers.
+* ``torch.set_num_threads(1)`` in a worker, or around the whole fan-out in the caller,
+  does limit the calls, but it also writes process-wide state on every call (torch's
+  global thread count, read by every thread torch initialises later; the QNNPACK pool
+  size; it clears oneDNN's primitive cache), so it races with other Python threads.
+* No torch op spreads a batch of LAPACK calls over threads: ``torch.vmap`` of a linalg
+  op calls the same serial batched kernel (or a slower per-sample fallback, for ormqr).
+
+The symbols are looked up once, in the process's loaded libraries (torch's own
+libtorch_cpu and libgomp for the pip wheels). Where they are missing (a torch without
+MKL, or with another OpenMP runtime) a per-thread limit cannot be guaranteed, and
+:func:`batch_map` calls ``fn`` on the whole batch as is; so it does on CUDA, at one
+thread, and for batches of fewer than two matrices.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 from collections.abc import Callable
@@ -22,42 +58,169 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-__all__ = ["batch_map"]
+__all__ = ["batch_map", "fanout_available"]
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
+_CHUNKS_PER_THREAD = 4  # chunks per thread: load balance against per-call overhead
+_controls: tuple | None = None  # (set_mkl_local, omp_set, omp_get), or () when unavailable
+# Where torch's MKL and OpenMP live: linked into libtorch_cpu / bundled libgomp in the pip
+# wheels, separate MKL and OpenMP libraries in other builds.
+_MKL_LIBS = ("libtorch_cpu.so", "libmkl_rt.so.2", "libmkl_rt.so", "libmkl_core.so.2", "libmkl_core.so")
+_OMP_LIBS = ("libgomp.so.1", "libiomp5.so", "libomp.so")
+
+
+def _symbol(name: str, libraries: tuple[str, ...]):
+    """``name`` from the first of ``libraries`` this process has already loaded, or None.
+
+    torch's own copy (in torch/lib) is tried first, then the library by its soname. Only
+    loaded libraries count (RTLD_NOLOAD): a runtime torch does not use is never opened,
+    since setting its counts would limit nothing.
+    """
+    torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    for lib in libraries:
+        for candidate in (os.path.join(torch_lib, lib), lib):
+            try:
+                handle = ctypes.CDLL(candidate, mode=os.RTLD_NOLOAD)
+            except OSError:
+                continue
+            fn = getattr(handle, name, None)
+            if fn is not None:
+                return fn
+    return None
+
+
+def _thread_controls() -> tuple:
+    """ctypes handles of MKL's per-thread count and OpenMP's per-thread ICV, once."""
+    global _controls
+    with _lock:
+        if _controls is None:
+            _controls = ()
+            if torch.backends.mkl.is_available() and torch.backends.openmp.is_available():
+                # MKL_Set_Num_Threads_Local takes its count by value; the lower-case and
+                # upper-case names are the Fortran entry points, which take a pointer.
+                mkl = _symbol("MKL_Set_Num_Threads_Local", _MKL_LIBS)
+                omp_set = _symbol("omp_set_num_threads", _OMP_LIBS)
+                omp_get = _symbol("omp_get_max_threads", _OMP_LIBS)
+                if mkl is not None and omp_set is not None and omp_get is not None:
+                    mkl.argtypes, mkl.restype = [ctypes.c_int], ctypes.c_int
+                    omp_set.argtypes, omp_set.restype = [ctypes.c_int], None
+                    omp_get.argtypes, omp_get.restype = [], ctypes.c_int
+                    _controls = (mkl, omp_set, omp_get)
+        return _controls
+
+
+def fanout_available() -> bool:
+    """Whether this process can run LAPACK calls one thread each (MKL + OpenMP found)."""
+    return bool(_thread_controls())
 
 
 def _executor(size: int) -> ThreadPoolExecutor:
+    """The shared pool, with room for ``size`` slices at once (threads start on demand).
+
+    A larger request replaces the pool rather than shutting it down: a caller still
+    holding the old one finishes on it, and its threads end once it is collected.
+    """
     global _pool, _pool_size
     with _lock:
-        if _pool is None or _pool_size != size:
-            if _pool is not None:
-                _pool.shutdown(wait=False)
-            _pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="fraq-batch")
-            _pool_size = size
+        if _pool is None or _pool_size < size:
+            _pool_size = max(size, os.cpu_count() or 1)
+            _pool = ThreadPoolExecutor(max_workers=_pool_size, thread_name_prefix="fraq-batch")
         return _pool
 
 
-def batch_map(fn: Callable[..., object], *tensors: torch.Tensor) -> object:
-    """``fn(*tensors)`` with the leading (batch) dimension split across CPU threads.
+class _Chunks:
+    """Contiguous batch chunks handed out one at a time to whichever thread asks first."""
 
-    ``fn`` must act independently on each batch entry and return a tensor or a tuple of
-    tensors whose leading dimension is the batch; the slices' results are concatenated.
-    The first tensor is a batch of matrices (*, rows, cols); an unbatched one (2-D) is
-    passed through whole.
-    """
-    if tensors[0].dim() < 3 or os.environ.get("FRAQ_LAPACK_FANOUT") != "1":
-        return fn(*tensors)
-    nb = tensors[0].shape[0]
-    workers = min(torch.get_num_threads(), nb)
-    if workers < 2 or tensors[0].device.type != "cpu" or threading.current_thread().name.startswith("fraq-batch"):
-        return fn(*tensors)
-    bounds = [nb * i // workers for i in range(workers + 1)]
-    pool = _executor(workers)
-    futures = [pool.submit(fn, *(t[lo:hi] for t in tensors)) for lo, hi in zip(bounds, bounds[1:])]
-    parts = [f.result() for f in futures]
-    if isinstance(parts[0], tuple):
-        return tuple(torch.cat(p, dim=0) for p in zip(*parts))
+    def __init__(self, fn: Callable[..., object], tensors: tuple[torch.Tensor, ...], count: int):
+        nb = tensors[0].shape[0]
+        self.fn, self.tensors = fn, tensors
+        self.bounds = [nb * i // count for i in range(count + 1)]
+        self.results: list[object] = [None] * count
+        self.errors: list[tuple[int, BaseException]] = []
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def _take(self) -> int | None:
+        with self._lock:
+            if self.errors or self._next == len(self.results):
+                return None
+            self._next += 1
+            return self._next - 1
+
+    def drain(self) -> None:
+        """Run chunks until none is left, with this thread's MKL and OpenMP counts at 1.
+
+        torch's per-thread initialisation runs first (``torch.get_num_threads``), or it
+        would reset both counts on this thread's first parallel op. Both are restored.
+        """
+        mkl_local, omp_set, omp_get = _thread_controls()
+        torch.get_num_threads()
+        omp_before = omp_get()
+        mkl_before = mkl_local(1)  # returns this thread's previous local count (0: the global one)
+        omp_set(1)
+        try:
+            while (i := self._take()) is not None:
+                lo, hi = self.bounds[i], self.bounds[i + 1]
+                try:
+                    self.results[i] = self.fn(*(t[lo:hi] for t in self.tensors))
+                except BaseException as e:  # noqa: BLE001 - raised by the caller once all threads stop
+                    with self._lock:
+                        self.errors.append((i, e))
+        finally:
+            omp_set(omp_before)
+            mkl_local(mkl_before)
+
+
+def _join(parts: list[torch.Tensor]) -> torch.Tensor:
+    """Concatenate along the batch, keeping a batch of column-major matrices column-major."""
+    first = parts[0]
+    if first.dim() >= 3 and not first.is_contiguous() and first.mT.is_contiguous():
+        return torch.cat([p.mT for p in parts], dim=0).mT
     return torch.cat(parts, dim=0)
+
+
+def batch_map(fn: Callable[..., object], *tensors: torch.Tensor) -> object:
+    """``fn(*tensors)``, the leading (batch) dimension split over torch's CPU threads.
+
+    ``fn`` must act independently on each batch entry and return a tensor or a tuple
+    (named tuples included) of tensors whose leading dimension is the batch. The first
+    tensor is a batch of matrices (b, rows, cols); the others share its leading b. An
+    unbatched (2-D) first tensor is passed through whole.
+
+    With t = ``torch.get_num_threads()``, the batch is cut into up to 4 t contiguous
+    chunks; the calling thread and t - 1 pool threads take chunks in turn until none is
+    left, each call running on one MKL and one OpenMP thread (see the module
+    docstring). Handing chunks out on demand, rather than one fixed slice per thread,
+    keeps a thread that the OS has not scheduled (a busy core) from holding the others
+    up: at worst the caller runs every chunk itself, as the plain call would. The
+    results are concatenated in batch order, column-major matrices staying
+    column-major, so each matrix comes out exactly as a one-thread call of ``fn``
+    computes it. The caller's thread settings are restored, also when ``fn`` raises
+    (the error of the earliest failing chunk is raised once all threads have stopped).
+    """
+    first = tensors[0]
+    if first.dim() < 3 or first.device.type != "cpu":
+        return fn(*tensors)
+    nb = first.shape[0]
+    workers = min(torch.get_num_threads(), nb)
+    if workers < 2 or not _thread_controls():
+        return fn(*tensors)
+    chunks = _Chunks(fn, tensors, min(nb, _CHUNKS_PER_THREAD * workers))
+    pool = _executor(workers - 1)
+    helpers = [pool.submit(chunks.drain) for _ in range(workers - 1)]
+    try:
+        chunks.drain()
+    finally:
+        for h in helpers:
+            if not h.cancel():  # a helper that never started has nothing to finish
+                h.result()
+    if chunks.errors:
+        raise min(chunks.errors, key=lambda e: e[0])[1]
+    parts = chunks.results
+    head = parts[0]
+    if isinstance(head, tuple):
+        joined = [_join(list(p)) for p in zip(*parts)]
+        return type(head)(joined) if type(head) is not tuple else tuple(joined)
+    return _join(parts)

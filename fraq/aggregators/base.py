@@ -91,6 +91,59 @@ class Group:
             self._stacked = (Bs, As)
         return self._stacked
 
+    def stacked(self, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        r"""The group's exact weighted stacks (:func:`fraq.stack`'s Eq. 7), in one pass of copies.
+
+        Returns B (L, m, r), column-major like :func:`fraq.stack`'s, and A (L, r, n), with
+        r = sum_k r_k; without the L dimension when the group is unbatched:
+
+        .. math::
+            B = [\sqrt{a_1} B_1, \dots, \sqrt{a_K} B_K], \qquad
+            A = [\sqrt{a_1} s_1 A_1; \dots; \sqrt{a_K} s_K A_K].
+
+        Each client's per-module factors are copied straight into their slice of the
+        stacks (``torch.stack(..., out=slice)``) and scaled there, in place, while the slice
+        is still in cache: no (L, m, r_k) intermediate as :meth:`client_factors` would make
+        and :func:`fraq.stack` copy again. ``dtype`` defaults to the clients'; the scaling
+        rounds once in it (bf16 clients: pass float32 to keep the stacks free of that
+        rounding). NaN or Inf in a factor raise a ValueError naming the client and module,
+        checked on the stacks with one reduction each.
+        """
+        spec = self.spec
+        if spec.m is None:
+            raise ValueError(f"module {spec.name!r}: single-matrix uploads (B_k = None) have no B stack")
+        dtype = dtype or spec.dtype
+        lead = (len(self.specs),) if self.batched else ()
+        r = sum(spec.ranks)
+        B = torch.empty(*lead, r, spec.m, dtype=dtype, device=spec.device).mT
+        A = torch.empty(*lead, r, spec.n, dtype=dtype, device=spec.device)
+        lo = 0
+        for k, (ak, sk, rk) in enumerate(zip(self.weights, spec.scales, spec.ranks)):
+            hi = lo + rk
+            b, a = self.module_factors(k)
+            root = math.sqrt(ak)
+            if self.batched:
+                torch.stack(b, out=B[..., lo:hi])
+                torch.stack(a, out=A[..., lo:hi, :])
+            else:
+                B[..., lo:hi].copy_(b[0])
+                A[..., lo:hi, :].copy_(a[0])
+            B[..., lo:hi].mul_(root)
+            A[..., lo:hi, :].mul_(root * sk)
+            lo = hi
+        for name, t in (("B", B), ("A", A)):
+            if t.numel() and not bool(torch.isfinite(t.sum())):
+                self._raise_non_finite(name)
+        return B, A
+
+    def _raise_non_finite(self, factor: str) -> None:
+        """Name the client and module whose factor holds a NaN/Inf (a stack's sum was not finite)."""
+        i = 0 if factor == "B" else 1
+        for k, u in enumerate(self._updates):
+            for s in self.specs:
+                check_finite(f"client {k}, module {s.name!r}, {factor}", u.factors[s.name][i])
+        # Finite entries whose sum overflowed: nothing to name, the stacks are usable.
+
     def stack_modules(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         """Per-module tensors -> one (L, *) tensor (batched), or the one tensor (unbatched)."""
         return self._stack(list(tensors))

@@ -41,13 +41,12 @@ class FedExLoRA(Aggregator):
     name = "fedex-lora"
     client_init = WARM_START
     heterogeneous_ranks = False
-    checks_finite = False  # fraq.stack does
+    checks_finite = False  # Group.stacked does
 
     def _group(self, group: Group, state) -> GroupOutput:
-        Bs, As = group.client_factors()
         a = group.weights
         s = group.spec.scales[0]
-        Bst, Ast = fraq.stack(Bs, As, a, group.spec.scales)
+        Bst, Ast = group.stacked()
         per_module = [group.module_factors(k) for k in range(len(a))]
         Bg = weighted_sum([b for b, _ in per_module], a)  # FedIT's average, same kernels
         Ag = weighted_sum([g for _, g in per_module], a)

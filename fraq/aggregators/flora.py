@@ -28,11 +28,10 @@ class FLoRA(Aggregator):
 
     name = "flora"
     client_init = REINITIALIZE
-    checks_finite = False  # fraq.stack does
+    checks_finite = False  # Group.stacked does
 
     def _group(self, group: Group, state) -> GroupOutput:
-        Bs, As = group.client_factors()
-        Bst, Ast = fraq.stack(Bs, As, group.weights, group.spec.scales)
+        Bst, Ast = group.stacked()
         r = sum(group.spec.ranks)
         out: GroupOutput = {}
         for spec, B, A in zip(group.specs, group.split(Bst), group.split(Ast)):

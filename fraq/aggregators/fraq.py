@@ -38,7 +38,7 @@ class Fraq(Aggregator):
 
     name = "fraq"
     client_init = REINITIALIZE
-    checks_finite = False  # fraq.stack does
+    checks_finite = False  # Group.stacked does
 
     def __init__(self, *, tau: float | None = 0.95, rank: int | None = None, backend: str = "householder",
                  eig_dtype: torch.dtype | None = None):
@@ -58,8 +58,7 @@ class Fraq(Aggregator):
         self.eig_dtype = eig_dtype
 
     def _group(self, group: Group, state) -> GroupOutput:
-        Bs, As = group.client_factors()
-        Bst, Ast = fraq.stack(Bs, As, group.weights, group.spec.scales)
+        Bst, Ast = group.stacked()
         res = fraq.recompress(Bst, Ast, tau=self.tau, rank=self.rank, backend=self.backend,
                               eig_dtype=self.eig_dtype)
         ranks = res.rank.reshape(-1).tolist() if isinstance(res.rank, torch.Tensor) else [res.rank]

@@ -1,0 +1,66 @@
+"""Group.stacked: the whole-model path's one-pass stacking equals fraq.stack exactly."""
+
+import pytest
+import torch
+
+import fraq
+from fraq.aggregators import get_aggregator
+from fraq.aggregators.base import _make_groups, validate_updates
+from fraq.aggregators.payload import ClientUpdate
+from fraq.stack import normalized_weights
+from fraq.synthetic import lora_clients
+
+
+def _updates(ranks=(4, 2, 3), scales=(2.0, 0.5, 1.0), weights=(10, 30, 20), dtype=torch.float32, modules=3):
+    per_client = [dict() for _ in ranks]
+    for j in range(modules):
+        Bs, As = lora_clients(24, 16, list(ranks), seed=j, dtype=dtype)
+        for k in range(len(ranks)):
+            per_client[k][f"layer.{j}"] = (Bs[k].contiguous(), As[k].contiguous())
+    return [ClientUpdate(f, scale=s, weight=w) for f, s, w in zip(per_client, scales, weights)]
+
+
+def _groups(updates, batched):
+    updates, specs = validate_updates(updates, single_matrix=False, check_values=False)
+    w = normalized_weights([u.weight for u in updates], len(updates))
+    return _make_groups(updates, specs, w, batched)
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_stacked_equals_fraq_stack_bitwise(batched):
+    for g in _groups(_updates(), batched):
+        Bs, As = g.client_factors()
+        B0, A0 = fraq.stack(Bs, As, g.weights, g.spec.scales)
+        B, A = g.stacked()
+        assert B.shape == B0.shape and A.shape == A0.shape
+        assert torch.equal(B, B0) and torch.equal(A, A0)
+        assert B.mT.is_contiguous() and A.is_contiguous()  # the layouts fraq.stack documents
+
+
+def test_stacked_bf16_clients_in_float32():
+    for g in _groups(_updates(dtype=torch.bfloat16), True):
+        Bs, As = g.client_factors()
+        B0, A0 = fraq.stack(Bs, As, g.weights, g.spec.scales, dtype=torch.float32)
+        B, A = g.stacked(torch.float32)
+        assert B.dtype == torch.float32 and torch.equal(B, B0) and torch.equal(A, A0)
+
+
+def test_stacked_names_client_and_module_of_a_nan():
+    ups = _updates()
+    ups[2].factors["layer.1"][1][0, 3] = float("nan")
+    with pytest.raises(ValueError, match=r"client 2, module 'layer.1', A"):
+        get_aggregator("fraq", tau=0.9).aggregate(ups)
+
+
+def test_whole_model_fraq_equals_stack_then_recompress():
+    ups = _updates()
+    res = get_aggregator("fraq", tau=0.9).aggregate(ups)
+    for j in range(3):
+        name = f"layer.{j}"
+        Bs = [u.factors[name][0] for u in ups]
+        As = [u.factors[name][1] for u in ups]
+        ref = fraq.recompress(*fraq.stack(Bs, As, [u.weight for u in ups], [u.scale for u in ups]), tau=0.9)
+        B, A = res.downlinks[0][name].sent
+        assert res.ranks[name] == ref.rank
+        torch.testing.assert_close(B @ A, ref.B @ ref.A, rtol=0, atol=64 * torch.finfo(torch.float32).eps
+                                   * float(torch.linalg.matrix_norm(ref.B @ ref.A)))

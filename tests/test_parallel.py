@@ -1,0 +1,254 @@
+"""fraq._parallel.batch_map: one-thread LAPACK calls spread over torch's threads.
+
+The reference of every result is the unsplit call made at ONE torch thread: that is what
+each chunk computes, so the results must agree bit for bit (and in memory layout, which
+the next LAPACK call depends on to avoid a copy). Timings live in the benchmarks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import pytest
+import torch
+
+from fraq import _parallel
+from fraq._parallel import batch_map, fanout_available
+
+F32, F64 = torch.float32, torch.float64
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _spd(b: int, n: int, g: torch.Generator, dtype=F64) -> torch.Tensor:
+    X = torch.randn(b, 3 * n, n, generator=g, dtype=dtype)
+    return X.mT @ X + n * torch.eye(n, dtype=dtype)
+
+
+def _col(b: int, rows: int, cols: int, g: torch.Generator, dtype=F32) -> torch.Tensor:
+    return torch.randn(b, cols, rows, generator=g, dtype=dtype).mT  # column-major, as fraq.stack lays out B
+
+
+def _ormqr_args(b, g):
+    X = _col(b, 13, 5, g)
+    V, tau = torch.geqrf(X)
+    return V, tau, _col(b, 13, 3, g)
+
+
+def _solve(R, X):
+    return torch.linalg.solve_triangular(R, X, upper=True, left=False)
+
+
+def _svd(X):
+    return torch.linalg.svd(X, full_matrices=False)
+
+
+# (name, fn, args(b, generator)): every LAPACK step the core and the baselines fan out.
+# Odd sizes (13 x 5, 7 x 7) give matrices whose byte offsets are not multiples of a
+# cache line, so a slice starts at a different alignment than inside the whole batch.
+OPS = [
+    ("geqrf", torch.geqrf, lambda b, g: (_col(b, 13, 5, g),)),
+    ("eigh", torch.linalg.eigh, lambda b, g: (_spd(b, 7, g),)),
+    ("ormqr", torch.ormqr, _ormqr_args),
+    ("cholesky_ex", torch.linalg.cholesky_ex, lambda b, g: (_spd(b, 7, g),)),
+    ("solve_triangular", _solve, lambda b, g: (torch.linalg.cholesky(_spd(b, 5, g, F32)).mT, _col(b, 13, 5, g))),
+    ("svd", _svd, lambda b, g: (_col(b, 13, 5, g),)),
+]
+
+
+def _outputs(r) -> tuple[torch.Tensor, ...]:
+    return tuple(r) if isinstance(r, tuple) else (r,)
+
+
+def _assert_identical(got, ref):
+    assert type(got) is type(ref)
+    for x, y in zip(_outputs(got), _outputs(ref), strict=True):
+        assert x.shape == y.shape and x.dtype == y.dtype
+        assert x.stride() == y.stride()
+        assert torch.equal(x, y)
+
+
+def _mkl_get():
+    return _parallel._symbol("MKL_Get_Max_Threads", _parallel._MKL_LIBS)
+
+
+def _settings() -> tuple[int, int, int, int]:
+    """This thread's torch count, OpenMP ICV, MKL max threads and MKL local count."""
+    mkl_local, _, omp_get = _parallel._thread_controls()
+    torch.get_num_threads()  # torch's per-thread init (any torch op does it) before reading
+    local = mkl_local(0)  # reading the local count means setting it; put it straight back
+    mkl_local(local)
+    return torch.get_num_threads(), omp_get(), _mkl_get()(), local
+
+
+def test_fanout_available_with_torch_mkl_openmp():
+    """The pip wheel's MKL (inside libtorch_cpu) and libgomp are found, so fan-out is on."""
+    expected = torch.backends.mkl.is_available() and torch.backends.openmp.is_available()
+    assert fanout_available() == expected
+    if expected:
+        assert _mkl_get() is not None
+
+
+needs_fanout = pytest.mark.skipif(not fanout_available(), reason="torch without MKL and OpenMP: calls run whole")
+
+
+@needs_fanout
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("b", [0, 1, 2, 3, 5, 7])
+@pytest.mark.parametrize("name,fn,make", OPS, ids=[o[0] for o in OPS])
+def test_equals_the_unsplit_one_thread_call(name, fn, make, b, threads):
+    args = make(b, torch.Generator().manual_seed(b))
+    with torch_threads(1):
+        ref = fn(*args)
+    with torch_threads(threads):
+        got = batch_map(fn, *args)
+    _assert_identical(got, ref)
+
+
+@needs_fanout
+@pytest.mark.parametrize("name,fn,make", OPS, ids=[o[0] for o in OPS])
+def test_non_contiguous_inputs(name, fn, make):
+    """Inputs viewed with the batch dimension not outermost, and every other matrix."""
+    args = make(10, torch.Generator().manual_seed(3))
+    views = tuple(t.movedim(0, -1).contiguous().movedim(-1, 0)[::2] for t in args)
+    assert not any(v.is_contiguous() for v in views if v.dim() == 3)
+    with torch_threads(1):
+        ref = fn(*views)
+    with torch_threads(2):
+        got = batch_map(fn, *views)
+    _assert_identical(got, ref)
+    for v, t in zip(views, args):
+        assert torch.equal(v, t[::2])  # inputs untouched
+
+
+@needs_fanout
+def test_each_chunk_runs_on_one_thread_in_several_threads():
+    """Inside fn: torch, OpenMP and MKL all at one thread; t threads (the caller too) at once.
+
+    Every thread's first call waits at a barrier for t parties: it passes only if t
+    threads really run chunks concurrently.
+    """
+    threads = 3
+    barrier = threading.Barrier(threads, timeout=60)
+    started = threading.local()
+    seen = []
+    lock = threading.Lock()
+    mkl_get = _mkl_get()
+    _, _, omp_get = _parallel._thread_controls()
+
+    def probe(X):
+        if not getattr(started, "yes", False):
+            started.yes = True
+            barrier.wait()
+        with lock:
+            seen.append((threading.get_ident(), torch.get_num_threads(), omp_get(), mkl_get(), X.shape[0]))
+        return torch.geqrf(X)
+
+    X = _col(7, 13, 5, torch.Generator().manual_seed(0))
+    with torch_threads(threads):
+        before = _settings()
+        got = batch_map(probe, X)
+        assert _settings() == before
+    with torch_threads(1):
+        _assert_identical(got, torch.geqrf(X))
+    assert sum(s[4] for s in seen) == 7
+    assert all(s[1:4] == (1, 1, 1) for s in seen)
+    assert len({s[0] for s in seen}) == threads
+    assert threading.get_ident() in {s[0] for s in seen}  # the caller runs chunks too
+
+
+@needs_fanout
+@pytest.mark.parametrize("threads", [1, 2])
+def test_thread_settings_restored(threads):
+    X = _col(6, 13, 5, torch.Generator().manual_seed(1))
+    with torch_threads(threads):
+        before = _settings()
+        batch_map(torch.geqrf, X)
+        assert _settings() == before
+    assert _settings()[0] == torch.get_num_threads()
+
+
+@needs_fanout
+@pytest.mark.parametrize("bad_slice", [0, 1])  # first, last
+def test_thread_settings_restored_after_an_exception(bad_slice):
+    """fn raising on the first or the last chunk: error raised, settings kept everywhere."""
+    X = _col(4, 13, 5, torch.Generator().manual_seed(2))
+    marker = X[3 * bad_slice, 0, 0].item()
+
+    def fails(Y):
+        if (Y[:, 0, 0] == marker).any():
+            raise ValueError("slice with the marker")
+        return torch.geqrf(Y)
+
+    with torch_threads(2):
+        before = _settings()
+        with pytest.raises(ValueError, match="marker"):
+            batch_map(fails, X)
+        assert _settings() == before
+        # No pool thread is left at one thread: each is back at the counts torch gave it
+        # when it first ran (torch's count at that moment; torch never updates a thread).
+        pool = _parallel._executor(1)
+        _, _, omp_get = _parallel._thread_controls()
+        mkl_get = _mkl_get()
+        states = [pool.submit(lambda: (torch.get_num_threads(), omp_get(), mkl_get())).result() for _ in range(8)]
+        assert all(t == omp == mkl > 1 for t, omp, mkl in states), states
+
+
+@needs_fanout
+def test_concurrent_callers():
+    """Several Python threads fanning out at once get their own results, settings intact."""
+    g = torch.Generator().manual_seed(4)
+    problems = [(torch.geqrf, (_col(5, 13, 5, g),)), (torch.linalg.eigh, (_spd(7, 7, g),)),
+                (torch.ormqr, _ormqr_args(3, g)), (_svd, (_col(4, 13, 5, g),))] * 2
+    with torch_threads(1):
+        refs = [fn(*a) for fn, a in problems]
+    errors, results = [], [None] * len(problems)
+
+    def caller(i):
+        try:
+            fn, args = problems[i]
+            before = _settings()
+            for _ in range(5):
+                results[i] = batch_map(fn, *args)
+            assert _settings() == before
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    with torch_threads(2):
+        threads = [threading.Thread(target=caller, args=(i,)) for i in range(len(problems))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    for got, ref in zip(results, refs):
+        _assert_identical(got, ref)
+
+
+@needs_fanout
+def test_nested_call_runs_inline():
+    """batch_map inside a slice sees one thread and calls fn whole: no deadlock, same result."""
+    X = _col(6, 13, 5, torch.Generator().manual_seed(5))
+    with torch_threads(1):
+        ref = torch.geqrf(X)
+    with torch_threads(2):
+        got = batch_map(lambda Y: batch_map(torch.geqrf, Y), X)
+    _assert_identical(got, ref)
+
+
+def test_unbatched_and_unsplittable_inputs_run_whole():
+    """A 2-D input, and a batch of one, are the plain call at the current thread count."""
+    g = torch.Generator().manual_seed(6)
+    X2, X1 = _col(1, 13, 5, g)[0], _col(1, 13, 5, g)
+    with torch_threads(2):
+        for X in (X2, X1):
+            _assert_identical(batch_map(torch.geqrf, X), torch.geqrf(X))
