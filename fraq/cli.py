@@ -2,7 +2,7 @@
 
 Commands: ``fraq [demo] [options]`` (this benchmark, the default), ``fraq aggregate
 CLIENT_DIR... -o OUT_DIR`` (peft adapters in, one peft adapter out:
-:mod:`fraq.peft_adapters`) and ``fraq example-adapters DIR`` (a tiny model and client
+:mod:`fraq.peft`) and ``fraq example-adapters DIR`` (a tiny model and client
 adapters to try it on). The demo: for each preset it stacks the clients' factors per module group, recompresses every
 adapted matrix in batched kernels, and prints per preset and tau: server latency
 (median and spread), the selected ranks, the downlink relative to the uncompressed
@@ -140,7 +140,9 @@ def demo_main(argv: list[str]) -> int:
 
 
 def aggregate_main(argv: list[str]) -> int:
-    """``fraq aggregate``: see :func:`fraq.peft_adapters.aggregate_adapters`."""
+    """``fraq aggregate``: see :func:`fraq.peft.aggregate_adapters`. A bad input is refused before any
+    work with one line ``fraq aggregate: error: ...`` and exit status 2 (argparse's convention); a
+    failure while writing gives status 1 and leaves the earlier output whole."""
     from fraq.aggregators import AGGREGATORS
 
     parser = argparse.ArgumentParser(
@@ -164,32 +166,47 @@ def aggregate_main(argv: list[str]) -> int:
                         help="dtype of the arithmetic (default float64: exact at --tau 1 to float32 rounding)")
     parser.add_argument("--uniform-rank", action="store_true",
                         help="pad every module to the largest rank with zeros: no rank_pattern in the config")
-    parser.add_argument("--overwrite", action="store_true", help="replace the adapter files in an existing OUT")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing OUT (swapped in whole; other plain files in it are kept) "
+                             "and an existing --json file; inputs are never written")
     parser.add_argument("--report", action="store_true",
                         help="print per module: shape, client ranks, rank kept, energy, error, parameters")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the report rows as JSON ('-': stdout)")
     args = parser.parse_args(argv)
     if args.out is None and not (args.report or args.json):
         parser.error("nothing to do: pass -o OUT, --report or --json")
-    from fraq.peft_adapters import aggregate_adapters
+    from fraq.peft import CONFIG, WEIGHTS, aggregate_adapters
+    from fraq.peft.aggregate import client_paths
+    from fraq.peft.writer import check_file_out, write_json
 
-    try:
-        agg = aggregate_adapters(args.clients, args.out, weights=args.weights, method=args.method, tau=args.tau,
+    def fail(err: Exception, code: int) -> int:
+        print(f"fraq aggregate: error: {err}", file=sys.stderr)
+        return code
+
+    to_file = args.json is not None and str(args.json) != "-"
+    try:  # everything is checked before any work: the JSON path here, the rest in aggregate_adapters
+        paths = client_paths(args.clients)
+        if to_file:
+            taken = [] if args.out is None else [args.out] if args.delta else [args.out / CONFIG, args.out / WEIGHTS]
+            check_file_out(args.json, args.overwrite, paths, "--json", taken)
+        agg = aggregate_adapters(paths, args.out, weights=args.weights, method=args.method, tau=args.tau,
                                  rank=args.rank, delta=args.delta, dtype=getattr(torch, args.dtype),
-                                 compute_dtype=getattr(torch, args.compute_dtype),
-                                 uniform_rank=args.uniform_rank, overwrite=args.overwrite, report=bool(args.report or args.json))
+                                 compute_dtype=getattr(torch, args.compute_dtype), uniform_rank=args.uniform_rank,
+                                 overwrite=args.overwrite, report=bool(args.report or args.json))
     except (ValueError, TypeError) as e:
-        print(f"fraq aggregate: error: {e}", file=sys.stderr)
-        return 1
+        return fail(e, 2)
+    except OSError as e:  # a failure while writing (disk full, permissions changed): the old output is intact
+        return fail(e, 1)
     if args.report:
         print(agg.table())
-    if args.json:
-        text = json.dumps(agg.to_json(), indent=2)
-        if str(args.json) == "-":
-            print(text)
+    if args.json is not None:
+        if to_file:
+            try:
+                write_json(args.json, agg.to_json(), args.overwrite, paths)
+            except (ValueError, OSError) as e:
+                return fail(e, 1)
         else:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(text + "\n")
+            print(json.dumps(agg.to_json(), indent=2))
     if agg.path is not None:
         t = agg.totals()
         if agg.delta:
@@ -202,7 +219,7 @@ def aggregate_main(argv: list[str]) -> int:
 
 
 def example_main(argv: list[str]) -> int:
-    """``fraq example-adapters DIR``: see :func:`fraq.peft_adapters.example_clients`."""
+    """``fraq example-adapters DIR``: see :func:`fraq.peft.example_clients`."""
     parser = argparse.ArgumentParser(
         prog="fraq example-adapters",
         description="Write a tiny random BERT (no download) to DIR/base and client peft adapters of it to "
@@ -211,9 +228,11 @@ def example_main(argv: list[str]) -> int:
     parser.add_argument("--clients", type=int, default=3, help="number of adapters (default 3)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    if args.dir.exists() and any(args.dir.iterdir()):
-        parser.error(f"{args.dir} exists and is not empty")
-    from fraq.peft_adapters import example_clients
+    if args.clients < 1:
+        parser.error(f"--clients(={args.clients}) must be >= 1")
+    if args.dir.exists() and (not args.dir.is_dir() or any(args.dir.iterdir())):
+        parser.error(f"{args.dir} exists and is not an empty directory")
+    from fraq.peft import example_clients
 
     paths = example_clients(args.dir, clients=args.clients, seed=args.seed)
     print(f"wrote {args.dir / 'base'} and {', '.join(str(p) for p in paths)}")

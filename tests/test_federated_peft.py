@@ -219,3 +219,42 @@ def test_cli_prints_the_aggregate_command(saved, tmp_path, capsys):
     assert f"fraq aggregate {out}/client0 {out}/client1 {out}/client2 --weights {weights}" in text
     assert export_main([str(saved), str(out)]) == 2
     assert "overwrite" in capsys.readouterr().err
+
+
+def _tree(d) -> dict:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_failed_export_or_save_keeps_the_earlier_files(saved, tmp_path, monkeypatch):
+    """Both writers swap their output in whole (fraq._files): a failure before the swap leaves
+    the earlier export / adapter file byte for byte, and no temporary file beside it."""
+    import safetensors.torch
+
+    import fraq._files
+
+    def fail(*a, **k):
+        raise OSError(5, "injected failure")
+
+    out = tmp_path / "x"
+    export_peft(saved, out)
+    before = _tree(out)
+    with monkeypatch.context() as m:
+        m.setattr(fraq._files, "exchange", fail)
+        with pytest.raises(OSError, match="injected"):
+            export_peft(saved, out, overwrite=True)
+    assert _tree(out) == before
+    copy_ = save_client_adapters(tmp_path / "a.safetensors", load_client_adapters(saved).updates, {"round": 1})
+    data = copy_.read_bytes()
+    real = safetensors.torch.save_file
+
+    def half(tensors, path, metadata=None):  # writes a file, then fails as a full disk would
+        real(tensors, path, metadata=metadata)
+        with open(path, "r+b") as f:
+            f.truncate(100)
+        fail()
+    with monkeypatch.context() as m:
+        m.setattr(safetensors.torch, "save_file", half)
+        with pytest.raises(OSError, match="injected"):
+            save_client_adapters(copy_, load_client_adapters(saved).updates, {"round": 2})
+    assert copy_.read_bytes() == data
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.safetensors", "x"]

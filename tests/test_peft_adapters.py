@@ -206,10 +206,11 @@ def test_tau_one_float64_is_exact_and_client_order_invariant(bert, tmp_path):
         assert fwd.ranks[m] == rev.ranks[m]
 
 
-def test_one_client_and_duplicate_clients(bert):
+def test_one_client_and_duplicate_clients(bert, tmp_path):
     dirs, refs = bert
     one = aggregate_adapters(dirs[1:2], None, tau=1.0, dtype=torch.float64)
-    dup = aggregate_adapters([dirs[1]] * 3, None, weights=WEIGHTS, tau=1.0, dtype=torch.float64)
+    copies = [shutil.copytree(dirs[1], tmp_path / f"copy{k}") for k in range(3)]  # equal content, distinct dirs
+    dup = aggregate_adapters(copies, None, weights=WEIGHTS, tau=1.0, dtype=torch.float64)
     for m, (B, A, s) in refs[1].items():
         assert rel(one.factors[m][0] @ one.factors[m][1], s * B @ A) < 100 * EPS64
         assert rel(dup.factors[m][0] @ dup.factors[m][1], s * B @ A) < 100 * EPS64
@@ -292,7 +293,7 @@ def test_flora_equals_peft_add_weighted_adapter_cat(bert, tmp_path):
 def test_other_methods_write_loadable_adapters(bert, tmp_path, method):
     dirs, refs = bert
     if method == "fedit":  # averages factors: needs equal ranks and scales, so three copies of one client
-        dirs = [dirs[0]] * 3
+        dirs = [shutil.copytree(dirs[0], tmp_path / f"copy{k}") for k in range(3)]
         refs = [refs[0]] * 3
     agg = aggregate_adapters(dirs, tmp_path / method, weights=WEIGHTS, method=method)
     model = peft.PeftModel.from_pretrained(tiny_bert(), tmp_path / method)
@@ -305,7 +306,7 @@ def test_other_methods_write_loadable_adapters(bert, tmp_path, method):
 
 def test_fedex_lora_delta_is_exact_and_adapter_refused(bert, tmp_path):
     dirs, refs = bert
-    same = [dirs[0], dirs[0]]
+    same = [dirs[0], shutil.copytree(dirs[0], tmp_path / "copy")]
     with pytest.raises(ValueError, match="delta"):
         aggregate_adapters(same, tmp_path / "a", method="fedex-lora")
     aggregate_adapters(same, tmp_path / "d.safetensors", weights=[1, 2], method="fedex-lora", delta=True)
@@ -487,8 +488,9 @@ def test_cli_aggregate_report_and_loadable(bert, tmp_path, capsys):
     rows = json.loads((tmp_path / "r.json").read_text())["rows"]
     layers = lora_layers(peft.PeftModel.from_pretrained(tiny_bert(), out))
     assert {r["module"]: r["rank"] for r in rows} == {m: layer.r["default"] for m, layer in layers.items()}
-    assert cli.main(["aggregate", str(dirs[0]), "--weights", "1", "2", "--report"]) == 1
-    assert "weights has 2 entries" in capsys.readouterr().err
+    assert cli.main(["aggregate", str(dirs[0]), "--weights", "1", "2", "--report"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fraq aggregate: error: ") and "weights has 2 entries" in err and err.count("\n") == 1
 
 
 def test_cli_dispatch_keeps_the_demo(monkeypatch, capsys):
@@ -557,8 +559,9 @@ def test_report_error_resolves_float32_rounding_at_tau_one(bert):
         assert row.energy == pytest.approx(1.0, abs=100 * EPS32)
 
 
-def test_report_table_columns_align_with_many_clients(bert):
+def test_report_table_columns_align_with_many_clients(bert, tmp_path):
     dirs, _ = bert
-    agg = aggregate_adapters(list(dirs) * 4, None, tau=0.9)  # 12 clients: a long "client ranks" entry
+    many = [shutil.copytree(d, tmp_path / f"c{k}_{j}") for j in range(4) for k, d in enumerate(dirs)]
+    agg = aggregate_adapters(many, None, tau=0.9)  # 12 clients: a long "client ranks" entry
     lines = [ln for ln in agg.table().splitlines() if not ln.startswith("-")]
     assert len({len(ln) for ln in lines}) == 1, lines

@@ -14,7 +14,7 @@ real ones (the paper's Fig. 4, left).
 Write one with ``python -m fraq.federated --set federated.save_adapters_round=3``
 (files under ``OUT/adapters/``). :func:`export_peft` (:mod:`fraq.federated.export`) writes
 a round-1 file's clients as peft adapter directories for
-:func:`fraq.peft_adapters.aggregate_adapters` and ``PeftModel.from_pretrained``.
+:func:`fraq.peft.aggregate_adapters` and ``PeftModel.from_pretrained``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from fraq._files import replacing_file
 from fraq.aggregators import ClientUpdate
 
 __all__ = ["RoundAdapters", "export_peft", "load_client_adapters", "save_client_adapters"]
@@ -63,8 +64,8 @@ def save_client_adapters(path: str | Path, updates: Sequence[ClientUpdate], meta
     header = {"format": _FORMAT, "modules": json.dumps(modules), "shapes": json.dumps(shapes),
               "clients": json.dumps(clients), "meta": json.dumps(meta or {})}
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path), metadata=header)
+    with replacing_file(path) as tmp:  # written beside, renamed over: never a half-written file at path
+        save_file(tensors, str(tmp), metadata=header)
     return path
 
 

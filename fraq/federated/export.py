@@ -3,7 +3,7 @@
 :func:`export_peft` turns a file of :func:`fraq.federated.adapters.save_client_adapters`
 (``python -m fraq.federated --set federated.save_adapters_round=1``) into
 ``OUT_DIR/client{k}`` directories that ``PeftModel.from_pretrained`` loads on the
-harness's base model and :func:`fraq.peft_adapters.aggregate_adapters` (``fraq
+harness's base model and :func:`fraq.peft.aggregate_adapters` (``fraq
 aggregate``) aggregates, with the clients' data weights in ``OUT_DIR/export.json``::
 
     python -m fraq.federated.export results/federated/quick/adapters/fraq_round1.safetensors OUT_DIR
@@ -26,15 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
-import shutil
 import sys
-import uuid
 from collections import Counter
 from pathlib import Path
 
-from fraq._files import default_mode
+from fraq._files import check_parent, replacing_dir
 from fraq.aggregators import ClientUpdate
 from fraq.federated.adapters import RoundAdapters, load_client_adapters
 
@@ -50,12 +47,12 @@ def export_peft(path: str | Path, out_dir: str | Path, *, overwrite: bool = Fals
     and ``.lora_B.weight`` (m, r_k) as saved, and ``adapter_config.json`` from peft's own
     ``LoraConfig`` with ``target_modules`` = the exact module names, ``r`` / ``lora_alpha``
     the client's most common rank and alpha and a ``rank_pattern`` / ``alpha_pattern``
-    entry (an exact key, :func:`fraq.peft_adapters.exact_key`) per other module, and
+    entry (an exact key, :func:`fraq.peft.exact_key`) per other module, and
     ``use_rslora`` when the saved scales are :math:`\alpha / \sqrt{r}`. So peft's scale of
     every module equals the saved one: bit for bit when the file's metadata records the
     clients' alphas (the harness's files do), else with alpha = scale r, to 1 ulp.
     ``out_dir/export.json`` records the source, round, method and each client's data
-    weight, the ``weights`` of :func:`~fraq.peft_adapters.aggregate_adapters`.
+    weight, the ``weights`` of :func:`~fraq.peft.aggregate_adapters`.
 
     Base weights: in round 1 every client trains on the pretrained model, which is what
     peft loads the adapters onto. In round T > 1 the clients of FLoRA, FRAQ and
@@ -81,6 +78,7 @@ def export_peft(path: str | Path, out_dir: str | Path, *, overwrite: bool = Fals
         The K client directories, in client order.
     """
     out_dir = Path(out_dir)
+    _check_out_dir(out_dir, overwrite)
     data = load_client_adapters(path)
     meta, K = data.meta, len(data.updates)
     for k, u in enumerate(data.updates):
@@ -98,7 +96,6 @@ def export_peft(path: str | Path, out_dir: str | Path, *, overwrite: bool = Fals
     if alphas is not None and len(alphas) != K:
         raise ValueError(f"path(={str(path)!r}): meta alphas has {len(alphas)} entries for {K} clients")
     base = base_model if base_model is not None else _base_model(meta.get("model"))
-    _check_out_dir(out_dir, overwrite)
     configs = [_client_config(data.modules, u, None if alphas is None else float(alphas[k]))
                for k, u in enumerate(data.updates)]
     record = {"source": str(Path(path).resolve()), "method": meta.get("method"), "round": rnd,
@@ -121,7 +118,7 @@ def _base_model(name: str | None) -> str | None:
 
 def _client_config(modules: list[str], u: ClientUpdate, alpha: float | None) -> dict:
     """r, lora_alpha, patterns and use_rslora whose peft scale is the saved scale of every module."""
-    from fraq.peft_adapters import config_rank_alpha, exact_key
+    from fraq.peft.config import config_rank_alpha, exact_key
 
     ranks = {m: int(u.factors[m][1].shape[-2]) for m in modules}
     scales = {m: float(u.scale_of(m)) for m in modules}
@@ -154,47 +151,40 @@ def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
     if foreign:
         raise ValueError(f"out_dir(={str(out_dir)!r}) holds {foreign[:4]}, not only an earlier export "
                          f"(client<k> directories and export.json); refused even with overwrite")
+    check_parent(out_dir.resolve() if out_dir.is_dir() else out_dir, "out_dir")
 
 
 def _write_export(out_dir: Path, data: RoundAdapters, configs: list[dict], base: str | None, record: dict,
                   overwrite: bool) -> None:
-    """Write every client into a sibling temp directory, then rename it to ``out_dir``."""
-    from peft import LoraConfig
-    from safetensors.torch import save_file
-
-    from fraq.peft_adapters import PREFIX, WEIGHTS
+    """Write every client into a directory beside ``out_dir``, then swap it in whole
+    (:func:`fraq._files.replacing_dir`), each client by :func:`fraq.peft.writer.save_adapter`."""
+    from fraq.peft import PREFIX
+    from fraq.peft.writer import save_adapter
 
     auto = _auto_mapping(base)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
-    old = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
-    try:
+    _check_out_dir(out_dir, overwrite)  # again: it may have changed meanwhile
+    with replacing_dir(out_dir) as tmp:
         for k, (u, c) in enumerate(zip(data.updates, configs)):
-            d = tmp / f"client{k}"
-            LoraConfig(target_modules=list(data.modules), lora_dropout=0.0, bias="none", task_type=None,
-                       base_model_name_or_path=base, inference_mode=True, **c
-                       ).save_pretrained(str(d), auto_mapping_dict=auto)
             tensors = {}
             for m in data.modules:
                 B, A = u.factors[m]
                 tensors[f"{PREFIX}{m}.lora_A.weight"] = A.contiguous()
                 tensors[f"{PREFIX}{m}.lora_B.weight"] = B.contiguous()
-            save_file(tensors, str(d / WEIGHTS), metadata={"format": "pt"})
-            default_mode(d / WEIGHTS)
+            save_adapter(tmp / f"client{k}", _peft_config(data.modules, base, c, auto), tensors)
         (tmp / "export.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        _check_out_dir(out_dir, overwrite)  # again: it may have appeared meanwhile
-        if out_dir.is_dir() and any(out_dir.iterdir()):
-            os.replace(out_dir, old)  # the earlier export, removed once the new one is in place
-        try:
-            os.replace(tmp, out_dir)  # rename(2) replaces an empty directory
-        except OSError:
-            if old.exists():
-                os.replace(old, out_dir)
-            raise
-    finally:
-        for d in (tmp, old):
-            if d.exists():
-                shutil.rmtree(d)
+
+
+def _peft_config(modules: list[str], base: str | None, cfg: dict, auto: dict | None) -> dict:
+    """The dict peft's ``LoraConfig.save_pretrained`` writes: ``to_dict()`` with sets as
+    lists, ``auto_mapping`` added when given."""
+    from peft import LoraConfig
+
+    out = LoraConfig(target_modules=list(modules), lora_dropout=0.0, bias="none", task_type=None,
+                     base_model_name_or_path=base, inference_mode=True, **cfg).to_dict()
+    out = {k: sorted(v) if isinstance(v, set) else v for k, v in out.items()}
+    if auto is not None:
+        out["auto_mapping"] = auto
+    return out
 
 
 def _auto_mapping(base: str | None) -> dict | None:

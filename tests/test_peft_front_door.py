@@ -1,0 +1,356 @@
+"""``fraq aggregate``'s front door (issue 14, parts 1-4): outputs swapped in whole, inputs never
+written, every bad input refused before any work with one line naming the file and the value.
+
+Faults are injected at each step of the writer (an exception in-process, ``kill -9`` in a child
+process); after each, the output must be the complete old adapter or the complete new one, as
+peft's ``PeftModel.from_pretrained`` loads it: its per-module products equal the old or the new
+written factors to float32 rounding (4 eps32, relative).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+peft = pytest.importorskip("peft")
+transformers = pytest.importorskip("transformers")
+import safetensors.torch  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+import fraq._files  # noqa: E402
+from fraq import cli  # noqa: E402
+from fraq.peft_adapters import aggregate_adapters, example_clients  # noqa: E402
+
+EPS32 = torch.finfo(torch.float32).eps
+REPO = Path(__file__).resolve().parents[1]
+
+# transformers deprecations that peft 0.21.2 triggers; peft's fan_in_fan_out notes
+pytestmark = [pytest.mark.filterwarnings("ignore::FutureWarning"), pytest.mark.filterwarnings("ignore::UserWarning")]
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    """A tiny BERT (root/base) and 3 peft adapters of it; the old (tau 0.5) and new (tau 1)
+    aggregates written over each other in the tests."""
+    root = tmp_path_factory.mktemp("front")
+    dirs = example_clients(root, clients=3)
+    old = aggregate_adapters(dirs, None, tau=0.5)
+    new = aggregate_adapters(dirs, None, tau=1.0)
+    assert old.ranks != new.ranks
+    return root, dirs, {"old": old, "new": new}
+
+
+def loaded(root: Path, out: Path) -> dict[str, torch.Tensor]:
+    """module -> the delta peft applies, from ``out`` loaded with PeftModel.from_pretrained."""
+    from peft.tuners.lora import LoraLayer
+
+    model = peft.PeftModel.from_pretrained(transformers.BertModel.from_pretrained(root / "base"), out)
+    prefix = "base_model.model."
+    return {n[len(prefix):]: m.get_delta_weight("default") for n, m in model.named_modules()
+            if isinstance(m, LoraLayer)}
+
+
+def version(root: Path, out: Path, versions: dict) -> str:
+    """Which aggregate ``out`` holds, as peft loads it; fails when it is neither, or unloadable."""
+    got = loaded(root, out)
+    for name, agg in versions.items():
+        if set(got) == set(agg.factors) and all(
+                float(torch.linalg.matrix_norm(got[m].double() - B.double() @ A.double()))
+                <= 4 * EPS32 * float(torch.linalg.matrix_norm(B.double() @ A.double()))
+                for m, (B, A) in agg.factors.items()):
+            return name
+    raise AssertionError(f"{out} holds neither version")
+
+
+def leftovers(out: Path) -> list[str]:
+    return sorted(p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}."))
+
+
+def run_cli(args, capsys) -> tuple[int, str]:
+    rc = cli.main(["aggregate", *map(str, args)])
+    return rc, capsys.readouterr().err
+
+
+def refused(rc: int, err: str, *needles: str) -> None:
+    """Exit 2, one line ``fraq aggregate: error: ...`` naming every needle, no traceback."""
+    assert rc == 2, err
+    assert err.startswith("fraq aggregate: error: ") and err.count("\n") == 1, err
+    for n in needles:
+        assert str(n) in err, (n, err)
+
+
+def snapshot(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() if p.is_file() else None for p in sorted(d.iterdir())}
+
+
+# --- 1. --overwrite swaps the directory in whole -----------------------------------------------
+
+def _fail(*a, **k):
+    raise OSError(errno.EIO, "injected failure")
+
+
+def _second_replace_fails(real):
+    calls = []
+
+    def replace(src, dst):
+        calls.append(src)
+        if len(calls) == 2:  # the fallback's second rename: the new one in, after the old one aside
+            raise OSError(errno.EIO, "injected failure")
+        return real(src, dst)
+    return replace
+
+
+def _config_not_replaceable(m, out):
+    """The issue's ``chattr +i out/adapter_config.json``: that file cannot be replaced."""
+    real = os.replace
+
+    def replace(src, dst):
+        if Path(dst) == out / "adapter_config.json":
+            raise PermissionError(errno.EPERM, "Operation not permitted (injected)", str(dst))
+        return real(src, dst)
+    m.setattr(os, "replace", replace)
+
+
+def _fault_after_swap(m, out):
+    real = fraq._files._fsync
+    m.setattr(fraq._files, "_fsync", lambda p: _fail() if Path(p) == out.parent else real(p))
+
+
+FAULTS = {  # step -> (install the fault with monkeypatch m, the version left at out; None: no error)
+    "immutable config": (_config_not_replaceable, None),
+    "weights": (lambda m, out: m.setattr(safetensors.torch, "save_file", _fail), "old"),
+    "config": (lambda m, out: m.setattr(Path, "write_text", _fail), "old"),
+    "flush": (lambda m, out: m.setattr(fraq._files, "_fsync_tree", _fail), "old"),
+    "exchange": (lambda m, out: m.setattr(fraq._files, "exchange", _fail), "old"),
+    "fallback": (lambda m, out: (m.setattr(fraq._files, "_renameat2", lambda a, b: False),
+                                 m.setattr(os, "replace", _second_replace_fails(os.replace))), "old"),
+    "after swap": (_fault_after_swap, "new"),
+}
+
+
+@pytest.mark.parametrize("step", list(FAULTS))
+def test_overwrite_failure_at_each_step_leaves_old_or_new_adapter(example, tmp_path, monkeypatch, step):
+    root, dirs, versions = example
+    out = tmp_path / "merged"
+    aggregate_adapters(dirs, out, tau=0.5)
+    (out / "notes.txt").write_text("mine")
+    install, expected = FAULTS[step]
+    with monkeypatch.context() as m:
+        install(m, out)
+        if expected is None:  # the directory is swapped whole: its old files are never replaced one by one
+            aggregate_adapters(dirs, out, tau=1.0, overwrite=True)
+        else:
+            with pytest.raises(OSError, match="injected"):
+                aggregate_adapters(dirs, out, tau=1.0, overwrite=True)
+    assert version(root, out, versions) == (expected or "new")
+    assert (out / "notes.txt").read_text() == "mine"
+    assert leftovers(out) == []
+    aggregate_adapters(dirs, out, tau=1.0, overwrite=True)  # and the next run goes through
+    assert version(root, out, versions) == "new"
+
+
+_CHILD = r"""
+import os, signal, sys
+import fraq._files as F
+step, args = sys.argv[1], sys.argv[2:]
+def die(*a, **k):
+    os.kill(os.getpid(), signal.SIGKILL)
+if step == "weights":  # the new weights written, its config not yet
+    import safetensors.torch as st
+    real_save = st.save_file
+    def save(*a, **k):
+        real_save(*a, **k)
+        die()
+    st.save_file = save
+elif step == "exchange":  # the new directory complete, not swapped in
+    F.exchange = die
+elif step == "swapped":  # swapped in, the old version not yet removed
+    real_swap = F._renameat2
+    def swap(a, b):
+        assert real_swap(a, b)
+        die()
+    F._renameat2 = swap
+elif step == "cleanup":  # while removing the old version
+    import shutil
+    shutil.rmtree = die
+from fraq import cli
+sys.exit(cli.main(["aggregate", *args]))
+"""
+
+
+@pytest.mark.parametrize("step, expected", [("weights", "old"), ("exchange", "old"), ("swapped", "new"),
+                                            ("cleanup", "new")])
+def test_kill_9_at_each_step_leaves_old_or_new_adapter(example, tmp_path, step, expected):
+    root, dirs, versions = example
+    out = tmp_path / "merged"
+    aggregate_adapters(dirs, out, tau=0.5)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", _CHILD, step, *map(str, dirs), "--tau", "1", "-o", str(out),
+                           "--overwrite"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert version(root, out, versions) == expected
+    assert len(leftovers(out)) <= 1  # at most the hidden temporary directory of the killed run
+    aggregate_adapters(dirs, out, tau=1.0, overwrite=True)
+    assert version(root, out, versions) == "new"
+
+
+def test_overwrite_refuses_a_directory_with_subdirectories(example, tmp_path, capsys):
+    _, dirs, _ = example
+    out = tmp_path / "out"
+    aggregate_adapters(dirs, out, tau=0.5)
+    (out / "checkpoint-1").mkdir()
+    before = snapshot(out)
+    refused(*run_cli([*dirs, "-o", out, "--overwrite"], capsys), "checkpoint-1", "not plain files")
+    assert snapshot(out) == before
+
+
+def test_delta_failure_keeps_the_old_delta(example, tmp_path, monkeypatch):
+    _, dirs, _ = example
+    out = tmp_path / "d.safetensors"
+    aggregate_adapters(dirs, out, delta=True, tau=0.5)
+    before = out.read_bytes()
+    monkeypatch.setattr(os, "replace", _fail)
+    with pytest.raises(OSError, match="injected"):
+        aggregate_adapters(dirs, out, delta=True, tau=1.0, overwrite=True)
+    monkeypatch.undo()
+    assert out.read_bytes() == before and leftovers(out) == []
+
+
+# --- 2. --json ----------------------------------------------------------------------------------
+
+def test_json_never_overwrites_a_file_without_overwrite(example, tmp_path, capsys):
+    _, dirs, _ = example
+    mine = tmp_path / "notes.json"
+    mine.write_text("keep me")
+    refused(*run_cli([*dirs, "--json", mine, "-o", tmp_path / "out"], capsys), str(mine), "--overwrite")
+    assert mine.read_text() == "keep me" and not (tmp_path / "out").exists()  # before any work
+    assert run_cli([*dirs, "--json", mine, "--overwrite"], capsys)[0] == 0
+    assert json.loads(mine.read_text())["format"] == "fraq-aggregate-report/1"
+
+
+def test_json_into_an_input_is_refused_even_with_overwrite(example, tmp_path, capsys):
+    _, dirs, _ = example
+    target = dirs[0] / "adapter_config.json"
+    before = target.read_bytes()
+    refused(*run_cli([*dirs, "--json", target, "--overwrite"], capsys), str(target), str(dirs[0]))
+    assert target.read_bytes() == before
+
+
+def test_json_directory_or_output_file_refused_before_any_work(example, tmp_path, capsys):
+    _, dirs, _ = example
+    (tmp_path / "reports").mkdir()
+    refused(*run_cli([*dirs, "--json", tmp_path / "reports", "-o", tmp_path / "out"], capsys),
+            str(tmp_path / "reports"), "is a directory")
+    assert not (tmp_path / "out").exists()
+    refused(*run_cli([*dirs, "--json", tmp_path / "out" / "adapter_config.json", "-o", tmp_path / "out"], capsys),
+            "this run writes")
+    assert not (tmp_path / "out").exists()
+
+
+def test_json_written_whole(example, tmp_path, monkeypatch, capsys):
+    _, dirs, _ = example
+    report = tmp_path / "r.json"
+    assert run_cli([*dirs, "--json", report], capsys)[0] == 0
+    before = report.read_text()
+    monkeypatch.setattr(os, "replace", _fail)
+    rc, err = run_cli([*dirs, "--tau", "0.5", "--json", report, "--overwrite"], capsys)
+    monkeypatch.undo()
+    assert rc == 1 and "injected" in err
+    assert report.read_text() == before and leftovers(report) == []
+
+
+# --- 3. inputs are never written, and counted once ----------------------------------------------
+
+def test_out_equal_inside_or_containing_an_input_refused_even_with_overwrite(example, tmp_path, capsys):
+    root, dirs, _ = example
+    before = snapshot(dirs[1])
+    refused(*run_cli([*dirs, "-o", dirs[1], "--overwrite"], capsys), str(dirs[1]), "input")
+    refused(*run_cli([*dirs, "-o", dirs[1] / "merged"], capsys), str(dirs[1]), "input")
+    refused(*run_cli([*dirs, "-o", root, "--overwrite"], capsys), str(root), "contains the input")
+    refused(*run_cli([*dirs, "--delta", "-o", dirs[1] / "adapter_model.safetensors", "--overwrite"], capsys),
+            str(dirs[1]))
+    link = tmp_path / "link"
+    link.symlink_to(dirs[1])
+    refused(*run_cli([*dirs, "-o", link, "--overwrite"], capsys), str(link), "input")
+    assert snapshot(dirs[1]) == before and not (dirs[1] / "merged").exists()
+
+
+def test_same_client_twice_refused_naming_both(example, tmp_path, capsys):
+    _, dirs, _ = example
+    refused(*run_cli([dirs[0], dirs[1], dirs[0], "--report"], capsys), "client_dirs[0]", "client_dirs[2]")
+    link = tmp_path / "again"
+    link.symlink_to(dirs[1])
+    refused(*run_cli([dirs[0], dirs[1], link, "--report"], capsys), str(dirs[1]), str(link), "same directory")
+
+
+# --- 4. errors that name the file and echo the value --------------------------------------------
+
+def _config(edit):
+    def apply(d: Path) -> None:
+        cfg = json.loads((d / "adapter_config.json").read_text())
+        (d / "adapter_config.json").write_text(json.dumps(edit(cfg)))
+    return apply
+
+
+def _tensors(edit):
+    def apply(d: Path) -> None:
+        t = load_file(d / "adapter_model.safetensors")
+        save_file(edit(t), d / "adapter_model.safetensors")
+    return apply
+
+
+def _rank_zero(d: Path) -> None:
+    _config(lambda c: {**c, "r": 0})(d)
+    _tensors(lambda t: {k: v[:0] if ".lora_A." in k else v[:, :0] for k, v in t.items()})(d)
+
+
+BAD_INPUTS = {  # name -> (edit of a copy of client 0 (r=4, alpha=8, no patterns), text the error must hold)
+    "config list": (_config(lambda c: [1, 2]), "[1, 2], not a JSON object"),
+    "config null": (_config(lambda c: None), "null, not a JSON object"),
+    "rank_pattern regex": (_config(lambda c: {**c, "rank_pattern": {"query(": 2}}), "'query('"),
+    "rank_pattern list": (_config(lambda c: {**c, "rank_pattern": ["query"]}), "rank_pattern(=['query'])"),
+    "alpha_pattern list": (_config(lambda c: {**c, "alpha_pattern": ["value"]}), "alpha_pattern(=['value'])"),
+    "alpha_pattern value": (_config(lambda c: {**c, "alpha_pattern": {"value": "big"}}), "'big'"),
+    "r zero": (_rank_zero, "r(=0) must be a positive integer"),
+    "r string": (_config(lambda c: {**c, "r": "4"}), "r(='4') has type str"),
+    "float8": (_tensors(lambda t: {k: v.to(torch.float8_e4m3fn) for k, v in t.items()}), "float8_e4m3fn"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_inputs_one_line_naming_file_and_value(example, tmp_path, capsys, case):
+    _, dirs, _ = example
+    edit, text = BAD_INPUTS[case]
+    bad = Path(shutil.copytree(dirs[0], tmp_path / "bad_client"))
+    edit(bad)
+    refused(*run_cli([dirs[1], bad, "-o", tmp_path / "out"], capsys), str(bad), text)
+    assert not (tmp_path / "out").exists()
+
+
+def test_huge_weights_normalize_without_overflow(example, capsys):
+    _, dirs, _ = example
+    huge = aggregate_adapters(dirs, None, weights=[1e308] * 3, tau=1.0)
+    equal = aggregate_adapters(dirs, None, tau=1.0)
+    assert huge.weights == equal.weights == (1 / 3,) * 3
+    for m, (B, A) in huge.factors.items():
+        assert torch.equal(B, equal.factors[m][0]) and torch.equal(A, equal.factors[m][1])
+    assert run_cli([*dirs, "--weights", "1e308", "1e308", "1e308", "--report"], capsys)[0] == 0
+    refused(*run_cli([*dirs, "--weights", "1", "inf", "1", "--report"], capsys), "weights[1](=inf)")
+
+
+def test_result_beyond_the_output_dtype_refused(example, tmp_path, capsys):
+    _, dirs, _ = example
+    big = [Path(shutil.copytree(d, tmp_path / f"big{k}")) for k, d in enumerate(dirs)]
+    for d in big:
+        _tensors(lambda t: {k: v * 1e4 for k, v in t.items()})(d)
+    refused(*run_cli([*big, "--dtype", "float16", "-o", tmp_path / "out"], capsys), "float16", "--dtype float32")
+    assert not (tmp_path / "out").exists()
