@@ -131,10 +131,7 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
     from fraq.federated.adapters import save_client_adapters
     from fraq.federated.config import method_label, validate
     from fraq.federated.records import jsonable
-    from fraq.federated.results import atomic_write, write_json, write_results
-
-    def save_adapters(path: Path, updates, meta: dict) -> None:  # replaced whole, as every output
-        atomic_write(path, lambda tmp: save_client_adapters(tmp, updates, meta), to_path=True)
+    from fraq.federated.results import write_json, write_results
 
     from fraq.federated.server import Task, run_method
 
@@ -172,7 +169,7 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
             log(f"[{spec}] finished earlier: read from {out_dir / method_label(spec) / 'result.json'}")
         else:
             res = run_method(task, spec, out_dir, resume=resume, state=states.pop(spec, None), log=log,
-                             progress=progress, save_adapters=save_adapters)
+                             progress=progress, save_adapters=save_client_adapters)
             res["config"] = cfg_json
             write_json(out_dir / method_label(spec) / "result.json", res)
         results.append(res)

@@ -16,10 +16,11 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import statistics
 from collections.abc import Callable
 from pathlib import Path
+
+from fraq._files import replacing_file
 
 __all__ = ["ROUND_FIELDS", "atomic_write", "check_records", "summarize", "write_json", "write_results"]
 
@@ -38,29 +39,13 @@ def check_records(records: object, where: str) -> None:
             raise ValueError(f"{where}: round record {i} lacks {missing}")
 
 
-def atomic_write(path: Path, write: Callable, *, binary: bool = False, to_path: bool = False) -> None:
-    """Replace ``path`` whole: ``write(f)`` fills a temporary file beside it, which is synced and renamed over it.
-
-    ``to_path``: ``write(tmp)`` gets the temporary file's path instead (writers that take a
-    file name, e.g. safetensors). Until the rename ``path`` keeps its old content; on any
-    error the temporary file is removed and ``path`` is untouched. Text files are UTF-8
-    with no newline translation.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        if to_path:
-            write(tmp)
-        else:
-            with open(tmp, "wb") if binary else open(tmp, "w", encoding="utf-8", newline="") as f:
-                write(f)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+def atomic_write(path: Path, write: Callable, *, binary: bool = False) -> None:
+    """Replace ``path`` whole: ``write(f)`` fills a temporary file beside it, renamed over it
+    (:func:`fraq._files.replacing_file`, the project's one writer). On any error ``path``
+    is untouched. Text files are UTF-8 with no newline translation."""
+    with replacing_file(path) as tmp:
+        with open(tmp, "wb") if binary else open(tmp, "w", encoding="utf-8", newline="") as f:
+            write(f)
 
 
 def write_json(path: Path, obj) -> None:
