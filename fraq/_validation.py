@@ -15,6 +15,7 @@ import torch
 
 __all__ = [
     "check_factor",
+    "check_eig_dtype",
     "check_finite",
     "check_pair",
     "check_rank",
@@ -86,9 +87,26 @@ def check_pair(B: torch.Tensor, A: torch.Tensor, bname: str = "B", aname: str = 
         raise ValueError(f"{bname} and {aname} must be on one device: {B.device} != {A.device}")
 
 
+def _scalar(name: str, value: object, kind: str) -> object:
+    """A 0-dimensional tensor as its Python number; anything else as given.
+
+    A tensor is accepted where a number is, but only a 0-dimensional one of a real
+    numeric dtype (integer for ``kind="int"``): a bool tensor is refused like ``True``.
+    """
+    if not isinstance(value, torch.Tensor):
+        return value
+    integral = not value.is_floating_point() and not value.is_complex()
+    if value.dim() != 0 or value.dtype == torch.bool or value.is_complex() or (kind == "int" and not integral):
+        raise TypeError(
+            f"{name}(={value!r}) must be {'an int' if kind == 'int' else 'a real number'}; a tensor must be "
+            f"0-dimensional with a{'n integer' if kind == 'int' else ' real, non-bool'} dtype, got "
+            f"shape={tuple(value.shape)}, dtype={value.dtype}"
+        )
+    return value.item()
+
+
 def check_tau(tau: object) -> float:
-    if isinstance(tau, torch.Tensor) and tau.numel() == 1:
-        tau = tau.item()
+    tau = _scalar("tau", tau, "real")
     if isinstance(tau, bool) or not isinstance(tau, numbers.Real):
         raise TypeError(f"tau(={tau!r}) must be a real number in (0, 1]")
     tau = float(tau)
@@ -97,14 +115,30 @@ def check_tau(tau: object) -> float:
     return tau
 
 
-def check_rank(rank: object, limit: int) -> int:
+def check_rank(rank: object, limit: int | None) -> int:
+    """An int rank in [1, limit] (``limit=None``: any rank >= 1)."""
+    rank = _scalar("rank", rank, "int")
     if isinstance(rank, bool) or not isinstance(rank, numbers.Integral):
-        if not (isinstance(rank, torch.Tensor) and rank.dim() == 0 and not rank.is_floating_point()):
-            raise TypeError(f"rank(={rank!r}) must be an int")
+        raise TypeError(f"rank(={rank!r}) must be an int")
     rank = int(rank)
-    if rank < 1 or rank > limit:
+    if limit is None:
+        if rank < 1:
+            raise ValueError(f"rank(={rank}) must be at least 1")
+    elif rank < 1 or rank > limit:
         raise ValueError(f"rank(={rank}) must be in [1, min(d, r)={limit}]")
     return rank
+
+
+def check_eig_dtype(eig_dtype: object) -> torch.dtype:
+    """float32 or float64: the dtypes LAPACK (and cuSOLVER) have symmetric eigensolvers for."""
+    if not isinstance(eig_dtype, torch.dtype) or not eig_dtype.is_floating_point:
+        raise TypeError(f"eig_dtype(={eig_dtype!r}) must be a floating torch.dtype")
+    if eig_dtype not in (torch.float32, torch.float64):
+        raise ValueError(
+            f"eig_dtype(={eig_dtype}) must be torch.float32 or torch.float64: there is no {eig_dtype} "
+            "symmetric eigensolver, and its precision could not resolve the spectrum"
+        )
+    return eig_dtype
 
 
 def check_client_numbers(name: str, values: object, count: int, *, nonnegative: bool) -> list[float]:

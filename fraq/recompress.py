@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from fraq._parallel import batch_map
-from fraq._validation import check_finite, check_pair, check_rank, check_tau, compute_dtype
+from fraq._range import amax, exponent, scale_pow2
+from fraq._validation import check_eig_dtype, check_finite, check_pair, check_rank, check_tau, compute_dtype
 from fraq.backends import get_backend
-from fraq.backends.factored_gram import factored_gram, factored_rows
+from fraq.backends.factored_gram import factored_gram_parts, factored_rows
 from fraq.result import RecompressResult
 
 __all__ = ["recompress", "select_rank", "noise_floor"]
@@ -50,13 +53,29 @@ def recompress(
     own rank: ``rank`` is then an int64 tensor of the batch shape and ``B``/``A`` are
     padded with exact zeros to the largest rank in the batch.
 
-    Scaling and bad values: the Gram matrix squares the spectrum, so it is checked after
-    it is formed (r x r, free). When it is out of the range the eigensolver needs, the
-    factors are checked for NaN/Inf (a ValueError naming the factor and index) and
-    otherwise the coordinates are recomputed with an exact power-of-two scale on the
-    small r x r factor, put back on the singular-value side at the end. Factors with
-    entries from 1e-20 to 1e18 in float32 therefore neither underflow nor overflow, and
-    well-scaled inputs pay no extra pass over the factors.
+    Range, scaling and bad values. Guaranteed: any finite ``B`` and ``A`` (subnormal
+    entries included) whose aggregate's largest singular value sigma_1 lies in
+    [tiny, max / 2] of the result's dtype (float32: 1.2e-38 to 1.7e38; float64: 2.2e-308
+    to 9.0e307; float16: 6.1e-5 to 32752) give a result as accurate as the same factors
+    at unit scale. Outside that range the factor carrying the singular values would be
+    subnormal (fewer digits than eps promises) or infinite, so a ValueError gives sigma_1
+    and max|B|, max|A| instead; a zero aggregate is not an underflow and gives rank 0.
+    How: the squared quantities are only ever looked at in their small forms. After
+    the basis, C (s x r), the Gram G (s x s) and, for ``gram="factored"``, Y Y^T
+    (r x r) are range-checked per matrix (G in the narrower of the compute and
+    eigensolver dtypes); the verdict, the largest rank and sigma_1's range are read in
+    the call's single host synchronization, so well-scaled input pays no extra pass
+    over the factors. A matrix that fails is recomputed (slow path) after its factors
+    are checked for NaN/Inf (a ValueError naming the factor and index) and each of
+    X and Y is scaled by an exact power of two, 2^-e_X and 2^-e_Y, that brings its
+    largest entry into [0.5, 1); the scale 2^(e_X + e_Y) is put back on the
+    singular-value side at the end, so the orthonormal factor stays orthonormal.
+    Scaling both factors (not only C) is what covers a product X Y (or Y Y^T) that
+    under- or overflows although each factor is representable.
+
+    Empty problems: with r, m or n zero (s = 0) the aggregate is the zero matrix, and
+    its best approximation of any rank is itself, of rank 0, in both modes (zero-width
+    factors, energy 1). An empty batch keeps the requested width in fixed-rank mode.
 
     Precision: float32 and float64 compute in their own dtype; float16 and bfloat16
     compute in float32 and ``B``/``A`` are cast back to the input dtype (spectrum and
@@ -76,9 +95,11 @@ def recompress(
         B: (*, m, r) stacked B factor, e.g. from :func:`fraq.stack`.
         A: (*, r, n) stacked A factor.
         tau: energy threshold in (0, 1]. Exactly one of ``tau`` and ``rank``.
-        rank: fixed output rank p, 1 <= p <= min(d, r).
+        rank: fixed output rank p, 1 <= p <= min(d, r) (any p >= 1 when min(d, r) = 0).
+            An int, or a 0-dimensional integer tensor (a bool is refused).
         backend: name of the basis backend (:data:`fraq.backends.BACKENDS`).
-        eig_dtype: dtype of the r x r eigenproblem; default float64 (see Precision).
+        eig_dtype: dtype of the r x r eigenproblem, torch.float32 or torch.float64;
+            default float64 (see Precision).
         gram: ``"product"`` (the paper's steps: H = C Y, G = H H^T, R_p = U_p^T H) or
             ``"factored"`` (G = C (Y Y^T) C^T and R_p = (U_p^T C) Y, so H is never
             formed: (2d + D) r^2 instead of (2d + 3D) r^2 leading-order flops, but the
@@ -87,7 +108,8 @@ def recompress(
             :mod:`fraq.backends.factored_gram`).
 
     Returns:
-        :class:`fraq.RecompressResult`.
+        :class:`fraq.RecompressResult`; ``info["rescaled"]`` counts the matrices that
+        took the rescaled (slow) path.
 
     Flops, leading order per matrix (Eq. 12, Gram by a general GEMM here):
     2 d r^2 (QR) + 2 D r^2 (H) + 2 D r^2 (G) + O(r^3) + 4 d r p + 2 D r p.
@@ -103,12 +125,12 @@ def recompress(
     if tau is not None:
         tau = check_tau(tau)
     else:
-        rank = check_rank(rank, s)
+        rank = check_rank(rank, s if s > 0 else None)
     basis_fn = get_backend(backend)
     if gram not in ("product", "factored"):
         raise ValueError(f"gram(={gram!r}) must be 'product' or 'factored'")
-    if eig_dtype is not None and (not isinstance(eig_dtype, torch.dtype) or not eig_dtype.is_floating_point):
-        raise TypeError(f"eig_dtype(={eig_dtype!r}) must be a floating torch.dtype")
+    if eig_dtype is not None:
+        check_eig_dtype(eig_dtype)
     return _recompress_impl(B, A, tau, rank, backend, basis_fn, eig_dtype, gram == "factored")
 
 
@@ -134,63 +156,6 @@ def _rank_from_cumsum(cums: torch.Tensor, tau: float) -> torch.Tensor:
     return torch.where(total[..., 0] > 0, p, torch.zeros_like(p))
 
 
-def _pow2_exponent(t: torch.Tensor) -> torch.Tensor:
-    """Exponent e per matrix with max|t| = f * 2^e, 0.5 <= f < 1 (0 for a zero matrix)."""
-    return torch.frexp(_amax(t)).exponent
-
-
-def _amax(t: torch.Tensor) -> torch.Tensor:
-    """max |t| per matrix (NaN if t holds a NaN); faster than an inf-norm reduction."""
-    return t.abs().amax(dim=(-2, -1))
-
-
-def _gram_in_range(G: torch.Tensor, C: torch.Tensor) -> bool:
-    """True when G is finite and far enough from under/overflow for the eigensolver.
-
-    The lower bound keeps the eigenvalues down to the noise floor (eps * lambda_1)
-    normal numbers; the upper bound keeps their cumulative sum finite. A zero G with a
-    nonzero C may be an underflow rather than a zero aggregate, so it is out of range too.
-    """
-    fi = torch.finfo(G.dtype)
-    amax = _amax(G)
-    if not bool(torch.isfinite(amax).all()):
-        return False
-    cmax = _amax(C)
-    zero = amax == 0
-    if bool((zero & (cmax > 0)).any()):
-        return False
-    ok = zero | ((amax >= fi.tiny / fi.eps**2) & (amax <= fi.max * fi.eps))
-    return bool(ok.all())
-
-
-def _coordinates(B, A, Y, C, factored):
-    """The Gram G of the coordinates H = C Y, rescaled by a power of two if it would under/overflow.
-
-    Returns (H, G, C_used, e) with M = 2^e Q C_used Y; H is None when ``factored``
-    (G = C (Y Y^T) C^T). The fast path adds no pass over the factors: the Gram is
-    checked after the fact. Only when it is out of range are the factors checked for
-    NaN/Inf (named error) or, if finite, their magnitudes measured and C scaled so that
-    C Y has entries of order 1. The scale goes on C (s x r), never on the large factors,
-    and is a power of two, so it is exact.
-    """
-
-    def form(Cs):
-        if factored:
-            return None, factored_gram(Cs, Y)
-        H = torch.matmul(Cs, Y)
-        return H, torch.matmul(H, H.mT)
-
-    H, G = form(C)
-    if _gram_in_range(G, C):
-        return H, G, C, None
-    check_finite("B", B)
-    check_finite("A", A)
-    e = _pow2_exponent(C) + _pow2_exponent(Y)
-    Cs = torch.ldexp(C, -e.view(-1, 1, 1).to(C.dtype))
-    H, G = form(Cs)
-    return H, G, Cs, e
-
-
 def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype, factored=False):
     out_dtype = B.dtype
     cdt = compute_dtype(out_dtype)
@@ -200,39 +165,41 @@ def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype, factore
     transposed = m > n
     d, D = (n, m) if transposed else (m, n)
     s = min(d, r)
-
-    # Orient along the smaller side (Eq. 9) and flatten the batch to one dimension.
-    X, Y = (A.mT, B.mT) if transposed else (B, A)
-    X = X.reshape(-1, d, r).to(cdt)
-    Y = Y.reshape(-1, r, D).to(cdt)
-    nb = X.shape[0]
-
+    nb = math.prod(batch)
     if s == 0 or nb == 0:
         return _empty_result(batch, m, n, s, cdt, out_dtype, tau, rank, backend_name, transposed, B.device)
 
-    basis = basis_fn(X)
-    H, G, Cu, e = _coordinates(B, A, Y, basis.C, factored)  # M = 2^e Q Cu Y
-    lam, U = batch_map(torch.linalg.eigh, G.to(edt))
-    lam = lam.flip(-1)
-    U = U.flip(-1)
-    floor = noise_floor(lam[..., :1], s, cdt)
-    lam = torch.where(lam > floor, lam, torch.zeros_like(lam))
+    # Orient along the smaller side (Eq. 9) and flatten the batch to one dimension.
+    X, Y = (A.mT, B.mT) if transposed else (B, A)
+    X = X.reshape(nb, d, r).to(cdt)
+    Y = Y.reshape(nb, r, D).to(cdt)
 
-    cums = torch.cumsum(lam, dim=-1)
-    if tau is not None:
-        p = _rank_from_cumsum(cums, tau)
-    else:
-        p = torch.full((nb,), rank, dtype=torch.int64, device=lam.device)
-    pmax = int(p.max().item())
+    # Fast path: only the small intermediates (C, the Grams, the eigenvalues) are looked
+    # at, and one host synchronization reads the verdict together with the largest rank.
+    basis = basis_fn(X)
+    H, G, WY = _coordinates(basis.C, Y, factored)
+    ok = _fast_path_ok(basis.C, G, WY, cdt, edt)
+    lam, U, p, energy = _spectrum(G, ok, s, cdt, edt, tau, rank)
+    all_ok, pmax, energy0, lo, hi = _host_stats(ok, p, energy, lam, None)
+    e = None  # M = 2^e Q C Y per matrix once the factors have been rescaled
+    rescaled = 0
+    if not all_ok:
+        rescaled = int((~ok).sum())
+        basis, Y, H, G, e = _rescaled(B, A, X, Y, ok, basis_fn, backend_name, factored)
+        lam, U, p, energy = _spectrum(G, None, s, cdt, edt, tau, rank)
+        _, pmax, energy0, lo, hi = _host_stats(None, p, energy, lam, e)
+    _check_representable(B, A, lam, e, out_dtype, lo, hi, batch)
 
     Up = U[..., :pmax].to(cdt)
     if tau is not None and pmax > 0:
         keep = torch.arange(pmax, device=p.device) < p.unsqueeze(-1)  # (nb, pmax)
         Up = Up * keep.unsqueeze(-2).to(cdt)
     L = basis.apply(Up)  # (nb, d, pmax), orthonormal columns
-    Rp = factored_rows(Up, Cu, Y) if H is None else torch.matmul(Up.mT, H)  # (nb, pmax, D)
-    if e is not None:
-        Rp = torch.ldexp(Rp, e.view(-1, 1, 1).to(cdt))
+    Rp = factored_rows(Up, basis.C, Y) if H is None else torch.matmul(Up.mT, H)  # (nb, pmax, D)
+    sv = lam.to(cdt).sqrt()
+    if e is not None:  # the scale goes on the singular-value side only; L stays orthonormal
+        Rp = scale_pow2(Rp, e.view(-1, 1, 1), parts=3)
+        sv = scale_pow2(sv, e.view(-1, 1), parts=3)
 
     if transposed:
         Bg, Ag = Rp.mT, L.mT
@@ -240,29 +207,163 @@ def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype, factore
         Bg, Ag = L, Rp
     Bg = Bg.reshape(*batch, m, pmax).to(out_dtype)
     Ag = Ag.reshape(*batch, pmax, n).to(out_dtype)
-
-    total = cums[..., -1]
-    kept = torch.gather(cums, -1, (p - 1).clamp(min=0).unsqueeze(-1)).squeeze(-1)
-    kept = torch.where(p > 0, kept, torch.zeros_like(kept))
-    energy = torch.where(total > 0, kept / torch.where(total > 0, total, 1), torch.ones_like(total))
-    sv = lam.to(cdt).sqrt()
-    if e is not None:
-        sv = torch.ldexp(sv, e.view(-1, 1).to(cdt))
     sv = sv.reshape(*batch, s)
-
     if len(batch) == 0:
-        rank_out, energy_out = int(p[0].item()), float(energy[0].item())
+        rank_out, energy_out = pmax, energy0
     else:
         rank_out, energy_out = p.reshape(batch), energy.to(cdt).reshape(batch)
     return RecompressResult(
         B=Bg, A=Ag, rank=rank_out, energy=energy_out, singular_values=sv, tau=tau,
-        backend=backend_name, transposed=transposed, info=dict(basis.info),
+        backend=backend_name, transposed=transposed, info=dict(basis.info, rescaled=rescaled),
     )
 
 
+def _coordinates(C, Y, factored):
+    """(H, G, W_Y): coordinates H = C Y (None when ``factored``), their Gram G = H H^T, and
+    W_Y = Y Y^T (None unless ``factored``, where G = C W_Y C^T)."""
+    if factored:
+        G, WY = factored_gram_parts(C, Y)
+        return None, G, WY
+    H = torch.matmul(C, Y)
+    return H, torch.matmul(H, H.mT), None
+
+
+def _in_range(t, lo, hi):
+    """Per matrix: (lo <= max|t| <= hi, t == 0). NaN and inf fail the first test."""
+    a = amax(t)
+    return (a >= lo) & (a <= hi), a == 0
+
+
+def _fast_path_ok(C, G, WY, cdt, edt):
+    """Per matrix (nb,) bool: the unscaled computation can be trusted.
+
+    C must be far from underflow (a factor of subnormal numbers loses digits in its QR)
+    and from overflow; G (in the narrower of the compute and eigensolver dtypes) and
+    W_Y must keep the squared spectrum down to the noise floor eps * lambda_1 normal and
+    its sum finite. An exactly zero X (C = 0, G = 0) is a zero aggregate, not an
+    underflow; a zero G with a nonzero C may be either, and takes the rescaled path.
+    """
+    fc, fe = torch.finfo(cdt), torch.finfo(edt)
+    fg = fc if fc.max <= fe.max else fe
+    c_ok, c_zero = _in_range(C, fc.tiny / fc.eps, fc.max * fc.eps)
+    g_ok, g_zero = _in_range(G, fg.tiny / fg.eps**2, fg.max * fg.eps)
+    ok = c_ok & g_ok
+    if WY is not None:
+        ok = ok & _in_range(WY, fc.tiny / fc.eps**2, fc.max * fc.eps)[0]
+    return ok | (c_zero & g_zero)
+
+
+def _rescaled(B, A, X, Y, ok, basis_fn, backend_name, factored):
+    """The slow path: each factor scaled by an exact power of two per matrix, X = 2^ex Xs,
+    Y = 2^ey Ys, and the basis and Gram formed again from Xs and Ys.
+
+    Only the matrices that failed :func:`_fast_path_ok` are scaled (the others are
+    recomputed as they were). Returns (basis, Ys, H, G, e) with M = 2^e Q C Ys, e = ex + ey.
+    """
+    check_finite("B", B)
+    check_finite("A", A)
+    zero = torch.zeros((), dtype=torch.int64, device=X.device)
+    ex = torch.where(ok, zero, exponent(X))
+    ey = torch.where(ok, zero, exponent(Y))
+    Xs = scale_pow2(X, -ex.view(-1, 1, 1), parts=2)
+    Ys = scale_pow2(Y, -ey.view(-1, 1, 1), parts=2)
+    basis = basis_fn(Xs)
+    H, G, _ = _coordinates(basis.C, Ys, factored)
+    if not bool(torch.isfinite(amax(G)).all()):
+        raise RuntimeError(f"backend {backend_name!r} returned non-finite coordinates for finite, unit-scaled factors")
+    return basis, Ys, H, G, ex + ey
+
+
+def _spectrum(G, ok, s, cdt, edt, tau, rank):
+    """Eigen-decomposition of G in ``edt`` (matrices with ``ok`` False replaced by zeros,
+    so that the eigensolver never sees a non-finite Gram), the noise floor, the rank and
+    the retained energy. Returns (lam, U, p, energy), lam descending."""
+    Ge = G.to(edt)
+    if ok is not None:
+        Ge = torch.where(ok.view(-1, 1, 1), Ge, torch.zeros((), dtype=edt, device=Ge.device))
+    lam, U = batch_map(torch.linalg.eigh, Ge)
+    lam, U = lam.flip(-1), U.flip(-1)
+    floor = noise_floor(lam[..., :1], s, cdt)
+    lam = torch.where(lam > floor, lam, torch.zeros_like(lam))
+    cums = torch.cumsum(lam, dim=-1)
+    if tau is not None:
+        p = _rank_from_cumsum(cums, tau)
+    else:
+        p = torch.full((lam.shape[0],), rank, dtype=torch.int64, device=lam.device)
+    total = cums[..., -1]
+    kept = torch.gather(cums, -1, (p - 1).clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    kept = torch.where(p > 0, kept, torch.zeros_like(kept))
+    energy = torch.where(total > 0, kept / torch.where(total > 0, total, 1), torch.ones_like(total))
+    return lam, U, p, energy
+
+
+def _log2_sigma1(lam, e):
+    """log2 of each matrix's largest singular value 2^e sqrt(lam_1), -inf for a zero one."""
+    lam1 = lam[:, 0].double()
+    l2 = 0.5 * torch.log2(lam1)
+    return l2 if e is None else l2 + e.double()
+
+
+def _host_stats(ok, p, energy, lam, e):
+    """The one host synchronization: (all ok, largest rank, energy of matrix 0, and the
+    smallest and largest log2 sigma_1 over the nonzero aggregates)."""
+    l2 = _log2_sigma1(lam, e)
+    live = torch.isfinite(l2)
+    lo = torch.where(live, l2, math.inf).amin()
+    hi = torch.where(live, l2, -math.inf).amax()
+    flag = torch.ones((), dtype=torch.float64, device=p.device) if ok is None else ok.all().double()
+    all_ok, pmax, energy0, lo, hi = torch.stack([flag, p.amax().double(), energy[0].double(), lo, hi]).tolist()
+    return bool(all_ok), int(pmax), energy0, lo, hi
+
+
+def _check_representable(B, A, lam, e, out_dtype, lo, hi, batch):
+    """Refuse an aggregate whose singular values the result's dtype cannot hold.
+
+    sigma_1 must lie in [tiny, max / 2] of the output dtype: below tiny the factor that
+    carries the singular values would be subnormal (fewer digits than eps promises);
+    above max / 2 it, or its rounding, would overflow.
+    """
+    fo = torch.finfo(out_dtype)
+    lo_lim, hi_lim = math.log2(fo.tiny), math.log2(fo.max) - 1
+    if lo >= lo_lim and hi <= hi_lim:
+        return
+    l2 = _log2_sigma1(lam, e).tolist()
+    k = next(i for i, v in enumerate(l2) if math.isfinite(v) and not lo_lim <= v <= hi_lim)
+    where = f" (matrix {_unravel(k, batch)} of the batch)" if batch else ""
+    what = "underflow" if l2[k] < lo_lim else "overflow"
+    hint = " or pass float32 factors" if compute_dtype(out_dtype) != out_dtype else ""
+    raise ValueError(
+        f"B @ A has largest singular value {_fmt_pow2(l2[k])}{where}, outside what {out_dtype} can hold "
+        f"in the result, [{fo.tiny:.3g}, {fo.max / 2:.3g}]: its singular-value factor would {what} "
+        f"(max|B|={float(B.abs().max()):.3g}, max|A|={float(A.abs().max()):.3g}). Scale B or A by a "
+        f"power of two (and the merged adapter by the inverse){hint}."
+    )
+
+
+def _fmt_pow2(l2):
+    """2^l2 in decimal notation, also where it under/overflows a Python float."""
+    dec = l2 * math.log10(2)
+    k = math.floor(dec)
+    return f"{10 ** (dec - k):.2f}e{k:+03d}"
+
+
+def _unravel(k, batch):
+    idx = []
+    for size in reversed(batch):
+        idx.append(k % size)
+        k //= size
+    return tuple(reversed(idx))
+
+
 def _empty_result(batch, m, n, s, cdt, out_dtype, tau, rank, backend_name, transposed, device):
-    """No directions at all (r = 0, or an empty batch): a rank-0 adapter."""
-    p = 0 if rank is None else rank
+    """No matrices (an empty batch) or no directions (r, m or n zero).
+
+    With s = min(m, n, r) = 0 the aggregate is the zero m x n matrix, and its best
+    approximation of any rank is itself, of rank 0: the result has rank 0 and zero-width
+    factors in both modes (a fixed rank p cannot be reached, and p zero columns would not
+    be orthonormal). An empty batch of s > 0 problems keeps the requested width p.
+    """
+    p = 0 if rank is None or s == 0 else rank
     B = torch.zeros(*batch, m, p, dtype=out_dtype, device=device)
     A = torch.zeros(*batch, p, n, dtype=out_dtype, device=device)
     sv = torch.zeros(*batch, s, dtype=cdt, device=device)

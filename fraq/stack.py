@@ -13,13 +13,19 @@ __all__ = ["stack", "normalized_weights"]
 
 
 def normalized_weights(weights: Sequence[float] | torch.Tensor | None, count: int) -> list[float]:
-    """Aggregation weights :math:`a_k = n_k / \\sum_j n_j` (uniform when ``weights`` is None)."""
+    """Aggregation weights :math:`a_k = n_k / \\sum_j n_j` (uniform when ``weights`` is None).
+
+    The weights are divided by the largest one before they are summed, so any finite
+    non-negative weights (1e308 included) normalize without overflow.
+    """
     if weights is None:
         return [1.0 / count] * count
     w = check_client_numbers("weights", weights, count, nonnegative=True)
-    total = math.fsum(w)
-    if total <= 0.0:
+    top = max(w)
+    if top <= 0.0:
         raise ValueError(f"weights(={w}) must not all be zero")
+    w = [x / top for x in w]
+    total = math.fsum(w)
     return [x / total for x in w]
 
 
@@ -51,13 +57,25 @@ def stack(
             Default: 1.
         dtype: dtype of the stacks; default the clients' common dtype. Pass
             ``torch.float32`` to keep bf16 clients' stacks free of a second rounding.
+            Every weighted client factor must fit it (see Raises).
 
     Returns:
         ``(B, A)`` of shapes (*, m, r) and (*, r, n), r = sum_k r_k. ``B`` is laid out
         column-major (``B.mT`` is contiguous) so the QR in :func:`fraq.recompress` reads
         it without a transposing copy; ``A`` is row-major.
 
-    Cost: one pass over the factors, (m + n) r multiplications per matrix.
+    Raises:
+        ValueError: a factor holds a NaN or an infinity; or a weighted client factor,
+            sqrt(a_k) B_k or sqrt(a_k) s_k A_k, would leave the normal range of ``dtype``
+            in some matrix: its largest entry above ``finfo(dtype).max`` (it would become
+            inf) or, for a nonzero factor, below ``finfo(dtype).tiny`` (all its entries
+            would be subnormal or zero, losing digits silently). Nothing is rescaled
+            behind the caller's back: float16 (range 6.1e-5 to 65504) is the usual case,
+            and ``dtype=torch.float32`` the usual remedy.
+
+    Cost: one pass over the factors to check them (per-matrix largest entries, one host
+    synchronization for all clients), one to stack them: (m + n) r multiplications
+    per matrix.
     """
     Bs, As = list(Bs), list(As)
     if len(Bs) == 0:
@@ -83,14 +101,56 @@ def stack(
             raise TypeError(f"Bs[{k}].dtype={Bs[k].dtype} differs from Bs[0].dtype={ref_b.dtype}")
         if Bs[k].device != ref_b.device:
             raise ValueError(f"Bs[{k}] is on {Bs[k].device}, Bs[0] on {ref_b.device}")
-    for k in range(K):
-        check_finite(f"Bs[{k}]", Bs[k])
-        check_finite(f"As[{k}]", As[k])
     a = normalized_weights(weights, K)
     s = [1.0] * K if scales is None else check_client_numbers("scales", scales, K, nonnegative=False)
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise TypeError(f"dtype(={dtype!r}) must be a floating torch.dtype")
-    return _stack_impl(Bs, As, a, s, dtype or ref_b.dtype)
+    dtype = dtype or ref_b.dtype
+    _check_weighted_range(Bs, As, a, s, dtype)
+    return _stack_impl(Bs, As, a, s, dtype)
+
+
+def _check_weighted_range(Bs, As, a, s, dtype):
+    """Refuse NaN/inf factors and weighted factors that leave ``dtype``'s normal range.
+
+    The per-matrix largest entries of every client factor are read in one host
+    synchronization; a non-finite one is then located by :func:`check_finite`.
+    """
+    factors = Bs + As
+    nb = math.prod(Bs[0].shape[:-2])  # every client has this batch shape
+    if nb == 0:
+        return
+    tops = torch.stack([_largest_entries(t, nb) for t in factors]).double()  # (2K, nb)
+    live = torch.where(tops > 0, tops, math.inf)
+    stats = torch.stack([tops.amax(dim=1), live.amin(dim=1)], dim=1).tolist()
+    fi = torch.finfo(dtype)
+    limit = fi.max / (1 + 4 * fi.eps)  # rounding of the weighted value cannot reach inf
+    K = len(Bs)
+    for j, (hi, lo) in enumerate(stats):
+        k = j % K
+        name = f"Bs[{k}]" if j < K else f"As[{k}]"
+        if not math.isfinite(hi):
+            check_finite(name, (Bs + As)[j])
+        c = math.sqrt(a[k]) * (1.0 if j < K else abs(s[k]))
+        what = f"sqrt(a_{k})={math.sqrt(a[k]):.3g}" + ("" if j < K else f" * scales[{k}]={s[k]:.3g}")
+        if hi * c > limit:
+            raise ValueError(
+                f"{name} times {what} has entries up to {hi * c:.3g}, above the largest {dtype} "
+                f"({fi.max:.3g}): it would overflow to inf; stack in a wider dtype (dtype=torch.float32)"
+            )
+        if c > 0 and math.isfinite(lo) and lo * c < fi.tiny:
+            raise ValueError(
+                f"{name} times {what} has a nonzero matrix whose largest entry is {lo * c:.3g}, below the "
+                f"smallest normal {dtype} ({fi.tiny:.3g}): it would underflow to subnormal numbers or 0; "
+                "stack in a wider dtype (dtype=torch.float32) or rescale the client's factors"
+            )
+
+
+def _largest_entries(t, nb):
+    """max |t| per matrix, flattened to (nb,), without materializing |t| (NaN propagates)."""
+    if t.numel() == 0:
+        return t.new_zeros(nb)
+    return torch.maximum(t.amax(dim=(-2, -1)), -t.amin(dim=(-2, -1))).reshape(nb)
 
 
 def _stack_impl(Bs, As, a, s, dtype):

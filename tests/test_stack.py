@@ -80,3 +80,24 @@ def test_b_stack_is_column_major():
     Bs, As = lora_clients(30, 20, [4, 4], batch=(2,), seed=7)
     B, _ = fraq.stack(Bs, As)
     assert B.mT.is_contiguous()
+
+
+def test_huge_weights_normalize_without_overflow():
+    """weights [1e308, 1e308] raised OverflowError in math.fsum."""
+    Bs, As = lora_clients(8, 6, [2, 2], seed=8, dtype=torch.float64)
+    B, A = fraq.stack(Bs, As, weights=[1e308, 1e308])
+    ref = fraq.stack(Bs, As, weights=[1.0, 1.0])
+    torch.testing.assert_close(B, ref[0], rtol=0, atol=0)
+    torch.testing.assert_close(A, ref[1], rtol=0, atol=0)
+    from fraq.stack import normalized_weights
+    assert normalized_weights([1e308, 1e308, 5e-324], 3) == [0.5, 0.5, 0.0]
+    assert normalized_weights([5e-324, 5e-324], 2) == [0.5, 0.5]
+
+
+def test_float16_stack_within_range_is_rounded_once():
+    """dtype=float16 is allowed when every weighted factor fits: one rounding from float32."""
+    Bs, As = lora_clients(12, 9, [3, 3], seed=9, dtype=torch.float32)
+    B, A = fraq.stack(Bs, As, weights=[1.0, 3.0], scales=[2.0, 2.0], dtype=torch.float16)
+    B32, A32 = fraq.stack(Bs, As, weights=[1.0, 3.0], scales=[2.0, 2.0])
+    torch.testing.assert_close(B, B32.half(), rtol=0, atol=0)
+    torch.testing.assert_close(A, A32.half(), rtol=0, atol=0)

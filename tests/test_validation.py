@@ -118,6 +118,27 @@ def test_stack_bad_dtype_argument():
     _raises(TypeError, lambda: fraq.stack(Bs, As, dtype=torch.int64), r"dtype\(=torch.int64\)")
 
 
+@pytest.mark.parametrize("case", ["overflow-A", "overflow-B", "underflow-B", "float32-scale-overflow"])
+def test_stack_weighted_factor_leaves_the_dtype(case):
+    """dtype=float16 (or a large scale in float32) silently gave inf or subnormal stacks."""
+    Bs, As = _clients()
+    dtype, scales = torch.float16, None
+    if case == "overflow-A":
+        As[2] = As[2] * 3e4 / As[2].abs().max()
+        scales, pattern = [1.0, 1.0, 8.0], r"As\[2\] times sqrt\(a_2\)=0.577 \* scales\[2\]=8.*overflow"
+    elif case == "overflow-B":
+        Bs[0] = Bs[0] * 2e5 / Bs[0].abs().max()
+        pattern = r"Bs\[0\] times sqrt\(a_0\)=0.577 has entries up to 1.15e\+05.*torch.float16.*overflow"
+    elif case == "underflow-B":
+        Bs[1] = Bs[1] * 5e-5 / Bs[1].abs().max()
+        pattern = r"Bs\[1\] .* largest entry is 2.89e-05, below the smallest normal torch.float16.*underflow"
+    else:
+        dtype, scales = torch.float32, [1.0, 1.0, 1e10]
+        As[2] = As[2] * 1e30
+        pattern = r"As\[2\] .* scales\[2\]=1e\+10.*above the largest torch.float32"
+    _raises(ValueError, lambda: fraq.stack(Bs, As, scales=scales, dtype=dtype), pattern)
+
+
 # ---- fraq.recompress -------------------------------------------------------------------
 
 def _stack():
@@ -223,3 +244,44 @@ def test_finite_entries_whose_sum_overflows_are_accepted():
     As = [torch.ones(2, 5), torch.ones(2, 5)]
     B, A = fraq.stack(Bs, As)
     assert torch.isfinite(B).all()
+
+
+@pytest.mark.parametrize("eig_dtype", [torch.float16, torch.bfloat16])
+def test_recompress_low_precision_eig_dtype(eig_dtype):
+    """Passed the check and failed inside eigh (NotImplementedError for 'Half')."""
+    B, A = _stack()
+    _raises(ValueError, lambda: fraq.recompress(B, A, tau=0.9, eig_dtype=eig_dtype), rf"eig_dtype\(={eig_dtype}\)",
+            "torch.float32 or torch.float64")
+
+
+@pytest.mark.parametrize("rank,pattern", [
+    (torch.tensor(True), r"rank\(=tensor\(True\)\).*dtype=torch.bool"),  # was taken as rank 1
+    (True, r"rank\(=True\)"),
+    (torch.tensor(2.0), r"rank\(=tensor\(2\.\).*dtype=torch.float32"),
+    (torch.tensor([2]), r"rank\(=tensor\(\[2\]\)\).*0-dimensional.*shape=\(1,\)"),
+])
+def test_recompress_rank_bool_or_non_scalar_tensor(rank, pattern):
+    B, A = _stack()
+    _raises(TypeError, lambda: fraq.recompress(B, A, rank=rank), pattern)
+
+
+@pytest.mark.parametrize("tau,pattern", [
+    (torch.tensor(True), r"tau\(=tensor\(True\)\).*dtype=torch.bool"),
+    (torch.tensor([0.9]), r"tau\(=tensor\(\[0.9000\]\)\).*0-dimensional.*shape=\(1,\)"),
+])
+def test_recompress_tau_bool_or_non_scalar_tensor(tau, pattern):
+    B, A = _stack()
+    _raises(TypeError, lambda: fraq.recompress(B, A, tau=tau), pattern)
+
+
+def test_recompress_scalar_tensors_mean_their_numbers():
+    B, A = _stack()
+    by_tensor = fraq.recompress(B, A, rank=torch.tensor(2))
+    assert by_tensor.rank == 2 and torch.equal(by_tensor.B, fraq.recompress(B, A, rank=2).B)
+    by_tensor = fraq.recompress(B, A, tau=torch.tensor(0.9, dtype=torch.float64))
+    assert by_tensor.rank == fraq.recompress(B, A, tau=0.9).rank
+
+
+def test_recompress_rank_below_one_on_an_empty_problem():
+    """r = 0 gives rank 0 in both modes, but a rank argument below 1 is still refused."""
+    _raises(ValueError, lambda: fraq.recompress(torch.zeros(4, 0), torch.zeros(0, 5), rank=0), r"rank\(=0\) must be at least 1")

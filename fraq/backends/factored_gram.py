@@ -21,8 +21,8 @@ has no cancellation between clients (:math:`\lVert CY\rVert \approx \lVert C\rVe
 accuracy in the aggregate's spectrum by the factor
 :math:`\lVert C\rVert^2\lVert Y\rVert^2 / \lVert CY\rVert^2`.
 
-**Status.** :func:`fraq.recompress` uses them with ``gram="factored"`` (with the C it
-would have multiplied Y by, rescaled when the Gram is out of range);
+**Status.** :func:`fraq.recompress` uses them with ``gram="factored"``; when W_Y or G
+is out of range it scales both factors (X, hence C, and Y) by powers of two first;
 :mod:`fraq.experiments.backends` times the factored path stage by stage.
 """
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["factored_gram", "factored_rows"]
+__all__ = ["factored_gram", "factored_gram_parts", "factored_rows"]
 
 
 def factored_gram(C: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
@@ -38,9 +38,18 @@ def factored_gram(C: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
 
     Flops: 2 D r^2 (Y Y^T as a GEMM) + 2 s r^2 + 2 s^2 r.
     """
+    return factored_gram_parts(C, Y)[0]
+
+
+def factored_gram_parts(C: torch.Tensor, Y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(G, W_Y)``: :func:`factored_gram` and the right factor's Gram W_Y = Y Y^T (*, r, r).
+
+    :func:`fraq.recompress` range-checks W_Y as well as G: with a large C, G can be in
+    range while W_Y has underflowed.
+    """
     WY = torch.matmul(Y, Y.mT)
     G = torch.matmul(torch.matmul(C, WY), C.mT)
-    return 0.5 * (G + G.mT)  # exactly symmetric, as (CY)(CY)^T is
+    return 0.5 * (G + G.mT), WY  # G exactly symmetric, as (CY)(CY)^T is
 
 
 def factored_rows(Up: torch.Tensor, C: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import torch
 
+from fraq._range import exponent, scale_pow2
 from fraq._validation import check_factor
 from fraq.backends.base import Basis
 from fraq.backends.householder import householder
@@ -87,17 +88,16 @@ def scaled_gram(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
     ok = torch.isfinite(dmax) & (dmax <= fi.max * fi.eps) & (dmax >= fi.tiny / fi.eps**2)
     if bool(ok.all()):
         return X, W, None
-    amax = X.abs().amax(dim=(-2, -1))
-    if bool((amax == 0).all()):
+    e = exponent(X)
+    if bool((e == 0).all()):  # all zero, or max|X| in [0.5, 1) already: nothing to gain
         return X, W, None
-    e = torch.frexp(amax).exponent
-    Xs = torch.ldexp(X, -e.view(-1, 1, 1).to(X.dtype))
+    Xs = scale_pow2(X, -e.view(-1, 1, 1), parts=2)
     return Xs, torch.matmul(Xs.mT, Xs), e
 
 
 def rescale(C: torch.Tensor, e: torch.Tensor | None) -> torch.Tensor:
     """Undo :func:`scaled_gram`'s scaling on coordinates: C * 2^e (exact)."""
-    return C if e is None else torch.ldexp(C, e.view(-1, 1, 1).to(C.dtype))
+    return C if e is None else scale_pow2(C, e.view(-1, 1, 1), parts=2)
 
 
 def identity_basis(X: torch.Tensor, info: dict) -> Basis:
