@@ -354,3 +354,14 @@ def test_result_beyond_the_output_dtype_refused(example, tmp_path, capsys):
         _tensors(lambda t: {k: v * 1e4 for k, v in t.items()})(d)
     refused(*run_cli([*big, "--dtype", "float16", "-o", tmp_path / "out"], capsys), "float16", "--dtype float32")
     assert not (tmp_path / "out").exists()
+
+
+def test_example_adapters_appear_whole(example, tmp_path):
+    root, dirs, _ = example
+    cfg = json.loads((dirs[0] / "adapter_config.json").read_text())
+    assert cfg["base_model_name_or_path"] == str(root / "base")  # the path after the rename
+    assert leftovers(root) == []  # built beside, renamed: no temporary directory left
+    (tmp_path / "mine.txt").write_text("keep")
+    with pytest.raises(ValueError, match="not an empty directory"):
+        example_clients(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]

@@ -215,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ImportError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a failure while writing: the earlier export, if any, is left whole
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     weights = json.loads((Path(args.out_dir) / "export.json").read_text())["weights"]
     print(f"wrote {len(dirs)} peft adapters to {args.out_dir}/ (data weights in export.json); aggregate with\n"
           f"  fraq aggregate {' '.join(map(str, dirs))} --weights {' '.join(f'{w:g}' for w in weights)} "

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from fraq._files import check_parent, replacing_dir
+
 __all__ = ["example_clients"]
 
 
@@ -22,6 +24,9 @@ def example_clients(directory: str | os.PathLike, *, clients: int = 3, seed: int
     ``rank_pattern`` and an ``alpha_pattern``). Their factors are random with decaying
     column norms (peft initializes B = 0), so the aggregate has a spectrum to truncate.
     Needs transformers and peft (``pip install -e '.[fl]'``). Returns the adapter directories.
+
+    ``directory`` must be missing or empty; it appears whole (built beside, then renamed),
+    with ``base_model_name_or_path`` of every adapter the final ``directory/base``.
     """
     from peft import LoraConfig, get_peft_model
     from transformers import BertConfig, BertModel
@@ -30,7 +35,9 @@ def example_clients(directory: str | os.PathLike, *, clients: int = 3, seed: int
     if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
         raise ValueError(f"clients(={clients!r}) must be an int >= 1")
     directory = Path(directory)
-    base_dir = directory / "base"
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise ValueError(f"directory(={str(directory)!r}) exists and is not an empty directory")
+    check_parent(directory, "directory")
     config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=37, max_position_embeddings=32)
     kinds = [dict(r=4, lora_alpha=8), dict(r=8, lora_alpha=16, use_rslora=True),
@@ -40,20 +47,24 @@ def example_clients(directory: str | os.PathLike, *, clients: int = 3, seed: int
     hf_logging.set_verbosity_error()  # the tiny model's load report and progress bars are noise here
     hf_logging.disable_progress_bar()
     try:
-        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings(), replacing_dir(directory) as tmp:
             warnings.simplefilter("ignore", FutureWarning)  # transformers deprecations peft still triggers
+            # peft looks for the base's config at the recorded path, which exists only after the rename;
+            # no embedding is adapted, so its vocabulary check has nothing to find
+            warnings.filterwarnings("ignore", "Could not find a config file", UserWarning)
             torch.manual_seed(seed)
-            BertModel(config).save_pretrained(base_dir)
+            BertModel(config).save_pretrained(tmp / "base")
             for k in range(clients):
-                model = get_peft_model(BertModel.from_pretrained(base_dir),
+                model = get_peft_model(BertModel.from_pretrained(tmp / "base"),
                                        LoraConfig(target_modules=["query", "key", "value", "dense"], **kinds[k % 3]))
+                model.peft_config["default"].base_model_name_or_path = str(directory / "base")  # after the rename
                 with torch.no_grad():
                     for name, p in model.named_parameters():
                         if "lora_" in name:
                             r = p.shape[0] if "lora_A" in name else p.shape[1]
                             decay = 0.8 ** torch.arange(r, dtype=p.dtype)
                             p.copy_(torch.randn_like(p) * (decay[:, None] if "lora_A" in name else decay) * 0.1)
-                model.save_pretrained(directory / f"client{k}")
+                model.save_pretrained(tmp / f"client{k}")
                 paths.append(directory / f"client{k}")
     finally:
         hf_logging.set_verbosity(verbosity)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from fraq.stack import stack
+
 __all__ = ["REPORT_FORMAT", "AdapterAggregation", "ModuleRow", "module_row", "sqnorm"]
 
 REPORT_FORMAT = "fraq-aggregate-report/1"
@@ -114,15 +116,13 @@ def module_row(module: str, clients, a, B: torch.Tensor, A: torch.Tensor, report
     """The row of ``module`` whose written factors are ``(B, A)``, against the clients'
     exact aggregate with weights ``a``; energy and error only when ``report``: about
     4 (m + n) (sum_k r_k + p)^2 flops."""
-    import fraq
-
     ranks = tuple(c.factors[module][1].shape[0] for c in clients)
     m, n, p = B.shape[0], A.shape[1], B.shape[-1]
     energy = err = None
     if report:
         Bs = [c.factors[module][0].double() for c in clients]
         As = [c.factors[module][1].double() for c in clients]
-        Bst, Ast = fraq.stack(Bs, As, a, [c.scales[module] for c in clients])
+        Bst, Ast = stack(Bs, As, a, [c.scales[module] for c in clients])
         total = sqnorm(Bst, Ast)
         Bw, Aw = B.double(), A.double()
         kept = sqnorm(Bw, Aw)
