@@ -2,18 +2,21 @@
 PY := .venv/bin/python
 
 .PHONY: setup run demo test test-slow test-all asv-check bench bench-quick bench-pytest bench-roofline bench-report regress \
-	reproduce reproduce-paper figures federated federated-smoke flower-local flower-deployment peft-example
+	bench-gpu reproduce reproduce-paper figures federated federated-smoke flower-local flower-deployment peft-example
 
 setup:
 	python3 -m venv .venv
 	.venv/bin/pip install torch==2.13.0 -e ".[dev,bench,analysis,fl]"
 
-# The main job: the reduced reproduction of every server-side figure and table.
+# The main job: the reduced reproduction of every server-side figure and table. Measurements
+# (the one runner) write results/reproduce/results; analysis only draws from those files.
+# FRAQ_BENCH_DEVICE=cuda runs it on a GPU (a missing one stops it at once).
+OUT ?= results/reproduce
 run: reproduce
 
 # FRAQ alone on the model presets (latency, ranks, downlink, error vs float64).
 demo:
-	$(PY) -m fraq
+	$(PY) -m benchmarks.demo
 
 test:
 	$(PY) -m pytest -m "not slow" --benchmark-skip -q
@@ -47,17 +50,26 @@ regress:
 bench-report:
 	$(PY) -m benchmarks.report all
 
+# FRAQ over its roofline and FLoRIST at 1 and 2 threads (issue 12); FRAQ_BENCH_BACKEND picks the backend.
 bench-roofline:
-	$(PY) -m pytest tests/bench/test_roofline.py --benchmark-only -s
+	$(PY) -m benchmarks.roofline
 
 reproduce:
-	$(PY) -m analysis.reproduce
+	$(PY) -m benchmarks.run --out $(OUT)/results
+	$(PY) -m analysis.reproduce --out $(OUT)
 
 reproduce-paper:
-	$(PY) -m analysis.reproduce --paper
+	$(PY) -m benchmarks.run --size paper --out $(OUT)/results
+	$(PY) -m analysis.reproduce --out $(OUT)
 
 figures:
-	$(PY) -m analysis.reproduce --figures-only
+	$(PY) -m analysis.reproduce --out $(OUT)
+
+# Tables 1-3's latency columns, Fig. 3 and Table 4 on a GPU (DEVICE=cuda:N for another one).
+DEVICE ?= cuda
+bench-gpu:
+	$(PY) -m benchmarks.run fig3 table4 aggregators --size paper --device $(DEVICE) --out results/gpu/results
+	$(PY) -m analysis.reproduce --out results/gpu
 
 federated:
 	$(PY) -m fraq.federated

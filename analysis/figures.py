@@ -24,6 +24,15 @@ def _plt():
     return plt
 
 
+def _purples(n: int) -> list:
+    """n purples, light to dark: the paper's three for up to three thresholds, else sampled."""
+    if n <= 3:
+        return ["#CAB2D6", "#9E7BB5", "#6A3D9A"][3 - n:]
+    from matplotlib import colormaps
+
+    return [colormaps["Purples"](x) for x in np.linspace(0.35, 0.95, n)]
+
+
 def _legend_top(fig, handles, labels, ncol) -> None:
     fig.legend(handles, labels, loc="upper center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, 1.0))
 
@@ -44,8 +53,7 @@ def fig1_downlink(df: pd.DataFrame):
     r_fix = 8 if 8 in ranks else ranks[len(ranks) // 2]
     k_fix = 8 if 8 in clients else clients[len(clients) // 2]
     labels = ["FLoRA (exact stack)"] + sorted(x for x in d["label"].unique() if x.startswith("FRAQ"))
-    purples = ["#CAB2D6", "#9E7BB5", "#6A3D9A"]
-    colors = dict(zip(labels, ["#555555"] + purples[-(len(labels) - 1):] if len(labels) <= 4 else None))
+    colors = {"FLoRA (exact stack)": "#555555", **dict(zip(labels[1:], _purples(len(labels) - 1)))}
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
     for ax, (x, fixed, fixval, xlabel) in zip(axes, [("clients", "client_rank", r_fix, "number of clients K"),
                                                       ("client_rank", "clients", k_fix, "local LoRA rank $r_k$")]):
@@ -191,15 +199,13 @@ def fig4_fidelity(rank_df: pd.DataFrame, cond_df: pd.DataFrame):
 
 
 def fig_backends(df: pd.DataFrame, cases: list[str] | None = None):
-    """Accuracy-latency of FRAQ's basis backends (``python -m fraq.experiments.backends``):
+    """Accuracy-latency of FRAQ's basis backends (``python -m benchmarks.run backends``):
     1-thread median latency against the error above the float64 optimum, one panel per case."""
     import seaborn as sns
     from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
     plt = _plt()
     d = df.copy()
-    if "file" in d and d["file"].nunique() > 1:
-        d = d[d["file"] == sorted(d["file"].unique())[-1]]  # the latest run
     if cases is None:
         cases = [c for c in ["roberta-base", "llama-3.2-3b"] if c in set(d["case"])]
         cond = sorted((c for c in d["case"].unique() if str(c).startswith("cond")), key=lambda c: float(c.split()[1]))

@@ -1,32 +1,35 @@
 """Results files -> tidy pandas DataFrames: one row per measurement, the machine as columns.
 
-Three sources:
+Three sources, each a tool's one format:
 
-- :func:`load_results`: the project's own results files, one JSON per result as
-  :func:`analysis.sweeps.write_result` writes them (``experiment``, ``config``, ``result``,
-  ``machine``, ``versions``); plus the whole-experiment files of
-  ``python -m fraq.experiments.backends`` (:func:`load_backends`) and
-  ``python -m fraq.experiments.aggregators`` (:func:`load_aggregators`).
+- :func:`load_results`: the project's own result files, one JSON per result as
+  :func:`benchmarks.results.write_result` writes them (``experiment``, ``config``,
+  ``result``, ``machine``, ``versions``, ``device``, ...), from every writer: the runner,
+  the experiments (backends, aggregators, eig_precision), the report and the demo;
 - :func:`load_asv`: asv's result files (``.asv/results/<machine>/<commit>-<env>.json``,
-  format version 2), one row per benchmark and parameter combination.
+  format version 2), one row per benchmark and parameter combination;
 - :func:`load_pytest_benchmark`: the JSON of ``pytest --benchmark-json`` /
   ``--benchmark-save``, one row per benchmark, ``extra_info`` as columns.
 
 Machine columns are prefixed ``machine.`` everywhere, so frames from different sources
-concatenate and can be grouped by machine.
+concatenate and can be grouped by machine. A file that cannot be read, or is not in the
+expected format, is skipped with a warning naming it; nothing here measures.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["load_results", "load_backends", "load_aggregators", "load_asv", "load_pytest_benchmark",
-           "explode_per_matrix"]
+__all__ = ["load_results", "load_asv", "load_pytest_benchmark", "explode_per_matrix"]
+
+RESULT_KEYS = ("experiment", "config", "result", "machine")
+"""Keys a project result file must have (see :mod:`benchmarks.results`)."""
 
 
 def _flat(prefix: str, d: dict | None) -> dict:
@@ -42,35 +45,46 @@ def _flat(prefix: str, d: dict | None) -> dict:
 
 
 def _files(paths: str | Path | Iterable) -> list[Path]:
+    """The JSON files under a directory (none if it does not exist: an experiment not run),
+    or the files given."""
     if isinstance(paths, (str, Path)):
         p = Path(paths)
+        if not p.exists():
+            return []
         return sorted(p.rglob("*.json")) if p.is_dir() else [p]
     return [Path(p) for p in paths]
 
 
 def _records(paths: str | Path | Iterable) -> Iterable[tuple[Path, dict]]:
-    """(file, parsed JSON object) for every readable JSON object under ``paths``."""
+    """(file, parsed JSON object) for every JSON object under ``paths``; a warning naming
+    each file that cannot be read or does not hold a JSON object."""
     for f in _files(paths):
         try:
             rec = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError):
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            warnings.warn(f"skipped {f}: not readable as JSON ({exc})", stacklevel=3)
             continue
-        if isinstance(rec, dict):
-            yield f, rec
+        if not isinstance(rec, dict):
+            warnings.warn(f"skipped {f}: a JSON {type(rec).__name__}, not a result object", stacklevel=3)
+            continue
+        yield f, rec
 
 
 def load_results(paths: str | Path | Iterable, experiment: str | None = None) -> pd.DataFrame:
-    """The project's per-result JSON files under ``paths`` (a directory, searched
-    recursively, or a list of files) as one row each.
+    """The project's result files under ``paths`` (a directory, searched recursively, or a
+    list of files) as one row each.
 
     Columns: ``experiment``, ``file``, the config's keys, the result's keys (nested dicts
-    flattened with dots: ``timing.median``), ``machine.*``, ``versions.*``, ``dtype``,
-    ``threads``, ``git_sha``, ``loadavg``, ``created``. Files that are not per-result
-    records (no ``result`` key) are skipped; ``experiment`` filters.
+    flattened with dots: ``timing.median``), ``machine.*``, ``versions.*``, ``device``,
+    ``dtype``, ``threads``, ``git_sha``, ``loadavg``, ``created``. A JSON file without
+    the format's keys (:data:`RESULT_KEYS`) is skipped with a warning naming it and the
+    missing keys; ``experiment`` filters.
     """
     rows = []
     for f, rec in _records(paths):
-        if "result" not in rec or "config" not in rec:
+        missing = [k for k in RESULT_KEYS if k not in rec]
+        if missing:
+            warnings.warn(f"skipped {f}: not a result file (no {', '.join(missing)})", stacklevel=2)
             continue
         if experiment is not None and rec.get("experiment") != experiment:
             continue
@@ -79,7 +93,7 @@ def load_results(paths: str | Path | Iterable, experiment: str | None = None) ->
         row.update(_flat("", rec["result"]))
         row.update(_flat("machine", rec.get("machine")))
         row.update(_flat("versions", rec.get("versions")))
-        for k in ("dtype", "threads", "git_sha", "loadavg", "created"):
+        for k in ("device", "dtype", "threads", "git_sha", "loadavg", "created"):
             row[k] = rec.get(k)
         rows.append(row)
     return pd.DataFrame(rows)
@@ -93,41 +107,6 @@ def explode_per_matrix(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     for c in columns:
         out[c] = pd.to_numeric(out[c])
     return out
-
-
-def load_backends(paths: str | Path | Iterable) -> pd.DataFrame:
-    """Rows of ``python -m fraq.experiments.backends`` result files (``backends-*.json``).
-
-    One row per (case, backend) and file, with ``mode``, ``file``, ``machine.*``, and the
-    timing columns (``ms_1t``, ``iqr_ms_1t``, ...) as written.
-    """
-    rows = []
-    for f, rec in _records(paths):
-        if rec.get("experiment") != "backends":
-            continue
-        machine = _flat("machine", rec.get("machine"))
-        for r in rec.get("rows", []):
-            row = {k: v for k, v in r.items() if not k.startswith("timing_")}
-            row.update(mode=rec.get("mode"), file=str(f), loadavg=(rec.get("loadavg_before") or [None])[0], **machine)
-            rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def load_aggregators(paths: str | Path | Iterable) -> pd.DataFrame:
-    """Rows of ``python -m fraq.experiments.aggregators`` result files (one per preset)."""
-    rows = []
-    for f, rec in _records(paths):
-        if "preset" not in rec or "rows" not in rec:
-            continue
-        machine = _flat("machine", rec.get("machine"))
-        for r in rec["rows"]:
-            row = {k: v for k, v in r.items() if k not in ("latency", "paper", "options")}
-            row.update(_flat("latency", {k: v for k, v in (r.get("latency") or {}).items() if k != "samples_s"}))
-            paper = r.get("paper") or [None, None]
-            row.update(preset=rec["preset"], quick=rec.get("quick"), file=str(f),
-                       paper_downlink_pct=paper[0], paper_latency_ms=paper[1], **machine)
-            rows.append(row)
-    return pd.DataFrame(rows)
 
 
 def load_asv(results_dir: str | Path) -> pd.DataFrame:

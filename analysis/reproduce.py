@@ -1,70 +1,26 @@
-"""Reproduce the paper's server-side figures and tables on this machine, with one command.
+"""The paper's server-side figures and tables, drawn from result files alone.
 
-    .venv/bin/python -m analysis.reproduce [--paper] [--out DIR] [--figures-only] [--backends run|reuse|skip]
+    .venv/bin/python -m analysis.reproduce [--out DIR]
 
-1. Runs the sweep (:mod:`analysis.sweeps`; reduced by default, about 6 minutes on 2
-   cores; ``--paper``: the paper's sizes where feasible, an estimated 1.5-2 hours scaled
-   from the reduced run's per-job times, not yet measured end to end), writing one
-   JSON per result under ``DIR/results/<experiment>/``, and the backend accuracy-latency
-   benchmark (``python -m fraq.experiments.backends --quick``, or the full run with
-   ``--paper``) under ``DIR/results/backends/``.
-2. Rebuilds every figure (PNG and PDF, ``DIR/figures/``) and table from those files alone
-   and writes ``DIR/report.md``: the tables, the figures embedded, and our numbers beside
-   the paper's claims, figure by figure. ``--figures-only`` does just this step.
-
-``DIR`` defaults to ``results/reproduce`` (git-ignored).
+Reads ``DIR/results/`` (written by the runner, ``python -m benchmarks.run --out
+DIR/results``; ``make run`` does both) and rebuilds every figure (PNG and PDF,
+``DIR/figures/``) and table, and ``DIR/report.md``: the tables, the figures embedded, and
+our numbers beside the paper's claims, figure by figure. Captions (device, machine,
+threads, versions) come from the result files. Nothing here measures. ``DIR`` defaults
+to ``results/reproduce`` (git-ignored).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import sys
-import time
 from pathlib import Path
 
-__all__ = ["main", "run_sweep", "build"]
+__all__ = ["main", "build"]
 
 
-def run_sweep(out: Path, mode: str, backends: str = "run") -> float:
-    """Run every job of the ``mode`` sweep with a progress bar; returns seconds taken."""
-    from tqdm import tqdm
-
-    from analysis import sweeps
-
-    t0 = time.perf_counter()
-    jobs = list(sweeps.jobs(mode))
-    results = out / "results"
-    with tqdm(total=len(jobs) + (backends == "run"), desc=f"{mode} sweep", unit="job", file=sys.stderr) as bar:
-        for job in jobs:
-            bar.set_postfix_str(f"{job[0]} {job[1]}"[:48])
-            sweeps.run_job(results, job)
-            bar.update()
-        if backends == "run":
-            bar.set_postfix_str("fraq.experiments.backends")
-            from fraq.experiments import backends as bexp
-
-            log = io.StringIO()
-            args = ["--out", str(results / "backends")] + ([] if mode == "paper" else ["--quick"])
-            with contextlib.redirect_stdout(log):
-                bexp.main(args)
-            (results / "backends" / "backends.log").write_text(log.getvalue())
-            bar.update()
-    return time.perf_counter() - t0
-
-
-def _backends_files(out: Path, backends: str) -> list[Path]:
-    own = sorted((out / "results" / "backends").glob("backends-*.json"))
-    if own or backends != "reuse":
-        return own[-1:]
-    return sorted(Path("results/backends").glob("backends-*.json"))[-1:]
-
-
-def build(out: Path, backends: str = "run", seconds: float | None = None, mode: str | None = None) -> Path:
+def build(out: Path) -> Path:
     """Figures, tables and ``report.md`` from the files under ``out/results``."""
-    import json
-
     from analysis import agreement, figures, loaders, style, tables
     from analysis.loaders import explode_per_matrix
 
@@ -103,7 +59,7 @@ def build(out: Path, backends: str = "run", seconds: float | None = None, mode: 
                         "Batched points of the Fig. 3 sweeps, all modules of one call. *Table 5 GFLOP*: the paper's "
                         "leading-order formulas; *model (code)*: the same pipelines with the constants of what the "
                         "code runs (`fraq.flops.analytic_flops(model='full')`); *counted*: FlopCounterMode with "
-                        f"LAPACK formulas (`fraq.measure.count_flops`). {style.caption(f3)}.\n\n"
+                        f"LAPACK formulas (`benchmarks.measure.count_flops`). {style.caption(f3)}.\n\n"
                         + tables.markdown(t5) + "\n\n" + "\n".join(agreement.table5_lines(t5)) + "\n")
     rk, cd = loaders.load_results(res / "fig4_rank"), loaders.load_results(res / "fig4_cond")
     if not rk.empty and not cd.empty:
@@ -125,24 +81,30 @@ def build(out: Path, backends: str = "run", seconds: float | None = None, mode: 
                "Figure 1: downlink", agreement.fig1_lines(f1),
                "Per-client downlink of the exact FLoRA stack and of FRAQ at 80/90/95% retained energy, against the "
                "number of clients and the local rank.")
-    bfiles = _backends_files(out, backends) if backends != "skip" else []
-    if bfiles:
-        b = loaders.load_backends(bfiles)
-        b["threads"] = 1  # the plotted latency is the 1-thread column (the file also has 2-thread timings)
-        summary = json.loads(bfiles[-1].read_text()).get("summary")
+    agg = loaders.load_results(res / "aggregators")
+    if not agg.empty:
+        sections.append("## Tables 1-3: downlink and server latency\n\nEvery aggregator on the model presets, "
+                        "batched by module shape; latency median and IQR (`python -m benchmarks.run aggregators`); "
+                        f"the paper's numbers are one GH200's. {style.caption(agg)}.\n\n"
+                        + tables.markdown(tables.tables123_latency(agg)) + "\n")
+    b = loaders.load_results(res / "backends")
+    if not b.empty:
+        summ = loaders.load_results(res / "backends_summary")
+        summary = list(summ["lines"].iloc[0]) if not summ.empty else None
         figure("fig_backends", figures.fig_backends(b), b,
-               f"python -m fraq.experiments.backends ({b['mode'].iloc[0]}), {bfiles[-1].name}; open markers: "
+               f"python -m benchmarks.run backends ({b['mode'].iloc[0]}); latency at 1 torch thread; open markers: "
                "inexact backends; dotted: the 1e-6 target",
                "Backends: accuracy against latency", agreement.backends_lines(b, summary),
                "FRAQ's basis backends: 1-thread latency against the error above the float64 optimum.")
 
     head = ["# FRAQ server-side reproduction", ""]
-    if seconds is not None:
-        head.append(f"Sweep: `{mode}`, run in {seconds / 60:.1f} min. ")
+    every = loaders.load_results(res)
+    if not every.empty:
+        head.append(f"Measured on {style.caption(every)}. ")
     head += ["Every figure and table below is rebuilt from the JSON files under `results/` by "
-             "`python -m analysis.reproduce --figures-only --out <this directory>`. Statements marked "
+             "`python -m analysis.reproduce --out <this directory>`. Statements marked "
              "**agrees**/**disagrees** compare our numbers with the paper's text; the paper measured on a GH200 "
-             "GPU, this run on the CPU named in each caption, so only ratios and trends are comparable.", "",
+             "GPU, this run on the device named in each caption, so only ratios and trends are comparable.", "",
              "## Figures", ""]
     head += [f"- `figures/{n}.png`: {w}" for n, w in made] + [""]
     report = out / "report.md"
@@ -152,19 +114,15 @@ def build(out: Path, backends: str = "run", seconds: float | None = None, mode: 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis.reproduce", description=__doc__.split("\n")[0])
-    ap.add_argument("--paper", action="store_true", help="the paper's sizes where feasible (estimated 1.5-2 hours on 2 cores)")
-    ap.add_argument("--out", type=Path, default=Path("results/reproduce"), help="output directory")
-    ap.add_argument("--figures-only", action="store_true", help="rebuild figures and report from existing results")
-    ap.add_argument("--backends", choices=["run", "reuse", "skip"], default="run",
-                    help="run the backend benchmark, reuse the latest results/backends file, or leave it out")
+    ap.add_argument("--out", type=Path, default=Path("results/reproduce"),
+                    help="directory holding results/ (figures/ and report.md are written there)")
     args = ap.parse_args(argv)
-    mode = "paper" if args.paper else "reduced"
-    seconds = None
-    if not args.figures_only:
-        seconds = run_sweep(args.out, mode, args.backends)
-    report = build(args.out, "reuse" if args.figures_only else args.backends, seconds, mode)
-    print(f"results: {args.out / 'results'}\nfigures: {args.out / 'figures'}\nreport:  {report}"
-          + (f"\nsweep took {seconds / 60:.1f} min" if seconds else ""))
+    if not (args.out / "results").is_dir():
+        print(f"error: no results under {args.out / 'results'}: run python -m benchmarks.run --out "
+              f"{args.out / 'results'} first (make run does both)", file=sys.stderr)
+        return 2
+    report = build(args.out)
+    print(f"figures: {args.out / 'figures'}\nreport:  {report}")
     return 0
 
 

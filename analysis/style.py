@@ -32,15 +32,26 @@ def _first(df: pd.DataFrame, col: str, default: str = "?"):
     return default
 
 
+def _device(df: pd.DataFrame) -> str:
+    """"GPU <name>" for rows measured on a CUDA device, "CPU" otherwise (from the results)."""
+    devices = set(df["device"].dropna().astype(str)) if "device" in df else set()
+    if any(d.startswith("cuda") for d in devices):
+        return f"GPU {_first(df, 'machine.gpu', 'unknown')} ({_first(df, 'device')}, driver " \
+               f"{_first(df, 'machine.gpu_driver')}, CUDA {_first(df, 'machine.cuda')}, " \
+               f"cuSOLVER {_first(df, 'machine.cusolver')})"
+    return "CPU"
+
+
 def caption(df: pd.DataFrame, extra: str = "") -> str:
-    """Machine, dtype, thread count and versions of the rows behind a figure, one line."""
+    """Device, machine, dtype, thread count and versions of the rows behind a figure, one line,
+    all read from the rows (the result files)."""
     sha = _first(df, "git_sha", _first(df, "machine.git_sha"))
     threads = _first(df, "threads", _first(df, "machine.threads"))
     torch_v = _first(df, "versions.torch", _first(df, "machine.torch"))
     dtype = _first(df, "dtype", "float32")
-    line = (f"{_first(df, 'machine.cpu')} ({_first(df, 'machine.cores')} cores, BLAS {_first(df, 'machine.blas')}); "
-            f"{dtype}; {threads} torch thread(s); torch {torch_v}, python {_first(df, 'machine.python')}; "
-            f"fraq {str(sha)[:10]}")
+    line = (f"{_device(df)}; {_first(df, 'machine.cpu')} ({_first(df, 'machine.cores')} cores, "
+            f"BLAS {_first(df, 'machine.blas')}); {dtype}; {threads} torch thread(s); torch {torch_v}, "
+            f"python {_first(df, 'machine.python')}; fraq {str(sha)[:10]}")
     if "loadavg" in df and pd.to_numeric(df["loadavg"], errors="coerce").notna().any():
         la = pd.to_numeric(df["loadavg"], errors="coerce")
         line += f"; 1-min load average {la.min():.1f}-{la.max():.1f}"

@@ -9,7 +9,7 @@ import pandas as pd
 
 from analysis.style import NAMES
 
-__all__ = ["PAPER_TABLE4", "table4_ablation", "table5_flops", "markdown"]
+__all__ = ["PAPER_TABLE4", "table4_ablation", "table5_flops", "tables123_latency", "markdown"]
 
 PAPER_TABLE4 = {  # variant -> (ms, MiB) on one GH200, 56 modules of 8192 x 3072
     "adaptive-gram": (14.21, 90.13), "fixed-gram": (25.98, 90.13), "adaptive-svd": (62.26, 199.02),
@@ -67,7 +67,25 @@ def table5_flops(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def tables123_latency(df: pd.DataFrame) -> pd.DataFrame:
+    """Tables 1-3's downlink and latency columns, one row per (preset, method), from the
+    ``aggregators`` results (each holds one preset's rows), beside the paper's GH200 numbers."""
+    rows = []
+    for _, rec in df.iterrows():
+        for r in rec["rows"]:
+            lat, paper = r.get("latency") or {}, r.get("paper") or [None, None]
+            rows.append({"preset": rec["preset"], "method": r["method"],
+                         "downlink %FLoRA": r.get("downlink_pct"),
+                         "latency ms (median)": lat.get("median_ms"),
+                         "IQR ms": (lat["q75_ms"] - lat["q25_ms"]) if lat else None,
+                         "paper %": paper[0], "paper ms": paper[1],
+                         "note": "skipped" if "skipped" in r else ("extrapolated" if "extrapolated" in r else "")})
+    return pd.DataFrame(rows)
+
+
 def _fmt(v) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "-"
     if isinstance(v, float):
         if v == 0:
             return "0"

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import torch
 
-from benchmarks.common import TAU, check_threads, preset_clients, skip
-from fraq.flops import model_flops
-from fraq.measure.flops import count_flops
-from fraq.measure.memory import peak_memory
-from fraq.measure.methods import BASELINES, get_method
+from benchmarks._suite import prepare, skip
+from benchmarks.cases import PRESET_NAMES, TAU, check_threads, preset_clients
+from benchmarks.device import bench_device, to_device, unavailable
+from benchmarks.measure.flops import count_flops
+from benchmarks.measure.memory import peak_memory
+from benchmarks.measure.methods import BASELINES, get_method
 
-PRESET_NAMES = ["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"]
 METHODS = ["fraq", *BASELINES]
 
 
@@ -30,13 +30,13 @@ def _skip_reason(preset: str, method: str) -> str | None:
     return None
 
 
-def _aggregator(preset: str, method: str):
-    """(groups, spec, zero-argument callable aggregating the whole model)."""
+def _aggregator(preset: str, method: str, device: torch.device):
+    """(groups, spec, zero-argument callable aggregating the whole model on ``device``)."""
     from fraq.presets import PRESETS
 
     fn = get_method(method)
     spec = PRESETS[preset]
-    groups = preset_clients(preset)
+    groups = [(g, to_device(Bs, device), to_device(As, device)) for g, Bs, As in preset_clients(preset)]
     scales = list(spec.scales)
     # FlexLoRA's own rule is each client's rank (aggregate_batch's default), not tau.
     cut = {} if method == "flexlora" else {"tau": TAU}
@@ -47,11 +47,11 @@ def _aggregator(preset: str, method: str):
     return groups, spec, aggregate
 
 
-def _measure_once(call):
+def _measure_once(call, device: torch.device):
     """One run of ``call`` giving its selected ranks, counted FLOPs and tensor peak memory:
-    the profiler runs inside FlopCounterMode, both on the calling thread."""
+    the memory measurement runs inside FlopCounterMode, both on the calling thread."""
     outs, peaks = [], []
-    flops = count_flops(lambda: peaks.append(peak_memory(lambda: outs.append(call()))))
+    flops = count_flops(lambda: peaks.append(peak_memory(lambda: outs.append(call()), device=device)))
     return outs[0], flops.total, peaks[0].peak
 
 
@@ -64,7 +64,7 @@ class Presets:
     tensor peak memory.
     """
 
-    params = [PRESET_NAMES, METHODS]
+    params = [list(PRESET_NAMES), METHODS]
     param_names = ["preset", "method"]
     timeout = 900.0
     repeat = (1, 5, 60.0)
@@ -72,6 +72,10 @@ class Presets:
 
     def setup_cache(self):
         check_threads()
+        device = bench_device()
+        reason = unavailable(device)
+        if reason is not None:  # every combination skips with it (setup raises)
+            return {(p, m): reason for p in PRESET_NAMES for m in METHODS}
         cache = {}
         for preset in PRESET_NAMES:
             for method in METHODS:
@@ -79,21 +83,23 @@ class Presets:
                 if reason is not None:
                     cache[(preset, method)] = reason
                     continue
-                groups, spec, aggregate = _aggregator(preset, method)
-                outs, flops, peak = _measure_once(aggregate)
+                groups, spec, aggregate = _aggregator(preset, method, device)
+                outs, flops, peak = _measure_once(aggregate, device)
                 ranks = [(g.m, g.n, g.count, torch.as_tensor(p).reshape(-1).expand(g.count).tolist())
                          for (g, _, _), (_, _, p) in zip(groups, outs)]
                 cache[(preset, method)] = {"ranks": ranks, "flops": flops, "peak": peak}
         return cache
 
     def setup(self, cache, preset, method):
-        check_threads()
         if isinstance(cache[(preset, method)], str):
             skip(cache[(preset, method)])
-        self.groups, self.spec, self.call = _aggregator(preset, method)
+        self.device = prepare()
+        self.groups, self.spec, self.call = _aggregator(preset, method, self.device)
 
     def time_aggregate(self, cache, preset, method):
         self.call()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def track_peakmem(self, cache, preset, method):
         return cache[(preset, method)]["peak"]
@@ -107,6 +113,8 @@ class Presets:
 
     def track_flops_model(self, cache, preset, method):
         """Eq. 14, the model with the code's constants, at the ranks this method selected."""
+        from fraq.flops import model_flops
+
         r = sum(self.spec.ranks)
         groups = [(m, n, count) for m, n, count, _ in cache[(preset, method)]["ranks"]]
         ranks = [p for *_, ps in cache[(preset, method)]["ranks"] for p in ps]
@@ -116,6 +124,8 @@ class Presets:
 
     def track_flops_table5(self, cache, preset, method):
         """Eq. 14 with the paper's Table 5 formula, at the same ranks."""
+        from fraq.flops import model_flops
+
         r = sum(self.spec.ranks)
         groups = [(m, n, count) for m, n, count, _ in cache[(preset, method)]["ranks"]]
         ranks = [p for *_, ps in cache[(preset, method)]["ranks"] for p in ps]

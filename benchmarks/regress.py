@@ -6,11 +6,14 @@
 For each commit (oldest first) the committed tree is exported with ``git archive`` to a
 temporary directory (the working tree, index and branches are never touched) and
 recorded with ``asv run --python=same --set-commit-hash <sha>`` with ``ASV_PYTHONPATH``
-pointing at it, so ``import fraq`` is that commit's code. The instrument is held fixed:
-the suite is the current ``benchmarks/`` and the current ``fraq/measure/`` is copied over
-each export, so every commit is measured the same way (a commit without a feature the
-suite needs is recorded as skipped, not failed). Commits already recorded for this machine
-are not re-run (``--rerun`` forces it).
+pointing at it, so ``import fraq`` is that commit's code and nothing else of it. The
+instrument is held fixed: the suite and its measurement helpers are the current
+``benchmarks/`` (asv's own model), which reach the old ``fraq`` only through its public
+API (``fraq.stack``, ``fraq.recompress``, ``fraq.BACKENDS``, ``get_aggregator``); nothing
+is copied into the old tree. A commit without a feature the suite needs (a backend, an
+aggregator) is recorded as skipped, not failed. Commits already recorded for this
+machine are not re-run (``--rerun`` forces it). ``FRAQ_BENCH_DEVICE`` is passed through,
+and the device is part of the asv machine name.
 
 Then ``asv compare`` of the last two commits is printed, and the exit status is 1 if any
 benchmark got worse by more than ``--factor`` (asv's test: the ratio exceeds the factor
@@ -19,9 +22,9 @@ failing. Benchmarks matching ``--ignore`` (by default the rounding-level error t
 whose ratios are not meaningful) are shown but do not fail the run. Exit status 2: asv
 itself failed.
 
-Results go under the asv machine ``<hostname>-<threads>thr``: the thread count
-(``FRAQ_BENCH_THREADS``) is part of what a result means, so runs at different thread
-counts are never compared with each other. Why not ``asv continuous``: it builds
+Results go under the asv machine ``<hostname>-<threads>thr[-<device>]``: the thread
+count (``FRAQ_BENCH_THREADS``) and the device are part of what a result means, so runs at
+different settings are never compared with each other. Why not ``asv continuous``: it builds
 virtualenvs, which would install torch from PyPI instead of the local torch==2.13.0
 wheel; this script gives the same comparison in the existing environment.
 """
@@ -32,7 +35,6 @@ import argparse
 import io
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -54,16 +56,11 @@ def _asv(*args: str, env: dict | None = None, capture: bool = False) -> subproce
 
 
 def export_commit(sha: str, dest: str) -> None:
-    """The committed tree of ``sha`` into ``dest``, then the current fraq/measure over it."""
+    """The committed tree of ``sha`` into ``dest``, as it is (nothing added)."""
     archive = subprocess.run(["git", "archive", "--format=tar", sha], cwd=ROOT, check=True,
                              capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(dest, filter="data")
-    measure = os.path.join(dest, "fraq", "measure")
-    if os.path.isdir(os.path.join(dest, "fraq")):
-        shutil.rmtree(measure, ignore_errors=True)
-        shutil.copytree(os.path.join(ROOT, "fraq", "measure"), measure,
-                        ignore=shutil.ignore_patterns("__pycache__"))
 
 
 def recorded(machine: str, sha: str) -> bool:
@@ -101,7 +98,10 @@ def main(argv=None) -> int:
     if len(shas) < 2:
         print(f"{args.branch} has fewer than 2 commits", file=sys.stderr)
         return 2
-    machine = f"{socket.gethostname()}-{args.threads}thr"
+    from benchmarks.device import bench_device
+
+    device = bench_device()
+    machine = f"{socket.gethostname()}-{args.threads}thr" + ("" if device.type == "cpu" else f"-{device}")
     if _asv("machine", "--machine", machine, "--yes", capture=True).returncode != 0:
         return 2
 

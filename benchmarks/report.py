@@ -7,30 +7,29 @@
     python -m benchmarks.report all
 
 Options: ``--threads 1`` (default; ``--threads 1 2`` runs each table at both),
-``--repeats 7``, ``--out results/bench``. Each table is also written as JSON with its
-machine record (CPU, threads, BLAS, torch, git sha) to ``<out>/<table>-<N>thr.json``.
-The inputs and measurements are the asv suite's (``benchmarks.common``,
-:mod:`fraq.measure`); this module only runs them at more points and prints.
+``--repeats 7``, ``--out results/bench``. Each table is also written as one result file
+(:mod:`benchmarks.results`) to ``<out>/report/<table>-<N>thr.json``. The inputs and
+measurements are the asv suite's (:mod:`benchmarks.cases`, :mod:`benchmarks.measure`);
+this module only runs them at more points and prints. CPU only (the memory table's
+workspace model is the CPU allocator's).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
 
 import torch
 
-from benchmarks.bench_ablation import VARIANT_NAMES, table4_stacks, variant_call
-from benchmarks.common import SWEEP_MODULES, SWEEP_P, clients, stacks, sweep_ranks
-from fraq.measure import count_flops, machine_record, peak_memory, threads
-from fraq.measure.timing import time_call as _time_call  # a module-level time_* would be an asv benchmark
-from fraq.measure.ablation import ablation_variant
-from fraq.flops import analytic_flops
-from fraq.measure.memory import mib
-from fraq.measure.methods import get_method
+from benchmarks.cases import FLEXLORA_MAX_D, SWEEP_MODULES, SWEEP_P, TABLE4, clear_caches, clients, stacks, \
+    sweep_ranks, table4_stacks
+from benchmarks.measure import count_flops, peak_memory, threads, timed
+from benchmarks.measure.ablation import VARIANT_NAMES, ablation_variant, variant_calls
+from benchmarks.measure.memory import mib
+from benchmarks.measure.methods import get_method
+from benchmarks.results import write_result
 
 PAPER_TABLE4 = {  # GH200, ms and MiB (Table 4)
     "adaptive-gram": (14.21, 90.13), "fixed-gram": (25.98, 90.13), "adaptive-svd": (62.26, 199.02),
@@ -40,7 +39,7 @@ SCALING_DIMS = [256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096]
 
 
 def _timing(call, repeats):
-    t = _time_call(call, repeats=repeats, warmup=1)
+    t = timed(call, repeats=repeats, warmup=1)
     return {"median_s": t.median, "q25_s": t.q25, "q75_s": t.q75, "n": len(t.samples), "threads": t.threads}
 
 
@@ -55,12 +54,12 @@ def ablation(repeats: int) -> dict:
     from fraq.reference import relative_error
 
     B, A = table4_stacks()
+    calls = variant_calls(B, A, TABLE4["p"])
     rows = {}
-    ref = variant_call("adaptive-svd", B, A)()
+    ref = calls["adaptive-svd"]()
     for name in VARIANT_NAMES:
-        call = variant_call(name, B, A)
-        out = call()
-        Bg, Ag = (out.B, out.A) if hasattr(out, "B") else out
+        call = calls[name]
+        Bg, Ag = call()
         rows[name] = {**_timing(call, repeats), "peak_bytes": peak_memory(call).peak,
                       "flops": count_flops(call).total,
                       "gap_to_svd_mean": float(relative_error(ref[0], ref[1], Bg, Ag).mean())}
@@ -103,6 +102,7 @@ def _fit(xs, ys) -> tuple[float, float]:
 
 def scaling(repeats: int) -> dict:
     import fraq
+    from fraq.flops import analytic_flops
 
     out = {}
     for sweep, points in (("r", SCALING_RANKS), ("d", SCALING_DIMS)):
@@ -113,8 +113,7 @@ def scaling(repeats: int) -> dict:
             p = min(SWEEP_P, r)
             times.append(_timing(lambda: fraq.recompress(B, A, rank=p), repeats))
             model.append(SWEEP_MODULES * analytic_flops("fraq", d, d, r, p))
-            stacks.cache_clear()
-            clients.cache_clear()
+            clear_caches()
         med = [t["median_s"] for t in times]
         half = len(points) // 2
         fits = {"all": _fit(points, med), "upper": _fit(points[half:], med[half:]),
@@ -156,7 +155,7 @@ def memory(repeats: int) -> dict:
         row["fraq"] = peak_memory(lambda: fraq.recompress(B, A, rank=p)).peak / SWEEP_MODULES
         row["fraq_variant"] = peak_memory(lambda: ablation_variant(B, A, p)).peak / SWEEP_MODULES
         for name in ("florist", "flexlora"):
-            if name == "flexlora" and d > 768:
+            if name == "flexlora" and d > FLEXLORA_MAX_D:
                 row[name] = math.nan
                 continue
             try:
@@ -166,8 +165,7 @@ def memory(repeats: int) -> dict:
                 continue
             row[name] = peak_memory(lambda: fn(list(Bs), list(As), rank=p)).peak / SWEEP_MODULES
         rows.append(row)
-        stacks.cache_clear()
-        clients.cache_clear()
+        clear_caches()
     print(f"Tensor peak memory per matrix ({SWEEP_MODULES} square d x d modules batched, float32, p = {SWEEP_P}):")
     print(f"{'d':>5s} {'r':>4s} {'workspace':>10s} {'FRAQ':>9s} {'ratio':>6s} {'pipeline':>9s} {'ratio':>6s} "
           f"{'FLoRIST':>9s} {'FlexLoRA':>9s} {'/ dD':>6s}   (KiB; workspace = 4((d+D)r + r^2 + (d+D)p))")
@@ -178,7 +176,7 @@ def memory(repeats: int) -> dict:
               f"{w['fraq_variant'] / w['workspace_per_matrix']:6.2f} {w['florist'] / k:9.1f} "
               f"{w['flexlora'] / k:9.1f} {w['flexlora'] / w['dD_bytes']:6.2f}")
     print("FRAQ = fraq.recompress on the stacks; pipeline = the same steps without prescaling "
-          "(fraq.measure.ablation, adaptive + Gram); FlexLoRA from the clients' factors.")
+          "(benchmarks.measure.ablation, adaptive + Gram); FlexLoRA from the clients' factors.")
     return {"rows": rows}
 
 
@@ -186,12 +184,14 @@ def memory(repeats: int) -> dict:
 
 
 def flops(repeats: int) -> dict:
+    from fraq.flops import analytic_flops
+
     rows = []
     for d, r in ((768, 16), (768, 80), (768, 256), (4096, 80)):
         p = min(SWEEP_P, r)
         Bs, As = clients(d, d, sweep_ranks(r), SWEEP_MODULES)
         for name in ("fraq", "florist", "flexlora"):
-            if name == "flexlora" and d > 768:
+            if name == "flexlora" and d > FLEXLORA_MAX_D:
                 continue
             try:
                 fn = get_method(name)
@@ -201,7 +201,7 @@ def flops(repeats: int) -> dict:
             rows.append({"method": name, "d": d, "r": r, "p": p, "counted": c.total, "uncounted": c.uncounted,
                          "full": SWEEP_MODULES * analytic_flops(name, d, d, r, p),
                          "table5": SWEEP_MODULES * analytic_flops(name, d, d, r, p, model="table5")})
-        clients.cache_clear()
+        clear_caches()
     print(f"FLOPs of {SWEEP_MODULES} square modules, counted (FlopCounterMode + LAPACK formulas) vs analytic:")
     print(f"{'method':9s} {'d':>5s} {'r':>4s} {'counted':>12s} {'full model':>12s} {'Table 5':>12s} "
           f"{'cnt/T5':>7s}  uncounted ops")
@@ -222,15 +222,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join("results", "bench"))
     args = ap.parse_args(argv)
     names = list(TABLES) if args.table == "all" else [args.table]
-    os.makedirs(args.out, exist_ok=True)
     for n in args.threads:
         with threads(n):
             for name in names:
                 result = TABLES[name](args.repeats)
-                path = os.path.join(args.out, f"{name}-{n}thr.json")
-                with open(path, "w") as f:
-                    json.dump({"table": name, "machine": machine_record(), "result": result}, f, indent=1,
-                              default=str)
+                path = write_result(args.out, "report", f"{name}-{n}thr", {"table": name, "repeats": args.repeats},
+                                    result)
                 print(f"-> {path}\n", flush=True)
     return 0
 

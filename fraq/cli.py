@@ -1,13 +1,10 @@
-"""``python -m fraq``: FRAQ on the model presets with synthetic LoRA-like clients.
+"""``fraq`` / ``python -m fraq``: aggregate peft LoRA adapters from the command line.
 
-Commands: ``fraq [demo] [options]`` (this benchmark, the default), ``fraq aggregate
-CLIENT_DIR... -o OUT_DIR`` (peft adapters in, one peft adapter out:
-:mod:`fraq.peft`) and ``fraq example-adapters DIR`` (a tiny model and client
-adapters to try it on). The demo: for each preset it stacks the clients' factors per module group, recompresses every
-adapted matrix in batched kernels, and prints per preset and tau: server latency
-(median and spread), the selected ranks, the downlink relative to the uncompressed
-FLoRA stack, and the relative error against a float64 reference together with the
-float64 Eckart-Young optimum at the same ranks.
+Commands: ``fraq aggregate CLIENT_DIR... -o OUT_DIR`` (peft adapters in, one peft adapter
+out: :mod:`fraq.peft`) and ``fraq example-adapters DIR`` (a tiny model and
+client adapters to try it on). The latency demo that ``fraq demo`` used to run is a
+benchmark and lives with the benchmarks: ``make demo`` (``python -m benchmarks.demo``);
+``fraq demo`` says so.
 """
 
 from __future__ import annotations
@@ -19,78 +16,20 @@ from pathlib import Path
 
 import torch
 
-import fraq
-from fraq.measure import machine_record, time_call
-from fraq.presets import PRESETS, get_preset
-from fraq.reference import optimal_error, relative_error
-from fraq.synthetic import lora_clients
-
-__all__ = ["main", "run_preset"]
-
-DEFAULT_PRESETS = ("roberta-base", "llama-3.2-3b")
-
-
-def _clients(preset, seed):
-    """Per module group: stacked (B, A) with a batch dimension of ``count`` layers."""
-    stacks = []
-    for i, grp in enumerate(preset.groups):
-        Bs, As = lora_clients(grp.m, grp.n, preset.ranks, batch=(grp.count,), seed=seed + i)
-        B, A = fraq.stack(Bs, As, scales=preset.scales)
-        stacks.append((grp, B, A))
-    return stacks
-
-
-def run_preset(name: str, taus, *, repeats: int = 5, seed: int = 0, backend: str = "householder") -> list[dict]:
-    """Measure FRAQ on one preset; one row per tau."""
-    preset = get_preset(name)
-    stacks = _clients(preset, seed)
-    rows = []
-    for tau in taus:
-        def run():
-            return [fraq.recompress(B, A, tau=tau, backend=backend) for _, B, A in stacks]
-
-        timing = time_call(run, repeats=repeats, warmup=1)
-        results = run()
-        ranks = torch.cat([res.rank.reshape(-1) for res in results])
-        sent = sum(int(res.rank.sum()) * (g.m + g.n) for (g, _, _), res in zip(stacks, results))
-        errs = torch.cat([relative_error(B, A, res.B, res.A) for (_, B, A), res in zip(stacks, results)])
-        opts = torch.cat([optimal_error(B, A, res.rank) for (_, B, A), res in zip(stacks, results)])
-        rows.append({
-            "preset": name, "tau": tau, "backend": backend, "modules": preset.modules,
-            "clients": preset.clients, "stacked_rank": sum(preset.ranks),
-            "latency_ms": timing.median * 1e3, "latency_iqr_ms": timing.iqr * 1e3,
-            "latency_samples_s": list(timing.samples), "threads": timing.threads,
-            "rank_min": int(ranks.min()), "rank_median": float(ranks.float().median()),
-            "rank_max": int(ranks.max()),
-            "downlink_pct_flora": 100.0 * sent / preset.stack_params(),
-            "rel_error_median": float(errs.median()), "rel_error_max": float(errs.max()),
-            "excess_over_optimum_max": float((errs - opts).max()),
-        })
-    return rows
-
-
-def _print(rows) -> None:
-    head = (f"{'preset':<22}{'tau':>5}{'latency ms':>16}{'rank min/med/max':>18}"
-            f"{'downlink %FLoRA':>17}{'rel err (med)':>15}{'excess vs opt':>15}")
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        lat = f"{r['latency_ms']:.1f} ± {r['latency_iqr_ms']:.1f}"
-        ranks = f"{r['rank_min']}/{r['rank_median']:g}/{r['rank_max']}"
-        print(f"{r['preset']:<22}{r['tau']:>5.2f}{lat:>16}{ranks:>18}{r['downlink_pct_flora']:>17.1f}"
-              f"{r['rel_error_median']:>15.3e}{r['excess_over_optimum_max']:>15.1e}")
-
+__all__ = ["main"]
 
 _COMMANDS = """commands:
-  fraq [demo] [options]              this benchmark (the default command)
   fraq aggregate CLIENT_DIR... -o OUT_DIR [--weights N...] [--tau T] [--report]
                                      aggregate peft LoRA adapters into one (fraq aggregate --help)
   fraq example-adapters DIR          write a tiny model and 3 client adapters to try aggregate on
+
+the latency demo (formerly fraq demo [--preset P] [--tau T] ...) moved to the benchmarks:
+  make demo, or python -m benchmarks.demo [--preset P] [--tau T] ... from a checkout
 """
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch ``aggregate`` and ``example-adapters``; anything else (or ``demo``) runs the demo."""
+    """Dispatch ``aggregate`` and ``example-adapters``; anything else reaches :func:`demo_main`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["aggregate"]:
         return aggregate_main(argv[1:])
@@ -102,41 +41,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def demo_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fraq [demo]", description=__doc__.split("\n\n")[0], epilog=_COMMANDS,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", action="append", choices=sorted(PRESETS),
-                        help=f"preset to run (repeatable; default: {', '.join(DEFAULT_PRESETS)})")
-    parser.add_argument("--tau", type=float, action="append", help="energy threshold (repeatable; default 0.8 and 0.95)")
-    parser.add_argument("--backend", default="householder", choices=sorted(fraq.BACKENDS))
-    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (default 5)")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's own choice)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, help="also write the rows and the machine record here")
-    args = parser.parse_args(argv)
-    if args.repeats < 1:
-        parser.error(f"--repeats(={args.repeats}) must be >= 1")
-    if args.threads is not None:
-        if args.threads < 1:
-            parser.error(f"--threads(={args.threads}) must be >= 1")
-        torch.set_num_threads(args.threads)
-    taus = args.tau or [0.8, 0.95]
-    for t in taus:
-        if not 0.0 < t <= 1.0:
-            parser.error(f"--tau(={t}) must be in (0, 1]")
-    machine = machine_record()
-    print(f"fraq {fraq.__version__} | torch {machine['torch']} | {machine['cpu']} | "
-          f"{machine['threads']} threads | BLAS {machine['blas']} | float32, synthetic LoRA-like clients")
-    rows = []
-    for name in args.preset or DEFAULT_PRESETS:
-        rows += run_preset(name, taus, repeats=args.repeats, seed=args.seed, backend=args.backend)
-    _print(rows)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.json.with_suffix(args.json.suffix + ".tmp")
-        tmp.write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))
-        tmp.replace(args.json)
-        print(f"wrote {args.json}")
-    return 0
+    """The demo moved to ``benchmarks.demo``: print the commands (and exit 0 for none or
+    ``--help``), or say where the demo went (exit status 2)."""
+    usage = f"usage: fraq COMMAND ...\n\nfraq: aggregate peft LoRA adapters from the command line.\n\n{_COMMANDS}"
+    if argv in ([], ["-h"], ["--help"]):
+        print(usage)
+        if argv:
+            raise SystemExit(0)
+        return 0
+    print(f"fraq: the demo moved to the benchmarks: run `make demo` or "
+          f"`python -m benchmarks.demo {' '.join(argv)}` from a checkout", file=sys.stderr)
+    return 2
 
 
 def aggregate_main(argv: list[str]) -> int:

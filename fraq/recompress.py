@@ -84,7 +84,7 @@ def recompress(
     rounding errors are mostly relative to its entries, which are graded like the
     spectrum; a float32 eigensolver adds a normwise error eps * lambda_1 that blurs every
     direction below sqrt(eps) * sigma_1, a float64 one does not.
-    ``python -m fraq.experiments.eig_precision`` measured, for float32 inputs of rank 64
+    ``python -m benchmarks.experiments.eig_precision`` measured, for float32 inputs of rank 64
     and condition number 1e6 / 1e8 / 1e10 cut at rank 32, a product error above the
     float64 optimum of 3.7e-6 / 1.4e-5 / 2.1e-6 with a float32 eigensolver and
     6.9e-12 / 5.0e-11 / 3.3e-10 with a float64 one (LoRA-like stacks: 3.8e-12 vs 8.5e-13),

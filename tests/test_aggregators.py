@@ -674,7 +674,7 @@ def test_roberta_preset_all_methods_run():
 
 def test_measurement_rows_on_a_tiny_preset():
     """The measurement command's pieces: downlink % by rule, exact one-module-per-shape counts."""
-    from fraq.experiments.aggregators import Method, build_model, format_table, prepare, sample
+    from benchmarks.experiments.aggregators import Method, build_model, format_table, prepare, sample
     from fraq.presets import ModuleGroup, Preset
 
     tiny = Preset("tiny", (ModuleGroup("q", 12, 12, 3), ModuleGroup("up", 20, 12, 2)), ranks=(2, 2, 2),

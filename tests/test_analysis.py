@@ -1,8 +1,8 @@
 """analysis/: loaders on small fixture files, figure functions, the report, the notebooks.
 
 Needs the ``analysis`` extra (pandas, matplotlib, seaborn, tqdm, nbclient, ipykernel);
-skipped without it. The tiny sweep (``analysis.sweeps.CONFIGS["tiny"]``) runs real
-measurements at small shapes once per session and is shared by the tests below.
+skipped without it. The runner's tiny sweep (``python -m benchmarks.run --size tiny``)
+runs real measurements at small shapes once per module and is shared by the tests below.
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ pd = pytest.importorskip("pandas")
 pytest.importorskip("seaborn")
 pytest.importorskip("tqdm")
 
-from analysis import figures, loaders, style, sweeps, tables  # noqa: E402
+from analysis import figures, loaders, style, tables  # noqa: E402
+from benchmarks import run  # noqa: E402
+from benchmarks.results import write_result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """The tiny sweep's results directory (every experiment, real measurements)."""
+    """The tiny sweep's results directory (every sweep experiment, real measurements)."""
     out = tmp_path_factory.mktemp("tiny")
-    results = out / "results"
-    for job in sweeps.jobs("tiny"):
-        sweeps.run_job(results, job)
+    run.run(out / "results", run.SWEEP, size="tiny", progress=False)
     return out
 
 
@@ -52,20 +52,35 @@ def test_results_one_row_per_file_with_machine_columns(tiny):
     files = list((tiny / "results").rglob("*.json"))
     assert len(df) == len(files)
     assert set(df["experiment"]) == {"fig1", "fig3", "fig4_rank", "fig4_cond", "table4"}
-    for col in ("machine.cpu", "machine.cores", "machine.torch", "versions.torch", "threads", "dtype", "git_sha"):
+    for col in ("machine.cpu", "machine.cores", "machine.torch", "versions.torch", "threads", "dtype", "git_sha",
+                "device"):
         assert col in df and df[col].notna().all(), col
-    assert (df["threads"] == sweeps.THREADS).all()
+    assert (df["device"] == "cpu").all()
     f3 = loaders.load_results(tiny / "results", experiment="fig3")
     assert {"timing.median", "timing.q25", "peak_bytes", "analytic_flops_table5"} <= set(f3.columns)
     assert (f3["timing.median"] > 0).all()
 
 
-def test_results_skips_foreign_json(tmp_path):
+def test_results_warns_naming_each_unreadable_file(tmp_path):
     (tmp_path / "a.json").write_text("{not json")
     (tmp_path / "b.json").write_text(json.dumps({"rows": []}))
-    sweeps.write_result(tmp_path, "demo", "x", {"k": 1}, {"v": {"inner": 2.0}})
-    df = loaders.load_results(tmp_path)
-    assert len(df) == 1 and df.loc[0, "v.inner"] == 2.0 and df.loc[0, "k"] == 1
+    (tmp_path / "c.json").write_text(json.dumps([1, 2]))
+    write_result(tmp_path, "demo", "x", {"k": 1}, {"v": {"inner": 2.0}})
+    with pytest.warns(UserWarning) as seen:
+        df = loaders.load_results(tmp_path)
+    messages = sorted(str(w.message) for w in seen)
+    assert len(messages) == 3
+    assert str(tmp_path / "a.json") in messages[0] and "not readable as JSON" in messages[0]
+    assert str(tmp_path / "b.json") in messages[1] and "no experiment, config, result, machine" in messages[1]
+    assert str(tmp_path / "c.json") in messages[2] and "list" in messages[2]
+    assert len(df) == 1 and df.loc[0, "v.inner"] == 2.0 and df.loc[0, "k"] == 1 and df.loc[0, "device"] == "cpu"
+
+
+def test_write_result_replaces_its_file(tmp_path):
+    p1 = write_result(tmp_path, "e", "k", {"a": 1}, {"v": 1})
+    p2 = write_result(tmp_path, "e", "k", {"a": 1}, {"v": 2})
+    assert p1 == p2 and [p.name for p in (tmp_path / "e").iterdir()] == ["k.json"]
+    assert json.loads(p1.read_text())["result"] == {"v": 2}
 
 
 def test_explode_per_matrix(tiny):
@@ -127,28 +142,49 @@ def test_pytest_benchmark_loader(tmp_path):
     assert r["machine.cpu"] == "Test CPU" and r["commit"] == "abc123" and "data" not in df
 
 
-def test_backends_and_aggregators_loaders(tmp_path):
-    machine = {"cpu": "Test CPU", "cores": 2, "threads": 1, "torch": "2.13.0"}
-    rows = [dict(section="lora", case="roberta-base", backend=b, exact=b != "newton-schulz-muon", gflop=0.3,
-                 gap_to_optimum=g, ms_1t=ms, iqr_ms_1t=1.0, timing_1t={"samples": [0.01]})
-            for b, g, ms in [("householder", 1e-13, 40.0), ("cholesky-qr2", 2e-13, 35.0), ("newton-schulz-muon", 1e-2, 20.0)]]
-    rows.append(dict(rows[0], section="condition", case="cond 1e+10", gap_to_optimum=3e-7))
-    (tmp_path / "backends-quick-1.json").write_text(json.dumps(
-        {"experiment": "backends", "mode": "quick", "machine": machine, "rows": rows, "summary": ["line"],
-         "loadavg_before": [1.0, 1.0, 1.0]}))
-    b = loaders.load_backends(tmp_path)
-    assert len(b) == 4 and "timing_1t" not in b and (b["machine.cpu"] == "Test CPU").all()
+def test_backends_results_draw(tmp_path):
+    rows = [dict(exact=b != "newton-schulz-muon", gflop=0.3, gap_to_optimum=g, ms_1t=ms, iqr_ms_1t=1.0)
+            for b, g, ms in [("householder", 1e-13, 40.0), ("cholesky-qr2", 2e-13, 35.0),
+                             ("newton-schulz-muon", 1e-2, 20.0)]]
+    for b, r in zip(["householder", "cholesky-qr2", "newton-schulz-muon"], rows):
+        write_result(tmp_path, "backends", f"lora-{b}", dict(mode="quick", section="lora", case="roberta-base",
+                                                               backend=b), r)
+    b = loaders.load_results(tmp_path, experiment="backends")
+    assert len(b) == 3 and (b["case"] == "roberta-base").all()
     style.setup()
     fig = figures.fig_backends(b)
     labels, legend = _axes_text(fig)
     assert "latency, 1 thread (ms)" in labels and {"householder", "cholesky-qr2"} <= set(legend)
     _png_ok(style.save(fig, tmp_path / "f", "backends", style.caption(b))[0])
-    agg = {"preset": "roberta-base", "quick": True, "machine": machine,
-           "rows": [{"method": "flora", "downlink_pct": 100.0, "paper": [100.0, 4.3],
-                     "latency": {"median_ms": 5.0, "samples_s": [0.005]}}]}
-    (tmp_path / "roberta-base.json").write_text(json.dumps(agg))
-    a = loaders.load_aggregators(tmp_path)
-    assert len(a) == 1 and a.loc[0, "latency.median_ms"] == 5.0 and a.loc[0, "paper_latency_ms"] == 4.3
+
+
+def test_fig1_draws_four_or_more_thresholds(tiny, tmp_path):
+    """figures.py:48 raised TypeError (zip with None) once there were 4 or more FRAQ taus."""
+    style.setup()
+    df = loaders.load_results(tiny / "results" / "fig1")
+    fraq_rows = df[df["method"] == "fraq"]
+    extra = [fraq_rows.assign(tau=t) for t in (0.5, 0.6, 0.7)]  # 3 + 3 thresholds
+    d = pd.concat([df, *extra], ignore_index=True)
+    fig = figures.fig1_downlink(d)
+    _, legend = _axes_text(fig)
+    fraq_labels = [x for x in legend if x.startswith("FRAQ")]
+    assert len(fraq_labels) == 6
+    colors = {line.get_label(): line.get_color() for line in fig.axes[0].get_lines()}
+    assert len({str(colors[x]) for x in fraq_labels}) == 6  # one colour each
+
+
+def test_gpu_results_say_gpu_in_the_caption(tmp_path):
+    rec = write_result(tmp_path, "e", "k", {"a": 1}, {"v": 1})
+    data = json.loads(rec.read_text())
+    data["device"] = "cuda:0"
+    data["machine"].update(gpu="NVIDIA H100 80GB HBM3", gpu_driver="550.54", cuda="12.4", cusolver=11601)
+    rec.write_text(json.dumps(data))
+    cap = style.caption(loaders.load_results(tmp_path))
+    assert cap.startswith("GPU NVIDIA H100 80GB HBM3 (cuda:0, driver 550.54, CUDA 12.4, cuSOLVER 11601)")
+    assert style.caption(loaders.load_results(tmp_path / "e")).startswith("GPU")
+    data["device"] = "cpu"
+    rec.write_text(json.dumps(data))
+    assert style.caption(loaders.load_results(tmp_path)).startswith("CPU; ")
 
 
 # ----------------------------------------------------------------------------- figures
@@ -195,7 +231,7 @@ def test_fig1(tiny, tmp_path):
 def test_caption_has_machine_dtype_threads_versions(tiny):
     df = loaders.load_results(tiny / "results" / "table4")
     cap = style.caption(df)
-    for part in (str(df["machine.cpu"].iloc[0]), "float32", f"{sweeps.THREADS} torch thread(s)", "torch 2."):
+    for part in ("CPU; ", str(df["machine.cpu"].iloc[0]), "float32", f"{run.THREADS} torch thread(s)", "torch 2."):
         assert part in cap
 
 
@@ -211,7 +247,7 @@ def test_tables(tiny):
 def test_report_from_files(tiny):
     from analysis.reproduce import build
 
-    report = build(tiny, backends="skip")
+    report = build(tiny)
     text = report.read_text()
     for name in ("fig1_downlink", "fig3_scalability", "fig4_fidelity"):
         assert f"figures/{name}.png" in text

@@ -370,8 +370,8 @@ def test_newton_schulz_flops_grow_with_steps():
 
 
 def test_benchmark_case_rows():
-    """fraq.experiments.backends on a tiny case: one row per backend, Householder the baseline."""
-    from fraq.experiments.backends import Case, run_case, summary
+    """benchmarks.experiments.backends on a tiny case: one row per backend, Householder the baseline."""
+    from benchmarks.experiments.backends import Case, run_case, summary
 
     B, A = _stack(48, 64, (4, 4), batch=(2,))
     case = Case("lora", "tiny", [(B, A)], 0.9, None)

@@ -467,12 +467,15 @@ def test_cli_refuses_bad_flags(capsys):
 
 
 def test_saved_adapters_feed_the_fidelity_benchmark(tmp_path, monkeypatch):
-    """FRAQ_ADAPTERS points benchmarks/bench_fidelity.py at real saved client adapters."""
-    from benchmarks.bench_fidelity import _llama_modules, _measure
+    """FRAQ_ADAPTERS points the benchmarks' Fig. 4 cases (benchmarks.cases.fidelity_modules) at real saved
+    client adapters."""
+    import fraq
+    from benchmarks.bench_fidelity import _measure
+    from benchmarks.cases import fidelity_modules
 
     from fraq.aggregators.payload import ClientUpdate
     from fraq.federated.adapters import save_client_adapters
-    from fraq.reference import dense_aggregate
+    from fraq.reference import dense_aggregate, reference_svd
     from fraq.synthetic import lora_clients
 
     ranks = [4, 4, 4]
@@ -482,14 +485,16 @@ def test_saved_adapters_feed_the_fidelity_benchmark(tmp_path, monkeypatch):
                for k in range(3)]
     path = save_client_adapters(tmp_path / "round.safetensors", updates)
     monkeypatch.setenv("FRAQ_ADAPTERS", str(path))
-    modules = _llama_modules()
-    assert sorted(d for *_, d in modules) == [8, 16]
+    modules = fidelity_modules()
+    assert sorted(min(m, n) for *_, m, n in modules) == [8, 16]
     original = {16: (Bq, Aq), 8: (Bv, Av)}  # d = min(m, n) of q (24 x 16) and v (8 x 16)
-    for Bs, As, B, A, S, d in modules:
+    for _, Bs, As, m, n in modules:
+        d = min(m, n)
+        B, A = fraq.stack(Bs, As)
         ref = dense_aggregate(*original[d], [1.0, 2.0, 3.0], [2.0] * 3)
         tol = 64 * torch.finfo(torch.float32).eps * float(torch.linalg.matrix_norm(ref))
-        assert float(torch.linalg.matrix_norm(B[0].double() @ A[0].double() - ref)) <= tol
-        row = _measure("fraq", Bs, As, B, A, S, 4, d)
+        assert float(torch.linalg.matrix_norm(B.double() @ A.double() - ref)) <= tol
+        row = _measure("fraq", Bs, As, B, A, reference_svd(B, A)[1], 4, d, torch.device("cpu"))
         assert row["excess"] <= 1e-5
 
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import fraq
-from fraq.measure.ablation import VARIANTS, ablation_variant
-from fraq.measure.fidelity import fidelity, orthogonality_error
+from benchmarks.measure.ablation import VARIANTS, ablation_variant
+from benchmarks.measure.fidelity import fidelity, orthogonality_error
 from fraq.flops import (
     analytic_flops,
     eigh_flops,
@@ -27,10 +27,10 @@ from fraq.flops import (
 )
 from fraq.flops import qr_flops as geqrf_flops
 from fraq.flops import reflector_flops as ormqr_flops
-from fraq.measure.flops import count_flops
-from fraq.measure.memory import peak_memory, tensor_bytes
-from fraq.measure.methods import get_method
-from fraq.measure.timing import threads, time_call
+from benchmarks.measure.flops import count_flops
+from benchmarks.measure.memory import peak_memory, tensor_bytes
+from benchmarks.measure.methods import get_method
+from benchmarks.measure.timing import threads, timed
 from fraq.reference import reference_svd
 from fraq.synthetic import lora_clients
 
@@ -268,7 +268,7 @@ def test_fraq_method_is_stack_then_recompress():
 
 def test_time_call_records_threads():
     with threads(1) as n:
-        t = time_call(lambda: torch.randn(10), repeats=3, warmup=1)
+        t = timed(lambda: torch.randn(10), repeats=3, warmup=1)
     assert n == 1 and t.threads == 1 and len(t.samples) == 3
     assert t.q25 <= t.median <= t.q75
     with pytest.raises(ValueError, match="threads"):
@@ -298,3 +298,76 @@ def test_counted_baselines_match_analytic_model(method, m, n):
     Bs, As = lora_clients(m, n, [4, 4, 4], batch=(2,), seed=8)
     counted = count_flops(lambda: fn(Bs, As, rank=3)).total
     assert counted == pytest.approx(2 * analytic_flops(method, m, n, 12, 3), rel=1e-6)
+
+
+# ------------------------------------------------------------------ the roofline benchmark's model
+
+
+def test_eq12_flops_is_table5_plus_the_rank_terms():
+    from benchmarks.roofline import eq12_flops
+    from fraq.flops import fraq_table5
+
+    d, D, r = 768, 3072, 80
+    p = torch.tensor([3, 10, 22])
+    assert eq12_flops(d, D, r, p) == pytest.approx(sum(fraq_table5(d, D, r, 0) + 2 * (d + D) * r * int(q) for q in p))
+    assert eq12_flops(40, 60, 80, torch.tensor([5])) == pytest.approx((2 * 40 + 3 * 60) * 80 * 40 + 2 * 100 * 40 * 5)
+
+
+# ------------------------------------------------------------------ the machine record and the device
+
+
+def test_machine_record_names_the_device_and_gpu_fields():
+    from fraq._machine import machine_record
+
+    rec = machine_record("cpu")
+    assert rec["device"] == "cpu" and rec["threads"] == torch.get_num_threads()
+    for key in ("gpu", "gpu_driver", "cuda", "cusolver", "cpu", "cores", "blas", "torch", "git_sha"):
+        assert key in rec, key
+    assert rec["gpu"] is None and rec["gpu_driver"] is None and rec["cusolver"] is None
+    assert rec["cuda"] == torch.version.cuda
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the record's GPU fields are read from it")
+def test_machine_record_on_cuda():
+    from fraq._machine import machine_record
+
+    rec = machine_record("cuda")
+    assert rec["gpu"] == torch.cuda.get_device_name(0) and rec["device"] == "cuda"
+    assert rec["cusolver"] is None or rec["cusolver"] > 10000
+
+
+def test_unavailable_device_reasons():
+    from benchmarks.device import unavailable
+
+    assert unavailable(torch.device("cpu")) is None
+    if not torch.cuda.is_available():
+        reason = unavailable(torch.device("cuda:0"))
+        assert reason.startswith("device cuda:0 requested but")
+    else:
+        past = torch.device(f"cuda:{torch.cuda.device_count()}")
+        assert "visible" in unavailable(past)
+
+
+def test_timed_records_device_and_threads():
+    t = timed(lambda: torch.ones(10).sum(), repeats=3, warmup=1)
+    assert t.device == "cpu" and t.threads == torch.get_num_threads() and len(t.samples) == 3
+    assert t.q25 <= t.median <= t.q75
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: CUDA events and the allocator's counters")
+def test_cuda_timing_and_peak_memory():
+    a = torch.randn(512, 512, device="cuda")
+    t = timed(lambda: a @ a, repeats=3, warmup=1, device="cuda")
+    assert t.device == "cuda" and all(s > 0 for s in t.samples)
+    assert peak_memory(lambda: a @ a, device="cuda").peak >= 512 * 512 * 4
+
+
+def test_peak_memory_keeps_the_profilers_lines_off_the_terminal(capfd):
+    """torch's profiler prints "USDT ... profiler_start/stop" to fd 2 on every start and stop."""
+    peak_memory(lambda: torch.ones(100))
+    out, err = capfd.readouterr()
+    assert "USDT" not in err and "profiler_st" not in err and "USDT" not in out
+    import sys
+
+    print("still reaches stderr", file=sys.stderr)
+    assert "still reaches stderr" in capfd.readouterr().err

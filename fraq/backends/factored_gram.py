@@ -23,7 +23,7 @@ accuracy in the aggregate's spectrum by the factor
 
 **Status.** :func:`fraq.recompress` uses them with ``gram="factored"``; when W_Y or G
 is out of range it scales both factors (X, hence C, and Y) by powers of two first;
-:mod:`fraq.experiments.backends` times the factored path stage by stage.
+:mod:`benchmarks.experiments.backends` times the factored path stage by stage.
 """
 
 from __future__ import annotations

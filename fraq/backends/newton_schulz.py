@@ -71,13 +71,13 @@ each product :math:`\tilde Q_k P_k`, relative to the smallest singular values at
 step and scaled by :math:`\lVert P_k\rVert`; no later step can undo it (right
 multiplication keeps the span). The cubic step has :math:`\lVert P\rVert \le 3/2`;
 Polar Express's first steps have up to 8.2, so it trades steps for accuracy: on
-duplicated RoBERTa-shaped stacks ``fraq.experiments.backends`` measured 1.3e-6 relative
+duplicated RoBERTa-shaped stacks ``benchmarks.experiments.backends`` measured 1.3e-6 relative
 error above the optimum for Polar Express, 8e-7 for the cubic and 3e-7 for Householder.
 
 **Cost**, leading order per matrix: 4 d r^2 per step (the Gram and the update), plus
 2 d r^2 for T (and O(r^3) for the r x r work); applying Q is 2 d r p. Against
 Householder's 2 d r^2 this pays off only where a GEMM is far faster than a panel QR,
-i.e. possibly on a GPU, not on a CPU; ``fraq.experiments.backends`` measures it.
+i.e. possibly on a GPU, not on a CPU; ``benchmarks.experiments.backends`` measures it.
 
 Wide X (r >= d) gets the exact basis Q = I_d, C = X (no iteration needed).
 

@@ -150,7 +150,7 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
             raise FileExistsError(f"{question} Refused: pass --resume to continue that run or --overwrite to "
                                   f"replace it, or choose another --out")
     finished, states = _read_earlier(cfg, cfg_json, out_dir) if resume else ({}, {})
-    from fraq.measure.machine import machine_record
+    from fraq._machine import machine_record
 
     if cfg["threads"] is not None:  # before the machine record, which reports the thread count
         import torch

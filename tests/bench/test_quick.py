@@ -13,57 +13,88 @@ and compare against a saved baseline:
 
 Each benchmark records in ``extra_info`` (saved in the JSON): counted FLOPs, the
 analytic model's FLOPs, tensor peak memory, mean relative error and its excess over the
-float64 optimum (plain and in quadrature, see :mod:`fraq.measure.fidelity`), the
+float64 optimum (plain and in quadrature, see :mod:`benchmarks.measure.fidelity`), the
 selected rank and the thread count. Inputs and measurements are
-the asv suite's (``benchmarks.common``, :mod:`fraq.measure`) at smaller sizes; threads
-are ``FRAQ_BENCH_THREADS`` (default 1), as there.
+the asv suite's (:mod:`benchmarks.cases`, :mod:`benchmarks.measure`) at smaller sizes;
+threads are ``FRAQ_BENCH_THREADS`` (default 1) and the device ``FRAQ_BENCH_DEVICE``
+(default cpu; a missing GPU skips every check with the reason), as there.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
 import pytest
 import torch
 
 import fraq
-from fraq.measure import count_flops, fidelity, peak_memory
-from fraq.measure.ablation import VARIANTS, ablation_variant
+from benchmarks import cases
+from benchmarks.device import to_device
+from benchmarks.measure import count_flops, fidelity, peak_memory
+from benchmarks.measure.ablation import VARIANTS, variant_calls
+from benchmarks.measure.methods import BASELINES, get_method
+from benchmarks.measure.timing import threads
 from fraq.flops import analytic_flops
-from fraq.measure.methods import BASELINES, get_method
-from fraq.measure.timing import threads
-from fraq.synthetic import lora_clients
 
-THREADS = int(os.environ.get("FRAQ_BENCH_THREADS", "1"))
+THREADS = cases.THREADS
 MODULES, D, CLIENTS, CLIENT_RANK, P = 12, 768, 10, 8, 8
 FLEXLORA_D = 256  # FlexLoRA's dense SVDs: 12 at d = 768 take ~5 s, too slow for a quick check
+
+
+@pytest.fixture(scope="module")
+def device() -> torch.device:
+    """``FRAQ_BENCH_DEVICE`` (default cpu), as every suite; a device this machine does not
+    have skips every check with the reason, a malformed value fails with a ValueError."""
+    from benchmarks.device import bench_device, unavailable
+
+    dev = bench_device()
+    reason = unavailable(dev)
+    if reason is not None:
+        pytest.skip(reason)
+    return dev
 
 
 def _backends() -> list[str]:
     return sorted(fraq.BACKENDS)
 
 
-def _data(d: int):
-    Bs, As = lora_clients(d, d, [CLIENT_RANK] * CLIENTS, batch=(MODULES,), seed=0)
-    return Bs, As, *fraq.stack(Bs, As)
+def _data(d: int, device):
+    Bs, As = cases.clients(d, d, (CLIENT_RANK,) * CLIENTS, MODULES)
+    B, A = fraq.stack(list(Bs), list(As))
+    return to_device(list(Bs), device), to_device(list(As), device), B, A
 
 
 @pytest.fixture(scope="module")
-def roberta_like():
-    return _data(D)
+def roberta_like(device):
+    return _data(D, device)
 
 
 @pytest.fixture(scope="module")
-def small():
-    return _data(FLEXLORA_D)
+def small(device):
+    return _data(FLEXLORA_D, device)
 
 
-def _run(benchmark, call, *, B, A, method, d, r, rounds=7):
+def _synchronized(call, device):
+    if device.type != "cuda":
+        return call
+
+    def run():
+        out = call()
+        torch.cuda.synchronize(device)
+        return out
+
+    return run
+
+
+def _cpu(*ts):
+    return tuple(t.cpu() if isinstance(t, torch.Tensor) else t for t in ts)
+
+
+def _run(benchmark, call, *, B, A, method, d, r, device, rounds=7):
     """Time ``call`` with pytest-benchmark and record the other measurements."""
     with threads(THREADS):
-        Bg, Ag, p = call()
-        benchmark.pedantic(call, rounds=rounds, warmup_rounds=1)
+        Bg, Ag, p = _cpu(*call())
+        benchmark.pedantic(_synchronized(call, device), rounds=rounds, warmup_rounds=1)
         if benchmark.disabled:
             return
         f = fidelity(B, A, Bg, Ag, p)
@@ -74,15 +105,15 @@ def _run(benchmark, call, *, B, A, method, d, r, rounds=7):
         except (NotImplementedError, ValueError):
             model = float("nan")
         benchmark.extra_info.update(
-            method=method, modules=MODULES, d=d, r=r, threads=torch.get_num_threads(),
-            flops=count_flops(call).total, flops_model=model, peak_bytes=peak_memory(call).peak,
+            method=method, modules=MODULES, d=d, r=r, threads=torch.get_num_threads(), device=str(device),
+            flops=count_flops(call).total, flops_model=model, peak_bytes=peak_memory(call, device=device).peak,
             relative_error=float(f.relative_error.mean()), excess=float(f.excess.mean()),
             excess_quadrature=float(f.excess_quadrature.mean()), rank_mean=float(ranks.mean()),
         )
 
 
 @pytest.mark.parametrize("method", ["fraq", *BASELINES])
-def test_aggregate(benchmark, method, roberta_like, small):
+def test_aggregate(benchmark, method, roberta_like, small, device):
     """FRAQ and the baselines on 12 modules, 10 clients of rank 8 (stacking included)."""
     d = FLEXLORA_D if method == "flexlora" else D
     Bs, As, B, A = small if method == "flexlora" else roberta_like
@@ -91,42 +122,42 @@ def test_aggregate(benchmark, method, roberta_like, small):
     except NotImplementedError as exc:
         pytest.skip(str(exc))
     _run(benchmark, lambda: fn(Bs, As, rank=P), B=B, A=A, method=method, d=d, r=CLIENTS * CLIENT_RANK,
-         rounds=3 if method == "flexlora" else 7)
+         device=device, rounds=3 if method == "flexlora" else 7)
 
 
 @pytest.mark.parametrize("backend", _backends())
-def test_backend(benchmark, backend, roberta_like):
+def test_backend(benchmark, backend, roberta_like, device):
     """Every registered backend on the same stacks, recompression only."""
     _, _, B, A = roberta_like
+    Bd, Ad = to_device((B, A), device)
 
     def call():
-        res = fraq.recompress(B, A, rank=P, backend=backend)
+        res = fraq.recompress(Bd, Ad, rank=P, backend=backend)
         return res.B, res.A, res.rank
 
-    _run(benchmark, call, B=B, A=A, method=f"fraq:{backend}", d=D, r=CLIENTS * CLIENT_RANK)
+    _run(benchmark, call, B=B, A=A, method=f"fraq:{backend}", d=D, r=CLIENTS * CLIENT_RANK, device=device)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_ablation(benchmark, variant):
+def test_ablation(benchmark, variant, device):
     """Table 4's variants on 8 of its 56 gate/up projections (8192 x 3072, r = 64, p = 8)."""
-    Bs, As = lora_clients(8192, 3072, [8] * 8, batch=(8,), seed=0)
-    B, A = fraq.stack(Bs, As)
-    orientation, spectral = VARIANTS[variant]
+    B, A = cases.table4_stacks(modules=8)
+    variant_call = variant_calls(*to_device((B, A), device), P)[variant]
 
     def call():
-        Bg, Ag = ablation_variant(B, A, P, orientation=orientation, spectral=spectral)
-        return Bg, Ag, P
+        return (*variant_call(), P)
 
     with threads(THREADS):
-        benchmark.pedantic(call, rounds=5, warmup_rounds=1)
+        benchmark.pedantic(_synchronized(call, device), rounds=5, warmup_rounds=1)
         if benchmark.disabled:
             return
-        Bg, Ag, _ = call()
+        Bg, Ag, _ = _cpu(*call())
         f = fidelity(B, A, Bg, Ag, P)
         benchmark.extra_info.update(
-            variant=variant, modules=8, threads=torch.get_num_threads(), flops=count_flops(call).total,
-            peak_bytes=peak_memory(call).peak, relative_error=float(f.relative_error.mean()),
-            excess=float(f.excess.mean()), excess_quadrature=float(f.excess_quadrature.mean()), rank_mean=float(P),
+            variant=variant, modules=8, threads=torch.get_num_threads(), device=str(device),
+            flops=count_flops(call).total, peak_bytes=peak_memory(call, device=device).peak,
+            relative_error=float(f.relative_error.mean()), excess=float(f.excess.mean()),
+            excess_quadrature=float(f.excess_quadrature.mean()), rank_mean=float(P),
         )
 
 

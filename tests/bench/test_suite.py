@@ -1,8 +1,10 @@
 """The asv suite's own machinery, checked without running asv (fast, in the default run).
 
 The suite imports and every benchmark class is well formed (what ``asv check`` checks),
-the regression workflow exports a commit with the current measurement layer over it, and
-its parser reads ``asv compare``'s table.
+no module of the benchmarks package exposes a module-level name asv would take for a
+benchmark, ``FRAQ_BENCH_DEVICE`` is parsed and a missing device skips (asv's
+NotImplementedError from ``setup``), the regression workflow exports a commit's tree as
+it is, and its parser reads ``asv compare``'s table.
 """
 
 from __future__ import annotations
@@ -10,10 +12,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import pkgutil
 import subprocess
 import sys
 
 import pytest
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
@@ -39,7 +43,8 @@ def test_suite_modules_are_well_formed(name):
         extra = 1 if hasattr(cls, "setup_cache") else 0  # setup_cache's result comes first
         for m in methods:
             sig = inspect.signature(getattr(cls, m))
-            assert len(sig.parameters) == 1 + extra + len(params), f"{cls.__name__}.{m}"
+            varargs = any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values())
+            assert varargs or len(sig.parameters) == 1 + extra + len(params), f"{cls.__name__}.{m}"
             if m.startswith("track_"):
                 assert isinstance(getattr(getattr(cls, m), "unit", None), str), f"{cls.__name__}.{m} has no unit"
             benchmarks += 1
@@ -64,16 +69,81 @@ def test_parse_compare_reads_asv_tables():
     assert rows[0] == ("+", "2.10", "bench_recompress.RankSweep.time_aggregate('fraq', 16, 'batched')")
 
 
-def test_export_commit_overlays_the_measurement_layer(tmp_path):
+def test_no_module_exposes_a_stray_benchmark():
+    """asv imports every module under benchmarks/ and collects any public module-level
+    function named time_*, track_*, ...: only the bench_* classes may define benchmarks."""
+    import benchmarks
+
+    for info in pkgutil.walk_packages(benchmarks.__path__, "benchmarks."):
+        module = importlib.import_module(info.name)
+        stray = [n for n, v in vars(module).items() if n.startswith(PREFIXES) and inspect.isfunction(v)]
+        assert not stray, (info.name, stray)
+
+
+@pytest.mark.parametrize("text,want", [("cpu", "cpu"), ("cuda", "cuda"), ("cuda:1", "cuda:1"), (" cpu ", "cpu")])
+def test_device_parsing(monkeypatch, text, want):
+    from benchmarks.device import bench_device
+
+    monkeypatch.setenv("FRAQ_BENCH_DEVICE", text)
+    assert bench_device() == torch.device(want)
+    monkeypatch.delenv("FRAQ_BENCH_DEVICE")
+    assert bench_device() == torch.device("cpu")
+    assert bench_device(text) == torch.device(want)
+
+
+@pytest.mark.parametrize("text", ["gpu", "cuda:", "cuda:x", "CPU", "mps", ""])
+def test_device_refuses_malformed_values(monkeypatch, text):
+    from benchmarks.device import bench_device
+
+    monkeypatch.setenv("FRAQ_BENCH_DEVICE", text or "cuda:-1")
+    with pytest.raises(ValueError, match="FRAQ_BENCH_DEVICE"):
+        bench_device()
+    with pytest.raises(ValueError, match="--device"):
+        bench_device(text or "cuda:-1")
+
+
+def _missing_cuda() -> str:
+    if torch.cuda.is_available():
+        return f"cuda:{torch.cuda.device_count()}"  # one past the last device
+    return "cuda"
+
+
+def test_missing_device_skips_asv_setup(monkeypatch):
+    """Every suite's setup raises asv's skip, NotImplementedError, naming the device."""
+    from benchmarks import bench_ablation, bench_recompress
+
+    device = _missing_cuda()
+    monkeypatch.setenv("FRAQ_BENCH_DEVICE", device)
+    with pytest.raises(NotImplementedError, match=device):
+        bench_recompress.Sweep().setup("fraq", "r", 16, "batched")
+    with pytest.raises(NotImplementedError, match=device):
+        bench_recompress.Backends().setup("householder", "d768-r16")
+    cache = bench_ablation.Table4().setup_cache()
+    assert isinstance(cache, str) and device in cache
+    with pytest.raises(NotImplementedError, match=device):
+        bench_ablation.Table4().setup(cache, "library")
+
+
+def test_missing_device_stops_the_runner(monkeypatch, capsys, tmp_path):
+    from benchmarks import run
+
+    monkeypatch.setenv("FRAQ_BENCH_DEVICE", _missing_cuda())
+    assert run.main(["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: device cuda") and "\n" not in err
+    assert not list(tmp_path.iterdir())  # stopped before measuring anything
+
+
+def test_export_commit_is_the_commit_alone(tmp_path):
     from benchmarks.regress import export_commit
 
     try:
-        first = subprocess.run(["git", "rev-list", "--max-parents=0", "HEAD"], cwd=ROOT, check=True,
-                               capture_output=True, text=True).stdout.split()[0]
-    except (OSError, subprocess.CalledProcessError, IndexError):
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, check=True, capture_output=True,
+                              text=True).stdout.strip()
+        listed = subprocess.run(["git", "ls-tree", "-r", "--name-only", head], cwd=ROOT, check=True,
+                                capture_output=True, text=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout")
-    export_commit(first, str(tmp_path))
-    assert os.path.isfile(tmp_path / "fraq" / "__init__.py")
-    for f in ("memory.py", "flops.py", "fidelity.py"):
-        with open(os.path.join(ROOT, "fraq", "measure", f)) as a, open(tmp_path / "fraq" / "measure" / f) as b:
-            assert a.read() == b.read()
+    export_commit(head, str(tmp_path))
+    exported = sorted(os.path.relpath(os.path.join(d, f), tmp_path) for d, _, fs in os.walk(tmp_path) for f in fs)
+    assert exported == sorted(listed)

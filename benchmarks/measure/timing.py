@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-__all__ = ["Timing", "time_call", "gemm_rate", "threads"]
+__all__ = ["Timing", "timed", "gemm_rate", "threads"]
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_call(
+def timed(
     fn: Callable[[], object],
     *,
     repeats: int = 7,
@@ -97,7 +97,8 @@ def time_call(
     """Time ``fn()``: ``warmup`` untimed calls, then at least ``repeats`` timed ones.
 
     If ``min_time`` > 0, timing continues until the samples add up to it. On CUDA each
-    sample is measured with events around the call after a synchronize.
+    sample is measured with events on the device's current stream around the call, after
+    the warm-up calls and a synchronize; the end event is waited for before the next call.
     """
     device = torch.device(device)
     for _ in range(warmup):
@@ -108,9 +109,10 @@ def time_call(
         if device.type == "cuda":
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
-            start.record()
+            stream = torch.cuda.current_stream(device)
+            start.record(stream)
             fn()
-            end.record()
+            end.record(stream)
             end.synchronize()
             samples.append(start.elapsed_time(end) / 1e3)
         else:
@@ -126,5 +128,5 @@ def gemm_rate(size: int = 2048, dtype: torch.dtype = torch.float32, device: torc
     g = torch.Generator(device="cpu").manual_seed(0)
     a = torch.randn(size, size, generator=g, dtype=dtype).to(device)
     b = torch.randn(size, size, generator=g, dtype=dtype).to(device)
-    t = time_call(lambda: torch.matmul(a, b), repeats=repeats, warmup=1, device=device)
+    t = timed(lambda: torch.matmul(a, b), repeats=repeats, warmup=1, device=device)
     return 2.0 * size**3 / t.median

@@ -1,32 +1,27 @@
-"""The reduced and paper sweeps behind Figs. 1, 3, 4 and Tables 4-5, written as results files.
+"""The sweeps behind Figs. 1, 3, 4 and Tables 4-5 as data, and their jobs for the runner.
 
-A sweep is data (:data:`CONFIGS`); running it calls the project's measurement layer
-(:mod:`fraq.measure`: ``time_call``, ``peak_memory``, ``count_flops``, ``fidelity``,
-``analytic_flops``, the Table 4 variants, methods by name) and the aggregators' downlink
-accounting, and writes one JSON per result with its config, the machine record, versions
-and git sha (:func:`write_result`). Nothing here computes a measurement itself; the
-figures are drawn from the files by :mod:`analysis.figures` and :mod:`analysis.tables`.
-
-Every timing runs at :data:`THREADS` torch thread(s) (1 by default: on 2-core machines
-shared with other jobs, 2-thread LAPACK calls have been seen to slow 100x), float32.
+A sweep is data (:data:`CONFIGS`: ``reduced`` for ``make run``, ``paper`` for the
+paper's sizes where feasible, ``tiny`` for tests). :func:`jobs` turns one into
+``(experiment, key, config, measure)`` jobs whose inputs come from
+:mod:`benchmarks.cases` and whose measurements are :mod:`benchmarks.measure`'s;
+:mod:`benchmarks.run` runs them and writes one result file per result
+(:mod:`benchmarks.results`). Timings run at the runner's thread count (1 by default),
+float32, on the runner's device (``--device`` / ``FRAQ_BENCH_DEVICE``); the float64
+references always run on the CPU.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
-import platform
-import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import torch
 
-__all__ = ["CONFIGS", "THREADS", "DTYPE", "jobs", "run_job", "write_result", "versions"]
+from benchmarks import cases
+from benchmarks.device import to_device
 
-THREADS = int(os.environ.get("FRAQ_ANALYSIS_THREADS", "1"))
-DTYPE = torch.float32
+__all__ = ["CONFIGS", "DTYPE", "METHODS", "jobs"]
+
+DTYPE = cases.DTYPE
 METHODS = ("fraq", "florist", "flexlora")
 
 CONFIGS: dict[str, dict] = {
@@ -66,77 +61,46 @@ CONFIGS: dict[str, dict] = {
 }
 
 
-def versions() -> dict:
-    import numpy
-    import scipy
-
-    import fraq
-
-    return {"fraq": getattr(fraq, "__version__", "unknown"), "torch": torch.__version__, "numpy": numpy.__version__,
-            "scipy": scipy.__version__, "python": platform.python_version()}
-
-
-def write_result(out: Path, experiment: str, key: str, config: dict, result: dict) -> Path:
-    """One result file: ``out/<experiment>/<key>.json`` with config, result, machine and versions."""
-    from fraq.measure import machine_record
-
-    machine = machine_record()
-    rec = dict(experiment=experiment, config=config, result=result, machine=machine, versions=versions(),
-               git_sha=machine.get("git_sha"), dtype=str(DTYPE).removeprefix("torch."),
-               threads=torch.get_num_threads(), loadavg=os.getloadavg()[0],
-               created=time.strftime("%Y-%m-%dT%H:%M:%S"))
-    path = out / experiment / f"{key}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rec, indent=1, default=str))
-    return path
-
-
 # ----------------------------------------------------------------------------- jobs
 
 
-def jobs(mode: str) -> Iterator[tuple[str, str, dict, Callable[[], dict]]]:
-    """(experiment, key, config, measure) for every result of the ``mode`` sweep, cheap first."""
-    cfg = CONFIGS[mode]
-    yield from _table4_jobs(cfg["table4"])
-    yield from _fig4_cond_jobs(cfg["fig4_cond"])
-    yield from _fig4_rank_jobs(cfg["fig4_rank"])
-    yield from _fig1_jobs(cfg["fig1"])
-    yield from _fig3_jobs(cfg["fig3"])
+def jobs(mode: str, device: torch.device | str = "cpu") -> Iterator[tuple[str, str, dict, Callable[[], dict]]]:
+    """(experiment, key, config, measure) for every result of the ``mode`` sweep, cheap first.
 
-
-def run_job(out: Path, job) -> list[Path]:
-    """Run one job at :data:`THREADS` threads and write its result file(s).
-
-    A job whose measurement shares expensive setup across several results (float64
-    references, generated inputs) returns ``{"many": [(key, config, result), ...]}``.
+    ``measure()`` returns one result dict, or ``{"many": [(key, config, result), ...]}``
+    when one job's shared setup (float64 references, generated inputs) serves several.
     """
-    from fraq.measure.timing import threads
+    if mode not in CONFIGS:
+        raise ValueError(f"mode(={mode!r}) is not one of {sorted(CONFIGS)}")
+    device = torch.device(device)
+    cfg = CONFIGS[mode]
+    yield from _table4_jobs(cfg["table4"], device)
+    yield from _fig4_cond_jobs(cfg["fig4_cond"], device)
+    yield from _fig4_rank_jobs(cfg["fig4_rank"], device)
+    yield from _fig1_jobs(cfg["fig1"])
+    yield from _fig3_jobs(cfg["fig3"], device)
 
-    experiment, key, config, measure = job
-    with threads(THREADS):  # the record's thread count is the one the measurement ran at
-        result = measure()
-        if "many" in result:
-            return [write_result(out, experiment, k, cf, r) for k, cf, r in result["many"]]
-        return [write_result(out, experiment, key, config, result)]
+
+def _timing(fn, repeats: int, warmup: int, device) -> dict:
+    from benchmarks.measure import timed
+
+    return timed(fn, repeats=repeats, warmup=warmup, device=device).as_dict()
 
 
-def _timing(fn, repeats: int, warmup: int) -> dict:
-    from fraq.measure import time_call
-
-    return time_call(fn, repeats=repeats, warmup=warmup).as_dict()
+def _cpu(*ts):
+    return tuple(t.cpu() if isinstance(t, torch.Tensor) else t for t in ts)
 
 
 # --- Fig. 3 and Table 5: runtime, peak memory, counted and analytic FLOPs
 
 
-def _fig3_point(method: str, d: int, r: int, mode: str, c: dict) -> dict:
-    from fraq.measure import count_flops, peak_memory
+def _fig3_point(method: str, d: int, r: int, mode: str, c: dict, device) -> dict:
+    from benchmarks.measure import count_flops, peak_memory
+    from benchmarks.measure.methods import clients_as_batch, get_method
     from fraq.flops import analytic_flops
-    from fraq.measure.methods import clients_as_batch, get_method
-    from fraq.synthetic import lora_clients
 
-    ranks = [c["client_rank"]] * (r // c["client_rank"]) + ([r % c["client_rank"]] if r % c["client_rank"] else [])
-    Bs, As = lora_clients(d, d, ranks, batch=(c["modules"],), seed=0, dtype=DTYPE)
+    Bs, As = to_device(cases.clients(d, d, cases.sweep_ranks(r, c["client_rank"]), c["modules"]), device)
+    Bs, As = list(Bs), list(As)
     p = min(c["p"], r, d)
     fn = get_method(method)
     if mode == "batched":
@@ -145,8 +109,8 @@ def _fig3_point(method: str, d: int, r: int, mode: str, c: dict) -> dict:
         per = [clients_as_batch(Bs, As, i) for i in range(c["modules"])]
         call = lambda: [fn(b, a, rank=p) for b, a in per]  # noqa: E731
     slow = method == "flexlora"
-    res = dict(timing=_timing(call, c["slow_repeats"] if slow else c["repeats"], 0 if slow else 1),
-               peak_bytes=peak_memory(call).peak)
+    res = dict(timing=_timing(call, c["slow_repeats"] if slow else c["repeats"], 0 if slow else 1, device),
+               peak_bytes=peak_memory(call, device=device).peak)
     if mode == "batched":
         fc = count_flops(call)
         res.update(counted_flops=fc.total, uncounted=list(fc.uncounted))
@@ -155,7 +119,7 @@ def _fig3_point(method: str, d: int, r: int, mode: str, c: dict) -> dict:
     return res
 
 
-def _fig3_jobs(c: dict):
+def _fig3_jobs(c: dict, device):
     points = [("r", c["d_fixed"], r) for r in c["ranks"]] + [("d", d, c["r_fixed"]) for d in c["dims"]]
     for sweep, d, r in points:
         for method in METHODS:
@@ -165,36 +129,26 @@ def _fig3_jobs(c: dict):
                 config = dict(figure="fig3", sweep=sweep, method=method, mode=mode, d=d, D=d, r=r,
                               p=min(c["p"], r, d), modules=c["modules"], client_rank=c["client_rank"])
                 yield ("fig3", f"{sweep}-{method}-{mode}-d{d}-r{r}", config,
-                       lambda method=method, d=d, r=r, mode=mode: _fig3_point(method, d, r, mode, c))
+                       lambda method=method, d=d, r=r, mode=mode: _fig3_point(method, d, r, mode, c, device))
 
 
 # --- Fig. 4 left: relative error against output rank, per module
 
 
-def _preset_modules(name: str, layers: int, seed: int = 100):
-    """(group name, m, n, Bs, As) per module group of a preset, ``layers`` of each, float32."""
-    from fraq.presets import get_preset
-    from fraq.synthetic import lora_clients
-
-    preset = get_preset(name)
-    for i, g in enumerate(preset.groups):
-        Bs, As = lora_clients(g.m, g.n, preset.ranks, batch=(min(layers, g.count),), seed=seed + i, dtype=DTYPE)
-        yield g.name, g.m, g.n, Bs, As
-
-
-def _fig4_rank_all(c: dict) -> list[tuple[str, dict, dict]]:
+def _fig4_rank_all(c: dict, device) -> list[tuple[str, dict, dict]]:
     import fraq
-    from fraq.measure import fidelity
-    from fraq.measure.methods import get_method
+    from benchmarks.measure import fidelity
+    from benchmarks.measure.methods import get_method
 
     out = []
-    for group, m, n, Bs, As in _preset_modules(c["preset"], c["layers"]):
+    for group, Bs, As, m, n in cases.fidelity_modules(c["preset"], c["layers"]):
         B, A = fraq.stack(Bs, As)
+        Bd, Ad = to_device(Bs, device), to_device(As, device)
         for method in METHODS:
             if method == "flexlora" and min(m, n) > c["flexlora_max_d"]:
                 continue
             for p in c["ranks"]:
-                Bg, Ag, rank = get_method(method)(Bs, As, rank=p)
+                Bg, Ag, rank = _cpu(*get_method(method)(Bd, Ad, rank=p))
                 f = fidelity(B, A, Bg, Ag, rank)
                 config = dict(figure="fig4_rank", preset=c["preset"], group=group, m=m, n=n, method=method, p=p,
                               layers=int(B.shape[0]), clients=len(Bs))
@@ -204,89 +158,61 @@ def _fig4_rank_all(c: dict) -> list[tuple[str, dict, dict]]:
     return out
 
 
-def _fig4_rank_jobs(c: dict):
+def _fig4_rank_jobs(c: dict, device):
     # One job: the inputs are generated once and every (method, p) result written on its own.
-    yield ("fig4_rank", "*", dict(figure="fig4_rank", **c), lambda: {"many": _fig4_rank_all(c)})
+    yield ("fig4_rank", "*", dict(figure="fig4_rank", **c), lambda: {"many": _fig4_rank_all(c, device)})
 
 
 # --- Fig. 4 right: error against condition number at full output rank
 
 
-def _conditioned(c: dict, kappa: float, seed: int):
-    """8 clients' factors of a rank-64 aggregate with singular values log-spaced 1..1/kappa,
-    rotated so the ill-conditioning is not aligned with the factors' columns."""
-    from fraq.synthetic import spectrum_matrix
-
-    m, n = c["shape"]
-    k, K = c["rank"], c["clients"]
-    sv = torch.logspace(0, -math.log10(kappa), k, dtype=torch.float64) if kappa > 1 else torch.ones(k, dtype=torch.float64)
-    Bs, As = [], []
-    for b in range(c["batch"]):
-        B, A = spectrum_matrix(m, n, sv, seed=seed + b)
-        g = torch.Generator().manual_seed(seed + 1000 + b)
-        mix, _ = torch.linalg.qr(torch.randn(k, k, generator=g, dtype=torch.float64))
-        Bs.append(B @ mix)
-        As.append(mix.mT @ A)
-    B, A = torch.stack(Bs), torch.stack(As)  # (batch, m, k), (batch, k, n)
-    w = k // K
-    # Client j holds columns j*w..(j+1)*w of the factors, scaled by K so the uniform-weight
-    # stack K^-1 sum_j B_j A_j is B A.
-    return ([(K * B[..., j * w:(j + 1) * w]).to(DTYPE) for j in range(K)],
-            [A[..., j * w:(j + 1) * w, :].contiguous().to(DTYPE) for j in range(K)])
-
-
-def _fig4_cond_point(c: dict, method: str, kappa: float) -> dict:
+def _fig4_cond_point(c: dict, method: str, kappa: float, device) -> dict:
     import fraq
-    from fraq.measure import fidelity
-    from fraq.measure.methods import get_method
+    from benchmarks.measure import fidelity
+    from benchmarks.measure.methods import get_method
 
-    Bs, As = _conditioned(c, kappa, seed=11)
+    Bs, As, _ = cases.conditioned(*c["shape"], c["rank"], kappa, clients=c["clients"], batch=c["batch"])
     B, A = fraq.stack([b.double() for b in Bs], [a.double() for a in As])
-    Bg, Ag, rank = get_method(method)(Bs, As, rank=c["rank"])
+    Bg, Ag, rank = _cpu(*get_method(method)(to_device(Bs, device), to_device(As, device), rank=c["rank"]))
     f = fidelity(B, A, Bg, Ag, rank)
     return dict(relative_error=f.relative_error.tolist(), optimal_error=f.optimal_error.tolist(),
                 orthogonality=f.orthogonality.tolist())
 
 
-def _fig4_cond_jobs(c: dict):
+def _fig4_cond_jobs(c: dict, device):
     for kappa in c["kappas"]:
         for method in METHODS:
             config = dict(figure="fig4_cond", method=method, kappa=kappa, m=c["shape"][0], n=c["shape"][1],
                           rank=c["rank"], clients=c["clients"], batch=c["batch"])
             yield ("fig4_cond", f"{method}-k{kappa:.0e}", config,
-                   lambda method=method, kappa=kappa: _fig4_cond_point(c, method, kappa))
+                   lambda method=method, kappa=kappa: _fig4_cond_point(c, method, kappa, device))
 
 
 # --- Table 4: the ablation variants
 
 
-def _table4_all(c: dict) -> dict:
-    from fraq.measure import fidelity, peak_memory
-    from fraq.measure.ablation import VARIANTS, ablation_variant
-    from fraq.reference import relative_error
-    from fraq.synthetic import lora_clients
+def _table4_all(c: dict, device) -> dict:
     import fraq
+    from benchmarks.measure import fidelity, peak_memory
+    from benchmarks.measure.ablation import variant_calls
+    from fraq.reference import relative_error
 
-    Bs, As = lora_clients(c["m"], c["n"], [c["client_rank"]] * c["clients"], batch=(c["modules"],), seed=3,
-                          dtype=DTYPE)
-    B, A = fraq.stack(Bs, As)
-    calls = {name: (lambda o=o, s=s: ablation_variant(B, A, c["p"], orientation=o, spectral=s))
-             for name, (o, s) in VARIANTS.items()}
-    calls["library"] = lambda: (lambda res: (res.B, res.A))(fraq.recompress(B, A, rank=c["p"]))
-    Bsvd, Asvd = calls["adaptive-svd"]()
+    B, A = fraq.stack(*cases.clients(c["m"], c["n"], (c["client_rank"],) * c["clients"], c["modules"], seed=3))
+    calls = variant_calls(*to_device((B, A), device), c["p"])
+    Bsvd, Asvd = _cpu(*calls["adaptive-svd"]())
     many = []
     for name, call in calls.items():
-        Bg, Ag = call()
+        Bg, Ag = _cpu(*call())
         config = dict(figure="table4", variant=name, **c)
         many.append((name, config, dict(
-            timing=_timing(call, c["repeats"], 1), peak_bytes=peak_memory(call).peak,
+            timing=_timing(call, c["repeats"], 1, device), peak_bytes=peak_memory(call, device=device).peak,
             gap_to_svd=relative_error(Bsvd, Asvd, Bg, Ag).tolist(),
             excess=fidelity(B, A, Bg, Ag, c["p"]).excess.tolist())))
     return {"many": many}
 
 
-def _table4_jobs(c: dict):
-    yield ("table4", "*", dict(figure="table4", **c), lambda: _table4_all(c))
+def _table4_jobs(c: dict, device):
+    yield ("table4", "*", dict(figure="table4", **c), lambda: _table4_all(c, device))
 
 
 # --- Fig. 1: downlink per client against clients and local rank
@@ -294,7 +220,7 @@ def _table4_jobs(c: dict):
 
 def _fig1_point(c: dict, K: int, rk: int) -> list[tuple[str, dict, dict]]:
     from fraq.aggregators import get_aggregator
-    from fraq.experiments.aggregators import build_model
+    from benchmarks.experiments.aggregators import build_model
     from fraq.presets import Preset, get_preset
 
     base = get_preset(c["preset"])

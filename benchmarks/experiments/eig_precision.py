@@ -11,21 +11,26 @@ the same inputs and compares, against float64 references:
 - the time of the batched eigensolver alone (36 Gram matrices of 80 x 80) and of the
   whole recompression.
 
-Run: ``.venv/bin/python -m fraq.experiments.eig_precision [--json PATH]``.
+Inputs from :mod:`benchmarks.cases` (RoBERTa-base-shaped clients,
+:func:`~benchmarks.cases.conditioned`); one result file per row under
+``<out>/eig_precision/`` (:mod:`benchmarks.results`).
+
+Run: ``.venv/bin/python -m benchmarks.run eig_precision`` or
+``.venv/bin/python -m benchmarks.experiments.eig_precision [--out results]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
 
 import fraq
-from fraq.measure import machine_record, time_call
+from benchmarks import cases
+from benchmarks.measure import timed
+from benchmarks.results import write_result
 from fraq.reference import optimal_error, reference_svd, relative_error
-from fraq.synthetic import lora_clients, spectrum_matrix
 
 F32, F64 = torch.float32, torch.float64
 
@@ -43,22 +48,21 @@ def _accuracy(B, A, res, p_ref=None):
 
 
 def lora_case(tau: float) -> list[dict]:
-    Bs, As = lora_clients(768, 768, [8] * 10, batch=(36,), seed=0)
-    B, A = fraq.stack(Bs, As, scales=[2.0] * 10)
+    Bs, As = cases.clients(768, 768, (8,) * 10, 36, 0)
+    B, A = fraq.stack(list(Bs), list(As), scales=[2.0] * 10)
     ref = fraq.recompress(B.double(), A.double(), tau=tau)
     rows = []
     for edt in (F32, F64):
         res = fraq.recompress(B, A, tau=tau, eig_dtype=edt)
-        t = time_call(lambda: fraq.recompress(B, A, tau=tau, eig_dtype=edt), repeats=7)
+        t = timed(lambda: fraq.recompress(B, A, tau=tau, eig_dtype=edt), repeats=7)
         rows.append({"case": f"lora roberta tau={tau}", "eig_dtype": str(edt).split(".")[-1],
                      "recompress_ms": t.median * 1e3, **_accuracy(B, A, res, ref.rank)})
     return rows
 
 
 def condition_case(kappa: float, p: int) -> list[dict]:
-    sv = torch.logspace(0, -torch.log10(torch.tensor(kappa)).item(), 64, dtype=F64) if kappa > 1 else torch.ones(64, dtype=F64)
-    B, A = spectrum_matrix(768, 768, sv, seed=int(kappa) % 1000 + p)
-    B, A = B.float(), A.float()
+    Bs, As, _ = cases.conditioned(768, 768, 64, kappa, seed=int(kappa) % 1000 + p)
+    B, A = Bs[0][0], As[0][0]
     rows = []
     for edt in (F32, F64):
         res = fraq.recompress(B, A, rank=p, eig_dtype=edt)
@@ -73,21 +77,31 @@ def eig_timing() -> list[dict]:
     rows = []
     for edt in (F32, F64):
         Gd = G.to(edt)
-        t = time_call(lambda: torch.linalg.eigh(Gd), repeats=9)
+        t = timed(lambda: torch.linalg.eigh(Gd), repeats=9)
         rows.append({"case": "eigh 36 x (80 x 80)", "eig_dtype": str(edt).split(".")[-1],
                      "eigh_ms": t.median * 1e3, "eigh_iqr_ms": t.iqr * 1e3})
     return rows
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", type=Path)
-    args = ap.parse_args(argv)
+def run(out) -> list[dict]:
+    """Every row, each written as one result file under ``out``."""
     rows = lora_case(0.8) + lora_case(0.95)
     for kappa in (1.0, 1e2, 1e4, 1e6, 1e8, 1e10):
         for p in (32, 64):
             rows += condition_case(kappa, p)
     rows += eig_timing()
+    for r in rows:
+        write_result(out, "eig_precision", f"{r['case']}-{r['eig_dtype']}".replace(" ", "_"),
+                     {"case": r["case"], "eig_dtype": r["eig_dtype"]},
+                     {k: v for k, v in r.items() if k not in ("case", "eig_dtype")})
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("results"), help="results directory (<out>/eig_precision/)")
+    args = ap.parse_args(argv)
+    rows = run(args.out)
     print(f"threads={torch.get_num_threads()} torch={torch.__version__}")
     keys = ["case", "eig_dtype", "excess_max", "sv2_err_max", "rank_matches_f64", "recompress_ms", "eigh_ms"]
     print(" | ".join(f"{k:>16}" for k in keys))
@@ -97,9 +111,7 @@ def main(argv=None) -> int:
             v = r.get(k, "")
             cells.append(f"{v:>16.3e}" if isinstance(v, float) else f"{str(v):>16}")
         print(" | ".join(cells))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"machine": machine_record(), "rows": rows}, indent=2))
+    print(f"wrote {args.out / 'eig_precision'}")
     return 0
 
 

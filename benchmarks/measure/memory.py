@@ -31,8 +31,11 @@ allocated inside it and so are counted, as the paper's workspace figures count t
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -88,7 +91,7 @@ def peak_memory(fn: Callable[[], object], *, device: torch.device | str = "cpu",
         return _peak_cuda(fn, device)
     if device.type != "cpu":
         raise ValueError(f"device(={device}) must be cpu or cuda")
-    from fraq.measure.timing import threads
+    from benchmarks.measure.timing import threads
 
     with threads(1 if single_thread else None):
         return _peak_cpu(fn)
@@ -117,11 +120,33 @@ def _memory_deltas(prof) -> list[int]:
     return [e.nbytes() for e in events]
 
 
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """File descriptor 2 sent to /dev/null for the block: the profiler's C++ library prints
+    "USDT ... profiler_start/stop" there on every start and stop, and no log level stops it.
+    Only the profiler's start and stop run inside, never the measured call."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _peak_cpu(fn) -> MemoryPeak:
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_stderr():
+        prof.__enter__()
+    try:
         out = fn()
+    finally:
+        with _quiet_stderr():
+            prof.__exit__(None, None, None)
     # The result is still referenced here, so the events end with it live: their sum is
     # what the call left allocated.
     deltas = _memory_deltas(prof)

@@ -17,15 +17,16 @@ downlink is exact: it depends only on shapes and ranks. ``--quick`` runs the LLa
 presets on 2 of 28 layers (latency extrapolated x 14, labelled) and skips FlexLoRA and
 FLoRG there.
 
-Run: ``.venv/bin/python -m fraq.experiments.aggregators [--quick] [--out results/aggregators]``.
-One JSON per preset (rows, config, machine) is written to ``--out``.
+Run: ``.venv/bin/python -m benchmarks.run aggregators`` or
+``.venv/bin/python -m benchmarks.experiments.aggregators [--quick] [--out results] [--device cuda]``.
+Inputs come from :func:`benchmarks.cases.clients`; one result file per preset,
+``<out>/aggregators/<preset>[-quick].json`` (:mod:`benchmarks.results`).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import statistics
 import sys
@@ -35,10 +36,12 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import cases
+from benchmarks.device import bench_device, unavailable
+from benchmarks.measure import timed
+from benchmarks.results import write_result
 from fraq.aggregators import ClientUpdate, LoraA2State, get_aggregator
-from fraq.measure import machine_record, time_call
 from fraq.presets import Preset, get_preset
-from fraq.synthetic import lora_clients
 
 __all__ = ["METHODS", "PAPER", "main", "run_preset"]
 
@@ -151,14 +154,17 @@ class Model:
         return out
 
 
-def build_model(preset: Preset, *, layers: int | None = None, seed: int = 0) -> Model:
-    """Seeded LoRA-like factors for the first ``layers`` layers of every group (all by default)."""
+def build_model(preset: Preset, *, layers: int | None = None, seed: int = 0,
+                device: torch.device | str = "cpu") -> Model:
+    """Seeded LoRA-like factors (:func:`benchmarks.cases.clients`) for the first ``layers``
+    layers of every group (all by default), on ``device``."""
     g = torch.Generator().manual_seed(seed)
     weights = torch.randint(500, 5000, (preset.clients,), generator=g).tolist()  # data sizes n_k
     shapes, factors = {}, {}
     for i, grp in enumerate(preset.groups):
         count = grp.count if layers is None else min(layers, grp.count)
-        Bs, As = lora_clients(grp.m, grp.n, preset.ranks, batch=(count,), seed=seed + i)
+        Bs, As = cases.clients(grp.m, grp.n, tuple(preset.ranks), count, seed + i)
+        Bs, As = [b.to(device) for b in Bs], [a.to(device) for a in As]
         for layer in range(count):
             name = f"layers.{layer}.{grp.name}"
             shapes[name] = (grp.m, grp.n)
@@ -261,11 +267,11 @@ def prepare(model: Model, method: Method, *, subset: bool) -> Job:
     return Job(method, calls, row, first_s)
 
 
-def sample(job: Job) -> None:
+def sample(job: Job, device: torch.device | str = "cpu") -> None:
     """One latency sample of ``job``: its calls timed one after another, weighted."""
     total = 0.0
     for fn, mult in job.calls:
-        total += mult * time_call(fn, repeats=1, warmup=0).samples[0]
+        total += mult * timed(fn, repeats=1, warmup=0, device=device).samples[0]
     job.samples.append(total)
 
 
@@ -291,7 +297,8 @@ def _paper(preset: str, method: Method) -> tuple[float, float] | None:
     return table.get(key)
 
 
-def run_preset(name: str, *, quick: bool, seed: int = 0, repeats: int | None = None, log=print) -> dict:
+def run_preset(name: str, *, quick: bool, seed: int = 0, repeats: int | None = None, log=print,
+               device: torch.device | str = "cpu") -> dict:
     """Measure every method on preset ``name``; returns the JSON-ready record.
 
     Methods are timed round-robin, one call of each per round, so that a change in the
@@ -304,7 +311,7 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, repeats: int | None = N
     layers = 2 if (quick and llama) else None
     repeats = repeats or (3 if quick else 5)
     t0 = time.perf_counter()
-    model = build_model(preset, layers=layers, seed=seed)
+    model = build_model(preset, layers=layers, seed=seed, device=device)
     log(f"  built {len(model.shapes)} modules x {preset.clients} clients in {time.perf_counter() - t0:.1f} s")
     rows: list[dict] = []
     jobs: list[Job] = []
@@ -333,7 +340,7 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, repeats: int | None = N
         t0 = time.perf_counter()
         for job in jobs:
             if i < 3 or job.first_s <= 20.0:
-                sample(job)
+                sample(job, device)
         load.append(os.getloadavg()[0])
         log(f"  round {i + 1}/{repeats}: {time.perf_counter() - t0:.0f} s, load average {load[-1]:.1f}")
     for job in jobs:
@@ -342,7 +349,8 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, repeats: int | None = N
     gc.collect()
     return {"preset": name, "clients": preset.clients, "ranks": list(preset.ranks), "alphas": list(preset.alphas),
             "modules": preset.modules, "quick": quick, "seed": seed, "layers": layers or "all",
-            "dtype": "float32", "batched": True, "repeats": repeats, "load_average_1min": load, "rows": rows}
+            "dtype": "float32", "batched": True, "repeats": repeats, "load_average_1min": load, "rows": rows,
+            "device": str(device)}
 
 
 def format_table(rec: dict) -> str:
@@ -390,32 +398,52 @@ def format_table(rec: dict) -> str:
     return "\n".join(lines + ["  " + n for n in notes])
 
 
+def run(out, *, quick: bool, presets=PRESETS, seed: int = 0, device: torch.device = torch.device("cpu"),
+        log=print) -> list[str]:
+    """Measure every preset, write one result file each under ``out``; the printed tables."""
+    from fraq._machine import machine_record
+
+    machine = machine_record(device)
+    log(f"machine: {machine['cpu']}, {machine['cores']} cores, {machine['threads']} torch threads, "
+        f"device {device}{' (' + machine['gpu'] + ')' if machine['gpu'] else ''}, torch {machine['torch']}, "
+        f"BLAS {machine['blas']}; paper figures: one GH200 GPU")
+    tables = []
+    for name in presets:
+        log(f"{name}:")
+        rec = run_preset(name, quick=quick, seed=seed, log=log, device=device)
+        config = {k: rec[k] for k in ("preset", "clients", "ranks", "alphas", "modules", "quick", "seed", "layers",
+                                      "dtype", "batched", "repeats")}
+        path = write_result(out, "aggregators", f"{name}{'-quick' if quick else ''}", config,
+                            {k: v for k, v in rec.items() if k not in config}, device=device)
+        tables.append(format_table(rec))
+        log(tables[-1] + f"\n  saved {path}\n")
+    return tables
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fraq.experiments.aggregators", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.experiments.aggregators", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="LLaMA presets on 2 layers, no FlexLoRA/FLoRG there, 3 repeats")
-    ap.add_argument("--out", type=Path, default=Path("results/aggregators"), help="directory for the JSON files")
+    ap.add_argument("--out", type=Path, default=Path("results"), help="results directory (<out>/aggregators/)")
     ap.add_argument("--presets", nargs="+", default=list(PRESETS), choices=PRESETS)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--device", help="cpu, cuda or cuda:N (default: FRAQ_BENCH_DEVICE, else cpu)")
     args = ap.parse_args(argv)
     if args.threads is not None:
         if args.threads < 1:
             ap.error(f"--threads(={args.threads}) must be >= 1")
         torch.set_num_threads(args.threads)
-    args.out.mkdir(parents=True, exist_ok=True)
-    machine = machine_record()
-    print(f"machine: {machine['cpu']}, {machine['cores']} cores, {machine['threads']} torch threads, "
-          f"torch {machine['torch']}, BLAS {machine['blas']}; paper figures: one GH200 GPU")
-    tables = []
-    for name in args.presets:
-        print(f"{name}:", flush=True)
-        rec = run_preset(name, quick=args.quick, seed=args.seed, log=lambda s: print(s, flush=True))
-        rec["machine"] = machine
-        rec["command"] = " ".join(["python -m fraq.experiments.aggregators"] + (argv if argv is not None else sys.argv[1:]))
-        path = args.out / f"{name}{'-quick' if args.quick else ''}.json"
-        path.write_text(json.dumps(rec, indent=1, default=str))
-        tables.append(format_table(rec))
-        print(tables[-1] + f"\n  saved {path}\n", flush=True)
+    try:
+        device = bench_device(args.device)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    reason = unavailable(device)
+    if reason is not None:
+        print(f"error: {reason}", file=sys.stderr)
+        return 2
+    tables = run(args.out, quick=args.quick, presets=args.presets, seed=args.seed, device=device,
+                 log=lambda s: print(s, flush=True))
     print("\n\n".join(tables))
     return 0
 

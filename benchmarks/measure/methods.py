@@ -13,10 +13,13 @@ shape). Names:
 - ``fraq``: :func:`fraq.stack` + :func:`fraq.recompress` (Householder, the default).
 - ``fraq:<backend>``: the same with ``backend=<backend>``, for every name in
   :data:`fraq.BACKENDS` when the suite is imported.
-- ``florist``, ``flexlora`` (and any other baseline): looked up at call time in the
-  :mod:`fraq.aggregators` registry. Where the registry or the method is absent
-  :func:`get_method` raises NotImplementedError naming what is missing, which asv reports
-  as a skipped benchmark and pytest as a skip.
+- ``florist``, ``flexlora``: the aggregator's documented per-module entry
+  ``get_aggregator(name).aggregate_batch`` (stacking included, like FRAQ's).
+
+Every call goes through fraq's public API, so the suite measures whatever fraq the
+process imports (:mod:`benchmarks.regress` points it at each commit's own checkout).
+A name the imported fraq does not have raises NotImplementedError naming it, which asv
+reports as a skipped benchmark and pytest as a skip.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def _fraq(backend: str) -> Callable:
     import fraq
 
     if backend not in fraq.BACKENDS:
-        raise NotImplementedError(f"backend {backend!r} is not in fraq.BACKENDS at this commit")
+        raise NotImplementedError(f"backend {backend!r} is not in fraq.BACKENDS ({sorted(fraq.BACKENDS)})")
 
     def run(Bs, As, *, rank=None, tau=None, weights=None, scales=None):
         B, A = fraq.stack(Bs, As, weights, scales)
@@ -56,40 +59,15 @@ def _fraq(backend: str) -> Callable:
     return run
 
 
-def _registry():
-    try:
-        import fraq.aggregators as registry
-    except ImportError as exc:
-        raise NotImplementedError(f"fraq.aggregators is not available at this commit ({exc})") from None
-    return registry
-
-
 def _aggregator(name: str) -> Callable:
-    """The baseline ``name`` from :mod:`fraq.aggregators`, on this module's convention."""
-    registry = _registry()
-    get = getattr(registry, "get_aggregator", None)
-    table = getattr(registry, "AGGREGATORS", None)
-    if get is not None:
-        try:
-            agg = get(name)
-        except (KeyError, ValueError) as exc:
-            raise NotImplementedError(f"fraq.aggregators has no {name!r}: {exc}") from None
-    elif isinstance(table, dict) and name in table:
-        agg = table[name]
-    else:
-        raise NotImplementedError(f"fraq.aggregators has no {name!r} (neither get_aggregator nor AGGREGATORS)")
-    batched = getattr(agg, "aggregate_batch", None) or getattr(agg, "aggregate_module", None)
-    if batched is None:
-        raise NotImplementedError(f"aggregator {name!r} has no per-module entry point "
-                                  "(aggregate_batch / aggregate_module)")
+    """The baseline ``name``'s ``aggregate_batch``, on this module's convention."""
+    from fraq.aggregators import get_aggregator
 
-    def run(Bs, As, *, rank=None, tau=None, weights=None, scales=None):
-        out = batched(Bs, As, rank=rank, tau=tau, weights=weights, scales=scales)
-        if isinstance(out, tuple):
-            return out
-        return out.B, out.A, out.rank
-
-    return run
+    try:
+        agg = get_aggregator(name)
+    except (KeyError, ValueError) as exc:
+        raise NotImplementedError(f"fraq.aggregators has no {name!r}: {exc}") from None
+    return agg.aggregate_batch
 
 
 def get_method(name: str) -> Callable:

@@ -27,9 +27,11 @@ variant's win or loss is purely QR-versus-GEMM speed); adaptive+svd 2dr^2 + 2Dr^
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-__all__ = ["VARIANTS", "ablation_variant"]
+__all__ = ["VARIANTS", "VARIANT_NAMES", "ablation_variant", "variant_calls"]
 
 VARIANTS: dict[str, tuple[str, str]] = {
     "adaptive-gram": ("adaptive", "gram"),
@@ -37,6 +39,9 @@ VARIANTS: dict[str, tuple[str, str]] = {
     "adaptive-svd": ("adaptive", "svd"),
 }
 """Table 4's rows: name -> (orientation, spectral)."""
+
+VARIANT_NAMES = [*VARIANTS, "library"]
+"""The rows every suite measures: the variants and :func:`fraq.recompress` itself."""
 
 
 def ablation_variant(B: torch.Tensor, A: torch.Tensor, rank: int, *, orientation: str = "adaptive",
@@ -52,6 +57,8 @@ def ablation_variant(B: torch.Tensor, A: torch.Tensor, rank: int, *, orientation
     Returns:
         ``Bg`` (*, m, p), ``Ag`` (*, p, n) with ``Bg @ Ag`` a best rank-p approximation.
     """
+    from fraq._orient import orient, unorient
+
     if orientation not in ("adaptive", "fixed"):
         raise ValueError(f"orientation(={orientation!r}) must be 'adaptive' or 'fixed'")
     if spectral not in ("gram", "svd"):
@@ -60,8 +67,7 @@ def ablation_variant(B: torch.Tensor, A: torch.Tensor, rank: int, *, orientation
     s_max = min(m, n, r)
     if not 1 <= rank <= s_max:
         raise ValueError(f"rank(={rank}) must be in [1, {s_max}]")
-    transposed = orientation == "adaptive" and m > n
-    X, Y = (A.mT, B.mT) if transposed else (B, A)
+    X, Y, transposed = orient(B, A, adaptive=orientation == "adaptive")
     d = X.shape[-2]
     s = min(d, r)
 
@@ -79,4 +85,19 @@ def ablation_variant(B: torch.Tensor, A: torch.Tensor, rank: int, *, orientation
     padded = Up.new_zeros(*Up.shape[:-2], d, rank)
     padded[..., :s, :] = Up
     L = torch.ormqr(reflectors, tau, padded)
-    return (Rp.mT, L.mT) if transposed else (L, Rp)
+    return unorient(L, Rp, transposed)
+
+
+def variant_calls(B: torch.Tensor, A: torch.Tensor, rank: int) -> dict[str, Callable[[], tuple]]:
+    """Zero-argument callables, one per name in :data:`VARIANT_NAMES`, each returning ``(Bg, Ag)``."""
+    import fraq
+
+    calls = {name: (lambda o=o, s=s: ablation_variant(B, A, rank, orientation=o, spectral=s))
+             for name, (o, s) in VARIANTS.items()}
+
+    def library():
+        res = fraq.recompress(B, A, rank=rank)
+        return res.B, res.A
+
+    calls["library"] = library
+    return calls

@@ -1,6 +1,7 @@
 """Accuracy-latency benchmark of the basis backends (issue 3; the paper's Appendix D).
 
-    .venv/bin/python -m fraq.experiments.backends [--quick] [--out results/backends]
+    .venv/bin/python -m benchmarks.run backends [--size reduced|paper] [--device cuda]
+    .venv/bin/python -m benchmarks.experiments.backends [--quick] [--out results] [--device cuda]
 
 Every registered backend runs on the same inputs:
 
@@ -24,30 +25,34 @@ H path, to show where the time goes.
 Backends are timed round-robin (one call of each in turn, order rotated every repeat) so
 that load from other processes spreads over all of them. ``--quick`` uses 2 layers per
 module group instead of all of them and fewer repeats (under 3 minutes on 2 cores).
-The results file holds the machine record, the configuration and every row.
+Inputs are :mod:`benchmarks.cases`' (presets, :func:`~benchmarks.cases.conditioned`,
+:func:`~benchmarks.cases.duplicated`); every row is one result file
+``<out>/backends/<section>-<case>-<backend>.json`` (:mod:`benchmarks.results`), the
+stage breakdown ``<out>/backends_stages/...`` and the summary lines
+``<out>/backends_summary/summary.json``. Timings run on ``--device`` (CUDA: events after
+warm-up and a synchronize); the float64 references on the CPU.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
+import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 import fraq
+from benchmarks import cases
+from benchmarks.device import bench_device, to_device, unavailable
+from benchmarks.measure import Timing, timed
+from benchmarks.results import write_result
 from fraq.backends import BACKENDS, EXACT_BACKENDS, get_backend
 from fraq.backends.factored_gram import factored_gram, factored_rows
-from fraq.diagnostics import oriented_factor, orthogonality_error
+from fraq.diagnostics import orthogonality_error
 from fraq.flops import fraq_flops
-from fraq.measure import Timing, machine_record, time_call
-from fraq.presets import get_preset
 from fraq.reference import factored_error, reference_svd
-from fraq.synthetic import lora_clients, spectrum_matrix
 
 CONFIG = {
     "quick": dict(layers=2, repeats=5, diag_matrices=1, threads=(1, 2), stage_repeats=5),
@@ -65,53 +70,48 @@ TARGET_ERROR, TARGET_SPEEDUP = 1e-6, 2.0
 class Case:
     section: str
     label: str
-    pairs: list  # [(B, A)], one batched pair per module group
+    pairs: list  # [(B, A)], one batched pair per module group, on the CPU
     tau: float | None
     rank: int | None
+    device: torch.device = torch.device("cpu")
+
+    def __post_init__(self):
+        self.on_device = [to_device(pair, self.device) for pair in self.pairs]
 
     def run(self, backend: str) -> list:
-        return [fraq.recompress(B, A, tau=self.tau, rank=self.rank, backend=backend) for B, A in self.pairs]
+        return [fraq.recompress(B, A, tau=self.tau, rank=self.rank, backend=backend) for B, A in self.on_device]
 
 
-def lora_case(preset_name: str, layers: int | None) -> Case:
-    preset = get_preset(preset_name)
-    pairs = []
-    for i, g in enumerate(preset.groups):
-        count = g.count if layers is None else min(layers, g.count)
-        Bs, As = lora_clients(g.m, g.n, preset.ranks, batch=(count,), seed=i)
-        pairs.append(fraq.stack(Bs, As, scales=preset.scales))
-    return Case("lora", preset_name, pairs, TAU, None)
+def lora_case(preset_name: str, layers: int | None, device=torch.device("cpu")) -> Case:
+    pairs = [(B, A) for _, B, A in cases.preset_stacks(preset_name, layers=layers)]
+    return Case("lora", preset_name, pairs, TAU, None, device)
 
 
-def condition_case(cond: float) -> Case:
-    sv = torch.logspace(0, -math.log10(cond), COND_RANK, dtype=torch.float64)
-    B, A = spectrum_matrix(*COND_SHAPE, sv, seed=1)
-    g = torch.Generator().manual_seed(2)
-    mix, _ = torch.linalg.qr(torch.randn(COND_RANK, COND_RANK, generator=g, dtype=torch.float64))
-    B, A = (B @ mix).float(), (mix.mT @ A).contiguous().float()  # same product, X no longer column-scaled
-    return Case("condition", f"cond {cond:.0e}", [(B[None], A[None])], None, COND_RANK)
+def condition_case(cond: float, device=torch.device("cpu")) -> Case:
+    Bs, As, _ = cases.conditioned(*COND_SHAPE, COND_RANK, cond, seed=1)
+    return Case("condition", f"cond {cond:.0e}", [(Bs[0], As[0])], None, COND_RANK, device)
 
 
-def duplicate_case(label: str, m: int, n: int, clients: int, batch: int) -> Case:
-    Bs, As = lora_clients(m, n, (8,) * clients, batch=(batch,), seed=7)
-    return Case("rank-deficient", label, [fraq.stack(Bs + Bs, As + As)], 1.0, None)
+def duplicate_case(label: str, m: int, n: int, clients: int, batch: int, device=torch.device("cpu")) -> Case:
+    return Case("rank-deficient", label, [fraq.stack(*cases.duplicated(m, n, clients, batch))], 1.0, None, device)
 
 
-def _round_robin(calls: dict, repeats: int) -> dict:
+def _round_robin(calls: dict, repeats: int, device="cpu") -> dict:
     """Time each call ``repeats`` times in turn (order rotated each round), after one warm-up each."""
     keys = list(calls)
     for fn in calls.values():
         fn()
     samples = {k: [] for k in keys}
+    device = torch.device(device)
     for rep in range(repeats):
         for k in keys[rep % len(keys):] + keys[:rep % len(keys)]:
-            samples[k].append(time_call(calls[k], repeats=1, warmup=0).samples[0])
-    return {k: Timing(tuple(v), torch.get_num_threads(), "cpu") for k, v in samples.items()}
+            samples[k].append(timed(calls[k], repeats=1, warmup=0, device=device).samples[0])
+    return {k: Timing(tuple(v), torch.get_num_threads(), str(device)) for k, v in samples.items()}
 
 
 def _timings(case: Case, names: list[str], repeats: int, threads: int) -> dict[str, Timing]:
     torch.set_num_threads(threads)
-    return _round_robin({n: (lambda n=n: case.run(n)) for n in names}, repeats)
+    return _round_robin({n: (lambda n=n: case.run(n)) for n in names}, repeats, case.device)
 
 
 def _flops(case: Case, results: list) -> float:
@@ -130,10 +130,18 @@ def _norm(B: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
     return factored_error(B, A, B[..., :0], A[..., :0, :])
 
 
+def _on_cpu(results: list) -> list:
+    """The results with B, A and rank on the CPU (the references run there)."""
+    from dataclasses import replace
+
+    return [replace(r, B=r.B.cpu(), A=r.A.cpu(), rank=r.rank.cpu() if torch.is_tensor(r.rank) else r.rank)
+            for r in results]
+
+
 def _reference(case: Case, reference: list, k: int) -> list:
     """Per module group: float64 singular values of the aggregate and ||B_h A_h||_F, first k matrices."""
     out = []
-    for (B, A), ref in zip(case.pairs, reference):
+    for (B, A), ref in zip(case.pairs, _on_cpu(reference)):
         _, S, _ = reference_svd(B[:k], A[:k])
         out.append((S, _norm(ref.B[:k], ref.A[:k])))
     return out
@@ -141,8 +149,10 @@ def _reference(case: Case, reference: list, k: int) -> list:
 
 def _accuracy(case: Case, name: str, results: list, reference: list, exact: list, k: int) -> dict:
     """Worst accuracy measures over the first k matrices of every module group (float64)."""
+    from fraq._orient import orient
+
     gap_opt, gap_hh, orth, fallbacks, kinds, steps, same_rank = 0.0, 0.0, 0.0, 0, set(), 0, True
-    for (B, A), res, ref, (S, ref_norm) in zip(case.pairs, results, reference, exact):
+    for (B, A), res, ref, (S, ref_norm) in zip(case.pairs, _on_cpu(results), _on_cpu(reference), exact):
         Bk, Ak = B[:k], A[:k]
         p = torch.as_tensor(res.rank).reshape(-1)[:k]
         tail = torch.where(torch.arange(S.shape[-1]) >= p.unsqueeze(-1), S, 0).square().sum(-1).sqrt()
@@ -150,7 +160,7 @@ def _accuracy(case: Case, name: str, results: list, reference: list, exact: list
         rel = factored_error(Bk, Ak, res.B[:k], res.A[:k]) / norm
         gap_opt = max(gap_opt, float((rel - tail / norm).max()))
         gap_hh = max(gap_hh, float((factored_error(ref.B[:k], ref.A[:k], res.B[:k], res.A[:k]) / ref_norm).max()))
-        orth = max(orth, float(orthogonality_error(get_backend(name)(oriented_factor(Bk, Ak))).max()))
+        orth = max(orth, float(orthogonality_error(get_backend(name)(orient(Bk, Ak)[0])).max()))
         same_rank &= bool(torch.equal(torch.as_tensor(res.rank), torch.as_tensor(ref.rank)))
         fallbacks += int(res.info.get("fallback_count", 0))
         if res.info.get("fallback"):
@@ -187,11 +197,12 @@ STAGE_PARTS = ("basis", "H = C Y", "G = H H^T", "eigh (float64)", "apply Q to U_
 
 def _stage_calls(case: Case, name: str) -> dict:
     """One closure per pipeline stage, each running that stage on every module group."""
+    from fraq._orient import orient
+
     fn = get_backend(name)
     groups = []
-    for B, A in case.pairs:
-        X = oriented_factor(B, A)
-        Y = (B.mT if B.shape[-2] > A.shape[-1] else A).to(X.dtype)
+    for B, A in case.on_device:
+        X, Y, _ = orient(B, A)
         basis = fn(X)
         H = torch.matmul(basis.C, Y)
         G = torch.matmul(H, H.mT)
@@ -223,7 +234,8 @@ def stage_breakdown(case: Case, repeats: int, names=("householder", "cholesky-qr
     the rank rule, masking and copies.
     """
     torch.set_num_threads(1)
-    timings = _round_robin({(n, k): f for n in names for k, f in _stage_calls(case, n).items()}, repeats)
+    timings = _round_robin({(n, k): f for n in names for k, f in _stage_calls(case, n).items()}, repeats,
+                           case.device)
     rows = []
     for n in names:
         totals = {k: t.median * 1e3 for (m, k), t in timings.items() if m == n}
@@ -279,53 +291,68 @@ def summary(rows: list[dict]) -> list[str]:
     return lines
 
 
-def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m fraq.experiments.backends", description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="2 layers per module group, fewer repeats")
-    ap.add_argument("--out", default="results/backends", help="directory for the JSON results file")
-    args = ap.parse_args(argv)
-    mode = "quick" if args.quick else "full"
+def run(out, *, quick: bool, device: torch.device = torch.device("cpu"), log=print) -> list[str]:
+    """Measure every backend on every case; write the result files under ``out``; return the summary."""
+    mode = "quick" if quick else "full"
     cfg = CONFIG[mode]
     names = list(BACKENDS)
     threads_before = torch.get_num_threads()
-    load_before = os.getloadavg()  # other processes' load skews CPU timings: recorded with them
     t0 = time.perf_counter()
-
-    cases = [lora_case(p, cfg["layers"]) for p in PRESETS]
-    cases += [condition_case(c) for c in CONDITIONS]
-    cases += [duplicate_case(*spec) for spec in DUPLICATES]
+    cases_ = [lora_case(p, cfg["layers"], device) for p in PRESETS]
+    cases_ += [condition_case(c, device) for c in CONDITIONS]
+    cases_ += [duplicate_case(*spec, device) for spec in DUPLICATES]
     rows, stages = [], []
     try:
-        for case in cases:
+        for case in cases_:
             rows += run_case(case, names, cfg)
-            print(f"  done: {case.section} / {case.label} ({time.perf_counter() - t0:.0f} s)", flush=True)
-        for case in cases[: len(PRESETS)]:
+            log(f"  done: {case.section} / {case.label} ({time.perf_counter() - t0:.0f} s)")
+        for case in cases_[: len(PRESETS)]:
             stages += stage_breakdown(case, cfg["stage_repeats"])
     finally:
         torch.set_num_threads(threads_before)
-
-    for section in ("lora", "condition", "rank-deficient"):
-        print(f"\n== {section} ==")
-        print_table([r for r in rows if r["section"] == section], cfg["threads"])
-    print("\n== stage breakdown (summed over module groups) ==")
-    print_stages(stages)
+    config = dict(cfg, mode=mode, tau=TAU, presets=PRESETS, conditions=CONDITIONS, cond_shape=COND_SHAPE,
+                  cond_rank=COND_RANK, duplicates=DUPLICATES)
+    for r in rows:
+        key = f"{r['section']}-{r['case']}-{r['backend']}".replace(" ", "_")
+        write_result(out, "backends", key, dict(config, section=r["section"], case=r["case"], backend=r["backend"]),
+                     {k: v for k, v in r.items() if k not in ("section", "case", "backend")}, device=device)
+    for r in stages:
+        write_result(out, "backends_stages", f"{r['case']}-{r['backend']}", dict(config, case=r["case"],
+                     backend=r["backend"]), {k: v for k, v in r.items() if k not in ("case", "backend")},
+                     device=device)
     lines = summary(rows)
-    print("\n" + "\n".join(lines))
+    write_result(out, "backends_summary", "summary", config, {"lines": lines, "seconds": time.perf_counter() - t0},
+                 device=device)
+    for section in ("lora", "condition", "rank-deficient"):
+        log(f"\n== {section} ==")
+        print_table([r for r in rows if r["section"] == section], cfg["threads"])
+    log("\n== stage breakdown (summed over module groups) ==")
+    print_stages(stages)
+    log("\n" + "\n".join(lines))
+    return lines
 
-    record = dict(experiment="backends", mode=mode, config=dict(cfg, tau=TAU, presets=PRESETS, conditions=CONDITIONS,
-                                                                 cond_shape=COND_SHAPE, cond_rank=COND_RANK,
-                                                                 duplicates=DUPLICATES),
-                  machine=machine_record(), loadavg_before=load_before, loadavg_after=os.getloadavg(),
-                  seconds=time.perf_counter() - t0, rows=rows, stages=stages, summary=lines)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"backends-{mode}-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(record, indent=1, default=str))
-    print(f"\nwrote {path} ({record['seconds']:.0f} s, torch threads {list(cfg['threads'])}, "
-          f"machine {record['machine']['cpu']}, {record['machine']['cores']} cores, "
-          f"load average {load_before[0]:.1f} -> {record['loadavg_after'][0]:.1f})")
-    return record
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.experiments.backends", description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="2 layers per module group, fewer repeats")
+    ap.add_argument("--out", default="results", help="results directory (files go to <out>/backends*/)")
+    ap.add_argument("--device", help="cpu, cuda or cuda:N (default: FRAQ_BENCH_DEVICE, else cpu)")
+    args = ap.parse_args(argv)
+    try:
+        device = bench_device(args.device)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    reason = unavailable(device)
+    if reason is not None:
+        print(f"error: {reason}", file=sys.stderr)
+        return 2
+    load = os.getloadavg()[0]
+    run(args.out, quick=args.quick, device=device)
+    print(f"\nwrote {args.out}/backends*/ (torch threads {list(CONFIG['quick' if args.quick else 'full']['threads'])}, "
+          f"device {device}, load average {load:.1f} -> {os.getloadavg()[0]:.1f})")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""The one registry of problem instances every suite measures: seeded, cached, on the CPU.
+
+Every input the asv suite, the pytest-benchmark checks, the runner (``python -m
+benchmarks.run``), the experiments and the demo use is built here and nowhere else:
+
+- :func:`clients` / :func:`stacks`: K LoRA-like clients' factors for a batch of
+  equal-shape modules (:func:`fraq.synthetic.lora_clients`: decaying spectra, partly
+  shared subspaces), and their exact weighted stacks;
+- :func:`preset_clients` / :func:`preset_stacks`: every module group of a model preset
+  (:data:`fraq.presets.PRESETS`), optionally the first ``layers`` layers only;
+- the Fig. 3 sweeps (:data:`SWEEP_MODULES`, :data:`SWEEP_RANKS`, :data:`SWEEP_DIMS`,
+  :func:`sweep_ranks`) and the backends' points (:data:`BACKEND_POINTS`);
+- :func:`conditioned`: aggregates with a prescribed spectrum, condition numbers 1 to
+  1e10 (Fig. 4 right, the backends' and the precision experiments' accuracy cases);
+- :func:`duplicated`: every client twice, so the stack is rank-deficient;
+- :func:`table4_stacks`: Table 4's gate/up projections;
+- :func:`fidelity_modules`: Fig. 4 left's modules, or the saved real client adapters of
+  a federated round when ``FRAQ_ADAPTERS`` names one.
+
+Generating inputs takes far longer than aggregating them (70 s for the heterogeneous
+LLaMA preset), and asv runs every benchmark in a fresh process, so :func:`clients` is
+cached twice: on disk under ``FRAQ_BENCH_CACHE`` (default ``.asv/cache``, git-ignored),
+keyed by the arguments and a digest of the generator's source, and in memory per
+process. Every commit the regression workflow measures therefore sees the same inputs,
+unless ``fraq/synthetic.py`` itself changed. Tensors are built on the CPU; a suite moves
+them to its device (:mod:`benchmarks.device`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import math
+import os
+
+import torch
+
+DTYPE = torch.float32
+
+THREADS = int(os.environ.get("FRAQ_BENCH_THREADS", "1"))
+"""Torch threads of every suite (``FRAQ_BENCH_THREADS``, default 1): on a shared 2-core
+machine 2-thread LAPACK calls slow down erratically, which would read as a regression."""
+
+TAU = 0.95
+"""Energy threshold of the preset benchmarks (the paper's main setting)."""
+
+PRESET_NAMES = ("roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero")
+
+# Fig. 3: total stacked rank r at d = 768, and hidden size d at r = 80 (10 clients of
+# rank 8 is RoBERTa's r = 80). Modules are square d x d, L of them: one projection
+# across RoBERTa-base's 12 layers.
+SWEEP_MODULES = 12
+SWEEP_D = 768
+SWEEP_RANKS = [16, 64, 256]
+SWEEP_R = 80
+SWEEP_DIMS = [256, 768, 4096]
+SWEEP_P = 8
+"""Output rank in the sweeps: fixed, so every method does the same work at every point."""
+
+BACKEND_POINTS = ["d768-r16", "d768-r80", "d768-r256", "d4096-r80"]
+"""(d, r) points where every backend runs: the rank sweep's ends and RoBERTa's r = 80 at
+d = 768, and the hidden sweep's largest d."""
+
+FLEXLORA_MAX_D = 768
+"""FlexLoRA forms each d x D aggregate and runs a dense SVD, O(D d^2): 12 modules take
+~5 s a call at d = 768 and one thread, about 5 minutes at d = 4096. Larger d is skipped
+by every suite."""
+
+TABLE4 = dict(m=8192, n=3072, modules=56, clients=8, client_rank=8, p=8)
+"""Table 4: 56 LLaMA-3.2-3B gate/up projections, 8 clients of rank 8, output rank 8."""
+
+FIDELITY_LAYERS = 2
+"""Layers of LLaMA-3.2-3B whose 7 projections Fig. 4 left measures in the asv suite."""
+
+CACHE_DIR = os.environ.get("FRAQ_BENCH_CACHE") or os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".asv", "cache")
+
+
+def check_threads() -> None:
+    """Set torch to :data:`THREADS` threads: every ``setup`` and ``setup_cache`` calls this
+    first (importing the suite changes nothing, so tests can import it)."""
+    if torch.get_num_threads() != THREADS:
+        torch.set_num_threads(THREADS)
+
+
+@functools.lru_cache(maxsize=1)
+def _generator_digest() -> str:
+    import fraq.synthetic
+
+    return hashlib.sha1(inspect.getsource(fraq.synthetic).encode()).hexdigest()[:12]
+
+
+def _disk_cached(tag: str, build):
+    """``build()`` saved to (and later loaded from) CACHE_DIR/<tag>-<digest>.pt."""
+    path = os.path.join(CACHE_DIR, f"{tag}-{_generator_digest()}.pt")
+    if os.path.exists(path):
+        return torch.load(path)
+    obj = build()
+    os.makedirs(CACHE_DIR, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)  # atomic: a concurrent reader sees the whole file or none
+    return obj
+
+
+@functools.lru_cache(maxsize=4)
+def clients(m: int, n: int, ranks: tuple[int, ...], batch: int, seed: int = 0) -> tuple[tuple, tuple]:
+    """K clients' factors for ``batch`` modules of shape m x n: (Bs, As) tuples of
+    (batch, m, r_k) and (batch, r_k, n) tensors in :data:`DTYPE`."""
+    from fraq.synthetic import lora_clients
+
+    def build():
+        Bs, As = lora_clients(m, n, list(ranks), batch=(batch,), seed=seed, dtype=DTYPE)
+        return list(Bs), list(As)
+
+    tag = f"clients-{m}x{n}-r{'_'.join(map(str, ranks))}-b{batch}-s{seed}"
+    if len(tag) > 120:
+        tag = f"clients-{m}x{n}-{hashlib.sha1(tag.encode()).hexdigest()[:12]}-b{batch}-s{seed}"
+    Bs, As = _disk_cached(tag, build)
+    return tuple(Bs), tuple(As)
+
+
+@functools.lru_cache(maxsize=4)
+def stacks(m: int, n: int, ranks: tuple[int, ...], batch: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exact weighted stacks (uniform weights) of :func:`clients`."""
+    import fraq
+
+    Bs, As = clients(m, n, ranks, batch, seed)
+    return fraq.stack(list(Bs), list(As))
+
+
+def clear_caches() -> None:
+    """Drop the in-memory caches (the disk cache stays), e.g. between sweep points."""
+    clients.cache_clear()
+    stacks.cache_clear()
+    preset_clients.cache_clear()
+
+
+def sweep_ranks(r: int, client_rank: int = 8) -> tuple[int, ...]:
+    """Clients of rank ``client_rank`` adding up to r (a last smaller client when it does not divide r)."""
+    ranks = [client_rank] * (r // client_rank)
+    if r % client_rank:
+        ranks.append(r % client_rank)
+    return tuple(ranks)
+
+
+def sweep_point(sweep: str, value: int) -> tuple[int, int]:
+    """(d, r) of a Fig. 3 point: ``sweep="r"`` varies r at d = SWEEP_D, ``"d"`` varies d at r = SWEEP_R."""
+    if sweep not in ("r", "d"):
+        raise ValueError(f"sweep(={sweep!r}) must be 'r' or 'd'")
+    return (SWEEP_D, value) if sweep == "r" else (value, SWEEP_R)
+
+
+@functools.lru_cache(maxsize=1)
+def preset_clients(name: str, seed: int = 0, layers: int | None = None) -> list[tuple[object, tuple, tuple]]:
+    """Per module group of preset ``name``: (group, Bs, As), Bs[k] of shape (count, m, r_k);
+    ``layers``: only the first ``layers`` layers of each group."""
+    from fraq.presets import get_preset
+
+    preset = get_preset(name)
+    out = []
+    for i, g in enumerate(preset.groups):
+        count = g.count if layers is None else min(layers, g.count)
+        out.append((g, *clients(g.m, g.n, tuple(preset.ranks), count, seed + i)))
+    return out
+
+
+def preset_stacks(name: str, seed: int = 0, layers: int | None = None) -> list[tuple[object, torch.Tensor, torch.Tensor]]:
+    """Per module group: (group, B, A), the exact stacks with the preset's LoRA scales."""
+    import fraq
+    from fraq.presets import get_preset
+
+    scales = get_preset(name).scales
+    return [(g, *fraq.stack(list(Bs), list(As), scales=scales)) for g, Bs, As in preset_clients(name, seed, layers)]
+
+
+def conditioned(m: int, n: int, rank: int, kappa: float, *, clients: int = 1, batch: int = 1, seed: int = 11,
+                dtype: torch.dtype = DTYPE) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+    """Clients whose uniform-weight stack is a batch of rank-``rank`` aggregates with singular
+    values log-spaced from 1 to 1/kappa: ``(Bs, As, S)``, S (batch, rank) the exact spectrum.
+
+    The factors are rotated by a random orthogonal r x r matrix, so the ill-conditioning
+    is not aligned with their columns; client j holds columns j*w..(j+1)*w (w = rank /
+    clients), scaled by K so that K^-1 sum_j B_j A_j is the aggregate.
+    """
+    from fraq.synthetic import spectrum_matrix
+
+    if rank % clients:
+        raise ValueError(f"rank(={rank}) must be a multiple of clients(={clients})")
+    sv = (torch.logspace(0, -math.log10(kappa), rank, dtype=torch.float64) if kappa > 1
+          else torch.ones(rank, dtype=torch.float64))
+    Bl, Al = [], []
+    for b in range(batch):
+        B, A = spectrum_matrix(m, n, sv, seed=seed + b)
+        g = torch.Generator().manual_seed(seed + 1000 + b)
+        mix, _ = torch.linalg.qr(torch.randn(rank, rank, generator=g, dtype=torch.float64))
+        Bl.append(B @ mix)
+        Al.append(mix.mT @ A)
+    B, A = torch.stack(Bl), torch.stack(Al)
+    w = rank // clients
+    Bs = [(clients * B[..., j * w:(j + 1) * w]).to(dtype) for j in range(clients)]
+    As = [A[..., j * w:(j + 1) * w, :].contiguous().to(dtype) for j in range(clients)]
+    return Bs, As, sv.expand(batch, rank)
+
+
+def duplicated(m: int, n: int, clients_: int, batch: int, seed: int = 7) -> tuple[list, list]:
+    """``clients_`` LoRA-like clients of rank 8, each sent twice: a rank-deficient stack
+    whose exact aggregate has half the stacked rank."""
+    Bs, As = clients(m, n, (8,) * clients_, batch, seed)
+    return list(Bs) * 2, list(As) * 2
+
+
+def table4_stacks(modules: int = TABLE4["modules"]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Table 4's stacks: ``modules`` gate/up projections (8192 x 3072), 8 clients of rank 8."""
+    c = TABLE4
+    return stacks(c["m"], c["n"], (c["client_rank"],) * c["clients"], modules)
+
+
+def saved_adapters(path: str) -> list[tuple[list, list, int, int]]:
+    """(Bs, As, m, n) per module shape of a saved federated round (``FRAQ_ADAPTERS``).
+
+    The methods stack with uniform weights and unit scales, so each client's data weight
+    and LoRA scale go into its factors: sqrt(K a_k) B_k and sqrt(K a_k) s_k A_k.
+    """
+    import fraq
+    from fraq.federated.adapters import load_client_adapters
+
+    saved = load_client_adapters(path)
+    K = len(saved.updates)
+    a = fraq.normalized_weights(saved.weights, K)
+    out = []
+    for (m, n, _ranks, scales), (Bs, As, _names) in saved.stacks(DTYPE).items():
+        Bs = [b * (K * ak) ** 0.5 for b, ak in zip(Bs, a)]
+        As = [x * ((K * ak) ** 0.5 * sk) for x, ak, sk in zip(As, a, scales)]
+        out.append((Bs, As, m, n))
+    return out
+
+
+def fidelity_modules(preset: str = "llama-3.2-3b", layers: int = FIDELITY_LAYERS,
+                     seed: int = 100) -> list[tuple[str, list, list, int, int]]:
+    """Fig. 4 left: (group, Bs, As, m, n) per module group of ``preset``, ``layers`` of each;
+    with ``FRAQ_ADAPTERS`` set, the saved real client adapters instead (group = "m x n")."""
+    path = os.environ.get("FRAQ_ADAPTERS")
+    if path:
+        return [(f"{m}x{n}", Bs, As, m, n) for Bs, As, m, n in saved_adapters(path)]
+    return [(g.name, list(Bs), list(As), g.m, g.n) for g, Bs, As in preset_clients(preset, seed, layers)]

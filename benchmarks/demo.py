@@ -1,0 +1,133 @@
+"""``make demo``: FRAQ on the model presets with synthetic LoRA-like clients.
+
+    .venv/bin/python -m benchmarks.demo [--preset P]... [--tau T]... [--backend B] [--device D] [--json FILE]
+
+For each preset (:func:`benchmarks.cases.preset_stacks`) it stacks the clients' factors
+per module group, recompresses every adapted matrix in batched kernels, and prints per
+preset and tau: server latency (median and spread), the selected ranks, the downlink
+relative to the uncompressed FLoRA stack, and the relative error against a float64
+reference together with the float64 Eckart-Young optimum at the same ranks. ``--json``
+also writes the rows as one result file (:mod:`benchmarks.results`). This was ``fraq
+demo`` before the measurements left the library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+import fraq
+from benchmarks import cases
+from benchmarks.device import bench_device, to_device, unavailable
+from benchmarks.measure import timed
+from fraq.presets import PRESETS, get_preset
+from fraq.reference import optimal_error, relative_error
+
+__all__ = ["main", "run_preset"]
+
+DEFAULT_PRESETS = ("roberta-base", "llama-3.2-3b")
+
+
+def run_preset(name: str, taus, *, repeats: int = 5, seed: int = 0, backend: str = "householder",
+               device: torch.device = torch.device("cpu")) -> list[dict]:
+    """Measure FRAQ on one preset; one row per tau."""
+    preset = get_preset(name)
+    stacks = cases.preset_stacks(name, seed)
+    on_device = [to_device((B, A), device) for _, B, A in stacks]
+    rows = []
+    for tau in taus:
+        def run():
+            return [fraq.recompress(B, A, tau=tau, backend=backend) for B, A in on_device]
+
+        timing = timed(run, repeats=repeats, warmup=1, device=device)
+        results = [(res.B.cpu(), res.A.cpu(), res.rank.cpu()) for res in run()]
+        ranks = torch.cat([p.reshape(-1) for _, _, p in results])
+        sent = sum(int(p.sum()) * (g.m + g.n) for (g, _, _), (_, _, p) in zip(stacks, results))
+        errs = torch.cat([relative_error(B, A, Bg, Ag) for (_, B, A), (Bg, Ag, _) in zip(stacks, results)])
+        opts = torch.cat([optimal_error(B, A, p) for (_, B, A), (_, _, p) in zip(stacks, results)])
+        rows.append({
+            "preset": name, "tau": tau, "backend": backend, "modules": preset.modules,
+            "clients": preset.clients, "stacked_rank": sum(preset.ranks),
+            "latency_ms": timing.median * 1e3, "latency_iqr_ms": timing.iqr * 1e3,
+            "latency_samples_s": list(timing.samples), "threads": timing.threads, "device": str(device),
+            "rank_min": int(ranks.min()), "rank_median": float(ranks.float().median()),
+            "rank_max": int(ranks.max()),
+            "downlink_pct_flora": 100.0 * sent / preset.stack_params(),
+            "rel_error_median": float(errs.median()), "rel_error_max": float(errs.max()),
+            "excess_over_optimum_max": float((errs - opts).max()),
+        })
+    return rows
+
+
+def _print(rows) -> None:
+    head = (f"{'preset':<22}{'tau':>5}{'latency ms':>16}{'rank min/med/max':>18}"
+            f"{'downlink %FLoRA':>17}{'rel err (med)':>15}{'excess vs opt':>15}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        lat = f"{r['latency_ms']:.1f} ± {r['latency_iqr_ms']:.1f}"
+        ranks = f"{r['rank_min']}/{r['rank_median']:g}/{r['rank_max']}"
+        print(f"{r['preset']:<22}{r['tau']:>5.2f}{lat:>16}{ranks:>18}{r['downlink_pct_flora']:>17.1f}"
+              f"{r['rel_error_median']:>15.3e}{r['excess_over_optimum_max']:>15.1e}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", action="append", choices=sorted(PRESETS),
+                        help=f"preset to run (repeatable; default: {', '.join(DEFAULT_PRESETS)})")
+    parser.add_argument("--tau", type=float, action="append", help="energy threshold (repeatable; default 0.8 and 0.95)")
+    parser.add_argument("--backend", default="householder", choices=sorted(fraq.BACKENDS))
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (default 5)")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's own choice)")
+    parser.add_argument("--device", help="cpu, cuda or cuda:N (default: FRAQ_BENCH_DEVICE, else cpu)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="also write the rows as one result file here")
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats(={args.repeats}) must be >= 1")
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads(={args.threads}) must be >= 1")
+        torch.set_num_threads(args.threads)
+    taus = args.tau or [0.8, 0.95]
+    for t in taus:
+        if not 0.0 < t <= 1.0:
+            parser.error(f"--tau(={t}) must be in (0, 1]")
+    try:
+        device = bench_device(args.device)
+    except ValueError as exc:
+        parser.error(str(exc))
+    reason = unavailable(device)
+    if reason is not None:
+        print(f"error: {reason}", file=sys.stderr)
+        return 2
+    from fraq._machine import machine_record
+
+    machine = machine_record(device)
+    print(f"fraq {fraq.__version__} | torch {machine['torch']} | {machine['gpu'] or machine['cpu']} | "
+          f"{machine['threads']} threads | BLAS {machine['blas']} | float32, synthetic LoRA-like clients")
+    rows = []
+    for name in args.preset or DEFAULT_PRESETS:
+        rows += run_preset(name, taus, repeats=args.repeats, seed=args.seed, backend=args.backend, device=device)
+    _print(rows)
+    if args.json:
+        from benchmarks.results import result_record
+
+        import json
+
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        rec = result_record("demo", args.json.stem, {"presets": list(args.preset or DEFAULT_PRESETS), "taus": taus,
+                                                     "backend": args.backend, "seed": args.seed},
+                            {"rows": rows}, device=device)
+        tmp = args.json.with_suffix(args.json.suffix + ".tmp")
+        tmp.write_text(json.dumps(rec, indent=1, default=str))
+        tmp.replace(args.json)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""``make bench-roofline``: FRAQ against its roofline and FLoRIST at 1 and 2 threads, one run.
+
+    .venv/bin/python -m benchmarks.roofline [--backend B] [--presets P ...] [--repeats N] [--out DIR]
+
+For the RoBERTa-base and LLaMA-3.2-3B presets (every adapted module,
+:func:`benchmarks.cases.preset_stacks`, tau = 0.95), in one process, at 1 and then 2
+torch threads:
+
+- FRAQ: ``fraq.recompress`` of every module group's stacks (the backend from
+  ``--backend`` or ``FRAQ_BENCH_BACKEND``; default: ``recompress``'s own default), median
+  time and IQR, over its **roofline**: the paper's Eq. 12 leading-order FLOPs at the
+  selected ranks, :math:`\\sum_i (2d + 3D) r^2 + 2 (d + D) r p_i` (per matrix, r replaced
+  by min(d, r)), divided by the float32 GEMM rate measured in the same process at the same
+  thread count (a 2048^3 product, the better of before and after);
+- FLoRIST (:func:`fraq.aggregators.florist.florist_recompress`) on the same stacks, and
+  its ratio to FRAQ at the same thread count and best against best;
+- the whole-model aggregation ``get_aggregator("fraq")`` / ``("florist")`` on the same
+  clients (stacking included).
+
+It prints the 2-thread / 1-thread ratios, the load average before and after and the
+issue 12 targets (met or not), and writes one result file per preset
+(``<out>/roofline/<preset>-<backend>.json``). A benchmark: it prints and records, it
+asserts nothing. CPU only (thread scaling is a CPU question).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+from benchmarks import cases
+from benchmarks.measure import gemm_rate, threads, timed
+from benchmarks.results import write_result
+
+PRESETS = ("roberta-base", "llama-3.2-3b")
+THREAD_COUNTS = (1, 2)
+TARGETS = {"roofline_1t": 5.0, "florist_1t": 4.0, "scaling_2t": 0.65, "florist_best": 6.0}
+"""Issue 12: FRAQ <= 5x its roofline at 1 thread; FLoRIST >= 4x slower at 1 thread; FRAQ at
+2 threads <= 0.65x its 1-thread time; FLoRIST's best >= 6x slower than FRAQ's best."""
+
+
+def eq12_flops(d: int, D: int, r: int, ranks: torch.Tensor) -> float:
+    """Eq. 12's leading-order FLOPs summed over matrices of one shape: (2d + 3D) r s + 2 (d + D) s p_i."""
+    s = min(d, r)
+    p = ranks.reshape(-1).double()
+    return float(((2 * d + 3 * D) * r * s + 2 * (d + D) * s * p).sum())
+
+
+def _summary(t) -> dict:
+    return {"median_ms": t.median * 1e3, "q25_ms": t.q25 * 1e3, "q75_ms": t.q75 * 1e3, "iqr_ms": t.iqr * 1e3,
+            "n": len(t.samples), "threads": t.threads}
+
+
+def measure_preset(name: str, backend: str | None, repeats: int, log=print) -> dict:
+    """Every measurement of one preset at each thread count (see the module docstring)."""
+    import fraq
+    from benchmarks.experiments.aggregators import build_model
+    from fraq.aggregators import get_aggregator
+    from fraq.aggregators.florist import florist_recompress
+    from fraq.presets import get_preset
+
+    preset = get_preset(name)
+    stacks = [(g, B, A) for g, B, A in cases.preset_stacks(name)]
+    kw = {} if backend is None else {"backend": backend}
+
+    def fraq_call():
+        return [fraq.recompress(B, A, tau=cases.TAU, **kw) for _, B, A in stacks]
+
+    def florist_call():
+        return [florist_recompress(B, A, tau=cases.TAU) for _, B, A in stacks]
+
+    results = fraq_call()
+    used = results[0].backend
+    flops = sum(eq12_flops(min(g.m, g.n), max(g.m, g.n), B.shape[-1], res.rank)
+                for (g, B, _), res in zip(stacks, results))
+    ranks = torch.cat([res.rank.reshape(-1).double() for res in results])
+    updates = build_model(preset).updates()
+    whole = {m: get_aggregator(m, **({} if m == "florist" else {"tau": cases.TAU, **kw})) for m in ("fraq", "florist")}
+    out = {"backend": used, "modules": preset.modules, "clients": preset.clients, "stacked_rank": sum(preset.ranks),
+           "rank_mean": float(ranks.mean()), "flops_eq12": flops, "threads": {}}
+    for n in THREAD_COUNTS:
+        with threads(n):
+            rate = gemm_rate(2048)
+            row = {"fraq": _summary(timed(fraq_call, repeats=repeats, warmup=1)),
+                   "florist": _summary(timed(florist_call, repeats=repeats, warmup=1))}
+            for m, agg in whole.items():
+                row[f"whole_{m}"] = _summary(timed(lambda agg=agg: agg.aggregate(updates), repeats=max(3, repeats // 2),
+                                                   warmup=1))
+            rate = max(rate, gemm_rate(2048))
+        row["gemm_gflops"] = rate / 1e9
+        row["roofline_ms"] = flops / rate * 1e3
+        row["fraq_over_roofline"] = row["fraq"]["median_ms"] / row["roofline_ms"]
+        row["florist_over_fraq"] = row["florist"]["median_ms"] / row["fraq"]["median_ms"]
+        row["whole_florist_over_fraq"] = row["whole_florist"]["median_ms"] / row["whole_fraq"]["median_ms"]
+        out["threads"][n] = row
+        log(f"  {n} thread(s) done, load average {os.getloadavg()[0]:.2f}")
+    t = out["threads"]
+    fraq_best = min(THREAD_COUNTS, key=lambda n: t[n]["fraq"]["median_ms"])
+    florist_best = min(THREAD_COUNTS, key=lambda n: t[n]["florist"]["median_ms"])
+    out.update(
+        fraq_2t_over_1t=t[2]["fraq"]["median_ms"] / t[1]["fraq"]["median_ms"],
+        florist_2t_over_1t=t[2]["florist"]["median_ms"] / t[1]["florist"]["median_ms"],
+        whole_fraq_2t_over_1t=t[2]["whole_fraq"]["median_ms"] / t[1]["whole_fraq"]["median_ms"],
+        fraq_best_threads=fraq_best, florist_best_threads=florist_best,
+        florist_best_over_fraq_best=t[florist_best]["florist"]["median_ms"] / t[fraq_best]["fraq"]["median_ms"])
+    return out
+
+
+def _ms(s: dict) -> str:
+    return f"{s['median_ms']:8.1f} [{s['q25_ms']:.1f}, {s['q75_ms']:.1f}]"
+
+
+def report(name: str, rec: dict) -> list[str]:
+    """The printed lines for one preset's record, with the issue 12 targets."""
+    t = rec["threads"]
+    lines = [f"{name}: {rec['modules']} modules, K = {rec['clients']}, r = {rec['stacked_rank']}, tau = {cases.TAU}, "
+             f"mean p = {rec['rank_mean']:.1f}, backend {rec['backend']}, Eq. 12 {rec['flops_eq12'] / 1e9:.2f} GFLOP",
+             f"  {'thr':>3} {'GEMM GFLOP/s':>12} {'roofline ms':>11} {'FRAQ ms [IQR]':>26} {'x roof':>6} "
+             f"{'FLoRIST ms [IQR]':>26} {'/FRAQ':>6} | {'whole fraq ms':>26} {'whole florist ms':>26} {'/fraq':>6}"]
+    for n, row in t.items():
+        lines.append(f"  {n:>3} {row['gemm_gflops']:12.1f} {row['roofline_ms']:11.2f} {_ms(row['fraq']):>26} "
+                     f"{row['fraq_over_roofline']:6.2f} {_ms(row['florist']):>26} {row['florist_over_fraq']:6.2f} | "
+                     f"{_ms(row['whole_fraq']):>26} {_ms(row['whole_florist']):>26} "
+                     f"{row['whole_florist_over_fraq']:6.2f}")
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    lines += [
+        f"  FRAQ 2 thr / 1 thr = {rec['fraq_2t_over_1t']:.2f} (target <= {TARGETS['scaling_2t']}: "
+        f"{verdict(rec['fraq_2t_over_1t'] <= TARGETS['scaling_2t'])}); FLoRIST 2/1 = {rec['florist_2t_over_1t']:.2f}; "
+        f"whole-model fraq 2/1 = {rec['whole_fraq_2t_over_1t']:.2f}",
+        f"  1 thread: FRAQ {t[1]['fraq_over_roofline']:.2f}x roofline (target <= {TARGETS['roofline_1t']:g}: "
+        f"{verdict(t[1]['fraq_over_roofline'] <= TARGETS['roofline_1t'])}), FLoRIST {t[1]['florist_over_fraq']:.2f}x "
+        f"FRAQ (target >= {TARGETS['florist_1t']:g}: {verdict(t[1]['florist_over_fraq'] >= TARGETS['florist_1t'])})",
+        f"  best vs best: FLoRIST at {rec['florist_best_threads']} thr / FRAQ at {rec['fraq_best_threads']} thr = "
+        f"{rec['florist_best_over_fraq_best']:.2f} (target >= {TARGETS['florist_best']:g}: "
+        f"{verdict(rec['florist_best_over_fraq_best'] >= TARGETS['florist_best'])})",
+    ]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    import fraq
+    from fraq._machine import machine_record
+
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.roofline", description=__doc__.split("\n")[0])
+    ap.add_argument("--backend", default=os.environ.get("FRAQ_BENCH_BACKEND") or None,
+                    help="FRAQ backend to measure (default: FRAQ_BENCH_BACKEND, else recompress's default)")
+    ap.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(cases.PRESET_NAMES))
+    ap.add_argument("--repeats", type=int, default=11, help="timed repeats per measurement (default 11)")
+    ap.add_argument("--out", default="results/bench", help="results directory (<out>/roofline/)")
+    args = ap.parse_args(argv)
+    if args.backend is not None and args.backend not in fraq.BACKENDS:
+        ap.error(f"--backend / FRAQ_BENCH_BACKEND (={args.backend!r}) is not one of {sorted(fraq.BACKENDS)}")
+    if args.repeats < 1:
+        ap.error(f"--repeats(={args.repeats}) must be >= 1")
+    machine = machine_record()
+    load = os.getloadavg()
+    print(f"bench-roofline: {machine['cpu']}, {machine['cores']} cores, BLAS {machine['blas']}, torch "
+          f"{machine['torch']}; float32; torch threads {' and '.join(map(str, THREAD_COUNTS))} "
+          f"(default here {machine['threads']}); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
+    for name in args.presets:
+        print(f"{name}: measuring ...", flush=True)
+        rec = measure_preset(name, args.backend, args.repeats, log=lambda s: print(s, flush=True))
+        rec["load_average_before"] = list(load)
+        rec["load_average_after"] = list(os.getloadavg())
+        path = write_result(args.out, "roofline", f"{name}-{rec['backend']}",
+                            {"preset": name, "backend": rec["backend"], "tau": cases.TAU, "repeats": args.repeats,
+                             "thread_counts": list(THREAD_COUNTS)}, rec)
+        print("\n".join(report(name, rec)) + f"\n  -> {path}", flush=True)
+    after = os.getloadavg()
+    print(f"load average after: {after[0]:.2f} {after[1]:.2f} {after[2]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

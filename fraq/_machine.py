@@ -1,0 +1,121 @@
+"""A record of the machine and device a run used, saved beside every result.
+
+Used by the benchmark suites (one record per result file) and by the federated
+harness's run records. It describes the environment; it measures nothing.
+
+On a CUDA device the record adds the GPU's name, the driver version (from NVML, or
+``nvidia-smi`` where NVML's Python binding is absent), the CUDA runtime torch was built
+with and the cuSOLVER library version (``cusolverGetVersion`` from the library torch
+loaded). A field that cannot be read is None, never a guess.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import platform
+import subprocess
+
+import torch
+
+__all__ = ["machine_record", "gpu_record"]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _blas() -> str:
+    cfg = torch.__config__.show()
+    for key in ("BLAS_INFO=", "LAPACK_INFO="):
+        if key in cfg:
+            return cfg.split(key, 1)[1].split(",", 1)[0]
+    return "unknown"
+
+
+def _git_sha() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=os.path.dirname(os.path.abspath(__file__)))
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _driver_version(index: int) -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            v = pynvml.nvmlSystemGetDriverVersion()
+            return v.decode() if isinstance(v, bytes) else str(v)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - NVML absent or not initialisable: try nvidia-smi
+        pass
+    try:
+        out = subprocess.run(["nvidia-smi", f"--id={index}", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _cusolver_version() -> int | None:
+    """cusolverGetVersion() of the cuSOLVER torch uses (e.g. 11601 for 11.6.1), or None."""
+    torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    site = os.path.dirname(os.path.dirname(torch.__file__))
+    names = ["libcusolver.so", "libcusolver.so.11", "libcusolver.so.12"]
+    names += glob.glob(os.path.join(torch_lib, "libcusolver*.so*"))
+    names += glob.glob(os.path.join(site, "nvidia", "cu*", "lib", "libcusolver*.so*"))
+    names += glob.glob(os.path.join(site, "nvidia", "cusolver", "lib", "libcusolver*.so*"))
+    for name in names:
+        try:
+            lib = ctypes.CDLL(name)
+            v = ctypes.c_int()
+            if lib.cusolverGetVersion(ctypes.byref(v)) == 0:
+                return int(v.value)
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+def gpu_record(device: torch.device | str) -> dict:
+    """GPU name, driver, CUDA runtime and cuSOLVER versions of a CUDA ``device``."""
+    device = torch.device(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return {"gpu": torch.cuda.get_device_name(index), "gpu_driver": _driver_version(index),
+            "cuda": torch.version.cuda, "cusolver": _cusolver_version()}
+
+
+def machine_record(device: torch.device | str = "cpu") -> dict:
+    """CPU model, cores, torch threads, BLAS, versions, git sha, and the device used.
+
+    ``device``: where the run computed; on a CUDA device the :func:`gpu_record` fields
+    are filled, otherwise they are None.
+    """
+    device = torch.device(device)
+    rec = {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "blas": _blas(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "device": str(device),
+        "gpu": None, "gpu_driver": None, "cuda": torch.version.cuda, "cusolver": None,
+        "git_sha": _git_sha(),
+    }
+    if device.type == "cuda":
+        rec.update(gpu_record(device))
+    return rec
