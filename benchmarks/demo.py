@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 import fraq
+from fraq.backends import resolve_backend
 from benchmarks import cases
 from benchmarks.device import bench_device, to_device, unavailable
 from benchmarks.measure import timed
@@ -31,7 +32,7 @@ __all__ = ["main", "run_preset"]
 DEFAULT_PRESETS = ("roberta-base", "llama-3.2-3b")
 
 
-def run_preset(name: str, taus, *, repeats: int = 5, seed: int = 0, backend: str = "householder",
+def run_preset(name: str, taus, *, repeats: int = 5, seed: int = 0, backend: str = "auto",
                device: torch.device = torch.device("cpu")) -> list[dict]:
     """Measure FRAQ on one preset; one row per tau."""
     preset = get_preset(name)
@@ -49,7 +50,7 @@ def run_preset(name: str, taus, *, repeats: int = 5, seed: int = 0, backend: str
         errs = torch.cat([relative_error(B, A, Bg, Ag) for (_, B, A), (Bg, Ag, _) in zip(stacks, results)])
         opts = torch.cat([optimal_error(B, A, p) for (_, B, A), (_, _, p) in zip(stacks, results)])
         rows.append({
-            "preset": name, "tau": tau, "backend": backend, "modules": preset.modules,
+            "preset": name, "tau": tau, "backend": resolve_backend(backend, device), "modules": preset.modules,
             "clients": preset.clients, "stacked_rank": sum(preset.ranks),
             "latency_ms": timing.median * 1e3, "latency_iqr_ms": timing.iqr * 1e3,
             "latency_samples_s": list(timing.samples), "threads": timing.threads, "device": str(device),
@@ -79,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", action="append", choices=sorted(PRESETS),
                         help=f"preset to run (repeatable; default: {', '.join(DEFAULT_PRESETS)})")
     parser.add_argument("--tau", type=float, action="append", help="energy threshold (repeatable; default 0.8 and 0.95)")
-    parser.add_argument("--backend", default="householder", choices=sorted(fraq.BACKENDS))
+    parser.add_argument("--backend", default="auto", choices=["auto", *sorted(fraq.BACKENDS)],
+                        help="basis backend (default auto: the device's default, fraq.backends.DEVICE_DEFAULTS)")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (default 5)")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's own choice)")
     parser.add_argument("--device", help="cpu, cuda or cuda:N (default: FRAQ_BENCH_DEVICE, else cpu)")

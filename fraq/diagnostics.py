@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from fraq._orient import orient
 from fraq._validation import check_finite, check_pair, compute_dtype
 from fraq.backends import Basis, get_backend
 from fraq.recompress import recompress
@@ -50,9 +51,7 @@ __all__ = [
 
 def oriented_factor(B: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
     """The X that :func:`fraq.recompress` hands to a backend: B (m <= n) or A^T (m > n), compute dtype."""
-    m, n = B.shape[-2], A.shape[-1]
-    X = A.mT if m > n else B
-    return X.to(compute_dtype(B.dtype))
+    return orient(B, A)[0].to(compute_dtype(B.dtype))
 
 
 def basis_matrix(basis: Basis) -> torch.Tensor:

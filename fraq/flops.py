@@ -164,10 +164,11 @@ def cholesky_qr2_flops(d: int, r: int, p: int, *, steps: int | None = None, gram
 
 def cholesky_basis_flops(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:
     """The ``cholesky`` backend without fallbacks (wide X: Q = I, free): the Gram of X (float64),
-    its Cholesky factor, R^{-1} (r^3 / 3); applying Q: R^{-1} U_p, then X times it (float64)."""
+    its Cholesky factor, R^{-1} (a triangular solve with the r x r identity, r^3 as run);
+    applying Q: R^{-1} U_p, then X times it (float64)."""
     if r >= d:
         return 0.0
-    return gram_flops(d, r, gram) + cholesky_flops(r) + r**3 / 3 + gemm_flops(r, r, p) + gemm_flops(d, r, p)
+    return gram_flops(d, r, gram) + cholesky_flops(r) + trsm_flops(r, r) + gemm_flops(r, r, p) + gemm_flops(d, r, p)
 
 
 def newton_schulz_flops(coords: str, default_steps: int | None = None):

@@ -153,12 +153,13 @@ def test_count_flops_restores_threads():
 
 @pytest.mark.parametrize("m,n", [(300, 500), (500, 300)])
 @pytest.mark.parametrize("p", [1, 5])
-def test_counted_fraq_matches_analytic_model(m, n, p):
+@pytest.mark.parametrize("backend", ["householder", "cholesky"])
+def test_counted_fraq_matches_analytic_model(m, n, p, backend):
     """The code's count equals the model with the code's constants, term for term."""
     Bs, As = lora_clients(m, n, [8, 8, 4], seed=1)
     B, A = fraq.stack(Bs, As)
-    counted = count_flops(lambda: fraq.recompress(B, A, rank=p)).total
-    model = analytic_flops("fraq", m, n, 20, p)
+    counted = count_flops(lambda: fraq.recompress(B, A, rank=p, backend=backend)).total
+    model = analytic_flops("fraq", m, n, 20, p, backend=backend)
     assert counted == pytest.approx(model, rel=1e-6)
     # Table 5 keeps the leading terms only, with a SYRK Gram: below the count, same order.
     assert 0.5 * counted < analytic_flops("fraq", m, n, 20, p, model="table5") < counted

@@ -18,6 +18,14 @@ from fraq.synthetic import lora_clients, spectrum_matrix
 
 F32, F64 = torch.float32, torch.float64
 
+
+@pytest.fixture(autouse=True, params=["householder", "cholesky"])
+def default_backend(request, monkeypatch):
+    """Every test here runs with each exact default: the paper's Householder reference and
+    the QR-free ``cholesky`` path that ``backend="auto"`` picks on CPU."""
+    monkeypatch.setitem(fraq.backends.DEVICE_DEFAULTS, "cpu", request.param)
+    return request.param
+
 # Error of the computed product above the Eckart-Young optimum, in units of
 # eps * ||M||_F * sqrt(r): QR, two GEMMs and the reflector application each add a few
 # eps * ||M||, and the Gram eigenvectors are accurate to eps * lambda_1 / gap.

@@ -226,7 +226,7 @@ def _stage_calls(case: Case, name: str) -> dict:
     }
 
 
-def stage_breakdown(case: Case, repeats: int, names=("householder", "cholesky-qr2")) -> list[dict]:
+def stage_breakdown(case: Case, repeats: int, names=("householder", "cholesky", "cholesky-qr2")) -> list[dict]:
     """1-thread median times (ms) of the pipeline's pieces, summed over the module groups.
 
     Every (backend, stage) call is timed round-robin, like the main table. "other" is the

@@ -10,7 +10,9 @@ inputs doing the same job (the server's aggregation for those modules):
 sum_k a_k s_k B_k A_k; ``p`` is the rank per matrix (int, or int64 tensor of the batch
 shape). Names:
 
-- ``fraq``: :func:`fraq.stack` + :func:`fraq.recompress` (Householder, the default).
+- ``fraq``: :func:`fraq.stack` + :func:`fraq.recompress` with its default backend
+  (``"auto"``: ``cholesky`` on CPU, ``householder`` on CUDA; an older commit's own default
+  when :mod:`benchmarks.regress` measures one).
 - ``fraq:<backend>``: the same with ``backend=<backend>``, for every name in
   :data:`fraq.BACKENDS` when the suite is imported.
 - ``florist``, ``flexlora``: the aggregator's documented per-module entry
@@ -35,25 +37,27 @@ BASELINES = ("florist", "flexlora")
 
 
 def fraq_method_names() -> list[str]:
-    """``fraq`` and ``fraq:<backend>`` for every registered backend but the default."""
+    """``fraq`` (the default backend) and ``fraq:<backend>`` for every registered backend."""
     import fraq
 
-    return ["fraq"] + [f"fraq:{name}" for name in sorted(fraq.BACKENDS) if name != "householder"]
+    return ["fraq"] + [f"fraq:{name}" for name in sorted(fraq.BACKENDS)]
 
 
 def method_names() -> list[str]:
     return fraq_method_names() + list(BASELINES)
 
 
-def _fraq(backend: str) -> Callable:
+def _fraq(backend: str | None) -> Callable:
+    """FRAQ with ``backend``, or with recompress's own default when None."""
     import fraq
 
-    if backend not in fraq.BACKENDS:
+    if backend is not None and backend not in fraq.BACKENDS:
         raise NotImplementedError(f"backend {backend!r} is not in fraq.BACKENDS ({sorted(fraq.BACKENDS)})")
+    chosen = {} if backend is None else {"backend": backend}
 
     def run(Bs, As, *, rank=None, tau=None, weights=None, scales=None):
         B, A = fraq.stack(Bs, As, weights, scales)
-        res = fraq.recompress(B, A, rank=rank, tau=tau, backend=backend)
+        res = fraq.recompress(B, A, rank=rank, tau=tau, **chosen)
         return res.B, res.A, res.rank
 
     return run
@@ -73,7 +77,7 @@ def _aggregator(name: str) -> Callable:
 def get_method(name: str) -> Callable:
     """The callable for method ``name`` (see the module docstring)."""
     if name == "fraq":
-        return _fraq("householder")
+        return _fraq(None)
     if name.startswith("fraq:"):
         return _fraq(name.split(":", 1)[1])
     return _aggregator(name)

@@ -11,7 +11,7 @@ import fraq
 from fraq._validation import check_tau
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.payload import REINITIALIZE, Downlink, Factors
-from fraq.backends import BACKENDS
+from fraq.backends import AUTO, BACKENDS
 
 __all__ = ["Fraq"]
 
@@ -32,7 +32,8 @@ class Fraq(Aggregator):
         tau: energy threshold in (0, 1] (default 0.95, the paper's higher setting; it
             also reports 0.80).
         rank: fixed rank p instead of ``tau`` (pass ``tau=None``).
-        backend: basis backend name (:data:`fraq.BACKENDS`).
+        backend: basis backend name (:data:`fraq.BACKENDS`), or ``"auto"`` (default): the
+            device's default (:data:`fraq.backends.DEVICE_DEFAULTS`).
         eig_dtype: dtype of the r x r eigenproblem (see :func:`fraq.recompress`).
     """
 
@@ -40,7 +41,7 @@ class Fraq(Aggregator):
     client_init = REINITIALIZE
     checks_finite = False  # Group.stacked does
 
-    def __init__(self, *, tau: float | None = 0.95, rank: int | None = None, backend: str = "householder",
+    def __init__(self, *, tau: float | None = 0.95, rank: int | None = None, backend: str = AUTO,
                  eig_dtype: torch.dtype | None = None):
         if (tau is None) == (rank is None):
             raise ValueError(f"pass exactly one of tau and rank, got tau={tau!r}, rank={rank!r}")
@@ -48,8 +49,8 @@ class Fraq(Aggregator):
             tau = check_tau(tau)
         elif isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank < 1:
             raise ValueError(f"rank(={rank!r}) must be an int >= 1")
-        if not isinstance(backend, str) or backend not in BACKENDS:
-            raise ValueError(f"backend(={backend!r}) is not one of {sorted(BACKENDS)}")
+        if not isinstance(backend, str) or (backend != AUTO and backend not in BACKENDS):
+            raise ValueError(f"backend(={backend!r}) is not one of {[AUTO, *sorted(BACKENDS)]}")
         if eig_dtype is not None and (not isinstance(eig_dtype, torch.dtype) or not eig_dtype.is_floating_point):
             raise TypeError(f"eig_dtype(={eig_dtype!r}) must be a floating torch.dtype")
         self.tau = tau

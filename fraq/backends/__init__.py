@@ -50,6 +50,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
+import torch
+
 from fraq.backends.base import Backend, Basis
 from fraq.backends.cholesky import cholesky
 from fraq.backends.cholesky_qr import cholesky_qr2
@@ -59,7 +61,9 @@ from fraq.backends.polar import polar
 from fraq.flops import cholesky_basis_flops, cholesky_qr2_flops, householder_flops, newton_schulz_flops, polar_flops
 
 __all__ = [
+    "AUTO",
     "BACKENDS",
+    "DEVICE_DEFAULTS",
     "EXACT_BACKENDS",
     "REGISTRY",
     "Backend",
@@ -68,6 +72,7 @@ __all__ = [
     "FlopModel",
     "get_backend",
     "register_backend",
+    "resolve_backend",
 ]
 
 FlopModel = Callable[..., float]
@@ -189,3 +194,30 @@ register_backend("newton-schulz-direct", partial(newton_schulz, schedule="polar-
                  flops=newton_schulz_flops("direct"))
 register_backend("newton-schulz-muon", partial(newton_schulz, schedule="muon", steps=5, coords="direct"),
                  flops=newton_schulz_flops("direct", default_steps=5))
+
+AUTO = "auto"
+"""``recompress(..., backend="auto")``: the backend :data:`DEVICE_DEFAULTS` names for the
+input's device, recorded resolved in ``result.backend``."""
+
+DEVICE_DEFAULTS: dict[str, str] = {"cpu": "cholesky", "cuda": "householder"}
+"""Device type -> the backend ``"auto"`` runs there (``householder`` for any other type).
+
+* CPU: ``cholesky``. It replaces the panel QR (``geqrf``) and the reflector application
+  (``ormqr``), which run far below the GEMM rate on LoRA shapes, by GEMM-shaped passes and
+  an r x r Cholesky factorization, with the same accuracy (a float64 Gram, Householder per
+  matrix where that would not hold); the README's performance table has the measurements
+  it was chosen from (``make bench-roofline``).
+* CUDA: ``householder``, the paper's reference, until ``cholesky`` is measured on a GPU:
+  no GPU was available where the CPU choice was measured, and on GPUs whose float64 rate
+  is 1/32 to 1/64 of float32 (most consumer and some data-centre parts) the float64 Gram
+  could cost more than torch's per-matrix QR loop saves.
+"""
+
+
+def resolve_backend(name: str, device: torch.device | str) -> str:
+    """``name``, or for ``"auto"`` the default of ``device``'s type (:data:`DEVICE_DEFAULTS`)."""
+    if name == AUTO:
+        return DEVICE_DEFAULTS.get(torch.device(device).type, "householder")
+    if not isinstance(name, str) or name not in REGISTRY:
+        raise ValueError(f"backend(={name!r}) is not one of {[AUTO, *sorted(REGISTRY)]}")
+    return name

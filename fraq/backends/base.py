@@ -25,11 +25,31 @@ class Basis:
         C: (*, s, r) coordinates of X in the basis: X = Q C.
         apply: maps U (*, s, p) to Q U (*, d, p) without forming Q when it is implicit.
         info: diagnostics to copy into the result (fallbacks taken, iterations).
+        rejected: None for a complete basis; for a ``deferred`` one (see :data:`Backend`),
+            (nb,) bool, True where C and ``apply`` are not to be trusted.
+        complete: for a deferred basis, returns the complete one.
     """
 
     C: torch.Tensor
     apply: Callable[[torch.Tensor], torch.Tensor]
     info: dict = field(default_factory=dict)
+    rejected: torch.Tensor | None = None
+    complete: Callable[[], Basis] | None = None
+
+    def completed(self) -> Basis:
+        """This basis with every matrix right: ``complete()`` when a verdict is pending."""
+        return self if self.rejected is None else self.complete()
 
 
 Backend = Callable[[torch.Tensor], Basis]
+"""``X (*, d, r) -> Basis``, every matrix's basis right (``rejected`` None).
+
+A backend whose fast basis needs a per-matrix verdict read on the host (a fallback
+count, say) may also offer ``fn.deferred(X)``: the same basis computed the fast way for
+every matrix, with ``rejected`` ((nb,) bool, X flattened to (nb, d, r)) marking the
+matrices where it is wrong and ``complete()`` returning the corrected basis.
+:func:`fraq.recompress` reads the verdict in the one host synchronization it makes
+anyway, and completes (and recomputes) only when something was rejected, so the fast
+path of a call synchronizes once. ``C`` and ``apply`` of a pending basis must still be
+finite and safe to use on every matrix (they are discarded where rejected).
+"""

@@ -93,10 +93,19 @@ def cholesky(X: torch.Tensor) -> Basis:
 
     Returns a :class:`~fraq.backends.base.Basis` with C = R (*, r, r) upper triangular in
     X's dtype and ``apply(U) = X (R^{-1} U)``, Householder's basis for the matrices that
-    fall back.
+    fall back. ``cholesky.deferred`` leaves the fallback verdict pending instead (see
+    :data:`fraq.backends.base.Backend`).
     """
     X = check_basis_input(X)
+    return _cholesky_impl(X).completed()
+
+
+def _deferred(X: torch.Tensor) -> Basis:
+    """The fast basis of every matrix of a flattened, trusted X (nb, d, r), verdict pending."""
     return _cholesky_impl(X)
+
+
+cholesky.deferred = _deferred
 
 
 def _cholesky_impl(X: torch.Tensor) -> Basis:
@@ -121,6 +130,9 @@ def _cholesky_impl(X: torch.Tensor) -> Basis:
     kappa = torch.linalg.matrix_norm(L) * torch.linalg.matrix_norm(Rinv)  # NaN if W was
     limit = torch.finfo(X.dtype).eps / (CONDITION_MARGIN * torch.finfo(wide).eps)
     bad = (failed != 0) | ~(kappa.square() <= limit)
+    # A failed factorization leaves NaN/garbage in L: keep the pending basis finite.
+    L = torch.where(bad.view(-1, 1, 1), eye, L)
+    Rinv = torch.where(bad.view(-1, 1, 1), eye, Rinv)
     C = L.mT.to(X.dtype)
 
     def apply(U: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
@@ -128,4 +140,9 @@ def _cholesky_impl(X: torch.Tensor) -> Basis:
         Xi = Xw if index is None else Xw.index_select(0, index)
         return torch.matmul(Xi, torch.matmul(Ri, U.to(wide))).to(U.dtype)
 
-    return unflatten(with_householder_fallback(Xb, C, apply, bad, info), batch)
+    def complete() -> Basis:
+        return unflatten(with_householder_fallback(Xb, C, apply, bad, info), batch)
+
+    fast = Basis(C=C, apply=lambda U: apply(U, None), info=dict(info, fallback=None, fallback_count=0),
+                 rejected=bad, complete=complete)
+    return unflatten(fast, batch)

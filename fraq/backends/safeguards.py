@@ -55,7 +55,8 @@ def flatten(X: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
 
 
 def unflatten(basis: Basis, batch: tuple[int, ...]) -> Basis:
-    """Give a flattened basis the caller's batch shape back (C and ``apply``)."""
+    """Give a flattened basis the caller's batch shape back (C and ``apply``; a pending
+    verdict stays flat, (nb,), and ``complete`` returns the caller's shape itself)."""
     C = basis.C.reshape(*batch, *basis.C.shape[-2:])
     inner = basis.apply
 
@@ -63,7 +64,7 @@ def unflatten(basis: Basis, batch: tuple[int, ...]) -> Basis:
         out = inner(U.reshape(C.shape[:-2].numel(), *U.shape[-2:]))
         return out.reshape(*U.shape[:-2], *out.shape[-2:])
 
-    return Basis(C=C, apply=apply, info=basis.info)
+    return Basis(C=C, apply=apply, info=basis.info, rejected=basis.rejected, complete=basis.complete)
 
 
 def scaled_gram(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:

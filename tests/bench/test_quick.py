@@ -34,6 +34,7 @@ from benchmarks.measure import count_flops, fidelity, peak_memory
 from benchmarks.measure.ablation import VARIANTS, variant_calls
 from benchmarks.measure.methods import BASELINES, get_method
 from benchmarks.measure.timing import threads
+from fraq.backends import resolve_backend
 from fraq.flops import analytic_flops
 
 THREADS = cases.THREADS
@@ -101,7 +102,8 @@ def _run(benchmark, call, *, B, A, method, d, r, device, rounds=7):
         ranks = torch.as_tensor(p).double()
         name, _, backend = method.partition(":")
         try:
-            model = MODULES * analytic_flops(name, d, d, r, P, backend=backend or "householder")
+            ran = backend or resolve_backend("auto", device)  # "fraq" runs recompress's default
+            model = MODULES * analytic_flops(name, d, d, r, P, backend=ran)
         except (NotImplementedError, ValueError):
             model = float("nan")
         benchmark.extra_info.update(
