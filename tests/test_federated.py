@@ -573,6 +573,12 @@ def _no_loading(*args, **kwargs):
     raise AssertionError("the model and the data were loaded before the input was checked")
 
 
+def _record(t: int) -> dict:
+    return {"round": t, "accuracy": 0.5, "train_loss": 1.0, "train_seconds": 1.0, "agg_ms": 1.0,
+            "downlink_params": [10], "downlink_params_mean": 10.0, "downlink_pct_flora": 50.0, "ranks": {"q": 1},
+            "rank_mean": 1.0}
+
+
 def _resume_dir(tmp_path, cfg) -> Path:
     """An output directory as an interrupted run of ``cfg`` (fedit finished, fraq checkpointed) leaves it."""
     from fraq.federated.records import jsonable
@@ -582,7 +588,7 @@ def _resume_dir(tmp_path, cfg) -> Path:
     (out / "fedit").mkdir(parents=True)
     (out / "config.json").write_text(json.dumps({"config": cfg_json, "run": {}}))
     (out / "fedit" / "result.json").write_text(json.dumps({"method": "fedit", "rounds": [], "config": cfg_json}))
-    st = RoundState(1, {"q": torch.zeros(2, 2)}, {"weight": torch.zeros(2, 2)}, [None, None], None, [{"round": 1}])
+    st = RoundState(1, {"q": torch.zeros(2, 2)}, {"weight": torch.zeros(2, 2)}, [None, None], None, [_record(1)])
     save_checkpoint(out / "fraq" / "checkpoint.pt", st, {"method": "fraq", "config": cfg_json})
     return out
 
@@ -598,6 +604,7 @@ def _truncate(path):
     (lambda out: (out / "config.json").write_text("{}"), "config.json"),
     (lambda out: _truncate(out / "fedit" / "result.json"), "fedit/result.json"),
     (lambda out: (out / "fedit" / "result.json").write_text('{"method": "flora", "rounds": []}'), "fedit/result.json"),
+    (lambda out: (out / "fedit" / "result.json").write_text('{"method": "fedit", "rounds": [{}]}'), "fedit/result.json"),
     (lambda out: _truncate(out / "fraq" / "checkpoint.pt"), "fraq/checkpoint.pt"),
     (lambda out: (out / "fraq" / "checkpoint.pt").write_bytes(b"\x80\x04garbage"), "fraq/checkpoint.pt"),
     (lambda out: torch.save([1, 2], out / "fraq" / "checkpoint.pt"), "fraq/checkpoint.pt"),
@@ -643,10 +650,7 @@ def test_results_files_are_replaced_whole(tmp_path, monkeypatch):
     out.mkdir()
     for name in ("rounds.csv", "table.csv", "table.md"):
         (out / name).write_text("OLD")
-    rec = {"round": 1, "accuracy": 0.5, "train_loss": 1.0, "train_seconds": 1.0, "agg_ms": 1.0,
-           "downlink_params": [10], "downlink_params_mean": 10.0, "downlink_pct_flora": 50.0, "ranks": {"q": 1},
-           "rank_mean": 1.0}
-    res = [{"method": "flora", "skipped": None, "rounds": [rec]}]
+    res = [{"method": "flora", "skipped": None, "rounds": [_record(1)]}]
     cfg = load_config("quick")
     real_writer = csv.writer
 
@@ -663,7 +667,7 @@ def test_results_files_are_replaced_whole(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         results.write_results(out, res, cfg, {})
     assert (out / "rounds.csv").read_text() == "OLD"
-    assert not list(out.glob("*.tmp"))
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".") or p.suffix == ".tmp"]
 
 
 def test_checkpoint_is_replaced_whole(tmp_path, monkeypatch):
@@ -697,3 +701,10 @@ def test_client_plan_reads_the_aggregator_class_not_its_type():
     assert plan.ranks == [4, 4, 4] and plan.upload_ranks == [2, 4, 2] and plan.skip is None
     plain = ClientPlan.make(FLoRA(), [2, 4, 2], [4.0, 8.0, 4.0])
     assert plain.ranks == [2, 4, 2] and plain.upload_ranks == [None] * 3
+
+
+@pytest.mark.parametrize("key, value", [("model", 3), ("train", None), ("partition", "iid")])
+def test_a_section_set_to_a_non_object_is_refused(key, value):
+    with pytest.raises(ValueError, match=rf"config key '{key}'\(={value!r}\) is a section"):
+        load_config("quick", {key: value})
+    assert load_config("quick", {"partition": {"scheme": "iid"}})["partition"]["alpha"] == 0.1  # merged, not replaced

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
+from fraq._files import replacing_file
 from fraq.aggregators import Factors, FlorgState, LoraA2State
-from fraq.federated.results import atomic_write
 
 __all__ = ["RoundState", "load_checkpoint", "save_checkpoint"]
 
@@ -81,7 +81,8 @@ def save_checkpoint(path: Path, state: RoundState, meta: dict) -> None:
         "agg_state": _agg_state_out(state.agg_state),
         "records": state.records,
     }
-    atomic_write(path, lambda f: torch.save(payload, f), binary=True)
+    with replacing_file(path) as tmp:
+        torch.save(payload, tmp)
 
 
 _KEYS = ("meta", "round", "weights", "head", "starts", "agg_state", "records")

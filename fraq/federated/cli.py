@@ -80,6 +80,7 @@ def _read_earlier(cfg: dict, cfg_json: dict, out_dir: Path) -> tuple[dict[str, d
     """
     from fraq.federated.checkpoint import load_checkpoint
     from fraq.federated.config import method_label
+    from fraq.federated.results import check_records
 
     if (out_dir / "config.json").exists():
         prev = _read_json(out_dir / "config.json", "config file")
@@ -97,14 +98,16 @@ def _read_earlier(cfg: dict, cfg_json: dict, out_dir: Path) -> tuple[dict[str, d
         done, ckpt = mdir / "result.json", mdir / "checkpoint.pt"
         if done.exists():
             res = _read_json(done, "result file")
-            if res.get("method") != spec or not isinstance(res.get("rounds"), list):
+            if res.get("method") != spec:
                 raise ValueError(f"--resume: result file {str(done)!r} is not method {spec!r}'s result "
                                  f"(method {res.get('method')!r}); delete it, or start again with --overwrite")
+            check_records(res.get("rounds"), f"--resume: result file {str(done)!r}")
             if res.get("config", cfg_json) != cfg_json:
                 raise ValueError(f"--resume: {str(done)!r} was written with another configuration")
             finished[spec] = res
         elif ckpt.exists():
             states[spec] = load_checkpoint(ckpt, {"method": spec, "config": cfg_json})
+            check_records(states[spec].records, f"--resume: checkpoint {str(ckpt)!r}")
     return finished, states
 
 
@@ -129,6 +132,7 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
     from fraq.federated.config import method_label, validate
     from fraq.federated.records import jsonable
     from fraq.federated.results import write_json, write_results
+
     from fraq.federated.server import Task, run_method
 
     if resume and overwrite:

@@ -32,7 +32,10 @@ def _merge(base: dict, over: dict, where: str = "") -> dict:
             continue
         if k not in out:
             raise ValueError(f"unknown config key {where + k!r}; known: {sorted(x for x in out if not x.startswith('_'))}")
-        if isinstance(out[k], dict) and isinstance(v, dict):
+        if isinstance(out[k], dict):
+            if not isinstance(v, dict):
+                raise ValueError(f"config key {where + k!r}(={v!r}) is a section: give an object, or set one of "
+                                 f"its keys, e.g. {where + k}.{next(iter(out[k]), 'key')}=...")
             out[k] = _merge(out[k], v, f"{where}{k}.")
         else:
             out[k] = copy.deepcopy(v)
@@ -62,7 +65,11 @@ def set_key(cfg: dict, dotted: str, value) -> None:
         node = node[p]
     if parts[-1] not in node and parts[0] != "dataset":
         raise ValueError(f"unknown config key {dotted!r}")
-    node[parts[-1]] = value
+    prefix = "".join(p + "." for p in parts[:-1])
+    if isinstance(node.get(parts[-1]), dict) and dotted != "dataset":  # a section: merged key by key
+        node[parts[-1]] = _merge({parts[-1]: node[parts[-1]]}, {parts[-1]: value}, prefix)[parts[-1]]
+    else:
+        node[parts[-1]] = value
 
 
 def load_config(setting: str = "quick", overrides: dict | None = None) -> dict:

@@ -16,32 +16,36 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["atomic_write", "summarize", "write_json", "write_results"]
+from fraq._files import replacing_file
+
+__all__ = ["ROUND_FIELDS", "atomic_write", "check_records", "summarize", "write_json", "write_results"]
+
+ROUND_FIELDS = ("round", "accuracy", "train_loss", "downlink_params_mean", "downlink_pct_flora", "agg_ms", "rank_mean",
+                "train_seconds")
+"""The fields of a round record (:func:`fraq.federated.records.round_record`) the tables are built from."""
+
+
+def check_records(records: object, where: str) -> None:
+    """ValueError naming ``where`` unless ``records`` is a list of round records with :data:`ROUND_FIELDS`."""
+    if not isinstance(records, list):
+        raise ValueError(f"{where}: 'rounds' must be a list of round records, got {type(records).__name__}")
+    for i, r in enumerate(records):
+        missing = [k for k in ROUND_FIELDS if not isinstance(r, dict) or k not in r]
+        if missing:
+            raise ValueError(f"{where}: round record {i} lacks {missing}")
 
 
 def atomic_write(path: Path, write: Callable, *, binary: bool = False) -> None:
-    """Replace ``path`` whole: ``write(f)`` fills a temporary file beside it, which is synced and renamed over it.
-
-    Until the rename ``path`` keeps its old content; on any error the temporary file is
-    removed and ``path`` is untouched. Text files are UTF-8 with no newline translation.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        with (open(tmp, "wb") if binary else open(tmp, "w", encoding="utf-8", newline="")) as f:
+    """Replace ``path`` whole: ``write(f)`` fills a temporary file beside it, renamed over it
+    (:func:`fraq._files.replacing_file`, the project's one writer). On any error ``path``
+    is untouched. Text files are UTF-8 with no newline translation."""
+    with replacing_file(path) as tmp:
+        with open(tmp, "wb") if binary else open(tmp, "w", encoding="utf-8", newline="") as f:
             write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def write_json(path: Path, obj) -> None:
