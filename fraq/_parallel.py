@@ -63,7 +63,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-__all__ = ["batch_map", "fanout_available"]
+__all__ = ["batch_map", "fanout_available", "map_chunks"]
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -163,11 +163,10 @@ def _one_thread():
 class _Chunks:
     """Contiguous batch chunks handed out one at a time to whichever thread asks first."""
 
-    def __init__(self, fn: Callable[..., object], tensors: tuple[torch.Tensor, ...], count: int):
-        nb = tensors[0].shape[0]
+    def __init__(self, fn: Callable[..., object], tensors: tuple[torch.Tensor, ...], bounds: list[int]):
         self.fn, self.tensors = fn, tensors
-        self.bounds = [nb * i // count for i in range(count + 1)]
-        self.results: list[object] = [None] * count
+        self.bounds = bounds
+        self.results: list[object] = [None] * (len(bounds) - 1)
         self.errors: list[tuple[int, BaseException]] = []
         self._next = 0
         self._lock = threading.Lock()
@@ -235,8 +234,21 @@ def batch_map(fn: Callable[..., object], *tensors: torch.Tensor) -> object:
     if nb < 2:
         with _one_thread():
             return fn(*tensors)
-    workers = min(torch.get_num_threads(), nb)
-    chunks = _Chunks(fn, tensors, min(nb, _CHUNKS_PER_THREAD * workers))
+    count = min(nb, _CHUNKS_PER_THREAD * min(torch.get_num_threads(), nb))
+    parts = _fan_out(fn, tensors, [nb * i // count for i in range(count + 1)])
+    head = parts[0]
+    if isinstance(head, tuple):
+        joined = [_join(list(p)) for p in zip(*parts)]
+        return type(head)(joined) if type(head) is not tuple else tuple(joined)
+    return _join(parts)
+
+
+def _fan_out(fn: Callable[..., object], tensors: tuple[torch.Tensor, ...], bounds: list[int]) -> list[object]:
+    """``fn`` on each chunk ``bounds[i]:bounds[i + 1]`` of the batch, one thread per call,
+    spread over ``torch.get_num_threads()`` threads (see :func:`batch_map`); the results
+    in batch order. The earliest failing chunk's error is raised once all threads stop."""
+    workers = min(torch.get_num_threads(), len(bounds) - 1)
+    chunks = _Chunks(fn, tensors, bounds)
     helpers = []
 
     def recruit(first_chunk_seconds: float) -> None:
@@ -252,9 +264,24 @@ def batch_map(fn: Callable[..., object], *tensors: torch.Tensor) -> object:
                 h.result()
     if chunks.errors:
         raise min(chunks.errors, key=lambda e: e[0])[1]
-    parts = chunks.results
-    head = parts[0]
-    if isinstance(head, tuple):
-        joined = [_join(list(p)) for p in zip(*parts)]
-        return type(head)(joined) if type(head) is not tuple else tuple(joined)
-    return _join(parts)
+    return chunks.results
+
+
+def map_chunks(fn: Callable[..., object], bounds: list[int], *tensors: torch.Tensor) -> list[object]:
+    """``[fn(*(t[lo:hi] for t in tensors)) for each chunk]``, the chunks run as :func:`batch_map` runs its own.
+
+    ``bounds`` are the chunk edges along the leading (batch) dimension, ``0 = b_0 < b_1
+    < ... < b_k = nb``; ``fn`` may return anything, and the list comes back in chunk
+    order. This is for a whole pipeline run chunk by chunk: each chunk's intermediates
+    stay small (cache-sized, and reused by the allocator instead of being mapped fresh
+    from the OS and page-faulted in on every call), and with t = ``torch.get_num_threads()``
+    > 1 the chunks are shared by t threads, every call inside a chunk (GEMMs included) on
+    one thread, exactly as :func:`batch_map` shares a batch of LAPACK calls. A single
+    chunk, a CUDA tensor, one thread, or a process without the MKL/OpenMP controls run
+    the chunks in order on the caller with its own thread settings.
+    """
+    spans = list(zip(bounds[:-1], bounds[1:]))
+    first = tensors[0]
+    if len(spans) < 2 or first.device.type != "cpu" or torch.get_num_threads() < 2 or not _thread_controls():
+        return [fn(*(t[lo:hi] for t in tensors)) for lo, hi in spans]
+    return _fan_out(fn, tensors, bounds)

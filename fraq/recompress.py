@@ -7,9 +7,9 @@ import math
 import torch
 
 from fraq._orient import orient, unorient
-from fraq._parallel import batch_map
+from fraq._parallel import batch_map, map_chunks
 from fraq._range import amax, exponent, scale_pow2
-from fraq._validation import check_eig_dtype, check_finite, check_pair, check_rank, check_tau, compute_dtype
+from fraq._validation import check_eig_dtype, check_pair, check_rank, check_tau, compute_dtype
 from fraq.backends import get_backend, resolve_backend
 from fraq.backends.factored_gram import factored_gram_parts, factored_rows
 from fraq.result import RecompressResult
@@ -161,7 +161,104 @@ def _rank_from_cumsum(cums: torch.Tensor, tau: float) -> torch.Tensor:
     return torch.where(total[..., 0] > 0, p, torch.zeros_like(p))
 
 
+CHUNK_BYTES = 16 * 2**20
+"""Working set a CPU chunk aims at (bytes): the float64 copy of X and H^T, per matrix
+8 d r + 4 D s, summed over the chunk's matrices (at least one matrix per chunk).
+
+Why chunks: a batched step writes its whole intermediate at once (H^T of 28 LLaMA-3.2-3B
+up-projections is 58 MB), and an allocation that large is mapped fresh from the OS on
+every call (glibc maps anything above 32 MB) and page-faulted in on first touch, which
+costs about as much as the GEMM that fills it; the float32 -> float64 copy of X is
+several times slower into fresh memory than into reused memory. Run chunk by chunk,
+each intermediate is small enough for the allocator to hand back and reuse, and stays
+in cache for the next step. A batch below the budget runs whole: chunks of small
+matrices only add per-call overhead (measured with ``make bench-roofline``). On CUDA a
+batch always runs whole, in one synchronization."""
+
+
+def _chunk_bounds(nb: int, d: int, D: int, r: int) -> list[int]:
+    """Chunk edges of a CPU batch of nb matrices, each chunk's working set about
+    :data:`CHUNK_BYTES` (at least one matrix)."""
+    per = 8 * d * r + 4 * D * min(d, r)
+    count = min(nb, max(1, math.ceil(nb * per / CHUNK_BYTES)))
+    return [nb * i // count for i in range(count + 1)]
+
+
 def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype, factored=False):
+    """Validated arguments -> result: on a CPU, a batch runs chunk by chunk (:data:`CHUNK_BYTES`)."""
+    batch = B.shape[:-2]
+    m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
+    nb = math.prod(batch)
+    if B.device.type == "cpu" and nb > 1 and min(m, n, r) > 0:
+        bounds = _chunk_bounds(nb, min(m, n), max(m, n), r)
+        if len(bounds) > 2:
+            return _recompress_chunked(B, A, tau, rank, backend_name, basis_fn, eig_dtype, factored, bounds)
+    return _recompress_batch(B, A, tau, rank, backend_name, basis_fn, eig_dtype, factored)
+
+
+def _recompress_chunked(B, A, tau, rank, backend_name, basis_fn, eig_dtype, factored, bounds):
+    """The batch run chunk by chunk (each chunk exactly as :func:`_recompress_batch` runs a
+    batch), the chunks' results assembled, factors zero-padded to the largest rank."""
+    batch = B.shape[:-2]
+    m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
+    nb = math.prod(batch)
+    Bf, Af = B.reshape(nb, m, r), A.reshape(nb, r, n)
+
+    def chunk(Bc, Ac, first):  # ``first``: the chunk's batch indices, for messages naming a matrix
+        return _recompress_batch(Bc, Ac, tau, rank, backend_name, basis_fn, eig_dtype, factored,
+                                 offset=int(first[0]), full_batch=batch)
+
+    parts = map_chunks(chunk, bounds, Bf, Af, torch.arange(nb))
+    pmax = max(res.B.shape[-1] for res in parts)
+    Bg, Ag = _like(parts[0].B, (nb, m, pmax)), _like(parts[0].A, (nb, pmax, n))
+    for lo, res in zip(bounds, parts):
+        hi, p = lo + res.B.shape[0], res.B.shape[-1]
+        Bg[lo:hi, :, :p] = res.B
+        Ag[lo:hi, :p, :] = res.A
+        if p < pmax:
+            Bg[lo:hi, :, p:] = 0
+            Ag[lo:hi, p:, :] = 0
+    rank_out = torch.cat([res.rank for res in parts]).reshape(batch)
+    energy = torch.cat([res.energy for res in parts]).reshape(batch)
+    sv = torch.cat([res.singular_values for res in parts]).reshape(*batch, -1)
+    head = parts[0]
+    return RecompressResult(
+        B=Bg.reshape(*batch, m, pmax), A=Ag.reshape(*batch, pmax, n), rank=rank_out, energy=energy,
+        singular_values=sv, tau=tau, backend=head.backend, transposed=head.transposed,
+        info=_merge_info([res.info for res in parts]),
+    )
+
+
+def _like(t: torch.Tensor, shape: tuple[int, int, int]) -> torch.Tensor:
+    """An empty (nb, rows, cols) tensor laid out as the chunk result ``t``: row-major, or
+    column-major matrices when ``t`` is (so the chunks' copies run contiguous to contiguous)."""
+    if t.dim() == 3 and not t.is_contiguous() and t.mT.is_contiguous():
+        return t.new_empty(shape[0], shape[2], shape[1]).mT
+    return t.new_empty(shape)
+
+
+def _merge_info(infos: list[dict]) -> dict:
+    """One ``info`` for a batch computed in parts: counts (``*_count``, ``rescaled``) add up,
+    ``steps`` and ``residual`` take the worst part, ``converged`` all parts, anything else
+    (backend, fallback kind, schedule) the first part that sets it."""
+    out: dict = {}
+    for info in infos:
+        for k, v in info.items():
+            if k not in out or out[k] is None:
+                out[k] = v
+            elif k.endswith("_count") or k == "rescaled":
+                out[k] += v
+            elif k in ("steps", "residual") and v is not None:
+                out[k] = max(out[k], v)
+            elif k == "converged":
+                out[k] = out[k] and v
+    return out
+
+
+def _recompress_batch(B, A, tau, rank, backend_name, basis_fn, eig_dtype, factored=False, offset=0, full_batch=None):
+    """The pipeline on one batch (all of it, or one CPU chunk: then ``B``, ``A`` are
+    (c, m, r), (c, r, n) and the chunk starts at matrix ``offset`` of a batch of shape
+    ``full_batch``, which error messages name)."""
     out_dtype = B.dtype
     cdt = compute_dtype(out_dtype)
     edt = eig_dtype or torch.float64
@@ -197,10 +294,11 @@ def _recompress_impl(B, A, tau, rank, backend_name, basis_fn, eig_dtype, factore
     rescaled = 0
     if not all_ok:
         rescaled = int((~ok).sum())
-        basis, Y, Ht, G, e = _rescaled(B, A, X, Y, ok, basis_fn, backend_name, factored)
+        where = (offset, batch if full_batch is None else full_batch)
+        basis, Y, Ht, G, e = _rescaled(B, A, X, Y, ok, basis_fn, backend_name, factored, where)
         lam, U, p, energy = _spectrum(G, None, s, cdt, edt, tau, rank)
         _, pmax, energy0, lo, hi, _ = _host_stats(None, p, energy, lam, e, None)
-    _check_representable(B, A, lam, e, out_dtype, lo, hi, batch)
+    _check_representable(B, A, lam, e, out_dtype, lo, hi, batch if full_batch is None else full_batch, offset)
 
     Up = U[..., :pmax].to(cdt)
     if tau is not None and pmax > 0:
@@ -269,15 +367,16 @@ def _fast_path_ok(C, G, WY, cdt, edt):
     return ok | (c_zero & g_zero)
 
 
-def _rescaled(B, A, X, Y, ok, basis_fn, backend_name, factored):
+def _rescaled(B, A, X, Y, ok, basis_fn, backend_name, factored, where):
     """The slow path: each factor scaled by an exact power of two per matrix, X = 2^ex Xs,
     Y = 2^ey Ys, and the basis and Gram formed again from Xs and Ys.
 
     Only the matrices that failed :func:`_fast_path_ok` are scaled (the others are
     recomputed as they were). Returns (basis, Ys, Ht, G, e) with M = 2^e Q C Ys, e = ex + ey.
+    ``where`` = (offset, batch shape) of B and A within the caller's batch, for messages.
     """
-    check_finite("B", B)
-    check_finite("A", A)
+    _check_finite_factor("B", B, *where)
+    _check_finite_factor("A", A, *where)
     zero = torch.zeros((), dtype=torch.int64, device=X.device)
     ex = torch.where(ok, zero, exponent(X))
     ey = torch.where(ok, zero, exponent(Y))
@@ -288,6 +387,22 @@ def _rescaled(B, A, X, Y, ok, basis_fn, backend_name, factored):
     if not bool(torch.isfinite(amax(G)).all()):
         raise RuntimeError(f"backend {backend_name!r} returned non-finite coordinates for finite, unit-scaled factors")
     return basis, Ys, Ht, G, ex + ey
+
+
+def _check_finite_factor(name, t, offset, batch):
+    """Raise if ``t`` (the chunk of ``name`` starting at matrix ``offset`` of a batch of
+    shape ``batch``) holds a NaN or an infinity, naming its index in the whole factor."""
+    if t.numel() == 0 or bool(torch.isfinite(t.sum())):
+        return
+    bad = ~torch.isfinite(t)
+    if bool(bad.any()):
+        pos = tuple(int(i) for i in bad.nonzero()[0])
+        k = t.dim() - 2  # leading (batch) dimensions of t
+        flat = 0
+        for i, size in zip(pos[:k], t.shape[:k]):
+            flat = flat * size + i
+        idx = (*(_unravel(flat + offset, batch) if batch else ()), *pos[k:])
+        raise ValueError(f"{name} contains a non-finite value {t[pos].item()} at index {idx}")
 
 
 def _spectrum(G, ok, s, cdt, edt, tau, rank):
@@ -336,7 +451,7 @@ def _host_stats(ok, p, energy, lam, e, rejected):
     return bool(all_ok), int(pmax), energy0, lo, hi, int(nrej)
 
 
-def _check_representable(B, A, lam, e, out_dtype, lo, hi, batch):
+def _check_representable(B, A, lam, e, out_dtype, lo, hi, batch, offset=0):
     """Refuse an aggregate whose singular values the result's dtype cannot hold.
 
     sigma_1 must lie in [tiny, max / 2] of the output dtype: below tiny the factor that
@@ -349,7 +464,7 @@ def _check_representable(B, A, lam, e, out_dtype, lo, hi, batch):
         return
     l2 = _log2_sigma1(lam, e).tolist()
     k = next(i for i, v in enumerate(l2) if math.isfinite(v) and not lo_lim <= v <= hi_lim)
-    where = f" (matrix {_unravel(k, batch)} of the batch)" if batch else ""
+    where = f" (matrix {_unravel(k + offset, batch)} of the batch)" if batch else ""
     what = "underflow" if l2[k] < lo_lim else "overflow"
     hint = " or pass float32 factors" if compute_dtype(out_dtype) != out_dtype else ""
     raise ValueError(
