@@ -377,17 +377,20 @@ def test_factored_gram_gives_the_optimum(m, n, ranks):
         assert torch.isfinite(big.B).all() and torch.isfinite(big.A).all()
 
 
-def test_lapack_fanout_gives_the_same_result(monkeypatch):
-    """FRAQ_LAPACK_FANOUT=1 splits batched LAPACK calls across threads; results are identical."""
+def test_two_threads_give_the_one_thread_result():
+    """At 2 threads the batch's LAPACK calls (and a large batch's chunks) are shared by
+    the threads, each call on one thread: the same ranks, and the same factors to
+    rounding (MKL's syevd may round differently once the process allows more threads)."""
     B, A = _problem(40, 30, [4, 4, 4], batch=(5,), dtype=F32, seed=21)
-    serial = fraq.recompress(B, A, tau=0.9)
-    monkeypatch.setenv("FRAQ_LAPACK_FANOUT", "1")
     old = torch.get_num_threads()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     try:
+        serial = fraq.recompress(B, A, tau=0.9)
+        torch.set_num_threads(2)
         fanned = fraq.recompress(B, A, tau=0.9)
     finally:
         torch.set_num_threads(old)
     assert torch.equal(serial.rank, fanned.rank)
-    torch.testing.assert_close(fanned.B, serial.B, rtol=0, atol=0)
-    torch.testing.assert_close(fanned.A, serial.A, rtol=0, atol=0)
+    M = B.double() @ A.double()
+    diff = fro(fanned.B.double() @ fanned.A.double() - serial.B.double() @ serial.A.double())
+    assert (diff <= EXCESS_FACTOR * eps(F32) * 12**0.5 * fro(M)).all()
