@@ -55,19 +55,26 @@ def _files(paths: str | Path | Iterable) -> list[Path]:
     return [Path(p) for p in paths]
 
 
+def _read(f: Path) -> dict | None:
+    """The JSON object in ``f``, or None after a warning naming the file."""
+    try:
+        rec = json.loads(f.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        warnings.warn(f"skipped {f}: not readable as JSON ({exc})", stacklevel=4)
+        return None
+    if not isinstance(rec, dict):
+        warnings.warn(f"skipped {f}: a JSON {type(rec).__name__}, not a result object", stacklevel=4)
+        return None
+    return rec
+
+
 def _records(paths: str | Path | Iterable) -> Iterable[tuple[Path, dict]]:
     """(file, parsed JSON object) for every JSON object under ``paths``; a warning naming
     each file that cannot be read or does not hold a JSON object."""
     for f in _files(paths):
-        try:
-            rec = json.loads(f.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            warnings.warn(f"skipped {f}: not readable as JSON ({exc})", stacklevel=3)
-            continue
-        if not isinstance(rec, dict):
-            warnings.warn(f"skipped {f}: a JSON {type(rec).__name__}, not a result object", stacklevel=3)
-            continue
-        yield f, rec
+        rec = _read(f)
+        if rec is not None:
+            yield f, rec
 
 
 def load_results(paths: str | Path | Iterable, experiment: str | None = None) -> pd.DataFrame:
@@ -113,25 +120,25 @@ def load_asv(results_dir: str | Path) -> pd.DataFrame:
     """asv results (``results_dir/<machine>/*.json``, asv's format version 2) as rows.
 
     One row per benchmark, parameter combination and commit: ``benchmark`` (e.g.
-    ``bench_recompress.RankSweep.time_aggregate``), ``kind`` (time / track / peakmem /
-    mem), one column per parameter name (from ``benchmarks.json``, ``param0``... if
-    absent; values as asv stores them, quoted strings unquoted), ``value`` (None for a
-    skipped or failed combination), ``unit``, ``q25``/``q75``/``ci99_lo``/``ci99_hi``
-    where asv recorded them, ``commit``, ``date``, and the machine as ``machine.*``.
+    ``bench_recompress.Sweep.time_run``), ``kind`` (time / track / peakmem / mem), one
+    column per parameter name (from ``benchmarks.json``, ``param0``... if absent; values
+    as asv stores them, quoted strings unquoted; a parameter named like one of the fixed
+    columns, e.g. ``Sweep``'s ``value``, becomes ``param.<name>``), ``value`` (the
+    measurement; None for a skipped or failed combination), ``unit``,
+    ``q25``/``q75``/``ci99_lo``/``ci99_hi`` where asv recorded them, ``commit``, ``date``,
+    and the machine as ``machine.*``.
     """
     root = Path(results_dir)
-    meta = {}
-    if (root / "benchmarks.json").exists():
-        meta = json.loads((root / "benchmarks.json").read_text())
+    meta = (_read(root / "benchmarks.json") or {}) if (root / "benchmarks.json").exists() else {}
     rows = []
     for mdir in sorted(p for p in root.iterdir() if p.is_dir()):
         machine = {}
         if (mdir / "machine.json").exists():
-            machine = _flat("machine", json.loads((mdir / "machine.json").read_text()))
-        for f in sorted(mdir.glob("*.json")):
-            if f.name == "machine.json":
+            machine = _flat("machine", _read(mdir / "machine.json"))
+        for f, rec in _records(sorted(f for f in mdir.glob("*.json") if f.name != "machine.json")):
+            if not isinstance(rec.get("results"), dict):
+                warnings.warn(f"skipped {f}: not an asv result file (no 'results' object)", stacklevel=2)
                 continue
-            rec = json.loads(f.read_text())
             cols = rec.get("result_columns", ["result", "params"])
             for name, entry in rec.get("results", {}).items():
                 fields = dict(zip(cols, entry))
@@ -153,7 +160,7 @@ def load_asv(results_dir: str | Path) -> pd.DataFrame:
                            "ci99_lo": stat("stats_ci_99_a", i), "ci99_hi": stat("stats_ci_99_b", i),
                            "commit": rec.get("commit_hash"), "date": rec.get("date"), "env": rec.get("env_name"),
                            "file": str(f)}
-                    row.update({n: _unquote(v) for n, v in zip(names, combo)})
+                    row.update({(f"param.{n}" if n in row else n): _unquote(v) for n, v in zip(names, combo)})
                     row.update(machine)
                     rows.append(row)
     return pd.DataFrame(rows)

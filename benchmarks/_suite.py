@@ -1,11 +1,14 @@
-"""What every asv benchmark class shares: the device check, asv's skip, and one mixin
-timing, weighing and counting ``self.call``.
+"""What every asv benchmark class shares: the device check, asv's skip, one mixin
+timing, weighing and counting ``self.call``, and the ``track_`` methods that read
+``setup_cache``.
 
 A class sets ``self.call`` (a zero-argument callable, inputs already on ``self.device``)
 in its ``setup`` after :func:`prepare`; :class:`_Measured` then provides ``time_run``
 (synchronized on CUDA), ``track_peakmem`` (tensor peak above the inputs, bytes) and
-``track_flops`` (counted, LAPACK included). Names start with an underscore so asv does
-not collect them as benchmarks themselves.
+``track_flops`` (counted, LAPACK included). A class whose numbers are measured once in
+``setup_cache`` (a dict keyed by the parameter tuple) declares each of them as
+``track_x = cached("x", unit)``. Names start with an underscore, or are not asv
+prefixes, so asv does not collect them as benchmarks themselves.
 """
 
 from __future__ import annotations
@@ -25,6 +28,18 @@ def prepare() -> torch.device:
     """Every ``setup``'s first line: the suite's threads, and its device or asv's skip."""
     check_threads()
     return require()
+
+
+def cached(key: str, unit: str, doc: str | None = None):
+    """A ``track_`` method returning ``cache[params][key]``: the value ``setup_cache``
+    measured for this parameter combination (asv passes the cache first)."""
+
+    def track(self, cache, *params):
+        return cache[params][key]
+
+    track.unit = unit
+    track.__doc__ = doc or f"``{key}`` as measured in setup_cache."
+    return track
 
 
 class _Measured:

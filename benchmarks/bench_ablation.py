@@ -10,9 +10,9 @@ prints our ratios beside the paper's.
 
 from __future__ import annotations
 
-from benchmarks._suite import _Measured, prepare, skip
+from benchmarks._suite import _Measured, cached, prepare, skip
 from benchmarks.cases import TABLE4, check_threads, table4_stacks
-from benchmarks.device import bench_device, to_device, unavailable
+from benchmarks.device import DeviceUnavailable, checked, to_device
 from benchmarks.measure.ablation import VARIANT_NAMES, variant_calls
 
 P = TABLE4["p"]
@@ -36,10 +36,10 @@ class Table4(_Measured):
         from fraq.reference import reference_svd, relative_error
 
         check_threads()
-        device = bench_device()
-        reason = unavailable(device)
-        if reason is not None:
-            return reason
+        try:
+            device = checked()
+        except DeviceUnavailable as exc:  # setup skips every variant with the reason
+            return str(exc)
         B, A = table4_stacks()
         S = reference_svd(B, A)[1]
         calls = variant_calls(*to_device((B, A), device), P)
@@ -48,8 +48,8 @@ class Table4(_Measured):
         for name in VARIANT_NAMES:
             Bg, Ag = (t.cpu() for t in calls[name]())
             f = fidelity(B, A, Bg, Ag, P, singular_values=S)
-            out[name] = {"gap_to_svd": float(relative_error(Bs, As, Bg, Ag).mean()),
-                         "excess_quadrature": float(f.excess_quadrature.mean())}
+            out[(name,)] = {"gap_to_svd": float(relative_error(Bs, As, Bg, Ag).mean()),
+                            "excess_quadrature": float(f.excess_quadrature.mean())}
         return out
 
     def setup(self, cache, variant):
@@ -58,16 +58,7 @@ class Table4(_Measured):
         self.device = prepare()
         self.call = variant_calls(*to_device(table4_stacks(), self.device), P)[variant]
 
-    def track_gap_to_svd(self, cache, variant):
-        """Mean over modules of ||P - P_svd||_F / ||P_svd||_F, P_svd the coordinate-SVD product
-        (the paper's Table 4 error column)."""
-        return cache[variant]["gap_to_svd"]
-
-    track_gap_to_svd.unit = "relative"
-
-    def track_excess(self, cache, variant):
-        """Mean error beyond the float64 Eckart-Young optimum at rank 8, in quadrature
-        (:attr:`benchmarks.measure.fidelity.Fidelity.excess_quadrature`)."""
-        return cache[variant]["excess_quadrature"]
-
-    track_excess.unit = "relative"
+    track_gap_to_svd = cached("gap_to_svd", "relative", "Mean over modules of ||P - P_svd||_F / ||P_svd||_F, "
+                              "P_svd the coordinate-SVD product (the paper's Table 4 error column).")
+    track_excess = cached("excess_quadrature", "relative", "Mean error beyond the float64 Eckart-Young optimum at "
+                          "rank 8, in quadrature (benchmarks.measure.fidelity.Fidelity.excess_quadrature).")

@@ -20,9 +20,9 @@ cannot run is recorded with its reason and skipped.
 from __future__ import annotations
 
 import fraq
-from benchmarks._suite import skip
+from benchmarks._suite import cached, skip
 from benchmarks.cases import FLEXLORA_MAX_D, check_threads, conditioned, fidelity_modules
-from benchmarks.device import bench_device, to_device, unavailable
+from benchmarks.device import DeviceUnavailable, checked, to_device
 
 RANKS = [1, 4, 8, 16, 24, 32, 64]
 KAPPAS = [1.0, 1e2, 1e4, 1e6, 1e8, 1e10]
@@ -54,8 +54,11 @@ def _measure(method, Bs, As, B, A, S, p, d, device):
 
 
 def _device_or_reason():
-    device = bench_device()
-    return device, unavailable(device)
+    """(device, None), or (None, the reason this machine cannot run it)."""
+    try:
+        return checked(), None
+    except DeviceUnavailable as exc:
+        return None, str(exc)
 
 
 class RankFidelity:
@@ -90,31 +93,12 @@ class RankFidelity:
         if isinstance(cache[(method, p)], str):
             skip(cache[(method, p)])
 
-    def track_relative_error(self, cache, method, p):
-        return cache[(method, p)]["relative_error"]
-
-    track_relative_error.unit = "relative"
-
-    def track_excess(self, cache, method, p):
-        return cache[(method, p)]["excess"]
-
-    track_excess.unit = "relative"
-
-    def track_excess_quadrature(self, cache, method, p):
-        """sqrt(rel^2 - opt^2): the method's own error, which rel - opt squares away."""
-        return cache[(method, p)]["excess_quadrature"]
-
-    track_excess_quadrature.unit = "relative"
-
-    def track_orthogonality(self, cache, method, p):
-        return cache[(method, p)]["orthogonality"]
-
-    track_orthogonality.unit = "relative"
-
-    def track_optimal_error(self, cache, method, p):
-        return cache[(method, p)]["optimal_error"]
-
-    track_optimal_error.unit = "relative"
+    track_relative_error = cached("relative_error", "relative", "Mean ||P - BA||_F / ||BA||_F over the modules.")
+    track_excess = cached("excess", "relative", "Mean relative error above the float64 Eckart-Young optimum.")
+    track_excess_quadrature = cached("excess_quadrature", "relative",
+                                     "sqrt(rel^2 - opt^2): the method's own error, which rel - opt squares away.")
+    track_orthogonality = cached("orthogonality", "relative", "Mean ||Q^T Q - I||_F of the adapter's basis side.")
+    track_optimal_error = cached("optimal_error", "relative", "Mean float64 Eckart-Young optimum at rank p.")
 
 
 class ConditionFidelity:
@@ -141,12 +125,5 @@ class ConditionFidelity:
         if isinstance(cache[(method, kappa)], str):
             skip(cache[(method, kappa)])
 
-    def track_relative_error(self, cache, method, kappa):
-        return cache[(method, kappa)]["relative_error"]
-
-    track_relative_error.unit = "relative"
-
-    def track_orthogonality(self, cache, method, kappa):
-        return cache[(method, kappa)]["orthogonality"]
-
-    track_orthogonality.unit = "relative"
+    track_relative_error = cached("relative_error", "relative", "Mean ||P - BA||_F / ||BA||_F at full output rank.")
+    track_orthogonality = cached("orthogonality", "relative", "Mean ||Q^T Q - I||_F of the adapter's basis side.")

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import torch
 
-from benchmarks._suite import prepare, skip
+from benchmarks._suite import cached, prepare, skip
 from benchmarks.cases import PRESET_NAMES, TAU, check_threads, preset_clients
-from benchmarks.device import bench_device, to_device, unavailable
+from benchmarks.device import DeviceUnavailable, checked, to_device
 from benchmarks.measure.flops import count_flops
 from benchmarks.measure.memory import peak_memory
-from benchmarks.measure.methods import BASELINES, get_method
+from benchmarks.measure.methods import BASELINES, default_backend, get_method
 
 METHODS = ["fraq", *BASELINES]
 
@@ -72,10 +72,10 @@ class Presets:
 
     def setup_cache(self):
         check_threads()
-        device = bench_device()
-        reason = unavailable(device)
-        if reason is not None:  # every combination skips with it (setup raises)
-            return {(p, m): reason for p in PRESET_NAMES for m in METHODS}
+        try:
+            device = checked()
+        except DeviceUnavailable as exc:  # every combination skips with the reason (setup raises)
+            return {(p, m): str(exc) for p in PRESET_NAMES for m in METHODS}
         cache = {}
         for preset in PRESET_NAMES:
             for method in METHODS:
@@ -87,7 +87,9 @@ class Presets:
                 outs, flops, peak = _measure_once(aggregate, device)
                 ranks = [(g.m, g.n, g.count, torch.as_tensor(p).reshape(-1).expand(g.count).tolist())
                          for (g, _, _), (_, _, p) in zip(groups, outs)]
-                cache[(preset, method)] = {"ranks": ranks, "flops": flops, "peak": peak}
+                every = [p for *_, ps in ranks for p in ps]
+                cache[(preset, method)] = {"ranks": ranks, "flops": flops, "peak": peak,
+                                           "mean_rank": sum(every) / len(every)}
         return cache
 
     def setup(self, cache, preset, method):
@@ -101,24 +103,19 @@ class Presets:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def track_peakmem(self, cache, preset, method):
-        return cache[(preset, method)]["peak"]
-
-    track_peakmem.unit = "bytes"
-
-    def track_flops(self, cache, preset, method):
-        return cache[(preset, method)]["flops"]
-
-    track_flops.unit = "flop"
+    track_peakmem = cached("peak", "bytes", "Tensor peak memory above the inputs of one whole-model aggregation.")
+    track_flops = cached("flops", "flop", "Counted FLOPs (LAPACK included) of one whole-model aggregation.")
+    track_mean_rank = cached("mean_rank", "rank", "Mean output rank over the model's modules.")
 
     def track_flops_model(self, cache, preset, method):
-        """Eq. 14, the model with the code's constants, at the ranks this method selected."""
+        """Eq. 14, the model with the code's constants (FRAQ with the backend it ran), at the
+        ranks this method selected."""
         from fraq.flops import model_flops
 
         r = sum(self.spec.ranks)
         groups = [(m, n, count) for m, n, count, _ in cache[(preset, method)]["ranks"]]
         ranks = [p for *_, ps in cache[(preset, method)]["ranks"] for p in ps]
-        return model_flops(groups, method, r, ranks)
+        return model_flops(groups, method, r, ranks, backend=default_backend(self.device))
 
     track_flops_model.unit = "flop"
 
@@ -132,9 +129,3 @@ class Presets:
         return model_flops(groups, method, r, ranks, model="table5")
 
     track_flops_table5.unit = "flop"
-
-    def track_mean_rank(self, cache, preset, method):
-        ranks = [p for *_, ps in cache[(preset, method)]["ranks"] for p in ps]
-        return sum(ranks) / len(ranks)
-
-    track_mean_rank.unit = "rank"

@@ -28,7 +28,7 @@ from benchmarks.cases import (
     sweep_ranks,
 )
 from benchmarks.device import to_device
-from benchmarks.measure.methods import BASELINES, clients_as_batch, get_method
+from benchmarks.measure.methods import BASELINES, clients_as_batch, default_backend, get_method
 
 METHODS = ["fraq", *BASELINES]
 MODES = ["batched", "unbatched"]
@@ -75,13 +75,14 @@ class Sweep(_Measured):
 
 class FlopModel:
     """The analytic FLOPs of the sweeps' points (no data, no run): ``table5`` is the paper's
-    leading-order formula; ``full`` the code's pipeline, which ``Sweep.track_flops`` should
-    equal for FRAQ."""
+    leading-order formula; ``full`` the code's pipeline with the backend ``fraq`` runs on the
+    suite's device, which ``Sweep.track_flops`` should equal for FRAQ up to the r^3 terms."""
 
     params = [METHODS, list(SWEEPS), VALUES]
     param_names = ["method", "sweep", "value"]
 
     def setup(self, method, sweep, value):
+        self.device = prepare()
         self.d, self.r = _point(sweep, value)
         self.p = min(SWEEP_P, self.r, self.d)
 
@@ -95,7 +96,8 @@ class FlopModel:
     def track_full(self, method, sweep, value):
         from fraq.flops import analytic_flops
 
-        return SWEEP_MODULES * analytic_flops(method, self.d, self.d, self.r, self.p, model="full")
+        backend = default_backend(self.device)
+        return SWEEP_MODULES * analytic_flops(method, self.d, self.d, self.r, self.p, backend=backend, model="full")
 
     track_full.unit = "flop"
 

@@ -153,12 +153,13 @@ def sweep_point(sweep: str, value: int) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=1)
-def preset_clients(name: str, seed: int = 0, layers: int | None = None) -> list[tuple[object, tuple, tuple]]:
-    """Per module group of preset ``name``: (group, Bs, As), Bs[k] of shape (count, m, r_k);
-    ``layers``: only the first ``layers`` layers of each group."""
+def preset_clients(preset, seed: int = 0, layers: int | None = None) -> list[tuple[object, tuple, tuple]]:
+    """Per module group of ``preset`` (a :class:`fraq.presets.Preset` or its name): (group,
+    Bs, As), Bs[k] of shape (count, m, r_k), group i seeded ``seed + i``; ``layers``: only
+    the first ``layers`` layers of each group."""
     from fraq.presets import get_preset
 
-    preset = get_preset(name)
+    preset = get_preset(preset) if isinstance(preset, str) else preset
     out = []
     for i, g in enumerate(preset.groups):
         count = g.count if layers is None else min(layers, g.count)

@@ -22,7 +22,7 @@ import torch
 import fraq
 from fraq.backends import resolve_backend
 from benchmarks import cases
-from benchmarks.device import bench_device, to_device, unavailable
+from benchmarks.device import checked, to_device
 from benchmarks.measure import timed
 from fraq.presets import PRESETS, get_preset
 from fraq.reference import optimal_error, relative_error
@@ -99,12 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         if not 0.0 < t <= 1.0:
             parser.error(f"--tau(={t}) must be in (0, 1]")
     try:
-        device = bench_device(args.device)
+        device = checked(args.device)
     except ValueError as exc:
-        parser.error(str(exc))
-    reason = unavailable(device)
-    if reason is not None:
-        print(f"error: {reason}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     from fraq._machine import machine_record
 

@@ -4,9 +4,10 @@ One variable for the asv suite, the pytest-benchmark checks and ``make run`` (th
 also takes ``--device``, which wins). :func:`bench_device` parses it and refuses a
 malformed value with a ValueError naming the variable; :func:`unavailable` says why a
 well-formed device cannot be used here (no CUDA build, no GPU, index out of range), or
-None. The suites turn that reason into their own skip: ``NotImplementedError`` in asv's
-``setup`` (:func:`require`), ``pytest.skip`` in pytest, a one-line error and exit status
-2 from the runner.
+None; :func:`checked` raises it as :class:`DeviceUnavailable`. The suites turn that reason
+into their own skip: ``NotImplementedError`` in asv's ``setup`` (:func:`require`),
+``pytest.skip`` in pytest, a one-line error and exit status 2 from the runner and the
+other command-line tools.
 
 On a CUDA device timings are CUDA events around the call after warm-up calls and a
 synchronize (:func:`benchmarks.measure.timed`), peak memory is ``max_memory_allocated``
@@ -21,7 +22,8 @@ import re
 
 import torch
 
-__all__ = ["ENV", "DEVICE_RE", "parse_device", "bench_device", "unavailable", "require", "to_device"]
+__all__ = ["ENV", "DEVICE_RE", "DeviceUnavailable", "parse_device", "bench_device", "unavailable", "checked",
+           "require", "to_device"]
 
 ENV = "FRAQ_BENCH_DEVICE"
 DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
@@ -55,13 +57,30 @@ def unavailable(device: torch.device) -> str | None:
     return None
 
 
-def require(override: str | None = None) -> torch.device:
-    """The suites' device, or NotImplementedError with the reason (asv's skip, from ``setup``)."""
+class DeviceUnavailable(ValueError):
+    """A well-formed device this machine cannot run on; the message is the reason."""
+
+
+def checked(override: str | None = None) -> torch.device:
+    """The suites' device (:func:`bench_device`) when this machine has it.
+
+    Raises ValueError naming the variable (or ``--device``) for a malformed value, and
+    :class:`DeviceUnavailable` (a ValueError) with :func:`unavailable`'s reason for a
+    device that is not here. A command-line tool prints either as its one-line error.
+    """
     device = bench_device(override)
     reason = unavailable(device)
     if reason is not None:
-        raise NotImplementedError(reason)
+        raise DeviceUnavailable(reason)
     return device
+
+
+def require(override: str | None = None) -> torch.device:
+    """The suites' device, or NotImplementedError with the reason (asv's skip, from ``setup``)."""
+    try:
+        return checked(override)
+    except DeviceUnavailable as exc:
+        raise NotImplementedError(str(exc)) from None
 
 
 def to_device(x, device: torch.device):

@@ -1,7 +1,7 @@
 """Record the last N commits of a branch with asv and fail on a regression.
 
     python -m benchmarks.regress                        # last 2 commits of main, factor 1.5
-    python -m benchmarks.regress --commits 5 --factor 1.3 --bench "RankSweep|Table4" --quick
+    python -m benchmarks.regress --commits 5 --factor 1.3 --bench "Sweep|Table4" --quick
 
 For each commit (oldest first) the committed tree is exported with ``git archive`` to a
 temporary directory (the working tree, index and branches are never touched) and

@@ -26,14 +26,11 @@ import torch
 from benchmarks.cases import FLEXLORA_MAX_D, SWEEP_MODULES, SWEEP_P, TABLE4, clear_caches, clients, stacks, \
     sweep_ranks, table4_stacks
 from benchmarks.measure import count_flops, peak_memory, threads, timed
-from benchmarks.measure.ablation import VARIANT_NAMES, ablation_variant, variant_calls
+from benchmarks.measure.ablation import PAPER_TABLE4, VARIANT_NAMES, ablation_variant, variant_calls
 from benchmarks.measure.memory import mib
-from benchmarks.measure.methods import get_method
+from benchmarks.measure.methods import default_backend, get_method
 from benchmarks.results import write_result
 
-PAPER_TABLE4 = {  # GH200, ms and MiB (Table 4)
-    "adaptive-gram": (14.21, 90.13), "fixed-gram": (25.98, 90.13), "adaptive-svd": (62.26, 199.02),
-}
 SCALING_RANKS = [16, 24, 32, 48, 64, 96, 128, 192, 256]
 SCALING_DIMS = [256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096]
 
@@ -112,7 +109,7 @@ def scaling(repeats: int) -> dict:
             B, A = stacks(d, d, sweep_ranks(r), SWEEP_MODULES)
             p = min(SWEEP_P, r)
             times.append(_timing(lambda: fraq.recompress(B, A, rank=p), repeats))
-            model.append(SWEEP_MODULES * analytic_flops("fraq", d, d, r, p))
+            model.append(SWEEP_MODULES * analytic_flops("fraq", d, d, r, p, backend=default_backend()))
             clear_caches()
         med = [t["median_s"] for t in times]
         half = len(points) // 2
@@ -199,7 +196,7 @@ def flops(repeats: int) -> dict:
                 continue
             c = count_flops(lambda: fn(list(Bs), list(As), rank=p))
             rows.append({"method": name, "d": d, "r": r, "p": p, "counted": c.total, "uncounted": c.uncounted,
-                         "full": SWEEP_MODULES * analytic_flops(name, d, d, r, p),
+                         "full": SWEEP_MODULES * analytic_flops(name, d, d, r, p, backend=default_backend()),
                          "table5": SWEEP_MODULES * analytic_flops(name, d, d, r, p, model="table5")})
         clear_caches()
     print(f"FLOPs of {SWEEP_MODULES} square modules, counted (FlopCounterMode + LAPACK formulas) vs analytic:")

@@ -89,7 +89,7 @@ def _run(out: Path, experiments, size: str, device: torch.device, progress: bool
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.device import bench_device, unavailable
+    from benchmarks.device import checked
     from benchmarks.sweeps import CONFIGS
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
@@ -104,13 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"EXPERIMENT(={unknown[0]!r}) is not one of {', '.join(EXPERIMENTS)}")
     try:
-        device = bench_device(args.device)
-    except ValueError as exc:
+        device = checked(args.device)
+    except ValueError as exc:  # malformed, or not on this machine: one line, before any work
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    reason = unavailable(device)
-    if reason is not None:
-        print(f"error: {reason}", file=sys.stderr)
         return 2
     if args.threads < 1:
         ap.error(f"--threads(={args.threads}) must be >= 1")

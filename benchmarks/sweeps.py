@@ -29,7 +29,7 @@ CONFIGS: dict[str, dict] = {
     "reduced": dict(
         fig3=dict(modules=2, client_rank=8, p=8, d_fixed=768, r_fixed=80,
                   ranks=[16, 32, 64, 128, 256], dims=[256, 512, 768, 1536, 3072],
-                  flexlora_max_d=768, flexlora_ranks=[16, 64, 256], repeats=5, slow_repeats=3),
+                  flexlora_max_d=cases.FLEXLORA_MAX_D, flexlora_ranks=[16, 64, 256], repeats=5, slow_repeats=3),
         fig4_rank=dict(preset="llama-3.2-3b", layers=1, ranks=[1, 2, 4, 8, 16, 24, 32, 48, 64],
                        flexlora_max_d=0),
         fig4_cond=dict(shape=[768, 768], rank=64, clients=8, batch=2, kappas=[1, 1e2, 1e4, 1e6, 1e8, 1e10]),
@@ -96,7 +96,7 @@ def _cpu(*ts):
 
 def _fig3_point(method: str, d: int, r: int, mode: str, c: dict, device) -> dict:
     from benchmarks.measure import count_flops, peak_memory
-    from benchmarks.measure.methods import clients_as_batch, get_method
+    from benchmarks.measure.methods import clients_as_batch, default_backend, get_method
     from fraq.flops import analytic_flops
 
     Bs, As = to_device(cases.clients(d, d, cases.sweep_ranks(r, c["client_rank"]), c["modules"]), device)
@@ -114,8 +114,11 @@ def _fig3_point(method: str, d: int, r: int, mode: str, c: dict, device) -> dict
     if mode == "batched":
         fc = count_flops(call)
         res.update(counted_flops=fc.total, uncounted=list(fc.uncounted))
-    res.update({f"analytic_flops_{m}": c["modules"] * analytic_flops(method, d, d, r, p, model=m)
-                for m in ("table5", "full")})
+    # The code's model counts the backend "fraq" ran; Table 5 is the paper's (Householder).
+    backend = default_backend(device)
+    res.update(backend=backend if method == "fraq" else None,
+               analytic_flops_table5=c["modules"] * analytic_flops(method, d, d, r, p, model="table5"),
+               analytic_flops_full=c["modules"] * analytic_flops(method, d, d, r, p, backend=backend, model="full"))
     return res
 
 
@@ -194,7 +197,7 @@ def _fig4_cond_jobs(c: dict, device):
 def _table4_all(c: dict, device) -> dict:
     import fraq
     from benchmarks.measure import fidelity, peak_memory
-    from benchmarks.measure.ablation import variant_calls
+    from benchmarks.measure.ablation import PAPER_TABLE4, variant_calls
     from fraq.reference import relative_error
 
     B, A = fraq.stack(*cases.clients(c["m"], c["n"], (c["client_rank"],) * c["clients"], c["modules"], seed=3))
@@ -204,10 +207,11 @@ def _table4_all(c: dict, device) -> dict:
     for name, call in calls.items():
         Bg, Ag = _cpu(*call())
         config = dict(figure="table4", variant=name, **c)
+        paper_ms, paper_mib = PAPER_TABLE4.get(name, (None, None))
         many.append((name, config, dict(
             timing=_timing(call, c["repeats"], 1, device), peak_bytes=peak_memory(call, device=device).peak,
             gap_to_svd=relative_error(Bsvd, Asvd, Bg, Ag).tolist(),
-            excess=fidelity(B, A, Bg, Ag, c["p"]).excess.tolist())))
+            excess=fidelity(B, A, Bg, Ag, c["p"]).excess.tolist(), paper_ms=paper_ms, paper_mib=paper_mib)))
     return {"many": many}
 
 

@@ -95,7 +95,7 @@ def _asv_fixture(root: Path) -> None:
     (root / "vm" / "machine.json").write_text(json.dumps({"cpu": "Test CPU", "num_cpu": "2", "machine": "vm",
                                                           "version": 1}))
     (root / "benchmarks.json").write_text(json.dumps({
-        "bench_recompress.RankSweep.time_aggregate": {"param_names": ["method", "r", "mode"], "unit": "seconds"},
+        "bench_recompress.Sweep.time_run": {"param_names": ["method", "sweep", "value", "mode"], "unit": "seconds"},
         "bench_ablation.Table4.track_peakmem": {"param_names": ["variant"], "unit": "bytes"},
         "version": 2}))
     result = {
@@ -103,8 +103,8 @@ def _asv_fixture(root: Path) -> None:
         "result_columns": ["result", "params", "version", "started_at", "duration", "stats_ci_99_a",
                            "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number", "stats_repeat"],
         "results": {
-            "bench_recompress.RankSweep.time_aggregate": [
-                [0.01, 0.02, None, 0.04], [["'fraq'", "'florist'"], ["16"], ["'batched'", "'unbatched'"]],
+            "bench_recompress.Sweep.time_run": [
+                [0.01, 0.02, None, 0.04], [["'fraq'", "'florist'"], ["'r'"], ["16"], ["'batched'", "'unbatched'"]],
                 "v", 0, 1.0, [0.009, 0.019, None, 0.039], [0.011, 0.021, None, 0.041],
                 [0.0095, 0.0195, None, 0.0395], [0.0105, 0.0205, None, 0.0405], [1, 1, None, 1], [5, 5, None, 5]],
             "bench_ablation.Table4.track_peakmem": [[1024, 2048], [["'adaptive-gram'", "'adaptive-svd'"]], "v", 0, 1.0],
@@ -116,13 +116,28 @@ def test_asv_loader(tmp_path):
     _asv_fixture(tmp_path)
     df = loaders.load_asv(tmp_path)
     assert len(df) == 6
-    t = df[df["benchmark"].str.endswith("time_aggregate")]
+    t = df[df["benchmark"].str.endswith("time_run")]
     row = t[(t["method"] == "florist") & (t["mode"] == "unbatched")].iloc[0]
-    assert row["value"] == 0.04 and row["r"] == 16 and row["q75"] == 0.0405 and row["kind"] == "time"
+    # Sweep's parameter "value" does not overwrite the measurement's column
+    assert row["value"] == 0.04 and row["param.value"] == 16 and row["sweep"] == "r"
+    assert row["q75"] == 0.0405 and row["kind"] == "time"
     assert t[(t["method"] == "florist") & (t["mode"] == "batched")]["value"].isna().all()  # skipped combination
     assert (df["machine.cpu"] == "Test CPU").all() and (df["commit"] == "abc123").all()
     m = df[df["kind"] == "track"]
     assert list(m["variant"]) == ["adaptive-gram", "adaptive-svd"] and list(m["unit"]) == ["bytes"] * 2
+
+
+def test_asv_loader_warns_naming_each_unreadable_file(tmp_path):
+    _asv_fixture(tmp_path)
+    (tmp_path / "vm" / "def456-existing-py.json").write_text("{truncated")
+    (tmp_path / "vm" / "0ff1ce-existing-py.json").write_text(json.dumps({"commit_hash": "0ff1ce"}))
+    with pytest.warns(UserWarning) as seen:
+        df = loaders.load_asv(tmp_path)
+    messages = sorted(str(w.message) for w in seen)
+    assert len(messages) == 2
+    assert str(tmp_path / "vm" / "0ff1ce-existing-py.json") in messages[0] and "not an asv result" in messages[0]
+    assert str(tmp_path / "vm" / "def456-existing-py.json") in messages[1] and "not readable" in messages[1]
+    assert len(df) == 6 and set(df["commit"]) == {"abc123"}  # the good file still loads
 
 
 def test_pytest_benchmark_loader(tmp_path):
@@ -236,10 +251,27 @@ def test_caption_has_machine_dtype_threads_versions(tiny):
 
 
 def test_tables(tiny):
+    from benchmarks.measure.ablation import PAPER_TABLE4
+    from benchmarks.measure.methods import default_backend
+
     t4 = tables.table4_ablation(loaders.load_results(tiny / "results" / "table4"))
     assert list(t4["Variant"])[:3] == ["Adaptive + Gram", "Fixed + Gram", "Adaptive + coordinate SVD"]
+    # the paper's columns come from the result files, which the runner fills from the one constant
+    ms, mib = PAPER_TABLE4["fixed-gram"]
+    base_ms, base_mib = PAPER_TABLE4["adaptive-gram"]
+    row = t4.set_index("Variant").loc["Fixed + Gram"]
+    assert row["Paper ms (x)"] == f"{ms:.2f} ({ms / base_ms:.2f})"
+    assert row["Paper MiB (x)"] == f"{mib:.2f} ({mib / base_mib:.2f})"
+    assert t4.set_index("Variant").loc["fraq.recompress (library)", "Paper ms (x)"] == ""
     t5 = tables.table5_flops(loaders.load_results(tiny / "results" / "fig3"))
     assert (t5["counted GFLOP"] > 0).all() and set(t5["Method"]) == {"FRAQ", "FLoRIST", "FlexLoRA"}
+    # FRAQ's code model counts the backend that ran (recompress's default on this device), so it
+    # equals the count term for term (tests/test_measure.py), up to the counter rounding each
+    # call to whole FLOPs (Cholesky's n^3 / 3: < 1e-5 here). A wrong backend is off by its r^3
+    # terms: 2.5-8% at these sizes.
+    fraq_rows = t5[t5["Method"] == "FRAQ"]
+    assert set(fraq_rows["backend"]) == {default_backend("cpu")}
+    assert fraq_rows["counted / model"].tolist() == pytest.approx([1.0] * len(fraq_rows), rel=1e-4)
     md = tables.markdown(t5)
     assert md.count("\n") == len(t5) + 1
 

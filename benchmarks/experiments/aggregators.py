@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import cases
-from benchmarks.device import bench_device, unavailable
+from benchmarks.device import checked
 from benchmarks.measure import timed
 from benchmarks.results import write_result
 from fraq.aggregators import ClientUpdate, LoraA2State, get_aggregator
@@ -156,16 +156,14 @@ class Model:
 
 def build_model(preset: Preset, *, layers: int | None = None, seed: int = 0,
                 device: torch.device | str = "cpu") -> Model:
-    """Seeded LoRA-like factors (:func:`benchmarks.cases.clients`) for the first ``layers``
-    layers of every group (all by default), on ``device``."""
+    """Seeded LoRA-like factors (:func:`benchmarks.cases.preset_clients`) for the first
+    ``layers`` layers of every group (all by default), on ``device``."""
     g = torch.Generator().manual_seed(seed)
     weights = torch.randint(500, 5000, (preset.clients,), generator=g).tolist()  # data sizes n_k
     shapes, factors = {}, {}
-    for i, grp in enumerate(preset.groups):
-        count = grp.count if layers is None else min(layers, grp.count)
-        Bs, As = cases.clients(grp.m, grp.n, tuple(preset.ranks), count, seed + i)
+    for grp, Bs, As in cases.preset_clients(preset, seed, layers):
         Bs, As = [b.to(device) for b in Bs], [a.to(device) for a in As]
-        for layer in range(count):
+        for layer in range(Bs[0].shape[0]):
             name = f"layers.{layer}.{grp.name}"
             shapes[name] = (grp.m, grp.n)
             factors[name] = ([B[layer] for B in Bs], [A[layer] for A in As])
@@ -434,13 +432,9 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--threads(={args.threads}) must be >= 1")
         torch.set_num_threads(args.threads)
     try:
-        device = bench_device(args.device)
+        device = checked(args.device)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    reason = unavailable(device)
-    if reason is not None:
-        print(f"error: {reason}", file=sys.stderr)
         return 2
     tables = run(args.out, quick=args.quick, presets=args.presets, seed=args.seed, device=device,
                  log=lambda s: print(s, flush=True))

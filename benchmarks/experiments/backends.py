@@ -45,7 +45,7 @@ import torch
 
 import fraq
 from benchmarks import cases
-from benchmarks.device import bench_device, to_device, unavailable
+from benchmarks.device import checked, to_device
 from benchmarks.measure import Timing, timed
 from benchmarks.results import write_result
 from fraq.backends import BACKENDS, EXACT_BACKENDS, get_backend
@@ -339,13 +339,9 @@ def main(argv=None) -> int:
     ap.add_argument("--device", help="cpu, cuda or cuda:N (default: FRAQ_BENCH_DEVICE, else cpu)")
     args = ap.parse_args(argv)
     try:
-        device = bench_device(args.device)
+        device = checked(args.device)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    reason = unavailable(device)
-    if reason is not None:
-        print(f"error: {reason}", file=sys.stderr)
         return 2
     load = os.getloadavg()[0]
     run(args.out, quick=args.quick, device=device)

@@ -30,10 +30,20 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["BASELINES", "clients_as_batch", "fraq_method_names", "get_method", "method_names"]
+__all__ = ["BASELINES", "clients_as_batch", "default_backend", "fraq_method_names", "get_method", "method_names"]
 
 BASELINES = ("florist", "flexlora")
 """Baselines in the paper's Fig. 3 and Table 4 comparisons."""
+
+
+def default_backend(device: torch.device | str = "cpu") -> str:
+    """The backend ``fraq`` (recompress's default) runs on ``device``: what a FLOP model of
+    that method must count. ``"householder"`` for a fraq without ``backend="auto"``."""
+    try:
+        from fraq.backends import resolve_backend
+    except ImportError:  # an older commit (benchmarks.regress): householder was the default
+        return "householder"
+    return resolve_backend("auto", device)
 
 
 def fraq_method_names() -> list[str]:

@@ -32,9 +32,8 @@ from benchmarks import cases
 from benchmarks.device import to_device
 from benchmarks.measure import count_flops, fidelity, peak_memory
 from benchmarks.measure.ablation import VARIANTS, variant_calls
-from benchmarks.measure.methods import BASELINES, get_method
+from benchmarks.measure.methods import BASELINES, default_backend, get_method
 from benchmarks.measure.timing import threads
-from fraq.backends import resolve_backend
 from fraq.flops import analytic_flops
 
 THREADS = cases.THREADS
@@ -46,13 +45,12 @@ FLEXLORA_D = 256  # FlexLoRA's dense SVDs: 12 at d = 768 take ~5 s, too slow for
 def device() -> torch.device:
     """``FRAQ_BENCH_DEVICE`` (default cpu), as every suite; a device this machine does not
     have skips every check with the reason, a malformed value fails with a ValueError."""
-    from benchmarks.device import bench_device, unavailable
+    from benchmarks.device import DeviceUnavailable, checked
 
-    dev = bench_device()
-    reason = unavailable(dev)
-    if reason is not None:
-        pytest.skip(reason)
-    return dev
+    try:
+        return checked()
+    except DeviceUnavailable as exc:
+        pytest.skip(str(exc))
 
 
 def _backends() -> list[str]:
@@ -102,7 +100,7 @@ def _run(benchmark, call, *, B, A, method, d, r, device, rounds=7):
         ranks = torch.as_tensor(p).double()
         name, _, backend = method.partition(":")
         try:
-            ran = backend or resolve_backend("auto", device)  # "fraq" runs recompress's default
+            ran = backend or default_backend(device)  # "fraq" runs recompress's default
             model = MODULES * analytic_flops(name, d, d, r, P, backend=ran)
         except (NotImplementedError, ValueError):
             model = float("nan")

@@ -59,14 +59,14 @@ def test_parse_compare_reads_asv_tables():
     table = """
 | Change   | Before [aaaaaaaa] <main~1>   | After [bbbbbbbb] <main>   | Ratio   | Benchmark (Parameter)                          |
 |----------|------------------------------|---------------------------|---------|------------------------------------------------|
-| +        | 10.0±0.1ms                   | 21.0±0.2ms                | 2.10    | bench_recompress.RankSweep.time_aggregate('fraq', 16, 'batched') |
-| -        | 4.00±0ms                     | 2.00±0ms                  | 0.50    | bench_ablation.Table4.time_recompress('fixed-gram') |
+| +        | 10.0±0.1ms                   | 21.0±0.2ms                | 2.10    | bench_recompress.Sweep.time_run('fraq', 'r', 16, 'batched') |
+| -        | 4.00±0ms                     | 2.00±0ms                  | 0.50    | bench_ablation.Table4.time_run('fixed-gram') |
 |          | 1000                         | 1000                      | 1.00    | bench_recompress.FlopModel.track_full('fraq', 'r', 16) |
 | !        | 1.00±0s                      | failed                    | n/a     | bench_presets.Presets.time_aggregate('roberta-base', 'florist') |
 """
     rows = parse_compare(table)
     assert [m for m, _, _ in rows] == ["+", "-", "", "!"]
-    assert rows[0] == ("+", "2.10", "bench_recompress.RankSweep.time_aggregate('fraq', 16, 'batched')")
+    assert rows[0] == ("+", "2.10", "bench_recompress.Sweep.time_run('fraq', 'r', 16, 'batched')")
 
 
 def test_no_module_exposes_a_stray_benchmark():
@@ -147,3 +147,68 @@ def test_export_commit_is_the_commit_alone(tmp_path):
     export_commit(head, str(tmp_path))
     exported = sorted(os.path.relpath(os.path.join(d, f), tmp_path) for d, _, fs in os.walk(tmp_path) for f in fs)
     assert exported == sorted(listed)
+
+
+# ----------------------------------------------------------------------------- layering
+
+
+def _imports(path: str) -> set[str]:
+    """Top-level modules a Python file (or a notebook's code cells) imports."""
+    import ast
+    import json
+
+    text = open(path).read()
+    if path.endswith(".ipynb"):
+        text = "\n".join("".join(c["source"]) for c in json.loads(text)["cells"] if c["cell_type"] == "code")
+    out = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module)
+    return out
+
+
+def _files(folder: str, *suffixes: str) -> list[str]:
+    return sorted(os.path.join(d, f) for d, _, fs in os.walk(os.path.join(ROOT, folder)) for f in fs
+                  if f.endswith(suffixes))
+
+
+# What taking a measurement looks like: clocks, the profiler, CUDA's counters, FLOP counting.
+MEASURING = {"perf_counter", "process_time", "monotonic", "profiler", "profile", "cuda", "max_memory_allocated",
+             "FlopCounterMode", "count_flops", "peak_memory", "gemm_rate", "timed", "synchronize"}
+
+
+def _names(path: str) -> set[str]:
+    """Names and attributes a Python file's code uses (not its strings or comments)."""
+    import ast
+
+    tree = ast.parse(open(path).read())
+    return ({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+            | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)})
+
+
+def test_analysis_only_reads_results():
+    """analysis/ imports neither torch nor fraq nor the measurement layer, and calls no clock,
+    profiler or counter: it reads result files and draws (issue 13)."""
+    files = _files("analysis", ".py", ".ipynb")
+    assert files
+    for path in files:
+        banned = {m for m in _imports(path) if m.split(".")[0] in ("torch", "fraq", "benchmarks", "time", "timeit")}
+        assert not banned, f"{path} imports {sorted(banned)}"
+        if path.endswith(".py"):
+            found = _names(path) & MEASURING
+            assert not found, f"{path} measures: {sorted(found)}"
+
+
+def test_fraq_is_the_library_only():
+    """fraq/ imports nothing from benchmarks/ or analysis/, holds no measurement package or
+    experiment script, and uses no profiler or FLOP counter (issue 13)."""
+    assert not os.path.exists(os.path.join(ROOT, "fraq", "measure"))
+    assert not os.path.exists(os.path.join(ROOT, "fraq", "experiments"))
+    for path in _files("fraq", ".py"):
+        banned = {m for m in _imports(path) if m.split(".")[0] in ("benchmarks", "analysis")}
+        banned |= {m for m in _imports(path) if m.startswith(("torch.profiler", "torch.utils.flop_counter"))}
+        assert not banned, f"{path} imports {sorted(banned)}"
+        found = _names(path) & {"profiler", "FlopCounterMode", "max_memory_allocated", "reset_peak_memory_stats"}
+        assert not found, f"{path} uses {sorted(found)}"
