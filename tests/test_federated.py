@@ -300,8 +300,11 @@ def test_smoke_run_files_and_overwrite_protection(tmp_path):
 
 
 def test_failed_start_does_not_block_the_next_run(tmp_path):
-    (tmp_path / "config.json").write_text("{}")  # a run that stopped before any round
+    from fraq.federated.records import jsonable
+
     cfg = tiny_config(**{"methods": ["fedit"], "federated.rounds": 1, "federated.clients": 2})
+    # what a run that stopped before its first result leaves: config.json only
+    (tmp_path / "config.json").write_text(json.dumps({"config": jsonable(cfg), "run": {}}))
     rows = run_experiment(cfg, tmp_path, progress=False, log=lambda *a: None)
     assert rows[0]["method"] == "fedit"
 
@@ -708,3 +711,44 @@ def test_a_section_set_to_a_non_object_is_refused(key, value):
     with pytest.raises(ValueError, match=rf"config key '{key}'\(={value!r}\) is a section"):
         load_config("quick", {key: value})
     assert load_config("quick", {"partition": {"scheme": "iid"}})["partition"]["alpha"] == 0.1  # merged, not replaced
+
+
+# ------------------------------------------------------------------ inputs and files we did not write (issue 14)
+@pytest.mark.parametrize("name, text", [("config.json", "{}"), ("config.json", "my settings"), ("table.md", "notes"),
+                                        ("plot.png", "png"), ("rounds.csv", "a,b")])
+def test_a_file_we_did_not_write_is_never_replaced_unasked(name, text, tmp_path, monkeypatch):
+    """A user's file under a name the run writes was replaced silently (only results counted)."""
+    cfg = tiny_config(**{"methods": ["fedit"], "federated.clients": 2})
+    (tmp_path / name).write_text(text)
+    monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
+    with pytest.raises(FileExistsError, match=rf"holds files this run writes.*{re.escape(name)}.*--overwrite"):
+        run_experiment(cfg, tmp_path, progress=False, log=lambda *a: None)
+    asked = []
+    with pytest.raises(FileExistsError):
+        run_experiment(cfg, tmp_path, progress=False, log=lambda *a: None, ask=lambda q: asked.append(q) or False)
+    assert name in asked[0] and (tmp_path / name).read_text() == text
+    with pytest.raises(AssertionError, match="loaded"):  # with --overwrite it goes on to load the model
+        run_experiment(cfg, tmp_path, overwrite=True, progress=False, log=lambda *a: None)
+
+
+def test_an_input_is_never_written_even_with_overwrite(tmp_path, monkeypatch, capsys):
+    """``--config OUT/config.json`` was overwritten by the run's own config.json (exit 0)."""
+    monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
+    out = tmp_path / "run"
+    out.mkdir()
+    setting = out / "config.json"
+    setting.write_text(json.dumps({"methods": ["fedit"], "federated": {"clients": 2}, "model": {"name": TINY_MODEL}}))
+    before = setting.read_text()
+    for flags in ([], ["--overwrite"]):
+        assert main(["--config", str(setting), "--out", str(out), "--no-progress", *flags]) == 2
+        err = capsys.readouterr().err
+        assert f"this run writes {str(setting)!r}, which is the --config input" in err, err
+        assert "Traceback" not in err and setting.read_text() == before
+    data = tmp_path / "data"
+    (data / "train").mkdir(parents=True)
+    for out in (data, data / "results"):
+        cfg = tiny_config(**{"methods": ["fedit"], "federated.clients": 2, "dataset": {"path": str(data)}})
+        with pytest.raises(ValueError, match=rf"--out\(='{re.escape(str(out))}'\) is inside the dataset.path "
+                                             rf"directory '{re.escape(str(data))}'"):
+            run_experiment(cfg, out, overwrite=True, progress=False, log=lambda *a: None)
+    assert [p.name for p in data.iterdir()] == ["train"]

@@ -8,9 +8,11 @@ Examples::
     python -m fraq.federated --ranks 4,16,32,64 --methods flora flexlora florist fraq
     python -m fraq.federated --resume                 # continue an interrupted run
 
-A finished result is never overwritten without asking: an output directory that holds
-results needs ``--resume`` (keep and continue) or ``--overwrite`` (start again); at a
-terminal the command asks instead.
+A file is never overwritten without asking: an output directory that holds results, or
+any file under a name this run writes (``config.json``, ``table.md``, ...), needs
+``--resume`` (keep and continue) or ``--overwrite`` (start again); at a terminal the
+command asks instead. An input (the ``--config`` file, a local model or data set
+directory) is never written, whatever the flags.
 """
 
 from __future__ import annotations
@@ -28,14 +30,62 @@ __all__ = ["main", "run_experiment"]
 _OUR_FILES = ("results.json", "rounds.csv", "table.csv", "table.md", "plot.png", "config.json")
 
 
-def _existing(out_dir: Path, results_only: bool = False) -> list[Path]:
-    """This harness's files in ``out_dir``; with ``results_only`` only results and checkpoints."""
-    names = ("results.json",) if results_only else _OUR_FILES
-    found = [out_dir / n for n in names if (out_dir / n).exists()]
+def _existing(out_dir: Path) -> list[Path]:
+    """This harness's files in ``out_dir``: the run's files, results and checkpoints, client adapters."""
+    found = [out_dir / n for n in _OUR_FILES if (out_dir / n).exists()]
     found += sorted(out_dir.glob("*/result.json")) + sorted(out_dir.glob("*/checkpoint.pt"))
     if (out_dir / "adapters").is_dir():
         found.append(out_dir / "adapters")
     return found
+
+
+def _replaced(out_dir: Path) -> list[Path]:
+    """The files in ``out_dir`` that a new run would replace: every file of this harness's
+    names (:func:`_existing`) except a ``config.json`` this harness wrote for a run that
+    stopped before its first result (an object with ``config`` and ``run``: it holds no
+    result). Any other file there under one of those names (a user's ``table.md``, a
+    ``config.json`` of another program) counts, so it is never replaced unasked."""
+    found = _existing(out_dir) if out_dir.is_dir() else []
+    stub = out_dir / "config.json"
+    if found == [stub] and _is_our_config(stub):
+        return []
+    return found
+
+
+def _is_our_config(path: Path) -> bool:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and set(data) >= {"config", "run"} and isinstance(data["config"], dict)
+
+
+def _check_inputs(cfg: dict, out_dir: Path) -> None:
+    """Refuse, whatever ``overwrite`` says, a run that would write over one of its inputs:
+    ``out_dir`` equal to or inside a local model or data set directory, or a file this run
+    writes (or deletes with ``--overwrite``) that is the ``--config`` file or inside one of
+    those directories."""
+    from fraq.federated.config import SETTINGS
+
+    inputs = []
+    if cfg.get("setting") not in SETTINGS:
+        inputs.append(("--config", Path(cfg["setting"])))
+    if Path(cfg["model"]["name"]).is_dir():
+        inputs.append(("model.name", Path(cfg["model"]["name"])))
+    if isinstance(cfg["dataset"].get("path"), str) and Path(cfg["dataset"]["path"]).is_dir():
+        inputs.append(("dataset.path", Path(cfg["dataset"]["path"])))
+    out = out_dir.resolve()
+    written = {out / n for n in _OUR_FILES} | {out / "adapters"}
+    for flag, src in inputs:
+        real = src.resolve()
+        if src.is_dir() and (out == real or real in out.parents):
+            raise ValueError(f"--out(={str(out_dir)!r}) is inside the {flag} directory {str(src)!r}; an input is "
+                             f"never written: choose another --out")
+        if real in written or any(p in written for p in real.parents) or \
+                (real.parent.parent == out and real.name in ("result.json", "checkpoint.pt")):
+            raise ValueError(f"--out(={str(out_dir)!r}): this run writes {str(real)!r}, which is the {flag} input "
+                             f"{str(src)!r}; an input is never written: choose another --out")
 
 
 def _clear(paths: list[Path]) -> None:
@@ -116,8 +166,9 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
     """Run every method of ``cfg`` into ``out_dir``; return the table rows.
 
     Everything is checked before the model and the data are loaded: the configuration
-    (:func:`~fraq.federated.config.validate`: every method with its options), ``out_dir``,
-    and with ``resume`` every earlier file. Earlier results are deleted only once the model
+    (:func:`~fraq.federated.config.validate`: every method with its options), ``out_dir``
+    (never an input, nor a place whose files of our names we did not write, unasked), and
+    with ``resume`` every earlier file. Earlier results are deleted only once the model
     and data have loaded.
 
     Args:
@@ -140,11 +191,13 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
     validate(cfg)
     out_dir = Path(out_dir)
     _check_out_dir(out_dir)
-    old = _existing(out_dir, results_only=True) if out_dir.exists() else []
+    _check_inputs(cfg, out_dir)
+    old = _replaced(out_dir)
     cfg_json = jsonable(cfg)
     replace = bool(old) and not resume
     if replace:
-        question = (f"{out_dir} holds results of an earlier run ({', '.join(p.name for p in old[:4])}"
+        names = [str(p.relative_to(out_dir)) for p in old]
+        question = (f"{out_dir} holds files this run writes, e.g. results of an earlier run ({', '.join(names[:4])}"
                     f"{', ...' if len(old) > 4 else ''}). Overwrite them?")
         if not overwrite and not (ask is not None and ask(question)):
             raise FileExistsError(f"{question} Refused: pass --resume to continue that run or --overwrite to "
