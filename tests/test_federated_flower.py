@@ -420,3 +420,34 @@ def test_local_launcher_cli_prints_the_error(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "tau(=2.0) must be in (0, 1]" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fault", ["superlink fails", "no new result"])
+def test_local_launcher_keeps_an_earlier_result_until_a_new_one_replaces_it(fault, tmp_path, monkeypatch):
+    """The launcher deleted ``<label>/result.json`` before starting: a failed run lost the earlier result."""
+    import subprocess
+
+    import fraq.federated.flower.local as local
+
+    out = tmp_path / "out"
+    earlier = out / "fraq-tau0.95" / "result.json"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text('{"method": "fraq:tau=0.95", "rounds": []}')
+    real_popen = subprocess.Popen
+
+    def stand_in(cmd, **kwargs):  # the SuperLink sleeps; flwr run exits 0 without a ServerApp
+        return real_popen(["sleep", "30"] if cmd[0] == "flower-superlink" else [sys.executable, "-c", "pass"],
+                          **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", stand_in)
+    if fault == "superlink fails":
+        def unhealthy(port, proc, log_path, timeout):
+            raise RuntimeError(f"flower-superlink exited; see {log_path}")
+        monkeypatch.setattr(local, "_wait_healthy", unhealthy)
+        match = "flower-superlink exited"
+    else:
+        monkeypatch.setattr(local, "_wait_healthy", lambda *a, **k: None)
+        match = r"wrote no new .*result.json \(the earlier one is kept\)"
+    with pytest.raises(RuntimeError, match=match):
+        local.run_local(out, echo=lambda s: None)
+    assert earlier.read_text() == '{"method": "fraq:tau=0.95", "rounds": []}'

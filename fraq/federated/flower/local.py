@@ -18,8 +18,9 @@ client-resources-num-cpus=1"`` in the simulation runtime); then stop every proce
 started and their descendants (SIGTERM, then SIGKILL), whatever happened. Everything goes
 under ``--out`` (default ``results/flower-local/<time>``): ``flwr-home/``, the logs
 (``superlink.log``, ``supernode-K.log``, ``flwr-run.log``) and the ServerApp's
-``<label>/result.json``; a summary (accuracy, downlink, aggregation time) is printed at
-the end.
+``<label>/result.json`` (an earlier one stays until the ServerApp replaces it whole, and is
+never reported as this run's); a summary (accuracy, downlink, aggregation time) is printed
+at the end.
 
 Sets ``FLWR_HOME``, ``FLWR_TELEMETRY_ENABLED=0`` and
 ``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1`` (Flower would otherwise ``uv sync`` the
@@ -111,6 +112,16 @@ def _stop(started: list[subprocess.Popen], known: list, grace: float = 10.0) -> 
     return [p.pid for p in alive]
 
 
+def _identity(path: Path) -> tuple | None:
+    """Which file ``path`` is now (device, inode, modification time, size), None when absent: the
+    ServerApp replaces its result by rename, so a new result is a new identity."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -186,8 +197,7 @@ def run_local(out: Path, *, app_dir: Path | None = None, run_config: str = "", c
     rc_items = [run_config.strip(), f"results-dir={_quote(str(out))}"]
     rc = " ".join(x for x in rc_items if x)
     result_path = out / method_label(spec) / "result.json"
-    if result_path.exists():
-        result_path.unlink()  # never report a previous run's result
+    earlier = _identity(result_path)  # kept until the ServerApp replaces it; never reported as this run's
     started: list[subprocess.Popen] = []
     logs = []
     known: list = []
@@ -236,8 +246,9 @@ def run_local(out: Path, *, app_dir: Path | None = None, run_config: str = "", c
         signal.signal(signal.SIGTERM, previous)
         echo(f"stopped the SuperLink{' and SuperNodes' if deployment else ''}"
              + (f" (SIGKILL for pids {killed})" if killed else ""))
-    if not result_path.is_file():
-        raise RuntimeError(f"the ServerApp wrote no {result_path}; see {out / 'flwr-run.log'} and "
+    if not result_path.is_file() or _identity(result_path) == earlier:
+        raise RuntimeError(f"the ServerApp wrote no {'new ' if earlier else ''}{result_path}"
+                           f"{' (the earlier one is kept)' if earlier else ''}; see {out / 'flwr-run.log'} and "
                            f"{out / 'superlink.log'}")
     import json
 
