@@ -18,7 +18,9 @@ managers here:
 
 Data is flushed (``fsync``) before the swap, so after a crash of the machine the path does
 not point at an empty file. A process killed mid-write leaves a hidden ``.NAME.tmp-*``
-beside the target, never a damaged target.
+beside the target, never a damaged target. When the old version cannot be removed after
+the swap (a file in it made immutable with ``chattr +i``), the new one stays in place and
+a :class:`LeftoverWarning` names the hidden directory left behind.
 """
 
 from __future__ import annotations
@@ -29,14 +31,38 @@ import os
 import shutil
 import sys
 import uuid
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["check_parent", "default_mode", "replacing_dir", "replacing_file"]
+__all__ = ["LeftoverWarning", "check_parent", "default_mode", "leftovers_as_lines", "replacing_dir",
+           "replacing_file"]
 
 _RENAME_EXCHANGE = 2  # linux/fs.h
 _AT_FDCWD = -100
+
+
+class LeftoverWarning(UserWarning):
+    """An output was replaced, but a temporary copy beside it (the old version) could not be removed."""
+
+
+@contextmanager
+def leftovers_as_lines(prog: str) -> Iterator[None]:
+    """Print each :class:`LeftoverWarning` raised inside as one line ``PROG: warning: ...``
+    (an output was replaced but the old copy beside it could not be removed); other warnings
+    are shown as usual."""
+    caught: list = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", LeftoverWarning)
+            yield
+    finally:
+        for w in caught:
+            if issubclass(w.category, LeftoverWarning):
+                print(f"{prog}: warning: {w.message}", file=sys.stderr)
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def default_mode(path: str | os.PathLike) -> None:
@@ -115,6 +141,7 @@ def replacing_dir(path: str | os.PathLike) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _sibling(path, "tmp")
     tmp.mkdir()
+    swapped = False
     try:
         yield tmp
         _fsync_tree(tmp)
@@ -122,10 +149,18 @@ def replacing_dir(path: str | os.PathLike) -> Iterator[Path]:
             exchange(tmp, path)  # tmp now holds the old version
         else:
             os.replace(tmp, path)  # rename(2) replaces an empty directory
+        swapped = True
         _fsync(path.parent)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        if tmp.exists():
+            left = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if not p.is_dir())
+            what = "the old version of" if swapped else "an incomplete new version of"
+            warnings.warn(LeftoverWarning(
+                f"{path} was {'replaced' if swapped else 'left as it was'}, but {what} it at {tmp} could not be "
+                f"removed ({', '.join(left[:3]) or 'empty directories'} left; immutable? lsattr -R shows it): "
+                f"remove it by hand"), stacklevel=3)
 
 
 def exchange(a: Path, b: Path) -> None:

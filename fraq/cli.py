@@ -90,6 +90,13 @@ def aggregate_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.out is None and not (args.report or args.json):
         parser.error("nothing to do: pass -o OUT, --report or --json")
+    from fraq._files import leftovers_as_lines
+
+    with leftovers_as_lines("fraq aggregate"):
+        return _aggregate(args)
+
+
+def _aggregate(args: argparse.Namespace) -> int:
     from fraq.peft import CONFIG, WEIGHTS, aggregate_adapters
     from fraq.peft.aggregate import client_paths
     from fraq.peft.writer import check_file_out, write_json

@@ -158,6 +158,33 @@ def test_overwrite_failure_at_each_step_leaves_old_or_new_adapter(example, tmp_p
     assert version(root, out, versions) == "new"
 
 
+def test_an_old_version_that_cannot_be_removed_is_named(example, tmp_path, monkeypatch, capsys):
+    """The issue's ``chattr +i out/adapter_config.json``, as the kernel has it: the directory is
+    swapped whole, so the new adapter goes in (exit 0), but the old copy, whose config cannot be
+    unlinked, stayed behind silently as a hidden directory; now one warning line names it."""
+    root, dirs, versions = example
+    out = tmp_path / "merged"
+    aggregate_adapters(dirs, out, tau=0.5)
+    real = os.unlink
+
+    def unlink(path, *args, **kwargs):
+        if os.path.basename(os.fspath(path)) == "adapter_config.json":
+            raise PermissionError(errno.EPERM, "Operation not permitted (injected: immutable)")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    rc, err = run_cli([*dirs, "--tau", "1", "-o", out, "--overwrite"], capsys)
+    monkeypatch.undo()
+    assert rc == 0, err
+    assert version(root, out, versions) == "new"
+    [left] = leftovers(out)
+    assert sorted(p.name for p in (out.parent / left).iterdir()) == ["adapter_config.json"]  # the rest removed
+    warnings = [line for line in err.splitlines() if line.startswith("fraq aggregate: warning: ")]
+    assert len(warnings) == 1 and "Traceback" not in err, err
+    assert f"{out} was replaced, but the old version of it at {out.parent / left} could not be removed" in warnings[0]
+    assert "adapter_config.json left" in warnings[0]
+
+
 _CHILD = r"""
 import os, signal, sys
 import fraq._files as F

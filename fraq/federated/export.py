@@ -31,7 +31,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from fraq._files import check_parent, replacing_dir
+from fraq._files import check_parent, leftovers_as_lines, replacing_dir
 from fraq.aggregators import ClientUpdate
 from fraq.federated.adapters import RoundAdapters, load_client_adapters
 
@@ -210,8 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base-model", help="base_model_name_or_path to write (default: the harness's model)")
     args = p.parse_args(argv)
     try:
-        dirs = export_peft(args.file, args.out_dir, overwrite=args.overwrite,
-                           allow_later_round=args.allow_later_round, base_model=args.base_model)
+        with leftovers_as_lines("python -m fraq.federated.export"):
+            dirs = export_peft(args.file, args.out_dir, overwrite=args.overwrite,
+                               allow_later_round=args.allow_later_round, base_model=args.base_model)
     except (FileNotFoundError, ImportError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
