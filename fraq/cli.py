@@ -109,7 +109,8 @@ def _aggregate(args: argparse.Namespace) -> int:
     try:  # everything is checked before any work: the JSON path here, the rest in aggregate_adapters
         paths = client_paths(args.clients)
         if to_file:
-            taken = [] if args.out is None else [args.out] if args.delta else [args.out / CONFIG, args.out / WEIGHTS]
+            taken = [] if args.out is None else [args.out] if args.delta else \
+                [args.out, args.out / CONFIG, args.out / WEIGHTS]
             check_file_out(args.json, args.overwrite, paths, "--json", taken)
         agg = aggregate_adapters(paths, args.out, weights=args.weights, method=args.method, tau=args.tau,
                                  rank=args.rank, delta=args.delta, dtype=getattr(torch, args.dtype),

@@ -281,6 +281,9 @@ def test_json_directory_or_output_file_refused_before_any_work(example, tmp_path
     refused(*run_cli([*dirs, "--json", tmp_path / "out" / "adapter_config.json", "-o", tmp_path / "out"], capsys),
             "this run writes")
     assert not (tmp_path / "out").exists()
+    refused(*run_cli([*dirs, "--json", tmp_path / "out", "-o", tmp_path / "out"], capsys),  # was: exit 1 after
+            f"--json(={str(tmp_path / 'out')!r}) is", "this run writes")                  # the adapter was written
+    assert not (tmp_path / "out").exists()
 
 
 def test_json_written_whole(example, tmp_path, monkeypatch, capsys):
