@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import os
 import threading
 import time
@@ -243,10 +244,14 @@ def batch_map(fn: Callable[..., object], *tensors: torch.Tensor) -> object:
     return _join(parts)
 
 
-def _fan_out(fn: Callable[..., object], tensors: tuple[torch.Tensor, ...], bounds: list[int]) -> list[object]:
+def _fan_out(fn: Callable[..., object], tensors: tuple[torch.Tensor, ...], bounds: list[int], *,
+             probe: bool = True) -> list[object]:
     """``fn`` on each chunk ``bounds[i]:bounds[i + 1]`` of the batch, one thread per call,
     spread over ``torch.get_num_threads()`` threads (see :func:`batch_map`); the results
-    in batch order. The earliest failing chunk's error is raised once all threads stop."""
+    in batch order. With ``probe`` the helpers are recruited only if the first chunk,
+    timed on the caller, says the rest is worth it; without, at once (the caller sized
+    the chunks to be worth a hand-off). The earliest failing chunk's error is raised
+    once all threads stop."""
     workers = min(torch.get_num_threads(), len(bounds) - 1)
     chunks = _Chunks(fn, tensors, bounds)
     helpers = []
@@ -257,7 +262,9 @@ def _fan_out(fn: Callable[..., object], tensors: tuple[torch.Tensor, ...], bound
             helpers.extend(pool.submit(chunks.drain) for _ in range(workers - 1))
 
     try:
-        chunks.drain(after_first=recruit)
+        if not probe:
+            recruit(math.inf)
+        chunks.drain(after_first=recruit if probe else None)
     finally:
         for h in helpers:
             if not h.cancel():  # a helper that never started has nothing to finish
@@ -276,12 +283,13 @@ def map_chunks(fn: Callable[..., object], bounds: list[int], *tensors: torch.Ten
     stay small (cache-sized, and reused by the allocator instead of being mapped fresh
     from the OS and page-faulted in on every call), and with t = ``torch.get_num_threads()``
     > 1 the chunks are shared by t threads, every call inside a chunk (GEMMs included) on
-    one thread, exactly as :func:`batch_map` shares a batch of LAPACK calls. A single
-    chunk, a CUDA tensor, one thread, or a process without the MKL/OpenMP controls run
-    the chunks in order on the caller with its own thread settings.
+    one thread, as :func:`batch_map` shares a batch of LAPACK calls, except that the
+    helpers start at once: the caller sizes chunks so that each is worth a hand-off. A
+    single chunk, a CUDA tensor, one thread, or a process without the MKL/OpenMP
+    controls run the chunks in order on the caller with its own thread settings.
     """
     spans = list(zip(bounds[:-1], bounds[1:]))
     first = tensors[0]
     if len(spans) < 2 or first.device.type != "cpu" or torch.get_num_threads() < 2 or not _thread_controls():
         return [fn(*(t[lo:hi] for t in tensors)) for lo, hi in spans]
-    return _fan_out(fn, tensors, bounds)
+    return _fan_out(fn, tensors, bounds, probe=False)
