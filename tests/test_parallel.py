@@ -294,3 +294,45 @@ def test_nested_call_runs_inline(eager):
     with torch_threads(2):
         got = batch_map(lambda Y: batch_map(torch.geqrf, Y), X)
     _assert_identical(got, ref)
+
+
+@needs_fanout
+def test_map_chunks_runs_every_chunk_at_once_on_one_thread_each():
+    """Two chunks at 2 threads run concurrently from the start (no first-chunk probe: a
+    barrier inside fn passes only if both threads are in it), each at one thread, and the
+    results come back in chunk order with the caller's settings restored."""
+    barrier = threading.Barrier(2, timeout=60)
+    _, _, omp_get = _parallel._thread_controls()
+    seen = []
+
+    def fn(X, idx):
+        barrier.wait()
+        seen.append((threading.get_ident(), torch.get_num_threads(), omp_get(), _mkl_get()()))
+        return int(idx[0]), X.sum(dim=(-2, -1))
+
+    X = torch.randn(6, 4, 3)
+    with torch_threads(2):
+        before = _settings()
+        parts = _parallel.map_chunks(fn, [0, 2, 6], X, torch.arange(6))
+        assert _settings() == before
+    assert [p[0] for p in parts] == [0, 2]
+    torch.testing.assert_close(torch.cat([p[1] for p in parts]), X.sum(dim=(-2, -1)))
+    assert len({s[0] for s in seen}) == 2 and all(s[1:] == (1, 1, 1) for s in seen)
+
+
+def test_map_chunks_in_order_on_the_caller_at_one_thread():
+    X = torch.randn(5, 2, 2)
+    with torch_threads(1):
+        parts = _parallel.map_chunks(lambda t: (threading.get_ident(), t.shape[0]), [0, 1, 3, 5], X)
+    assert parts == [(threading.get_ident(), 1), (threading.get_ident(), 2), (threading.get_ident(), 2)]
+
+
+@needs_fanout
+def test_map_chunks_raises_the_earliest_failing_chunk():
+    def fn(X, idx):
+        if int(idx[0]) >= 2:
+            raise ValueError(f"chunk at {int(idx[0])}")
+        return X
+
+    with torch_threads(2), pytest.raises(ValueError, match="chunk at 2"):
+        _parallel.map_chunks(fn, [0, 2, 4, 6], torch.randn(6, 2, 2), torch.arange(6))
