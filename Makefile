@@ -42,10 +42,11 @@ bench-quick:
 bench-pytest:
 	$(PY) -m pytest tests/bench --benchmark-only
 
+# BENCH=REGEX restricts the suite, QUICK=1 takes one sample per benchmark (a smoke test).
 N ?= 2
 FACTOR ?= 1.5
 regress:
-	$(PY) -m benchmarks.regress --commits $(N) --factor $(FACTOR)
+	$(PY) -m benchmarks.regress --commits $(N) --factor $(FACTOR) $(if $(BENCH),--bench '$(BENCH)') $(if $(QUICK),--quick)
 
 bench-report:
 	$(PY) -m benchmarks.report all

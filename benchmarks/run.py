@@ -6,7 +6,7 @@
 Experiments (default: the sweep's five and ``backends``, what ``make run`` reproduces):
 
 - ``table4``, ``fig4_cond``, ``fig4_rank``, ``fig1``, ``fig3``: the sweep of
-  :mod:`benchmarks.sweeps` at ``--size`` (``reduced`` ~5 min on 2 cores; ``paper``: the
+  :mod:`benchmarks.sweeps` at ``--size`` (``reduced`` about 1 min on 2 cores; ``paper``: the
   paper's sizes where feasible, 1.5-2 h estimated);
 - ``backends``: every basis backend on LoRA-like, ill-conditioned and duplicate-client
   inputs (:mod:`benchmarks.experiments.backends`; quick unless ``--size paper``);

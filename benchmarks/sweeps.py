@@ -25,7 +25,7 @@ DTYPE = cases.DTYPE
 METHODS = ("fraq", "florist", "flexlora")
 
 CONFIGS: dict[str, dict] = {
-    # Under 10 minutes on 2 shared cores. FlexLoRA's dense SVDs limit what is feasible.
+    # About 1 minute on 2 cores (with the backends experiment). FlexLoRA's dense SVDs limit what is feasible.
     "reduced": dict(
         fig3=dict(modules=2, client_rank=8, p=8, d_fixed=768, r_fixed=80,
                   ranks=[16, 32, 64, 128, 256], dims=[256, 512, 768, 1536, 3072],
