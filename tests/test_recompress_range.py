@@ -235,7 +235,7 @@ def test_fast_path_synchronizes_once(monkeypatch, backend):
 
         monkeypatch.setattr(torch.Tensor, name, counted)
     for mode in ({"tau": TAU}, {"rank": 3}):
-        for gram in ("product", "factored"):
+        for gram in ("product", "factored", "auto"):
             calls.clear()
             res = fraq.recompress(B, A, gram=gram, backend=backend, **mode)
             assert calls == ["tolist"], (mode, gram, calls)
