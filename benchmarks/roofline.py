@@ -1,13 +1,14 @@
 """``make bench-roofline``: FRAQ against its roofline and FLoRIST at 1 and 2 threads, one run.
 
-    .venv/bin/python -m benchmarks.roofline [--backend B] [--presets P ...] [--repeats N] [--out DIR]
+    .venv/bin/python -m benchmarks.roofline [--backend B] [--gram G] [--presets P ...] [--repeats N] [--out DIR]
 
 For the RoBERTa-base and LLaMA-3.2-3B presets (every adapted module,
 :func:`benchmarks.cases.preset_stacks`, tau = 0.95), in one process, at 1 and then 2
 torch threads:
 
 - FRAQ: ``fraq.recompress`` of every module group's stacks (the backend from
-  ``--backend`` or ``FRAQ_BENCH_BACKEND``; default: ``recompress``'s own default), median
+  ``--backend`` or ``FRAQ_BENCH_BACKEND``, the Gram form from ``--gram``; default:
+  ``recompress``'s own defaults), median
   time and IQR, over its **roofline**: the paper's Eq. 12 leading-order FLOPs at the
   selected ranks, :math:`\\sum_i (2d + 3D) r^2 + 2 (d + D) r p_i` (per matrix, r replaced
   by min(d, r)), divided by the float32 GEMM rate measured in the same process at the same
@@ -54,7 +55,7 @@ def _summary(t) -> dict:
             "n": len(t.samples), "threads": t.threads}
 
 
-def measure_preset(name: str, backend: str | None, repeats: int, log=print) -> dict:
+def measure_preset(name: str, backend: str | None, repeats: int, log=print, gram: str | None = None) -> dict:
     """Every measurement of one preset at each thread count (see the module docstring)."""
     import fraq
     from benchmarks.experiments.aggregators import build_model
@@ -64,7 +65,7 @@ def measure_preset(name: str, backend: str | None, repeats: int, log=print) -> d
 
     preset = get_preset(name)
     stacks = [(g, B, A) for g, B, A in cases.preset_stacks(name)]
-    kw = {} if backend is None else {"backend": backend}
+    kw = ({} if backend is None else {"backend": backend}) | ({} if gram is None else {"gram": gram})
 
     def fraq_call():
         return [fraq.recompress(B, A, tau=cases.TAU, **kw) for _, B, A in stacks]
@@ -74,12 +75,14 @@ def measure_preset(name: str, backend: str | None, repeats: int, log=print) -> d
 
     results = fraq_call()
     used = results[0].backend
+    gram_used = results[0].info.get("gram", "product")
     flops = sum(eq12_flops(min(g.m, g.n), max(g.m, g.n), B.shape[-1], res.rank)
                 for (g, B, _), res in zip(stacks, results))
     ranks = torch.cat([res.rank.reshape(-1).double() for res in results])
     updates = build_model(preset).updates()
     whole = {m: get_aggregator(m, **({} if m == "florist" else {"tau": cases.TAU, **kw})) for m in ("fraq", "florist")}
-    out = {"backend": used, "modules": preset.modules, "clients": preset.clients, "stacked_rank": sum(preset.ranks),
+    out = {"backend": used, "gram": gram_used,
+           "product_gram_count": sum(res.info.get("product_gram_count", 0) for res in results), "modules": preset.modules, "clients": preset.clients, "stacked_rank": sum(preset.ranks),
            "rank_mean": float(ranks.mean()), "flops_eq12": flops, "threads": {}}
     for n in THREAD_COUNTS:
         with threads(n):
@@ -117,7 +120,7 @@ def report(name: str, rec: dict) -> list[str]:
     """The printed lines for one preset's record, with the issue 12 targets."""
     t = rec["threads"]
     lines = [f"{name}: {rec['modules']} modules, K = {rec['clients']}, r = {rec['stacked_rank']}, tau = {cases.TAU}, "
-             f"mean p = {rec['rank_mean']:.1f}, backend {rec['backend']}, Eq. 12 {rec['flops_eq12'] / 1e9:.2f} GFLOP",
+             f"mean p = {rec['rank_mean']:.1f}, backend {rec['backend']}, gram {rec['gram']}, Eq. 12 {rec['flops_eq12'] / 1e9:.2f} GFLOP",
              f"  {'thr':>3} {'GEMM GFLOP/s':>12} {'roofline ms':>11} {'FRAQ ms [IQR]':>26} {'x roof':>6} "
              f"{'FLoRIST ms [IQR]':>26} {'/FRAQ':>6} | {'whole fraq ms':>26} {'whole florist ms':>26} {'/fraq':>6}"]
     for n, row in t.items():
@@ -145,11 +148,14 @@ def report(name: str, rec: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     import fraq
+    from fraq.recompress import GRAMS
     from fraq._machine import machine_record
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.roofline", description=__doc__.split("\n")[0])
     ap.add_argument("--backend", default=os.environ.get("FRAQ_BENCH_BACKEND") or None,
                     help="FRAQ backend to measure (default: FRAQ_BENCH_BACKEND, else recompress's default)")
+    ap.add_argument("--gram", default=None, choices=list(GRAMS),
+                    help="FRAQ's Gram form (default: recompress's default)")
     ap.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(cases.PRESET_NAMES))
     ap.add_argument("--repeats", type=int, default=11, help="timed repeats per measurement (default 11)")
     ap.add_argument("--out", default="results/bench", help="results directory (<out>/roofline/)")
@@ -165,11 +171,13 @@ def main(argv: list[str] | None = None) -> int:
           f"(default here {machine['threads']}); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
     for name in args.presets:
         print(f"{name}: measuring ...", flush=True)
-        rec = measure_preset(name, args.backend, args.repeats, log=lambda s: print(s, flush=True))
+        rec = measure_preset(name, args.backend, args.repeats, log=lambda s: print(s, flush=True), gram=args.gram)
         rec["load_average_before"] = list(load)
         rec["load_average_after"] = list(os.getloadavg())
-        path = write_result(args.out, "roofline", f"{name}-{rec['backend']}",
-                            {"preset": name, "backend": rec["backend"], "tau": cases.TAU, "repeats": args.repeats,
+        key = f"{name}-{rec['backend']}" + ("" if args.gram is None else f"-{rec['gram']}")
+        path = write_result(args.out, "roofline", key,
+                            {"preset": name, "backend": rec["backend"], "gram": rec["gram"], "tau": cases.TAU,
+                             "repeats": args.repeats,
                              "thread_counts": list(THREAD_COUNTS)}, rec)
         print("\n".join(report(name, rec)) + f"\n  -> {path}", flush=True)
     after = os.getloadavg()

@@ -179,13 +179,14 @@ def _energy_midpoint_taus(M):
 
 
 @pytest.mark.parametrize("batched", [True, False])
-def test_florist_and_fraq_choose_same_rank_and_product(batched):
+@pytest.mark.parametrize("gram", [None, "auto", "product", "factored"])
+def test_florist_and_fraq_choose_same_rank_and_product(batched, gram):
     ranks = (2, 4, 3, 5)
     data, ups, scales, weights = _model(ranks, scales=[1.0, 2.0, 0.5, 2.0], weights=[2, 1, 1, 4])
     M = _exact(data, "layers.0.q", weights, scales)
     for tau in _energy_midpoint_taus(M):
         flo = get_aggregator("florist", tau=tau).aggregate(ups, batched=batched)
-        frq = get_aggregator("fraq", tau=tau).aggregate(ups, batched=batched)
+        frq = get_aggregator("fraq", tau=tau, gram=gram).aggregate(ups, batched=batched)
         for name in MODULES:
             Mi = _exact(data, name, weights, scales)
             assert flo.ranks[name] == frq.ranks[name], (name, tau)
@@ -597,6 +598,8 @@ def test_option_errors():
         get_aggregator("fraq", tau=None, rank=0)
     with pytest.raises(ValueError, match=r"backend\(='nope'\)"):
         get_aggregator("fraq", backend="nope")
+    with pytest.raises(ValueError, match=r"gram\(='syrk'\)"):
+        get_aggregator("fraq", gram="syrk")
     with pytest.raises(ValueError, match=r"max_dense_bytes\(=0\)"):
         get_aggregator("flexlora", max_dense_bytes=0)
 

@@ -12,6 +12,7 @@ from fraq._validation import check_tau
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.payload import REINITIALIZE, Downlink, Factors
 from fraq.backends import AUTO, BACKENDS
+from fraq.recompress import GRAMS
 
 __all__ = ["Fraq"]
 
@@ -35,6 +36,7 @@ class Fraq(Aggregator):
         backend: basis backend name (:data:`fraq.BACKENDS`), or ``"auto"`` (default): the
             device's default (:data:`fraq.backends.DEVICE_DEFAULTS`).
         eig_dtype: dtype of the r x r eigenproblem (see :func:`fraq.recompress`).
+        gram: the Gram's form, one of :data:`fraq.recompress.GRAMS` (default: recompress's).
     """
 
     name = "fraq"
@@ -42,7 +44,7 @@ class Fraq(Aggregator):
     checks_finite = False  # Group.stacked does
 
     def __init__(self, *, tau: float | None = 0.95, rank: int | None = None, backend: str = AUTO,
-                 eig_dtype: torch.dtype | None = None):
+                 eig_dtype: torch.dtype | None = None, gram: str | None = None):
         if (tau is None) == (rank is None):
             raise ValueError(f"pass exactly one of tau and rank, got tau={tau!r}, rank={rank!r}")
         if tau is not None:
@@ -53,15 +55,18 @@ class Fraq(Aggregator):
             raise ValueError(f"backend(={backend!r}) is not one of {[AUTO, *sorted(BACKENDS)]}")
         if eig_dtype is not None and (not isinstance(eig_dtype, torch.dtype) or not eig_dtype.is_floating_point):
             raise TypeError(f"eig_dtype(={eig_dtype!r}) must be a floating torch.dtype")
+        if gram is not None and gram not in GRAMS:
+            raise ValueError(f"gram(={gram!r}) must be one of {list(GRAMS)}")
         self.tau = tau
         self.rank = None if rank is None else int(rank)
+        self.gram = gram
         self.backend = backend
         self.eig_dtype = eig_dtype
 
     def _group(self, group: Group, state) -> GroupOutput:
         Bst, Ast = group.stacked()
         res = fraq.recompress(Bst, Ast, tau=self.tau, rank=self.rank, backend=self.backend,
-                              eig_dtype=self.eig_dtype)
+                              eig_dtype=self.eig_dtype, **self._gram())
         ranks = res.rank.reshape(-1).tolist() if isinstance(res.rank, torch.Tensor) else [res.rank]
         out: GroupOutput = {}
         for mod, B, A, p in zip(group.specs, group.split(res.B), group.split(res.A), ranks):
@@ -77,5 +82,9 @@ class Fraq(Aggregator):
         if tau is None and rank is None:
             tau, rank = self.tau, self.rank
         Bst, Ast = fraq.stack(Bs, As, weights, scales)
-        res = fraq.recompress(Bst, Ast, tau=tau, rank=rank, backend=self.backend, eig_dtype=self.eig_dtype)
+        res = fraq.recompress(Bst, Ast, tau=tau, rank=rank, backend=self.backend, eig_dtype=self.eig_dtype,
+                              **self._gram())
         return res.B, res.A, res.rank
+
+    def _gram(self) -> dict:
+        return {} if self.gram is None else {"gram": self.gram}
