@@ -25,7 +25,7 @@ EXCESS_FACTOR = 64
 # Energy rule checked against the float64 spectrum: the computed energies are exact up to
 # the Gram's rounding, a few r * eps of the total.
 ENERGY_FACTOR = 64
-METHODS = [(b, "product") for b in EXACT_BACKENDS] + [("householder", "factored")]
+METHODS = [(b, g) for b in EXACT_BACKENDS for g in ("product", "factored", "auto")]
 TAU = 0.9
 
 
