@@ -321,7 +321,7 @@ _FULL_BASELINES = {"florist": _florist_full, "flexlora": _flexlora_full}
 
 
 def analytic_flops(method: str, d: int, D: int, r: int, p: int, *, backend: str = "householder",
-                   model: str = "full", steps: int | None = None) -> float:
+                   model: str = "full", steps: int | None = None, factored: bool = False) -> float:
     """Analytic FLOPs of one d x D module with stacked rank r and output rank p.
 
     Args:
@@ -333,6 +333,8 @@ def analytic_flops(method: str, d: int, D: int, r: int, p: int, *, backend: str 
             Gram, every registered backend), FLoRIST and FlexLoRA with their SVDs with
             singular vectors at GVL's counts.
         steps: Newton-Schulz step count, for those backends.
+        factored: FRAQ's Gram formed factored (``recompress(gram="factored")``, or
+            ``gram="auto"`` when ``info["product_gram_count"]`` is 0), ``model="full"`` only.
 
     Shapes are oriented here: d and D may come in either order.
     """
@@ -341,12 +343,15 @@ def analytic_flops(method: str, d: int, D: int, r: int, p: int, *, backend: str 
     if method not in METHODS:
         raise ValueError(f"method(={method!r}) is not one of {list(METHODS)}")
     d, D = min(d, D), max(d, D)
+    if factored and (model != "full" or method != "fraq"):
+        raise ValueError(f"factored=True models FRAQ's factored Gram (model='full'), not method(={method!r}) "
+                         f"with model(={model!r})")
     if model == "table5":
         if method == "fraq" and backend != "householder":
             raise ValueError(f"Table 5 models the Householder backend only, not backend(={backend!r})")
         return _TABLE5[method](d, D, r, p)
     if method == "fraq":
-        return fraq_flops(d, D, r, p, backend, steps=steps, gram="gemm")
+        return fraq_flops(d, D, r, p, backend, steps=steps, gram="gemm", factored=factored)
     return _FULL_BASELINES[method](d, D, r, p)
 
 

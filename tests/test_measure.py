@@ -165,6 +165,24 @@ def test_counted_fraq_matches_analytic_model(m, n, p, backend):
     assert 0.5 * counted < analytic_flops("fraq", m, n, 20, p, model="table5") < counted
 
 
+@pytest.mark.parametrize("backend", ["householder", "cholesky"])
+def test_counted_factored_gram_matches_analytic_model(backend):
+    """recompress(gram="factored") counts as analytic_flops(..., factored=True), and fewer than
+    the product form; gram="auto" without cancelling clients takes the factored form."""
+    m, n, p = 300, 500, 5
+    Bs, As = lora_clients(m, n, [8, 8, 4], seed=1)
+    B, A = fraq.stack(Bs, As)
+    model = analytic_flops("fraq", m, n, 20, p, backend=backend, factored=True)
+    for gram in ("factored", "auto"):
+        counted = count_flops(lambda: fraq.recompress(B, A, rank=p, backend=backend, gram=gram)).total
+        assert counted == pytest.approx(model, rel=1e-6)
+    assert model < analytic_flops("fraq", m, n, 20, p, backend=backend)
+    with pytest.raises(ValueError, match="factored"):
+        analytic_flops("florist", m, n, 20, p, factored=True)
+    with pytest.raises(ValueError, match="factored"):
+        analytic_flops("fraq", m, n, 20, p, model="table5", factored=True)
+
+
 def test_table5_formulas():
     d, D, r, p = 768, 3072, 64, 8
     assert fraq_table5(d, D, r, p) == (2 * d + 3 * D) * r**2
