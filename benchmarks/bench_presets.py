@@ -15,7 +15,7 @@ from benchmarks.cases import PRESET_NAMES, TAU, check_threads, preset_clients
 from benchmarks.device import DeviceUnavailable, checked, to_device
 from benchmarks.measure.flops import count_flops
 from benchmarks.measure.memory import peak_memory
-from benchmarks.measure.methods import BASELINES, default_backend, get_method
+from benchmarks.measure.methods import BASELINES, default_backend, default_factored, get_method
 
 METHODS = ["fraq", *BASELINES]
 
@@ -115,7 +115,8 @@ class Presets:
         r = sum(self.spec.ranks)
         groups = [(m, n, count) for m, n, count, _ in cache[(preset, method)]["ranks"]]
         ranks = [p for *_, ps in cache[(preset, method)]["ranks"] for p in ps]
-        return model_flops(groups, method, r, ranks, backend=default_backend(self.device))
+        return model_flops(groups, method, r, ranks, backend=default_backend(self.device),
+                           factored=method == "fraq" and default_factored())
 
     track_flops_model.unit = "flop"
 

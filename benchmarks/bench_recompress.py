@@ -28,7 +28,7 @@ from benchmarks.cases import (
     sweep_ranks,
 )
 from benchmarks.device import to_device
-from benchmarks.measure.methods import BASELINES, clients_as_batch, default_backend, get_method
+from benchmarks.measure.methods import BASELINES, clients_as_batch, default_backend, default_factored, get_method, ran_factored
 
 METHODS = ["fraq", *BASELINES]
 MODES = ["batched", "unbatched"]
@@ -97,7 +97,9 @@ class FlopModel:
         from fraq.flops import analytic_flops
 
         backend = default_backend(self.device)
-        return SWEEP_MODULES * analytic_flops(method, self.d, self.d, self.r, self.p, backend=backend, model="full")
+        factored = method == "fraq" and default_factored()
+        return SWEEP_MODULES * analytic_flops(method, self.d, self.d, self.r, self.p, backend=backend, model="full",
+                                              factored=factored)
 
     track_full.unit = "flop"
 
@@ -125,9 +127,11 @@ class Backends(_Measured):
         NaN for a backend registered without a FLOP model."""
         from fraq.flops import analytic_flops
 
-        steps = self.call().info.get("steps")
+        res = self.call()
+        steps = res.info.get("steps")
         try:
-            f = analytic_flops("fraq", self.d, self.d, self.r, self.p, backend=self.backend, steps=steps)
+            f = analytic_flops("fraq", self.d, self.d, self.r, self.p, backend=self.backend, steps=steps,
+                               factored=ran_factored(res))
         except ValueError:
             return math.nan
         return SWEEP_MODULES * f

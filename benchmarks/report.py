@@ -28,7 +28,7 @@ from benchmarks.cases import FLEXLORA_MAX_D, SWEEP_MODULES, SWEEP_P, TABLE4, cle
 from benchmarks.measure import count_flops, peak_memory, threads, timed
 from benchmarks.measure.ablation import PAPER_TABLE4, VARIANT_NAMES, ablation_variant, variant_calls
 from benchmarks.measure.memory import mib
-from benchmarks.measure.methods import default_backend, get_method
+from benchmarks.measure.methods import default_backend, default_factored, get_method
 from benchmarks.results import write_result
 
 SCALING_RANKS = [16, 24, 32, 48, 64, 96, 128, 192, 256]
@@ -109,7 +109,8 @@ def scaling(repeats: int) -> dict:
             B, A = stacks(d, d, sweep_ranks(r), SWEEP_MODULES)
             p = min(SWEEP_P, r)
             times.append(_timing(lambda: fraq.recompress(B, A, rank=p), repeats))
-            model.append(SWEEP_MODULES * analytic_flops("fraq", d, d, r, p, backend=default_backend()))
+            model.append(SWEEP_MODULES * analytic_flops("fraq", d, d, r, p, backend=default_backend(),
+                                                        factored=default_factored()))
             clear_caches()
         med = [t["median_s"] for t in times]
         half = len(points) // 2
@@ -196,7 +197,8 @@ def flops(repeats: int) -> dict:
                 continue
             c = count_flops(lambda: fn(list(Bs), list(As), rank=p))
             rows.append({"method": name, "d": d, "r": r, "p": p, "counted": c.total, "uncounted": c.uncounted,
-                         "full": SWEEP_MODULES * analytic_flops(name, d, d, r, p, backend=default_backend()),
+                         "full": SWEEP_MODULES * analytic_flops(name, d, d, r, p, backend=default_backend(),
+                                                                factored=name == "fraq" and default_factored()),
                          "table5": SWEEP_MODULES * analytic_flops(name, d, d, r, p, model="table5")})
         clear_caches()
     print(f"FLOPs of {SWEEP_MODULES} square modules, counted (FlopCounterMode + LAPACK formulas) vs analytic:")

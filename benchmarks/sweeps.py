@@ -96,7 +96,7 @@ def _cpu(*ts):
 
 def _fig3_point(method: str, d: int, r: int, mode: str, c: dict, device) -> dict:
     from benchmarks.measure import count_flops, peak_memory
-    from benchmarks.measure.methods import clients_as_batch, default_backend, get_method
+    from benchmarks.measure.methods import clients_as_batch, default_backend, default_factored, get_method
     from fraq.flops import analytic_flops
 
     Bs, As = to_device(cases.clients(d, d, cases.sweep_ranks(r, c["client_rank"]), c["modules"]), device)
@@ -118,7 +118,8 @@ def _fig3_point(method: str, d: int, r: int, mode: str, c: dict, device) -> dict
     backend = default_backend(device)
     res.update(backend=backend if method == "fraq" else None,
                analytic_flops_table5=c["modules"] * analytic_flops(method, d, d, r, p, model="table5"),
-               analytic_flops_full=c["modules"] * analytic_flops(method, d, d, r, p, backend=backend, model="full"))
+               analytic_flops_full=c["modules"] * analytic_flops(method, d, d, r, p, backend=backend, model="full",
+                                                                 factored=method == "fraq" and default_factored()))
     return res
 
 

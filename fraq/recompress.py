@@ -17,7 +17,7 @@ from fraq.result import RecompressResult
 __all__ = ["recompress", "select_rank", "noise_floor", "GRAMS"]
 
 GRAMS = ("auto", "product", "factored")
-"""Values of ``recompress(gram=...)``: ``"auto"`` is factored unless clients cancel."""
+"""Values of ``recompress(gram=...)``: ``"auto"`` (default) is factored unless clients cancel."""
 
 CANCEL_LIMIT = 2.0
 """``gram="auto"`` forms the Gram factored while rho_F^2 <= CANCEL_LIMIT * s (see
@@ -32,7 +32,7 @@ def recompress(
     rank: int | None = None,
     backend: str = "auto",
     eig_dtype: torch.dtype | None = None,
-    gram: str = "product",
+    gram: str = "auto",
 ) -> RecompressResult:
     r"""Best rank-p adapter of the aggregate ``B @ A``, without forming the m x n matrix.
 
@@ -116,7 +116,7 @@ def recompress(
             formed: (2d + D) r^2 instead of (2d + 3D) r^2 leading-order flops, but the
             Gram's rounding scales with ||C||^2 ||Y||^2 instead of ||C Y||^2, so it loses
             accuracy when clients' updates cancel; see
-            :mod:`fraq.backends.factored_gram`), or ``"auto"``: factored,
+            :mod:`fraq.backends.factored_gram`), or ``"auto"`` (the default): factored,
             except that a batch in which some matrix's clients cancel (||C||_F^2 ||Y||_F^2
             above :data:`CANCEL_LIMIT` s ||C Y||_F^2, read in the same synchronization) is
             redone through H. Measured (``make bench-roofline``, README): the factored Gram

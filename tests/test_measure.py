@@ -29,7 +29,7 @@ from fraq.flops import qr_flops as geqrf_flops
 from fraq.flops import reflector_flops as ormqr_flops
 from benchmarks.measure.flops import count_flops
 from benchmarks.measure.memory import peak_memory, tensor_bytes
-from benchmarks.measure.methods import get_method
+from benchmarks.measure.methods import default_factored, get_method
 from benchmarks.measure.timing import threads, timed
 from fraq.reference import reference_svd
 from fraq.synthetic import lora_clients
@@ -155,14 +155,18 @@ def test_count_flops_restores_threads():
 @pytest.mark.parametrize("p", [1, 5])
 @pytest.mark.parametrize("backend", ["householder", "cholesky"])
 def test_counted_fraq_matches_analytic_model(m, n, p, backend):
-    """The code's count equals the model with the code's constants, term for term."""
+    """The code's count equals the model with the code's constants, term for term: the
+    default (the factored Gram on these stacks) and the paper's product form."""
     Bs, As = lora_clients(m, n, [8, 8, 4], seed=1)
     B, A = fraq.stack(Bs, As)
     counted = count_flops(lambda: fraq.recompress(B, A, rank=p, backend=backend)).total
-    model = analytic_flops("fraq", m, n, 20, p, backend=backend)
+    model = analytic_flops("fraq", m, n, 20, p, backend=backend, factored=default_factored())
     assert counted == pytest.approx(model, rel=1e-6)
-    # Table 5 keeps the leading terms only, with a SYRK Gram: below the count, same order.
-    assert 0.5 * counted < analytic_flops("fraq", m, n, 20, p, model="table5") < counted
+    product = count_flops(lambda: fraq.recompress(B, A, rank=p, backend=backend, gram="product")).total
+    assert product == pytest.approx(analytic_flops("fraq", m, n, 20, p, backend=backend), rel=1e-6)
+    # Table 5 keeps the product form's leading terms only, with a SYRK Gram: below its
+    # count, same order.
+    assert 0.5 * product < analytic_flops("fraq", m, n, 20, p, model="table5") < product
 
 
 @pytest.mark.parametrize("backend", ["householder", "cholesky"])

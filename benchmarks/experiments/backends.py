@@ -47,6 +47,7 @@ import fraq
 from benchmarks import cases
 from benchmarks.device import checked, to_device
 from benchmarks.measure import Timing, timed
+from benchmarks.measure.methods import ran_factored
 from benchmarks.results import write_result
 from fraq.backends import BACKENDS, EXACT_BACKENDS, get_backend
 from fraq.backends.factored_gram import factored_gram, factored_rows
@@ -121,7 +122,7 @@ def _flops(case: Case, results: list) -> float:
         d, D = min(m, n), max(m, n)
         ranks = torch.as_tensor(res.rank).reshape(-1).tolist()
         steps = res.info.get("steps") if res.backend.startswith("newton-schulz") else None
-        total += sum(fraq_flops(d, D, r, p, res.backend, steps=steps) for p in ranks)
+        total += sum(fraq_flops(d, D, r, p, res.backend, steps=steps, factored=ran_factored(res)) for p in ranks)
     return total
 
 

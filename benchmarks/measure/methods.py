@@ -46,6 +46,25 @@ def default_backend(device: torch.device | str = "cpu") -> str:
     return resolve_backend("auto", device)
 
 
+def default_factored() -> bool:
+    """Whether ``fraq`` (recompress's default Gram form) forms the Gram factored on inputs
+    whose clients do not cancel: what a FLOP model of that method must count. False for a
+    fraq whose default is the product form (older commits, ``benchmarks.regress``)."""
+    import inspect
+
+    import fraq
+
+    gram = inspect.signature(fraq.recompress).parameters.get("gram")
+    return gram is not None and gram.default in ("auto", "factored")
+
+
+def ran_factored(res) -> bool:
+    """Whether a :class:`fraq.RecompressResult` formed every matrix's Gram factored
+    (``gram="factored"``, or ``"auto"`` with no matrix sent through H)."""
+    info = res.info
+    return info.get("gram", "product") != "product" and info.get("product_gram_count", 0) == 0
+
+
 def fraq_method_names() -> list[str]:
     """``fraq`` (the default backend) and ``fraq:<backend>`` for every registered backend."""
     import fraq

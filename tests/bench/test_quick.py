@@ -32,7 +32,7 @@ from benchmarks import cases
 from benchmarks.device import to_device
 from benchmarks.measure import count_flops, fidelity, peak_memory
 from benchmarks.measure.ablation import VARIANTS, variant_calls
-from benchmarks.measure.methods import BASELINES, default_backend, get_method
+from benchmarks.measure.methods import BASELINES, default_backend, default_factored, get_method
 from benchmarks.measure.timing import threads
 from fraq.flops import analytic_flops
 
@@ -101,7 +101,7 @@ def _run(benchmark, call, *, B, A, method, d, r, device, rounds=7):
         name, _, backend = method.partition(":")
         try:
             ran = backend or default_backend(device)  # "fraq" runs recompress's default
-            model = MODULES * analytic_flops(name, d, d, r, P, backend=ran)
+            model = MODULES * analytic_flops(name, d, d, r, P, backend=ran, factored=name == "fraq" and default_factored())
         except (NotImplementedError, ValueError):
             model = float("nan")
         benchmark.extra_info.update(
