@@ -64,7 +64,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-__all__ = ["batch_map", "fanout_available", "map_chunks"]
+__all__ = ["batch_map", "fanout_available", "map_chunks", "one_thread"]
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -159,6 +159,20 @@ def _one_thread():
     finally:
         omp_set(omp_before)
         mkl_local(mkl_before)
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Inside the block, this thread's torch ops (copies included) and LAPACK/BLAS calls run
+    on one thread, with no OpenMP team; the settings are restored after. A no-op where the
+    MKL/OpenMP controls are missing. For small work between fanned-out steps: waking
+    OpenMP's team for it costs more than it saves, and the team's spinning threads then
+    compete with the next fan-out's helpers for the cores."""
+    if not _thread_controls():
+        yield
+        return
+    with _one_thread():
+        yield
 
 
 class _Chunks:

@@ -336,3 +336,13 @@ def test_map_chunks_raises_the_earliest_failing_chunk():
 
     with torch_threads(2), pytest.raises(ValueError, match="chunk at 2"):
         _parallel.map_chunks(fn, [0, 2, 4, 6], torch.randn(6, 2, 2), torch.arange(6))
+
+
+@needs_fanout
+def test_one_thread_block_then_settings_restored():
+    _, _, omp_get = _parallel._thread_controls()
+    with torch_threads(2):
+        before = _settings()
+        with _parallel.one_thread():
+            assert torch.get_num_threads() == 1 and omp_get() == 1 and _mkl_get()() == 1
+        assert _settings() == before

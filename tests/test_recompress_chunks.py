@@ -38,9 +38,17 @@ def test_chunk_bounds_cover_the_batch_once():
     for nb, d, D, r in [(1, 8, 8, 2), (7, 3072, 8192, 64), (36, 768, 768, 80), (5, 10, 10_000_000, 4)]:
         b = _rc._chunk_bounds(nb, d, D, r)
         assert b[0] == 0 and b[-1] == nb and all(lo < hi for lo, hi in zip(b[:-1], b[1:]))
-    # A working set under CHUNK_BYTES stays one chunk; a large one is split.
-    assert _rc._chunk_bounds(12, 768, 768, 80) == [0, 12]
-    assert len(_rc._chunk_bounds(28, 3072, 8192, 64)) > 2
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # by memory only: under CHUNK_BYTES one chunk, above it split
+        assert _rc._chunk_bounds(12, 768, 768, 80) == [0, 12]
+        assert len(_rc._chunk_bounds(28, 3072, 8192, 64)) > 2
+        torch.set_num_threads(2)  # and one chunk per thread once the work reaches FANOUT_BYTES
+        assert _rc._chunk_bounds(12, 768, 768, 80) == [0, 6, 12]
+        assert _rc._chunk_bounds(12, 40, 30, 8) == [0, 12]
+        assert _rc._chunk_bounds(1, 3072, 3072, 64) == [0, 1]
+    finally:
+        torch.set_num_threads(old)
 
 
 @pytest.mark.parametrize("backend", ["householder", "cholesky"])
