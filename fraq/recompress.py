@@ -106,8 +106,8 @@ def recompress(
         rank: fixed output rank p, 1 <= p <= min(d, r) (any p >= 1 when min(d, r) = 0).
             An int, or a 0-dimensional integer tensor (a bool is refused).
         backend: name of the basis backend (:data:`fraq.backends.BACKENDS`), or ``"auto"``
-            (the default): ``cholesky`` on CPU, ``householder`` on CUDA (see
-            :data:`fraq.backends.DEVICE_DEFAULTS` for the measurements behind it).
+            (the default): the device's default, ``householder`` on CPU and CUDA today
+            (see :data:`fraq.backends.DEVICE_DEFAULTS` for the measurements behind it).
             ``result.backend`` records the one that ran.
         eig_dtype: dtype of the r x r eigenproblem, torch.float32 or torch.float64;
             default float64 (see Precision).

@@ -199,18 +199,20 @@ AUTO = "auto"
 """``recompress(..., backend="auto")``: the backend :data:`DEVICE_DEFAULTS` names for the
 input's device, recorded resolved in ``result.backend``."""
 
-DEVICE_DEFAULTS: dict[str, str] = {"cpu": "cholesky", "cuda": "householder"}
+DEVICE_DEFAULTS: dict[str, str] = {"cpu": "householder", "cuda": "householder"}
 """Device type -> the backend ``"auto"`` runs there (``householder`` for any other type).
 
-* CPU: ``cholesky``. It replaces the panel QR (``geqrf``) and the reflector application
-  (``ormqr``), which run far below the GEMM rate on LoRA shapes, by GEMM-shaped passes and
-  an r x r Cholesky factorization, with the same accuracy (a float64 Gram, Householder per
-  matrix where that would not hold); the README's performance table has the measurements
-  it was chosen from (``make bench-roofline``).
-* CUDA: ``householder``, the paper's reference, until ``cholesky`` is measured on a GPU:
-  no GPU was available where the CPU choice was measured, and on GPUs whose float64 rate
-  is 1/32 to 1/64 of float32 (most consumer and some data-centre parts) the float64 Gram
-  could cost more than torch's per-matrix QR loop saves.
+* CPU: ``householder``. Once a large batch runs chunk by chunk (each LAPACK call on one
+  thread, the chunks shared by the threads) and the Gram is formed factored, Householder's
+  geqrf/ormqr cost no more than ``cholesky``'s float64 Gram and float64 application of
+  R^-1, which run at half the float32 GEMM rate: in one interleaved run (README,
+  "Performance") Householder was 7-25% faster on the RoBERTa-base preset and within 5% on
+  LLaMA-3.2-3B, at 1 and 2 threads. ``cholesky`` (exact, same accuracy) stays one name
+  away; re-measure on another CPU with ``FRAQ_BENCH_BACKEND=cholesky make bench-roofline``.
+* CUDA: ``householder``, the paper's reference, until ``cholesky`` is measured on a GPU.
+  There ``cholesky`` is the candidate (torch runs geqrf for d > 256 and ormqr as
+  per-matrix loops, cholesky_ex batched), but on GPUs whose float64 rate is 1/32 to 1/64
+  of float32 the float64 Gram could cost more than the loop saves.
 """
 
 
