@@ -1,6 +1,7 @@
 """``make bench-roofline``: FRAQ against its roofline and FLoRIST at 1 and 2 threads, one run.
 
     .venv/bin/python -m benchmarks.roofline [--backend B] [--gram G] [--presets P ...] [--repeats N] [--out DIR]
+    .venv/bin/python -m benchmarks.roofline --compare BACKEND:GRAM [BACKEND:GRAM ...] [--presets P ...]
 
 For the RoBERTa-base and LLaMA-3.2-3B presets (every adapted module,
 :func:`benchmarks.cases.preset_stacks`, tau = 0.95), in one process, at 1 and then 2
@@ -22,6 +23,12 @@ It prints the 2-thread / 1-thread ratios, the load average before and after and 
 issue 12 targets (met or not), and writes one result file per preset
 (``<out>/roofline/<preset>-<backend>.json``). A benchmark: it prints and records, it
 asserts nothing. CPU only (thread scaling is a CPU question).
+
+``--compare`` times FRAQ configurations (``backend:gram``, e.g. ``householder:auto
+cholesky:product``) and FLoRIST on the same stacks *interleaved*: each repeat runs every
+configuration once, in turn, so a machine whose speed drifts between runs (shared or
+virtual cores) slows them alike and their ratios hold. One result file per preset
+(``<out>/roofline/<preset>-compare.json``).
 """
 
 from __future__ import annotations
@@ -112,6 +119,38 @@ def measure_preset(name: str, backend: str | None, repeats: int, log=print, gram
     return out
 
 
+def compare_preset(name: str, configs: list[tuple[str, str]], repeats: int) -> dict:
+    """Interleaved medians of every FRAQ configuration and FLoRIST, at each thread count."""
+    import fraq
+    from benchmarks.measure import Timing
+    from fraq.aggregators.florist import florist_recompress
+
+    stacks = [(B, A) for _, B, A in cases.preset_stacks(name)]
+    calls = {f"fraq {b}:{g}": (lambda b=b, g=g: [fraq.recompress(B, A, tau=cases.TAU, backend=b, gram=g)
+                                                  for B, A in stacks]) for b, g in configs}
+    calls["florist"] = lambda: [florist_recompress(B, A, tau=cases.TAU) for B, A in stacks]
+    out = {"threads": {}}
+    for n in THREAD_COUNTS:
+        with threads(n):
+            samples = {k: [] for k in calls}
+            for f in calls.values():
+                f()  # warm-up
+            for _ in range(repeats):
+                for k, f in calls.items():
+                    samples[k].append(timed(f, repeats=1, warmup=0).samples[0])
+        out["threads"][n] = {k: _summary(Timing(tuple(v), n, "cpu")) for k, v in samples.items()}
+    return out
+
+
+def compare_report(name: str, rec: dict) -> list[str]:
+    t = rec["threads"]
+    keys = list(t[THREAD_COUNTS[0]])
+    lines = [f"{name}: interleaved medians [IQR], ms" + "".join(f" | {n} thr" for n in THREAD_COUNTS)]
+    for k in keys:
+        lines.append(f"  {k:28s}" + "".join(f" | {_ms(t[n][k]):>26}" for n in THREAD_COUNTS))
+    return lines
+
+
 def _ms(s: dict) -> str:
     return f"{s['median_ms']:8.1f} [{s['q25_ms']:.1f}, {s['q75_ms']:.1f}]"
 
@@ -156,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="FRAQ backend to measure (default: FRAQ_BENCH_BACKEND, else recompress's default)")
     ap.add_argument("--gram", default=None, choices=list(GRAMS),
                     help="FRAQ's Gram form (default: recompress's default)")
+    ap.add_argument("--compare", nargs="+", metavar="BACKEND:GRAM",
+                    help="time these FRAQ configurations and FLoRIST interleaved instead (see above)")
     ap.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(cases.PRESET_NAMES))
     ap.add_argument("--repeats", type=int, default=11, help="timed repeats per measurement (default 11)")
     ap.add_argument("--out", default="results/bench", help="results directory (<out>/roofline/)")
@@ -164,6 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--backend / FRAQ_BENCH_BACKEND (={args.backend!r}) is not one of {sorted(fraq.BACKENDS)}")
     if args.repeats < 1:
         ap.error(f"--repeats(={args.repeats}) must be >= 1")
+    configs = []
+    for c in args.compare or []:
+        b, _, g = c.partition(":")
+        if b not in fraq.BACKENDS or g not in GRAMS:
+            ap.error(f"--compare {c!r}: expected BACKEND:GRAM with BACKEND in {sorted(fraq.BACKENDS)} "
+                     f"and GRAM in {list(GRAMS)}")
+        configs.append((b, g))
     machine = machine_record()
     load = os.getloadavg()
     print(f"bench-roofline: {machine['cpu']}, {machine['cores']} cores, BLAS {machine['blas']}, torch "
@@ -171,6 +219,14 @@ def main(argv: list[str] | None = None) -> int:
           f"(default here {machine['threads']}); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
     for name in args.presets:
         print(f"{name}: measuring ...", flush=True)
+        if configs:
+            rec = compare_preset(name, configs, args.repeats)
+            rec.update(load_average_before=list(load), load_average_after=list(os.getloadavg()))
+            path = write_result(args.out, "roofline", f"{name}-compare",
+                                {"preset": name, "configs": [f"{b}:{g}" for b, g in configs], "tau": cases.TAU,
+                                 "repeats": args.repeats, "thread_counts": list(THREAD_COUNTS)}, rec)
+            print("\n".join(compare_report(name, rec)) + f"\n  -> {path}", flush=True)
+            continue
         rec = measure_preset(name, args.backend, args.repeats, log=lambda s: print(s, flush=True), gram=args.gram)
         rec["load_average_before"] = list(load)
         rec["load_average_after"] = list(os.getloadavg())

@@ -336,6 +336,16 @@ def test_eq12_flops_is_table5_plus_the_rank_terms():
     assert eq12_flops(40, 60, 80, torch.tensor([5])) == pytest.approx((2 * 40 + 3 * 60) * 80 * 40 + 2 * 100 * 40 * 5)
 
 
+def test_roofline_compare_refuses_a_bad_configuration_before_any_work(capsys):
+    from benchmarks.roofline import main
+
+    for bad in ("nope:auto", "householder:syrk", "householder"):
+        with pytest.raises(SystemExit) as exc:
+            main(["--compare", bad, "--presets", "roberta-base"])
+        assert exc.value.code == 2
+        assert repr(bad) in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------ the machine record and the device
 
 
