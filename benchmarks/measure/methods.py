@@ -10,9 +10,9 @@ inputs doing the same job (the server's aggregation for those modules):
 sum_k a_k s_k B_k A_k; ``p`` is the rank per matrix (int, or int64 tensor of the batch
 shape). Names:
 
-- ``fraq``: :func:`fraq.stack` + :func:`fraq.recompress` with its default backend
-  (``"auto"``: ``cholesky`` on CPU, ``householder`` on CUDA; an older commit's own default
-  when :mod:`benchmarks.regress` measures one).
+- ``fraq``: :func:`fraq.stack` + :func:`fraq.recompress` with its defaults (backend
+  ``"auto"``, the device's entry of :data:`fraq.backends.DEVICE_DEFAULTS`; ``gram="auto"``;
+  an older commit's own defaults when :mod:`benchmarks.regress` measures one).
 - ``fraq:<backend>``: the same with ``backend=<backend>``, for every name in
   :data:`fraq.BACKENDS` when the suite is imported.
 - ``florist``, ``flexlora``: the aggregator's documented per-module entry
