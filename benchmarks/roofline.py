@@ -122,7 +122,7 @@ def measure_preset(name: str, backend: str | None, repeats: int, log=print, gram
 def compare_preset(name: str, configs: list[tuple[str, str]], repeats: int) -> dict:
     """Interleaved medians of every FRAQ configuration and FLoRIST, at each thread count."""
     import fraq
-    from benchmarks.measure import Timing
+    from benchmarks.measure import round_robin
     from fraq.aggregators.florist import florist_recompress
 
     stacks = [(B, A) for _, B, A in cases.preset_stacks(name)]
@@ -132,13 +132,7 @@ def compare_preset(name: str, configs: list[tuple[str, str]], repeats: int) -> d
     out = {"threads": {}}
     for n in THREAD_COUNTS:
         with threads(n):
-            samples = {k: [] for k in calls}
-            for f in calls.values():
-                f()  # warm-up
-            for _ in range(repeats):
-                for k, f in calls.items():
-                    samples[k].append(timed(f, repeats=1, warmup=0).samples[0])
-        out["threads"][n] = {k: _summary(Timing(tuple(v), n, "cpu")) for k, v in samples.items()}
+            out["threads"][n] = {k: _summary(t) for k, t in round_robin(calls, repeats).items()}
     return out
 
 

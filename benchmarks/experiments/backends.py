@@ -46,7 +46,7 @@ import torch
 import fraq
 from benchmarks import cases
 from benchmarks.device import checked, to_device
-from benchmarks.measure import Timing, timed
+from benchmarks.measure import Timing, round_robin
 from benchmarks.measure.methods import ran_factored
 from benchmarks.results import write_result
 from fraq.backends import BACKENDS, EXACT_BACKENDS, get_backend
@@ -97,22 +97,9 @@ def duplicate_case(label: str, m: int, n: int, clients: int, batch: int, device=
     return Case("rank-deficient", label, [fraq.stack(*cases.duplicated(m, n, clients, batch))], 1.0, None, device)
 
 
-def _round_robin(calls: dict, repeats: int, device="cpu") -> dict:
-    """Time each call ``repeats`` times in turn (order rotated each round), after one warm-up each."""
-    keys = list(calls)
-    for fn in calls.values():
-        fn()
-    samples = {k: [] for k in keys}
-    device = torch.device(device)
-    for rep in range(repeats):
-        for k in keys[rep % len(keys):] + keys[:rep % len(keys)]:
-            samples[k].append(timed(calls[k], repeats=1, warmup=0, device=device).samples[0])
-    return {k: Timing(tuple(v), torch.get_num_threads(), str(device)) for k, v in samples.items()}
-
-
 def _timings(case: Case, names: list[str], repeats: int, threads: int) -> dict[str, Timing]:
     torch.set_num_threads(threads)
-    return _round_robin({n: (lambda n=n: case.run(n)) for n in names}, repeats, case.device)
+    return round_robin({n: (lambda n=n: case.run(n)) for n in names}, repeats, case.device)
 
 
 def _flops(case: Case, results: list) -> float:
@@ -235,7 +222,7 @@ def stage_breakdown(case: Case, repeats: int, names=("householder", "cholesky", 
     the rank rule, masking and copies.
     """
     torch.set_num_threads(1)
-    timings = _round_robin({(n, k): f for n in names for k, f in _stage_calls(case, n).items()}, repeats,
+    timings = round_robin({(n, k): f for n in names for k, f in _stage_calls(case, n).items()}, repeats,
                            case.device)
     rows = []
     for n in names:

@@ -17,7 +17,7 @@ the suite against older commits (a newer name is looked up when it is used). No 
 from benchmarks.measure.fidelity import Fidelity, fidelity
 from benchmarks.measure.flops import FlopCount, count_flops
 from benchmarks.measure.memory import MemoryPeak, peak_memory, tensor_bytes
-from benchmarks.measure.timing import Timing, gemm_rate, threads, timed
+from benchmarks.measure.timing import Timing, gemm_rate, round_robin, threads, timed
 
 __all__ = [
     "Fidelity",
@@ -28,6 +28,7 @@ __all__ = [
     "fidelity",
     "gemm_rate",
     "peak_memory",
+    "round_robin",
     "tensor_bytes",
     "threads",
     "timed",

@@ -122,6 +122,24 @@ def timed(
     return Timing(tuple(samples), torch.get_num_threads(), str(device))
 
 
+def round_robin(calls: dict, repeats: int, device: torch.device | str = "cpu") -> dict:
+    """Time each call ``repeats`` times in turn (order rotated each round), after one warm-up each.
+
+    Interleaving makes a machine whose speed drifts (shared or virtual cores) slow every
+    call alike, so ratios between the calls hold where separate runs would not.
+    Returns ``{key: Timing}``.
+    """
+    keys = list(calls)
+    for fn in calls.values():
+        fn()
+    samples = {k: [] for k in keys}
+    device = torch.device(device)
+    for rep in range(repeats):
+        for k in keys[rep % len(keys):] + keys[:rep % len(keys)]:
+            samples[k].append(timed(calls[k], repeats=1, warmup=0, device=device).samples[0])
+    return {k: Timing(tuple(v), torch.get_num_threads(), str(device)) for k, v in samples.items()}
+
+
 def gemm_rate(size: int = 2048, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
               repeats: int = 5) -> float:
     """Measured matrix-multiply rate in FLOP/s on a ``size``^3 product (median of repeats)."""
