@@ -9,7 +9,7 @@ import torch
 from fraq._orient import orient, unorient
 from fraq._parallel import batch_map, map_chunks, one_thread
 from fraq._range import amax, exponent, scale_pow2
-from fraq._validation import check_eig_dtype, check_pair, check_rank, check_tau, compute_dtype
+from fraq._validation import check_eig_dtype, check_finite, check_pair, check_rank, check_tau, compute_dtype
 from fraq.backends import get_backend, resolve_backend
 from fraq.backends.factored_gram import factored_gram_parts, factored_rows
 from fraq.result import RecompressResult
@@ -235,7 +235,7 @@ def _recompress_chunked(B, A, tau, rank, backend_name, basis_fn, eig_dtype, gram
 
     def chunk(Bc, Ac, first):  # ``first``: the chunk's batch indices, for messages naming a matrix
         return _recompress_batch(Bc, Ac, tau, rank, backend_name, basis_fn, eig_dtype, gram,
-                                 offset=int(first[0]), full_batch=batch)
+                                 offset=int(first[0]), whole=(B, A))
 
     parts = map_chunks(chunk, bounds, Bf, Af, torch.arange(nb))
     pmax = max(res.B.shape[-1] for res in parts)
@@ -291,10 +291,10 @@ def _merge_info(infos: list[dict]) -> dict:
     return out
 
 
-def _recompress_batch(B, A, tau, rank, backend_name, basis_fn, eig_dtype, gram="auto", offset=0, full_batch=None):
+def _recompress_batch(B, A, tau, rank, backend_name, basis_fn, eig_dtype, gram="auto", offset=0, whole=None):
     """The pipeline on one batch (all of it, or one CPU chunk: then ``B``, ``A`` are
-    (c, m, r), (c, r, n) and the chunk starts at matrix ``offset`` of a batch of shape
-    ``full_batch``, which error messages name)."""
+    (c, m, r), (c, r, n), the chunk starts at matrix ``offset`` of the caller's factors
+    ``whole`` = (B, A), and error messages name values and matrices in those)."""
     out_dtype = B.dtype
     cdt = compute_dtype(out_dtype)
     edt = eig_dtype or torch.float64
@@ -338,17 +338,17 @@ def _recompress_batch(B, A, tau, rank, backend_name, basis_fn, eig_dtype, gram="
     rescaled = 0
     if not all_ok:
         rescaled = int((~ok).sum())
-        where = (offset, batch if full_batch is None else full_batch)
+        whole = (B, A) if whole is None else whole
         Y0 = Y
         while True:  # as above: the rescaled matrices' cancellation verdict read with the rank
-            basis, Y, Ht, G, WY, e = _rescaled(B, A, X, Y0, ok, basis_fn, backend_name, factored, where)
+            basis, Y, Ht, G, WY, e = _rescaled(whole, X, Y0, ok, basis_fn, backend_name, factored)
             cancels = _cancels(basis.C, WY, G, torch.ones_like(ok), s) if factored and guard else None
             lam, U, p, energy = _spectrum(G, None, s, cdt, edt, tau, rank)
             _, pmax, energy0, lo, hi, _, cancelling = _host_stats(None, p, energy, lam, e, None, cancels)
             if not cancelling:
                 break
             factored, product_count = False, nb
-    _check_representable(B, A, lam, e, out_dtype, lo, hi, batch if full_batch is None else full_batch, offset)
+    _check_representable(*((B, A) if whole is None else whole), lam, e, out_dtype, lo, hi, offset)
 
     Up = U[..., :pmax].to(cdt)
     if tau is not None and pmax > 0:
@@ -438,16 +438,17 @@ def _cancels(C, WY, G, ok, s):
     return ok & ~(cf * yf <= (CANCEL_LIMIT * max(s, 1)) * gf)
 
 
-def _rescaled(B, A, X, Y, ok, basis_fn, backend_name, factored, where):
+def _rescaled(whole, X, Y, ok, basis_fn, backend_name, factored):
     """The slow path: each factor scaled by an exact power of two per matrix, X = 2^ex Xs,
     Y = 2^ey Ys, and the basis and Gram formed again from Xs and Ys.
 
     Only the matrices that failed :func:`_fast_path_ok` are scaled (the others are
     recomputed as they were). Returns (basis, Ys, Ht, G, W_Y, e) with M = 2^e Q C Ys, e = ex + ey.
-    ``where`` = (offset, batch shape) of B and A within the caller's batch, for messages.
+    ``whole`` = the caller's (B, A): a NaN or Inf there (in any matrix: the call fails
+    either way) is named by its index in them.
     """
-    _check_finite_factor("B", B, *where)
-    _check_finite_factor("A", A, *where)
+    check_finite("B", whole[0])
+    check_finite("A", whole[1])
     zero = torch.zeros((), dtype=torch.int64, device=X.device)
     ex = torch.where(ok, zero, exponent(X))
     ey = torch.where(ok, zero, exponent(Y))
@@ -458,22 +459,6 @@ def _rescaled(B, A, X, Y, ok, basis_fn, backend_name, factored, where):
     if not bool(torch.isfinite(amax(G)).all()):
         raise RuntimeError(f"backend {backend_name!r} returned non-finite coordinates for finite, unit-scaled factors")
     return basis, Ys, Ht, G, WY, ex + ey
-
-
-def _check_finite_factor(name, t, offset, batch):
-    """Raise if ``t`` (the chunk of ``name`` starting at matrix ``offset`` of a batch of
-    shape ``batch``) holds a NaN or an infinity, naming its index in the whole factor."""
-    if t.numel() == 0 or bool(torch.isfinite(t.sum())):
-        return
-    bad = ~torch.isfinite(t)
-    if bool(bad.any()):
-        pos = tuple(int(i) for i in bad.nonzero()[0])
-        k = t.dim() - 2  # leading (batch) dimensions of t
-        flat = 0
-        for i, size in zip(pos[:k], t.shape[:k]):
-            flat = flat * size + i
-        idx = (*(_unravel(flat + offset, batch) if batch else ()), *pos[k:])
-        raise ValueError(f"{name} contains a non-finite value {t[pos].item()} at index {idx}")
 
 
 def _spectrum(G, ok, s, cdt, edt, tau, rank):
@@ -523,13 +508,14 @@ def _host_stats(ok, p, energy, lam, e, rejected, cancels):
     return bool(all_ok), int(pmax), energy0, lo, hi, int(nrej), int(ncan)
 
 
-def _check_representable(B, A, lam, e, out_dtype, lo, hi, batch, offset=0):
+def _check_representable(B, A, lam, e, out_dtype, lo, hi, offset=0):
     """Refuse an aggregate whose singular values the result's dtype cannot hold.
 
     sigma_1 must lie in [tiny, max / 2] of the output dtype: below tiny the factor that
     carries the singular values would be subnormal (fewer digits than eps promises);
     above max / 2 it, or its rounding, would overflow.
     """
+    batch = B.shape[:-2]
     fo = torch.finfo(out_dtype)
     lo_lim, hi_lim = math.log2(fo.tiny), math.log2(fo.max) - 1
     if lo >= lo_lim and hi <= hi_lim:
