@@ -168,6 +168,11 @@ def table5_lines(t5: pd.DataFrame) -> list[str]:
 
 def backends_lines(df: pd.DataFrame, summary: list[str] | None) -> list[str]:
     lines = [f"- {s.strip()}" for s in (summary or [])]
+    hard = df[df["exact"].astype(bool) & df["section"].isin(["condition", "rank-deficient"])] if summary is None else df[:0]
+    if not hard.empty:
+        worst = hard.loc[hard["gap_to_optimum"].idxmax()]
+        lines.append(f"- worst exact-backend error above the optimum on the ill-conditioned and rank-deficient cases: "
+                     f"{worst['gap_to_optimum']:.2e} ({worst['backend']}, {worst['case']}).")
     lora = df[df["section"] == "lora"]
     for case, g in lora.groupby("case"):
         best = g.loc[g["ms_1t"].idxmin()]

@@ -15,14 +15,17 @@ from benchmarks.cases import PRESET_NAMES, TAU, check_threads, preset_clients
 from benchmarks.device import DeviceUnavailable, checked, to_device
 from benchmarks.measure.flops import count_flops
 from benchmarks.measure.memory import peak_memory
-from benchmarks.measure.methods import BASELINES, default_backend, default_factored, get_method
+from benchmarks.measure.methods import BASELINES, default_backend, default_factored, get_method, spec
 
 METHODS = ["fraq", *BASELINES]
 
 
 def _skip_reason(preset: str, method: str) -> str | None:
-    if method == "flexlora" and preset != "roberta-base":
-        return "flexlora on LLaMA-3.2-3B: 196 dense SVDs of up to 3072 x 8192, ~30 min a round at one thread"
+    from fraq.presets import PRESETS
+
+    reason = spec(method).skip_reason(max(min(g.m, g.n) for g in PRESETS[preset].groups))
+    if reason is not None:
+        return reason
     try:
         get_method(method)
     except NotImplementedError as exc:
@@ -38,8 +41,8 @@ def _aggregator(preset: str, method: str, device: torch.device):
     spec = PRESETS[preset]
     groups = [(g, to_device(Bs, device), to_device(As, device)) for g, Bs, As in preset_clients(preset)]
     scales = list(spec.scales)
-    # FlexLoRA's own rule is each client's rank (aggregate_batch's default), not tau.
-    cut = {} if method == "flexlora" else {"tau": TAU}
+    # A method with its own rank rule (FlexLoRA: each client's rank) is not given tau.
+    cut = {"tau": TAU} if spec(method).energy_rule else {}
 
     def aggregate():
         return [fn(list(Bs), list(As), scales=scales, **cut) for _, Bs, As in groups]
