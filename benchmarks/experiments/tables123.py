@@ -39,7 +39,7 @@ from benchmarks.sizes import size_config
 from fraq.aggregators import ClientUpdate, get_aggregator
 from fraq.presets import Preset, get_preset
 
-__all__ = ["METHODS", "key", "measure", "points", "run_preset"]
+__all__ = ["METHODS", "key", "measure", "method_job", "model_for", "points", "run_preset"]
 
 
 @dataclass(frozen=True)
@@ -171,6 +171,25 @@ def _applicable(method: Method, preset: Preset) -> str | None:
     return None
 
 
+def model_for(name: str, *, quick: bool, seed: int = 0, device: torch.device | str = "cpu") -> Model:
+    """Preset ``name``'s uploads as measured: the LLaMA presets on 2 of their layers when ``quick``."""
+    return build_model(get_preset(name), layers=2 if (quick and name.startswith("llama")) else None, seed=seed,
+                       device=device)
+
+
+def method_job(name: str, model: Model, method: Method, *, quick: bool) -> Job | str:
+    """The prepared :class:`Job` of one row on preset ``name`` (one warm-up call), or the
+    reason it is not measured."""
+    problem = _applicable(method, model.preset)
+    if problem:
+        return f"not applicable: {problem}"
+    slow = name.startswith("llama") and method.name in SLOW
+    if slow and quick:
+        return ("quick mode: dense per-module SVD / eigensolver on 8192 x 3072 and 3072 x 3072 matrices take tens "
+                "of seconds each here; --size paper runs the one-module-per-shape extrapolation")
+    return prepare(model, method, subset=slow)
+
+
 def run_preset(name: str, *, quick: bool, seed: int = 0, repeats: int | None = None, log=print,
                device: torch.device | str = "cpu") -> dict:
     """Measure every method on preset ``name``; returns the JSON-ready record.
@@ -185,24 +204,16 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, repeats: int | None = N
     layers = 2 if (quick and llama) else None
     repeats = repeats or (3 if quick else 5)
     t0 = time.perf_counter()
-    model = build_model(preset, layers=layers, seed=seed, device=device)
+    model = model_for(name, quick=quick, seed=seed, device=device)
     log(f"  built {len(model.shapes)} modules x {preset.clients} clients in {time.perf_counter() - t0:.1f} s")
     rows: list[dict] = []
     jobs: list[Job] = []
     for method in _methods(preset):
-        problem = _applicable(method, preset)
-        if problem:
-            rows.append({"method": method.label, "name": method.name, "skipped": f"not applicable: {problem}"})
-            log(f"  {method.label:<22} not applicable")
+        job = method_job(name, model, method, quick=quick)
+        if isinstance(job, str):
+            rows.append({"method": method.label, "name": method.name, "skipped": job})
+            log(f"  {method.label:<22} skipped: {job[:60]}")
             continue
-        if llama and method.name in SLOW and quick:
-            rows.append({"method": method.label, "name": method.name,
-                         "skipped": "quick mode: dense per-module SVD / eigensolver on 8192 x 3072 and 3072 x 3072 "
-                                    "matrices take tens of seconds each here; --size paper runs the "
-                                    "one-module-per-shape extrapolation"})
-            log(f"  {method.label:<22} skipped in quick mode")
-            continue
-        job = prepare(model, method, subset=llama and method.name in SLOW)
         rows.append(job.row)
         jobs.append(job)
         log(f"  {method.label:<22} {job.row['downlink_pct']:7.2f}%  warm-up {job.first_s:.2f} s")

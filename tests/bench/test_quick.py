@@ -18,7 +18,7 @@ timed through the experiment's own ``call`` and grouped by figure (``--benchmark
 group``, the default); ``extra_info`` holds the experiment's ``metrics`` (peak memory,
 counted and analytic FLOPs, the error above the float64 optimum), the config and the
 device, so the saved JSON has the same numbers the runner and asv record. The machine
-(torch, BLAS, threads, CPU) is added to ``machine_info`` by ``tests/bench/conftest.py``.
+(torch, BLAS, threads, CPU) is added to ``machine_info`` by ``tests/conftest.py``.
 Threads are ``FRAQ_BENCH_THREADS`` (default 1) and the device ``FRAQ_BENCH_DEVICE``
 (default cpu; a missing GPU skips every check with the reason), as in the other suites.
 """
