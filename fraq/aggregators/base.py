@@ -22,7 +22,7 @@ import torch
 
 from fraq._validation import check_factor, check_finite, check_pair
 from fraq.aggregators.payload import AggregationResult, ClientUpdate, Downlink
-from fraq.stack import normalized_weights
+from fraq.stack import fill_stacks, normalized_weights
 
 __all__ = ["Aggregator", "Group", "ModuleSpec"]
 
@@ -102,13 +102,13 @@ class Group:
             B = [\sqrt{a_1} B_1, \dots, \sqrt{a_K} B_K], \qquad
             A = [\sqrt{a_1} s_1 A_1; \dots; \sqrt{a_K} s_K A_K].
 
-        Each client's per-module factors are copied straight into their slice of the
-        stacks (``torch.stack(..., out=slice)``) and scaled there, in place, while the slice
-        is still in cache: no (L, m, r_k) intermediate as :meth:`client_factors` would make
-        and :func:`fraq.stack` copy again. ``dtype`` defaults to the clients'; the scaling
-        rounds once in it (bf16 clients: pass float32 to keep the stacks free of that
-        rounding). NaN or Inf in a factor raise a ValueError naming the client and module,
-        checked on the stacks with one reduction each.
+        The stacks are filled by :func:`fraq.stack.fill_stacks`, the one implementation of
+        the stacking: each client's per-module factors are copied straight into their slice
+        of the stacks and scaled there, with no (L, m, r_k) intermediate as
+        :meth:`client_factors` would make and :func:`fraq.stack` copy again. ``dtype``
+        defaults to the clients'; pass float32 for bf16 clients to keep the stacks free of
+        a second rounding. NaN or Inf in a factor raise a ValueError naming the client and
+        module, checked on the stacks with one reduction each.
         """
         spec = self.spec
         if spec.m is None:
@@ -118,20 +118,10 @@ class Group:
         r = sum(spec.ranks)
         B = torch.empty(*lead, r, spec.m, dtype=dtype, device=spec.device).mT
         A = torch.empty(*lead, r, spec.n, dtype=dtype, device=spec.device)
-        lo = 0
-        for k, (ak, sk, rk) in enumerate(zip(self.weights, spec.scales, spec.ranks)):
-            hi = lo + rk
-            b, a = self.module_factors(k)
-            root = math.sqrt(ak)
-            if self.batched:
-                torch.stack(b, out=B[..., lo:hi])
-                torch.stack(a, out=A[..., lo:hi, :])
-            else:
-                B[..., lo:hi].copy_(b[0])
-                A[..., lo:hi, :].copy_(a[0])
-            B[..., lo:hi].mul_(root)
-            A[..., lo:hi, :].mul_(root * sk)
-            lo = hi
+        clients = (self.module_factors(k) for k in range(len(self._updates)))
+        if not self.batched:
+            clients = ((b[0], a[0]) for b, a in clients)
+        fill_stacks(B, A, clients, self.weights, spec.scales)
         for name, t in (("B", B), ("A", A)):
             if t.numel() and not bool(torch.isfinite(t.sum())):
                 self._raise_non_finite(name)
