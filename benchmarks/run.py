@@ -97,8 +97,10 @@ def _run(out: Path, experiments, size: str, device: torch.device, progress: bool
 
 
 def main(argv: list[str] | None = None) -> int:
+    from benchmarks.cases import check_environment
     from benchmarks.device import checked
     from benchmarks.sweeps import CONFIGS
+    from fraq._files import check_dir_out
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
     ap.add_argument("experiments", nargs="*", metavar="EXPERIMENT",
@@ -113,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"EXPERIMENT(={unknown[0]!r}) is not one of {', '.join(EXPERIMENTS)}")
     try:
         device = checked(args.device)
+        check_dir_out(args.out, "--out")
+        check_environment()
     except ValueError as exc:  # malformed, or not on this machine: one line, before any work
         print(f"error: {exc}", file=sys.stderr)
         return 2
