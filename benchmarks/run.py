@@ -8,7 +8,7 @@ Experiments are :mod:`benchmarks.experiments`' (default: what ``make run`` repro
 (``reduced`` about 2 minutes on 2 cores, ``paper`` the paper's sizes where feasible).
 For every experiment and every point of ``points(size)`` it calls ``measure(config,
 device)`` and writes ``<out>/<experiment>/<key>.json`` in :mod:`benchmarks.results`'
-format (config, result, machine, versions, git sha, device, threads).
+format (config with its ``size``, result, machine, versions, git sha, device, threads).
 
 A run is resumable: a point whose result file exists with the same config is not
 measured again (the file is written whole or not at all, so an interrupted run leaves no
@@ -47,6 +47,11 @@ def _same(path: Path, config: dict) -> bool:
     return isinstance(rec, dict) and "result" in rec and rec.get("config") == json.loads(json.dumps(config, default=str))
 
 
+def _config(config: dict, size: str) -> dict:
+    """What a result file records as its config: the point's, and the size it belongs to."""
+    return {**config, "size": size}
+
+
 def plan(experiments=DEFAULT, size: str = "reduced") -> list[tuple[str, object, dict]]:
     """(experiment, module, config) for every point of ``experiments`` at ``size``, in order."""
     from benchmarks import experiments as registry
@@ -75,7 +80,7 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
         todo = []
         for name, module, config in points:
             path = result_path(out, name, module.key(config))
-            if not rerun and _same(path, config):
+            if not rerun and _same(path, _config(config, size)):
                 counts["skipped"] += 1
             else:
                 todo.append((name, module, config))
@@ -84,15 +89,17 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
             for name, module, config in todo:
                 key = module.key(config)
                 bar.set_postfix_str(f"{name} {key}"[:60])
-                write_result(out, name, key, config, module.measure(config, device), device=device)
+                write_result(out, name, key, _config(config, size), module.measure(config, device), device=device)
                 counts["measured"] += 1
                 bar.update()
     return dict(counts, seconds=time.perf_counter() - t0)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from benchmarks.cases import check_environment
     from benchmarks.device import checked
     from benchmarks.sizes import SIZES
+    from fraq._files import check_dir_out
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
     ap.add_argument("experiments", nargs="*", metavar="EXPERIMENT",
@@ -109,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"EXPERIMENT(={unknown[0]!r}) is not one of {', '.join(EXPERIMENTS)}")
     try:
         device = checked(args.device)
+        check_dir_out(args.out, "--out")
+        check_environment()
     except ValueError as exc:  # malformed, or not on this machine: one line, before any work
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -39,6 +39,7 @@ SIZES: dict[str, dict[str, dict]] = {
         backends=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         backend_stages=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         eig_precision=dict(),
+        peft=dict(points=[dict(model="tiny-bert", layers=None, p=4, tau=0.95, repeats=2, slow_repeats=2)]),
     ),
     "reduced": dict(
         fig3=dict(modules=2, client_rank=8, p=8, d_fixed=768, r_fixed=80, ranks=[16, 32, 64, 128, 256],
@@ -54,6 +55,9 @@ SIZES: dict[str, dict[str, dict]] = {
         backends=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         backend_stages=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         eig_precision=dict(),
+        # About 30 s on 2 cores: all of MiniLM (37 modules, 4 clients) and 2 RoBERTa-base layers (10 clients).
+        peft=dict(points=[dict(model="minilm", layers=None, p=8, tau=0.95, repeats=5, slow_repeats=4),
+                          dict(model="roberta-base", layers=2, p=8, tau=0.95, repeats=5, slow_repeats=4)]),
     ),
     "paper": dict(
         fig3=dict(modules=12, client_rank=8, p=8, d_fixed=768, r_fixed=80, ranks=[16, 32, 64, 128, 256, 512],
@@ -69,6 +73,10 @@ SIZES: dict[str, dict[str, dict]] = {
         backends=dict(layers=None, repeats=7, diag_matrices=4, threads=[1, 2], stage_repeats=7),
         backend_stages=dict(layers=None, repeats=7, diag_matrices=4, threads=[1, 2], stage_repeats=7),
         eig_precision=dict(),
+        peft=dict(points=[dict(model="minilm", layers=None, p=8, tau=0.95, repeats=7, slow_repeats=5),
+                          dict(model="minilm", layers=None, p=16, tau=0.95, repeats=7, slow_repeats=5),
+                          dict(model="roberta-base", layers=None, p=8, tau=0.95, repeats=7, slow_repeats=4),
+                          dict(model="llama-3.2-3b", layers=2, p=8, tau=0.95, repeats=3, slow_repeats=2)]),
     ),
 }
 

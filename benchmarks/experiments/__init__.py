@@ -20,11 +20,22 @@ from types import ModuleType
 
 __all__ = ["DEFAULT", "EXPERIMENTS", "get"]
 
-EXPERIMENTS = ("table4", "fig4_cond", "fig4_rank", "fig1", "fig3", "backends", "backend_stages", "tables123",
-               "eig_precision")
-"""Every experiment, in the runner's order (cheap first)."""
+EXPERIMENTS: dict[str, str] = {
+    "table4": "table4",
+    "fig4_cond": "fig4_cond",
+    "fig4_rank": "fig4_rank",
+    "fig1": "fig1",
+    "fig3": "fig3",
+    "backends": "backends",
+    "backend_stages": "backend_stages",
+    "peft": "peft_compare",
+    "tables123": "tables123",
+    "eig_precision": "eig_precision",
+}
+"""Every experiment (its results' directory name) and its module here, in the runner's
+order (cheap first)."""
 
-DEFAULT = ("table4", "fig4_cond", "fig4_rank", "fig1", "fig3", "backends", "backend_stages")
+DEFAULT = ("table4", "fig4_cond", "fig4_rank", "fig1", "fig3", "backends", "backend_stages", "peft")
 """What ``make run`` reproduces."""
 
 
@@ -32,4 +43,4 @@ def get(name: str) -> ModuleType:
     """The module of experiment ``name``."""
     if name not in EXPERIMENTS:
         raise ValueError(f"experiment(={name!r}) is not one of {', '.join(EXPERIMENTS)}")
-    return importlib.import_module(f"benchmarks.experiments.{name}")
+    return importlib.import_module(f"benchmarks.experiments.{EXPERIMENTS[name]}")
