@@ -59,7 +59,8 @@ reproduce:
 	$(PY) -m benchmarks.run --out $(OUT)/results $(if $(RERUN),--rerun)
 	$(PY) -m analysis.reproduce --out $(OUT)
 
-PAPER_OUT ?= results/reproduce-paper
+# Its own directory (the analysis refuses one holding two sizes); OUT=DIR on the command line chooses it.
+PAPER_OUT ?= $(if $(filter command line,$(origin OUT)),$(OUT),results/reproduce-paper)
 reproduce-paper:
 	$(PY) -m benchmarks.run --size paper --out $(PAPER_OUT)/results $(if $(RERUN),--rerun)
 	$(PY) -m analysis.reproduce --out $(PAPER_OUT)

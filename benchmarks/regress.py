@@ -127,6 +127,9 @@ def verdicts(before: dict, after: dict, factor: float) -> list[tuple[str, str, f
 
 
 def main(argv=None) -> int:
+    from benchmarks.cases import env_threads
+
+    env_threads()  # a bad FRAQ_BENCH_THREADS stops here, in one line, before any recording
     ap = argparse.ArgumentParser(prog="python -m benchmarks.regress", description=__doc__.split("\n\n")[0])
     ap.add_argument("--commits", type=int, default=2, help="how many of the branch's last commits (>= 2)")
     ap.add_argument("--branch", default="main")
