@@ -28,8 +28,8 @@ import pandas as pd
 
 __all__ = ["load_results", "load_asv", "load_pytest_benchmark", "explode_per_matrix", "paper"]
 
-RESULT_KEYS = ("experiment", "key", "config", "result", "machine", "versions", "git_sha", "device", "threads")
-"""Keys a project result file must have: the one list (:mod:`benchmarks.results` writes them all)."""
+RESULT_KEYS = ("experiment", "config", "result", "machine")
+"""Keys a project result file must have (see :mod:`benchmarks.results`)."""
 
 
 def paper() -> dict:

@@ -10,8 +10,8 @@
 ``machine`` is :func:`fraq._machine.machine_record` (GPU name, driver, CUDA and cuSOLVER
 on a CUDA device). Every writer in benchmarks/ (the runner, the experiments, the report,
 the demo) goes through :func:`write_result`, and :func:`analysis.loaders.load_results`
-is the one reader; its ``RESULT_KEYS`` is the one list of the keys a file must have (the
-loader skips a file without them, naming it and the keys). A rerun replaces the file
+is the one reader; its ``RESULT_KEYS`` and ``FORMAT_KEYS`` are the keys a file must have
+(the loader skips a file without them, naming it and the keys). A rerun replaces the file
 (written beside it, then renamed).
 """
 

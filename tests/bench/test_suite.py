@@ -302,21 +302,21 @@ def test_one_definition_per_figure():
 
 
 def test_result_files_have_every_key_the_loader_requires(tmp_path):
-    """The writer's record carries every key of the loader's one list, and the loader
-    refuses a file missing any of them."""
+    """The writer's record carries every key of the loader's lists (the keys of a result
+    file, and those of the current format), and the loader refuses a file missing one."""
     import json
     import warnings
 
     pytest.importorskip("pandas")
-    from analysis.loaders import RESULT_KEYS, load_results
+    from analysis.loaders import FORMAT_KEYS, RESULT_KEYS, load_results
     from benchmarks.results import write_result
 
     path = write_result(tmp_path, "demo", "k", {"a": 1}, {"b": 2})
     rec = json.loads(path.read_text())
-    assert set(RESULT_KEYS) <= set(rec)
-    del rec["threads"]
+    assert set(RESULT_KEYS) | set(FORMAT_KEYS) <= set(rec)
+    del rec["machine"]
     path.write_text(json.dumps(rec))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert load_results(tmp_path).empty
-    assert any("threads" in str(w.message) for w in caught)
+    assert any("machine" in str(w.message) for w in caught)
