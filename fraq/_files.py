@@ -227,10 +227,11 @@ def _write_failed(path: Path, err: BaseException) -> OSError | None:
             reasons.append(f"the file-size limit (ulimit -f) is {limit} bytes")
     except (ImportError, OSError, ValueError):
         pass
-    detail = str(err).strip().splitlines()
-    reason = " and ".join(reasons) or (detail[-1][:200] if detail else type(err).__name__)
-    return OSError(f"cannot write {path}: {reason}; it was left as it was (free some space or raise the limit, "
-                   f"or write elsewhere)")
+    lines = str(err).strip().splitlines()
+    detail = lines[-1][:200] if lines else type(err).__name__
+    reason = f" ({' and '.join(reasons)})" if reasons else ""
+    return OSError(f"cannot write {path}: {detail}{reason}; it was left as it was: free some space, raise the "
+                   f"limit or write elsewhere")
 
 
 def _sibling(path: Path, tag: str) -> Path:
