@@ -107,9 +107,7 @@ def check_parent(path: Path, what: str) -> None:
 
 
 def _check_swappable(path: Path, what: str) -> None:
-    if path.name in ("", ".", ".."):
-        real = Path(os.path.realpath(path))
-    elif path.is_symlink():
+    if path.name in ("", ".", "..") or path.is_symlink():
         real = Path(os.path.realpath(path))
     else:
         real = Path(os.path.realpath(path.parent)) / path.name
@@ -141,9 +139,9 @@ def file_target(path: str | os.PathLike, what: str = "path", *, dash: bool = Fal
     hint = "; '-' writes to stdout" if dash else ""
     try:
         mode = os.stat(path).st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing there (check_parent names a file on the way)
         mode = None
-    except OSError as e:  # a loop of links, a component that is a file, no permission
+    except OSError as e:  # a loop of links, no permission
         raise ValueError(f"{what}(={str(path)!r}) cannot be examined ({e.strerror}): give another path") from None
     if mode is not None and not stat.S_ISREG(mode):
         if stat.S_ISDIR(mode):
