@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["RecompressResult"]
+from fraq._parallel import map_chunks, one_thread
+from fraq.backends.base import merge_info
+
+__all__ = ["RecompressResult", "join_results"]
 
 
 @dataclass(frozen=True)
@@ -51,3 +54,48 @@ class RecompressResult:
         m, n = self.B.shape[-2], self.A.shape[-1]
         ranks = self.rank if isinstance(self.rank, torch.Tensor) else torch.tensor(self.rank)
         return int(ranks.sum().item()) * (m + n)
+
+
+def join_results(parts: list[RecompressResult], bounds: list[int], batch: tuple[int, ...],
+                 info_rules: dict[str, str]) -> RecompressResult:
+    """The results of a batch computed chunk by chunk (``bounds``, over the flattened batch),
+    as one result of the caller's ``batch`` shape: factors zero-padded to the largest rank,
+    ``info`` merged by ``info_rules`` (see :func:`fraq.backends.base.merge_info`).
+
+    The chunks' factors are copied by the threads that computed them (each chunk on one
+    thread, :func:`fraq._parallel.map_chunks`): an OpenMP team woken here would keep
+    spinning into the next call's fan-out. The small concatenations run on one thread too.
+    """
+    nb = bounds[-1]
+    head = parts[0]
+    m, n = head.B.shape[-2], head.A.shape[-1]
+    pmax = max(res.B.shape[-1] for res in parts)
+    Bg, Ag = _like(head.B, (nb, m, pmax)), _like(head.A, (nb, pmax, n))
+
+    def place(Bo, Ao, offset):
+        res = parts[bounds.index(offset)]
+        p = res.B.shape[-1]
+        Bo[..., :p] = res.B
+        Ao[:, :p, :] = res.A
+        if p < pmax:
+            Bo[..., p:] = 0
+            Ao[:, p:, :] = 0
+
+    map_chunks(place, bounds, Bg, Ag, with_offset=True)
+    with one_thread():
+        rank = torch.cat([res.rank for res in parts]).reshape(batch)
+        energy = torch.cat([res.energy for res in parts]).reshape(batch)
+        sv = torch.cat([res.singular_values for res in parts]).reshape(*batch, -1)
+    return RecompressResult(
+        B=Bg.reshape(*batch, m, pmax), A=Ag.reshape(*batch, pmax, n), rank=rank, energy=energy,
+        singular_values=sv, tau=head.tau, backend=head.backend, transposed=head.transposed,
+        info=merge_info([res.info for res in parts], info_rules),
+    )
+
+
+def _like(t: torch.Tensor, shape: tuple[int, int, int]) -> torch.Tensor:
+    """An empty (nb, rows, cols) tensor laid out as the chunk result ``t``: row-major, or
+    column-major matrices when ``t`` is (so the chunks' copies run contiguous to contiguous)."""
+    if t.dim() == 3 and not t.is_contiguous() and t.mT.is_contiguous():
+        return t.new_empty(shape[0], shape[2], shape[1]).mT
+    return t.new_empty(shape)

@@ -95,11 +95,12 @@ from dataclasses import dataclass
 
 import torch
 
+from fraq._routine_flops import cholesky_flops, gemm_flops, gram_flops, trsm_flops
 from fraq.backends.base import Basis
 from fraq.backends.householder import householder
 from fraq.backends.safeguards import check_basis_input, flatten, identity_basis, rescale, scaled_gram, unflatten
 
-__all__ = ["Schedule", "SCHEDULES", "COORDS", "newton_schulz", "default_tol"]
+__all__ = ["Schedule", "SCHEDULES", "COORDS", "newton_schulz", "default_tol", "newton_schulz_flops"]
 
 
 @dataclass(frozen=True)
@@ -288,3 +289,32 @@ def _inverse_sqrt_metric(W: torch.Tensor) -> tuple[torch.Tensor, int]:
             inv_sqrt = torch.where(keep, lam.clamp(min=torch.finfo(W.dtype).tiny).rsqrt(), torch.zeros_like(lam))
             Z = Z.index_copy(0, idx, V * inv_sqrt.unsqueeze(-2))
     return Z, nbad
+
+
+def newton_schulz_flops(coords: str, default_steps: int | None = None):
+    """The cost function of a Newton-Schulz backend with ``coords`` (see fraq.backends.newton_schulz).
+
+    ``default_steps``: the step count when the caller passes none (a fixed schedule);
+    None makes ``steps`` required, since a tolerance decides it from the data.
+    """
+
+    def cost(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:
+        if r >= d:
+            return 0.0
+        steps = default_steps if steps is None else steps
+        if steps is None:
+            raise ValueError("steps is required for a Newton-Schulz backend: its step count depends on the "
+                             "data (use result.info['steps'])")
+        g = gram_flops(d, r, gram)
+        # first Gram; per step: Q P and the new Gram; per check: W^2 (the residual, and the quintic's term)
+        f = g + steps * (gemm_flops(d, r, r) + g) + (steps + 1) * gemm_flops(r, r, r)
+        f += gemm_flops(r, d, r)  # T = Q^T X
+        if coords == "direct":
+            return f + gemm_flops(d, r, p)
+        f += cholesky_flops(r) + trsm_flops(r, r)  # Z = L^{-T}
+        if coords == "lstsq":
+            return f + 2 * gemm_flops(r, r, r) + gemm_flops(d, r, p)
+        return f + gemm_flops(r, r, r) + gemm_flops(r, r, p) + gemm_flops(d, r, p)
+
+    cost.__name__ = cost.__qualname__ = f"newton_schulz_{coords}_flops"
+    return cost

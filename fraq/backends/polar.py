@@ -56,11 +56,12 @@ from __future__ import annotations
 
 import torch
 
+from fraq._routine_flops import gemm_flops, qr_flops, reflector_flops, svd_flops
 from fraq.backends.base import Basis
 from fraq.backends.householder import householder
 from fraq.backends.safeguards import check_basis_input, flatten, unflatten
 
-__all__ = ["polar"]
+__all__ = ["polar", "polar_flops"]
 
 
 def polar(X: torch.Tensor) -> Basis:
@@ -93,3 +94,10 @@ def _polar_impl(X: torch.Tensor) -> Basis:
         return hh.apply(torch.matmul(rot, U))
 
     return unflatten(Basis(C=C, apply=apply, info=info), batch)
+
+
+def polar_flops(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:
+    """Polar: Householder QR, the SVD of R, S and W_R V^T, then U_p through both."""
+    s = min(d, r)
+    small = svd_flops(s, s) + gemm_flops(s, s, r) * (2 if d >= r else 0)
+    return qr_flops(d, r) + small + gemm_flops(s, s, p) + reflector_flops(d, p, s)
