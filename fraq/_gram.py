@@ -89,9 +89,8 @@ def rows(coords: Coordinates, Up: torch.Tensor, C: torch.Tensor, Y: torch.Tensor
 
 
 def guard_stats(C: torch.Tensor, coords: Coordinates) -> list[torch.Tensor]:
-    """Per matrix (nb,) each: ||C||_F, tr(Y Y^T), tr(G): what :func:`cancels` reads on the host."""
-    return [torch.linalg.vector_norm(C, dim=(-2, -1)),
-            coords.WY.diagonal(dim1=-2, dim2=-1).sum(-1),
+    """Per matrix (nb,) each: ||C||_F, tr(Y Y^T) and tr(G), what :func:`cancels` reads on the host."""
+    return [torch.linalg.vector_norm(C, dim=(-2, -1)), coords.WY.diagonal(dim1=-2, dim2=-1).sum(-1),
             coords.G.diagonal(dim1=-2, dim2=-1).sum(-1)]
 
 
@@ -99,12 +98,11 @@ def cancels(c_norm: np.ndarray, y_trace: np.ndarray, g_trace: np.ndarray, s: int
     r"""Per matrix, bool: :math:`\rho_F^2 = \lVert C\rVert_F^2 \mathrm{tr}(YY^\top) / \mathrm{tr}(G)`
     above :data:`CANCEL_LIMIT` times s, so the factored Gram could lose accuracy.
 
-    Host arrays in float64 (the product of the traces cannot overflow there). A
-    non-finite value is judged cancelling; the caller judges only matrices whose Gram is
-    in range (the others are judged again once rescaled).
+    Host arrays in float64; the caller judges only matrices whose Gram is in range (the
+    others are judged again once rescaled). An overflow or a NaN is judged cancelling.
     """
-    with np.errstate(all="ignore"):
-        return ~(np.square(c_norm) * y_trace <= (CANCEL_LIMIT * max(s, 1)) * g_trace)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return ~(c_norm * np.sqrt(y_trace) <= np.sqrt((CANCEL_LIMIT * max(s, 1)) * g_trace))
 
 
 def factored_gram(C: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:

@@ -28,6 +28,7 @@ from its bit pattern and a large k is applied in several exact steps.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -88,8 +89,9 @@ def stats(C: torch.Tensor, G: torch.Tensor, WY: torch.Tensor | None) -> list[tor
     """Per matrix (nb,) each: max|C|, the largest diagonal entry of G and (factored) of W_Y.
 
     G and W_Y are Grams (positive semidefinite), so their largest entry in magnitude is
-    on the diagonal: reading the diagonal costs no pass over the matrix. A NaN or Inf
-    anywhere in X shows in max|C|, one in Y in the diagonal of W_Y (or of G).
+    on the diagonal: reading the diagonal costs no pass over the matrix. max|C| (not a
+    norm, whose squares would underflow for a tiny C) is exactly zero only for a zero X.
+    A NaN or Inf anywhere in X shows in max|C|, one in Y in the diagonal of W_Y (or of G).
     """
     out = [torch.linalg.vector_norm(C, ord=math.inf, dim=(-2, -1)), G.diagonal(dim1=-2, dim2=-1).amax(-1)]
     if WY is not None:
@@ -97,25 +99,31 @@ def stats(C: torch.Tensor, G: torch.Tensor, WY: torch.Tensor | None) -> list[tor
     return out
 
 
-def verdict(c_max: np.ndarray, g_max: np.ndarray, w_max: np.ndarray | None,
-            cdt: torch.dtype, edt: torch.dtype) -> np.ndarray:
-    """Per matrix, bool: the unscaled computation can be trusted (host arrays from :func:`stats`).
+@functools.lru_cache(maxsize=None)
+def _limits(cdt: torch.dtype, edt: torch.dtype, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper limits of the first ``count`` columns of :func:`stats` (see :func:`verdict`)."""
+    fc, fe = torch.finfo(cdt), torch.finfo(edt)
+    fg = fc if fc.max <= fe.max else fe
+    lo = [fc.tiny / fc.eps, fg.tiny / fg.eps**2, fc.tiny / fc.eps**2][:count]
+    hi = [fc.max * fc.eps, fg.max * fg.eps, fc.max * fc.eps][:count]
+    return np.array(lo), np.array(hi)
+
+
+def verdict(x: np.ndarray, cdt: torch.dtype, edt: torch.dtype) -> np.ndarray:
+    """Per matrix, bool: the unscaled computation can be trusted, from the host columns of
+    :func:`stats` (``x`` (nb, 2 or 3), float64).
 
     C must be far from underflow (a factor of subnormal numbers loses digits in its QR)
     and from overflow; G (in the narrower of the compute and eigensolver dtypes) and
     W_Y must keep the squared spectrum down to the noise floor eps * lambda_1 normal and
     its sum finite. An exactly zero X (C = 0, G = 0) is a zero aggregate, not an
     underflow; a zero G with a nonzero C may be either, and takes the rescaled path.
-    NaN fails every test.
+    NaN fails every test. A matrix that passes has sigma_1 = sqrt(lambda_1) inside the
+    compute dtype's range with eps-wide margins on both sides, so only a narrower
+    result dtype (float16, bfloat16) or a rescaled matrix needs :func:`check_representable`.
     """
-    fc, fe = torch.finfo(cdt), torch.finfo(edt)
-    fg = fc if fc.max <= fe.max else fe
-    with np.errstate(all="ignore"):
-        ok = ((c_max >= fc.tiny / fc.eps) & (c_max <= fc.max * fc.eps)
-              & (g_max >= fg.tiny / fg.eps**2) & (g_max <= fg.max * fg.eps))
-        if w_max is not None:
-            ok &= (w_max >= fc.tiny / fc.eps**2) & (w_max <= fc.max * fc.eps)
-        return ok | ((c_max == 0) & (g_max == 0))
+    lo, hi = _limits(cdt, edt, x.shape[1])
+    return ((x >= lo) & (x <= hi)).all(-1) | ~x[:, :2].any(-1)
 
 
 def rescaled(whole: tuple[torch.Tensor, torch.Tensor], X: torch.Tensor, Y: torch.Tensor,
@@ -147,9 +155,8 @@ def check_representable(whole: tuple[torch.Tensor, torch.Tensor], lam1: np.ndarr
     """
     fo = torch.finfo(out_dtype)
     lo_lim, hi_lim = math.log2(fo.tiny), math.log2(fo.max) - 1
-    with np.errstate(all="ignore"):
-        l2 = 0.5 * np.log2(lam1) + (0 if e is None else e)
-    live = np.isfinite(l2)
+    live = lam1 > 0
+    l2 = 0.5 * np.log2(np.where(live, lam1, 1.0)) + (0 if e is None else e)
     bad = live & ((l2 < lo_lim) | (l2 > hi_lim))
     if not bad.any():
         return

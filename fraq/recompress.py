@@ -29,10 +29,11 @@ from fraq._parallel import batch_map, over_chunks
 from fraq._validation import check_eig_dtype, check_pair, check_rank, check_tau, compute_dtype
 from fraq.backends import REGISTRY, get_backend, resolve_backend
 from fraq.backends.base import Backend, Basis
-from fraq.result import RecompressResult, join_results
+from fraq.result import RecompressResult, empty_result, join_results
 
 __all__ = ["CANCEL_LIMIT", "GRAMS", "recompress", "select_rank", "noise_floor"]
 
+_TINY64 = float(np.finfo(np.float64).tiny)
 INFO_RULES = {"rescaled": "sum", "product_gram_count": "sum"}
 """How recompress's own ``info`` keys combine over chunks (see :func:`fraq.backends.base.merge_info`)."""
 
@@ -204,13 +205,13 @@ class _Pass:
 class _Reading:
     """The pass's one host read, per matrix (numpy): ``lam`` (nb, s) the Gram's eigenvalues,
     descending, zero at or below the noise floor; ``ok`` in range; ``cancels`` (factored
-    Gram under the guard); ``rejected`` (a deferred basis); ``g_max`` the largest Gram
+    Gram under the guard, else None); ``rejected`` (a deferred basis, else None); ``g_max`` the largest Gram
     entry; ``e`` the scale exponents (None before rescaling)."""
 
     lam: np.ndarray
     ok: np.ndarray
-    cancels: np.ndarray
-    rejected: np.ndarray
+    cancels: np.ndarray | None
+    rejected: np.ndarray | None
     g_max: np.ndarray
     e: np.ndarray | None
 
@@ -232,10 +233,10 @@ def _rescale(at: _Pass, rd: _Reading, plan: Plan, whole: tuple) -> _Pass:
 
 
 FALLBACKS = (
-    _Fallback("deferred basis completed", lambda rd, at: bool(rd.rejected.any()),
+    _Fallback("deferred basis completed", lambda rd, at: rd.rejected is not None and bool(rd.rejected.any()),
               lambda at, rd, plan, whole: replace(at, basis=at.basis.complete())),
     _Fallback("rescaled", lambda rd, at: at.e is None and not rd.ok.all(), _rescale),
-    _Fallback("product Gram", lambda rd, at: bool(rd.cancels.any()),
+    _Fallback("product Gram", lambda rd, at: rd.cancels is not None and bool(rd.cancels.any()),
               lambda at, rd, plan, whole: replace(at, factored=False)),
 )
 """The fallbacks, in the order they are tried after a pass: a deferred basis that rejected
@@ -250,14 +251,28 @@ def _pipeline(plan: Plan, whole: tuple, batch: tuple, B: torch.Tensor, A: torch.
     X, Y, transposed = orient(B, A)  # 1. orient along the smaller side (Eq. 9)
     nb, s = X.shape[0], min(X.shape[-2], X.shape[-1])
     if s == 0 or nb == 0:
-        return _empty_result(plan, batch, B.shape[-2], A.shape[-1], s, transposed, B.device)
-    X, Y = X.to(plan.cdt), Y.to(plan.cdt)
+        return empty_result(batch, B.shape[-2], A.shape[-1], s, plan.rank, plan.tau, plan.out_dtype, plan.cdt,
+                            plan.backend, transposed, B.device)
+    if X.dtype != plan.cdt:
+        X, Y = X.to(plan.cdt), Y.to(plan.cdt)
     # 2. basis: a backend that offers ``deferred`` leaves its fallback verdict to the host read
     at = _Pass(basis=getattr(plan.basis_fn, "deferred", plan.basis_fn)(X), X=X, Y=Y,
                factored=plan.gram != "product")
+    at, coords, eig, rd = _settle(plan, whole, at, s)  # 3. coordinates and Gram, 4. eigenproblem
+    if rd.e is not None or plan.out_dtype != plan.cdt:  # in range otherwise (see fraq._range.verdict)
+        _range.check_representable(whole, rd.lam[:, 0], rd.e, plan.out_dtype, partial(_name_matrix, batch, offset))
+    p, energy = _energy_rule(rd.lam, plan)  # 5. energy rule, on the host
+    B, A = _map_back(plan, at, coords, eig[1], p, transposed)  # 6. map back and 7. unorient
+    info = {"rescaled": at.rescaled, "gram": plan.gram, "product_gram_count": 0 if at.factored else nb,
+            **at.basis.info}
+    return _finish(plan, batch, B, A, p, energy, rd, info, transposed)
+
+
+def _settle(plan: Plan, whole: tuple, at: _Pass, s: int):
+    """Passes of steps 3 and 4 until no fallback applies: (pass, coordinates, (lam, U), reading)."""
     while True:
-        coords = _gram.coordinates(at.basis.C, at.Y, at.factored)  # 3. coordinates and Gram
-        eig = _eigen(coords.G, plan.edt)  # 4. eigenproblem
+        coords = _gram.coordinates(at.basis.C, at.Y, at.factored)
+        eig = _eigen(coords.G, plan.edt)
         if eig is None and at.e is not None:
             raise RuntimeError(f"backend {plan.backend!r}: the eigensolver failed on finite, unit-scaled factors")
         rd = _read(plan, at, coords, eig, s)
@@ -266,18 +281,13 @@ def _pipeline(plan: Plan, whole: tuple, batch: tuple, B: torch.Tensor, A: torch.
                                "unit-scaled factors")
         fallback = next((f for f in FALLBACKS if f.needed(rd, at)), None)
         if fallback is None:
-            break
+            return at, coords, eig, rd
         at = fallback.apply(at, rd, plan, whole)
 
-    def name_matrix(k: int) -> str:
-        return f" (matrix {tuple(int(i) for i in np.unravel_index(k + offset, batch))} of the batch)" if batch else ""
 
-    _range.check_representable(whole, rd.lam[:, 0], rd.e, plan.out_dtype, name_matrix)
-    p, energy = _energy_rule(rd.lam, plan)  # 5. energy rule, on the host
-    B, A = _map_back(plan, at, coords, eig[1], p, transposed)  # 6. map back and 7. unorient
-    return _finish(plan, batch, B, A, p, energy, rd, {"rescaled": at.rescaled, "gram": plan.gram,
-                                                    "product_gram_count": 0 if at.factored else nb,
-                                                    **at.basis.info}, transposed)
+def _name_matrix(batch: tuple, offset: int, k: int) -> str:
+    """Matrix k of a chunk starting at ``offset``, by its index in the caller's batch, for messages."""
+    return f" (matrix {tuple(int(i) for i in np.unravel_index(k + offset, batch))} of the batch)" if batch else ""
 
 
 def _eigen(G: torch.Tensor, edt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -294,26 +304,30 @@ def _read(plan: Plan, at: _Pass, coords: _gram.Coordinates, eig, s: int) -> _Rea
     """The one host synchronization of a pass: the eigenvalues and the verdicts' inputs,
     one tensor read at once (:func:`fraq._range.stats`, :func:`fraq._gram.guard_stats`,
     a deferred basis's rejections, the scale exponents)."""
-    C = at.basis.C
-    cols = _range.stats(C, coords.G, coords.WY)
+    cols = _range.stats(at.basis.C, coords.G, coords.WY)
+    nr = len(cols)
     guard = plan.gram == "auto" and at.factored
     if guard:
-        cols += _gram.guard_stats(C, coords)
+        cols += _gram.guard_stats(at.basis.C, coords)
     if at.basis.rejected is not None:
         cols.append(at.basis.rejected)
     if at.e is not None:
         cols.append(at.e)
     stats = torch.stack(cols, -1)
-    host = (stats if eig is None else torch.cat([eig[0], stats], -1)).cpu().numpy().astype(np.float64)
-    lam, rest = (np.zeros((host.shape[0], s)), host) if eig is None else (host[:, s - 1::-1], host[:, s:])
-    lam = np.where(lam > noise_floor(lam[:, :1], s, plan.cdt), lam, 0.0)
-    ok = _range.verdict(rest[:, 0], rest[:, 1], rest[:, 2] if coords.WY is not None else None, plan.cdt, plan.edt)
+    host = stats if eig is None else torch.cat([eig[0], stats], -1)
+    host = (host if host.device.type == "cpu" else host.cpu()).numpy()
+    if host.dtype != np.float64:
+        host = host.astype(np.float64)
+    if eig is None:
+        lam, rest = np.zeros((host.shape[0], s)), host
+    else:
+        lam, rest = host[:, s - 1::-1], host[:, s:]
+        lam = np.where(lam > noise_floor(lam[:, :1], s, plan.cdt), lam, 0.0)
+    ok = _range.verdict(rest[:, :nr], plan.cdt, plan.edt)
     if eig is None:
         ok[:] = False
-    k = 2 + (coords.WY is not None)
-    cancels = ok & _gram.cancels(rest[:, k], rest[:, k + 1], rest[:, k + 2], s) if guard else np.zeros_like(ok)
-    k += 3 if guard else 0
-    rejected = rest[:, k] > 0 if at.basis.rejected is not None else np.zeros_like(ok)
+    cancels = ok & _gram.cancels(rest[:, nr], rest[:, nr + 1], rest[:, nr + 2], s) if guard else None
+    rejected = rest[:, nr + 3 * guard] > 0 if at.basis.rejected is not None else None
     e = rest[:, -1].astype(np.int64) if at.e is not None else None
     return _Reading(lam=lam, ok=ok, cancels=cancels, rejected=rejected, g_max=rest[:, 1], e=e)
 
@@ -344,17 +358,16 @@ def _rank_from_cumsum(cums, tau: float):
 
 
 def _energy_rule(lam: np.ndarray, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
-    """(p, energy) per matrix from the floored, descending eigenvalues (host arrays)."""
+    """(p, energy) per matrix from the floored, descending eigenvalues (host arrays); the
+    energy of a zero aggregate is 1 (nothing is lost)."""
     cums = lam.cumsum(-1)
+    total = cums[:, -1]
     if plan.tau is not None:
-        p = _rank_from_cumsum(cums, plan.tau).astype(np.int64)
+        p = _rank_from_cumsum(cums, plan.tau)
     else:
         p = np.full(lam.shape[0], plan.rank, dtype=np.int64)
-    total = cums[:, -1]
-    kept = np.where(p > 0, np.take_along_axis(cums, np.maximum(p - 1, 0)[:, None], -1)[:, 0], 0.0)
-    with np.errstate(all="ignore"):
-        energy = np.where(total > 0, kept / np.where(total > 0, total, 1.0), 1.0)
-    return p, energy
+    kept = cums[np.arange(lam.shape[0]), np.maximum(p - 1, 0)]  # 0 where p = 0: the total is 0 there
+    return p, np.where(total > 0, kept / np.maximum(total, _TINY64), 1.0)
 
 
 def _map_back(plan: Plan, at: _Pass, coords: _gram.Coordinates, U: torch.Tensor, p: np.ndarray,
@@ -362,15 +375,21 @@ def _map_back(plan: Plan, at: _Pass, coords: _gram.Coordinates, U: torch.Tensor,
     """The retained directions mapped back: L_p = Q U_p (orthonormal columns) and R_p = U_p^T H,
     columns past each matrix's own rank exact zeros, the scale 2^e on R_p; then unoriented."""
     s, pmax = U.shape[-1], int(p.max())
-    Up = (U if pmax == s else U[..., s - pmax:]).flip(-1).to(plan.cdt)
-    if plan.tau is not None and (p < pmax).any():
-        keep = np.arange(pmax) < p[:, None, None]
-        Up = Up * torch.from_numpy(keep).to(Up.device)
+    Up = (U if pmax == s else U[..., s - pmax:]).flip(-1)
+    if Up.dtype != plan.cdt:
+        Up = Up.to(plan.cdt)
+    if plan.tau is not None and p.min() < pmax:
+        Up = Up * _device(torch.from_numpy(np.arange(pmax) < p[:, None, None]), Up.device)
     L = at.basis.apply(Up)
     R = _gram.rows(coords, Up, at.basis.C, at.Y)
     if at.e is not None:  # the scale goes on the singular-value side only; L stays orthonormal
         R = _range.scale_pow2(R, at.e.view(-1, 1, 1), parts=3)
     return unorient(L, R, transposed)
+
+
+def _device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on ``device`` (no call at all when that is the CPU)."""
+    return t if device.type == "cpu" else t.to(device)
 
 
 def _finish(plan: Plan, batch: tuple, B: torch.Tensor, A: torch.Tensor, p: np.ndarray, energy: np.ndarray,
@@ -386,28 +405,12 @@ def _finish(plan: Plan, batch: tuple, B: torch.Tensor, A: torch.Tensor, p: np.nd
     if whole and not batch:
         rank, energy_out = int(p[0]), float(energy[0])
     else:
-        rank = torch.from_numpy(p.reshape(shape)).to(B.device)
-        energy_out = torch.from_numpy(energy.astype(cnp).reshape(shape)).to(B.device)
-    sv = torch.from_numpy(np.ascontiguousarray(sv, dtype=cnp).reshape(*shape, -1)).to(B.device)
-    if whole:
+        rank = _device(torch.from_numpy(p.reshape(shape)), B.device)
+        energy_out = _device(torch.from_numpy(energy.astype(cnp).reshape(shape)), B.device)
+    sv = _device(torch.from_numpy(np.ascontiguousarray(sv, dtype=cnp).reshape(*shape, -1)), B.device)
+    if whole and len(batch) != 1:
         B, A = B.reshape(*batch, *B.shape[-2:]), A.reshape(*batch, *A.shape[-2:])
-    return RecompressResult(B=B.to(plan.out_dtype), A=A.to(plan.out_dtype), rank=rank, energy=energy_out,
-                            singular_values=sv, tau=plan.tau, backend=plan.backend, transposed=transposed, info=info)
-
-
-def _empty_result(plan: Plan, batch: tuple, m: int, n: int, s: int, transposed: bool,
-                  device: torch.device) -> RecompressResult:
-    """No matrices (an empty batch) or no directions (r, m or n zero): rank 0 and zero-width
-    factors in both modes when s = 0 (a fixed rank p cannot be reached, and p zero
-    columns would not be orthonormal); an empty batch of s > 0 problems keeps the width p."""
-    p = 0 if plan.rank is None or s == 0 else plan.rank
-    B = torch.zeros(*batch, m, p, dtype=plan.out_dtype, device=device)
-    A = torch.zeros(*batch, p, n, dtype=plan.out_dtype, device=device)
-    sv = torch.zeros(*batch, s, dtype=plan.cdt, device=device)
-    if len(batch) == 0:
-        rank, energy = p, 1.0
-    else:
-        rank = torch.full(batch, p, dtype=torch.int64, device=device)
-        energy = torch.ones(batch, dtype=plan.cdt, device=device)
-    return RecompressResult(B=B, A=A, rank=rank, energy=energy, singular_values=sv, tau=plan.tau,
-                            backend=plan.backend, transposed=transposed)
+    if B.dtype != plan.out_dtype:
+        B, A = B.to(plan.out_dtype), A.to(plan.out_dtype)
+    return RecompressResult(B=B, A=A, rank=rank, energy=energy_out, singular_values=sv, tau=plan.tau,
+                            backend=plan.backend, transposed=transposed, info=info)

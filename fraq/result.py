@@ -9,7 +9,7 @@ import torch
 from fraq._parallel import map_chunks, one_thread
 from fraq.backends.base import merge_info
 
-__all__ = ["RecompressResult", "join_results"]
+__all__ = ["RecompressResult", "empty_result", "join_results"]
 
 
 @dataclass(frozen=True)
@@ -99,3 +99,25 @@ def _like(t: torch.Tensor, shape: tuple[int, int, int]) -> torch.Tensor:
     if t.dim() == 3 and not t.is_contiguous() and t.mT.is_contiguous():
         return t.new_empty(shape[0], shape[2], shape[1]).mT
     return t.new_empty(shape)
+
+
+def empty_result(batch: tuple, m: int, n: int, s: int, rank: int | None, tau: float | None, out_dtype: torch.dtype,
+                 cdt: torch.dtype, backend: str, transposed: bool, device: torch.device) -> RecompressResult:
+    """No matrices (an empty batch) or no directions (r, m or n zero, s = 0).
+
+    With s = 0 the aggregate is the zero m x n matrix, and its best approximation of any
+    rank is itself, of rank 0: zero-width factors in both modes (a fixed rank p cannot be
+    reached, and p zero columns would not be orthonormal). An empty batch of s > 0
+    problems keeps the requested width p.
+    """
+    p = 0 if rank is None or s == 0 else rank
+    B = torch.zeros(*batch, m, p, dtype=out_dtype, device=device)
+    A = torch.zeros(*batch, p, n, dtype=out_dtype, device=device)
+    sv = torch.zeros(*batch, s, dtype=cdt, device=device)
+    if len(batch) == 0:
+        rank_out, energy = p, 1.0
+    else:
+        rank_out = torch.full(batch, p, dtype=torch.int64, device=device)
+        energy = torch.ones(batch, dtype=cdt, device=device)
+    return RecompressResult(B=B, A=A, rank=rank_out, energy=energy, singular_values=sv, tau=tau, backend=backend,
+                            transposed=transposed)
