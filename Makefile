@@ -51,7 +51,7 @@ regress:
 bench-report:
 	$(PY) -m benchmarks.report all
 
-# FRAQ over its roofline and FLoRIST at 1 and 2 threads (issue 12); FRAQ_BENCH_BACKEND picks the backend.
+# FRAQ over its roofline and FLoRIST at 1 and 2 threads; FRAQ_BENCH_BACKEND picks the backend.
 bench-roofline:
 	$(PY) -m benchmarks.roofline
 

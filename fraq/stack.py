@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 
 from fraq._validation import check_client_numbers, check_finite, check_pair
 
-__all__ = ["stack", "normalized_weights"]
+__all__ = ["fill_stacks", "normalized_weights", "stack"]
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def normalized_weights(weights: Sequence[float] | torch.Tensor | None, count: int) -> list[float]:
@@ -161,13 +163,54 @@ def _stack_impl(Bs, As, a, s, dtype):
     # B is written into a (*, r, m) buffer and returned as its transpose: column-major.
     Bt = torch.empty(*batch, r, m, dtype=dtype, device=device)
     A = torch.empty(*batch, r, n, dtype=dtype, device=device)
-    lo = 0
-    for Bk, Ak, ak, sk in zip(Bs, As, a, s):
-        hi = lo + Bk.shape[-1]
-        root = math.sqrt(ak)
-        # Scale in at least float32 so bf16 clients are rounded once, on the way out.
-        work = torch.promote_types(Bk.dtype, torch.float32)
-        Bt[..., lo:hi, :] = (Bk.to(work) * root).mT
-        A[..., lo:hi, :] = Ak.to(work) * (root * sk)
-        lo = hi
+    fill_stacks(Bt.mT, A, zip(Bs, As), a, s)
     return Bt.mT, A
+
+
+Factor = torch.Tensor | Sequence[torch.Tensor]
+"""One client's factor: a tensor, or L per-module matrices written as their stack (L, *, *)."""
+
+
+def fill_stacks(B: torch.Tensor, A: torch.Tensor, clients: Iterable[tuple[Factor, Factor]],
+                a: Sequence[float], s: Sequence[float]) -> None:
+    r"""Write Eq. 7's weighted stacks into the preallocated ``B`` (*, m, r) and ``A`` (*, r, n).
+
+    Client k's factors go to columns (rows of A) ``lo:lo + r_k`` in client order, as
+    :math:`\sqrt{a_k} B_k` and :math:`\sqrt{a_k} s_k A_k`. ``clients[k]`` is ``(B_k, A_k)``:
+    tensors (*, m, r_k) and (*, r_k, n), or two sequences of L per-module matrices (m, r_k)
+    and (r_k, n), copied straight into their slices as their stack (then * is (L,)), so a
+    whole-model group of modules needs no (L, m, r_k) intermediate. This is the one
+    implementation of the stacking: :func:`stack` and the aggregators' groups
+    (:meth:`fraq.aggregators.Group.stacked`) both call it.
+
+    Precision: every weighted factor is rounded once, into the stacks' dtype. When the
+    copy into the slice is exact (the stacks' dtype holds the client's, float32 or wider)
+    the slice is copied and then scaled in place while it is in cache; otherwise (float16
+    or bfloat16 stacks, or a narrower dtype than the client's) the factor is scaled in at
+    least float32 and rounded on the way in.
+
+    It trusts its arguments (the callers validate) and never synchronizes with the host:
+    a caller may fill disjoint stacks from several threads or streams.
+    """
+    lo = 0
+    for (Bk, Ak), ak, sk in zip(clients, a, s):
+        hi = lo + (Ak.shape[-2] if isinstance(Ak, torch.Tensor) else Ak[0].shape[-2])
+        root = math.sqrt(ak)
+        _put(B[..., lo:hi], Bk, root)
+        _put(A[..., lo:hi, :], Ak, root * sk)
+        lo = hi
+
+
+def _put(out: torch.Tensor, src: Factor, c: float) -> None:
+    """``out = c * src`` (``src`` a tensor or a list to stack), rounded once into ``out.dtype``."""
+    tensor = isinstance(src, torch.Tensor)
+    dtype = src.dtype if tensor else src[0].dtype
+    if out.dtype not in _LOW_PRECISION and torch.promote_types(dtype, out.dtype) == out.dtype:
+        if tensor:
+            out.copy_(src)
+        else:
+            torch.stack(list(src), out=out)
+        out.mul_(c)
+        return
+    x = src if tensor else torch.stack(list(src))
+    out.copy_(x.to(torch.promote_types(dtype, torch.float32)) * c)

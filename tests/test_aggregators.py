@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import itertools
 
+import re
+
 import pytest
 import torch
+
+import fraq
 from conftest import eps
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -602,6 +606,25 @@ def test_option_errors():
         get_aggregator("fraq", gram="syrk")
     with pytest.raises(ValueError, match=r"max_dense_bytes\(=0\)"):
         get_aggregator("flexlora", max_dense_bytes=0)
+
+
+@pytest.mark.parametrize("options", [
+    {"tau": 1.5}, {"tau": "0.9"}, {"tau": 0.9, "rank": 2}, {"rank": 2.5}, {"rank": True},
+    {"tau": 0.9, "eig_dtype": torch.float16}, {"tau": 0.9, "eig_dtype": torch.int32},
+    {"tau": 0.9, "backend": "nope"}, {"tau": 0.9, "gram": "syrk"},
+])
+def test_fraq_options_fail_with_recompress_messages(options):
+    """One place validates: FRAQ's aggregator refuses what fraq.recompress refuses, with its message."""
+    B, A = torch.randn(6, 3), torch.randn(3, 5)
+    with pytest.raises((TypeError, ValueError)) as want:
+        fraq.recompress(B, A, **options)
+    with pytest.raises(type(want.value), match=re.escape(str(want.value))):
+        get_aggregator("fraq", **options)
+
+
+def test_fraq_takes_rank_alone_and_defaults_to_tau():
+    assert get_aggregator("fraq", rank=3).rank == 3 and get_aggregator("fraq", rank=3).tau is None
+    assert get_aggregator("fraq").tau == 0.95 and get_aggregator("fraq").rank is None
 
 
 def test_result_accessors():

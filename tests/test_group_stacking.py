@@ -45,6 +45,37 @@ def test_stacked_bf16_clients_in_float32():
         assert B.dtype == torch.float32 and torch.equal(B, B0) and torch.equal(A, A0)
 
 
+@pytest.mark.parametrize("dtype,stack_dtype", [(torch.bfloat16, None), (torch.float16, None),
+                                               (torch.float64, torch.float32), (torch.float32, torch.bfloat16)])
+@pytest.mark.parametrize("batched", [True, False])
+def test_stacked_rounds_like_fraq_stack_in_every_dtype(dtype, stack_dtype, batched):
+    """One implementation: the groups and fraq.stack round every weighted factor once, identically."""
+    for g in _groups(_updates(dtype=dtype), batched):
+        Bs, As = g.client_factors()
+        B0, A0 = fraq.stack(Bs, As, g.weights, g.spec.scales, dtype=stack_dtype)
+        B, A = g.stacked(stack_dtype)
+        assert B.dtype == B0.dtype and torch.equal(B, B0) and torch.equal(A, A0)
+
+
+def test_fill_stacks_writes_into_the_given_tensors():
+    """fill_stacks fills preallocated stacks in place (a strided view of B included) and returns nothing."""
+    from fraq.stack import fill_stacks
+
+    Bs, As = lora_clients(12, 9, [3, 1, 2], seed=4, batch=(2,))
+    a, s = normalized_weights([1, 2, 3], 3), [0.5, 2.0, 1.0]
+    Bt = torch.full((2, 6, 12), float("nan"))
+    A = torch.full((2, 6, 9), float("nan"))
+    ptrs = (Bt.data_ptr(), A.data_ptr())
+    assert fill_stacks(Bt.mT, A, zip(Bs, As), a, s) is None
+    assert (Bt.data_ptr(), A.data_ptr()) == ptrs
+    B0, A0 = fraq.stack(Bs, As, [1, 2, 3], s)
+    assert torch.equal(Bt.mT, B0) and torch.equal(A, A0)
+    per_module = [([b[i] for i in range(2)], [x[i] for i in range(2)]) for b, x in zip(Bs, As)]
+    Bt2, A2 = torch.empty_like(Bt), torch.empty_like(A)
+    fill_stacks(Bt2.mT, A2, per_module, a, s)  # lists of module matrices: stacked into the slices
+    assert torch.equal(Bt2, Bt) and torch.equal(A2, A)
+
+
 def test_stacked_names_client_and_module_of_a_nan():
     ups = _updates()
     ups[2].factors["layer.1"][1][0, 3] = float("nan")

@@ -10,6 +10,7 @@ batch dimension, so every factorization runs as one batched call per group (the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from abc import ABC, abstractmethod
@@ -21,7 +22,7 @@ import torch
 
 from fraq._validation import check_factor, check_finite, check_pair
 from fraq.aggregators.payload import AggregationResult, ClientUpdate, Downlink
-from fraq.stack import normalized_weights
+from fraq.stack import fill_stacks, normalized_weights
 
 __all__ = ["Aggregator", "Group", "ModuleSpec"]
 
@@ -101,13 +102,13 @@ class Group:
             B = [\sqrt{a_1} B_1, \dots, \sqrt{a_K} B_K], \qquad
             A = [\sqrt{a_1} s_1 A_1; \dots; \sqrt{a_K} s_K A_K].
 
-        Each client's per-module factors are copied straight into their slice of the
-        stacks (``torch.stack(..., out=slice)``) and scaled there, in place, while the slice
-        is still in cache: no (L, m, r_k) intermediate as :meth:`client_factors` would make
-        and :func:`fraq.stack` copy again. ``dtype`` defaults to the clients'; the scaling
-        rounds once in it (bf16 clients: pass float32 to keep the stacks free of that
-        rounding). NaN or Inf in a factor raise a ValueError naming the client and module,
-        checked on the stacks with one reduction each.
+        The stacks are filled by :func:`fraq.stack.fill_stacks`, the one implementation of
+        the stacking: each client's per-module factors are copied straight into their slice
+        of the stacks and scaled there, with no (L, m, r_k) intermediate as
+        :meth:`client_factors` would make and :func:`fraq.stack` copy again. ``dtype``
+        defaults to the clients'; pass float32 for bf16 clients to keep the stacks free of
+        a second rounding. NaN or Inf in a factor raise a ValueError naming the client and
+        module, checked on the stacks with one reduction each.
         """
         spec = self.spec
         if spec.m is None:
@@ -117,20 +118,10 @@ class Group:
         r = sum(spec.ranks)
         B = torch.empty(*lead, r, spec.m, dtype=dtype, device=spec.device).mT
         A = torch.empty(*lead, r, spec.n, dtype=dtype, device=spec.device)
-        lo = 0
-        for k, (ak, sk, rk) in enumerate(zip(self.weights, spec.scales, spec.ranks)):
-            hi = lo + rk
-            b, a = self.module_factors(k)
-            root = math.sqrt(ak)
-            if self.batched:
-                torch.stack(b, out=B[..., lo:hi])
-                torch.stack(a, out=A[..., lo:hi, :])
-            else:
-                B[..., lo:hi].copy_(b[0])
-                A[..., lo:hi, :].copy_(a[0])
-            B[..., lo:hi].mul_(root)
-            A[..., lo:hi, :].mul_(root * sk)
-            lo = hi
+        clients = (self.module_factors(k) for k in range(len(self._updates)))
+        if not self.batched:
+            clients = ((b[0], a[0]) for b, a in clients)
+        fill_stacks(B, A, clients, self.weights, spec.scales)
         for name, t in (("B", B), ("A", A)):
             if t.numel() and not bool(torch.isfinite(t.sum())):
                 self._raise_non_finite(name)
@@ -209,6 +200,7 @@ class Aggregator(ABC):
             raise TypeError(f"batched(={batched!r}) must be a bool")
         updates, specs = validate_updates(updates, single_matrix=self.single_matrix,
                                           check_values=self.checks_finite)
+        updates = [_detached(u) for u in updates]  # aggregation works on values: no autograd graph
         if not self.heterogeneous_ranks:
             for spec in specs:
                 if len(set(spec.ranks)) > 1 or len(set(spec.scales)) > 1:
@@ -287,6 +279,16 @@ def _check_scale(where: str, v: object) -> float:
     if not math.isfinite(v) or v <= 0:
         raise ValueError(f"{where}(={v}) must be a finite positive LoRA scale alpha / r")
     return v
+
+
+def _detached(u: ClientUpdate) -> ClientUpdate:
+    """``u`` with factors that require grad (``nn.Parameter``, a client's live LoRA weights)
+    detached: every aggregator works on the values, builds no autograd graph and returns
+    tensors that do not require grad (as :func:`fraq.recompress` does)."""
+    if not any(t is not None and t.requires_grad for pair in u.factors.values() for t in pair):
+        return u
+    return dataclasses.replace(u, factors={name: tuple(None if t is None else t.detach() for t in pair)
+                                           for name, pair in u.factors.items()})
 
 
 def validate_updates(updates: object, *, single_matrix: bool = False,

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 
 import torch
 
 import fraq
-from fraq._validation import check_tau
+from fraq._validation import check_eig_dtype, check_rank, check_tau
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.payload import REINITIALIZE, Downlink, Factors
-from fraq.backends import AUTO, BACKENDS
+from fraq.backends import AUTO, resolve_backend
 from fraq.recompress import GRAMS
 
-__all__ = ["Fraq"]
+__all__ = ["DEFAULT_TAU", "Fraq"]
+
+DEFAULT_TAU = 0.95
+"""FRAQ's energy threshold when neither ``tau`` nor ``rank`` is given (the paper's higher setting)."""
 
 
 class Fraq(Aggregator):
@@ -30,12 +32,14 @@ class Fraq(Aggregator):
     Flops per module: :func:`fraq.recompress`, (2d + 4D) r^2 + O(r^3 + (d + D) r p).
 
     Args:
-        tau: energy threshold in (0, 1] (default 0.95, the paper's higher setting; it
-            also reports 0.80).
-        rank: fixed rank p instead of ``tau`` (pass ``tau=None``).
+        tau: energy threshold in (0, 1] (default :data:`DEFAULT_TAU` = 0.95, the paper's
+            higher setting; it also reports 0.80).
+        rank: fixed rank p instead of ``tau`` (give one of the two).
         backend: basis backend name (:data:`fraq.BACKENDS`), or ``"auto"`` (default): the
             device's default (:data:`fraq.backends.DEVICE_DEFAULTS`).
-        eig_dtype: dtype of the r x r eigenproblem (see :func:`fraq.recompress`).
+        eig_dtype: dtype of the r x r eigenproblem, float32 or float64 (see :func:`fraq.recompress`).
+
+    The options are checked with :func:`fraq.recompress`'s own helpers and messages.
         gram: the Gram's form, one of :data:`fraq.recompress.GRAMS` (default: recompress's).
     """
 
@@ -43,22 +47,22 @@ class Fraq(Aggregator):
     client_init = REINITIALIZE
     checks_finite = False  # Group.stacked does
 
-    def __init__(self, *, tau: float | None = 0.95, rank: int | None = None, backend: str = AUTO,
+    def __init__(self, *, tau: float | None = None, rank: int | None = None, backend: str = AUTO,
                  eig_dtype: torch.dtype | None = None, gram: str | None = None):
-        if (tau is None) == (rank is None):
+        if tau is not None and rank is not None:
             raise ValueError(f"pass exactly one of tau and rank, got tau={tau!r}, rank={rank!r}")
-        if tau is not None:
-            tau = check_tau(tau)
-        elif isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank < 1:
-            raise ValueError(f"rank(={rank!r}) must be an int >= 1")
-        if not isinstance(backend, str) or (backend != AUTO and backend not in BACKENDS):
-            raise ValueError(f"backend(={backend!r}) is not one of {[AUTO, *sorted(BACKENDS)]}")
-        if eig_dtype is not None and (not isinstance(eig_dtype, torch.dtype) or not eig_dtype.is_floating_point):
-            raise TypeError(f"eig_dtype(={eig_dtype!r}) must be a floating torch.dtype")
+        if rank is None:
+            tau = check_tau(DEFAULT_TAU if tau is None else tau)
+        else:
+            rank = check_rank(rank, None)
+        if backend != AUTO:
+            resolve_backend(backend, "cpu")  # recompress's check and message; "auto" resolves per device
+        if eig_dtype is not None:
+            check_eig_dtype(eig_dtype)
         if gram is not None and gram not in GRAMS:
             raise ValueError(f"gram(={gram!r}) must be one of {list(GRAMS)}")
         self.tau = tau
-        self.rank = None if rank is None else int(rank)
+        self.rank = rank
         self.gram = gram
         self.backend = backend
         self.eig_dtype = eig_dtype
