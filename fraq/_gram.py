@@ -6,9 +6,8 @@ Two forms give the same two results:
 
 * **product** (the paper's steps): :math:`H = CY`, :math:`G = HH^\top`,
   :math:`R_p = U_p^\top H`; H is held as its transpose, row-major (D x s), so the three
-  products that touch it read their long dimension contiguously (BLAS runs them
-  1.5-2x faster than on a row-major H for the LoRA shapes on CPUs: same flops, better
-  kernels).
+  products that touch it read their long dimension contiguously (on CPUs BLAS runs
+  them faster than on a row-major H for the LoRA shapes: same flops, better kernels).
 * **factored**: :math:`G = C\,(YY^\top)\,C^\top`, :math:`R_p = (U_p^\top C)\,Y`; H is
   never formed, so D enters through one r x r Gram :math:`YY^\top` and the final rows:
   :math:`(2d + D) r^2` leading-order flops with Householder against :math:`(2d + 3D) r^2`

@@ -138,7 +138,8 @@ def recompress(
         True
     """
     check_pair(B, A)
-    B, A = B.detach(), A.detach()  # values only: no autograd graph (see Gradients above)
+    if B.requires_grad or A.requires_grad:  # values only: no autograd graph (see Gradients above)
+        B, A = B.detach(), A.detach()
     if (tau is None) == (rank is None):
         raise ValueError(f"pass exactly one of tau and rank, got tau={tau!r}, rank={rank!r}")
     m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]

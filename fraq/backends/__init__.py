@@ -15,8 +15,8 @@ name                        basis                                               
 ``newton-schulz``           classic cubic iteration to tolerance, Cholesky         yes
                             metric correction (pseudo-inverse if rank-deficient)
 ``newton-schulz-polar-      Polar Express schedule, otherwise as above: fewer      yes
-express``                   steps, 1.3e-6 above the optimum in float32 (cubic:
-                            8.5e-7), see fraq.backends.newton_schulz
+express``                   steps, a larger float32 rounding than the cubic's
+                            (see fraq.backends.newton_schulz, "Accuracy")
 ``newton-schulz-lstsq``     Polar Express to tolerance, least-squares coordinates  near
 ``newton-schulz-direct``    Polar Express to tolerance, direct coordinates Q^T X   near
 ``newton-schulz-muon``      Muon's quintic, 5 steps, direct coordinates            no
@@ -217,10 +217,10 @@ DEVICE_DEFAULTS: dict[str, str] = {"cpu": "householder", "cuda": "householder"}
 * CPU: ``householder``. Once a large batch runs chunk by chunk (each LAPACK call on one
   thread, the chunks shared by the threads) and the Gram is formed factored, Householder's
   geqrf/ormqr cost no more than ``cholesky``'s float64 Gram and float64 application of
-  R^-1, which run at half the float32 GEMM rate: in one interleaved run (README,
-  "Performance") Householder was 7-25% faster on the RoBERTa-base preset and within 5% on
-  LLaMA-3.2-3B, at 1 and 2 threads. ``cholesky`` (exact, same accuracy) stays one name
-  away; re-measure on another CPU with ``FRAQ_BENCH_BACKEND=cholesky make bench-roofline``.
+  R^-1, which run at half the float32 GEMM rate; the interleaved measurement on the
+  presets is in docs/performance.md. ``cholesky`` (exact, same accuracy) stays one name
+  away; re-measure on another CPU with ``python -m benchmarks.roofline --compare
+  householder:auto cholesky:auto``.
 * CUDA: ``householder``, the paper's reference, until ``cholesky`` is measured on a GPU.
   There ``cholesky`` is the candidate (torch runs geqrf for d > 256 and ormqr as
   per-matrix loops, cholesky_ex batched), but on GPUs whose float64 rate is 1/32 to 1/64

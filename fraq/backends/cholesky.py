@@ -77,8 +77,8 @@ CONDITION_MARGIN = 16.0
 r"""A matrix is accepted while :math:`\kappa_F^2\varepsilon_{wide} \le \varepsilon / \text{CONDITION\_MARGIN}`.
 
 16 keeps the orthogonality lost to the Gram's rounding (about
-:math:`\kappa^2\varepsilon_{64}`, measured 1.1e-7 for d = 768, r = 80 up to
-:math:`\kappa_2 = 10^4`, i.e. :math:`\kappa_F \approx 5\cdot10^4`) at or below float32's own
+:math:`\kappa^2\varepsilon_{64}`, of the order of float32's eps at
+:math:`\kappa_2 = 10^4`, i.e. :math:`\kappa_F \approx 5\cdot10^4` for d = 768, r = 80) at or below float32's own
 rounding; :math:`\kappa_F` bounds :math:`\kappa_2` from above, so the test errs on the
 side of falling back."""
 

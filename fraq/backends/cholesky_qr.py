@@ -31,7 +31,7 @@ they do not.
 
 Flops, leading order per matrix (GEMM Grams, as run): 2 d r^2 (W_1) + 2 d r^2 (Q_1 as
 X times the r x r inverse of R_1, which on a CPU runs faster than the d r^2 triangular
-solve: measured 1.3-1.7x) + 2 d r^2 (W_2) + O(r^3) = **6 d r^2** + O(r^3), against
+solve, a GEMM being the better kernel) + 2 d r^2 (W_2) + O(r^3) = **6 d r^2** + O(r^3), against
 Householder's 2 d r^2 - 2 r^3 / 3; applying Q to r x p coordinates is r^2 p +
 **2 d r p** (a triangular solve and one GEMM) against the reflectors' 4 d r p - 2 r^2 p.
 So it does *more* arithmetic than Householder for the basis and less for applying it;

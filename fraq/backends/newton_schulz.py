@@ -40,8 +40,8 @@ tolerance on :math:`\lVert \tilde Q^\top\tilde Q - I\rVert_F`; unlike it, it als
 vanishes on a partial isometry, which is where every polynomial iteration goes on a
 **rank-deficient X** (duplicate clients): zero singular values stay at zero. The default
 ``tol`` is :math:`4 r \varepsilon`, a few times the rounding floor of a float32 or
-float64 Gram of an exactly orthonormal d x r matrix (about :math:`0.2 r\varepsilon`
-measured), so the iteration stops one step after the floor is reached.
+float64 Gram of an exactly orthonormal d x r matrix (about :math:`0.2 r\varepsilon`),
+so the iteration stops one step after the floor is reached.
 
 **Coordinates** (``coords``, Appendix D), with :math:`T = \tilde Q^\top X`:
 
@@ -70,9 +70,9 @@ rounding, so the span still contains col(X).
 each product :math:`\tilde Q_k P_k`, relative to the smallest singular values at that
 step and scaled by :math:`\lVert P_k\rVert`; no later step can undo it (right
 multiplication keeps the span). The cubic step has :math:`\lVert P\rVert \le 3/2`;
-Polar Express's first steps have up to 8.2, so it trades steps for accuracy: on
-duplicated RoBERTa-shaped stacks ``benchmarks.experiments.backends`` measured 1.3e-6 relative
-error above the optimum for Polar Express, 8e-7 for the cubic and 3e-7 for Householder.
+Polar Express's first steps have up to 8.2, so it trades steps for accuracy: its error
+above the optimum is a small multiple of the cubic's, itself a small multiple of
+Householder's (``python -m benchmarks.experiments.backends`` measures the three).
 
 **Cost**, leading order per matrix: 4 d r^2 per step (the Gram and the update), plus
 2 d r^2 for T (and O(r^3) for the r x r work); applying Q is 2 d r p. Against
