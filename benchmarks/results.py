@@ -21,12 +21,15 @@ import json
 import os
 import platform
 import re
+import sys
 import time
 from pathlib import Path
 
 import torch
 
-__all__ = ["result_path", "result_record", "versions", "write_result"]
+from fraq._files import check_dir_out, replacing_file
+
+__all__ = ["check_out_dir", "result_path", "result_record", "versions", "write_result"]
 
 
 def versions() -> dict:
@@ -71,8 +74,16 @@ def write_result(out: str | Path, experiment: str, key: str, config: dict, resul
     """Write one result to ``out/<experiment>/<key>.json`` (atomically) and return the path."""
     rec = result_record(experiment, key, config, result, device=device, dtype=dtype)
     path = result_path(out, experiment, key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(rec, indent=1, default=str))
-    os.replace(tmp, path)
+    with replacing_file(path) as tmp:  # whole; a replaced file keeps its mode, a link its target
+        tmp.write_text(json.dumps(rec, indent=1, default=str))
     return path
+
+
+def check_out_dir(out: str | Path) -> None:
+    """Stop a command-line tool before any work, with one line and exit status 2, when its
+    results directory ``out`` is a file (or lies under one) or cannot be created."""
+    try:
+        check_dir_out(out, "--out")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

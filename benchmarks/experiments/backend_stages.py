@@ -3,7 +3,7 @@
 For the LoRA-like preset cases of :mod:`benchmarks.experiments.backends` and a few
 backends (:data:`STAGE_BACKENDS`), each stage of the pipeline (basis, H = C Y, the Gram,
 the float64 eigensolver, applying Q, R_p; the factored Gram of
-:mod:`fraq.backends.factored_gram` beside the H path) runs alone on every module group,
+:mod:`fraq._gram` beside the H path) runs alone on every module group,
 at one thread, timed round-robin with the whole recompression. "other" is the whole
 minus its measured parts: argument checks, the Gram range check, the rank rule, masking
 and copies. One result file per (case, backend), ``<out>/backend_stages/<case>-<backend>.json``.
@@ -20,7 +20,7 @@ from benchmarks.experiments.backends import PRESETS, TAU, Case, lora_case
 from benchmarks.measure import round_robin
 from benchmarks.sizes import size_config
 from fraq.backends import get_backend
-from fraq.backends.factored_gram import factored_gram, factored_rows
+from fraq._gram import factored_gram, factored_rows
 
 __all__ = ["key", "measure", "points", "stage_breakdown"]
 
