@@ -367,6 +367,8 @@ def test_malformed_and_old_format_files_are_named_and_skipped(tiny, tmp_path):
         assert any(str(path) in m and why in m for m in messages), (path, messages)
         assert str(path) in text
     assert "## Figure 3" in text  # the rest is still drawn
+    fastest = next(x for x in text.splitlines() if "FRAQ is the fastest method" in x)
+    assert "**no verdict**" in fastest and "d=32 batched FRAQ (no result)" in fastest  # a skipped point is missing
 
 
 def test_empty_results_directory_is_an_error_that_says_what_to_run(tmp_path, capsys):
