@@ -19,7 +19,7 @@ analytic FLOPs (:func:`fraq.flops.fraq_flops`, Newton-Schulz at its measured ste
 count), orthogonality ||Q^T Q - I||_F, relative error above the float64 Eckart-Young
 optimum, gap to Householder FRAQ, fallbacks taken, Newton-Schulz steps. A stage
 breakdown (1 thread) times the pieces of the pipeline one by one for Householder and
-Cholesky-QR2, with the factored Gram (:mod:`fraq.backends.factored_gram`) beside the
+Cholesky-QR2, with the factored Gram (:mod:`fraq._gram`) beside the
 H path, to show where the time goes.
 
 Backends are timed round-robin (one call of each in turn, order rotated every repeat) so
@@ -50,7 +50,7 @@ from benchmarks.measure import Timing, round_robin
 from benchmarks.measure.methods import ran_factored
 from benchmarks.results import check_out_dir, write_result
 from fraq.backends import BACKENDS, EXACT_BACKENDS, get_backend
-from fraq.backends.factored_gram import factored_gram, factored_rows
+from fraq._gram import factored_gram, factored_rows
 from fraq.diagnostics import orthogonality_error
 from fraq.flops import fraq_flops
 from fraq.reference import factored_error, reference_svd
