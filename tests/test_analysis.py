@@ -400,6 +400,11 @@ def test_default_results_dir_is_found_from_a_subdirectory(tmp_path, monkeypatch)
     assert default_dir() == tmp_path / "results" / "reproduce" / "results"
     monkeypatch.setenv("FRAQ_RESULTS", str(tmp_path / "x"))
     assert default_dir() == tmp_path / "x"
+    monkeypatch.delenv("FRAQ_RESULTS")
+    monkeypatch.chdir(tmp_path.parent)  # nothing here or above: say where it looked and what to run
+    with pytest.raises(analysis.NoResults, match=f"no results/reproduce/results in {tmp_path.parent} or any parent: "
+                                                 "run `make run` in the repository root"):
+        analysis.load()
 
 
 # ----------------------------------------------------------------------------- figure defects
