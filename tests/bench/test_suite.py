@@ -127,9 +127,9 @@ def test_missing_device_skips_asv_setup(monkeypatch):
     device = _missing_cuda()
     monkeypatch.setenv("FRAQ_BENCH_DEVICE", device)
     with pytest.raises(NotImplementedError, match=device):
-        bench_recompress.RankSweep().setup("fraq", 16, "batched")
+        bench_recompress.RankSweep().setup(bench_recompress.RankSweep().setup_cache(), "fraq", 16, "batched")
     with pytest.raises(NotImplementedError, match=device):
-        bench_recompress.HiddenSweep().setup("fraq", 768, "batched")
+        bench_recompress.HiddenSweep().setup(bench_recompress.HiddenSweep().setup_cache(), "fraq", 768, "batched")
     with pytest.raises(NotImplementedError, match=device):
         bench_recompress.Backends().setup("householder", "d768-r16")
     cache = bench_ablation.Table4().setup_cache()
@@ -255,11 +255,15 @@ def test_asv_runner_and_pytest_benchmark_measure_the_same_points():
     assert marks[0].args[1] == fig3.points(QUICK) == [c for _, _, c in run.plan(["fig3"], QUICK)]
 
     config = next(c for c in runner if (c["sweep"], c["method"], c["mode"]) == ("r", "fraq", "batched"))
+    combo = ("fraq", config["r"], "batched")
     with threads(1):
         measured = fig3.measure(config)
         bench = bench_recompress.RankSweep()
-        bench.setup("fraq", config["r"], "batched")
-        tracked = {k: getattr(bench, f"track_{k}")() for k in ("flops", "peakmem", "excess", "flops_model")}
+        bench.params = [[p] for p in combo]  # asv's setup_cache, for this one point
+        cache = bench.setup_cache()
+        bench.setup(cache, *combo)
+        tracked = {k: getattr(bench, f"track_{k}")(cache, *combo) for k in ("flops", "peakmem", "excess",
+                                                                            "flops_model")}
         checked = fig3.metrics(config)  # what tests/bench/test_quick.py records in extra_info
     assert tracked["flops"] == measured["counted_flops"] == checked["counted_flops"]
     assert tracked["peakmem"] == measured["peak_bytes"] == checked["peak_bytes"]
