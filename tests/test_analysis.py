@@ -338,7 +338,7 @@ def test_mixed_configurations_are_refused_naming_them(tiny, tmp_path, capsys):
         _edit(other, lambda r: (r["config"].update(size="reduced", preset="llama-3.2-3b"),
                                 r.update(key="llama-" + r["key"])))
     n = len(list((out / "results" / "fig4_rank").glob("llama-*.json")))
-    with pytest.raises(analysis.MixedResults, match=f"size .*tiny .*reduced \\({n} files\\)"):
+    with pytest.raises(analysis.MixedResults, match=f"size: .*tiny .*reduced \\({n} files\\)"):
         analysis.load(out / "results")
     assert main(["--out", str(out)]) == 2
     err = capsys.readouterr().err
