@@ -138,7 +138,7 @@ def _build(out: Path) -> Path:
 
     head = ["# FRAQ server-side reproduction", ""]
     size = res.configuration.get("size")
-    head.append(f"Measured on {style.caption(res.all)}" + (f"; sweep size `{size}`" if size else "") + ". ")
+    head.append(f"Measured on {style.caption(res.all)}" + (f"; size `{size}`" if size else "") + ". ")
     head += ["Every figure and table below is rebuilt from the JSON files under `results/` by "
              "`python -m analysis.reproduce --out <this directory>`. Statements marked "
              "**agrees**/**disagrees** compare our numbers with the paper's text; the paper measured on a GH200 "
