@@ -130,7 +130,8 @@ def _build(out: Path) -> Path:
     b = res["backends"]
     if not b.empty:
         figure("fig_backends", figures.fig_backends(b), b,
-               f"python -m benchmarks.run backends ({b['mode'].iloc[0]}); latency at 1 torch thread; open markers: "
+               f"python -m benchmarks.run backends --size {res.configuration.get('size', '?')}; latency at 1 torch "
+               "thread; open markers: "
                "inexact backends; dotted: error 1e-6",
                "Backends: accuracy against latency", agreement.backends_lines(b),
                "FRAQ's basis backends: 1-thread latency against the error above the float64 optimum (this "
