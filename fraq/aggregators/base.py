@@ -20,10 +20,11 @@ from typing import ClassVar
 import torch
 
 from fraq._validation import check_factor, check_finite, check_pair
+from fraq.aggregators.layer import ClientLayer, Seeds
 from fraq.aggregators.payload import AggregationResult, ClientUpdate, Downlink
 from fraq.stack import fill_stacks, normalized_weights
 
-__all__ = ["Aggregator", "Group", "ModuleSpec"]
+__all__ = ["Aggregator", "AggregatorState", "Group", "ModuleSpec"]
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,27 @@ class Group:
         return list(t.unbind(0)) if self.batched else [t]
 
 
+class AggregatorState(ABC):
+    """A stateful method's server state between rounds (``result.state``), and its record.
+
+    A checkpoint stores the state as :meth:`to_record`: tensors, numbers, strings, lists
+    and dicts only, so it loads with ``torch.load(weights_only=True)``; :meth:`from_record`
+    reads it back. ``aggregator`` is the registry name of the method that made it; the
+    method names its state class in :attr:`Aggregator.state_type`.
+    """
+
+    aggregator: ClassVar[str]
+
+    @abstractmethod
+    def to_record(self) -> dict:
+        """The state as plain data (see the class docstring)."""
+
+    @classmethod
+    @abstractmethod
+    def from_record(cls, record: dict) -> AggregatorState:
+        """The state :meth:`to_record` wrote; a KeyError, TypeError or ValueError if damaged."""
+
+
 GroupOutput = dict[str, tuple[Downlink | tuple[Downlink, ...], int | tuple[int, ...]]]
 """module name -> (one Downlink shared by every client, or one per client; rank(s))."""
 
@@ -156,7 +178,12 @@ class Aggregator(ABC):
     """A server-side federated LoRA aggregation rule for a whole model.
 
     Subclasses set the class attributes and implement ``_group``; stateful methods also
-    override ``_check_state``, ``_prepare`` and ``_finish``.
+    override ``_check_state``, ``_prepare`` and ``_finish`` and name their
+    :class:`AggregatorState`. What is peculiar to a method is asked of it, never decided
+    by its name: its clients' layer (:meth:`client_layer`), what they train each round
+    (:meth:`trained_factors`), what its result can be written as (:attr:`not_an_adapter`,
+    :attr:`no_delta`), a cap on a fixed output rank (:meth:`capped`), and its state's
+    record (:attr:`state_type`).
 
     Class attributes:
         name: registry name.
@@ -164,13 +191,19 @@ class Aggregator(ABC):
             :data:`~fraq.aggregators.payload.REINITIALIZE`.
         heterogeneous_ranks: False when every client must have the same rank and scale
             per module (methods that average factors).
-        single_matrix: True for FLoRG: clients upload ``(None, A_k)``.
-        alternating_freeze: True for LoRA-A^2: clients train only B in odd rounds and only
-            A in even rounds (:meth:`trained_factors`).
-        rank_budgets: True for LoRA-A^2: every client holds the global rank max r_k and
-            uploads only its r_k most important components (``ClientUpdate.upload_rank``).
+        single_matrix: True when clients upload ``(None, A_k)`` (FLoRG).
+        alternating_freeze: True when clients train only B in odd rounds and only A in
+            even rounds (LoRA-A^2, :meth:`trained_factors`).
+        rank_budgets: True when every client holds the global rank max r_k and uploads
+            only its r_k most important components (LoRA-A^2,
+            ``ClientUpdate.upload_rank``).
         checks_finite: False when the method validates finiteness in :func:`fraq.stack`,
             so the inputs are scanned once, not twice.
+        state_type: the :class:`AggregatorState` subclass of ``result.state``, or None
+            for a stateless method.
+        not_an_adapter: why the method's result cannot be written as one peft LoRA
+            adapter from independently trained client adapters, or None when it can.
+        no_delta: why it cannot be written as a dense weight delta either, or None.
     """
 
     name: ClassVar[str]
@@ -180,6 +213,9 @@ class Aggregator(ABC):
     alternating_freeze: ClassVar[bool] = False
     rank_budgets: ClassVar[bool] = False
     checks_finite: ClassVar[bool] = True
+    state_type: ClassVar[type[AggregatorState] | None] = None
+    not_an_adapter: ClassVar[str | None] = None
+    no_delta: ClassVar[str | None] = None
 
     def aggregate(self, updates: Sequence[ClientUpdate], state: object | None = None, *,
                   batched: bool = True) -> AggregationResult:
@@ -235,6 +271,18 @@ class Aggregator(ABC):
         if not cls.alternating_freeze:
             return "AB"
         return "B" if round % 2 == 1 else "A"
+
+    def client_layer(self, targets: Mapping[str, tuple[int, int]], seeds: Seeds) -> ClientLayer:
+        """What this method's clients train in each of ``targets`` (module -> (m, n)), and
+        what an adapter adds to a weight; ``seeds`` is the run's seed function. Default:
+        peft's LoRA (:class:`~fraq.aggregators.layer.ClientLayer`)."""
+        return ClientLayer(targets, seeds)
+
+    def capped(self, limit: int) -> Aggregator:
+        """This aggregator for modules whose exact aggregate has rank at most ``limit``
+        (min(sum_k r_k, m, n)): itself, unless it asks for a fixed output rank above the
+        limit, which it then caps there (FRAQ's ``rank``)."""
+        return self
 
     @abstractmethod
     def _group(self, group: Group, state: object | None) -> GroupOutput:

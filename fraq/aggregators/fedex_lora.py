@@ -42,6 +42,7 @@ class FedExLoRA(Aggregator):
     client_init = WARM_START
     heterogeneous_ranks = False
     checks_finite = False  # Group.stacked does
+    not_an_adapter = "its exact residual is merged into the base weights, it is not a LoRA adapter"
 
     def _group(self, group: Group, state) -> GroupOutput:
         a = group.weights
