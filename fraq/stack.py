@@ -171,7 +171,7 @@ Factor = torch.Tensor | Sequence[torch.Tensor]
 """One client's factor: a tensor, or L per-module matrices written as their stack (L, *, *)."""
 
 
-def fill_stacks(B: torch.Tensor, A: torch.Tensor, clients: Iterable[tuple[Factor, Factor]],
+def fill_stacks(B: torch.Tensor | None, A: torch.Tensor, clients: Iterable[tuple[Factor | None, Factor]],
                 a: Sequence[float], s: Sequence[float]) -> None:
     r"""Write Eq. 7's weighted stacks into the preallocated ``B`` (*, m, r) and ``A`` (*, r, n).
 
@@ -181,7 +181,8 @@ def fill_stacks(B: torch.Tensor, A: torch.Tensor, clients: Iterable[tuple[Factor
     and (r_k, n), copied straight into their slices as their stack (then * is (L,)), so a
     whole-model group of modules needs no (L, m, r_k) intermediate. This is the one
     implementation of the stacking: :func:`stack` and the aggregators' groups
-    (:meth:`fraq.aggregators.Group.stacked`) both call it.
+    (:meth:`fraq.aggregators.Group.stacked`) both call it. With ``B`` None only ``A`` is
+    written (single-matrix uploads, whose B_k are None).
 
     Precision: every weighted factor is rounded once, into the stacks' dtype. When the
     copy into the slice is exact (the stacks' dtype holds the client's, float32 or wider)
@@ -196,7 +197,8 @@ def fill_stacks(B: torch.Tensor, A: torch.Tensor, clients: Iterable[tuple[Factor
     for (Bk, Ak), ak, sk in zip(clients, a, s):
         hi = lo + (Ak.shape[-2] if isinstance(Ak, torch.Tensor) else Ak[0].shape[-2])
         root = math.sqrt(ak)
-        _put(B[..., lo:hi], Bk, root)
+        if B is not None:
+            _put(B[..., lo:hi], Bk, root)
         _put(A[..., lo:hi, :], Ak, root * sk)
         lo = hi
 

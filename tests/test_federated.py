@@ -26,9 +26,10 @@ from fraq.federated.checkpoint import RoundState, load_checkpoint, save_checkpoi
 from fraq.federated.cli import main, run_experiment  # noqa: E402
 from fraq.federated.client import LocalJob, TrainSettings, load_start, local_update  # noqa: E402
 from fraq.federated.config import client_ranks, load_config, method_label, parse_method  # noqa: E402
-from fraq.federated.dataset import load_dataset, partition, partition_summary  # noqa: E402
+from fraq.federated.dataset import load_dataset  # noqa: E402
 from fraq.federated.intents import DOMAINS, generate_intents  # noqa: E402
 from fraq.federated.model import TINY_MODEL, Backbone  # noqa: E402
+from fraq.federated.partition import partition, partition_summary  # noqa: E402
 from fraq.federated.server import ClientPlan, Method, Task, eval_weights, run_round  # noqa: E402
 
 EPS32 = torch.finfo(torch.float32).eps

@@ -1,5 +1,7 @@
 """Group.stacked: the whole-model path's one-pass stacking equals fraq.stack exactly."""
 
+import math
+
 import pytest
 import torch
 
@@ -95,3 +97,22 @@ def test_whole_model_fraq_equals_stack_then_recompress():
         assert res.ranks[name] == ref.rank
         torch.testing.assert_close(B @ A, ref.B @ ref.A, rtol=0, atol=64 * torch.finfo(torch.float32).eps
                                    * float(torch.linalg.matrix_norm(ref.B @ ref.A)))
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_single_matrix_row_stack(batched):
+    """Single-matrix uploads (B_k None): B is None and A the rows sqrt(a_k) A_k, the scales left out."""
+    g = torch.Generator().manual_seed(0)
+    ups = [ClientUpdate({f"layer.{j}": (None, torch.randn(3, 5, generator=g)) for j in range(2)}, scale=2.0,
+                        weight=w) for w in (10, 30, 20)]
+    for grp in _groups_single(ups, batched):
+        B, S = grp.stacked(scaled=False)
+        _, As = grp.client_factors()
+        assert B is None
+        assert torch.equal(S, torch.cat([A * math.sqrt(a) for A, a in zip(As, grp.weights)], dim=-2))
+
+
+def _groups_single(updates, batched):
+    updates, specs = validate_updates(updates, single_matrix=True)
+    w = normalized_weights([u.weight for u in updates], len(updates))
+    return _make_groups(updates, specs, w, batched)

@@ -54,12 +54,14 @@ class Group:
         specs: the modules, in upload order.
         batched: True when the factors carry a leading module dimension (L, *, *).
         weights: normalized client weights a_k.
+        checked: True when the uploads were already scanned for NaN and infinity.
     """
 
     def __init__(self, specs: Sequence[ModuleSpec], updates: Sequence[ClientUpdate], weights: list[float],
-                 batched: bool):
+                 batched: bool, checked: bool = False):
         self.specs = tuple(specs)
         self.batched = batched
+        self.checked = checked
         self.weights = weights
         self._updates = updates
         self._stacked: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
@@ -92,7 +94,8 @@ class Group:
             self._stacked = (Bs, As)
         return self._stacked
 
-    def stacked(self, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def stacked(self, dtype: torch.dtype | None = None, *, scaled: bool = True
+                ) -> tuple[torch.Tensor | None, torch.Tensor]:
         r"""The group's exact weighted stacks (:func:`fraq.stack`'s Eq. 7), in one pass of copies.
 
         Returns B (L, m, r), column-major like :func:`fraq.stack`'s, and A (L, r, n), with
@@ -107,23 +110,23 @@ class Group:
         of the stacks and scaled there, with no (L, m, r_k) intermediate as
         :meth:`client_factors` would make and :func:`fraq.stack` copy again. ``dtype``
         defaults to the clients'; pass float32 for bf16 clients to keep the stacks free of
-        a second rounding. NaN or Inf in a factor raise a ValueError naming the client and
-        module, checked on the stacks with one reduction each.
+        a second rounding. ``scaled=False`` leaves the LoRA scales s_k out of A. Single-matrix
+        uploads (B_k None) give B None and the row stack A. Unless :attr:`checked`, NaN or
+        Inf in a factor raise a ValueError naming the client and module, checked on the
+        stacks with one reduction each.
         """
         spec = self.spec
-        if spec.m is None:
-            raise ValueError(f"module {spec.name!r}: single-matrix uploads (B_k = None) have no B stack")
         dtype = dtype or spec.dtype
         lead = (len(self.specs),) if self.batched else ()
         r = sum(spec.ranks)
-        B = torch.empty(*lead, r, spec.m, dtype=dtype, device=spec.device).mT
+        B = None if spec.m is None else torch.empty(*lead, r, spec.m, dtype=dtype, device=spec.device).mT
         A = torch.empty(*lead, r, spec.n, dtype=dtype, device=spec.device)
         clients = (self.module_factors(k) for k in range(len(self._updates)))
         if not self.batched:
             clients = ((b[0], a[0]) for b, a in clients)
-        fill_stacks(B, A, clients, self.weights, spec.scales)
+        fill_stacks(B, A, clients, self.weights, spec.scales if scaled else [1.0] * len(spec.scales))
         for name, t in (("B", B), ("A", A)):
-            if t.numel() and not bool(torch.isfinite(t.sum())):
+            if not self.checked and t is not None and t.numel() and not bool(torch.isfinite(t.sum())):
                 self._raise_non_finite(name)
         return B, A
 
@@ -245,7 +248,7 @@ class Aggregator(ABC):
         state = self._check_state(state, specs)
         weights = normalized_weights([u.weight for u in updates], len(updates))
         updates, state = self._prepare(updates, specs, state)
-        groups = _make_groups(updates, specs, weights, batched)
+        groups = _make_groups(updates, specs, weights, batched, checked=self.checks_finite)
         outputs: GroupOutput = {}
         for g in groups:
             outputs.update(self._group(g, state))
@@ -307,13 +310,13 @@ class Aggregator(ABC):
         return f"{type(self).__name__}({opts})"
 
 
-def _make_groups(updates, specs, weights, batched) -> list[Group]:
+def _make_groups(updates, specs, weights, batched, checked: bool = False) -> list[Group]:
     if not batched:
-        return [Group((s,), updates, weights, batched=False) for s in specs]
+        return [Group((s,), updates, weights, batched=False, checked=checked) for s in specs]
     buckets: dict[tuple, list[ModuleSpec]] = {}
     for s in specs:
         buckets.setdefault(s.key, []).append(s)
-    return [Group(b, updates, weights, batched=True) for b in buckets.values()]
+    return [Group(b, updates, weights, batched=True, checked=checked) for b in buckets.values()]
 
 
 def _check_scale(where: str, v: object) -> float:

@@ -14,7 +14,6 @@ chose:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -188,8 +187,7 @@ class FLoRG(Aggregator):
         spec = group.spec
         r = spec.ranks[0]
         cdt = compute_dtype(spec.dtype)
-        _, As = group.client_factors()
-        S = torch.cat([A.to(cdt) * math.sqrt(a) for A, a in zip(As, group.weights)], dim=-2)  # (*, K r, k)
+        _, S = group.stacked(cdt, scaled=False)  # (*, K r, k): rows sqrt(a_k) A_k
         Q = torch.matmul(S.mT, S)
         lam, V = batched(torch.linalg.eigh, Q)  # ascending
         q = min(r, lam.shape[-1])

@@ -9,7 +9,8 @@ corpus, 10 clients, Dirichlet(0.1), every method, on a CPU. ``--config roberta``
 
 Modules (Flower's file roles): :mod:`~fraq.federated.task` (data, partitions, model: what
 every method of a run shares), :mod:`~fraq.federated.model` (backbone, LoRA, head),
-:mod:`~fraq.federated.dataset` (data sets, partitions), :mod:`~fraq.federated.seeding`
+:mod:`~fraq.federated.dataset` (data sets), :mod:`~fraq.federated.partition` (the clients'
+partitions), :mod:`~fraq.federated.seeding`
 (seeded draws), :mod:`~fraq.federated.client` (local training),
 :mod:`~fraq.federated.state` (the server state and its merges),
 :mod:`~fraq.federated.server` (the round loop), :mod:`~fraq.federated.config` (settings as

@@ -12,8 +12,9 @@ import torch
 from torch import nn
 
 from fraq.aggregators import Aggregator, ClientLayer
-from fraq.federated.dataset import load_dataset, partition, partition_summary
+from fraq.federated.dataset import load_dataset
 from fraq.federated.model import Backbone, Inputs, resolve_device
+from fraq.federated.partition import partition, partition_summary
 from fraq.federated.seeding import stable_seed
 
 __all__ = ["DTYPES", "Task"]
