@@ -87,6 +87,19 @@ def build(out: Path) -> Path:
                         "batched by module shape; latency median and IQR (`python -m benchmarks.run aggregators`); "
                         f"the paper's numbers are one GH200's. {style.caption(agg)}.\n\n"
                         + tables.markdown(tables.tables123_latency(agg)) + "\n")
+    pf = loaders.load_results(res / "peft")
+    if not pf.empty:
+        from analysis import peft_merge
+
+        figure("fig_peft", peft_merge.figure(pf), pf,
+               "round-robin medians, bars = min-max; hatched: per-module ranks (FRAQ's tau rule; peft's svd through "
+               f"rank_pattern); peft {pf['peft_version'].iloc[0]}, transformers {pf['transformers_version'].iloc[0]}",
+               "FRAQ against peft's own merge", peft_merge.ratio_lines(pf),
+               "The same client adapters on a real PeftModel merged by peft's `add_weighted_adapter` (svd, cat) and "
+               "by FRAQ, each adding one adapter to the model; error above the float64 optimum (`fraq.reference`). "
+               "When to use which: docs/peft.md.")
+        sections.append("### FRAQ against peft's own merge: every method\n\n"
+                        + tables.markdown(peft_merge.table(pf)) + "\n")
     b = loaders.load_results(res / "backends")
     if not b.empty:
         summ = loaders.load_results(res / "backends_summary")

@@ -22,7 +22,9 @@ LLaMA preset), and asv runs every benchmark in a fresh process, so :func:`client
 cached twice: on disk under ``FRAQ_BENCH_CACHE`` (default ``.asv/cache``, git-ignored),
 keyed by the arguments and a digest of the generator's source, and in memory per
 process. Every commit the regression workflow measures therefore sees the same inputs,
-unless ``fraq/synthetic.py`` itself changed. Tensors are built on the CPU; a suite moves
+unless ``fraq/synthetic.py`` itself changed. A damaged cache entry is rebuilt (with a
+warning naming it), and a cache directory that cannot be written is replaced by a
+temporary one (:func:`cache_dir`, with a warning). Tensors are built on the CPU; a suite moves
 them to its device (:mod:`benchmarks.device`).
 """
 
@@ -33,12 +35,30 @@ import hashlib
 import inspect
 import math
 import os
+import sys
+import tempfile
 
 import torch
 
 DTYPE = torch.float32
 
-THREADS = int(os.environ.get("FRAQ_BENCH_THREADS", "1"))
+def env_threads(name: str = "FRAQ_BENCH_THREADS") -> int:
+    """The positive thread count in the environment variable ``name`` (unset or empty: 1).
+    A bad value stops the program with one line naming the variable and its value (at
+    import, so every tool that reads it refuses it before any work)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return 1
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise SystemExit(f"error: {name}(={raw!r}) must be a positive integer, e.g. {name}=1")
+    return value
+
+
+THREADS = env_threads()
 """Torch threads of every suite (``FRAQ_BENCH_THREADS``, default 1): on a shared 2-core
 machine 2-thread LAPACK calls slow down erratically, which would read as a regression."""
 
@@ -84,6 +104,27 @@ def check_threads() -> None:
         torch.set_num_threads(THREADS)
 
 
+def _say(message: str) -> None:
+    print(f"benchmarks: warning: {message}", file=sys.stderr, flush=True)
+
+
+@functools.lru_cache(maxsize=1)
+def cache_dir() -> str:
+    """:data:`CACHE_DIR`, created, when it can be written; else a temporary cache shared by
+    this user's processes (``$TMPDIR/fraq-bench-cache-<uid>``), with a warning naming both."""
+    try:
+        os.makedirs(CACHE_DIR, exist_ok=True)
+        if os.access(CACHE_DIR, os.W_OK | os.X_OK):
+            return CACHE_DIR
+        reason = "is not writable"
+    except OSError as e:
+        reason = f"cannot be created ({e.strerror})"
+    fallback = os.path.join(tempfile.gettempdir(), f"fraq-bench-cache-{os.getuid() if hasattr(os, 'getuid') else 0}")
+    os.makedirs(fallback, exist_ok=True)
+    _say(f"the benchmark input cache {CACHE_DIR} (FRAQ_BENCH_CACHE) {reason}; caching in {fallback} instead")
+    return fallback
+
+
 @functools.lru_cache(maxsize=1)
 def _generator_digest() -> str:
     import fraq.synthetic
@@ -92,15 +133,27 @@ def _generator_digest() -> str:
 
 
 def _disk_cached(tag: str, build):
-    """``build()`` saved to (and later loaded from) CACHE_DIR/<tag>-<digest>.pt."""
-    path = os.path.join(CACHE_DIR, f"{tag}-{_generator_digest()}.pt")
+    """``build()`` saved to (and later loaded from) <cache>/<tag>-<digest>.pt (:func:`cache_dir`).
+
+    An entry that cannot be read (truncated by a killed writer of an older version,
+    damaged, unreadable) is rebuilt and replaced, with a warning naming it; an entry that
+    cannot be written only costs the rebuild next time, also with a warning."""
+    path = os.path.join(cache_dir(), f"{tag}-{_generator_digest()}.pt")
     if os.path.exists(path):
-        return torch.load(path)
+        try:
+            return torch.load(path)
+        except Exception as e:  # noqa: BLE001 (any damage: zip, pickle, EOF, permission errors)
+            detail = (str(e).strip().splitlines() or [""])[0][:120]
+            _say(f"the cached benchmark input {path} cannot be read ({type(e).__name__}: {detail}); rebuilding it")
     obj = build()
-    os.makedirs(CACHE_DIR, exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)  # atomic: a concurrent reader sees the whole file or none
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the whole file or none
+    except (OSError, RuntimeError) as e:
+        _say(f"the benchmark input {path} could not be cached ({type(e).__name__}: {e}); going on without it")
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     return obj
 
 
@@ -238,11 +291,29 @@ def saved_adapters(path: str) -> list[tuple[list, list, int, int]]:
     return out
 
 
+def check_environment() -> None:
+    """Check ``FRAQ_ADAPTERS`` when set (a readable client-adapter file) before any work:
+    ValueError naming the variable and its value. (``FRAQ_BENCH_THREADS`` is checked at
+    import, ``FRAQ_BENCH_DEVICE`` by :func:`benchmarks.device.checked`; an unwritable
+    ``FRAQ_BENCH_CACHE`` falls back to a temporary cache.)"""
+    path = os.environ.get("FRAQ_ADAPTERS")
+    if path:
+        _saved_or_refused(path)
+
+
+def _saved_or_refused(path: str) -> list:
+    try:
+        return saved_adapters(path)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"FRAQ_ADAPTERS(={path!r}) must name a client-adapter file of the harness "
+                         f"(--set federated.save_adapters_round=T): {e}") from None
+
+
 def fidelity_modules(preset: str = "llama-3.2-3b", layers: int = FIDELITY_LAYERS,
                      seed: int = 100) -> list[tuple[str, list, list, int, int]]:
     """Fig. 4 left: (group, Bs, As, m, n) per module group of ``preset``, ``layers`` of each;
     with ``FRAQ_ADAPTERS`` set, the saved real client adapters instead (group = "m x n")."""
     path = os.environ.get("FRAQ_ADAPTERS")
     if path:
-        return [(f"{m}x{n}", Bs, As, m, n) for Bs, As, m, n in saved_adapters(path)]
+        return [(f"{m}x{n}", Bs, As, m, n) for Bs, As, m, n in _saved_or_refused(path)]
     return [(g.name, list(Bs), list(As), g.m, g.n) for g, Bs, As in preset_clients(preset, seed, layers)]

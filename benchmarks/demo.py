@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's own choice)")
     parser.add_argument("--device", help="cpu, cuda or cuda:N (default: FRAQ_BENCH_DEVICE, else cpu)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, help="also write the rows as one result file here")
+    parser.add_argument("--json", type=Path, help="also write the rows as one result file here (replaced whole; "
+                                                   "a symbolic link's target is written)")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats(={args.repeats}) must be >= 1")
@@ -94,6 +95,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.threads < 1:
             parser.error(f"--threads(={args.threads}) must be >= 1")
         torch.set_num_threads(args.threads)
+    if args.json is not None:
+        from fraq._files import check_file_target
+
+        try:  # before any work: a file (links followed) in a writable directory, not a directory or a FIFO
+            check_file_target(args.json, "--json")
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     taus = args.tau or [0.8, 0.95]
     for t in taus:
         if not 0.0 < t <= 1.0:
@@ -117,13 +126,17 @@ def main(argv: list[str] | None = None) -> int:
 
         import json
 
-        args.json.parent.mkdir(parents=True, exist_ok=True)
+        from fraq._files import replacing_file
+
         rec = result_record("demo", args.json.stem, {"presets": list(args.preset or DEFAULT_PRESETS), "taus": taus,
                                                      "backend": args.backend, "seed": args.seed},
                             {"rows": rows}, device=device)
-        tmp = args.json.with_suffix(args.json.suffix + ".tmp")
-        tmp.write_text(json.dumps(rec, indent=1, default=str))
-        tmp.replace(args.json)
+        try:  # swapped in whole; a symbolic link's target is replaced, the mode of a replaced file kept
+            with replacing_file(args.json) as tmp:
+                tmp.write_text(json.dumps(rec, indent=1, default=str))
+        except (ValueError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         print(f"wrote {args.json}")
     return 0
 

@@ -81,13 +81,15 @@ def parse_compare(text: str) -> list[tuple[str, str, str]]:
 
 
 def main(argv=None) -> int:
+    from benchmarks.cases import env_threads
+
     ap = argparse.ArgumentParser(prog="python -m benchmarks.regress", description=__doc__.split("\n\n")[0])
     ap.add_argument("--commits", type=int, default=2, help="how many of the branch's last commits (>= 2)")
     ap.add_argument("--branch", default="main")
     ap.add_argument("--factor", type=float, default=1.5, help="regression threshold on the after/before ratio")
     ap.add_argument("--bench", "-b", default=None, help="asv benchmark regex (default: the whole suite)")
     ap.add_argument("--quick", action="store_true", help="asv --quick: one sample each (noisy; smoke test)")
-    ap.add_argument("--threads", type=int, default=int(os.environ.get("FRAQ_BENCH_THREADS", "1")))
+    ap.add_argument("--threads", type=int, default=env_threads())
     ap.add_argument("--ignore", default=DEFAULT_IGNORE, help="regex of benchmarks that never fail the run")
     ap.add_argument("--rerun", action="store_true", help="re-record commits that already have results")
     args = ap.parse_args(argv)

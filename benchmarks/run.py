@@ -11,7 +11,10 @@ Experiments (default: the sweep's five and ``backends``, what ``make run`` repro
 - ``backends``: every basis backend on LoRA-like, ill-conditioned and duplicate-client
   inputs (:mod:`benchmarks.experiments.backends`; quick unless ``--size paper``);
 - ``aggregators``: Tables 1-3's downlink and latency (quick unless ``--size paper``);
-- ``eig_precision``: float32 vs float64 eigensolver.
+- ``eig_precision``: float32 vs float64 eigensolver;
+- ``peft``: FRAQ against peft's own ``add_weighted_adapter`` (svd, cat) on real PeftModels
+  (:mod:`benchmarks.experiments.peft_compare`; MiniLM and 2 RoBERTa-base layers, with
+  two LLaMA-3.2-3B-shaped layers at ``--size paper``).
 
 Every result is ``<out>/<experiment>/<key>.json`` in :mod:`benchmarks.results`' format
 (config, result, machine, versions, git sha, device); a rerun replaces its files.
@@ -32,8 +35,8 @@ from pathlib import Path
 import torch
 
 SWEEP = ("table4", "fig4_cond", "fig4_rank", "fig1", "fig3")
-EXPERIMENTS = (*SWEEP, "backends", "aggregators", "eig_precision")
-DEFAULT = (*SWEEP, "backends")
+EXPERIMENTS = (*SWEEP, "backends", "aggregators", "eig_precision", "peft")
+DEFAULT = (*SWEEP, "backends", "peft")
 THREADS = 1
 """Default torch threads: on 2-core machines shared with other jobs, 2-thread LAPACK calls
 have been seen to slow 100x."""
@@ -57,6 +60,11 @@ def _run(out: Path, experiments, size: str, device: torch.device, progress: bool
 
     t0 = time.perf_counter()
     jobs = [j for j in sweeps.jobs(size, device) if j[0] in experiments]
+    if "peft" in experiments:
+        from benchmarks.experiments import peft_compare
+
+        jobs += [("peft", peft_compare.key(c), c, lambda c=c: peft_compare.measure(c, device))
+                 for c in peft_compare.points(size)]
     extra = [e for e in ("backends", "aggregators", "eig_precision") if e in experiments]
     quick = size != "paper"
     with tqdm(total=len(jobs) + len(extra), desc=f"{size} run on {device}", unit="job", file=sys.stderr,
@@ -89,8 +97,10 @@ def _run(out: Path, experiments, size: str, device: torch.device, progress: bool
 
 
 def main(argv: list[str] | None = None) -> int:
+    from benchmarks.cases import check_environment
     from benchmarks.device import checked
     from benchmarks.sweeps import CONFIGS
+    from fraq._files import check_dir_out
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
     ap.add_argument("experiments", nargs="*", metavar="EXPERIMENT",
@@ -105,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"EXPERIMENT(={unknown[0]!r}) is not one of {', '.join(EXPERIMENTS)}")
     try:
         device = checked(args.device)
+        check_dir_out(args.out, "--out")
+        check_environment()
     except ValueError as exc:  # malformed, or not on this machine: one line, before any work
         print(f"error: {exc}", file=sys.stderr)
         return 2

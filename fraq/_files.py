@@ -21,6 +21,22 @@ not point at an empty file. A process killed mid-write leaves a hidden ``.NAME.t
 beside the target, never a damaged target. When the old version cannot be removed after
 the swap (a file in it made immutable with ``chattr +i``), the new one stays in place and
 a :class:`LeftoverWarning` names the hidden directory left behind.
+
+The rules every output follows (checked before any work by :func:`check_parent` and
+:func:`check_file_target`, and again at the swap):
+
+- A symbolic link is followed: its target is replaced and the link stays, for files and
+  directories alike.
+- An existing output that is not a regular file (a FIFO, a device such as ``/dev/null``, a
+  socket) is refused: replacing it would turn it into a regular file. A command that can
+  write to stdout says that ``-`` does.
+- A replaced output keeps the old one's permission bits (and group, where the owner may
+  set it); a new one gets ``0o666`` (directories ``0o777``) less the umask.
+- The current directory and a mount point cannot be renamed, so they are refused up front
+  with a suggestion to write into a subdirectory.
+- A failure while writing (a full disk, the file-size limit ``ulimit -f``) leaves the old
+  output whole and is raised as an :class:`OSError` naming the output and the reason,
+  whatever library wrote the data (safetensors and ``torch.save`` raise their own types).
 """
 
 from __future__ import annotations
@@ -29,6 +45,7 @@ import ctypes
 import errno
 import os
 import shutil
+import stat
 import sys
 import uuid
 import warnings
@@ -36,8 +53,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["LeftoverWarning", "check_parent", "default_mode", "leftovers_as_lines", "replacing_dir",
-           "replacing_file"]
+__all__ = ["LeftoverWarning", "check_dir_out", "check_file_target", "check_parent", "default_mode", "file_target",
+           "leftovers_as_lines", "replacing_dir", "replacing_file"]
 
 _RENAME_EXCHANGE = 2  # linux/fs.h
 _AT_FDCWD = -100
@@ -73,8 +90,11 @@ def default_mode(path: str | os.PathLike) -> None:
 
 
 def check_parent(path: Path, what: str) -> None:
-    """Refuse ``path`` before any work when its directory cannot be created or written:
-    the nearest existing ancestor must be a writable directory."""
+    """Refuse ``path`` before any work when it cannot be swapped in: its directory cannot be
+    created or written (the nearest existing ancestor must be a writable directory), or it
+    is the current directory or a mount point, which ``rename(2)`` cannot replace."""
+    path = Path(path)
+    _check_swappable(path, what)
     parent = path.parent
     while not parent.exists():
         if parent.is_symlink():
@@ -84,6 +104,133 @@ def check_parent(path: Path, what: str) -> None:
         raise ValueError(f"{what}(={str(path)!r}): {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"{what}(={str(path)!r}): directory {parent} is not writable")
+
+
+def _check_swappable(path: Path, what: str) -> None:
+    if path.name in ("", ".", ".."):
+        real = Path(os.path.realpath(path))
+    elif path.is_symlink():
+        real = Path(os.path.realpath(path))
+    else:
+        real = Path(os.path.realpath(path.parent)) / path.name
+    if not real.exists():
+        return
+    here = Path(os.path.realpath(os.getcwd())) if os.path.exists(".") else None
+    if real == here:
+        raise ValueError(f"{what}(={str(path)!r}) is the current directory, which cannot be replaced whole: "
+                         f"write into a subdirectory, e.g. {str(path / 'out')!r}")
+    if os.path.ismount(real):
+        raise ValueError(f"{what}(={str(path)!r}) is a mount point, which cannot be replaced whole: "
+                         f"write into a subdirectory, e.g. {str(path / 'out')!r}")
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def file_target(path: str | os.PathLike, what: str = "path", *, dash: bool = False) -> Path:
+    """The file a write to ``path`` replaces: ``path`` itself, or for a symbolic link the
+    file it points to (the link stays, as for a directory output). ValueError, one line,
+    when something other than a regular file is there; ``dash``: the command writes to
+    stdout for ``-``, and the message says so."""
+    path = Path(path)
+    hint = "; '-' writes to stdout" if dash else ""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as e:  # a loop of links, a component that is a file, no permission
+        raise ValueError(f"{what}(={str(path)!r}) cannot be examined ({e.strerror}): give another path") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        if stat.S_ISDIR(mode):
+            raise ValueError(f"{what}(={str(path)!r}) is a directory; give the path of a file{hint}")
+        raise ValueError(f"{what}(={str(path)!r}) is {_kind(mode)}, not a regular file, and would be replaced "
+                         f"by one: give the path of a regular file{hint}")
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def check_file_target(path: str | os.PathLike, what: str, *, dash: bool = False) -> Path:
+    """Check a file output before any work: :func:`file_target` (a regular file or none,
+    symbolic links followed) and :func:`check_parent` on the file that will be written.
+    Returns that file."""
+    target = file_target(path, what, dash=dash)
+    check_parent(target, what)
+    return target
+
+
+def check_dir_out(path: str | os.PathLike, what: str) -> None:
+    """Refuse, before any work, a directory output that is something else (a file, a
+    FIFO) or cannot be created: its nearest existing ancestor must be a writable
+    directory. For outputs written file by file into the directory (not swapped whole)."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+    except OSError as e:
+        raise ValueError(f"{what}(={str(path)!r}) cannot be examined ({e.strerror}): give another directory") from None
+    if mode is not None and not stat.S_ISDIR(mode):
+        kind = "a file" if stat.S_ISREG(mode) else _kind(mode)
+        raise ValueError(f"{what}(={str(path)!r}) is {kind}, not a directory: give a directory (it is created "
+                         f"when missing)")
+    nearest = path
+    while not nearest.exists():
+        if nearest.is_symlink():
+            raise ValueError(f"{what}(={str(path)!r}): {nearest} is a dangling symbolic link")
+        nearest = nearest.parent
+    if not nearest.is_dir():
+        raise ValueError(f"{what}(={str(path)!r}): {nearest} is not a directory")
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        raise ValueError(f"{what}(={str(path)!r}): directory {nearest} is not writable")
+
+
+def _keep_mode(new: Path, old: Path, default: int) -> None:
+    """Give ``new`` the permission bits and group of ``old`` when it exists, else ``default``
+    less the umask. The group is kept only where the owner may set it."""
+    try:
+        st = os.stat(old)
+    except FileNotFoundError:
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(new, default & ~mask)
+        return
+    if st.st_gid != os.stat(new).st_gid:
+        try:
+            os.chown(new, -1, st.st_gid)
+        except OSError:
+            pass
+    os.chmod(new, stat.S_IMODE(st.st_mode))
+
+
+def _write_failed(path: Path, err: BaseException) -> OSError | None:
+    """An OSError naming ``path`` for a failure while writing that a library raised as
+    its own type (safetensors' SafetensorError, torch.save's RuntimeError); None for
+    anything else, which is left as it is."""
+    if isinstance(err, OSError) or not (isinstance(err, RuntimeError) or type(err).__name__ == "SafetensorError"):
+        return None
+    reasons = []
+    try:
+        fs = os.statvfs(path.parent)
+        if fs.f_bavail * fs.f_frsize < 1 << 20:
+            reasons.append("the disk is full")
+    except OSError:
+        pass
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if limit != resource.RLIM_INFINITY:
+            reasons.append(f"the file-size limit (ulimit -f) is {limit} bytes")
+    except (ImportError, OSError, ValueError):
+        pass
+    detail = str(err).strip().splitlines()
+    reason = " and ".join(reasons) or (detail[-1][:200] if detail else type(err).__name__)
+    return OSError(f"cannot write {path}: {reason}; it was left as it was (free some space or raise the limit, "
+                   f"or write elsewhere)")
 
 
 def _sibling(path: Path, tag: str) -> Path:
@@ -109,16 +256,26 @@ def _fsync_tree(path: Path) -> None:
 @contextmanager
 def replacing_file(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on a normal exit the file written there
-    (mode 0o666 less the umask, flushed) is renamed over ``path``. On an exception the
-    temporary file is removed and ``path`` is untouched."""
-    path = Path(path)
+    (flushed; the old file's mode and group, or 0o666 less the umask for a new one) is
+    renamed over ``path``. A symbolic link is followed: its target is replaced, the link
+    stays. Something other than a regular file at ``path`` is refused (ValueError) before
+    the body runs. On an exception the temporary file is removed and ``path`` is
+    untouched; a library's own error type for a failed write becomes an OSError naming
+    ``path``."""
+    path = file_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _sibling(path, "tmp")
     try:
-        yield tmp
-        default_mode(tmp)
+        try:
+            yield tmp
+        except BaseException as e:
+            failed = _write_failed(path, e)
+            if failed is not None:
+                raise failed from e
+            raise
+        _keep_mode(tmp, path, 0o666)
         _fsync(tmp)
-        os.replace(tmp, path)
+        os.replace(tmp, file_target(path))  # again: a FIFO put there meanwhile is refused
         _fsync(path.parent)
     finally:
         if tmp.exists():
@@ -133,7 +290,9 @@ def replacing_dir(path: str | os.PathLike) -> Iterator[Path]:
     entries: one atomic exchange (:func:`exchange`), after which the old version, now at
     the temporary name, is removed. On an exception before the swap the temporary
     directory is removed and ``path`` is untouched. A symbolic link is followed: its
-    target directory is replaced, the link stays.
+    target directory is replaced, the link stays. The new directory gets the old one's
+    mode and group (a new one: 0o777 less the umask); a library's own error type for a
+    failed write becomes an OSError naming ``path``.
     """
     path = Path(path)
     if path.is_symlink():
@@ -143,8 +302,15 @@ def replacing_dir(path: str | os.PathLike) -> Iterator[Path]:
     tmp.mkdir()
     swapped = False
     try:
-        yield tmp
+        try:
+            yield tmp
+        except BaseException as e:
+            failed = _write_failed(path, e)
+            if failed is not None:
+                raise failed from e
+            raise
         _fsync_tree(tmp)
+        _keep_mode(tmp, path, 0o777)
         if path.is_dir() and any(path.iterdir()):
             exchange(tmp, path)  # tmp now holds the old version
         else:

@@ -38,13 +38,18 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def check_factor(name: str, t: object) -> torch.Tensor:
-    """A floating tensor with at least two dimensions."""
+    """A dense floating tensor with values (not on the meta device), at least two dimensions."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if not t.is_floating_point():
         raise TypeError(f"{name} must have a floating dtype, got dtype={t.dtype}")
     if t.is_complex():
         raise TypeError(f"{name} must be real, got dtype={t.dtype}")
+    if t.layout != torch.strided:
+        raise TypeError(f"{name} must be a dense tensor, got layout={t.layout}: pass {name}.to_dense()")
+    if t.device.type == "meta":
+        raise ValueError(f"{name} is on the meta device (a shape without values, e.g. a model built under "
+                         f"init_empty_weights): load its values first")
     if t.dim() < 2:
         raise ValueError(
             f"{name} must have at least 2 dimensions (*, rows, cols), got shape={tuple(t.shape)}"

@@ -1,10 +1,14 @@
 """``fraq`` / ``python -m fraq``: aggregate peft LoRA adapters from the command line.
 
 Commands: ``fraq aggregate CLIENT_DIR... -o OUT_DIR`` (peft adapters in, one peft adapter
-out: :mod:`fraq.peft`) and ``fraq example-adapters DIR`` (a tiny model and
-client adapters to try it on). The latency demo that ``fraq demo`` used to run is a
-benchmark and lives with the benchmarks: ``make demo`` (``python -m benchmarks.demo``);
-``fraq demo`` says so.
+out: :mod:`fraq.peft`) and ``fraq example-adapters DIR`` (a tiny model and client adapters
+to try it on). The latency demo is a benchmark: ``make demo`` (``python -m benchmarks.demo``).
+
+Arguments are parsed before torch, safetensors or peft is imported, so ``--help`` and a
+bad argument answer at once; a command imports what it needs once its arguments are
+known to be good. Every failure is one line ``fraq COMMAND: error: ...`` naming the path
+or value: exit status 2 for an input refused before any work, 1 for a failure while
+writing (the earlier output is then left whole).
 """
 
 from __future__ import annotations
@@ -14,43 +18,38 @@ import json
 import sys
 from pathlib import Path
 
-import torch
+__all__ = ["METHODS", "main"]
 
-__all__ = ["main"]
+METHODS = ("fedit", "lora-a2", "flora", "fedex-lora", "flexlora", "florg", "florist", "fraq")
+"""The names of :data:`fraq.aggregators.AGGREGATORS`, spelled out so that parsing the
+arguments does not import torch (a test keeps the two equal)."""
 
-_COMMANDS = """commands:
+_USAGE = """usage: fraq COMMAND ...
+
+fraq: aggregate peft LoRA adapters from the command line.
+
+commands:
   fraq aggregate CLIENT_DIR... -o OUT_DIR [--weights N...] [--tau T] [--report]
                                      aggregate peft LoRA adapters into one (fraq aggregate --help)
   fraq example-adapters DIR          write a tiny model and 3 client adapters to try aggregate on
-
-the latency demo (formerly fraq demo [--preset P] [--tau T] ...) moved to the benchmarks:
-  make demo, or python -m benchmarks.demo [--preset P] [--tau T] ... from a checkout
 """
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch ``aggregate`` and ``example-adapters``; anything else reaches :func:`demo_main`."""
+    """Dispatch ``aggregate`` and ``example-adapters``; print the commands for none or ``--help``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["aggregate"]:
         return aggregate_main(argv[1:])
     if argv[:1] == ["example-adapters"]:
         return example_main(argv[1:])
-    if argv[:1] == ["demo"]:
-        argv = argv[1:]
-    return demo_main(argv)
-
-
-def demo_main(argv: list[str]) -> int:
-    """The demo moved to ``benchmarks.demo``: print the commands (and exit 0 for none or
-    ``--help``), or say where the demo went (exit status 2)."""
-    usage = f"usage: fraq COMMAND ...\n\nfraq: aggregate peft LoRA adapters from the command line.\n\n{_COMMANDS}"
-    if argv in ([], ["-h"], ["--help"]):
-        print(usage)
-        if argv:
-            raise SystemExit(0)
-        return 0
-    print(f"fraq: the demo moved to the benchmarks: run `make demo` or "
-          f"`python -m benchmarks.demo {' '.join(argv)}` from a checkout", file=sys.stderr)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(_USAGE)
+        raise SystemExit(0)
+    if not argv:
+        print(_USAGE, file=sys.stderr)
+        return 2
+    print(f"fraq: error: unknown command {argv[0]!r}: the commands are aggregate and example-adapters "
+          f"(fraq --help)", file=sys.stderr)
     return 2
 
 
@@ -58,8 +57,6 @@ def aggregate_main(argv: list[str]) -> int:
     """``fraq aggregate``: see :func:`fraq.peft.aggregate_adapters`. A bad input is refused before any
     work with one line ``fraq aggregate: error: ...`` and exit status 2 (argparse's convention); a
     failure while writing gives status 1 and leaves the earlier output whole."""
-    from fraq.aggregators import AGGREGATORS
-
     parser = argparse.ArgumentParser(
         prog="fraq aggregate",
         description="Aggregate peft LoRA adapter directories (adapter_config.json + adapter_model.safetensors) "
@@ -70,7 +67,7 @@ def aggregate_main(argv: list[str]) -> int:
                         help="output adapter directory (with --delta: the .safetensors file); omit to only report")
     parser.add_argument("--weights", type=float, nargs="+", metavar="N",
                         help="one data weight per client, normalized inside (default: equal)")
-    parser.add_argument("--method", default="fraq", choices=list(AGGREGATORS), help="aggregator (default fraq)")
+    parser.add_argument("--method", default="fraq", choices=METHODS, help="aggregator (default fraq)")
     parser.add_argument("--tau", type=float, help="energy threshold in (0, 1] (fraq, florist; default: the method's)")
     parser.add_argument("--rank", type=int, help="fixed rank per module instead of --tau (fraq)")
     parser.add_argument("--delta", action="store_true",
@@ -97,6 +94,9 @@ def aggregate_main(argv: list[str]) -> int:
 
 
 def _aggregate(args: argparse.Namespace) -> int:
+    import torch
+
+    from fraq._files import check_file_target
     from fraq.peft import CONFIG, WEIGHTS, aggregate_adapters
     from fraq.peft.aggregate import client_paths
     from fraq.peft.writer import check_file_out, write_json
@@ -109,6 +109,7 @@ def _aggregate(args: argparse.Namespace) -> int:
     try:  # everything is checked before any work: the JSON path here, the rest in aggregate_adapters
         paths = client_paths(args.clients)
         if to_file:
+            check_file_target(args.json, "--json", dash=True)
             taken = [] if args.out is None else [args.out] if args.delta else \
                 [args.out, args.out / CONFIG, args.out / WEIGHTS]
             check_file_out(args.json, args.overwrite, paths, "--json", taken)
@@ -153,11 +154,26 @@ def example_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.clients < 1:
         parser.error(f"--clients(={args.clients}) must be >= 1")
-    if args.dir.exists() and (not args.dir.is_dir() or any(args.dir.iterdir())):
-        parser.error(f"{args.dir} exists and is not an empty directory")
+    from fraq._files import check_parent
+
+    try:
+        if args.dir.exists() and (not args.dir.is_dir() or any(args.dir.iterdir())):
+            raise ValueError(f"DIR(={str(args.dir)!r}) exists and is not an empty directory: give a new one")
+        check_parent(args.dir, "DIR")
+    except (ValueError, OSError) as e:
+        parser.error(str(e))
+    from fraq._files import leftovers_as_lines
     from fraq.peft import example_clients
 
-    paths = example_clients(args.dir, clients=args.clients, seed=args.seed)
+    try:
+        with leftovers_as_lines("fraq example-adapters"):
+            paths = example_clients(args.dir, clients=args.clients, seed=args.seed)
+    except ImportError as e:
+        print(f"fraq example-adapters: error: {e} (pip install -e '.[fl]')", file=sys.stderr)
+        return 2
+    except (ValueError, OSError) as e:
+        print(f"fraq example-adapters: error: {e}", file=sys.stderr)
+        return 1
     print(f"wrote {args.dir / 'base'} and {', '.join(str(p) for p in paths)}")
     return 0
 

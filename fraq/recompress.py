@@ -129,6 +129,10 @@ def recompress(
         ``info["rescaled"]`` counts the matrices that
         took the rescaled (slow) path.
 
+    Gradients: the inputs' values are used (``B.detach()``, ``A.detach()``); inputs
+    that require grad (``nn.Parameter``) are accepted and the result does not require
+    grad, like every aggregator's (the eigenvalue cut is not differentiable anyway).
+
     Flops, leading order per matrix (Eq. 12, Gram by a general GEMM here):
     2 d r^2 (QR) + 2 D r^2 (H) + 2 D r^2 (G) + O(r^3) + 4 d r p + 2 D r p through H;
     factored, 2 D r^2 (Y Y^T) + O(r^3) replace H and G.
@@ -137,6 +141,7 @@ def recompress(
     doi:10.1007/BF02288367.
     """
     check_pair(B, A)
+    B, A = B.detach(), A.detach()  # values only: no autograd graph (see Gradients above)
     if (tau is None) == (rank is None):
         raise ValueError(f"pass exactly one of tau and rank, got tau={tau!r}, rank={rank!r}")
     m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]

@@ -493,24 +493,6 @@ def test_cli_aggregate_report_and_loadable(bert, tmp_path, capsys):
     assert err.startswith("fraq aggregate: error: ") and "weights has 2 entries" in err and err.count("\n") == 1
 
 
-def test_cli_dispatch_keeps_the_demo(monkeypatch, capsys):
-    seen = []
-    monkeypatch.setattr(cli, "demo_main", lambda argv: seen.append(argv) or 0)
-    assert cli.main(["--preset", "roberta-base", "--tau", "0.8"]) == 0
-    assert cli.main(["demo", "--json", "x.json"]) == 0
-    assert cli.main([]) == 0
-    assert seen == [["--preset", "roberta-base", "--tau", "0.8"], ["--json", "x.json"], []]
-    monkeypatch.undo()
-    with pytest.raises(SystemExit) as e:
-        cli.main(["--help"])
-    assert e.value.code == 0
-    text = capsys.readouterr().out
-    assert "aggregate" in text and "demo" in text and "--preset" in text
-    with pytest.raises(SystemExit):
-        cli.main(["aggregate", "--help"])
-    assert "--tau" in capsys.readouterr().out
-
-
 def tiny_llama(seed: int = 0):
     # 11 layers so that layers.1 and layers.10 both exist: a rank_pattern key for one must not reach the other
     cfg = transformers.LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=24, num_hidden_layers=11,

@@ -10,6 +10,7 @@ batch dimension, so every factorization runs as one batched call per group (the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from abc import ABC, abstractmethod
@@ -238,6 +239,7 @@ class Aggregator(ABC):
             raise TypeError(f"batched(={batched!r}) must be a bool")
         updates, specs = validate_updates(updates, single_matrix=self.single_matrix,
                                           check_values=self.checks_finite)
+        updates = [_detached(u) for u in updates]  # aggregation works on values: no autograd graph
         if not self.heterogeneous_ranks:
             for spec in specs:
                 if len(set(spec.ranks)) > 1 or len(set(spec.scales)) > 1:
@@ -328,6 +330,16 @@ def _check_scale(where: str, v: object) -> float:
     if not math.isfinite(v) or v <= 0:
         raise ValueError(f"{where}(={v}) must be a finite positive LoRA scale alpha / r")
     return v
+
+
+def _detached(u: ClientUpdate) -> ClientUpdate:
+    """``u`` with factors that require grad (``nn.Parameter``, a client's live LoRA weights)
+    detached: every aggregator works on the values, builds no autograd graph and returns
+    tensors that do not require grad (as :func:`fraq.recompress` does)."""
+    if not any(t is not None and t.requires_grad for pair in u.factors.values() for t in pair):
+        return u
+    return dataclasses.replace(u, factors={name: tuple(None if t is None else t.detach() for t in pair)
+                                           for name, pair in u.factors.items()})
 
 
 def validate_updates(updates: object, *, single_matrix: bool = False,

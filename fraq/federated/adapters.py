@@ -123,11 +123,21 @@ def load_client_adapters(path: str | Path) -> RoundAdapters:
         :class:`RoundAdapters`: ``.updates`` (list of ClientUpdate), ``.modules``,
         ``.meta``, ``.weights``, and ``.stacks()`` for batched per-shape factor lists.
     """
-    from safetensors import safe_open
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"path(={str(path)!r}) is not a file")
+    try:
+        return _load(path)
+    except Exception as e:  # safetensors' own error type, a header without our keys: a damaged file
+        if isinstance(e, ValueError) and str(path) in str(e):
+            raise
+        raise ValueError(f"path(={str(path)!r}) cannot be read as a client-adapter file, truncated or damaged? "
+                         f"({type(e).__name__}: {e}): save that round again") from None
+
+
+def _load(path: Path) -> RoundAdapters:
+    from safetensors import safe_open
+
     with safe_open(str(path), framework="pt") as f:
         header = f.metadata() or {}
         if header.get("format") != _FORMAT:

@@ -8,11 +8,14 @@ Examples::
     python -m fraq.federated --ranks 4,16,32,64 --methods flora flexlora florist fraq
     python -m fraq.federated --resume                 # continue an interrupted run
 
-A file is never overwritten without asking: an output directory that holds results, or
-any file under a name this run writes (``config.json``, ``table.md``, ...), needs
+A file is never overwritten without asking: an output directory that holds any file
+this run writes (``config.json``, ``table.md``, a method's ``result.json``, ...) needs
 ``--resume`` (keep and continue) or ``--overwrite`` (start again); at a terminal the
-command asks instead. An input (the ``--config`` file, a local model or data set
-directory) is never written, whatever the flags.
+command asks instead. ``--overwrite`` replaces only the files this run writes: other
+methods' results, checkpoints and saved adapters in ``--out`` stay. ``--resume`` where
+there is nothing of this run's to continue says so and stops. An input (the
+``--config`` file, a local model or data set directory) is never written, whatever the
+flags.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -30,22 +32,34 @@ __all__ = ["main", "run_experiment"]
 _OUR_FILES = ("results.json", "rounds.csv", "table.csv", "table.md", "plot.png", "config.json")
 
 
-def _existing(out_dir: Path) -> list[Path]:
-    """This harness's files in ``out_dir``: the run's files, results and checkpoints, client adapters."""
-    found = [out_dir / n for n in _OUR_FILES if (out_dir / n).exists()]
-    found += sorted(out_dir.glob("*/result.json")) + sorted(out_dir.glob("*/checkpoint.pt"))
-    if (out_dir / "adapters").is_dir():
-        found.append(out_dir / "adapters")
-    return found
+def _written(cfg: dict, out_dir: Path) -> list[Path]:
+    """Every file a run of ``cfg`` writes in ``out_dir``: the run's files, and per method of
+    this run its ``result.json``, ``checkpoint.pt`` and saved client adapters. Nothing else
+    in ``out_dir`` (other methods' results, other rounds' adapters) is this run's."""
+    from fraq.federated.config import method_label
+
+    paths = [out_dir / n for n in _OUR_FILES]
+    saved = cfg["federated"].get("save_adapters_round")
+    for spec in cfg["methods"]:
+        label = method_label(spec)
+        paths += [out_dir / label / "result.json", out_dir / label / "checkpoint.pt"]
+        if saved is not None:
+            paths.append(out_dir / "adapters" / f"{label}_round{saved}.safetensors")
+    return paths
 
 
-def _replaced(out_dir: Path) -> list[Path]:
-    """The files in ``out_dir`` that a new run would replace: every file of this harness's
-    names (:func:`_existing`) except a ``config.json`` this harness wrote for a run that
+def _existing(cfg: dict, out_dir: Path) -> list[Path]:
+    """The files of :func:`_written` that are there now."""
+    return [p for p in _written(cfg, out_dir) if p.exists() or p.is_symlink()]
+
+
+def _replaced(cfg: dict, out_dir: Path) -> list[Path]:
+    """The files in ``out_dir`` that a new run would replace: every file it writes that is
+    there (:func:`_existing`) except a ``config.json`` this harness wrote for a run that
     stopped before its first result (an object with ``config`` and ``run``: it holds no
     result). Any other file there under one of those names (a user's ``table.md``, a
     ``config.json`` of another program) counts, so it is never replaced unasked."""
-    found = _existing(out_dir) if out_dir.is_dir() else []
+    found = _existing(cfg, out_dir) if out_dir.is_dir() else []
     stub = out_dir / "config.json"
     if found == [stub] and _is_our_config(stub):
         return []
@@ -90,10 +104,7 @@ def _check_inputs(cfg: dict, out_dir: Path) -> None:
 
 def _clear(paths: list[Path]) -> None:
     for p in paths:
-        if p.is_dir():
-            shutil.rmtree(p)
-        else:
-            p.unlink()
+        p.unlink(missing_ok=True)
 
 
 def _read_json(path: Path, what: str) -> dict:
@@ -173,8 +184,10 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
 
     Args:
         resume: continue: finished methods are read back, interrupted ones continue from
-            their last checkpoint; the configuration must match the earlier run's.
-        overwrite: delete this harness's earlier files in ``out_dir`` first.
+            their last checkpoint; the configuration must match the earlier run's. An
+            ``out_dir`` with nothing of this run's to continue is refused (ValueError).
+        overwrite: delete the earlier versions of the files this run writes (:func:`_written`)
+            first; every other file in ``out_dir`` is left alone.
         ask: called with a question when earlier results exist and neither ``resume`` nor
             ``overwrite`` is set; it returns True to overwrite. None: raise instead.
         backbone: a prebuilt :class:`~fraq.federated.model.Backbone` (tests).
@@ -192,7 +205,11 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
     out_dir = Path(out_dir)
     _check_out_dir(out_dir)
     _check_inputs(cfg, out_dir)
-    old = _replaced(out_dir)
+    if resume and not _existing(cfg, out_dir):
+        raise ValueError(f"--resume: {str(out_dir)!r} holds no earlier run of these methods to continue (no "
+                         f"config.json, result.json or checkpoint.pt): run without --resume to start one, or "
+                         f"give the --out of the run to continue")
+    old = _replaced(cfg, out_dir)
     cfg_json = jsonable(cfg)
     replace = bool(old) and not resume
     if replace:
@@ -212,7 +229,7 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
     t0 = time.perf_counter()
     task = Task(cfg, backbone=backbone, log=log)
     if replace:
-        _clear(_existing(out_dir))
+        _clear(_existing(cfg, out_dir))
     run_info = {"machine": machine_record(), "versions": _versions(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     write_json(out_dir / "config.json", {"config": cfg_json, "run": run_info})
     results = []
@@ -287,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override any config key, e.g. train.lr=0.001 or federated.save_adapters_round=3")
     p.add_argument("--out", help="output directory (default results/federated/<config>)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last completed round")
-    p.add_argument("--overwrite", action="store_true", help="replace earlier results in --out without asking")
+    p.add_argument("--overwrite", action="store_true", help="replace the files this run writes in --out without asking (others stay)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
 

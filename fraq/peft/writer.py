@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from fraq._files import check_parent, default_mode, replacing_dir, replacing_file
+from fraq._files import check_file_target, check_parent, default_mode, replacing_dir, replacing_file
 from fraq.peft.config import CONFIG, WEIGHTS
 
 __all__ = ["check_adapter_out", "check_file_out", "check_outside_inputs", "save_adapter", "write_adapter",
@@ -79,11 +79,9 @@ def check_file_out(path: Path, overwrite: bool, inputs: Iterable[Path], what: st
     for other in taken:
         if path.resolve() == Path(other).resolve():
             raise ValueError(f"{what}(={str(path)!r}) is {str(other)!r}, which this run writes too")
-    if path.is_dir():
-        raise ValueError(f"{what}(={str(path)!r}) is a directory; give the path of a file")
+    check_file_target(path, what)  # a regular file or none (links followed), in a writable directory
     if (path.exists() or path.is_symlink()) and not overwrite:
         raise ValueError(f"{what}(={str(path)!r}) exists; pass overwrite=True (--overwrite) to replace it")
-    check_parent(path, what)
 
 
 def save_adapter(directory: Path, config: Mapping, tensors: Mapping[str, torch.Tensor]) -> None:

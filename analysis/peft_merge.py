@@ -1,0 +1,142 @@
+"""FRAQ against peft's own merge: the table, the figure and the time ratios, from result files.
+
+Reads the ``peft`` experiment's results (:mod:`benchmarks.experiments.peft_compare`, one
+file per model with one row per method) as :func:`analysis.loaders.load_results` returns
+them. The ratio peft-svd / FRAQ is computed per model and setting from the round-robin
+samples, paired by round: the ratio of the medians, with a 95% percentile bootstrap
+interval over rounds (resampled in pairs, seeded). Nothing here measures.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["rows", "table", "ratios", "ratio_lines", "figure"]
+
+MODEL_NAMES = {"minilm": "all-MiniLM-L6-v2", "roberta-base": "RoBERTa-base (random)",
+               "llama-3.2-3b": "LLaMA-3.2-3B (random)", "tiny-bert": "tiny BERT (random)"}
+COLORS = {"peft-cat": "#999999", "peft-svd": "#E66101", "fraq": "#6A3D9A"}
+PAIRS = (("rank", "peft-svd", "fraq"), ("tau", "peft-svd", "fraq"))
+"""(setting kind, baseline, method): peft's svd against FRAQ at rank p, and at FRAQ's
+tau-selected ranks (peft through ``rank_pattern``)."""
+BOOTSTRAP = 2000
+FLOOR = 1e-12
+"""Errors below this (float32 rounding of an exact merge) are drawn at it on the log axis."""
+
+
+def _model(r) -> str:
+    layers = "" if pd.isna(r["layers"]) else f", {int(r['layers'])} layers"
+    return f"{MODEL_NAMES.get(r['model'], r['model'])}{layers}"
+
+
+def rows(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (point, method): the point's config and machine columns plus the method's
+    ``method``, ``setting``, ``label``, ``samples_s``, ``median_s``, ``peak_bytes``, ranks,
+    ``params``, ``excess_max``, ...; ``model_label`` names the model; ``kind`` is
+    ``exact``, ``rank`` or ``tau`` (peft's rank_pattern row is paired with FRAQ's tau row)."""
+    out = []
+    for _, point in df.iterrows():
+        for r in point["rows"]:
+            row = {k: v for k, v in point.items() if k != "rows"}
+            row.update(r)
+            row["model_label"] = _model(point)
+            s = r["setting"]
+            row["kind"] = "exact" if s == "exact" else ("rank" if s.startswith("rank=") else "tau")
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def _ratio(base: list[float], ours: list[float], seed: int = 0) -> tuple[float, float, float, int]:
+    n = min(len(base), len(ours))
+    b, o = np.asarray(base[:n]), np.asarray(ours[:n])
+    ratio = float(np.median(b) / np.median(o))
+    idx = np.random.default_rng(seed).integers(0, n, size=(BOOTSTRAP, n))
+    boot = np.median(b[idx], axis=1) / np.median(o[idx], axis=1)
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return ratio, float(lo), float(hi), n
+
+
+def ratios(df: pd.DataFrame) -> pd.DataFrame:
+    """Per model and setting: peft-svd's median time over FRAQ's, its 95% bootstrap interval,
+    the rounds paired, and both sides' worst excess over the float64 optimum."""
+    d = rows(df)
+    out = []
+    for (model, kind), g in d.groupby(["model_label", "kind"], sort=False):
+        if kind == "exact":
+            continue
+        base = g[g["method"] == "peft-svd"].iloc[0]
+        ours = g[g["method"] == "fraq"].iloc[0]
+        ratio, lo, hi, n = _ratio(base["samples_s"], ours["samples_s"])
+        out.append(dict(model=model, kind=kind, setting=ours["setting"], p=int(ours["p"]), ratio=ratio, lo=lo, hi=hi,
+                        n=n, peft_ms=base["median_s"] * 1e3, fraq_ms=ours["median_s"] * 1e3,
+                        peft_excess=base["excess_max"], fraq_excess=ours["excess_max"],
+                        rank_mean=ours["rank_mean"], modules=int(ours["modules"]), clients=int(ours["clients"])))
+    return pd.DataFrame(out)
+
+
+def ratio_lines(df: pd.DataFrame) -> list[str]:
+    """One sentence per model and setting, for the report."""
+    lines = []
+    for _, r in ratios(df).iterrows():
+        what = (f"at rank {r['p']}" if r["kind"] == "rank" else
+                f"at FRAQ's {r['setting']} ranks (mean {r['rank_mean']:.1f}; peft through `rank_pattern`)")
+        lines.append(f"- {r['model']} ({r['modules']} modules, {r['clients']} clients), {what}: peft's svd takes "
+                     f"**{r['ratio']:.1f}x** FRAQ's time (95% interval {r['lo']:.1f}-{r['hi']:.1f}x, {r['n']} "
+                     f"paired rounds; {r['peft_ms']:.0f} ms vs {r['fraq_ms']:.0f} ms); worst excess over the "
+                     f"float64 optimum {r['peft_excess']:.1e} (peft) and {r['fraq_excess']:.1e} (FRAQ).")
+    return lines
+
+
+def table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per model and method: ranks, parameters, time, peak memory and errors."""
+    out = []
+    for _, r in rows(df).iterrows():
+        ranks = (f"{r['rank_min']}" if r["rank_min"] == r["rank_max"]
+                 else f"{r['rank_min']}-{r['rank_max']} (mean {r['rank_mean']:.1f})")
+        out.append({
+            "Model": r["model_label"], "Method": r["method"], "Setting": r["setting"], "Output rank": ranks,
+            "Params (M)": f"{r['params'] / 1e6:.3f}",
+            "Time ms, median [min, max]": f"{r['median_s'] * 1e3:.1f} [{r['min_s'] * 1e3:.1f}, "
+                                          f"{r['max_s'] * 1e3:.1f}] (n={r['n']})",
+            "Peak MiB": f"{r['peak_bytes'] / 2**20:.1f}",
+            "Rel. error (mean)": f"{r['relative_error_mean']:.3f}",
+            "Excess over optimum (max)": f"{r['excess_max']:.1e}",
+        })
+    return pd.DataFrame(out)
+
+
+def figure(df: pd.DataFrame):
+    """Left: median time per method (bars: min-max), per model, log scale. Right: the mean
+    relative error against the exact aggregate per method, the float64 optimum at the
+    same ranks as a black tick (an exact merge's error is its float32 rounding)."""
+    import matplotlib.pyplot as plt
+
+    d = rows(df)
+    models = list(dict.fromkeys(d["model_label"]))
+    labels = list(dict.fromkeys(d["label"]))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    width = 0.8 / len(labels)
+    for j, label in enumerate(labels):
+        sub = d[d["label"] == label].set_index("model_label").reindex(models)
+        x = np.arange(len(models)) + (j - (len(labels) - 1) / 2) * width
+        color = COLORS.get(sub["method"].dropna().iloc[0], "#333333")
+        hatch = "//" if sub["kind"].dropna().iloc[0] == "tau" else None
+        t = sub["median_s"].to_numpy(float) * 1e3
+        err = np.vstack([t - sub["min_s"].to_numpy(float) * 1e3, sub["max_s"].to_numpy(float) * 1e3 - t])
+        axes[0].bar(x, t, width, yerr=err, color=color, hatch=hatch, edgecolor="white", label=label, capsize=2)
+        rel = np.array([np.mean(v) if isinstance(v, list) else np.nan for v in sub["relative_error"]])
+        opt = np.array([np.mean(np.subtract(r, e)) if isinstance(r, list) else np.nan
+                        for r, e in zip(sub["relative_error"], sub["excess"])])
+        axes[1].bar(x, np.maximum(rel, FLOOR), width, color=color, hatch=hatch, edgecolor="white")
+        shown = opt > FLOOR
+        axes[1].scatter(x[shown], opt[shown], marker="_", s=120, color="black", zorder=3,
+                        label="float64 optimum" if j == 1 else None)
+    for ax, ylabel in zip(axes, ["merge time (ms)", "rel. error vs exact (mean over modules)"]):
+        ax.set_xticks(np.arange(len(models)), models, rotation=10)
+        ax.set_yscale("log")
+        ax.set_ylabel(ylabel)
+    axes[1].legend(loc="center right", frameon=False)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", ncol=min(len(labels), 5), frameon=False,
+               bbox_to_anchor=(0.5, 1.0))
+    return fig

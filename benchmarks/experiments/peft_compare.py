@@ -1,0 +1,112 @@
+"""FRAQ against peft's own merge (``add_weighted_adapter``) on real ``PeftModel`` s.
+
+Per point (a base model of :data:`benchmarks.peft_merge.MODELS` with K client adapters)
+five merges of the same adapters, each adding one adapter to the same ``PeftModel``
+(:class:`benchmarks.peft_merge.Method`):
+
+- ``peft-cat``: peft's exact concatenation (rank sum_k r_k);
+- ``peft-svd`` and ``fraq`` at the same rank p for every module;
+- ``fraq`` at the energy threshold tau, and ``peft-svd`` at the per-module ranks FRAQ
+  chose there, through ``rank_pattern``.
+
+Measured like every other method: latency (the methods timed round-robin, one call of
+each per round, so that drifting load hits all alike and the per-round ratios pair up),
+tensor peak memory above the inputs (:func:`benchmarks.measure.peak_memory`, on the
+first call, whose adapter also gives the errors), each module's relative error against
+the exact float64 aggregate and the excess over the float64 Eckart-Young optimum at its
+rank (:mod:`fraq.reference`), output ranks and parameters. Removing a timed call's
+adapter again is outside the timed region.
+
+Sweep as data: :func:`points` per size (``tiny`` for tests, ``reduced`` for ``make
+run``, ``paper`` adds the full RoBERTa-base and two LLaMA-3.2-3B-shaped layers, whose
+dense 8192 x 3072 SVDs take peft about a minute per layer on one core).
+
+Run: ``.venv/bin/python -m benchmarks.run peft [--size paper]``; one result file per
+point, ``<out>/peft/<key>.json`` (:mod:`benchmarks.results`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+__all__ = ["POINTS", "key", "measure", "points"]
+
+POINTS: dict[str, list[dict]] = {
+    "tiny": [dict(model="tiny-bert", layers=None, p=4, tau=0.95, repeats=2, slow_repeats=2)],
+    # About 30 s on 2 cores: all of MiniLM (37 modules, 4 clients) and 2 RoBERTa-base layers (10 clients).
+    "reduced": [dict(model="minilm", layers=None, p=8, tau=0.95, repeats=5, slow_repeats=4),
+                dict(model="roberta-base", layers=2, p=8, tau=0.95, repeats=5, slow_repeats=4)],
+    "paper": [dict(model="minilm", layers=None, p=8, tau=0.95, repeats=7, slow_repeats=5),
+              dict(model="minilm", layers=None, p=16, tau=0.95, repeats=7, slow_repeats=5),
+              dict(model="roberta-base", layers=None, p=8, tau=0.95, repeats=7, slow_repeats=4),
+              dict(model="llama-3.2-3b", layers=2, p=8, tau=0.95, repeats=3, slow_repeats=2)],
+}
+"""Sweep points per run size; ``slow_repeats`` applies to peft's svd (dense SVDs)."""
+
+
+def points(size: str) -> list[dict]:
+    """The configs of a ``size`` run."""
+    if size not in POINTS:
+        raise ValueError(f"size(={size!r}) is not one of {sorted(POINTS)}")
+    return [dict(figure="peft", **c) for c in POINTS[size]]
+
+
+def key(config: dict) -> str:
+    """The result file's name for ``config``."""
+    layers = "all" if config["layers"] is None else config["layers"]
+    return f"{config['model']}-L{layers}-p{config['p']}-tau{config['tau']:g}"
+
+
+def measure(config: dict, device: torch.device | str = "cpu") -> dict:
+    """Build the point's clients, run every method (see the module docstring), return the result."""
+    from benchmarks.measure import peak_memory, timed
+    from benchmarks.peft_merge import MODELS, Method, build_clients, fraq_ranks, module_fidelity
+
+    device = torch.device(device)
+    spec = MODELS[config["model"]]
+    t0 = time.perf_counter()
+    clients = build_clients(config["model"], layers=config["layers"], device=device)
+    build_s = time.perf_counter() - t0
+    stacks = clients.stacks()
+    p, tau = config["p"], config["tau"]
+    tau_ranks = fraq_ranks(clients, tau)
+    methods = [Method("peft-cat"), Method("peft-svd", rank=p), Method("fraq", rank=p),
+               Method("peft-svd", ranks=tau_ranks), Method("fraq", tau=tau)]
+    rows = []
+    for meth in methods:
+        made: list[str] = []
+        t1 = time.perf_counter()
+        peak = peak_memory(lambda meth=meth: made.append(meth(clients)), device=device)
+        first_s = time.perf_counter() - t1
+        fid = module_fidelity(stacks, clients.merged(made[0]))
+        clients.delete()
+        rows.append(dict(method=meth.name, setting=meth.setting, label=meth.label, peak_bytes=peak.peak,
+                         first_call_s=first_s, ranks=fid["rank"], excess=fid["excess"],
+                         relative_error=fid["relative_error"], **fid["summary"], samples_s=[]))
+    repeats = {i: config["slow_repeats"] if m.name == "peft-svd" else config["repeats"]
+               for i, m in enumerate(methods)}
+    order = list(range(len(methods)))
+    for rnd in range(max(repeats.values())):
+        for i in order[rnd % len(order):] + order[:rnd % len(order)]:
+            if rnd < repeats[i]:
+                t = timed(lambda i=i: methods[i](clients), repeats=1, warmup=0, device=device)
+                rows[i]["samples_s"].append(t.samples[0])
+                clients.delete()
+    for row in rows:
+        s = row["samples_s"]
+        row.update(median_s=statistics.median(s), min_s=min(s), max_s=max(s), n=len(s))
+    shapes = sorted({tuple(layer.get_base_layer().weight.shape) for layer in clients.layers.values()})
+    return dict(modules=len(clients.layers), shapes=[list(s) for s in shapes], clients=len(clients.adapters),
+                client_ranks=[int(r) for r in spec.ranks], client_alphas=list(spec.alphas),
+                data_sizes=clients.data_sizes, peft_weights=clients.peft_weights(), build_s=build_s,
+                tau_ranks=sorted(tau_ranks.values()), threads=torch.get_num_threads(), rows=rows,
+                peft_version=_version("peft"), transformers_version=_version("transformers"))
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import version
+
+    return version(dist)

@@ -1,0 +1,112 @@
+"""peft's own merge as baseline methods (benchmarks.peft_merge) against peft and the float64 optimum.
+
+Tiny random BERT (12 modules: 32 x 32, 37 x 32, 32 x 37), 3 clients of ranks 4, 8, 2 with
+different alphas and data sizes. Needs the ``fl`` extra (peft, transformers); skipped without it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("peft")
+pytest.importorskip("transformers")
+
+from benchmarks.peft_merge import Method, build_clients, fraq_ranks, module_fidelity  # noqa: E402
+
+EPS = torch.finfo(torch.float32).eps
+TOL = 16 * EPS
+"""Relative-error slack: float32 factors (the clients' and the merged ones) against float64 references."""
+
+
+@pytest.fixture(scope="module")
+def clients():
+    return build_clients("tiny-bert")
+
+
+@pytest.fixture(scope="module")
+def stacks(clients):
+    return clients.stacks()
+
+
+def test_peft_svd_method_is_peft_own_merge(clients):
+    """The method's adapter is what a user's own add_weighted_adapter call gives on the same
+    adapters with weights n_k / sum n (built again from the same seed: a separate PeftModel)."""
+    adapter = Method("peft-svd", rank=4)(clients)
+    other = build_clients("tiny-bert")
+    total = sum(other.data_sizes)
+    other.model.add_weighted_adapter(other.adapters, [n / total for n in other.data_sizes], "own",
+                                     combination_type="svd", svd_rank=4)
+    assert other.model.peft_config["own"].r == clients.model.peft_config[adapter].r == 4
+    for name, layer in clients.layers.items():
+        ours, theirs = layer.get_delta_weight(adapter), other.layers[name].get_delta_weight("own")
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=4 * EPS * theirs.abs().max().item())
+
+
+def test_fraq_no_worse_than_peft_svd_at_equal_rank(clients, stacks):
+    """Both at the float64 optimum (peft's only if its weights are normalized), FRAQ never worse."""
+    peft = module_fidelity(stacks, clients.merged(Method("peft-svd", rank=4)(clients)))
+    ours = module_fidelity(stacks, clients.merged(Method("fraq", rank=4)(clients)))
+    assert peft["rank"] == ours["rank"] == [4] * len(stacks)
+    assert max(peft["excess"]) <= TOL
+    for e_fraq, e_peft in zip(ours["relative_error"], peft["relative_error"]):
+        assert e_fraq <= e_peft + TOL
+
+
+def test_peft_cat_is_the_exact_stack(clients, stacks):
+    fid = module_fidelity(stacks, clients.merged(Method("peft-cat")(clients)))
+    assert fid["rank"] == [4 + 8 + 2] * len(stacks)
+    assert max(fid["relative_error"]) <= TOL
+
+
+def test_peft_svd_through_rank_pattern_takes_fraq_ranks(clients, stacks):
+    ranks = fraq_ranks(clients, 0.95)
+    assert len(set(ranks.values())) > 1  # the case exercises per-module ranks
+    adapter = Method("peft-svd", ranks=ranks)(clients)
+    cfg = clients.model.peft_config[adapter]
+    assert cfg.rank_pattern and cfg.alpha_pattern == cfg.rank_pattern
+    fid = module_fidelity(stacks, clients.merged(adapter))
+    assert fid["rank"] == [ranks[m] for m in stacks]
+    assert max(fid["excess"]) <= TOL
+    tau = module_fidelity(stacks, clients.merged(Method("fraq", tau=0.95)(clients)))
+    assert tau["rank"] == fid["rank"] and tau["params"] == fid["params"]
+
+
+@pytest.mark.parametrize("name, preset", [("roberta", "roberta-base"), ("llama", "llama-3.2-3b")])
+def test_random_models_have_the_paper_shapes(name, preset):
+    """Built on the meta device (no memory): every adapted module has a preset group's (m, n)."""
+    import transformers
+
+    from benchmarks import peft_merge
+    from fraq.presets import get_preset
+
+    config = getattr(peft_merge, f"{name}_config")(2)
+    cls = transformers.RobertaModel if name == "roberta" else transformers.LlamaModel
+    with torch.device("meta"):
+        model = cls(config)
+    targets = peft_merge.MODELS[preset].targets
+    shapes = {n.rsplit(".", 1)[-1]: tuple(mod.weight.shape) for n, mod in model.named_modules()
+              if isinstance(mod, torch.nn.Linear) and n.rsplit(".", 1)[-1] in targets}
+    assert shapes == {g.name: (g.m, g.n) for g in get_preset(preset).groups}
+
+
+def test_runner_and_report_section(tmp_path):
+    """``benchmarks.run peft --size tiny`` writes one result; the analysis draws its table,
+    figure and ratio lines from that file alone."""
+    pytest.importorskip("pandas")
+    pytest.importorskip("matplotlib")
+    from analysis import loaders, peft_merge as report
+    from benchmarks.run import run
+
+    run(tmp_path / "results", ("peft",), size="tiny", progress=False)
+    df = loaders.load_results(tmp_path / "results" / "peft")
+    assert len(df) == 1
+    rows = report.rows(df)
+    assert set(rows["method"]) == {"peft-cat", "peft-svd", "fraq"} and len(rows) == 5
+    assert (rows["n"] == 2).all()
+    assert rows["excess_max"].max() <= TOL
+    table = report.table(df)
+    assert len(table) == 5
+    lines = report.ratio_lines(df)
+    assert len(lines) == 2 and all("95%" in line for line in lines)
+    report.figure(df)
