@@ -6,7 +6,6 @@ of Foundation Models", arXiv:2410.09432.
 
 from __future__ import annotations
 
-import fraq
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.fedit import weighted_sum
 from fraq.aggregators.payload import WARM_START, Downlink, Factors

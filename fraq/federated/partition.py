@@ -8,6 +8,7 @@ prints each client's label mix.
 from __future__ import annotations
 
 import numbers
+import os
 
 import numpy as np
 
