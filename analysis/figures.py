@@ -34,7 +34,9 @@ def _purples(n: int) -> list:
 
 
 def _legend_top(fig, handles, labels, ncol) -> None:
-    fig.legend(handles, labels, loc="upper center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, 1.0))
+    """One legend for the figure, its lower edge on the figure's top edge: however many rows
+    it takes, it never covers a panel title (files and inline figures are cut to fit it)."""
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, 1.0))
 
 
 # ----------------------------------------------------------------------------- Fig. 1
@@ -118,7 +120,7 @@ def fig3_scalability(df: pd.DataFrame):
             ax.set_xticklabels([str(int(v)) for v in xs])
             ax.set_xlabel("total stacked rank r" if sweep == "r" else "hidden size d (square d x d modules)")
             ax.set_ylabel(ylabel)
-            ax.set_title(f"({'a' if sweep == 'r' else 'b'}) vs {'r' if sweep == 'r' else 'd'} at {fixed}")
+            ax.set_title(f"({'abcd'[2 * row + col]}) {ylabel.split(' (')[0]} vs {sweep} at {fixed}")
     names = [n for n in ["FRAQ", "FLoRIST", "FlexLoRA"] if n in set(d["method_name"])]
     handles = [Line2D([], [], color=COLORS[n], marker=MARKERS[n], label=n) for n in names]
     handles += [Line2D([], [], color="k", linestyle="-", marker="o", label="batched"),

@@ -29,7 +29,7 @@ from benchmarks.measure import count_flops, peak_memory, threads, timed
 from benchmarks.measure.ablation import PAPER_TABLE4, VARIANT_NAMES, ablation_variant, variant_calls
 from benchmarks.measure.memory import mib
 from benchmarks.measure.methods import default_backend, default_factored, get_method
-from benchmarks.results import write_result
+from benchmarks.results import check_out_dir, write_result
 
 SCALING_RANKS = [16, 24, 32, 48, 64, 96, 128, 192, 256]
 SCALING_DIMS = [256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096]
@@ -220,6 +220,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--out", default=os.path.join("results", "bench"))
     args = ap.parse_args(argv)
+    check_out_dir(args.out)
     names = list(TABLES) if args.table == "all" else [args.table]
     for n in args.threads:
         with threads(n):

@@ -19,12 +19,15 @@ import json
 import os
 import platform
 import re
+import sys
 import time
 from pathlib import Path
 
 import torch
 
-__all__ = ["FORMAT_KEYS", "versions", "write_result", "result_record"]
+from fraq._files import check_dir_out, replacing_file
+
+__all__ = ["FORMAT_KEYS", "check_out_dir", "versions", "write_result", "result_record"]
 
 FORMAT_KEYS = ("experiment", "key", "config", "result", "machine", "versions", "git_sha", "device", "threads")
 """Keys every result file has (the loader refuses a file without them, naming it)."""
@@ -67,8 +70,16 @@ def write_result(out: str | Path, experiment: str, key: str, config: dict, resul
     """Write one result to ``out/<experiment>/<key>.json`` (atomically) and return the path."""
     rec = result_record(experiment, key, config, result, device=device, dtype=dtype)
     path = Path(out) / experiment / f"{_SAFE.sub('_', key)}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(rec, indent=1, default=str))
-    os.replace(tmp, path)
+    with replacing_file(path) as tmp:  # whole; a replaced file keeps its mode, a link its target
+        tmp.write_text(json.dumps(rec, indent=1, default=str))
     return path
+
+
+def check_out_dir(out: str | Path) -> None:
+    """Stop a command-line tool before any work, with one line and exit status 2, when its
+    results directory ``out`` is a file (or lies under one) or cannot be created."""
+    try:
+        check_dir_out(out, "--out")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -41,7 +41,7 @@ import torch
 
 from benchmarks import cases
 from benchmarks.measure import gemm_rate, threads, timed
-from benchmarks.results import write_result
+from benchmarks.results import check_out_dir, write_result
 
 PRESETS = ("roberta-base", "llama-3.2-3b")
 THREAD_COUNTS = (1, 2)
@@ -199,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--backend / FRAQ_BENCH_BACKEND (={args.backend!r}) is not one of {sorted(fraq.BACKENDS)}")
     if args.repeats < 1:
         ap.error(f"--repeats(={args.repeats}) must be >= 1")
+    check_out_dir(args.out)
     configs = []
     for c in args.compare or []:
         b, _, g = c.partition(":")

@@ -17,7 +17,8 @@ Experiments (default: the sweep's five and ``backends``, what ``make run`` repro
   two LLaMA-3.2-3B-shaped layers at ``--size paper``).
 
 Every result is ``<out>/<experiment>/<key>.json`` in :mod:`benchmarks.results`' format
-(config, result, machine, versions, git sha, device); a rerun replaces its files.
+(config, result, machine, versions, git sha, device; a sweep result's config also records
+its ``size``); a rerun replaces its files.
 ``analysis.reproduce`` draws the figures and the report from them. The device is
 ``--device``, else ``FRAQ_BENCH_DEVICE``, else cpu; a device this machine does not have
 stops the run at once with a one-line error (exit status 2).
@@ -73,7 +74,7 @@ def _run(out: Path, experiments, size: str, device: torch.device, progress: bool
             bar.set_postfix_str(f"{experiment} {key}"[:48])
             result = measure()
             for k, cfg, res in result["many"] if "many" in result else [(key, config, result)]:
-                write_result(out, experiment, k, cfg, res, device=device)
+                write_result(out, experiment, k, {**cfg, "size": size}, res, device=device)
             bar.update()
         for name in extra:
             bar.set_postfix_str(name)

@@ -107,9 +107,7 @@ def check_parent(path: Path, what: str) -> None:
 
 
 def _check_swappable(path: Path, what: str) -> None:
-    if path.name in ("", ".", ".."):
-        real = Path(os.path.realpath(path))
-    elif path.is_symlink():
+    if path.name in ("", ".", "..") or path.is_symlink():
         real = Path(os.path.realpath(path))
     else:
         real = Path(os.path.realpath(path.parent)) / path.name
@@ -141,9 +139,9 @@ def file_target(path: str | os.PathLike, what: str = "path", *, dash: bool = Fal
     hint = "; '-' writes to stdout" if dash else ""
     try:
         mode = os.stat(path).st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing there (check_parent names a file on the way)
         mode = None
-    except OSError as e:  # a loop of links, a component that is a file, no permission
+    except OSError as e:  # a loop of links, no permission
         raise ValueError(f"{what}(={str(path)!r}) cannot be examined ({e.strerror}): give another path") from None
     if mode is not None and not stat.S_ISREG(mode):
         if stat.S_ISDIR(mode):
@@ -227,10 +225,11 @@ def _write_failed(path: Path, err: BaseException) -> OSError | None:
             reasons.append(f"the file-size limit (ulimit -f) is {limit} bytes")
     except (ImportError, OSError, ValueError):
         pass
-    detail = str(err).strip().splitlines()
-    reason = " and ".join(reasons) or (detail[-1][:200] if detail else type(err).__name__)
-    return OSError(f"cannot write {path}: {reason}; it was left as it was (free some space or raise the limit, "
-                   f"or write elsewhere)")
+    lines = str(err).strip().splitlines()
+    detail = lines[-1][:200] if lines else type(err).__name__
+    reason = f" ({' and '.join(reasons)})" if reasons else ""
+    return OSError(f"cannot write {path}: {detail}{reason}; it was left as it was: free some space, raise the "
+                   f"limit or write elsewhere")
 
 
 def _sibling(path: Path, tag: str) -> Path:

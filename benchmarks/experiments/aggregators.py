@@ -39,7 +39,7 @@ import torch
 from benchmarks import cases
 from benchmarks.device import checked
 from benchmarks.measure import timed
-from benchmarks.results import write_result
+from benchmarks.results import check_out_dir, write_result
 from fraq.aggregators import ClientUpdate, LoraA2State, get_aggregator
 from fraq.presets import Preset, get_preset
 
@@ -436,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    check_out_dir(args.out)
     tables = run(args.out, quick=args.quick, presets=args.presets, seed=args.seed, device=device,
                  log=lambda s: print(s, flush=True))
     print("\n\n".join(tables))

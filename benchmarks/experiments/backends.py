@@ -48,7 +48,7 @@ from benchmarks import cases
 from benchmarks.device import checked, to_device
 from benchmarks.measure import Timing, round_robin
 from benchmarks.measure.methods import ran_factored
-from benchmarks.results import write_result
+from benchmarks.results import check_out_dir, write_result
 from fraq.backends import BACKENDS, EXACT_BACKENDS, get_backend
 from fraq.backends.factored_gram import factored_gram, factored_rows
 from fraq.diagnostics import orthogonality_error
@@ -331,6 +331,7 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    check_out_dir(args.out)
     load = os.getloadavg()[0]
     run(args.out, quick=args.quick, device=device)
     print(f"\nwrote {args.out}/backends*/ (torch threads {list(CONFIG['quick' if args.quick else 'full']['threads'])}, "

@@ -29,7 +29,7 @@ import torch
 import fraq
 from benchmarks import cases
 from benchmarks.measure import timed
-from benchmarks.results import write_result
+from benchmarks.results import check_out_dir, write_result
 from fraq.reference import optimal_error, reference_svd, relative_error
 
 F32, F64 = torch.float32, torch.float64
@@ -101,6 +101,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("results"), help="results directory (<out>/eig_precision/)")
     args = ap.parse_args(argv)
+    check_out_dir(args.out)
     rows = run(args.out)
     print(f"threads={torch.get_num_threads()} torch={torch.__version__}")
     keys = ["case", "eig_dtype", "excess_max", "sv2_err_max", "rank_matches_f64", "recompress_ms", "eigh_ms"]
