@@ -59,6 +59,20 @@ def test_stacked_rounds_like_fraq_stack_in_every_dtype(dtype, stack_dtype, batch
         assert B.dtype == B0.dtype and torch.equal(B, B0) and torch.equal(A, A0)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_stacks_round_once(dtype):
+    """A half-precision weighted factor is its float32 product rounded once, whichever path wrote it."""
+    for g in _groups(_updates(dtype=dtype), True):
+        B, A = g.stacked()
+        Bs, As = g.client_factors()
+        lo = 0
+        for Bk, Ak, ak, sk in zip(Bs, As, g.weights, g.spec.scales):
+            hi = lo + Bk.shape[-1]
+            assert torch.equal(B[..., lo:hi], (Bk.float() * math.sqrt(ak)).to(dtype))
+            assert torch.equal(A[..., lo:hi, :], (Ak.float() * (math.sqrt(ak) * sk)).to(dtype))
+            lo = hi
+
+
 def test_fill_stacks_writes_into_the_given_tensors():
     """fill_stacks fills preallocated stacks in place (a strided view of B included) and returns nothing."""
     from fraq.stack import fill_stacks
