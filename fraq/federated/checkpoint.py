@@ -2,8 +2,9 @@
 
 After every round the harness writes the whole state (global weights of the adapted
 modules, the head, every client's start adapter, the aggregator's state as its own
-record, ``to_record``, tagged with its method, the records so far) to ``checkpoint.pt`` through a temporary file and an atomic rename, so a killed run
-loses at most the round in progress. Every random draw of a round is seeded from
+record, ``to_record``, tagged with its method, the records so far) to ``checkpoint.pt``
+through a temporary file and an atomic rename, so a killed run loses at most the round
+in progress. Every random draw of a round is seeded from
 (seed, round, client), so ``--resume`` continues with exactly the numbers an
 uninterrupted run gets. The file holds tensors, numbers and strings only and loads with
 ``torch.load(weights_only=True)``.

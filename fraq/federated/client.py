@@ -1,15 +1,15 @@
 """One client's local round: load the start adapter, train LoRA (and the head) with AdamW, upload.
 
 The client trains on top of the frozen global weights W_t (already in the backbone). Its
-adapter starts either fresh (peft's initialization, B = 0 and A kaiming-uniform, drawn from
-a seed of the round and module that every client shares, as when all clients run peft with
-one seed: FLoRA and FRAQ after merging; a rank-r client gets the first r rows of the draw)
-or from what the server sent (``Downlink.start``: the warm-start methods). A start of rank p loads into the
-client's rank-r_k adapter at the client's own scale s_k: ``lora_B = B * (scale / s_k)``,
-``lora_A = A``; with p > r_k the client keeps the first r_k components, with p < r_k it
-pads with zero columns of B and fresh rows of A (the product is unchanged and the new
-components can still learn; all-zero padding would get zero gradient). A method whose
-clients train a layer of their own instead of peft's LoRA (its
+adapter starts either fresh (peft's initialization, B = 0 and A kaiming-uniform, drawn
+from a seed of the round and module that every client shares, as when all clients run peft
+with one seed: FLoRA and FRAQ after merging; a rank-r client gets the first r rows of the
+draw) or from what the server sent (``Downlink.start``: the warm-start methods). A start
+of rank p loads into the client's rank-r_k adapter at the client's own scale s_k:
+``lora_B = B * (scale / s_k)``, ``lora_A = A``; with p > r_k the client keeps the first r_k
+components, with p < r_k it pads with zero columns of B and fresh rows of A (the product
+is unchanged and the new components can still learn; all-zero padding would get zero
+gradient). A method whose clients train a layer of their own instead of peft's LoRA (its
 :class:`~fraq.aggregators.ClientLayer` is not ``peft_lora``) has that layer swapped in for
 each target module and uploads what the layer reads back.
 """

@@ -1,12 +1,13 @@
 """The Flower ``ClientApp``: apply the server's downlink, train LoRA locally, upload.
 
 Each node keeps its copy of the global weights W_t of the adapted modules in
-``context.state`` and adds the merges it receives (Algorithm 1: W_t = W_{t-1} +
-s_g B_g A_g), with the same float64 arithmetic as the server
-(:func:`fraq.federated.state.merge_into`, through the method's client layer). It answers a ``query`` message with its
-``partition-id`` (checked against ``num-partitions`` and the run's client count) so the
-server can address each client's own payload: SuperNode ``partition-id`` K trains the
-harness's client K (``Task.clients[K]``, the K-th part of the seeded Dirichlet split).
+``context.state`` and adds the merges it receives (Algorithm 1:
+W_t = W_{t-1} + s_g B_g A_g), with the same float64 arithmetic as the server
+(:func:`fraq.federated.state.merge_into`, through the method's client layer). It answers a
+``query`` message with its ``partition-id`` (checked against ``num-partitions`` and the
+run's client count) so the server can address each client's own payload: SuperNode
+``partition-id`` K trains the harness's client K (``Task.clients[K]``, the K-th part of
+the seeded Dirichlet split).
 
 ``app`` is ``flwr run``'s component (configuration from ``context.run_config``);
 :func:`make_client_app` builds one for a given configuration.
