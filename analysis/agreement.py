@@ -88,13 +88,16 @@ EXP = "FlexLoRA's exponent of d minus FRAQ's above 1"
 def fig3_lines(d: pd.DataFrame) -> list[str]:
     """``d``: :func:`analysis.figures.fig3_summary` rows (with ``timing.samples``)."""
     lines = []
-    groups, points, slower = {}, [], []
+    groups, points, slower, absent = {}, [], [], []
     lowest = total = 0
     for (sweep, x, mode), g in d.groupby(["sweep", "x", "mode"]):
-        if len(g) < 2 or "FRAQ" not in set(g["method_name"]):
+        name = f"{sweep}={int(x)} {mode}"
+        if "FRAQ" not in set(g["method_name"]):
+            absent.append(f"{name} FRAQ (no result)")
+            continue
+        if len(g) < 2:
             continue
         total += 1
-        name = f"{sweep}={int(x)} {mode}"
         keys = {}
         for _, r in g.iterrows():
             keys[r["method_name"]] = f"{name} {r['method_name']}"
@@ -111,7 +114,10 @@ def fig3_lines(d: pd.DataFrame) -> list[str]:
         return np.min(np.stack([np.min(np.stack([g[o] for o in others]), axis=0) / g[f] for f, others in points]),
                       axis=0)
 
-    if points:
+    if absent:
+        v = not_measured("FRAQ is the fastest method", absent)
+        lines.append(f"- Paper: FRAQ is the fastest method across both sweeps. {_ours(v, '')}")
+    elif points:
         v = judge(groups, margin, above=1.0, claim="FRAQ is the fastest method")
         lines.append(f"- Paper: FRAQ is the fastest method across both sweeps. "
                      + _ours(v, f"{v.value:.2f}x", ".2f", "x", test=f"the fastest other method's time over FRAQ's "
@@ -189,7 +195,10 @@ def fig4_lines(rank: pd.DataFrame, cond: pd.DataFrame) -> list[str]:
                      f"over the truncated ranks p = {int(min(trunc))}..{int(max(trunc))}, the largest mean over "
                      "modules.")
     both = [p for p in ps if ("florist", p) in err]
-    if both:
+    if both and len(both) < len(ps):
+        v = not_measured("FRAQ matches FLoRIST's fidelity", [f"p={p} FLoRIST (no result)" for p in ps if p not in both])
+        lines.append(f"- Paper: FRAQ matches FLoRIST's fidelity. {_ours(v, '')}")
+    elif both:
         g = {f"p={p}": err[("fraq", p)] / err[("florist", p)] if err[("fraq", p)].shape == err[("florist", p)].shape
              else np.array([np.nan]) for p in both}
         v = judge(g, _max_over(list(g)), below=1.01, center=np.mean, claim="FRAQ matches FLoRIST's fidelity")

@@ -26,10 +26,15 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["load_results", "load_asv", "load_pytest_benchmark", "explode_per_matrix"]
+__all__ = ["load_results", "load_asv", "load_pytest_benchmark", "explode_per_matrix", "paper"]
 
 RESULT_KEYS = ("experiment", "config", "result", "machine")
 """Keys a project result file must have (see :mod:`benchmarks.results`)."""
+
+
+def paper() -> dict:
+    """The paper's numbers (``analysis/paper.json``): the one place they are written down."""
+    return json.loads((Path(__file__).with_name("paper.json")).read_text())
 
 FORMAT_KEYS = ("key", "versions", "git_sha", "device", "threads")
 """Keys the current format has beyond :data:`RESULT_KEYS`: a file without them is in an

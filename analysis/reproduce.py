@@ -108,10 +108,10 @@ def _build(out: Path) -> Path:
                "Figure 1: downlink", agreement.fig1_lines(f1),
                "Per-client downlink of the exact FLoRA stack and of FRAQ at 80/90/95% retained energy, against the "
                "number of clients and the local rank.")
-    agg = res["aggregators"]
+    agg = res["tables123"]
     if not agg.empty:
         sections.append("## Tables 1-3: downlink and server latency\n\nEvery aggregator on the model presets, "
-                        "batched by module shape; latency median and IQR (`python -m benchmarks.run aggregators`); "
+                        "batched by module shape; latency median and IQR (`python -m benchmarks.run tables123`); "
                         f"the paper's numbers are one GH200's. {style.caption(agg)}.\n\n"
                         + tables.markdown(tables.tables123_latency(agg)) + "\n")
     pf = res["peft"]

@@ -73,7 +73,8 @@ def default_dir() -> Path:
 
 
 def _hint(path: Path) -> str:
-    return f"run `make run` (or `python -m benchmarks.run --out {path}`), or set FRAQ_RESULTS to a results directory"
+    return (f"run `make run` in the repository root (or `python -m benchmarks.run --out {path}`), or set "
+            "FRAQ_RESULTS to a results directory")
 
 
 class Results:
@@ -142,6 +143,8 @@ def load(path: str | Path | None = None, *, select: dict | None = None) -> Resul
         NoResults: no readable result file under ``path`` (the message says what to run).
         MixedResults: results of more than one configuration (the message names them).
     """
+    if path is None and default_dir() == DEFAULT and not DEFAULT.exists():
+        raise NoResults(f"no {DEFAULT} in {Path.cwd()} or any parent: {_hint(DEFAULT)}")
     path = Path(path) if path is not None else default_dir()
     if not path.exists() or (path.is_dir() and not any(path.rglob("*.json"))):
         raise NoResults(f"no result files under {path}: {_hint(path)}")

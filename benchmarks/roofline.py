@@ -20,7 +20,7 @@ torch threads:
   clients (stacking included).
 
 It prints the 2-thread / 1-thread ratios, the load average before and after and the
-issue 12 targets (met or not), and writes one result file per preset
+performance targets (met or not), and writes one result file per preset
 (``<out>/roofline/<preset>-<backend>.json``). A benchmark: it prints and records, it
 asserts nothing. CPU only (thread scaling is a CPU question).
 
@@ -46,7 +46,7 @@ from benchmarks.results import check_out_dir, write_result
 PRESETS = ("roberta-base", "llama-3.2-3b")
 THREAD_COUNTS = (1, 2)
 TARGETS = {"roofline_1t": 5.0, "florist_1t": 4.0, "scaling_2t": 0.65, "florist_best": 6.0}
-"""Issue 12: FRAQ <= 5x its roofline at 1 thread; FLoRIST >= 4x slower at 1 thread; FRAQ at
+"""Performance targets: FRAQ <= 5x its roofline at 1 thread; FLoRIST >= 4x slower at 1 thread; FRAQ at
 2 threads <= 0.65x its 1-thread time; FLoRIST's best >= 6x slower than FRAQ's best."""
 
 
@@ -58,14 +58,18 @@ def eq12_flops(d: int, D: int, r: int, ranks: torch.Tensor) -> float:
 
 
 def _summary(t) -> dict:
-    return {"median_ms": t.median * 1e3, "q25_ms": t.q25 * 1e3, "q75_ms": t.q75 * 1e3, "iqr_ms": t.iqr * 1e3,
-            "n": len(t.samples), "threads": t.threads}
+    """The one timing payload (:meth:`benchmarks.measure.Timing.as_dict`, seconds)."""
+    return t.as_dict()
+
+
+def _med_ms(s: dict) -> float:
+    return s["median"] * 1e3
 
 
 def measure_preset(name: str, backend: str | None, repeats: int, log=print, gram: str | None = None) -> dict:
     """Every measurement of one preset at each thread count (see the module docstring)."""
     import fraq
-    from benchmarks.experiments.aggregators import build_model
+    from benchmarks.cases import build_model
     from fraq.aggregators import get_aggregator
     from fraq.aggregators.florist import florist_recompress
     from fraq.presets import get_preset
@@ -102,20 +106,20 @@ def measure_preset(name: str, backend: str | None, repeats: int, log=print, gram
             rate = max(rate, gemm_rate(2048))
         row["gemm_gflops"] = rate / 1e9
         row["roofline_ms"] = flops / rate * 1e3
-        row["fraq_over_roofline"] = row["fraq"]["median_ms"] / row["roofline_ms"]
-        row["florist_over_fraq"] = row["florist"]["median_ms"] / row["fraq"]["median_ms"]
-        row["whole_florist_over_fraq"] = row["whole_florist"]["median_ms"] / row["whole_fraq"]["median_ms"]
+        row["fraq_over_roofline"] = _med_ms(row["fraq"]) / row["roofline_ms"]
+        row["florist_over_fraq"] = _med_ms(row["florist"]) / _med_ms(row["fraq"])
+        row["whole_florist_over_fraq"] = _med_ms(row["whole_florist"]) / _med_ms(row["whole_fraq"])
         out["threads"][n] = row
         log(f"  {n} thread(s) done, load average {os.getloadavg()[0]:.2f}")
     t = out["threads"]
-    fraq_best = min(THREAD_COUNTS, key=lambda n: t[n]["fraq"]["median_ms"])
-    florist_best = min(THREAD_COUNTS, key=lambda n: t[n]["florist"]["median_ms"])
+    fraq_best = min(THREAD_COUNTS, key=lambda n: _med_ms(t[n]["fraq"]))
+    florist_best = min(THREAD_COUNTS, key=lambda n: _med_ms(t[n]["florist"]))
     out.update(
-        fraq_2t_over_1t=t[2]["fraq"]["median_ms"] / t[1]["fraq"]["median_ms"],
-        florist_2t_over_1t=t[2]["florist"]["median_ms"] / t[1]["florist"]["median_ms"],
-        whole_fraq_2t_over_1t=t[2]["whole_fraq"]["median_ms"] / t[1]["whole_fraq"]["median_ms"],
+        fraq_2t_over_1t=_med_ms(t[2]["fraq"]) / _med_ms(t[1]["fraq"]),
+        florist_2t_over_1t=_med_ms(t[2]["florist"]) / _med_ms(t[1]["florist"]),
+        whole_fraq_2t_over_1t=_med_ms(t[2]["whole_fraq"]) / _med_ms(t[1]["whole_fraq"]),
         fraq_best_threads=fraq_best, florist_best_threads=florist_best,
-        florist_best_over_fraq_best=t[florist_best]["florist"]["median_ms"] / t[fraq_best]["fraq"]["median_ms"])
+        florist_best_over_fraq_best=_med_ms(t[florist_best]["florist"]) / _med_ms(t[fraq_best]["fraq"]))
     return out
 
 
@@ -146,11 +150,11 @@ def compare_report(name: str, rec: dict) -> list[str]:
 
 
 def _ms(s: dict) -> str:
-    return f"{s['median_ms']:8.1f} [{s['q25_ms']:.1f}, {s['q75_ms']:.1f}]"
+    return f"{s['median'] * 1e3:8.1f} [{s['q25'] * 1e3:.1f}, {s['q75'] * 1e3:.1f}]"
 
 
 def report(name: str, rec: dict) -> list[str]:
-    """The printed lines for one preset's record, with the issue 12 targets."""
+    """The printed lines for one preset's record, with the performance targets."""
     t = rec["threads"]
     lines = [f"{name}: {rec['modules']} modules, K = {rec['clients']}, r = {rec['stacked_rank']}, tau = {cases.TAU}, "
              f"mean p = {rec['rank_mean']:.1f}, backend {rec['backend']}, gram {rec['gram']}, Eq. 12 {rec['flops_eq12'] / 1e9:.2f} GFLOP",

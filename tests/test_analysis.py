@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def tiny(tmp_path_factory):
     """The tiny sweep's results directory (every sweep experiment, real measurements)."""
     out = tmp_path_factory.mktemp("tiny")
-    run.run(out / "results", run.SWEEP, size="tiny", progress=False)
+    run.run(out / "results", ("table4", "fig4_cond", "fig4_rank", "fig1", "fig3"), size="tiny", progress=False)
     return out
 
 
@@ -215,8 +215,12 @@ def test_fig3(tiny, tmp_path):
     df = loaders.load_results(tiny / "results" / "fig3")
     fig = figures.fig3_scalability(df)
     labels, legend = _axes_text(fig)
-    assert {"runtime (ms)", "tensor peak memory (MiB)", "total stacked rank r"} <= set(labels)
+    assert {"runtime (ms)", "tensor peak memory (MiB)", "counted GFLOP (batched)", "total stacked rank r"} <= set(labels)
+    assert any("error above" in label for label in labels)  # fidelity, its own row
     assert {"FRAQ", "FLoRIST", "FlexLoRA", "batched", "unbatched"} <= set(legend)
+    # every method has all four metrics at every point of both sweeps
+    for _, ax in enumerate(fig.axes):
+        assert len(ax.get_lines()) >= 3
     assert all(ax.get_yscale() == "log" for ax in fig.axes)
     _png_ok(style.save(fig, tmp_path, "fig3", style.caption(df))[0])
     assert (tmp_path / "fig3.pdf").stat().st_size > 0
@@ -256,14 +260,14 @@ def test_caption_has_machine_dtype_threads_versions(tiny):
 
 
 def test_tables(tiny):
-    from benchmarks.measure.ablation import PAPER_TABLE4
     from benchmarks.measure.methods import default_backend
 
     t4 = tables.table4_ablation(loaders.load_results(tiny / "results" / "table4"))
     assert list(t4["Variant"])[:3] == ["Adaptive + Gram", "Fixed + Gram", "Adaptive + coordinate SVD"]
-    # the paper's columns come from the result files, which the runner fills from the one constant
-    ms, mib = PAPER_TABLE4["fixed-gram"]
-    base_ms, base_mib = PAPER_TABLE4["adaptive-gram"]
+    # the paper's columns come from the one data file of the paper's numbers
+    paper = loaders.paper()["table4"]
+    ms, mib = paper["fixed-gram"]
+    base_ms, base_mib = paper["adaptive-gram"]
     row = t4.set_index("Variant").loc["Fixed + Gram"]
     assert row["Paper ms (x)"] == f"{ms:.2f} ({ms / base_ms:.2f})"
     assert row["Paper MiB (x)"] == f"{mib:.2f} ({mib / base_mib:.2f})"
@@ -363,6 +367,8 @@ def test_malformed_and_old_format_files_are_named_and_skipped(tiny, tmp_path):
         assert any(str(path) in m and why in m for m in messages), (path, messages)
         assert str(path) in text
     assert "## Figure 3" in text  # the rest is still drawn
+    fastest = next(x for x in text.splitlines() if "FRAQ is the fastest method" in x)
+    assert "**no verdict**" in fastest and "d=32 batched FRAQ (no result)" in fastest  # a skipped point is missing
 
 
 def test_empty_results_directory_is_an_error_that_says_what_to_run(tmp_path, capsys):
@@ -394,6 +400,11 @@ def test_default_results_dir_is_found_from_a_subdirectory(tmp_path, monkeypatch)
     assert default_dir() == tmp_path / "results" / "reproduce" / "results"
     monkeypatch.setenv("FRAQ_RESULTS", str(tmp_path / "x"))
     assert default_dir() == tmp_path / "x"
+    monkeypatch.delenv("FRAQ_RESULTS")
+    monkeypatch.chdir(tmp_path.parent)  # nothing here or above: say where it looked and what to run
+    with pytest.raises(analysis.NoResults, match=f"no results/reproduce/results in {tmp_path.parent} or any parent: "
+                                                 "run `make run` in the repository root"):
+        analysis.load()
 
 
 # ----------------------------------------------------------------------------- figure defects
@@ -403,7 +414,7 @@ def test_fig3_panel_labels_are_distinct(tiny):
     style.setup()
     fig = figures.fig3_scalability(loaders.load_results(tiny / "results" / "fig3"))
     labels = [ax.get_title().split(")")[0] + ")" for ax in fig.axes]
-    assert labels == ["(a)", "(b)", "(c)", "(d)"]
+    assert labels == ["(a)", "(b)", "(c)", "(d)", "(e)", "(f)", "(g)", "(h)"]
 
 
 def test_figure_legends_cover_no_panel_title(tiny, tmp_path):
@@ -428,6 +439,25 @@ def test_figure_legends_cover_no_panel_title(tiny, tmp_path):
         for ax in fig.axes:
             title = ax.title.get_window_extent(renderer)
             assert not legend.overlaps(title), ax.get_title()
+
+
+def test_one_round_federated_plot_has_integer_round_ticks(tmp_path):
+    from fraq.federated.results import _plot
+
+    fig_path = tmp_path / "rounds.png"
+    seen = []
+    import matplotlib.pyplot as plt
+
+    close = plt.close
+    try:  # keep the figure _plot closes, to read its ticks
+        plt.close = lambda fig=None: seen.append(fig)
+        assert _plot([{"method": "fraq", "rounds": [{"round": 1, "accuracy": 0.5, "downlink_pct_flora": 20.0}]}],
+                     fig_path)
+    finally:
+        plt.close = close
+    ticks = [t for ax in seen[0].axes for t in ax.get_xticks()]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    _png_ok(fig_path)
 
 
 # ----------------------------------------------------------------------------- notebooks

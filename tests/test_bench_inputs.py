@@ -137,12 +137,8 @@ def test_a_bad_environment_variable_of_the_runner_is_one_line(runner, tmp_path, 
             cases.fidelity_modules()
 
 
-WORK = {  # module -> (argv before --out, the attribute that starts the work)
-    "benchmarks.report": (["t1"], "TABLES"),
+WORK = {  # module -> (argv before --out, the attribute that starts the work); the runner: above
     "benchmarks.roofline": ([], "fraq._machine.machine_record"),
-    "benchmarks.experiments.eig_precision": ([], "run"),
-    "benchmarks.experiments.aggregators": ([], "run"),
-    "benchmarks.experiments.backends": ([], "run"),
 }
 
 
