@@ -1,7 +1,7 @@
 # The README's commands. Set-up is the first two lines of the README; `make setup` runs them.
 PY := .venv/bin/python
 
-.PHONY: setup run demo test test-slow test-all asv-check bench bench-quick bench-pytest bench-roofline bench-report regress \
+.PHONY: setup run demo test test-slow test-all asv-check bench bench-quick bench-pytest bench-roofline regress \
 	bench-gpu reproduce reproduce-paper figures federated federated-smoke flower-local flower-deployment peft-example
 
 setup:
@@ -10,7 +10,8 @@ setup:
 
 # The main job: the reduced reproduction of every server-side figure and table. Measurements
 # (the one runner) write results/reproduce/results; analysis only draws from those files.
-# FRAQ_BENCH_DEVICE=cuda runs it on a GPU (a missing one stops it at once).
+# Both runs are resumable: a rerun measures only the points whose results are missing
+# (RERUN=1 measures everything again). FRAQ_BENCH_DEVICE=cuda runs it on a GPU.
 OUT ?= results/reproduce
 run: reproduce
 
@@ -40,28 +41,29 @@ bench-quick:
 	.venv/bin/asv run --python=same --quick --set-commit-hash $$(git rev-parse HEAD)
 
 bench-pytest:
-	$(PY) -m pytest tests/bench --benchmark-only
+	.venv/bin/pytest tests/bench --benchmark-only
 
-# BENCH=REGEX restricts the suite, QUICK=1 takes one sample per benchmark (a smoke test).
+# The last N commits of main recorded with asv (one machine name: asv's own for this host) and
+# compared with asv's statistics. BENCH=REGEX restricts the suite; QUICK=1 takes one sample per
+# benchmark (a smoke test: timings then get "not enough samples", never a verdict).
 N ?= 2
 FACTOR ?= 1.5
 regress:
 	$(PY) -m benchmarks.regress --commits $(N) --factor $(FACTOR) $(if $(BENCH),--bench '$(BENCH)') $(if $(QUICK),--quick)
-
-bench-report:
-	$(PY) -m benchmarks.report all
 
 # FRAQ over its roofline and FLoRIST at 1 and 2 threads; FRAQ_BENCH_BACKEND picks the backend.
 bench-roofline:
 	$(PY) -m benchmarks.roofline
 
 reproduce:
-	$(PY) -m benchmarks.run --out $(OUT)/results
+	$(PY) -m benchmarks.run --out $(OUT)/results $(if $(RERUN),--rerun)
 	$(PY) -m analysis.reproduce --out $(OUT)
 
+# Its own directory (the analysis refuses one holding two sizes); OUT=DIR on the command line chooses it.
+PAPER_OUT ?= $(if $(filter command line,$(origin OUT)),$(OUT),results/reproduce-paper)
 reproduce-paper:
-	$(PY) -m benchmarks.run --size paper --out $(OUT)/results
-	$(PY) -m analysis.reproduce --out $(OUT)
+	$(PY) -m benchmarks.run --size paper --out $(PAPER_OUT)/results $(if $(RERUN),--rerun)
+	$(PY) -m analysis.reproduce --out $(PAPER_OUT)
 
 figures:
 	$(PY) -m analysis.reproduce --out $(OUT)
@@ -69,7 +71,7 @@ figures:
 # Tables 1-3's latency columns, Fig. 3 and Table 4 on a GPU (DEVICE=cuda:N for another one).
 DEVICE ?= cuda
 bench-gpu:
-	$(PY) -m benchmarks.run fig3 table4 aggregators --size paper --device $(DEVICE) --out results/gpu/results
+	$(PY) -m benchmarks.run fig3 table4 tables123 --size paper --device $(DEVICE) --out results/gpu/results
 	$(PY) -m analysis.reproduce --out results/gpu
 
 federated:

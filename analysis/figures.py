@@ -34,7 +34,9 @@ def _purples(n: int) -> list:
 
 
 def _legend_top(fig, handles, labels, ncol) -> None:
-    fig.legend(handles, labels, loc="upper center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, 1.0))
+    """One legend for the figure, its lower edge on the figure's top edge: however many rows
+    it takes, it never covers a panel title (files and inline figures are cut to fit it)."""
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, 1.0))
 
 
 # ----------------------------------------------------------------------------- Fig. 1
@@ -79,38 +81,54 @@ def fig1_downlink(df: pd.DataFrame):
 
 
 def fig3_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (sweep, method, mode, d, r): median and IQR time (ms), peak MiB."""
+    """One row per (sweep, method, mode, d, r): median and IQR time (ms), peak MiB, counted
+    GFLOP (batched points) and the error above the float64 optimum (``excess``)."""
     d = df.copy()
     d["method_name"] = d["method"].map(NAMES)
     d["ms"] = d["timing.median"] * 1e3
     d["q25_ms"] = d["timing.q25"] * 1e3
     d["q75_ms"] = d["timing.q75"] * 1e3
     d["peak_mib"] = d["peak_bytes"] / 2**20
+    d["gflop"] = d["counted_flops"] / 1e9 if "counted_flops" in d else np.nan
+    d["excess"] = d["excess_quadrature"] if "excess_quadrature" in d else np.nan
     d["x"] = np.where(d["sweep"] == "r", d["r"], d["d"])
     return d.sort_values(["sweep", "method_name", "mode", "x"])
 
 
+FIG3_ROWS = [("ms", "runtime (ms)"), ("peak_mib", "tensor peak memory (MiB)"), ("gflop", "counted GFLOP (batched)"),
+             ("excess", "float32 error above the\nfloat64 optimum")]
+"""The sweep figure's rows, one metric each: time, memory, FLOPs, fidelity."""
+
+
 def fig3_scalability(df: pd.DataFrame):
-    """Runtime and tensor peak memory against total rank r (at the fixed d) and hidden size
-    d (at the fixed r): methods as colours, batched solid, unbatched dashed, log axes."""
+    """Runtime, tensor peak memory, counted FLOPs and the float32 result's error above the
+    float64 optimum (in quadrature) against total rank r (at the fixed d, left) and hidden
+    size d (at the fixed r, right): methods as colours, batched solid, unbatched dashed, log
+    axes."""
     from matplotlib.lines import Line2D
 
     plt = _plt()
     d = fig3_summary(df)
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7.4))
-    for row, sweep in enumerate(["r", "d"]):
+    fig, axes = plt.subplots(len(FIG3_ROWS), 2, figsize=(10, 3.4 * len(FIG3_ROWS)), squeeze=False)
+    for col, sweep in enumerate(["r", "d"]):
         sub = d[d["sweep"] == sweep]
         if sub.empty:
             continue
         fixed = f"d = {int(sub['d'].iloc[0])}" if sweep == "r" else f"r = {int(sub['r'].iloc[0])}"
-        for col, (y, ylabel) in enumerate([("ms", "runtime (ms)"), ("peak_mib", "tensor peak memory (MiB)")]):
+        for row, (y, ylabel) in enumerate(FIG3_ROWS):
             ax = axes[row, col]
             for (name, mode), s in sub.groupby(["method_name", "mode"]):
+                s = s[s[y].notna()]
+                if s.empty:
+                    continue
                 batched = mode == "batched"
-                ax.plot(s["x"], s[y], color=COLORS[name], marker=MARKERS[name], linestyle="-" if batched else "--",
+                values = s[y].clip(lower=FLOOR) if y == "excess" else s[y]
+                ax.plot(s["x"], values, color=COLORS[name], marker=MARKERS[name], linestyle="-" if batched else "--",
                         markerfacecolor=COLORS[name] if batched else "white", linewidth=1.6)
                 if y == "ms":
                     ax.fill_between(s["x"], s["q25_ms"], s["q75_ms"], color=COLORS[name], alpha=0.15, linewidth=0)
+            if y == "excess":
+                ax.axhline(np.finfo(np.float32).eps, color="#999999", linestyle=":", linewidth=1)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             xs = sorted(sub["x"].unique())
@@ -118,7 +136,8 @@ def fig3_scalability(df: pd.DataFrame):
             ax.set_xticklabels([str(int(v)) for v in xs])
             ax.set_xlabel("total stacked rank r" if sweep == "r" else "hidden size d (square d x d modules)")
             ax.set_ylabel(ylabel)
-            ax.set_title(f"({'a' if sweep == 'r' else 'b'}) vs {'r' if sweep == 'r' else 'd'} at {fixed}")
+            label = ylabel.split(" (")[0].replace(chr(10), " ")
+            ax.set_title(f"({'abcdefgh'[2 * row + col]}) {label} vs {sweep} at {fixed}")
     names = [n for n in ["FRAQ", "FLoRIST", "FlexLoRA"] if n in set(d["method_name"])]
     handles = [Line2D([], [], color=COLORS[n], marker=MARKERS[n], label=n) for n in names]
     handles += [Line2D([], [], color="k", linestyle="-", marker="o", label="batched"),

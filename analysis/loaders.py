@@ -26,10 +26,19 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["load_results", "load_asv", "load_pytest_benchmark", "explode_per_matrix"]
+__all__ = ["load_results", "load_asv", "load_pytest_benchmark", "explode_per_matrix", "paper"]
 
 RESULT_KEYS = ("experiment", "config", "result", "machine")
 """Keys a project result file must have (see :mod:`benchmarks.results`)."""
+
+
+def paper() -> dict:
+    """The paper's numbers (``analysis/paper.json``): the one place they are written down."""
+    return json.loads((Path(__file__).with_name("paper.json")).read_text())
+
+FORMAT_KEYS = ("key", "versions", "git_sha", "device", "threads")
+"""Keys the current format has beyond :data:`RESULT_KEYS`: a file without them is in an
+older format (``load_results(..., current=True)`` skips it, naming it)."""
 
 
 def _flat(prefix: str, d: dict | None) -> dict:
@@ -77,7 +86,8 @@ def _records(paths: str | Path | Iterable) -> Iterable[tuple[Path, dict]]:
             yield f, rec
 
 
-def load_results(paths: str | Path | Iterable, experiment: str | None = None) -> pd.DataFrame:
+def load_results(paths: str | Path | Iterable, experiment: str | None = None, *,
+                 current: bool = False) -> pd.DataFrame:
     """The project's result files under ``paths`` (a directory, searched recursively, or a
     list of files) as one row each.
 
@@ -85,7 +95,9 @@ def load_results(paths: str | Path | Iterable, experiment: str | None = None) ->
     flattened with dots: ``timing.median``), ``machine.*``, ``versions.*``, ``device``,
     ``dtype``, ``threads``, ``git_sha``, ``loadavg``, ``created``. A JSON file without
     the format's keys (:data:`RESULT_KEYS`) is skipped with a warning naming it and the
-    missing keys; ``experiment`` filters.
+    missing keys, and so is one whose config, result or machine is not an object;
+    ``current=True`` also skips, naming it, a file in an older format (without
+    :data:`FORMAT_KEYS`). ``experiment`` filters.
     """
     rows = []
     for f, rec in _records(paths):
@@ -93,9 +105,18 @@ def load_results(paths: str | Path | Iterable, experiment: str | None = None) ->
         if missing:
             warnings.warn(f"skipped {f}: not a result file (no {', '.join(missing)})", stacklevel=2)
             continue
+        bad = [k for k in ("config", "result", "machine") if not isinstance(rec[k], dict)]
+        if bad:
+            warnings.warn(f"skipped {f}: malformed result file ({', '.join(bad)} not a JSON object)", stacklevel=2)
+            continue
+        old = [k for k in FORMAT_KEYS if k not in rec] if current else []
+        if old:
+            warnings.warn(f"skipped {f}: older result format (no {', '.join(old)}); rerun its experiment",
+                          stacklevel=2)
+            continue
         if experiment is not None and rec.get("experiment") != experiment:
             continue
-        row = {"experiment": rec.get("experiment"), "file": str(f)}
+        row = {"experiment": rec.get("experiment"), "key": rec.get("key"), "file": str(f)}
         row.update(_flat("", rec["config"]))
         row.update(_flat("", rec["result"]))
         row.update(_flat("machine", rec.get("machine")))

@@ -148,6 +148,6 @@ def figure(df: pd.DataFrame):
         ax.set_yscale("log")
         ax.set_ylabel(ylabel)
     axes[1].legend(loc="center right", frameon=False)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", ncol=min(len(labels), 5), frameon=False,
-               bbox_to_anchor=(0.5, 1.0))
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=min(len(labels), 5), frameon=False,
+               bbox_to_anchor=(0.5, 1.0))  # above the figure, as analysis.figures' legends
     return fig

@@ -14,18 +14,46 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 __all__ = ["main", "build"]
 
 
 def build(out: Path) -> Path:
-    """Figures, tables and ``report.md`` from the files under ``out/results``."""
-    from analysis import agreement, figures, loaders, style, tables
-    from analysis.loaders import explode_per_matrix
+    """Figures, tables and ``report.md`` from the files under ``out/results``.
+
+    Raises :class:`analysis.NoResults` (nothing to draw: the message says what to run) and
+    :class:`analysis.MixedResults` (more than one configuration: the message names them).
+    Every warning raised while loading and judging (a skipped file, a point not measured,
+    results of several commits) is listed in the report's *Not measured or skipped*
+    section and re-issued.
+    """
+    caught: list = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            report = _build(out)
+    finally:
+        for w in caught:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
+    if notes:
+        with report.open("a") as f:
+            f.write("\n## Not measured or skipped\n\nPoints not measured and files skipped (no verdict above "
+                    "rests on them), and results of more than one commit:\n\n"
+                    + "\n".join(f"- {n}" for n in notes) + "\n")
+    return report
+
+
+def _build(out: Path) -> Path:
+    from analysis import agreement, figures, style, tables
+    from analysis.resultset import load
+    from analysis.verdicts import HOW
 
     style.setup()
-    res, figs = out / "results", out / "figures"
+    res = load(out / "results")
+    figs = out / "figures"
     sections: list[str] = []
     made: list[tuple[str, str]] = []
 
@@ -35,7 +63,7 @@ def build(out: Path) -> Path:
         sections.append(f"## {title}\n\n![{title}](figures/{name}.png)\n\n"
                         f"[PDF](figures/{name}.pdf). {what}\n\n" + "\n".join(lines) + "\n")
 
-    t4 = loaders.load_results(res / "table4")
+    t4 = res["table4"]
     if not t4.empty:
         tab = tables.table4_ablation(t4)
         c = t4.iloc[0]
@@ -45,7 +73,7 @@ def build(out: Path) -> Path:
                         f"{int(c['repeats'])} repeats; memory: tensor peak above the inputs. "
                         f"{style.caption(t4)}.\n\n" + tables.markdown(tab) + "\n\n"
                         + "\n".join(agreement.table4_lines(t4)) + "\n")
-    f3 = loaders.load_results(res / "fig3")
+    f3 = res["fig3"]
     if not f3.empty:
         n = int(f3["modules"].iloc[0])
         figure("fig3_scalability", figures.fig3_scalability(f3), f3,
@@ -61,18 +89,17 @@ def build(out: Path) -> Path:
                         "code runs (`fraq.flops.analytic_flops(model='full')`); *counted*: FlopCounterMode with "
                         f"LAPACK formulas (`benchmarks.measure.count_flops`). {style.caption(f3)}.\n\n"
                         + tables.markdown(t5) + "\n\n" + "\n".join(agreement.table5_lines(t5)) + "\n")
-    rk, cd = loaders.load_results(res / "fig4_rank"), loaders.load_results(res / "fig4_cond")
+    rk, cd = res["fig4_rank"], res["fig4_cond"]
     if not rk.empty and not cd.empty:
         figure("fig4_fidelity", figures.fig4_fidelity(rk, cd), rk,
                f"float32 against float64 references; left: {int(rk['clients'].iloc[0])} clients of rank 8, "
                f"{rk.groupby('group')['layers'].first().sum()} modules, band = 10-90th percentile, the optimum at p = "
                "stacked rank is 0 and not drawn; right: "
                f"{int(cd['batch'].iloc[0])} matrices per kappa, bars = min-max",
-               "Figure 4: float32 fidelity", agreement.fig4_lines(
-                   figures.fig4_summary(rk), explode_per_matrix(cd, ["relative_error"])),
+               "Figure 4: float32 fidelity", agreement.fig4_lines(rk, cd),
                "Relative error against output rank (LoRA-like LLaMA-3.2-3B-shaped updates) and against the "
                "condition number at full output rank.")
-    f1 = loaders.load_results(res / "fig1")
+    f1 = res["fig1"]
     if not f1.empty:
         lm, lf = int(f1["layers_measured"].iloc[0]), int(f1["layers_full"].iloc[0])
         figure("fig1_downlink", figures.fig1_downlink(f1), f1,
@@ -81,13 +108,13 @@ def build(out: Path) -> Path:
                "Figure 1: downlink", agreement.fig1_lines(f1),
                "Per-client downlink of the exact FLoRA stack and of FRAQ at 80/90/95% retained energy, against the "
                "number of clients and the local rank.")
-    agg = loaders.load_results(res / "aggregators")
+    agg = res["tables123"]
     if not agg.empty:
         sections.append("## Tables 1-3: downlink and server latency\n\nEvery aggregator on the model presets, "
-                        "batched by module shape; latency median and IQR (`python -m benchmarks.run aggregators`); "
+                        "batched by module shape; latency median and IQR (`python -m benchmarks.run tables123`); "
                         f"the paper's numbers are one GH200's. {style.caption(agg)}.\n\n"
                         + tables.markdown(tables.tables123_latency(agg)) + "\n")
-    pf = loaders.load_results(res / "peft")
+    pf = res["peft"]
     if not pf.empty:
         from analysis import peft_merge
 
@@ -100,25 +127,23 @@ def build(out: Path) -> Path:
                "When to use which: docs/peft.md.")
         sections.append("### FRAQ against peft's own merge: every method\n\n"
                         + tables.markdown(peft_merge.table(pf)) + "\n")
-    b = loaders.load_results(res / "backends")
+    b = res["backends"]
     if not b.empty:
-        summ = loaders.load_results(res / "backends_summary")
-        summary = list(summ["lines"].iloc[0]) if not summ.empty else None
         figure("fig_backends", figures.fig_backends(b), b,
                f"python -m benchmarks.run backends ({b['mode'].iloc[0]}); latency at 1 torch thread; open markers: "
-               "inexact backends; dotted: the 1e-6 target",
-               "Backends: accuracy against latency", agreement.backends_lines(b, summary),
-               "FRAQ's basis backends: 1-thread latency against the error above the float64 optimum.")
+               "inexact backends; dotted: error 1e-6",
+               "Backends: accuracy against latency", agreement.backends_lines(b),
+               "FRAQ's basis backends: 1-thread latency against the error above the float64 optimum (this "
+               "implementation's choice of backend; the paper makes no claim here).")
 
     head = ["# FRAQ server-side reproduction", ""]
-    every = loaders.load_results(res)
-    if not every.empty:
-        head.append(f"Measured on {style.caption(every)}. ")
+    size = res.configuration.get("size")
+    head.append(f"Measured on {style.caption(res.all)}" + (f"; sweep size `{size}`" if size else "") + ". ")
     head += ["Every figure and table below is rebuilt from the JSON files under `results/` by "
              "`python -m analysis.reproduce --out <this directory>`. Statements marked "
              "**agrees**/**disagrees** compare our numbers with the paper's text; the paper measured on a GH200 "
-             "GPU, this run on the device named in each caption, so only ratios and trends are comparable.", "",
-             "## Figures", ""]
+             "GPU, this run on the device named in each caption, so only ratios and trends are comparable. "
+             + HOW, "", "## Figures", ""]
     head += [f"- `figures/{n}.png`: {w}" for n, w in made] + [""]
     report = out / "report.md"
     report.write_text("\n".join(head) + "\n" + "\n".join(sections))
@@ -130,11 +155,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("results/reproduce"),
                     help="directory holding results/ (figures/ and report.md are written there)")
     args = ap.parse_args(argv)
-    if not (args.out / "results").is_dir():
-        print(f"error: no results under {args.out / 'results'}: run python -m benchmarks.run --out "
-              f"{args.out / 'results'} first (make run does both)", file=sys.stderr)
+    import matplotlib
+
+    matplotlib.use("Agg")  # a script that writes files: no display
+    from analysis.resultset import MixedResults, NoResults
+
+    try:
+        report = build(args.out)
+    except (NoResults, MixedResults) as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
-    report = build(args.out)
     print(f"figures: {args.out / 'figures'}\nreport:  {report}")
     return 0
 

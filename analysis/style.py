@@ -14,10 +14,10 @@ MARKERS = {"FRAQ": "o", "FLoRIST": "s", "FlexLoRA": "^", "FLoRA (stack)": "D"}
 
 
 def setup() -> None:
-    """Seaborn's paper context with fonts readable at column width."""
-    import matplotlib
+    """Seaborn's paper context with fonts readable at column width.
 
-    matplotlib.use("Agg")
+    It leaves matplotlib's backend alone, so a notebook shows its figures inline; scripts
+    that only write files (:mod:`analysis.reproduce`) choose Agg themselves."""
     import seaborn as sns
 
     sns.set_theme(context="paper", style="whitegrid", font_scale=1.25,
@@ -67,8 +67,9 @@ def save(fig, out: Path, name: str, cap: str) -> list[Path]:
     fig.text(0.01, 0.005, text, ha="left", va="bottom", fontsize=7.5, color="#333333")
     lines = text.count("\n") + 1
     height = fig.get_size_inches()[1]
-    top = 1 - 0.45 / height if fig.legends else 1  # room for a figure-level legend above the axes
-    fig.tight_layout(rect=(0, (0.17 * lines + 0.1) / height, 1, top))
+    # a figure-level legend sits above the figure (analysis.figures), outside tight_layout's box;
+    # bbox_inches="tight" keeps it in the file
+    fig.tight_layout(rect=(0, (0.17 * lines + 0.1) / height, 1, 1))
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
     for p in paths:

@@ -17,14 +17,14 @@ VARIANT_LABELS = {"adaptive-gram": "Adaptive + Gram", "fixed-gram": "Fixed + Gra
 def table4_ablation(df: pd.DataFrame) -> pd.DataFrame:
     """Table 4: per variant, median time (IQR), tensor peak memory, mean relative error
     against the coordinate-SVD product and mean excess over the Eckart-Young optimum,
-    with the paper's time and memory (``paper_ms``, ``paper_mib`` in the results) and our
-    ratios to Adaptive + Gram beside them."""
-    from analysis.loaders import explode_per_matrix
+    with the paper's time and memory (:func:`analysis.loaders.paper`) and our ratios to
+    Adaptive + Gram beside them."""
+    from analysis.loaders import explode_per_matrix, paper
 
     d = explode_per_matrix(df, ["gap_to_svd", "excess"])
-    for col in ("paper_ms", "paper_mib"):
-        if col not in d:
-            d[col] = None
+    table = paper()["table4"]
+    d["paper_ms"] = d["variant"].map(lambda v: table[v][0] if v in table else None)
+    d["paper_mib"] = d["variant"].map(lambda v: table[v][1] if v in table else None)
     g = d.groupby("variant").agg(ms=("timing.median", "first"), q25=("timing.q25", "first"),
                                  q75=("timing.q75", "first"), peak=("peak_bytes", "first"),
                                  gap=("gap_to_svd", "mean"), excess=("excess", "mean"),
@@ -73,15 +73,21 @@ def table5_flops(df: pd.DataFrame) -> pd.DataFrame:
 
 def tables123_latency(df: pd.DataFrame) -> pd.DataFrame:
     """Tables 1-3's downlink and latency columns, one row per (preset, method), from the
-    ``aggregators`` results (each holds one preset's rows), beside the paper's GH200 numbers."""
+    ``tables123`` results (each holds one preset's rows), beside the paper's GH200 numbers
+    (:func:`analysis.loaders.paper`)."""
+    from analysis.loaders import paper as paper_numbers
+
+    numbers = paper_numbers()["tables123"]
     rows = []
     for _, rec in df.iterrows():
         for r in rec["rows"]:
-            lat, paper = r.get("latency") or {}, r.get("paper") or [None, None]
+            table = numbers.get(rec["preset"], {})
+            lat = r.get("latency") or {}
+            paper = table.get(r["method"]) or table.get(r["method"].split(" (")[0]) or [None, None]
             rows.append({"preset": rec["preset"], "method": r["method"],
                          "downlink %FLoRA": r.get("downlink_pct"),
-                         "latency ms (median)": lat.get("median_ms"),
-                         "IQR ms": (lat["q75_ms"] - lat["q25_ms"]) if lat else None,
+                         "latency ms (median)": lat["median"] * 1e3 if lat else None,
+                         "IQR ms": (lat["q75"] - lat["q25"]) * 1e3 if lat else None,
                          "paper %": paper[0], "paper ms": paper[1],
                          "note": "skipped" if "skipped" in r else ("extrapolated" if "extrapolated" in r else "")})
     return pd.DataFrame(rows)

@@ -1,4 +1,4 @@
-"""The fraq asv suite (``asv run --python=same``); see README "Benchmarks".
+"""The fraq asv suite (``asv run --python=same``); see docs/benchmarks.md.
 
 asv imports this package by path. It benchmarks whatever ``import fraq`` finds: an
 installed fraq, or the checkout named by ASV_PYTHONPATH (benchmarks/regress.py sets it to

@@ -1,16 +1,19 @@
 """Float32 fidelity against float64 references: the paper's Fig. 4.
 
-``RankFidelity`` (Fig. 4 left): LLaMA-3.2-3B LoRA-like updates, 8 clients of rank 8
-(r = 64), cut to output rank p; mean relative error over the modules, its excess over the
-float64 Eckart-Young optimum, and the orthogonality of the adapter's basis side.
-``ConditionFidelity`` (Fig. 4 right): rank-64 aggregates with condition numbers 1 to
-1e10, output rank 64, so any error is precision, not truncation.
+``RankFidelity`` (Fig. 4 left): LLaMA-3.2-3B-shaped LoRA-like updates cut to output rank
+p; the mean relative error over the modules, its excess over the float64 Eckart-Young
+optimum, and the orthogonality of the adapter's basis side
+(:mod:`benchmarks.experiments.fig4_rank`). ``ConditionFidelity`` (Fig. 4 right):
+aggregates with condition numbers 1 to 1e10 at full output rank, so any error is
+precision, not truncation (:mod:`benchmarks.experiments.fig4_cond`); kappa is a label
+(``"1e+06"``), so asv's plots read it as the log scale it is. Parameters are the
+experiments' points at size :data:`benchmarks.sizes.ASV`; the numbers are the same
+``measure`` the runner records.
 
 Real LoRA updates instead of synthetic ones (the paper's Fig. 4 left uses trained
 adapters): save one round's client adapters from the federated harness
 (``python -m fraq.federated --set federated.save_adapters_round=T``) and point
-``FRAQ_ADAPTERS`` at the file; ``RankFidelity`` then measures those modules
-(:func:`benchmarks.cases.fidelity_modules`).
+``FRAQ_ADAPTERS`` at the file; ``RankFidelity`` then measures those modules.
 
 The numbers are computed once per class in ``setup_cache`` (asv stores them and hands
 them to each ``track_``) on the ``FRAQ_BENCH_DEVICE``; a method or combination that
@@ -19,38 +22,19 @@ cannot run is recorded with its reason and skipped.
 
 from __future__ import annotations
 
-import fraq
 from benchmarks._suite import cached, skip
-from benchmarks.cases import FLEXLORA_MAX_D, check_threads, conditioned, fidelity_modules
-from benchmarks.device import DeviceUnavailable, checked, to_device
+from benchmarks.cases import check_threads
+from benchmarks.device import DeviceUnavailable, checked
+from benchmarks.experiments import fig4_cond, fig4_rank
+from benchmarks.sizes import ASV, size_config
 
-RANKS = [1, 4, 8, 16, 24, 32, 64]
-KAPPAS = [1.0, 1e2, 1e4, 1e6, 1e8, 1e10]
-COND_SHAPE, COND_RANK, COND_CLIENTS, COND_BATCH = (768, 768), 64, 8, 8
-FIELDS = ("relative_error", "excess", "excess_quadrature", "optimal_error", "orthogonality")
-
-
-def _methods():
-    from benchmarks.measure.methods import method_names
-
-    return method_names()
+_R = size_config(ASV, "fig4_rank")
+_K = size_config(ASV, "fig4_cond")
+KAPPAS = {fig4_cond.kappa_label(k): k for k in _K["kappas"]}
 
 
-def _measure(method, Bs, As, B, A, S, p, d, device):
-    """Fidelity summary of one method on one batch, or the reason it cannot run."""
-    from benchmarks.measure.fidelity import fidelity
-    from benchmarks.measure.methods import get_method
-
-    if method == "flexlora" and d > FLEXLORA_MAX_D:
-        return f"flexlora at d={d}: dense SVDs too slow above d={FLEXLORA_MAX_D}"
-    try:
-        fn = get_method(method)
-    except NotImplementedError as exc:
-        return str(exc)
-    Bg, Ag, rank = fn(to_device(list(Bs), device), to_device(list(As), device), rank=p)
-    rank = rank.cpu() if hasattr(rank, "cpu") else rank
-    f = fidelity(B, A, Bg.cpu(), Ag.cpu(), rank, singular_values=S)
-    return {k: float(getattr(f, k).mean()) for k in FIELDS}
+def _mean(values: list) -> float:
+    return sum(values) / len(values)
 
 
 def _device_or_reason():
@@ -64,29 +48,34 @@ def _device_or_reason():
 class RankFidelity:
     """Fig. 4 left: error against output rank p on LLaMA-3.2-3B-shaped updates."""
 
-    params = [_methods(), RANKS]
+    params = [list(_R["methods"]), list(_R["ranks"])]
     param_names = ["method", "p"]
     timeout = 900.0
 
     def setup_cache(self):
-        from fraq.reference import reference_svd
+        from benchmarks.measure.methods import spec
 
         check_threads()
         device, reason = _device_or_reason()
         if reason is not None:
-            return {(m, p): reason for m in _methods() for p in RANKS}
-        modules = []
-        for _, Bs, As, m, n in fidelity_modules():
-            B, A = fraq.stack(Bs, As)
-            modules.append((Bs, As, B, A, reference_svd(B, A)[1], min(m, n)))
+            return {(m, p): reason for m in _R["methods"] for p in _R["ranks"]}
+        points = fig4_rank.points(ASV)
         results = {}
-        for method in _methods():
-            for p in RANKS:
-                per = [_measure(method, Bs, As, B, A, S, p, d, device) for Bs, As, B, A, S, d in modules]
-                reasons = [x for x in per if isinstance(x, str)]
+        for method in _R["methods"]:
+            for p in _R["ranks"]:
+                per = [fig4_rank.measure(c, device) for c in points if (c["method"], c["p"]) == (method, p)]
+                if not per:
+                    results[(method, p)] = f"{method}: no module within its limits ({spec(method).why})"
+                    continue
                 # Modules weighted equally: mean of the per-group means (groups are equal-sized).
-                results[(method, p)] = reasons[0] if reasons else {k: sum(x[k] for x in per) / len(per)
-                                                                   for k in per[0]}
+                results[(method, p)] = {
+                    "relative_error": _mean([_mean(x["relative_error"]) for x in per]),
+                    "optimal_error": _mean([_mean(x["optimal_error"]) for x in per]),
+                    "excess_quadrature": _mean([_mean(x["excess_quadrature"]) for x in per]),
+                    "orthogonality": _mean([_mean(x["orthogonality"]) for x in per]),
+                }
+                results[(method, p)]["excess"] = (results[(method, p)]["relative_error"]
+                                                  - results[(method, p)]["optimal_error"])
         return results
 
     def setup(self, cache, method, p):
@@ -102,23 +91,25 @@ class RankFidelity:
 
 
 class ConditionFidelity:
-    """Fig. 4 right: full-rank (p = 64) reconstruction against the condition number."""
+    """Fig. 4 right: full-rank reconstruction against the condition number."""
 
-    params = [_methods(), KAPPAS]
+    params = [list(_K["methods"]), list(KAPPAS)]
     param_names = ["method", "kappa"]
     timeout = 900.0
 
     def setup_cache(self):
+        from benchmarks.measure.methods import spec
+
         check_threads()
         device, reason = _device_or_reason()
         if reason is not None:
-            return {(m, k): reason for m in _methods() for k in KAPPAS}
-        results = {}
-        for kappa in KAPPAS:
-            Bs, As, S = conditioned(*COND_SHAPE, COND_RANK, kappa, clients=COND_CLIENTS, batch=COND_BATCH)
-            B, A = fraq.stack([b.double() for b in Bs], [a.double() for a in As])
-            for method in _methods():
-                results[(method, kappa)] = _measure(method, Bs, As, B, A, S, COND_RANK, COND_SHAPE[0], device)
+            return {(m, k): reason for m in _K["methods"] for k in KAPPAS}
+        results = {(m, k): spec(m).skip_reason(min(_K["shape"])) or f"{m} is not measured here"
+                   for m in _K["methods"] for k in KAPPAS}
+        for c in fig4_cond.points(ASV):
+            r = fig4_cond.measure(c, device)
+            results[(c["method"], fig4_cond.kappa_label(c["kappa"]))] = {
+                "relative_error": _mean(r["relative_error"]), "orthogonality": _mean(r["orthogonality"])}
         return results
 
     def setup(self, cache, method, kappa):

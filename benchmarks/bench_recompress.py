@@ -1,13 +1,14 @@
 """Server-side recompression of one batch of modules: the paper's Fig. 3 sweeps.
 
-``Sweep``: FRAQ, FLoRIST and FlexLoRA aggregate the same clients' factors (stacking
-included) for ``SWEEP_MODULES`` square modules to a rank-``SWEEP_P`` adapter, in one
-batched call (``batched``) or one module at a time (``unbatched``, the paper's dashed
-curves), along the total rank r (``sweep="r"``, Fig. 3a) or the hidden size d
-(``sweep="d"``, Fig. 3b). ``Backends``: every registered FRAQ backend on the same
-stacks, batched, at points of both sweeps. ``FlopModel``: the analytic FLOPs at the same
-points, the paper's Table 5 and the same pipelines with the code's constants. Cases come
-from :mod:`benchmarks.cases`; the device from ``FRAQ_BENCH_DEVICE``.
+``RankSweep`` (Fig. 3a: total stacked rank r at the fixed d) and ``HiddenSweep`` (Fig.
+3b: hidden size d at the fixed r): FRAQ, FLoRIST and FlexLoRA aggregate the same
+clients' factors (stacking included) to a rank-p adapter, in one batched call or one
+module at a time, at the points of :func:`benchmarks.experiments.fig3.points` (size
+:data:`benchmarks.sizes.ASV`). Every point has its latency (``time_run``), tensor peak
+memory, counted and analytic FLOPs, and the float32 result's error above the float64
+optimum, all from :mod:`benchmarks.experiments.fig3` (the runner's ``fig3`` calls the
+same functions). ``Backends``: every registered FRAQ backend on the same stacks, batched,
+at the ends of both sweeps. The device is ``FRAQ_BENCH_DEVICE``'s.
 """
 
 from __future__ import annotations
@@ -15,25 +16,12 @@ from __future__ import annotations
 import math
 
 from benchmarks._suite import _Measured, prepare, skip
-from benchmarks.cases import (
-    BACKEND_POINTS,
-    FLEXLORA_MAX_D,
-    SWEEP_DIMS,
-    SWEEP_MODULES,
-    SWEEP_P,
-    SWEEP_RANKS,
-    clients,
-    stacks,
-    sweep_point,
-    sweep_ranks,
-)
-from benchmarks.device import to_device
-from benchmarks.measure.methods import BASELINES, clients_as_batch, default_backend, default_factored, get_method, ran_factored
+from benchmarks.experiments import fig3
+from benchmarks.sizes import ASV, size_config
 
-METHODS = ["fraq", *BASELINES]
-MODES = ["batched", "unbatched"]
-SWEEPS = {"r": SWEEP_RANKS, "d": SWEEP_DIMS}
-VALUES = sorted(set(SWEEP_RANKS) | set(SWEEP_DIMS))
+_C = size_config(ASV, "fig3")
+METHODS = list(_C["methods"])
+MODES = list(fig3.MODES)
 
 
 def _backends() -> list[str]:
@@ -42,66 +30,92 @@ def _backends() -> list[str]:
     return sorted(fraq.BACKENDS)
 
 
-def _point(sweep: str, value: int) -> tuple[int, int]:
-    if value not in SWEEPS[sweep]:
-        skip(f"{value} is not a point of the {sweep} sweep ({SWEEPS[sweep]})")
-    return sweep_point(sweep, value)
+def sweep_config(sweep: str, method: str, value: int, mode: str) -> dict:
+    """The :func:`benchmarks.experiments.fig3.points` config of one asv parameter combination,
+    or asv's skip with the method's reason when the point is not measured."""
+    d, r = (_C["d_fixed"], value) if sweep == "r" else (value, _C["r_fixed"])
+    for c in fig3.points(ASV):
+        if (c["sweep"], c["method"], c["d"], c["r"], c["mode"]) == (sweep, method, d, r, mode):
+            return c
+    from benchmarks.measure.methods import spec
+
+    skip(spec(method).skip_reason(d) or f"{method} is not measured at d={d}, r={r}")
 
 
-class Sweep(_Measured):
-    """Fig. 3: time, tensor peak memory and counted FLOPs against r (at d = 768) or d (at r = 80)."""
+class _Sweep(_Measured):
+    """One of the Fig. 3 sweeps: ``time_run`` (from :class:`_Measured`), peak memory,
+    counted and analytic FLOPs, and fidelity, at one point."""
 
-    params = [METHODS, list(SWEEPS), VALUES, MODES]
-    param_names = ["method", "sweep", "value", "mode"]
+    sweep = ""
     timeout = 300.0
 
-    def setup(self, method, sweep, value, mode):
+    def setup(self, method, value, mode):
         self.device = prepare()
-        d, r = _point(sweep, value)
-        if method == "flexlora" and d > FLEXLORA_MAX_D:
-            skip(f"flexlora at d={d}: dense d x d SVDs, O(d^3) each, too slow above d={FLEXLORA_MAX_D}")
-        fn = get_method(method)
-        Bs, As = to_device(clients(d, d, sweep_ranks(r), SWEEP_MODULES), self.device)
-        p = min(SWEEP_P, r, d)
-        if mode == "batched":
-            Bl, Al = list(Bs), list(As)
-            self.call = lambda: fn(Bl, Al, rank=p)
-        else:
-            per = [clients_as_batch(Bs, As, i) for i in range(SWEEP_MODULES)]
-            self.call = lambda: [fn(b, a, rank=p) for b, a in per]
-        if method == "flexlora":
-            self.repeat = (1, 3, 30.0)
+        self.config = sweep_config(self.sweep, method, value, mode)
+        self.call = fig3.call(self.config, self.device)
+
+    def _metrics(self) -> dict:
+        if not hasattr(self, "_cached"):
+            self._cached = fig3.metrics(self.config, self.device)
+        return self._cached
+
+    def track_peakmem(self, *params):
+        return self._metrics()["peak_bytes"]
+
+    track_peakmem.unit = "bytes"
+
+    def track_flops(self, *params):
+        """Counted FLOPs (LAPACK included) of the batched call; NaN for the unbatched mode."""
+        return self._metrics().get("counted_flops", math.nan)
+
+    track_flops.unit = "flop"
+
+    def track_flops_model(self, *params):
+        """The pipeline the code runs, analytically (``fraq.flops.analytic_flops(model='full')``)."""
+        return self._metrics()["analytic_flops_full"]
+
+    track_flops_model.unit = "flop"
+
+    def track_flops_table5(self, *params):
+        """The paper's Table 5 formula at this point."""
+        return self._metrics()["analytic_flops_table5"]
+
+    track_flops_table5.unit = "flop"
+
+    def track_excess(self, *params):
+        """Mean error of the float32 result above the float64 Eckart-Young optimum, in
+        quadrature (``Fidelity.excess_quadrature``), over the modules."""
+        return self._metrics()["excess_quadrature"]
+
+    track_excess.unit = "relative"
+
+    def track_relative_error(self, *params):
+        """Mean relative Frobenius error against the float64 aggregate."""
+        return self._metrics()["relative_error"]
+
+    track_relative_error.unit = "relative"
 
 
-class FlopModel:
-    """The analytic FLOPs of the sweeps' points (no data, no run): ``table5`` is the paper's
-    leading-order formula; ``full`` the code's pipeline with the backend ``fraq`` runs on the
-    suite's device, which ``Sweep.track_flops`` should equal for FRAQ up to the r^3 terms."""
+class RankSweep(_Sweep):
+    """Fig. 3a: against the total stacked rank r, at d = D fixed."""
 
-    params = [METHODS, list(SWEEPS), VALUES]
-    param_names = ["method", "sweep", "value"]
+    sweep = "r"
+    params = [METHODS, list(_C["ranks"]), MODES]
+    param_names = ["method", "r", "mode"]
 
-    def setup(self, method, sweep, value):
-        self.device = prepare()
-        self.d, self.r = _point(sweep, value)
-        self.p = min(SWEEP_P, self.r, self.d)
 
-    def track_table5(self, method, sweep, value):
-        from fraq.flops import analytic_flops
+class HiddenSweep(_Sweep):
+    """Fig. 3b: against the hidden size d (square d x d modules), at r fixed."""
 
-        return SWEEP_MODULES * analytic_flops(method, self.d, self.d, self.r, self.p, model="table5")
+    sweep = "d"
+    params = [METHODS, list(_C["dims"]), MODES]
+    param_names = ["method", "d", "mode"]
 
-    track_table5.unit = "flop"
 
-    def track_full(self, method, sweep, value):
-        from fraq.flops import analytic_flops
-
-        backend = default_backend(self.device)
-        factored = method == "fraq" and default_factored()
-        return SWEEP_MODULES * analytic_flops(method, self.d, self.d, self.r, self.p, backend=backend, model="full",
-                                              factored=factored)
-
-    track_full.unit = "flop"
+BACKEND_POINTS = [f"d{_C['d_fixed']}-r{_C['ranks'][0]}", f"d{_C['d_fixed']}-r{_C['r_fixed']}",
+                  f"d{_C['d_fixed']}-r{_C['ranks'][-1]}", f"d{_C['dims'][-1]}-r{_C['r_fixed']}"]
+"""(d, r) points where every backend runs: the rank sweep's ends and its r_fixed, and the
+hidden sweep's largest d."""
 
 
 class Backends(_Measured):
@@ -113,18 +127,21 @@ class Backends(_Measured):
 
     def setup(self, backend, point):
         import fraq
+        from benchmarks import cases
+        from benchmarks.device import to_device
 
         self.device = prepare()
         if backend not in fraq.BACKENDS:
             skip(f"backend {backend!r} is not registered in this fraq")
         d, r = (int(x[1:]) for x in point.split("-"))
-        B, A = to_device(stacks(d, d, sweep_ranks(r), SWEEP_MODULES), self.device)
-        self.backend, self.d, self.r, self.p = backend, d, r, min(SWEEP_P, r, d)
+        B, A = to_device(cases.stacks(d, d, cases.sweep_ranks(r, _C["client_rank"]), _C["modules"]), self.device)
+        self.backend, self.d, self.r, self.p = backend, d, r, min(_C["p"], r, d)
         self.call = lambda: fraq.recompress(B, A, rank=self.p, backend=backend)
 
     def track_flops_model(self, backend, point):
         """Analytic FLOPs (:func:`fraq.flops.fraq_flops`, Newton-Schulz at its measured steps);
         NaN for a backend registered without a FLOP model."""
+        from benchmarks.measure.methods import ran_factored
         from fraq.flops import analytic_flops
 
         res = self.call()
@@ -134,6 +151,6 @@ class Backends(_Measured):
                                factored=ran_factored(res))
         except ValueError:
             return math.nan
-        return SWEEP_MODULES * f
+        return _C["modules"] * f
 
     track_flops_model.unit = "flop"

@@ -8,12 +8,12 @@ benchmarks.run``), the experiments and the demo use is built here and nowhere el
   shared subspaces), and their exact weighted stacks;
 - :func:`preset_clients` / :func:`preset_stacks`: every module group of a model preset
   (:data:`fraq.presets.PRESETS`), optionally the first ``layers`` layers only;
-- the Fig. 3 sweeps (:data:`SWEEP_MODULES`, :data:`SWEEP_RANKS`, :data:`SWEEP_DIMS`,
-  :func:`sweep_ranks`) and the backends' points (:data:`BACKEND_POINTS`);
+- :func:`sweep_ranks`: clients adding up to the Fig. 3 sweeps' total rank r;
+- :class:`Model` / :func:`build_model`: a preset's uploads as per-module client updates
+  (Tables 1-3, Fig. 1), and :func:`lora_a2_inputs`: LoRA-A^2's rounds on them;
 - :func:`conditioned`: aggregates with a prescribed spectrum, condition numbers 1 to
   1e10 (Fig. 4 right, the backends' and the precision experiments' accuracy cases);
 - :func:`duplicated`: every client twice, so the stack is rank-deficient;
-- :func:`table4_stacks`: Table 4's gate/up projections;
 - :func:`fidelity_modules`: Fig. 4 left's modules, or the saved real client adapters of
   a federated round when ``FRAQ_ADAPTERS`` names one.
 
@@ -25,7 +25,8 @@ process. Every commit the regression workflow measures therefore sees the same i
 unless ``fraq/synthetic.py`` itself changed. A damaged cache entry is rebuilt (with a
 warning naming it), and a cache directory that cannot be written is replaced by a
 temporary one (:func:`cache_dir`, with a warning). Tensors are built on the CPU; a suite moves
-them to its device (:mod:`benchmarks.device`).
+them to its device (:mod:`benchmarks.device`). The sizes at which they are built are
+:mod:`benchmarks.sizes`'.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import math
 import os
 import sys
 import tempfile
+from dataclasses import dataclass
 
 import torch
 
@@ -67,31 +69,8 @@ TAU = 0.95
 
 PRESET_NAMES = ("roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero")
 
-# Fig. 3: total stacked rank r at d = 768, and hidden size d at r = 80 (10 clients of
-# rank 8 is RoBERTa's r = 80). Modules are square d x d, L of them: one projection
-# across RoBERTa-base's 12 layers.
-SWEEP_MODULES = 12
-SWEEP_D = 768
-SWEEP_RANKS = [16, 64, 256]
-SWEEP_R = 80
-SWEEP_DIMS = [256, 768, 4096]
-SWEEP_P = 8
-"""Output rank in the sweeps: fixed, so every method does the same work at every point."""
-
-BACKEND_POINTS = ["d768-r16", "d768-r80", "d768-r256", "d4096-r80"]
-"""(d, r) points where every backend runs: the rank sweep's ends and RoBERTa's r = 80 at
-d = 768, and the hidden sweep's largest d."""
-
-FLEXLORA_MAX_D = 768
-"""FlexLoRA forms each d x D aggregate and runs a dense SVD, O(D d^2): 12 modules take
-~5 s a call at d = 768 and one thread, about 5 minutes at d = 4096. Larger d is skipped
-by every suite."""
-
-TABLE4 = dict(m=8192, n=3072, modules=56, clients=8, client_rank=8, p=8)
-"""Table 4: 56 LLaMA-3.2-3B gate/up projections, 8 clients of rank 8, output rank 8."""
-
-FIDELITY_LAYERS = 2
-"""Layers of LLaMA-3.2-3B whose 7 projections Fig. 4 left measures in the asv suite."""
+FIDELITY_SEED = 100
+"""Seed of Fig. 4 left's synthetic modules (:func:`fidelity_modules`)."""
 
 CACHE_DIR = os.environ.get("FRAQ_BENCH_CACHE") or os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".asv", "cache")
@@ -198,13 +177,6 @@ def sweep_ranks(r: int, client_rank: int = 8) -> tuple[int, ...]:
     return tuple(ranks)
 
 
-def sweep_point(sweep: str, value: int) -> tuple[int, int]:
-    """(d, r) of a Fig. 3 point: ``sweep="r"`` varies r at d = SWEEP_D, ``"d"`` varies d at r = SWEEP_R."""
-    if sweep not in ("r", "d"):
-        raise ValueError(f"sweep(={sweep!r}) must be 'r' or 'd'")
-    return (SWEEP_D, value) if sweep == "r" else (value, SWEEP_R)
-
-
 @functools.lru_cache(maxsize=1)
 def preset_clients(preset, seed: int = 0, layers: int | None = None) -> list[tuple[object, tuple, tuple]]:
     """Per module group of ``preset`` (a :class:`fraq.presets.Preset` or its name): (group,
@@ -265,12 +237,6 @@ def duplicated(m: int, n: int, clients_: int, batch: int, seed: int = 7) -> tupl
     return list(Bs) * 2, list(As) * 2
 
 
-def table4_stacks(modules: int = TABLE4["modules"]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Table 4's stacks: ``modules`` gate/up projections (8192 x 3072), 8 clients of rank 8."""
-    c = TABLE4
-    return stacks(c["m"], c["n"], (c["client_rank"],) * c["clients"], modules)
-
-
 def saved_adapters(path: str) -> list[tuple[list, list, int, int]]:
     """(Bs, As, m, n) per module shape of a saved federated round (``FRAQ_ADAPTERS``).
 
@@ -309,11 +275,101 @@ def _saved_or_refused(path: str) -> list:
                          f"(--set federated.save_adapters_round=T): {e}") from None
 
 
-def fidelity_modules(preset: str = "llama-3.2-3b", layers: int = FIDELITY_LAYERS,
-                     seed: int = 100) -> list[tuple[str, list, list, int, int]]:
+def fidelity_modules(preset: str = "llama-3.2-3b", layers: int | None = None,
+                     seed: int = FIDELITY_SEED) -> list[tuple[str, list, list, int, int]]:
     """Fig. 4 left: (group, Bs, As, m, n) per module group of ``preset``, ``layers`` of each;
     with ``FRAQ_ADAPTERS`` set, the saved real client adapters instead (group = "m x n")."""
     path = os.environ.get("FRAQ_ADAPTERS")
     if path:
         return [(f"{m}x{n}", Bs, As, m, n) for Bs, As, m, n in _saved_or_refused(path)]
     return [(g.name, list(Bs), list(As), g.m, g.n) for g, Bs, As in preset_clients(preset, seed, layers)]
+
+
+# ----------------------------------------------------------------------------- whole models
+
+
+@dataclass
+class Model:
+    """A preset's synthetic uploads: per module name the clients' (B_k, A_k)."""
+
+    preset: object
+    layers: int
+    shapes: dict[str, tuple[int, int]]
+    factors: dict[str, tuple[list[torch.Tensor], list[torch.Tensor]]]
+    weights: list[float]
+
+    def updates(self, names=None) -> list:
+        """One :class:`fraq.aggregators.ClientUpdate` per client (modules ``names``, default all)."""
+        from fraq.aggregators import ClientUpdate
+
+        names = list(self.shapes) if names is None else names
+        return [ClientUpdate({n: (self.factors[n][0][k], self.factors[n][1][k]) for n in names},
+                             scale=self.preset.scales[k], weight=self.weights[k]) for k in range(self.preset.clients)]
+
+    def florg_updates(self, names=None) -> list:
+        """FLoRG's single matrix per module: the LoRA-like factor on the min(m, n) side."""
+        from fraq.aggregators import ClientUpdate
+
+        names = list(self.shapes) if names is None else names
+        out = []
+        for k in range(self.preset.clients):
+            f = {}
+            for n in names:
+                m_, n_ = self.shapes[n]
+                B, A = self.factors[n][0][k], self.factors[n][1][k]
+                f[n] = (None, A if n_ <= m_ else B.mT)
+            out.append(ClientUpdate(f, scale=self.preset.scales[k], weight=self.weights[k]))
+        return out
+
+    def flora_params(self, names=None) -> int:
+        names = list(self.shapes) if names is None else names
+        r = sum(self.preset.ranks)
+        return sum((self.shapes[n][0] + self.shapes[n][1]) * r for n in names)
+
+    def one_per_shape(self) -> dict[tuple[int, int], tuple[str, int]]:
+        """(m, n) -> (first module of that shape, number of modules of that shape in the full model)."""
+        out: dict[tuple[int, int], tuple[str, int]] = {}
+        for grp in self.preset.groups:
+            key = (grp.m, grp.n)
+            name = f"layers.0.{grp.name}"
+            first, count = out.get(key, (name, 0))
+            out[key] = (first, count + grp.count)
+        return out
+
+
+def build_model(preset, *, layers: int | None = None, seed: int = 0, device: torch.device | str = "cpu") -> Model:
+    """Seeded LoRA-like factors (:func:`preset_clients`) for the first ``layers`` layers of
+    every group (all by default) of ``preset`` (a :class:`fraq.presets.Preset` or its name),
+    on ``device``; the clients' data sizes n_k are seeded too."""
+    from fraq.presets import get_preset
+
+    preset = get_preset(preset) if isinstance(preset, str) else preset
+    g = torch.Generator().manual_seed(seed)
+    weights = torch.randint(500, 5000, (preset.clients,), generator=g).tolist()  # data sizes n_k
+    shapes, factors = {}, {}
+    for grp, Bs, As in preset_clients(preset, seed, layers):
+        Bs, As = [b.to(device) for b in Bs], [a.to(device) for a in As]
+        for layer in range(Bs[0].shape[0]):
+            name = f"layers.{layer}.{grp.name}"
+            shapes[name] = (grp.m, grp.n)
+            factors[name] = ([B[layer] for B in Bs], [A[layer] for A in As])
+    return Model(preset, layers or max(g.count for g in preset.groups), shapes, factors, weights)
+
+
+def lora_a2_inputs(model: Model, names, round_: int):
+    """LoRA-A^2's uploads and state for a B round (1) or an A round (2)."""
+    from fraq.aggregators import ClientUpdate, LoraA2State, get_aggregator
+
+    names = list(model.shapes) if names is None else names
+    ups = model.updates(names)
+    A0 = {n: model.factors[n][1][0] for n in names}
+    state = LoraA2State.initial({n: (torch.zeros_like(model.factors[n][0][0]), A0[n]) for n in names})
+    round1 = [ClientUpdate({n: (u.factors[n][0], A0[n]) for n in names}, scale=u.scale, weight=u.weight)
+              for u in ups]
+    if round_ == 1:
+        return round1, state
+    res = get_aggregator("lora-a2").aggregate(round1, state)
+    Bg = {n: res.state.adapters[n][0] for n in names}
+    round2 = [ClientUpdate({n: (Bg[n], u.factors[n][1]) for n in names}, scale=u.scale, weight=u.weight)
+              for u in ups]
+    return round2, res.state

@@ -7,8 +7,7 @@ per module group, recompresses every adapted matrix in batched kernels, and prin
 preset and tau: server latency (median and spread), the selected ranks, the downlink
 relative to the uncompressed FLoRA stack, and the relative error against a float64
 reference together with the float64 Eckart-Young optimum at the same ranks. ``--json``
-also writes the rows as one result file (:mod:`benchmarks.results`). This was ``fraq
-demo`` before the measurements left the library.
+also writes the rows as one result file (:mod:`benchmarks.results`).
 """
 
 from __future__ import annotations

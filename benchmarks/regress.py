@@ -1,7 +1,7 @@
-"""Record the last N commits of a branch with asv and fail on a regression.
+"""Record the last N commits of a branch with asv and compare the last two with asv's statistics.
 
     python -m benchmarks.regress                        # last 2 commits of main, factor 1.5
-    python -m benchmarks.regress --commits 5 --factor 1.3 --bench "Sweep|Table4" --quick
+    python -m benchmarks.regress --commits 5 --factor 1.3 --bench "RankSweep|Table4" --quick
 
 For each commit (oldest first) the committed tree is exported with ``git archive`` to a
 temporary directory (the working tree, index and branches are never touched) and
@@ -9,24 +9,23 @@ recorded with ``asv run --python=same --set-commit-hash <sha>`` with ``ASV_PYTHO
 pointing at it, so ``import fraq`` is that commit's code and nothing else of it. The
 instrument is held fixed: the suite and its measurement helpers are the current
 ``benchmarks/`` (asv's own model), which reach the old ``fraq`` only through its public
-API (``fraq.stack``, ``fraq.recompress``, ``fraq.BACKENDS``, ``get_aggregator``); nothing
-is copied into the old tree. A commit without a feature the suite needs (a backend, an
-aggregator) is recorded as skipped, not failed. Commits already recorded for this
-machine are not re-run (``--rerun`` forces it). ``FRAQ_BENCH_DEVICE`` is passed through,
-and the device is part of the asv machine name.
+API; nothing is copied into the old tree. A commit without a feature the suite needs is
+recorded as skipped, not failed. Commits already recorded for this machine are not
+re-run (``--rerun`` forces it).
 
-Then ``asv compare`` of the last two commits is printed, and the exit status is 1 if any
-benchmark got worse by more than ``--factor`` (asv's test: the ratio exceeds the factor
-and, for timings with samples, the difference is statistically significant), or started
-failing. Benchmarks matching ``--ignore`` (by default the rounding-level error tracks,
-whose ratios are not meaningful) are shown but do not fail the run. Exit status 2: asv
-itself failed.
+Results go under asv's own machine name for this host (``asv machine --yes``, the one
+``make bench`` and ``asv compare`` use), so ``asv compare HEAD~1 HEAD`` and ``asv
+publish`` see one history. The suite's thread count (``FRAQ_BENCH_THREADS``, default 1)
+and device (``FRAQ_BENCH_DEVICE``) are fixed per machine by convention: record a
+different setting under ``--machine NAME``.
 
-Results go under the asv machine ``<hostname>-<threads>thr[-<device>]``: the thread
-count (``FRAQ_BENCH_THREADS``) and the device are part of what a result means, so runs at
-different settings are never compared with each other. Why not ``asv continuous``: it builds
-virtualenvs, which would install torch from PyPI instead of the local torch==2.13.0
-wheel; this script gives the same comparison in the existing environment.
+The comparison is asv's own (:func:`asv.commands.compare.Compare.print_table` for the
+table, with ``--factor`` and ``--split``; the same test, ratio beyond the factor *and*
+statistically different samples, for the verdict). A timing whose two sides do not both
+have several samples (``--quick`` records one) gets no verdict: it is reported as "not
+enough samples", never as a regression. ``track_`` values are deterministic (FLOPs,
+bytes) and compared by the factor alone; rounding-level error tracks (``--ignore``) are
+shown but never fail the run. Exit status 1 on a regression, 2 when asv itself failed.
 """
 
 from __future__ import annotations
@@ -35,14 +34,13 @@ import argparse
 import io
 import os
 import re
-import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_IGNORE = r"track_excess|track_orthogonality|ConditionFidelity"
+DEFAULT_IGNORE = r"track_excess|track_relative_error|track_orthogonality|track_optimal_error|track_gap_to_svd"
 
 
 def _git(*args: str) -> str:
@@ -63,78 +61,143 @@ def export_commit(sha: str, dest: str) -> None:
         tar.extractall(dest, filter="data")
 
 
+def machine_name() -> str:
+    """asv's machine name for this host (``~/.asv-machine.json``), creating it with asv's defaults."""
+    from asv.machine import Machine
+
+    _asv("machine", "--yes", capture=True)
+    return Machine.get_unique_machine_name()
+
+
 def recorded(machine: str, sha: str) -> bool:
     results = os.path.join(ROOT, ".asv", "results", machine)
     return os.path.isdir(results) and any(f.startswith(sha[:8]) for f in os.listdir(results))
 
 
-def parse_compare(text: str) -> list[tuple[str, str, str]]:
-    """(mark, ratio, benchmark) for each row of ``asv compare``'s table."""
-    rows = []
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 5 and cells[0] in ("+", "-", "!", "*", "x", ""):
-            if cells[4].startswith("Benchmark") or set(cells[4]) <= {"-"}:
-                continue
-            rows.append((cells[0], cells[3], cells[4]))
-    return rows
+def _results(conf, machine: str, sha: str) -> dict:
+    """name(params) -> (value, stats, samples) of one recorded commit, as asv stores them."""
+    from asv.commands.compare import unroll_result
+    from asv.results import iter_results_for_machine_and_hash
+
+    out = {}
+    for result in iter_results_for_machine_and_hash(conf.results_dir, machine, sha):
+        for key in result.get_all_result_keys():
+            params = result.get_result_params(key)
+            for name, value, stats, samples in unroll_result(key, params, result.get_result_value(key, params),
+                                                             result.get_result_stats(key, params),
+                                                             result.get_result_samples(key, params)):
+                out[name] = (value, stats, samples)
+    return out
+
+
+def _enough(stats, samples) -> bool:
+    """Several samples on this side (asv records one with ``--quick``)."""
+    return bool(stats) and stats.get("repeat", 0) > 1 and samples is not None and len(samples) > 1
+
+
+def verdicts(before: dict, after: dict, factor: float) -> list[tuple[str, str, float | None]]:
+    """(verdict, benchmark, ratio) for every benchmark of ``after``: ``regression``,
+    ``improvement``, ``now failing``, ``not enough samples`` (a timing beyond the factor
+    without several samples on both sides) or ``same``. The test is asv's own
+    (:func:`asv.commands.compare._is_result_better`: ratio beyond ``factor`` and, for
+    samples, statistically different)."""
+    from asv.commands.compare import _is_result_better
+
+    out = []
+    for name, (v2, s2, x2) in sorted(after.items()):
+        v1, s1, x1 = before.get(name, (float("nan"), None, None))
+        if v1 is not None and v2 is None:
+            out.append(("now failing", name, None))
+            continue
+        if v1 is None or v2 is None or v1 != v1 or v2 != v2 or v1 == 0:
+            continue
+        ratio = v2 / v1
+        timing = ".time_" in name or ".peakmem_" in name or ".mem_" in name
+        worse = _is_result_better(v1, v2, (s1, x1), (s2, x2), factor)
+        better = _is_result_better(v2, v1, (s2, x2), (s1, x1), factor)
+        if timing and (worse or better) and not (_enough(s1, x1) and _enough(s2, x2)):
+            out.append(("not enough samples", name, ratio))
+        elif worse:
+            out.append(("regression", name, ratio))
+        elif better:
+            out.append(("improvement", name, ratio))
+        else:
+            out.append(("same", name, ratio))
+    return out
 
 
 def main(argv=None) -> int:
     from benchmarks.cases import env_threads
 
+    env_threads()  # a bad FRAQ_BENCH_THREADS stops here, in one line, before any recording
     ap = argparse.ArgumentParser(prog="python -m benchmarks.regress", description=__doc__.split("\n\n")[0])
     ap.add_argument("--commits", type=int, default=2, help="how many of the branch's last commits (>= 2)")
     ap.add_argument("--branch", default="main")
     ap.add_argument("--factor", type=float, default=1.5, help="regression threshold on the after/before ratio")
     ap.add_argument("--bench", "-b", default=None, help="asv benchmark regex (default: the whole suite)")
-    ap.add_argument("--quick", action="store_true", help="asv --quick: one sample each (noisy; smoke test)")
-    ap.add_argument("--threads", type=int, default=env_threads())
+    ap.add_argument("--quick", action="store_true", help="asv --quick: one sample each (a smoke test; no verdicts)")
+    ap.add_argument("--machine", default=None, help="asv machine name (default: asv's for this host)")
     ap.add_argument("--ignore", default=DEFAULT_IGNORE, help="regex of benchmarks that never fail the run")
     ap.add_argument("--rerun", action="store_true", help="re-record commits that already have results")
     args = ap.parse_args(argv)
     if args.commits < 2:
         ap.error(f"--commits(={args.commits}) must be >= 2 to compare")
+    if args.factor <= 1:
+        ap.error(f"--factor(={args.factor}) must be > 1")
 
     shas = _git("rev-list", "--first-parent", "-n", str(args.commits), args.branch).split()[::-1]
     if len(shas) < 2:
         print(f"{args.branch} has fewer than 2 commits", file=sys.stderr)
         return 2
-    from benchmarks.device import bench_device
-
-    device = bench_device()
-    machine = f"{socket.gethostname()}-{args.threads}thr" + ("" if device.type == "cpu" else f"-{device}")
-    if _asv("machine", "--machine", machine, "--yes", capture=True).returncode != 0:
-        return 2
-
+    machine = args.machine or machine_name()
     for sha in shas:
         if recorded(machine, sha) and not args.rerun:
             print(f"{sha[:8]}: already recorded on {machine}")
             continue
         with tempfile.TemporaryDirectory(prefix=f"fraq-{sha[:8]}-") as tree:
             export_commit(sha, tree)
-            env = dict(os.environ, ASV_PYTHONPATH=tree, FRAQ_BENCH_THREADS=str(args.threads))
+            env = dict(os.environ, ASV_PYTHONPATH=tree)
             run = ["run", "--python=same", "--set-commit-hash", sha, "--machine", machine, "--show-stderr"]
             run += ["--quick"] if args.quick else []
             run += ["-b", args.bench] if args.bench else []
             rc = _asv(*run, env=env).returncode
-            # asv exits 2 when some benchmark failed: recorded as failed, which compare reports.
+            # asv exits 2 when some benchmark failed: recorded as failed, which the comparison reports.
             if rc not in (0, 2):
                 return 2
 
     old, new = shas[-2], shas[-1]
-    cmp = _asv("compare", old, new, "--machine", machine, "--factor", str(args.factor), "--split", capture=True)
-    print(cmp.stdout)
-    if "Did not find results" in cmp.stderr or not cmp.stdout.strip():
-        print(cmp.stderr, file=sys.stderr)
+    from asv.commands.compare import Compare
+    from asv.config import Config
+
+    conf = Config.load(os.path.join(ROOT, "asv.conf.json"))
+    conf.results_dir = os.path.join(ROOT, ".asv", "results")
+    try:
+        before, after = _results(conf, machine, old), _results(conf, machine, new)
+        if not before or not after:
+            print(f"no asv results for {old[:8] if not before else new[:8]} on {machine}", file=sys.stderr)
+            return 2
+        cwd = os.getcwd()
+        os.chdir(ROOT)
+        try:
+            Compare.print_table(conf, old, new, factor=args.factor, split=True, machine=machine)
+        finally:
+            os.chdir(cwd)
+    except Exception as exc:  # asv's UserError and friends: asv could not compare
+        print(f"asv compare failed: {exc}", file=sys.stderr)
         return 2
     ignore = re.compile(args.ignore) if args.ignore else None
-    worse = [(mark, ratio, name) for mark, ratio, name in parse_compare(cmp.stdout) if mark in ("+", "!")]
-    failing = [w for w in worse if not (ignore and ignore.search(w[2]))]
-    for mark, ratio, name in worse:
-        status = "REGRESSION" if (mark, ratio, name) in failing else "ignored"
-        print(f"{status}: {name} ratio {ratio}{' (now failing)' if mark == '!' else ''}")
-    print(f"{old[:8]} -> {new[:8]} on {machine}: {len(failing)} regression(s) beyond {args.factor}x")
+    found = verdicts(before, after, args.factor)
+    failing = 0
+    for verdict, name, ratio in found:
+        if verdict in ("same", "improvement"):
+            continue
+        ignored = ignore is not None and ignore.search(name) is not None
+        label = "ignored " + verdict if ignored and verdict != "not enough samples" else verdict
+        failing += verdict in ("regression", "now failing") and not ignored
+        print(f"{label}: {name}" + ("" if ratio is None else f" ratio {ratio:.2f}"))
+    unsure = sum(v == "not enough samples" for v, _, _ in found)
+    print(f"{old[:8]} -> {new[:8]} on {machine}: {failing} regression(s) beyond {args.factor}x"
+          + (f", {unsure} change(s) with not enough samples to judge (record without --quick)" if unsure else ""))
     return 1 if failing else 0
 
 

@@ -10,7 +10,9 @@
 ``machine`` is :func:`fraq._machine.machine_record` (GPU name, driver, CUDA and cuSOLVER
 on a CUDA device). Every writer in benchmarks/ (the runner, the experiments, the report,
 the demo) goes through :func:`write_result`, and :func:`analysis.loaders.load_results`
-is the one reader. A rerun replaces the file (written beside it, then renamed).
+is the one reader; its ``RESULT_KEYS`` and ``FORMAT_KEYS`` are the keys a file must have
+(the loader skips a file without them, naming it and the keys). A rerun replaces the file
+(written beside it, then renamed).
 """
 
 from __future__ import annotations
@@ -19,15 +21,15 @@ import json
 import os
 import platform
 import re
+import sys
 import time
 from pathlib import Path
 
 import torch
 
-__all__ = ["FORMAT_KEYS", "versions", "write_result", "result_record"]
+from fraq._files import check_dir_out, replacing_file
 
-FORMAT_KEYS = ("experiment", "key", "config", "result", "machine", "versions", "git_sha", "device", "threads")
-"""Keys every result file has (the loader refuses a file without them, naming it)."""
+__all__ = ["check_out_dir", "result_path", "result_record", "versions", "write_result"]
 
 
 def versions() -> dict:
@@ -62,13 +64,26 @@ def result_record(experiment: str, key: str, config: dict, result: dict, *, devi
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 
 
+def result_path(out: str | Path, experiment: str, key: str) -> Path:
+    """Where :func:`write_result` writes ``key`` of ``experiment``: ``out/<experiment>/<key>.json``."""
+    return Path(out) / experiment / f"{_SAFE.sub('_', key)}.json"
+
+
 def write_result(out: str | Path, experiment: str, key: str, config: dict, result: dict, *,
                  device: torch.device | str = "cpu", dtype: torch.dtype | str = torch.float32) -> Path:
     """Write one result to ``out/<experiment>/<key>.json`` (atomically) and return the path."""
     rec = result_record(experiment, key, config, result, device=device, dtype=dtype)
-    path = Path(out) / experiment / f"{_SAFE.sub('_', key)}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(rec, indent=1, default=str))
-    os.replace(tmp, path)
+    path = result_path(out, experiment, key)
+    with replacing_file(path) as tmp:  # whole; a replaced file keeps its mode, a link its target
+        tmp.write_text(json.dumps(rec, indent=1, default=str))
     return path
+
+
+def check_out_dir(out: str | Path) -> None:
+    """Stop a command-line tool before any work, with one line and exit status 2, when its
+    results directory ``out`` is a file (or lies under one) or cannot be created."""
+    try:
+        check_dir_out(out, "--out")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,24 +1,22 @@
-"""The one runner: measure cases from :mod:`benchmarks.cases`, one JSON per result.
+"""The one runner: every point of every experiment in the registry, one JSON per result.
 
-    .venv/bin/python -m benchmarks.run [EXPERIMENT ...] [--size reduced|paper|tiny]
-        [--out results/reproduce/results] [--device cpu|cuda|cuda:N] [--threads N]
+    .venv/bin/python -m benchmarks.run [EXPERIMENT ...] [--size tiny|reduced|paper]
+        [--out results/reproduce/results] [--device cpu|cuda|cuda:N] [--threads N] [--rerun]
 
-Experiments (default: the sweep's five and ``backends``, what ``make run`` reproduces):
+Experiments are :mod:`benchmarks.experiments`' (default: what ``make run`` reproduces,
+:data:`benchmarks.experiments.DEFAULT`); sizes are :data:`benchmarks.sizes.SIZES`'
+(``reduced`` about 2 minutes on 2 cores, ``paper`` the paper's sizes where feasible).
+For every experiment and every point of ``points(size)`` it calls ``measure(config,
+device)`` and writes ``<out>/<experiment>/<key>.json`` in :mod:`benchmarks.results`'
+format (config with its ``size``, result, machine, versions, git sha, device, threads).
 
-- ``table4``, ``fig4_cond``, ``fig4_rank``, ``fig1``, ``fig3``: the sweep of
-  :mod:`benchmarks.sweeps` at ``--size`` (``reduced`` about 1 min on 2 cores; ``paper``: the
-  paper's sizes where feasible, 1.5-2 h estimated);
-- ``backends``: every basis backend on LoRA-like, ill-conditioned and duplicate-client
-  inputs (:mod:`benchmarks.experiments.backends`; quick unless ``--size paper``);
-- ``aggregators``: Tables 1-3's downlink and latency (quick unless ``--size paper``);
-- ``eig_precision``: float32 vs float64 eigensolver;
-- ``peft``: FRAQ against peft's own ``add_weighted_adapter`` (svd, cat) on real PeftModels
-  (:mod:`benchmarks.experiments.peft_compare`; MiniLM and 2 RoBERTa-base layers, with
-  two LLaMA-3.2-3B-shaped layers at ``--size paper``).
+A run is resumable: a point whose result file exists with the same config is not
+measured again (the file is written whole or not at all, so an interrupted run leaves no
+half result), so rerunning the same command after a crash or Ctrl-C continues where it
+stopped. ``--rerun`` measures every point again. A progress bar on stderr shows the
+point being measured and the time left.
 
-Every result is ``<out>/<experiment>/<key>.json`` in :mod:`benchmarks.results`' format
-(config, result, machine, versions, git sha, device); a rerun replaces its files.
-``analysis.reproduce`` draws the figures and the report from them. The device is
+``analysis.reproduce`` draws the figures and the report from the files. The device is
 ``--device``, else ``FRAQ_BENCH_DEVICE``, else cpu; a device this machine does not have
 stops the run at once with a one-line error (exit status 2).
 """
@@ -26,89 +24,92 @@ stops the run at once with a one-line error (exit status 2).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
+import json
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-SWEEP = ("table4", "fig4_cond", "fig4_rank", "fig1", "fig3")
-EXPERIMENTS = (*SWEEP, "backends", "aggregators", "eig_precision", "peft")
-DEFAULT = (*SWEEP, "backends", "peft")
+from benchmarks.experiments import DEFAULT, EXPERIMENTS
+
 THREADS = 1
 """Default torch threads: on 2-core machines shared with other jobs, 2-thread LAPACK calls
 have been seen to slow 100x."""
 
 
+def _same(path: Path, config: dict) -> bool:
+    """Whether ``path`` holds a finished result of ``config``."""
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(rec, dict) and "result" in rec and rec.get("config") == json.loads(json.dumps(config, default=str))
+
+
+def _config(config: dict, size: str) -> dict:
+    """What a result file records as its config: the point's, and the size it belongs to."""
+    return {**config, "size": size}
+
+
+def plan(experiments=DEFAULT, size: str = "reduced") -> list[tuple[str, object, dict]]:
+    """(experiment, module, config) for every point of ``experiments`` at ``size``, in order."""
+    from benchmarks import experiments as registry
+
+    out = []
+    for name in experiments:
+        module = registry.get(name)
+        out += [(name, module, config) for config in module.points(size)]
+    return out
+
+
 def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.device = torch.device("cpu"),
-        threads: int = THREADS, progress: bool = True) -> float:
-    """Run ``experiments`` at ``threads`` torch threads and write their result files under
-    ``out`` (each records the thread count it ran at); returns seconds taken."""
-    from benchmarks.measure import threads as torch_threads
-
-    with torch_threads(threads):
-        return _run(Path(out), experiments, size, torch.device(device), progress)
-
-
-def _run(out: Path, experiments, size: str, device: torch.device, progress: bool) -> float:
+        threads: int = THREADS, progress: bool = True, rerun: bool = False) -> dict:
+    """Measure every point of ``experiments`` not yet in ``out`` (all of them with ``rerun``)
+    at ``threads`` torch threads; returns ``{"measured": n, "skipped": n, "seconds": s}``."""
     from tqdm import tqdm
 
-    from benchmarks import sweeps
-    from benchmarks.results import write_result
+    from benchmarks.measure import threads as torch_threads
+    from benchmarks.results import result_path, write_result
 
     t0 = time.perf_counter()
-    jobs = [j for j in sweeps.jobs(size, device) if j[0] in experiments]
-    if "peft" in experiments:
-        from benchmarks.experiments import peft_compare
-
-        jobs += [("peft", peft_compare.key(c), c, lambda c=c: peft_compare.measure(c, device))
-                 for c in peft_compare.points(size)]
-    extra = [e for e in ("backends", "aggregators", "eig_precision") if e in experiments]
-    quick = size != "paper"
-    with tqdm(total=len(jobs) + len(extra), desc=f"{size} run on {device}", unit="job", file=sys.stderr,
-              disable=not progress) as bar:
-        for experiment, key, config, measure in jobs:
-            bar.set_postfix_str(f"{experiment} {key}"[:48])
-            result = measure()
-            for k, cfg, res in result["many"] if "many" in result else [(key, config, result)]:
-                write_result(out, experiment, k, cfg, res, device=device)
-            bar.update()
-        for name in extra:
-            bar.set_postfix_str(name)
-            log = io.StringIO()
-            with contextlib.redirect_stdout(log):
-                if name == "backends":
-                    from benchmarks.experiments import backends
-
-                    backends.run(out, quick=quick, device=device)
-                elif name == "aggregators":
-                    from benchmarks.experiments import aggregators
-
-                    aggregators.run(out, quick=quick, device=device)
-                else:
-                    from benchmarks.experiments import eig_precision
-
-                    eig_precision.run(out)
-            (out / f"{name}.log").write_text(log.getvalue())
-            bar.update()
-    return time.perf_counter() - t0
+    out, device = Path(out), torch.device(device)
+    counts = {"measured": 0, "skipped": 0}
+    with torch_threads(threads):
+        points = plan(experiments, size)
+        todo = []
+        for name, module, config in points:
+            path = result_path(out, name, module.key(config))
+            if not rerun and _same(path, _config(config, size)):
+                counts["skipped"] += 1
+            else:
+                todo.append((name, module, config))
+        with tqdm(total=len(todo), desc=f"{size} on {device}", unit="point", file=sys.stderr, disable=not progress,
+                  bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed} elapsed, {remaining} left] {postfix}") as bar:
+            for name, module, config in todo:
+                key = module.key(config)
+                bar.set_postfix_str(f"{name} {key}"[:60])
+                write_result(out, name, key, _config(config, size), module.measure(config, device), device=device)
+                counts["measured"] += 1
+                bar.update()
+    return dict(counts, seconds=time.perf_counter() - t0)
 
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.cases import check_environment
     from benchmarks.device import checked
-    from benchmarks.sweeps import CONFIGS
+    from benchmarks.sizes import SIZES
     from fraq._files import check_dir_out
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
     ap.add_argument("experiments", nargs="*", metavar="EXPERIMENT",
                     help=f"any of {', '.join(EXPERIMENTS)} (default: {' '.join(DEFAULT)})")
-    ap.add_argument("--size", choices=sorted(CONFIGS), default="reduced")
+    ap.add_argument("--size", choices=list(SIZES), default="reduced")
     ap.add_argument("--out", type=Path, default=Path("results/reproduce/results"), help="results directory")
     ap.add_argument("--device", help="cpu, cuda or cuda:N (default: FRAQ_BENCH_DEVICE, else cpu)")
     ap.add_argument("--threads", type=int, default=THREADS, help=f"torch threads (default {THREADS})")
+    ap.add_argument("--rerun", action="store_true", help="measure points whose results already exist again")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
     unknown = [e for e in args.experiments if e not in EXPERIMENTS]
     if unknown:
@@ -122,8 +123,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.threads < 1:
         ap.error(f"--threads(={args.threads}) must be >= 1")
-    seconds = run(args.out, tuple(args.experiments) or DEFAULT, size=args.size, device=device, threads=args.threads)
-    print(f"results: {args.out} ({seconds / 60:.1f} min, device {device}, {args.threads} thread(s))")
+    done = run(args.out, tuple(args.experiments) or DEFAULT, size=args.size, device=device, threads=args.threads,
+               progress=not args.no_progress, rerun=args.rerun)
+    print(f"results: {args.out} ({done['measured']} measured, {done['skipped']} already there; "
+          f"{done['seconds'] / 60:.1f} min, device {device}, {args.threads} thread(s))")
     return 0
 
 

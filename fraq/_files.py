@@ -107,9 +107,7 @@ def check_parent(path: Path, what: str) -> None:
 
 
 def _check_swappable(path: Path, what: str) -> None:
-    if path.name in ("", ".", ".."):
-        real = Path(os.path.realpath(path))
-    elif path.is_symlink():
+    if path.name in ("", ".", "..") or path.is_symlink():
         real = Path(os.path.realpath(path))
     else:
         real = Path(os.path.realpath(path.parent)) / path.name
@@ -141,9 +139,9 @@ def file_target(path: str | os.PathLike, what: str = "path", *, dash: bool = Fal
     hint = "; '-' writes to stdout" if dash else ""
     try:
         mode = os.stat(path).st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing there (check_parent names a file on the way)
         mode = None
-    except OSError as e:  # a loop of links, a component that is a file, no permission
+    except OSError as e:  # a loop of links, no permission
         raise ValueError(f"{what}(={str(path)!r}) cannot be examined ({e.strerror}): give another path") from None
     if mode is not None and not stat.S_ISREG(mode):
         if stat.S_ISDIR(mode):
@@ -206,6 +204,18 @@ def _keep_mode(new: Path, old: Path, default: int) -> None:
     os.chmod(new, stat.S_IMODE(st.st_mode))
 
 
+def _keep_modes(new: Path, old: Path) -> None:
+    """:func:`_keep_mode` for a directory swapped in whole: the directory itself, and every
+    file in it that replaces a regular file of the same relative path in the old one."""
+    if old.is_dir():
+        for root, _, files in os.walk(new):
+            for name in files:
+                rel = (Path(root) / name).relative_to(new)
+                if (old / rel).is_file() and not (old / rel).is_symlink():
+                    _keep_mode(Path(root) / name, old / rel, 0o666)
+    _keep_mode(new, old, 0o777)
+
+
 def _write_failed(path: Path, err: BaseException) -> OSError | None:
     """An OSError naming ``path`` for a failure while writing that a library raised as
     its own type (safetensors' SafetensorError, torch.save's RuntimeError); None for
@@ -227,10 +237,11 @@ def _write_failed(path: Path, err: BaseException) -> OSError | None:
             reasons.append(f"the file-size limit (ulimit -f) is {limit} bytes")
     except (ImportError, OSError, ValueError):
         pass
-    detail = str(err).strip().splitlines()
-    reason = " and ".join(reasons) or (detail[-1][:200] if detail else type(err).__name__)
-    return OSError(f"cannot write {path}: {reason}; it was left as it was (free some space or raise the limit, "
-                   f"or write elsewhere)")
+    lines = str(err).strip().splitlines()
+    detail = lines[-1][:200] if lines else type(err).__name__
+    reason = f" ({' and '.join(reasons)})" if reasons else ""
+    return OSError(f"cannot write {path}: {detail}{reason}; it was left as it was: free some space, raise the "
+                   f"limit or write elsewhere")
 
 
 def _sibling(path: Path, tag: str) -> Path:
@@ -291,8 +302,9 @@ def replacing_dir(path: str | os.PathLike) -> Iterator[Path]:
     the temporary name, is removed. On an exception before the swap the temporary
     directory is removed and ``path`` is untouched. A symbolic link is followed: its
     target directory is replaced, the link stays. The new directory gets the old one's
-    mode and group (a new one: 0o777 less the umask); a library's own error type for a
-    failed write becomes an OSError naming ``path``.
+    mode and group (a new one: 0o777 less the umask), and so does each file in it that
+    replaces one of the same name; a library's own error type for a failed write becomes
+    an OSError naming ``path``.
     """
     path = Path(path)
     if path.is_symlink():
@@ -309,8 +321,8 @@ def replacing_dir(path: str | os.PathLike) -> Iterator[Path]:
             if failed is not None:
                 raise failed from e
             raise
+        _keep_modes(tmp, path)
         _fsync_tree(tmp)
-        _keep_mode(tmp, path, 0o777)
         if path.is_dir() and any(path.iterdir()):
             exchange(tmp, path)  # tmp now holds the old version
         else:

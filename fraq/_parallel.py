@@ -64,7 +64,26 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-__all__ = ["batch_map", "fanout_available", "map_chunks", "one_thread"]
+__all__ = ["CHUNK_BYTES", "FANOUT_BYTES", "batch_map", "chunk_bounds", "fanout_available", "map_chunks", "one_thread",
+           "over_chunks"]
+
+CHUNK_BYTES = 16 * 2**20
+"""Working set a CPU chunk of a pipeline aims at (bytes), summed over its matrices (at
+least one matrix per chunk); the caller says what one matrix needs.
+
+Why chunks: a batched step writes its whole intermediate at once (H^T of 28 LLaMA-3.2-3B
+up-projections is 58 MB), and an allocation that large is mapped fresh from the OS on
+every call (glibc maps anything above 32 MB) and page-faulted in on first touch, which
+costs about as much as the GEMM that fills it; a float32 -> float64 copy is several times
+slower into fresh memory than into reused memory. Run chunk by chunk, each intermediate
+is small enough for the allocator to hand back and reuse, and stays in cache for the
+next step. A batch below the budget runs whole: chunks of small matrices only add
+per-call overhead. On CUDA a batch always runs whole, in one synchronization."""
+
+FANOUT_BYTES = 2 * 2**20
+"""Working set (bytes, as for :data:`CHUNK_BYTES`) from which a CPU batch is shared by the
+threads chunk by chunk, each chunk's whole pipeline on one thread. Below it the batch
+runs whole, GEMMs on the BLAS threads: per-chunk calls would cost more than they share."""
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -178,8 +197,9 @@ def one_thread():
 class _Chunks:
     """Contiguous batch chunks handed out one at a time to whichever thread asks first."""
 
-    def __init__(self, fn: Callable[..., object], tensors: tuple[torch.Tensor, ...], bounds: list[int]):
-        self.fn, self.tensors = fn, tensors
+    def __init__(self, fn: Callable[..., object], tensors: tuple[torch.Tensor, ...], bounds: list[int],
+                 with_offset: bool = False):
+        self.fn, self.tensors, self.with_offset = fn, tensors, with_offset
         self.bounds = bounds
         self.results: list[object] = [None] * (len(bounds) - 1)
         self.errors: list[tuple[int, BaseException]] = []
@@ -200,7 +220,8 @@ class _Chunks:
                 lo, hi = self.bounds[i], self.bounds[i + 1]
                 start = time.perf_counter()
                 try:
-                    self.results[i] = self.fn(*(t[lo:hi] for t in self.tensors))
+                    args = (*(t[lo:hi] for t in self.tensors), lo) if self.with_offset else (t[lo:hi] for t in self.tensors)
+                    self.results[i] = self.fn(*args)
                 except BaseException as e:  # noqa: BLE001 - raised by the caller once all threads stop
                     with self._lock:
                         self.errors.append((i, e))
@@ -259,7 +280,7 @@ def batch_map(fn: Callable[..., object], *tensors: torch.Tensor) -> object:
 
 
 def _fan_out(fn: Callable[..., object], tensors: tuple[torch.Tensor, ...], bounds: list[int], *,
-             probe: bool = True) -> list[object]:
+             probe: bool = True, with_offset: bool = False) -> list[object]:
     """``fn`` on each chunk ``bounds[i]:bounds[i + 1]`` of the batch, one thread per call,
     spread over ``torch.get_num_threads()`` threads (see :func:`batch_map`); the results
     in batch order. With ``probe`` the helpers are recruited only if the first chunk,
@@ -267,7 +288,7 @@ def _fan_out(fn: Callable[..., object], tensors: tuple[torch.Tensor, ...], bound
     the chunks to be worth a hand-off). The earliest failing chunk's error is raised
     once all threads stop."""
     workers = min(torch.get_num_threads(), len(bounds) - 1)
-    chunks = _Chunks(fn, tensors, bounds)
+    chunks = _Chunks(fn, tensors, bounds, with_offset)
     helpers = []
 
     def recruit(first_chunk_seconds: float) -> None:
@@ -288,7 +309,8 @@ def _fan_out(fn: Callable[..., object], tensors: tuple[torch.Tensor, ...], bound
     return chunks.results
 
 
-def map_chunks(fn: Callable[..., object], bounds: list[int], *tensors: torch.Tensor) -> list[object]:
+def map_chunks(fn: Callable[..., object], bounds: list[int], *tensors: torch.Tensor,
+               with_offset: bool = False) -> list[object]:
     """``[fn(*(t[lo:hi] for t in tensors)) for each chunk]``, the chunks run as :func:`batch_map` runs its own.
 
     ``bounds`` are the chunk edges along the leading (batch) dimension, ``0 = b_0 < b_1
@@ -300,10 +322,43 @@ def map_chunks(fn: Callable[..., object], bounds: list[int], *tensors: torch.Ten
     one thread, as :func:`batch_map` shares a batch of LAPACK calls, except that the
     helpers start at once: the caller sizes chunks so that each is worth a hand-off. A
     single chunk, a CUDA tensor, one thread, or a process without the MKL/OpenMP
-    controls run the chunks in order on the caller with its own thread settings.
+    controls run the chunks in order on the caller with its own thread settings. With
+    ``with_offset``, ``fn`` gets the chunk's first batch index as a last argument.
     """
     spans = list(zip(bounds[:-1], bounds[1:]))
     first = tensors[0]
     if len(spans) < 2 or first.device.type != "cpu" or torch.get_num_threads() < 2 or not _thread_controls():
-        return [fn(*(t[lo:hi] for t in tensors)) for lo, hi in spans]
-    return _fan_out(fn, tensors, bounds, probe=False)
+        return [fn(*(t[lo:hi] for t in tensors), *((lo,) if with_offset else ())) for lo, hi in spans]
+    return _fan_out(fn, tensors, bounds, probe=False, with_offset=with_offset)
+
+
+def chunk_bounds(nb: int, item_bytes: int) -> list[int]:
+    """Chunk edges of a CPU batch of ``nb`` matrices that need ``item_bytes`` of working set
+    each: chunks of about :data:`CHUNK_BYTES` (at least one matrix); with t > 1 torch
+    threads, at least t chunks when the batch has t matrices and :data:`FANOUT_BYTES` of
+    work, so that every thread runs a share of the pipeline on one core."""
+    count = max(1, math.ceil(nb * item_bytes / CHUNK_BYTES))
+    threads = torch.get_num_threads()
+    if threads > 1 and nb * item_bytes >= FANOUT_BYTES:
+        count = max(count, threads)
+    count = min(count, nb)
+    return [nb * i // count for i in range(count + 1)]
+
+
+def over_chunks(fn: Callable[..., object], join: Callable[[list, list[int]], object], item_bytes: int,
+                *tensors: torch.Tensor) -> object:
+    """A batch pipeline applied from outside, the way scipy applies ``svd`` over a batch.
+
+    ``fn(*tensors, offset)`` computes a batch (leading dimension nb) that starts at
+    matrix ``offset`` of the caller's. On a CPU, a batch larger than one chunk
+    (:func:`chunk_bounds`) runs chunk by chunk through :func:`map_chunks` and
+    ``join(parts, bounds)`` assembles the chunks' results; otherwise (CUDA, one chunk)
+    ``fn(*tensors, 0)`` runs whole.
+    """
+    first = tensors[0]
+    nb = first.shape[0]
+    if first.device.type == "cpu" and nb > 1:
+        bounds = chunk_bounds(nb, item_bytes)
+        if len(bounds) > 2:
+            return join(map_chunks(fn, bounds, *tensors, with_offset=True), bounds)
+    return fn(*tensors, 0)

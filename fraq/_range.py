@@ -1,4 +1,19 @@
-"""Exact power-of-two scaling, per matrix, for factors near the ends of a dtype's range.
+"""The range verdict and rescue of :func:`fraq.recompress`: exact power-of-two scaling,
+per matrix, for factors near the ends of a dtype's range.
+
+The promise: any finite factors whose aggregate's largest singular value sigma_1 lies
+in [tiny, max / 2] of the result's dtype give a result as accurate as the same factors
+at unit scale. The fast path looks only at the small intermediates: C (s x r), the
+Gram G (s x s) and, factored, Y Y^T (r x r). :func:`stats` reduces them to three
+numbers per matrix on the device, read in the call's one host synchronization, and
+:func:`verdict` decides there whether the unscaled computation can be trusted. A
+matrix that fails is redone (:func:`rescaled`) with each of X and Y scaled by the exact
+power of two that brings its largest entry into [0.5, 1), after its factors are checked
+for NaN and Inf; the scale 2^(e_X + e_Y) goes back on the singular-value side at the
+end, so the orthonormal factor stays orthonormal. Scaling both factors (not only C) is
+what covers a product X Y (or Y Y^T) that under- or overflows although each factor is
+representable. :func:`check_representable` refuses, with the value, an aggregate whose
+sigma_1 the result's dtype cannot hold.
 
 Multiplying by 2^k changes only the exponent of a normal number, so it is exact: a
 factor scaled this way has the same significant digits, and the scale can be put back
@@ -13,9 +28,15 @@ from its bit pattern and a large k is applied in several exact steps.
 
 from __future__ import annotations
 
+import functools
+import math
+
+import numpy as np
 import torch
 
-__all__ = ["amax", "exponent", "pow2", "scale_pow2"]
+from fraq._validation import check_finite, compute_dtype
+
+__all__ = ["amax", "check_representable", "exponent", "pow2", "rescaled", "scale_pow2", "stats", "verdict"]
 
 _BITS = {  # dtype -> (integer dtype of its bit pattern, mantissa bits, exponent bias)
     torch.float32: (torch.int32, 23, 127),
@@ -62,3 +83,97 @@ def scale_pow2(t: torch.Tensor, e: torch.Tensor, parts: int) -> torch.Tensor:
         t = t * pow2(k, t.dtype)
         rest = rest - k
     return t
+
+
+def stats(C: torch.Tensor) -> torch.Tensor:
+    """max|C| per matrix (nb,): not a norm, whose squares would underflow for a tiny C, so it
+    is exactly zero only for a zero X; a NaN or Inf anywhere in X shows in it. The Grams
+    need no pass of their own (see :func:`verdict`)."""
+    return torch.linalg.vector_norm(C, ord=math.inf, dim=(-2, -1))
+
+
+@functools.lru_cache(maxsize=None)
+def _limits(cdt: torch.dtype, edt: torch.dtype) -> tuple[float, float, float, float, float, float]:
+    """(lo, hi) of max|C|, of lambda_1 and of max diag(W_Y) (see :func:`verdict`)."""
+    fc, fe = torch.finfo(cdt), torch.finfo(edt)
+    fg = fc if fc.max <= fe.max else fe
+    return (fc.tiny / fc.eps, fc.max * fc.eps, fg.tiny / fg.eps**2, fg.max * fg.eps,
+            fc.tiny / fc.eps**2, fc.max * fc.eps)
+
+
+def verdict(c_max: np.ndarray, lam1: np.ndarray, w_max: np.ndarray | None,
+            cdt: torch.dtype, edt: torch.dtype) -> np.ndarray:
+    """Per matrix, bool: the unscaled computation can be trusted (host arrays, float64):
+    ``c_max`` from :func:`stats`, ``lam1`` the Gram's largest eigenvalue (NaN where the
+    eigensolver refused it), ``w_max`` the largest diagonal entry of W_Y (factored Gram).
+
+    C must be far from underflow (a factor of subnormal numbers loses digits in its QR)
+    and from overflow; G (in the narrower of the compute and eigensolver dtypes) and
+    W_Y must keep the squared spectrum down to the noise floor eps * lambda_1 normal and
+    its sum finite. A Gram is positive semidefinite, so lambda_1 lies within a factor s
+    of its largest entry, and W_Y's largest entry is on its diagonal: neither needs a
+    pass over the matrix, and the eps-wide margins dwarf the factor s. An exactly zero
+    X (C = 0, G = 0) is a zero aggregate, not an underflow; a zero G with a nonzero C may
+    be either, and takes the rescaled path. NaN fails every test. A matrix that passes
+    has sigma_1 = sqrt(lambda_1) inside the compute dtype's range with eps-wide margins,
+    so only a narrower result dtype (float16, bfloat16) or a rescaled matrix needs
+    :func:`check_representable`.
+    """
+    c_lo, c_hi, g_lo, g_hi, w_lo, w_hi = _limits(cdt, edt)
+    ok = (c_max >= c_lo) & (c_max <= c_hi) & (lam1 >= g_lo) & (lam1 <= g_hi)
+    if w_max is not None:
+        ok &= (w_max >= w_lo) & (w_max <= w_hi)
+    return ok | ((c_max == 0) & (lam1 == 0))
+
+
+def rescaled(whole: tuple[torch.Tensor, torch.Tensor], X: torch.Tensor, Y: torch.Tensor,
+             bad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(Xs, Ys, e): X = 2^ex Xs and Y = 2^ey Ys for the matrices marked ``bad`` ((nb,) bool),
+    each factor's largest entry brought into [0.5, 1); e = ex + ey (int64, (nb,)), 0 elsewhere.
+
+    ``whole`` = the caller's (B, A): a NaN or Inf there is named by its index in them
+    (in any matrix: the call fails either way) before anything is scaled.
+    """
+    check_finite("B", whole[0])
+    check_finite("A", whole[1])
+    zero = torch.zeros((), dtype=torch.int64, device=X.device)
+    ex = torch.where(bad, exponent(X), zero)
+    ey = torch.where(bad, exponent(Y), zero)
+    return scale_pow2(X, -ex.view(-1, 1, 1), parts=2), scale_pow2(Y, -ey.view(-1, 1, 1), parts=2), ex + ey
+
+
+def check_representable(whole: tuple[torch.Tensor, torch.Tensor], lam1: np.ndarray, e: np.ndarray | None,
+                        out_dtype: torch.dtype, name_matrix) -> None:
+    """Refuse an aggregate whose singular values the result's dtype cannot hold.
+
+    ``lam1``: each matrix's largest Gram eigenvalue (host, float64), the aggregate's
+    sigma_1 = 2^e sqrt(lam1). sigma_1 must lie in [tiny, max / 2] of the output dtype:
+    below tiny the factor that carries the singular values would be subnormal (fewer
+    digits than eps promises); above max / 2 it, or its rounding, would overflow. A zero
+    aggregate is not an underflow. ``name_matrix(k)`` words matrix k of this batch for
+    the message (its index in the caller's batch).
+    """
+    fo = torch.finfo(out_dtype)
+    lo_lim, hi_lim = math.log2(fo.tiny), math.log2(fo.max) - 1
+    live = lam1 > 0
+    l2 = 0.5 * np.log2(np.where(live, lam1, 1.0)) + (0 if e is None else e)
+    bad = live & ((l2 < lo_lim) | (l2 > hi_lim))
+    if not bad.any():
+        return
+    k = int(np.flatnonzero(bad)[0])
+    B, A = whole
+    what = "underflow" if l2[k] < lo_lim else "overflow"
+    hint = " or pass float32 factors" if compute_dtype(out_dtype) != out_dtype else ""
+    raise ValueError(
+        f"B @ A has largest singular value {_fmt_pow2(float(l2[k]))}{name_matrix(k)}, outside what {out_dtype} "
+        f"can hold in the result, [{fo.tiny:.3g}, {fo.max / 2:.3g}]: its singular-value factor would {what} "
+        f"(max|B|={float(B.abs().max()):.3g}, max|A|={float(A.abs().max()):.3g}). Scale B or A by a "
+        f"power of two (and the merged adapter by the inverse){hint}."
+    )
+
+
+def _fmt_pow2(l2: float) -> str:
+    """2^l2 in decimal notation, also where it under/overflows a Python float."""
+    dec = l2 * math.log10(2)
+    k = math.floor(dec)
+    return f"{10 ** (dec - k):.2f}e{k:+03d}"

@@ -49,6 +49,15 @@ from __future__ import annotations
 import numbers
 from collections.abc import Iterable
 
+from fraq._routine_flops import (cholesky_flops, eigh_flops, gemm_flops, gram_flops, orgqr_flops, qr_flops,
+                                 reflector_flops, svd_flops, trsm_flops)
+from fraq.backends import REGISTRY
+from fraq.backends.cholesky import cholesky_basis_flops
+from fraq.backends.cholesky_qr import cholesky_qr2_flops
+from fraq.backends.householder import householder_flops
+from fraq.backends.newton_schulz import newton_schulz_flops
+from fraq.backends.polar import polar_flops
+
 __all__ = [
     "GRAMS",
     "MODELS",
@@ -62,6 +71,11 @@ __all__ = [
     "trsm_flops",
     "eigh_flops",
     "svd_flops",
+    "householder_flops",
+    "polar_flops",
+    "cholesky_qr2_flops",
+    "cholesky_basis_flops",
+    "newton_schulz_flops",
     "basis_flops",
     "coordinate_flops",
     "fraq_flops",
@@ -77,127 +91,8 @@ MODELS = ("table5", "full")
 METHODS = ("fraq", "florist", "flexlora")
 
 
-# ------------------------------------------------------------------ routines
-
-
-def gemm_flops(a: int, b: int, c: int) -> float:
-    """(a x b) @ (b x c): 2abc."""
-    return 2.0 * a * b * c
-
-
-def gram_flops(a: int, r: int, gram: str = "gemm") -> float:
-    """X^T X for X (a x r): 2 a r^2 (GEMM) or a r^2 (SYRK)."""
-    return (1.0 if gram == "syrk" else 2.0) * a * r * r
-
-
-def qr_flops(a: int, r: int) -> float:
-    """Householder QR (geqrf) of an a x r matrix: 2 a r^2 - 2 r^3 / 3 when a >= r (LAWN 41)."""
-    k = min(a, r)
-    return 4.0 * a * r * k - 2.0 * (a + r) * k**2 + 4.0 * k**3 / 3
-
-
-def reflector_flops(a: int, c: int, k: int) -> float:
-    """Apply k Householder reflectors of length a to an a x c matrix (ormqr): 4ack - 2ck^2."""
-    return 4.0 * a * c * k - 2.0 * c * k**2
-
-
-def orgqr_flops(a: int, q: int, k: int) -> float:
-    """Form the first q columns of Q (a x a, k reflectors): 4aqk - 2(a + q)k^2 + 4k^3/3."""
-    return 4.0 * a * q * k - 2.0 * (a + q) * k**2 + 4.0 * k**3 / 3
-
-
-def cholesky_flops(n: int) -> float:
-    """Cholesky factorization of an n x n matrix: n^3 / 3 (GVL Sec. 4.2)."""
-    return n**3 / 3.0
-
-
-def trsm_flops(n: int, c: int) -> float:
-    """Triangular solve, n x n triangle, c right-hand sides: n^2 c."""
-    return float(n * n * c)
-
-
-def eigh_flops(n: int, vectors: bool = True) -> float:
-    """Symmetric eigendecomposition: 9 n^3 with eigenvectors, 4 n^3 / 3 values only (GVL 8.3)."""
-    return 9.0 * n**3 if vectors else 4.0 * n**3 / 3
-
-
-def svd_flops(m: int, n: int, compute_uv: bool = True, full_matrices: bool = False) -> float:
-    """SVD of an m x n matrix, the cheaper of Golub-Reinsch and R-SVD (GVL Fig. 8.6.1).
-
-    LAPACK's ``gesdd`` makes the same choice: it starts with a QR when the matrix is
-    tall enough, which is the R-SVD.
-    """
-    a, b = max(m, n), min(m, n)
-    if not compute_uv:
-        return float(min(4 * a * b**2 - 4 * b**3 / 3, 2 * a * b**2 + 2 * b**3))
-    if full_matrices:
-        return float(min(4 * a**2 * b + 8 * a * b**2 + 9 * b**3, 4 * a**2 * b + 22 * b**3))
-    return float(min(14 * a * b**2 + 8 * b**3, 6 * a * b**2 + 20 * b**3))
-
-
-# ------------------------------------------------------------------ backends: basis + apply(U_p)
-# Each takes (d, r, p, *, steps, gram) and is registered beside its backend in
-# fraq.backends; a new backend brings its own function of the same signature.
-
-
-def householder_flops(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:
-    """Householder: QR of X, then the reflectors applied to the zero-padded U_p."""
-    return qr_flops(d, r) + reflector_flops(d, p, min(d, r))
-
-
-def polar_flops(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:
-    """Polar: Householder QR, the SVD of R, S and W_R V^T, then U_p through both."""
-    s = min(d, r)
-    small = svd_flops(s, s) + gemm_flops(s, s, r) * (2 if d >= r else 0)
-    return qr_flops(d, r) + small + gemm_flops(s, s, p) + reflector_flops(d, p, s)
-
-
-def cholesky_qr2_flops(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:
-    """Cholesky-QR2 without fallbacks (wide X: Q = I, free)."""
-    if r >= d:
-        return 0.0
-    # W1, R1^{-1} (r^3 / 3), Q1 = X R1^{-1} (a GEMM), W2, two Cholesky, R2 R1; apply: R2^{-1} U then Q1 (.)
-    basis = (2 * gram_flops(d, r, gram) + r**3 / 3 + gemm_flops(d, r, r) + 2 * cholesky_flops(r)
-             + gemm_flops(r, r, r))
-    return basis + trsm_flops(r, p) + gemm_flops(d, r, p)
-
-
-def cholesky_basis_flops(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:
-    """The ``cholesky`` backend without fallbacks (wide X: Q = I, free): the Gram of X (float64),
-    its Cholesky factor, R^{-1} (a triangular solve with the r x r identity, r^3 as run);
-    applying Q: R^{-1} U_p, then X times it (float64)."""
-    if r >= d:
-        return 0.0
-    return gram_flops(d, r, gram) + cholesky_flops(r) + trsm_flops(r, r) + gemm_flops(r, r, p) + gemm_flops(d, r, p)
-
-
-def newton_schulz_flops(coords: str, default_steps: int | None = None):
-    """The cost function of a Newton-Schulz backend with ``coords`` (see fraq.backends.newton_schulz).
-
-    ``default_steps``: the step count when the caller passes none (a fixed schedule);
-    None makes ``steps`` required, since a tolerance decides it from the data.
-    """
-
-    def cost(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:
-        if r >= d:
-            return 0.0
-        steps = default_steps if steps is None else steps
-        if steps is None:
-            raise ValueError("steps is required for a Newton-Schulz backend: its step count depends on the "
-                             "data (use result.info['steps'])")
-        g = gram_flops(d, r, gram)
-        # first Gram; per step: Q P and the new Gram; per check: W^2 (the residual, and the quintic's term)
-        f = g + steps * (gemm_flops(d, r, r) + g) + (steps + 1) * gemm_flops(r, r, r)
-        f += gemm_flops(r, d, r)  # T = Q^T X
-        if coords == "direct":
-            return f + gemm_flops(d, r, p)
-        f += cholesky_flops(r) + trsm_flops(r, r)  # Z = L^{-T}
-        if coords == "lstsq":
-            return f + 2 * gemm_flops(r, r, r) + gemm_flops(d, r, p)
-        return f + gemm_flops(r, r, r) + gemm_flops(r, r, p) + gemm_flops(d, r, p)
-
-    cost.__name__ = cost.__qualname__ = f"newton_schulz_{coords}_flops"
-    return cost
+# The routines' counts live in fraq._routine_flops and each backend's model beside the
+# backend (registered with it); both are re-exported here under their usual names.
 
 
 # ------------------------------------------------------------------ FRAQ
@@ -218,8 +113,6 @@ def _check_dims(d, D, r, p, gram) -> None:
 
 
 def _backend_cost(backend):
-    from fraq.backends import REGISTRY  # the one registry; imported here so fraq.backends can import us
-
     if not isinstance(backend, str) or backend not in REGISTRY:
         raise ValueError(f"backend(={backend!r}) is not one of {sorted(REGISTRY)}")
     cost = REGISTRY[backend].flops

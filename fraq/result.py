@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["RecompressResult"]
+from fraq._parallel import map_chunks, one_thread
+from fraq.backends.base import merge_info
+
+__all__ = ["RecompressResult", "empty_result", "join_results"]
 
 
 @dataclass(frozen=True)
@@ -51,3 +54,70 @@ class RecompressResult:
         m, n = self.B.shape[-2], self.A.shape[-1]
         ranks = self.rank if isinstance(self.rank, torch.Tensor) else torch.tensor(self.rank)
         return int(ranks.sum().item()) * (m + n)
+
+
+def join_results(parts: list[RecompressResult], bounds: list[int], batch: tuple[int, ...],
+                 info_rules: dict[str, str]) -> RecompressResult:
+    """The results of a batch computed chunk by chunk (``bounds``, over the flattened batch),
+    as one result of the caller's ``batch`` shape: factors zero-padded to the largest rank,
+    ``info`` merged by ``info_rules`` (see :func:`fraq.backends.base.merge_info`).
+
+    The chunks' factors are copied by the threads that computed them (each chunk on one
+    thread, :func:`fraq._parallel.map_chunks`): an OpenMP team woken here would keep
+    spinning into the next call's fan-out. The small concatenations run on one thread too.
+    """
+    nb = bounds[-1]
+    head = parts[0]
+    m, n = head.B.shape[-2], head.A.shape[-1]
+    pmax = max(res.B.shape[-1] for res in parts)
+    Bg, Ag = _like(head.B, (nb, m, pmax)), _like(head.A, (nb, pmax, n))
+
+    def place(Bo, Ao, offset):
+        res = parts[bounds.index(offset)]
+        p = res.B.shape[-1]
+        Bo[..., :p] = res.B
+        Ao[:, :p, :] = res.A
+        if p < pmax:
+            Bo[..., p:] = 0
+            Ao[:, p:, :] = 0
+
+    map_chunks(place, bounds, Bg, Ag, with_offset=True)
+    with one_thread():
+        rank = torch.cat([res.rank for res in parts]).reshape(batch)
+        energy = torch.cat([res.energy for res in parts]).reshape(batch)
+        sv = torch.cat([res.singular_values for res in parts]).reshape(*batch, -1)
+    return RecompressResult(
+        B=Bg.reshape(*batch, m, pmax), A=Ag.reshape(*batch, pmax, n), rank=rank, energy=energy,
+        singular_values=sv, tau=head.tau, backend=head.backend, transposed=head.transposed,
+        info=merge_info([res.info for res in parts], info_rules),
+    )
+
+
+def _like(t: torch.Tensor, shape: tuple[int, int, int]) -> torch.Tensor:
+    """An empty (nb, rows, cols) tensor laid out as the chunk result ``t``: row-major, or
+    column-major matrices when ``t`` is (so the chunks' copies run contiguous to contiguous)."""
+    if t.dim() == 3 and not t.is_contiguous() and t.mT.is_contiguous():
+        return t.new_empty(shape[0], shape[2], shape[1]).mT
+    return t.new_empty(shape)
+
+
+def empty_result(batch: tuple, m: int, n: int, s: int, rank: int | None, tau: float | None, out_dtype: torch.dtype,
+                 cdt: torch.dtype, backend: str, transposed: bool, device: torch.device) -> RecompressResult:
+    """No matrices (an empty batch) or no directions (r, m or n zero, s = 0).
+
+    With s = 0 the aggregate is the zero m x n matrix, and its best approximation of any
+    rank is itself, of rank 0: zero-width factors in both modes (a fixed rank p cannot be
+    reached, and p zero columns would not be orthonormal). An empty batch of s > 0
+    problems keeps the requested width p.
+    """
+    p = 0 if rank is None or s == 0 else rank
+    B = torch.zeros(*batch, m, p, dtype=out_dtype, device=device)
+    A = torch.zeros(*batch, p, n, dtype=out_dtype, device=device)
+    sv = torch.zeros(*batch, s, dtype=cdt, device=device)
+    if len(batch) == 0:
+        rank_out, energy = p, 1.0
+    else:
+        rank_out = torch.full(batch, p, dtype=torch.int64, device=device)
+        energy = torch.ones(batch, dtype=cdt, device=device)
+    return RecompressResult(B=B, A=A, rank=rank_out, energy=energy, singular_values=sv, tau=tau, backend=backend,
+                            transposed=transposed)

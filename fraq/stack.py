@@ -78,6 +78,18 @@ def stack(
     Cost: one pass over the factors to check them (per-matrix largest entries, one host
     synchronization for all clients), one to stack them: (m + n) r multiplications
     per matrix.
+
+    Examples:
+        >>> import torch, fraq
+        >>> g = torch.Generator().manual_seed(0)
+        >>> Bs = [torch.randn(32, r, generator=g, dtype=torch.float64) for r in (4, 8)]
+        >>> As = [torch.randn(r, 24, generator=g, dtype=torch.float64) for r in (4, 8)]
+        >>> B, A = fraq.stack(Bs, As, weights=[30, 10], scales=[2.0, 0.5])
+        >>> B.shape, A.shape
+        (torch.Size([32, 12]), torch.Size([12, 24]))
+        >>> exact = 0.75 * 2.0 * Bs[0] @ As[0] + 0.25 * 0.5 * Bs[1] @ As[1]
+        >>> bool(torch.linalg.norm(B @ A - exact) <= 1e-13 * torch.linalg.norm(exact))
+        True
     """
     Bs, As = list(Bs), list(As)
     if len(Bs) == 0:

@@ -26,3 +26,18 @@ def truncation_error(S: torch.Tensor, p: torch.Tensor | int) -> torch.Tensor:
 
 def fro(M: torch.Tensor) -> torch.Tensor:
     return torch.linalg.matrix_norm(M.double())
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    """pytest-benchmark's hook (tests/bench): torch, its BLAS, the torch thread count, the
+    CPU and GPU in the saved JSON's ``machine_info`` (:func:`fraq._machine.machine_record`)."""
+    from benchmarks.device import bench_device
+    from fraq._machine import machine_record
+
+    try:
+        device = bench_device()
+    except ValueError:
+        device = "cpu"
+    rec = machine_record(device)
+    machine_info["fraq"] = {k: rec[k] for k in ("torch", "blas", "threads", "cpu", "cores", "device", "gpu",
+                                                "gpu_driver", "cuda", "cusolver", "git_sha") if k in rec}

@@ -700,7 +700,8 @@ def test_roberta_preset_all_methods_run():
 
 def test_measurement_rows_on_a_tiny_preset():
     """The measurement command's pieces: downlink % by rule, exact one-module-per-shape counts."""
-    from benchmarks.experiments.aggregators import Method, build_model, format_table, prepare, sample
+    from benchmarks.cases import build_model
+    from benchmarks.experiments.tables123 import Method, prepare, sample
     from fraq.presets import ModuleGroup, Preset
 
     tiny = Preset("tiny", (ModuleGroup("q", 12, 12, 3), ModuleGroup("up", 20, 12, 2)), ranks=(2, 2, 2),
@@ -711,8 +712,7 @@ def test_measurement_rows_on_a_tiny_preset():
                    Method("flexlora", "flexlora"), Method("fraq (tau=0.95)", "fraq", {"tau": 0.95})):
         full = prepare(model, method, subset=False)
         sample(full)
-        full.row["latency"] = {"median_ms": 1.0, "q25_ms": 1.0, "q75_ms": 1.0}
-        full.row["paper"] = None
+        assert len(full.samples) == 1 and full.samples[0] > 0
         rows.append(full.row)
         if method.name == "flexlora":  # per-shape extrapolation of the downlink is exact
             part = prepare(model, method, subset=True)
@@ -721,9 +721,6 @@ def test_measurement_rows_on_a_tiny_preset():
     assert rows[0]["downlink_pct"] == pytest.approx(100 / 3, rel=1e-12)  # one rank-2 adapter of a rank-6 stack
     # LoRA-A^2 B round: m r per module over the stack (m + n) sum r_k
     assert rows[1]["downlink_pct"] == pytest.approx(100 * 2 * (3 * 12 + 2 * 20) / (6 * (3 * 24 + 2 * 32)), rel=1e-12)
-    text = format_table({"preset": "tiny", "modules": 5, "clients": 3, "ranks": [2, 2, 2], "quick": False,
-                         "rows": rows})
-    assert "fedit" in text and "33.33" in text
 
 
 def test_lora_a2_peculiarities_are_class_attributes():

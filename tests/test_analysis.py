@@ -8,7 +8,11 @@ runs real measurements at small shapes once per module and is shared by the test
 from __future__ import annotations
 
 import json
+import math
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +21,7 @@ pd = pytest.importorskip("pandas")
 pytest.importorskip("seaborn")
 pytest.importorskip("tqdm")
 
+import analysis  # noqa: E402
 from analysis import figures, loaders, style, tables  # noqa: E402
 from benchmarks import run  # noqa: E402
 from benchmarks.results import write_result  # noqa: E402
@@ -28,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def tiny(tmp_path_factory):
     """The tiny sweep's results directory (every sweep experiment, real measurements)."""
     out = tmp_path_factory.mktemp("tiny")
-    run.run(out / "results", run.SWEEP, size="tiny", progress=False)
+    run.run(out / "results", ("table4", "fig4_cond", "fig4_rank", "fig1", "fig3"), size="tiny", progress=False)
     return out
 
 
@@ -210,8 +215,12 @@ def test_fig3(tiny, tmp_path):
     df = loaders.load_results(tiny / "results" / "fig3")
     fig = figures.fig3_scalability(df)
     labels, legend = _axes_text(fig)
-    assert {"runtime (ms)", "tensor peak memory (MiB)", "total stacked rank r"} <= set(labels)
+    assert {"runtime (ms)", "tensor peak memory (MiB)", "counted GFLOP (batched)", "total stacked rank r"} <= set(labels)
+    assert any("error above" in label for label in labels)  # fidelity, its own row
     assert {"FRAQ", "FLoRIST", "FlexLoRA", "batched", "unbatched"} <= set(legend)
+    # every method has all four metrics at every point of both sweeps
+    for _, ax in enumerate(fig.axes):
+        assert len(ax.get_lines()) >= 3
     assert all(ax.get_yscale() == "log" for ax in fig.axes)
     _png_ok(style.save(fig, tmp_path, "fig3", style.caption(df))[0])
     assert (tmp_path / "fig3.pdf").stat().st_size > 0
@@ -251,14 +260,14 @@ def test_caption_has_machine_dtype_threads_versions(tiny):
 
 
 def test_tables(tiny):
-    from benchmarks.measure.ablation import PAPER_TABLE4
     from benchmarks.measure.methods import default_backend
 
     t4 = tables.table4_ablation(loaders.load_results(tiny / "results" / "table4"))
     assert list(t4["Variant"])[:3] == ["Adaptive + Gram", "Fixed + Gram", "Adaptive + coordinate SVD"]
-    # the paper's columns come from the result files, which the runner fills from the one constant
-    ms, mib = PAPER_TABLE4["fixed-gram"]
-    base_ms, base_mib = PAPER_TABLE4["adaptive-gram"]
+    # the paper's columns come from the one data file of the paper's numbers
+    paper = loaders.paper()["table4"]
+    ms, mib = paper["fixed-gram"]
+    base_ms, base_mib = paper["adaptive-gram"]
     row = t4.set_index("Variant").loc["Fixed + Gram"]
     assert row["Paper ms (x)"] == f"{ms:.2f} ({ms / base_ms:.2f})"
     assert row["Paper MiB (x)"] == f"{mib:.2f} ({mib / base_mib:.2f})"
@@ -285,30 +294,217 @@ def test_report_from_files(tiny):
         assert f"figures/{name}.png" in text
         _png_ok(tiny / "figures" / f"{name}.png")
     assert "## Table 4" in text and "## Table 5" in text and "**agrees**" in text
+    assert "central 95%" in text  # how the intervals are computed, said once
+    assert "target" not in text.lower()  # the project's own targets stay out of the paper report
+
+
+# ----------------------------------------------------------------------------- what the report refuses
+
+
+def _copy(tiny: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "run"
+    shutil.copytree(tiny / "results", out / "results")
+    return out
+
+
+def _edit(path: Path, fn) -> None:
+    rec = json.loads(path.read_text())
+    fn(rec)
+    path.write_text(json.dumps(rec))
+
+
+def test_no_verdict_over_a_nan_point(tiny, tmp_path):
+    """A NaN error at kappa = 1e10 is named in a warning and in the report, and no verdict spans it."""
+    from analysis.reproduce import build
+
+    out = _copy(tiny, tmp_path)
+    _edit(out / "results" / "fig4_cond" / "fraq-k1e+10.json",
+          lambda r: r["result"].update(relative_error=[math.nan] * len(r["result"]["relative_error"])))
+    with pytest.warns(UserWarning, match=r"FRAQ stays near 1e-7.*kappa=1e\+10 \(NaN"):
+        text = build(out).read_text()
+    line = next(x for x in text.splitlines() if "FRAQ stays near 1e-7" in x)
+    assert "**no verdict**" in line and "kappa=1e+10" in line and "**agrees**" not in line
+    assert "## Not measured or skipped" in text and "kappa=1e+10 (NaN or inf)" in text.split("## Not measured")[1]
+
+
+def test_mixed_configurations_are_refused_naming_them(tiny, tmp_path, capsys):
+    """A tiny and a reduced run in one directory: refused, each configuration named with its file count."""
+    from analysis.reproduce import main
+
+    out = _copy(tiny, tmp_path)
+    for f in list((out / "results" / "fig4_rank").glob("*.json")):
+        other = f.with_name("llama-" + f.name)
+        shutil.copy(f, other)
+        _edit(other, lambda r: (r["config"].update(size="reduced", preset="llama-3.2-3b"),
+                                r.update(key="llama-" + r["key"])))
+    n = len(list((out / "results" / "fig4_rank").glob("llama-*.json")))
+    with pytest.raises(analysis.MixedResults, match=f"size .*tiny .*reduced \\({n} files\\)"):
+        analysis.load(out / "results")
+    assert main(["--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "preset (fig4_rank)" in err and "llama-3.2-3b" in err and "roberta-base" in err
+    assert not (out / "report.md").exists()
+    kept = analysis.load(out / "results", select={"size": "tiny"})  # or keep one
+    assert set(kept["fig4_rank"]["preset"]) == {"roberta-base"}
+
+
+def test_malformed_and_old_format_files_are_named_and_skipped(tiny, tmp_path):
+    from analysis.reproduce import build
+
+    out = _copy(tiny, tmp_path)
+    res = out / "results"
+    broken = res / "fig3" / "r-fraq-batched-d64-r8.json"
+    _edit(broken, lambda r: r.update(result=[1, 2]))  # not an object: today a traceback without the file
+    no_timing = res / "fig3" / "d-fraq-batched-d32-r16.json"
+    _edit(no_timing, lambda r: r["result"].pop("timing"))
+    old = res / "table4" / "library.json"
+    _edit(old, lambda r: [r.pop(k) for k in ("key", "versions")])
+    with pytest.warns(UserWarning) as seen:
+        text = build(out).read_text()
+    messages = [str(w.message) for w in seen]
+    for path, why in ((broken, "malformed result file"), (no_timing, "no timing.median, timing.samples"),
+                      (old, "older result format (no key, versions)")):
+        assert any(str(path) in m and why in m for m in messages), (path, messages)
+        assert str(path) in text
+    assert "## Figure 3" in text  # the rest is still drawn
+    fastest = next(x for x in text.splitlines() if "FRAQ is the fastest method" in x)
+    assert "**no verdict**" in fastest and "d=32 batched FRAQ (no result)" in fastest  # a skipped point is missing
+
+
+def test_empty_results_directory_is_an_error_that_says_what_to_run(tmp_path, capsys):
+    from analysis.reproduce import main
+
+    (tmp_path / "results").mkdir()
+    assert main(["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no result files under" in err and "make run" in err and "benchmarks.run" in err
+    assert not (tmp_path / "report.md").exists()
+    with pytest.raises(analysis.NoResults, match="make run"):
+        analysis.load(tmp_path / "results")
+
+
+def test_results_of_several_commits_are_named(tiny, tmp_path):
+    out = _copy(tiny, tmp_path)
+    _edit(out / "results" / "table4" / "library.json", lambda r: r.update(git_sha="0123456789abcdef"))
+    with pytest.warns(UserWarning, match=r"2 commits: .*0123456789 \(1 files\)"):
+        analysis.load(out / "results")
+
+
+def test_default_results_dir_is_found_from_a_subdirectory(tmp_path, monkeypatch):
+    from analysis.resultset import default_dir
+
+    monkeypatch.delenv("FRAQ_RESULTS", raising=False)
+    (tmp_path / "results" / "reproduce" / "results").mkdir(parents=True)
+    (tmp_path / "analysis" / "notebooks").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "analysis" / "notebooks")
+    assert default_dir() == tmp_path / "results" / "reproduce" / "results"
+    monkeypatch.setenv("FRAQ_RESULTS", str(tmp_path / "x"))
+    assert default_dir() == tmp_path / "x"
+    monkeypatch.delenv("FRAQ_RESULTS")
+    monkeypatch.chdir(tmp_path.parent)  # nothing here or above: say where it looked and what to run
+    with pytest.raises(analysis.NoResults, match=f"no results/reproduce/results in {tmp_path.parent} or any parent: "
+                                                 "run `make run` in the repository root"):
+        analysis.load()
+
+
+# ----------------------------------------------------------------------------- figure defects
+
+
+def test_fig3_panel_labels_are_distinct(tiny):
+    style.setup()
+    fig = figures.fig3_scalability(loaders.load_results(tiny / "results" / "fig3"))
+    labels = [ax.get_title().split(")")[0] + ")" for ax in fig.axes]
+    assert labels == ["(a)", "(b)", "(c)", "(d)", "(e)", "(f)", "(g)", "(h)"]
+
+
+def test_figure_legends_cover_no_panel_title(tiny, tmp_path):
+    """fig_backends' legend (two rows) used to sit over its panels' titles."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    rows = [dict(exact=True, gflop=0.3, gap_to_optimum=1e-13 * (i + 1), ms_1t=10.0 + i, iqr_ms_1t=1.0)
+            for i in range(8)]
+    for i, r in enumerate(rows):
+        for case in ("roberta-base", "llama-3.2-3b"):
+            write_result(tmp_path / "b", "backends", f"{case}-{i}", dict(mode="quick", section="lora", case=case,
+                                                                         backend=f"backend-{i}"), r)
+    style.setup()
+    drawn = [figures.fig_backends(loaders.load_results(tmp_path / "b")),
+             figures.fig3_scalability(loaders.load_results(tiny / "results" / "fig3"))]
+    for fig in drawn:
+        style.save(fig, tmp_path, "f", "caption")
+        canvas = FigureCanvasAgg(fig)  # save closed the figure; draw it again as it was saved
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        legend = fig.legends[0].get_window_extent(renderer)
+        for ax in fig.axes:
+            title = ax.title.get_window_extent(renderer)
+            assert not legend.overlaps(title), ax.get_title()
+
+
+def test_one_round_federated_plot_has_integer_round_ticks(tmp_path):
+    from fraq.federated.results import _plot
+
+    fig_path = tmp_path / "rounds.png"
+    seen = []
+    import matplotlib.pyplot as plt
+
+    close = plt.close
+    try:  # keep the figure _plot closes, to read its ticks
+        plt.close = lambda fig=None: seen.append(fig)
+        assert _plot([{"method": "fraq", "rounds": [{"round": 1, "accuracy": 0.5, "downlink_pct_flora": 20.0}]}],
+                     fig_path)
+    finally:
+        plt.close = close
+    ticks = [t for ax in seen[0].axes for t in ax.get_xticks()]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    _png_ok(fig_path)
 
 
 # ----------------------------------------------------------------------------- notebooks
 
 
-def test_notebooks_execute(tiny):
+NOTEBOOKS = sorted((ROOT / "analysis" / "notebooks").glob("*.ipynb"))
+
+
+def test_analysis_is_installed_with_the_package():
+    """A notebook finds `analysis` because `pip install -e .` installs it (no path to set)."""
+    import tomllib
+
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    assert "analysis*" in found["include"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", "import analysis; print(analysis.load.__module__)"],
+                          cwd=ROOT / "analysis" / "notebooks", env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and "analysis.resultset" in done.stdout, done.stderr
+
+
+def _execute(path: Path, cwd: Path, results: Path):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
-    notebooks = sorted((ROOT / "analysis" / "notebooks").glob("*.ipynb"))
-    assert notebooks
-    env_before = os.environ.get("FRAQ_RESULTS")
-    os.environ["FRAQ_RESULTS"] = str(tiny / "results")
-    try:
-        for path in notebooks:
-            nb = nbformat.read(path, as_version=4)
-            client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                                             resources={"metadata": {"path": str(ROOT)}})
-            client.execute()
-            errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-                      if o.get("output_type") == "error"]
-            assert not errors, (path.name, errors)
-    finally:
-        if env_before is None:
-            os.environ.pop("FRAQ_RESULTS", None)
-        else:
-            os.environ["FRAQ_RESULTS"] = env_before
+    nb = nbformat.read(path, as_version=4)
+    # the kernel imports this checkout's analysis (an editable install of another checkout
+    # would shadow it; test_analysis_is_installed_with_the_package checks a user needs no path),
+    # and gets matplotlib's inline backend as in Jupyter (no MPLBACKEND from the test run)
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    env.update(FRAQ_RESULTS=str(results), PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
+    client = nbclient.NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(cwd)}})
+    client.execute(env=env)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    errors = [o for o in outputs if o.get("output_type") == "error"]
+    assert not errors, (path.name, errors)
+    return [o for o in outputs if "image/png" in o.get("data", {})]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_from_its_directory_and_shows_figures(tiny, path):
+    images = _execute(path, path.parent, tiny / "results")
+    assert images, f"{path.name} displayed no figure"
+
+
+def test_notebook_runs_from_the_root(tiny):
+    assert _execute(ROOT / "analysis" / "notebooks" / "explore_results.ipynb", ROOT, tiny / "results")
+
+
+def test_one_notebook_per_question():
+    assert {p.stem for p in NOTEBOOKS} == {"explore_results", "fraq_vs_baselines", "fidelity"}

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import fraq
 from fraq.backends import BACKENDS, EXACT_BACKENDS, get_backend
 from fraq.backends.cholesky_qr import cholesky_qr2
-from fraq.backends.factored_gram import factored_gram, factored_rows
+from fraq._gram import factored_gram, factored_rows
 from fraq.backends.newton_schulz import SCHEDULES, default_tol, newton_schulz
 from fraq.diagnostics import basis_matrix
 from fraq.flops import basis_flops, coordinate_flops, fraq_flops

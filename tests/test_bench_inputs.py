@@ -4,6 +4,7 @@ directory falls back to a temporary one (with a warning), and a bad environment 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -134,3 +135,47 @@ def test_a_bad_environment_variable_of_the_runner_is_one_line(runner, tmp_path, 
     if var == "FRAQ_ADAPTERS":
         with pytest.raises(ValueError, match="FRAQ_ADAPTERS"):  # the asv suite's path names it too
             cases.fidelity_modules()
+
+
+WORK = {  # module -> (argv before --out, the attribute that starts the work); the runner: above
+    "benchmarks.roofline": ([], "fraq._machine.machine_record"),
+}
+
+
+@pytest.mark.parametrize("module", list(WORK))
+def test_every_results_writer_refuses_an_out_file_before_any_work(module, tmp_path, monkeypatch, capsys):
+    import importlib
+
+    mod = importlib.import_module(module)
+    argv, work = WORK[module]
+
+    def started(*a, **k):
+        pytest.fail("the work started before --out was checked")
+
+    if work == "TABLES":
+        monkeypatch.setattr(mod, "TABLES", {"t1": started})
+    elif "." in work:
+        monkeypatch.setattr(work, started)
+    else:
+        monkeypatch.setattr(mod, work, started)
+    f = tmp_path / "results"
+    f.write_text("mine")
+    with pytest.raises(SystemExit) as e:
+        mod.main([*argv, "--out", str(f)])
+    assert e.value.code == 2 and f.read_text() == "mine"
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--out(={str(f)!r}) is a file, not a directory" in err
+
+
+def test_a_result_file_is_replaced_whole_keeping_its_mode(tmp_path):
+    from benchmarks.results import write_result
+
+    path = write_result(tmp_path, "demo", "k", {"a": 1}, {"b": 2})
+    path.chmod(0o600)
+    link = tmp_path / "demo" / "l.json"
+    link.symlink_to(path.name)
+    write_result(tmp_path, "demo", "k", {"a": 1}, {"b": 3})
+    write_result(tmp_path, "demo", "l", {"a": 1}, {"b": 4})
+    assert (path.stat().st_mode & 0o777) == 0o600 and link.is_symlink()
+    assert json.loads(path.read_text())["result"] == {"b": 4}
+    assert sorted(p.name for p in path.parent.iterdir()) == ["k.json", "l.json"]

@@ -473,12 +473,12 @@ def test_saved_adapters_feed_the_fidelity_benchmark(tmp_path, monkeypatch):
     """FRAQ_ADAPTERS points the benchmarks' Fig. 4 cases (benchmarks.cases.fidelity_modules) at real saved
     client adapters."""
     import fraq
-    from benchmarks.bench_fidelity import _measure
     from benchmarks.cases import fidelity_modules
+    from benchmarks.experiments import fig4_rank
 
     from fraq.aggregators.payload import ClientUpdate
     from fraq.federated.adapters import save_client_adapters
-    from fraq.reference import dense_aggregate, reference_svd
+    from fraq.reference import dense_aggregate
     from fraq.synthetic import lora_clients
 
     ranks = [4, 4, 4]
@@ -497,8 +497,8 @@ def test_saved_adapters_feed_the_fidelity_benchmark(tmp_path, monkeypatch):
         ref = dense_aggregate(*original[d], [1.0, 2.0, 3.0], [2.0] * 3)
         tol = 64 * torch.finfo(torch.float32).eps * float(torch.linalg.matrix_norm(ref))
         assert float(torch.linalg.matrix_norm(B.double() @ A.double() - ref)) <= tol
-        row = _measure("fraq", Bs, As, B, A, reference_svd(B, A)[1], 4, d, torch.device("cpu"))
-        assert row["excess"] <= 1e-5
+        row = fig4_rank.measure(dict(preset="llama-3.2-3b", size_layers=None, group=f"{m}x{n}", method="fraq", p=4))
+        assert max(r - o for r, o in zip(row["relative_error"], row["optimal_error"])) <= 1e-5
 
 
 # ---------------------------------------------------------------------------------- bad input (issue 14, part 5)

@@ -117,3 +117,17 @@ def test_resume_of_a_run_that_wrote_only_its_config_goes_on(tmp_path, monkeypatc
     monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
     with pytest.raises(AssertionError, match="loaded"):
         run_experiment(config(), out, resume=True, progress=False, log=lambda *a: None)
+
+
+@pytest.mark.parametrize("name", ["table.md", "fedit/result.json", "fraq/checkpoint.pt"])
+def test_a_fifo_under_a_name_this_run_writes_is_refused_before_any_work(tmp_path, monkeypatch, name):
+    import os
+    import stat
+
+    out = tmp_path / "run"
+    (out / name).parent.mkdir(parents=True)
+    os.mkfifo(out / name)
+    monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
+    with pytest.raises(ValueError, match=rf"output\(='{out / name}'\) is a FIFO .* not a regular file"):
+        run_experiment(config(), out, overwrite=True, progress=False, log=lambda *a: None)
+    assert stat.S_ISFIFO(os.lstat(out / name).st_mode)

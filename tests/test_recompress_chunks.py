@@ -1,4 +1,4 @@
-"""fraq.recompress on a CPU batch run chunk by chunk (fraq.recompress.CHUNK_BYTES).
+"""fraq.recompress on a CPU batch run chunk by chunk (fraq._parallel.CHUNK_BYTES).
 
 Every chunk runs the same pipeline as a whole batch, so a chunked call must give what
 the unchunked call gives: the same ranks, factors zero-padded to the batch's largest
@@ -17,7 +17,15 @@ import fraq
 from fraq.synthetic import lora_clients
 
 F32, F64 = torch.float32, torch.float64
+from fraq import _parallel
+from fraq.backends.base import merge_info
+
 _rc = importlib.import_module("fraq.recompress")  # the module (fraq.recompress is the function)
+
+
+def _bounds(nb, d, D, r):
+    """The chunk edges recompress uses for nb matrices of d x r and r x D (its working set per matrix)."""
+    return _parallel.chunk_bounds(nb, 8 * d * r + 4 * D * min(d, r))
 
 # Per matrix, a product of inner dimension r carries about sqrt(r) eps relative rounding.
 EXCESS_FACTOR = 64
@@ -26,7 +34,7 @@ EXCESS_FACTOR = 64
 @pytest.fixture
 def tiny_chunks(monkeypatch):
     """One matrix per chunk whatever its size."""
-    monkeypatch.setattr(_rc, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(_parallel, "CHUNK_BYTES", 1)
 
 
 def _stacks(batch, m, n, ranks, dtype=F32, seed=0):
@@ -36,17 +44,17 @@ def _stacks(batch, m, n, ranks, dtype=F32, seed=0):
 
 def test_chunk_bounds_cover_the_batch_once():
     for nb, d, D, r in [(1, 8, 8, 2), (7, 3072, 8192, 64), (36, 768, 768, 80), (5, 10, 10_000_000, 4)]:
-        b = _rc._chunk_bounds(nb, d, D, r)
+        b = _bounds(nb, d, D, r)
         assert b[0] == 0 and b[-1] == nb and all(lo < hi for lo, hi in zip(b[:-1], b[1:]))
     old = torch.get_num_threads()
     try:
         torch.set_num_threads(1)  # by memory only: under CHUNK_BYTES one chunk, above it split
-        assert _rc._chunk_bounds(12, 768, 768, 80) == [0, 12]
-        assert len(_rc._chunk_bounds(28, 3072, 8192, 64)) > 2
+        assert _bounds(12, 768, 768, 80) == [0, 12]
+        assert len(_bounds(28, 3072, 8192, 64)) > 2
         torch.set_num_threads(2)  # and one chunk per thread once the work reaches FANOUT_BYTES
-        assert _rc._chunk_bounds(12, 768, 768, 80) == [0, 6, 12]
-        assert _rc._chunk_bounds(12, 40, 30, 8) == [0, 12]
-        assert _rc._chunk_bounds(1, 3072, 3072, 64) == [0, 1]
+        assert _bounds(12, 768, 768, 80) == [0, 6, 12]
+        assert _bounds(12, 40, 30, 8) == [0, 12]
+        assert _bounds(1, 3072, 3072, 64) == [0, 1]
     finally:
         torch.set_num_threads(old)
 
@@ -62,8 +70,8 @@ def test_chunked_equals_whole(monkeypatch, backend, m, n, mode, threads):
     torch.set_num_threads(threads)
     try:
         whole = fraq.recompress(B, A, backend=backend, **mode)
-        monkeypatch.setattr(_rc, "CHUNK_BYTES", 1)
-        assert len(_rc._chunk_bounds(6, min(m, n), max(m, n), 11)) == 7
+        monkeypatch.setattr(_parallel, "CHUNK_BYTES", 1)
+        assert len(_bounds(6, min(m, n), max(m, n), 11)) == 7
         parts = fraq.recompress(B, A, backend=backend, **mode)
     finally:
         torch.set_num_threads(old)
@@ -128,10 +136,23 @@ def test_out_of_range_matrix_named_by_its_index_in_the_whole_batch(tiny_chunks):
 
 
 def test_merge_info_rules():
+    """Each key combines by the rule the backend (or recompress) declares for it; the rest keep the first value."""
+    rules = {**fraq.backends.REGISTRY["newton-schulz"].info_rules, **_rc.INFO_RULES}
     parts = [dict(backend="newton-schulz", steps=5, residual=1e-7, converged=True, fallback=None, fallback_count=0,
                   rescaled=0),
              dict(backend="newton-schulz", steps=7, residual=3e-7, converged=False, fallback="pinv", fallback_count=2,
                   rescaled=1)]
-    got = _rc._merge_info(parts)
+    got = merge_info(parts, rules)
     assert got == dict(backend="newton-schulz", steps=7, residual=3e-7, converged=False, fallback="pinv",
                        fallback_count=2, rescaled=1)
+
+
+def test_every_info_key_a_chunked_call_sets_has_a_rule_or_is_constant():
+    """A key without a rule keeps the first chunk's value: only keys that cannot differ
+    between chunks (names, forms) may go without one."""
+    constant = {"backend", "gram", "schedule", "coords", "fallback", "fallback_reason", "basis"}
+    for name, spec in fraq.backends.REGISTRY.items():
+        B, A = _stacks((3,), 30, 20, [3, 2])
+        info = fraq.recompress(B, A, tau=0.9, backend=name).info
+        rules = {**spec.info_rules, **_rc.INFO_RULES}
+        assert set(info) - set(rules) <= constant, (name, set(info) - set(rules) - constant)

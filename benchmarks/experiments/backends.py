@@ -1,7 +1,6 @@
-"""Accuracy-latency benchmark of the basis backends (issue 3; the paper's Appendix D).
+"""Accuracy-latency benchmark of the basis backends (the paper's Appendix D).
 
-    .venv/bin/python -m benchmarks.run backends [--size reduced|paper] [--device cuda]
-    .venv/bin/python -m benchmarks.experiments.backends [--quick] [--out results] [--device cuda]
+    .venv/bin/python -m benchmarks.run backends [--size tiny|reduced|paper] [--device cuda]
 
 Every registered backend runs on the same inputs:
 
@@ -17,48 +16,38 @@ Every registered backend runs on the same inputs:
 Columns: latency (median and IQR of interleaved repeats, at 1 and 2 torch threads),
 analytic FLOPs (:func:`fraq.flops.fraq_flops`, Newton-Schulz at its measured step
 count), orthogonality ||Q^T Q - I||_F, relative error above the float64 Eckart-Young
-optimum, gap to Householder FRAQ, fallbacks taken, Newton-Schulz steps. A stage
-breakdown (1 thread) times the pieces of the pipeline one by one for Householder and
-Cholesky-QR2, with the factored Gram (:mod:`fraq.backends.factored_gram`) beside the
-H path, to show where the time goes.
+optimum, gap to Householder FRAQ, fallbacks taken, Newton-Schulz steps.
+:mod:`benchmarks.experiments.backend_stages` times the pipeline's pieces.
 
 Backends are timed round-robin (one call of each in turn, order rotated every repeat) so
-that load from other processes spreads over all of them. ``--quick`` uses 2 layers per
-module group instead of all of them and fewer repeats (under 3 minutes on 2 cores).
-Inputs are :mod:`benchmarks.cases`' (presets, :func:`~benchmarks.cases.conditioned`,
+that load from other processes spreads over all of them: a case is measured once, for
+every backend, and each backend's row is one point. Every size but ``paper`` uses 2
+layers per module group and fewer repeats (:data:`benchmarks.sizes.SIZES`). Inputs are
+:mod:`benchmarks.cases`' (presets, :func:`~benchmarks.cases.conditioned`,
 :func:`~benchmarks.cases.duplicated`); every row is one result file
-``<out>/backends/<section>-<case>-<backend>.json`` (:mod:`benchmarks.results`), the
-stage breakdown ``<out>/backends_stages/...`` and the summary lines
-``<out>/backends_summary/summary.json``. Timings run on ``--device`` (CUDA: events after
-warm-up and a synchronize); the float64 references on the CPU.
+``<out>/backends/<section>-<case>-<backend>.json`` (:mod:`benchmarks.results`). Timings
+run on ``--device`` (CUDA: events after warm-up and a synchronize); the float64
+references on the CPU.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
-import time
+import functools
 from dataclasses import dataclass
 
 import torch
 
 import fraq
 from benchmarks import cases
-from benchmarks.device import checked, to_device
+from benchmarks.device import to_device
 from benchmarks.measure import Timing, round_robin
 from benchmarks.measure.methods import ran_factored
-from benchmarks.results import write_result
+from benchmarks.sizes import size_config
 from fraq.backends import BACKENDS, EXACT_BACKENDS, get_backend
-from fraq.backends.factored_gram import factored_gram, factored_rows
 from fraq.diagnostics import orthogonality_error
 from fraq.flops import fraq_flops
 from fraq.reference import factored_error, reference_svd
 
-CONFIG = {
-    "quick": dict(layers=2, repeats=5, diag_matrices=1, threads=(1, 2), stage_repeats=5),
-    "full": dict(layers=None, repeats=7, diag_matrices=4, threads=(1, 2), stage_repeats=7),
-}
 TAU = 0.95
 PRESETS = ("roberta-base", "llama-3.2-3b")
 CONDITIONS = (1.0, 1e2, 1e4, 1e6, 1e8, 1e10)
@@ -180,83 +169,6 @@ def run_case(case: Case, names: list[str], cfg: dict) -> list[dict]:
     return rows
 
 
-STAGE_PARTS = ("basis", "H = C Y", "G = H H^T", "eigh (float64)", "apply Q to U_p", "R_p = U_p^T H")
-
-
-def _stage_calls(case: Case, name: str) -> dict:
-    """One closure per pipeline stage, each running that stage on every module group."""
-    from fraq._orient import orient
-
-    fn = get_backend(name)
-    groups = []
-    for B, A in case.on_device:
-        X, Y, _ = orient(B, A)
-        basis = fn(X)
-        H = torch.matmul(basis.C, Y)
-        G = torch.matmul(H, H.mT)
-        lam, U = torch.linalg.eigh(G.double())
-        p = max(int(fraq.select_rank(lam.flip(-1).clamp(min=0), TAU).max()), 1)
-        groups.append((B, A, X, Y, basis, H, G, U.flip(-1)[..., :p].to(X.dtype)))
-
-    def each(stage):
-        return lambda: [stage(*g) for g in groups]
-
-    return {
-        "basis": each(lambda B, A, X, Y, b, H, G, Up: fn(X)),
-        "H = C Y": each(lambda B, A, X, Y, b, H, G, Up: torch.matmul(b.C, Y)),
-        "G = H H^T": each(lambda B, A, X, Y, b, H, G, Up: torch.matmul(H, H.mT)),
-        "G factored": each(lambda B, A, X, Y, b, H, G, Up: factored_gram(b.C, Y)),
-        "eigh (float64)": each(lambda B, A, X, Y, b, H, G, Up: torch.linalg.eigh(G.double())),
-        "apply Q to U_p": each(lambda B, A, X, Y, b, H, G, Up: b.apply(Up)),
-        "R_p = U_p^T H": each(lambda B, A, X, Y, b, H, G, Up: torch.matmul(Up.mT, H)),
-        "R_p factored": each(lambda B, A, X, Y, b, H, G, Up: factored_rows(Up, b.C, Y)),
-        "recompress (whole)": each(lambda B, A, X, Y, b, H, G, Up: fraq.recompress(B, A, tau=TAU, backend=name)),
-    }
-
-
-def stage_breakdown(case: Case, repeats: int, names=("householder", "cholesky", "cholesky-qr2")) -> list[dict]:
-    """1-thread median times (ms) of the pipeline's pieces, summed over the module groups.
-
-    Every (backend, stage) call is timed round-robin, like the main table. "other" is the
-    whole recompression minus its measured parts: argument checks, the Gram range check,
-    the rank rule, masking and copies.
-    """
-    torch.set_num_threads(1)
-    timings = round_robin({(n, k): f for n in names for k, f in _stage_calls(case, n).items()}, repeats,
-                           case.device)
-    rows = []
-    for n in names:
-        totals = {k: t.median * 1e3 for (m, k), t in timings.items() if m == n}
-        totals["other (checks, rank rule, copies)"] = totals["recompress (whole)"] - sum(totals[k] for k in STAGE_PARTS)
-        rows.append(dict(case=case.label, backend=n, **totals))
-    return rows
-
-
-def _fmt_ms(row, t):
-    key = f"ms_{t}t"
-    return f"{row[key]:8.1f} ±{row[f'iqr_ms_{t}t']:5.1f}" if key in row else " " * 15
-
-
-def print_table(rows: list[dict], threads) -> None:
-    head = (f"{'case':24s} {'backend':21s} " + " ".join(f"{f'{t} thr ms (IQR)':>15s}" for t in threads)
-            + f" {'x HH':>5s} {'GFLOP':>7s} {'orth':>8s} {'err-opt':>9s} {'gap HH':>8s} {'rank':>4s} fallback")
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        fb = f"{r['fallback']} x{r['fallback_count']}" if r["fallback"] else "-"
-        steps = f" ({r['steps']} steps)" if r["steps"] else ""
-        print(f"{r['case']:24s} {r['backend']:21s} " + " ".join(_fmt_ms(r, t) for t in threads)
-              + f" {r['speedup_1t']:5.2f} {r['gflop']:7.3f} {r['orthogonality']:8.1e} {r['gap_to_optimum']:9.1e}"
-              f" {r['gap_to_householder']:8.1e} {'=' if r['same_rank'] else '!=':>4s} {fb}{steps}")
-
-
-def print_stages(rows: list[dict]) -> None:
-    keys = [k for k in rows[0] if k not in ("case", "backend")]
-    print(f"{'stage (ms, 1 thread)':34s}" + "".join(f"{r['case'][:12] + ' ' + r['backend'][:6]:>22s}" for r in rows))
-    for k in keys:
-        print(f"{k:34s}" + "".join(f"{r[k]:22.1f}" for r in rows))
-
-
 def summary(rows: list[dict]) -> list[str]:
     lines = []
     exact = [r for r in rows if r["exact"] and r["section"] in ("condition", "rank-deficient")]
@@ -279,64 +191,43 @@ def summary(rows: list[dict]) -> list[str]:
     return lines
 
 
-def run(out, *, quick: bool, device: torch.device = torch.device("cpu"), log=print) -> list[str]:
-    """Measure every backend on every case; write the result files under ``out``; return the summary."""
-    mode = "quick" if quick else "full"
-    cfg = CONFIG[mode]
-    names = list(BACKENDS)
-    threads_before = torch.get_num_threads()
-    t0 = time.perf_counter()
-    cases_ = [lora_case(p, cfg["layers"], device) for p in PRESETS]
-    cases_ += [condition_case(c, device) for c in CONDITIONS]
-    cases_ += [duplicate_case(*spec, device) for spec in DUPLICATES]
-    rows, stages = [], []
+def _case(section: str, label: str, layers, device) -> Case:
+    if section == "lora":
+        return lora_case(label, layers, device)
+    if section == "condition":
+        return condition_case(float(label.split()[1]), device)
+    spec = next(d for d in DUPLICATES if d[0] == label)
+    return duplicate_case(*spec, device)
+
+
+def points(size: str) -> list[dict]:
+    """One point per (case, backend): every registered backend on every case."""
+    cfg = size_config(size, "backends")
+    labels = ([("lora", p) for p in PRESETS] + [("condition", f"cond {c:.0e}") for c in CONDITIONS]
+              + [("rank-deficient", d[0]) for d in DUPLICATES])
+    mode = "full" if cfg["layers"] is None else "quick"  # every layer, or 2 per module group
+    return [dict(cfg, mode=mode, section=section, case=label, backend=name, tau=TAU)
+            for section, label in labels for name in sorted(BACKENDS)]
+
+
+def key(config: dict) -> str:
+    return f"{config['section']}-{config['case']}-{config['backend']}".replace(" ", "_")
+
+
+@functools.lru_cache(maxsize=1)
+def _rows(section: str, label: str, layers, repeats: int, diag_matrices: int, threads: tuple, device: str) -> dict:
+    """Every backend's row on one case, measured together (their timings interleaved)."""
+    before = torch.get_num_threads()
     try:
-        for case in cases_:
-            rows += run_case(case, names, cfg)
-            log(f"  done: {case.section} / {case.label} ({time.perf_counter() - t0:.0f} s)")
-        for case in cases_[: len(PRESETS)]:
-            stages += stage_breakdown(case, cfg["stage_repeats"])
+        rows = run_case(_case(section, label, layers, torch.device(device)), sorted(BACKENDS),
+                        dict(repeats=repeats, diag_matrices=diag_matrices, threads=threads))
     finally:
-        torch.set_num_threads(threads_before)
-    config = dict(cfg, mode=mode, tau=TAU, presets=PRESETS, conditions=CONDITIONS, cond_shape=COND_SHAPE,
-                  cond_rank=COND_RANK, duplicates=DUPLICATES)
-    for r in rows:
-        key = f"{r['section']}-{r['case']}-{r['backend']}".replace(" ", "_")
-        write_result(out, "backends", key, dict(config, section=r["section"], case=r["case"], backend=r["backend"]),
-                     {k: v for k, v in r.items() if k not in ("section", "case", "backend")}, device=device)
-    for r in stages:
-        write_result(out, "backends_stages", f"{r['case']}-{r['backend']}", dict(config, case=r["case"],
-                     backend=r["backend"]), {k: v for k, v in r.items() if k not in ("case", "backend")},
-                     device=device)
-    lines = summary(rows)
-    write_result(out, "backends_summary", "summary", config, {"lines": lines, "seconds": time.perf_counter() - t0},
-                 device=device)
-    for section in ("lora", "condition", "rank-deficient"):
-        log(f"\n== {section} ==")
-        print_table([r for r in rows if r["section"] == section], cfg["threads"])
-    log("\n== stage breakdown (summed over module groups) ==")
-    print_stages(stages)
-    log("\n" + "\n".join(lines))
-    return lines
+        torch.set_num_threads(before)
+    return {r["backend"]: {k: v for k, v in r.items() if k not in ("section", "case", "backend")} for r in rows}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.experiments.backends", description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="2 layers per module group, fewer repeats")
-    ap.add_argument("--out", default="results", help="results directory (files go to <out>/backends*/)")
-    ap.add_argument("--device", help="cpu, cuda or cuda:N (default: FRAQ_BENCH_DEVICE, else cpu)")
-    args = ap.parse_args(argv)
-    try:
-        device = checked(args.device)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    load = os.getloadavg()[0]
-    run(args.out, quick=args.quick, device=device)
-    print(f"\nwrote {args.out}/backends*/ (torch threads {list(CONFIG['quick' if args.quick else 'full']['threads'])}, "
-          f"device {device}, load average {load:.1f} -> {os.getloadavg()[0]:.1f})")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def measure(config: dict, device: torch.device | str = "cpu") -> dict:
+    """One backend's row on one case (the whole case is measured once, for every backend)."""
+    c = config
+    return _rows(c["section"], c["case"], c["layers"], c["repeats"], c["diag_matrices"], tuple(c["threads"]),
+                 str(torch.device(device)))[c["backend"]]

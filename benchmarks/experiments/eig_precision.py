@@ -15,21 +15,17 @@ Inputs from :mod:`benchmarks.cases` (RoBERTa-base-shaped clients,
 :func:`~benchmarks.cases.conditioned`); one result file per row under
 ``<out>/eig_precision/`` (:mod:`benchmarks.results`).
 
-Run: ``.venv/bin/python -m benchmarks.run eig_precision`` or
-``.venv/bin/python -m benchmarks.experiments.eig_precision [--out results]``.
+Run: ``.venv/bin/python -m benchmarks.run eig_precision``.
 """
 
 from __future__ import annotations
-
-import argparse
-from pathlib import Path
 
 import torch
 
 import fraq
 from benchmarks import cases
 from benchmarks.measure import timed
-from benchmarks.results import write_result
+from benchmarks.sizes import size_config
 from fraq.reference import optimal_error, reference_svd, relative_error
 
 F32, F64 = torch.float32, torch.float64
@@ -47,73 +43,54 @@ def _accuracy(B, A, res, p_ref=None):
     return row
 
 
-def lora_case(tau: float) -> list[dict]:
+def _dtype(name: str) -> torch.dtype:
+    return {"float32": F32, "float64": F64}[name]
+
+
+def lora_case(tau: float, eig_dtype: str) -> dict:
     Bs, As = cases.clients(768, 768, (8,) * 10, 36, 0)
     B, A = fraq.stack(list(Bs), list(As), scales=[2.0] * 10)
     ref = fraq.recompress(B.double(), A.double(), tau=tau)
-    rows = []
-    for edt in (F32, F64):
-        res = fraq.recompress(B, A, tau=tau, eig_dtype=edt)
-        t = timed(lambda: fraq.recompress(B, A, tau=tau, eig_dtype=edt), repeats=7)
-        rows.append({"case": f"lora roberta tau={tau}", "eig_dtype": str(edt).split(".")[-1],
-                     "recompress_ms": t.median * 1e3, **_accuracy(B, A, res, ref.rank)})
-    return rows
+    edt = _dtype(eig_dtype)
+    res = fraq.recompress(B, A, tau=tau, eig_dtype=edt)
+    t = timed(lambda: fraq.recompress(B, A, tau=tau, eig_dtype=edt), repeats=7)
+    return {"recompress_ms": t.median * 1e3, "recompress_timing": t.as_dict(), **_accuracy(B, A, res, ref.rank)}
 
 
-def condition_case(kappa: float, p: int) -> list[dict]:
+def condition_case(kappa: float, p: int, eig_dtype: str) -> dict:
     Bs, As, _ = cases.conditioned(768, 768, 64, kappa, seed=int(kappa) % 1000 + p)
     B, A = Bs[0][0], As[0][0]
-    rows = []
-    for edt in (F32, F64):
-        res = fraq.recompress(B, A, rank=p, eig_dtype=edt)
-        rows.append({"case": f"kappa={kappa:.0e} p={p}", "eig_dtype": str(edt).split(".")[-1],
-                     **_accuracy(B, A, res)})
-    return rows
+    return _accuracy(B, A, fraq.recompress(B, A, rank=p, eig_dtype=_dtype(eig_dtype)))
 
 
-def eig_timing() -> list[dict]:
+def eig_timing(eig_dtype: str) -> dict:
     H = torch.randn(36, 80, 768, generator=torch.Generator().manual_seed(0))
-    G = H @ H.mT
-    rows = []
-    for edt in (F32, F64):
-        Gd = G.to(edt)
-        t = timed(lambda: torch.linalg.eigh(Gd), repeats=9)
-        rows.append({"case": "eigh 36 x (80 x 80)", "eig_dtype": str(edt).split(".")[-1],
-                     "eigh_ms": t.median * 1e3, "eigh_iqr_ms": t.iqr * 1e3})
-    return rows
+    Gd = (H @ H.mT).to(_dtype(eig_dtype))
+    t = timed(lambda: torch.linalg.eigh(Gd), repeats=9)
+    return {"eigh_ms": t.median * 1e3, "eigh_iqr_ms": t.iqr * 1e3, "eigh_timing": t.as_dict()}
 
 
-def run(out) -> list[dict]:
-    """Every row, each written as one result file under ``out``."""
-    rows = lora_case(0.8) + lora_case(0.95)
-    for kappa in (1.0, 1e2, 1e4, 1e6, 1e8, 1e10):
-        for p in (32, 64):
-            rows += condition_case(kappa, p)
-    rows += eig_timing()
-    for r in rows:
-        write_result(out, "eig_precision", f"{r['case']}-{r['eig_dtype']}".replace(" ", "_"),
-                     {"case": r["case"], "eig_dtype": r["eig_dtype"]},
-                     {k: v for k, v in r.items() if k not in ("case", "eig_dtype")})
-    return rows
+def points(size: str) -> list[dict]:
+    """Every row: LoRA-like stacks at tau 0.8 and 0.95, conditioned aggregates at p = 32 and
+    64, the eigensolver alone; each with a float32 and a float64 eigensolver. The same at
+    every size."""
+    size_config(size, "eig_precision")
+    cases_ = [dict(case=f"lora roberta tau={tau}", kind="lora", tau=tau) for tau in (0.8, 0.95)]
+    cases_ += [dict(case=f"kappa={kappa:.0e} p={p}", kind="condition", kappa=kappa, p=p)
+               for kappa in (1.0, 1e2, 1e4, 1e6, 1e8, 1e10) for p in (32, 64)]
+    cases_ += [dict(case="eigh 36 x (80 x 80)", kind="eigh")]
+    return [dict(c, eig_dtype=e) for c in cases_ for e in ("float32", "float64")]
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=Path("results"), help="results directory (<out>/eig_precision/)")
-    args = ap.parse_args(argv)
-    rows = run(args.out)
-    print(f"threads={torch.get_num_threads()} torch={torch.__version__}")
-    keys = ["case", "eig_dtype", "excess_max", "sv2_err_max", "rank_matches_f64", "recompress_ms", "eigh_ms"]
-    print(" | ".join(f"{k:>16}" for k in keys))
-    for r in rows:
-        cells = []
-        for k in keys:
-            v = r.get(k, "")
-            cells.append(f"{v:>16.3e}" if isinstance(v, float) else f"{str(v):>16}")
-        print(" | ".join(cells))
-    print(f"wrote {args.out / 'eig_precision'}")
-    return 0
+def key(config: dict) -> str:
+    return f"{config['case']}-{config['eig_dtype']}".replace(" ", "_")
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def measure(config: dict, device: torch.device | str = "cpu") -> dict:
+    """One row (on the CPU: the question is the eigensolver's precision)."""
+    c = config
+    if c["kind"] == "lora":
+        return lora_case(c["tau"], c["eig_dtype"])
+    if c["kind"] == "condition":
+        return condition_case(c["kappa"], c["p"], c["eig_dtype"])
+    return eig_timing(c["eig_dtype"])

@@ -17,9 +17,9 @@ the exact float64 aggregate and the excess over the float64 Eckart-Young optimum
 rank (:mod:`fraq.reference`), output ranks and parameters. Removing a timed call's
 adapter again is outside the timed region.
 
-Sweep as data: :func:`points` per size (``tiny`` for tests, ``reduced`` for ``make
-run``, ``paper`` adds the full RoBERTa-base and two LLaMA-3.2-3B-shaped layers, whose
-dense 8192 x 3072 SVDs take peft about a minute per layer on one core).
+Sweep as data: :data:`benchmarks.sizes.SIZES` (``tiny`` for tests, ``reduced`` for
+``make run``, ``paper`` adds the full RoBERTa-base and two LLaMA-3.2-3B-shaped layers,
+whose dense 8192 x 3072 SVDs take peft about a minute per layer on one core).
 
 Run: ``.venv/bin/python -m benchmarks.run peft [--size paper]``; one result file per
 point, ``<out>/peft/<key>.json`` (:mod:`benchmarks.results`).
@@ -32,26 +32,13 @@ import time
 
 import torch
 
-__all__ = ["POINTS", "key", "measure", "points"]
-
-POINTS: dict[str, list[dict]] = {
-    "tiny": [dict(model="tiny-bert", layers=None, p=4, tau=0.95, repeats=2, slow_repeats=2)],
-    # About 30 s on 2 cores: all of MiniLM (37 modules, 4 clients) and 2 RoBERTa-base layers (10 clients).
-    "reduced": [dict(model="minilm", layers=None, p=8, tau=0.95, repeats=5, slow_repeats=4),
-                dict(model="roberta-base", layers=2, p=8, tau=0.95, repeats=5, slow_repeats=4)],
-    "paper": [dict(model="minilm", layers=None, p=8, tau=0.95, repeats=7, slow_repeats=5),
-              dict(model="minilm", layers=None, p=16, tau=0.95, repeats=7, slow_repeats=5),
-              dict(model="roberta-base", layers=None, p=8, tau=0.95, repeats=7, slow_repeats=4),
-              dict(model="llama-3.2-3b", layers=2, p=8, tau=0.95, repeats=3, slow_repeats=2)],
-}
-"""Sweep points per run size; ``slow_repeats`` applies to peft's svd (dense SVDs)."""
-
+__all__ = ["key", "measure", "points"]
 
 def points(size: str) -> list[dict]:
-    """The configs of a ``size`` run."""
-    if size not in POINTS:
-        raise ValueError(f"size(={size!r}) is not one of {sorted(POINTS)}")
-    return [dict(figure="peft", **c) for c in POINTS[size]]
+    """The configs of a ``size`` run (:data:`benchmarks.sizes.SIZES` ``[size]["peft"]``)."""
+    from benchmarks.sizes import size_config
+
+    return [dict(figure="peft", **c) for c in size_config(size, "peft")["points"]]
 
 
 def key(config: dict) -> str:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["PAPER_TABLE4", "VARIANTS", "VARIANT_NAMES", "ablation_variant", "variant_calls"]
+__all__ = ["VARIANTS", "VARIANT_NAMES", "ablation_variant", "variant_calls"]
 
 VARIANTS: dict[str, tuple[str, str]] = {
     "adaptive-gram": ("adaptive", "gram"),
@@ -42,12 +42,6 @@ VARIANTS: dict[str, tuple[str, str]] = {
 
 VARIANT_NAMES = [*VARIANTS, "library"]
 """The rows every suite measures: the variants and :func:`fraq.recompress` itself."""
-
-PAPER_TABLE4: dict[str, tuple[float, float]] = {
-    "adaptive-gram": (14.21, 90.13), "fixed-gram": (25.98, 90.13), "adaptive-svd": (62.26, 199.02),
-}
-"""The paper's Table 4, variant -> (ms, MiB) on one GH200 for the 56 gate/up projections.
-The runner writes it into each table4 result (``paper_ms``, ``paper_mib``) for the analysis."""
 
 
 def ablation_variant(B: torch.Tensor, A: torch.Tensor, rank: int, *, orientation: str = "adaptive",

@@ -27,10 +27,57 @@ reports as a skipped benchmark and pytest as a skip.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
-__all__ = ["BASELINES", "clients_as_batch", "default_backend", "fraq_method_names", "get_method", "method_names"]
+__all__ = ["BASELINES", "MethodSpec", "SPECS", "clients_as_batch", "default_backend", "fraq_method_names",
+           "get_method", "method_names", "spec"]
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """What the suites need to know about a compared method besides its callable.
+
+    Attributes:
+        name: the method's name (:func:`get_method`).
+        max_d: the largest smaller side d (= min(m, n)) the suites run it at, or None for no
+            limit; larger d is skipped with :meth:`skip_reason`'s reason.
+        why: the reason for ``max_d``.
+        slow: few repeats and no warm-up call when timing it (each call takes seconds).
+        energy_rule: whether it cuts by ``tau`` (False: its own rank rule).
+    """
+
+    name: str
+    max_d: int | None = None
+    why: str = ""
+    slow: bool = False
+    energy_rule: bool = True
+
+    def skip_reason(self, d: int) -> str | None:
+        """Why the method is not run at smaller side ``d``, or None when it is."""
+        if self.max_d is not None and d > self.max_d:
+            return f"{self.name} at d={d}: {self.why}; the suites stop at d={self.max_d}"
+        return None
+
+    def timing(self, repeats: int) -> dict:
+        """``timed``'s repeats and warm-up for this method, from the experiment's ``repeats``."""
+        return dict(repeats=min(repeats, 3), warmup=0) if self.slow else dict(repeats=repeats, warmup=1)
+
+
+SPECS: dict[str, MethodSpec] = {
+    "flexlora": MethodSpec(
+        "flexlora", max_d=1024, slow=True, energy_rule=False,
+        why="a dense d x D aggregate and its SVD per module, O(D d^2) (~5 s for 12 modules at d = 768, "
+            "minutes at d = 4096, one thread)"),
+}
+"""Methods with limits or peculiarities; any other name gets a plain :class:`MethodSpec`."""
+
+
+def spec(name: str) -> MethodSpec:
+    """The :class:`MethodSpec` of method ``name``."""
+    return SPECS.get(name) or MethodSpec(name)
+
 
 BASELINES = ("florist", "flexlora")
 """Baselines in the paper's Fig. 3 and Table 4 comparisons."""

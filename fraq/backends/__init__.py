@@ -15,8 +15,8 @@ name                        basis                                               
 ``newton-schulz``           classic cubic iteration to tolerance, Cholesky         yes
                             metric correction (pseudo-inverse if rank-deficient)
 ``newton-schulz-polar-      Polar Express schedule, otherwise as above: fewer      yes
-express``                   steps, 1.3e-6 above the optimum in float32 (cubic:
-                            8.5e-7), see fraq.backends.newton_schulz
+express``                   steps, a larger float32 rounding than the cubic's
+                            (see fraq.backends.newton_schulz, "Accuracy")
 ``newton-schulz-lstsq``     Polar Express to tolerance, least-squares coordinates  near
 ``newton-schulz-direct``    Polar Express to tolerance, direct coordinates Q^T X   near
 ``newton-schulz-muon``      Muon's quintic, 5 steps, direct coordinates            no
@@ -35,7 +35,7 @@ the backend's cost from it, and the benchmarks, experiments and figures list bac
 from it. A new backend needs one call::
 
     from fraq.backends import register_backend
-    from fraq.flops import cholesky_flops, gemm_flops, gram_flops, trsm_flops
+    from fraq._routine_flops import cholesky_flops, gemm_flops, gram_flops, trsm_flops
 
     def gram_cholesky_flops(d, r, p, *, steps=None, gram="gemm"):
         # basis of X (d x r) plus Q applied to U_p (r x p); fraq_flops adds the pipeline
@@ -47,18 +47,17 @@ from it. A new backend needs one call::
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import torch
 
-from fraq.backends.base import Backend, Basis
-from fraq.backends.cholesky import cholesky
-from fraq.backends.cholesky_qr import cholesky_qr2
-from fraq.backends.householder import householder
-from fraq.backends.newton_schulz import newton_schulz
-from fraq.backends.polar import polar
-from fraq.flops import cholesky_basis_flops, cholesky_qr2_flops, householder_flops, newton_schulz_flops, polar_flops
+from fraq.backends.base import INFO_REDUCERS, Backend, Basis
+from fraq.backends.cholesky import cholesky, cholesky_basis_flops
+from fraq.backends.cholesky_qr import cholesky_qr2, cholesky_qr2_flops
+from fraq.backends.householder import householder, householder_flops
+from fraq.backends.newton_schulz import newton_schulz, newton_schulz_flops
+from fraq.backends.polar import polar, polar_flops
 
 __all__ = [
     "AUTO",
@@ -94,18 +93,23 @@ class BackendSpec:
             backend for it).
         flops: its :data:`FlopModel`, or None when it has none (then
             :func:`fraq.flops.fraq_flops` refuses it by name).
+        info_rules: how each ``info`` key it sets combines over a batch computed in
+            parts (key -> ``"sum"``, ``"max"`` or ``"all"``; see
+            :func:`fraq.backends.base.merge_info`); keys not named keep the first value.
     """
 
     fn: Backend
     exact: bool = False
     flops: FlopModel | None = None
+    info_rules: Mapping[str, str] = field(default_factory=dict)
 
 
 REGISTRY: dict[str, BackendSpec] = {}
 """Backend name -> :class:`BackendSpec`; add to it with :func:`register_backend`."""
 
 
-def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: FlopModel | None = None) -> None:
+def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: FlopModel | None = None,
+                     info_rules: Mapping[str, str] | None = None) -> None:
     """Make ``fn`` available as ``recompress(..., backend=name)``, with its exactness and FLOP model.
 
     Args:
@@ -116,6 +120,8 @@ def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: Flop
             with the exact ones.
         flops: ``cost(d, r, p, *, steps=None, gram="gemm")`` (see :data:`FlopModel`);
             default None: no analytic FLOP count.
+        info_rules: how the ``info`` keys it sets combine over chunks (see
+            :class:`BackendSpec`); default: every key keeps its first value.
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"name(={name!r}) must be a non-empty str")
@@ -125,7 +131,11 @@ def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: Flop
         raise TypeError(f"exact(={exact!r}) must be a bool")
     if flops is not None and not callable(flops):
         raise TypeError(f"flops(={flops!r}) must be callable: cost(d, r, p, *, steps, gram) -> float")
-    REGISTRY[name] = BackendSpec(fn=fn, exact=exact, flops=flops)
+    rules = dict(info_rules or {})
+    for key, rule in rules.items():
+        if rule not in INFO_REDUCERS:
+            raise ValueError(f"info_rules[{key!r}](={rule!r}) must be one of {sorted(INFO_REDUCERS)}")
+    REGISTRY[name] = BackendSpec(fn=fn, exact=exact, flops=flops, info_rules=rules)
 
 
 def get_backend(name: str) -> Backend:
@@ -179,21 +189,23 @@ BACKENDS: Mapping[str, Backend] = _Callables()
 EXACT_BACKENDS: Sequence[str] = _ExactNames()
 """Backends whose basis is orthonormal with X = Q C to working precision (see the table)."""
 
+_FALLBACKS = {"fallback_count": "sum"}
+_ITERATIVE = {"fallback_count": "sum", "steps": "max", "residual": "max", "converged": "all"}
 register_backend("householder", householder, exact=True, flops=householder_flops)
 register_backend("polar", polar, exact=True, flops=polar_flops)
-register_backend("cholesky-qr2", cholesky_qr2, exact=True, flops=cholesky_qr2_flops)
-register_backend("cholesky", cholesky, exact=True, flops=cholesky_basis_flops)
+register_backend("cholesky-qr2", cholesky_qr2, exact=True, flops=cholesky_qr2_flops, info_rules=_FALLBACKS)
+register_backend("cholesky", cholesky, exact=True, flops=cholesky_basis_flops, info_rules=_FALLBACKS)
 register_backend("newton-schulz", partial(newton_schulz, schedule="cubic", coords="cholesky"), exact=True,
-                 flops=newton_schulz_flops("cholesky"))
+                 flops=newton_schulz_flops("cholesky"), info_rules=_ITERATIVE)
 register_backend("newton-schulz-polar-express",
                  partial(newton_schulz, schedule="polar-express", coords="cholesky"), exact=True,
-                 flops=newton_schulz_flops("cholesky"))
+                 flops=newton_schulz_flops("cholesky"), info_rules=_ITERATIVE)
 register_backend("newton-schulz-lstsq", partial(newton_schulz, schedule="polar-express", coords="lstsq"),
-                 flops=newton_schulz_flops("lstsq"))
+                 flops=newton_schulz_flops("lstsq"), info_rules=_ITERATIVE)
 register_backend("newton-schulz-direct", partial(newton_schulz, schedule="polar-express", coords="direct"),
-                 flops=newton_schulz_flops("direct"))
+                 flops=newton_schulz_flops("direct"), info_rules=_ITERATIVE)
 register_backend("newton-schulz-muon", partial(newton_schulz, schedule="muon", steps=5, coords="direct"),
-                 flops=newton_schulz_flops("direct", default_steps=5))
+                 flops=newton_schulz_flops("direct", default_steps=5), info_rules=_ITERATIVE)
 
 AUTO = "auto"
 """``recompress(..., backend="auto")``: the backend :data:`DEVICE_DEFAULTS` names for the
@@ -205,10 +217,10 @@ DEVICE_DEFAULTS: dict[str, str] = {"cpu": "householder", "cuda": "householder"}
 * CPU: ``householder``. Once a large batch runs chunk by chunk (each LAPACK call on one
   thread, the chunks shared by the threads) and the Gram is formed factored, Householder's
   geqrf/ormqr cost no more than ``cholesky``'s float64 Gram and float64 application of
-  R^-1, which run at half the float32 GEMM rate: in one interleaved run (README,
-  "Performance") Householder was 7-25% faster on the RoBERTa-base preset and within 5% on
-  LLaMA-3.2-3B, at 1 and 2 threads. ``cholesky`` (exact, same accuracy) stays one name
-  away; re-measure on another CPU with ``FRAQ_BENCH_BACKEND=cholesky make bench-roofline``.
+  R^-1, which run at half the float32 GEMM rate; the interleaved measurement on the
+  presets is in docs/performance.md. ``cholesky`` (exact, same accuracy) stays one name
+  away; re-measure on another CPU with ``python -m benchmarks.roofline --compare
+  householder:auto cholesky:auto``.
 * CUDA: ``householder``, the paper's reference, until ``cholesky`` is measured on a GPU.
   There ``cholesky`` is the candidate (torch runs geqrf for d > 256 and ormqr as
   per-matrix loops, cholesky_ex batched), but on GPUs whose float64 rate is 1/32 to 1/64

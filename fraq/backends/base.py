@@ -14,7 +14,26 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["Basis", "Backend"]
+__all__ = ["Basis", "Backend", "INFO_REDUCERS", "merge_info"]
+
+INFO_REDUCERS = {"sum": lambda a, b: a + b, "max": max, "all": lambda a, b: bool(a and b)}
+"""How an ``info`` key of a batch computed in parts combines its parts' values: a count adds
+up (``"sum"``), a worst case takes the largest (``"max"``), a success holds for all parts
+(``"all"``). A key without a rule keeps the first value that is not None."""
+
+
+def merge_info(infos: list[dict], rules: dict[str, str]) -> dict:
+    """One ``info`` for a batch computed chunk by chunk, each key combined by its rule
+    (``rules``: key -> a name in :data:`INFO_REDUCERS`; declared by the backend that sets
+    the key, see :func:`fraq.backends.register_backend`)."""
+    out: dict = {}
+    for info in infos:
+        for k, v in info.items():
+            if k not in out or out[k] is None:
+                out[k] = v
+            elif v is not None and k in rules:
+                out[k] = INFO_REDUCERS[rules[k]](out[k], v)
+    return out
 
 
 @dataclass(frozen=True)

@@ -66,18 +66,19 @@ from __future__ import annotations
 
 import torch
 
+from fraq._routine_flops import cholesky_flops, gemm_flops, gram_flops, trsm_flops
 from fraq.backends.base import Basis
 from fraq.backends.householder import householder
 from fraq.backends.safeguards import check_basis_input, flatten, identity_basis, unflatten, with_householder_fallback
 
-__all__ = ["cholesky", "wide_dtype", "CONDITION_MARGIN"]
+__all__ = ["cholesky", "wide_dtype", "CONDITION_MARGIN", "cholesky_basis_flops"]
 
 CONDITION_MARGIN = 16.0
 r"""A matrix is accepted while :math:`\kappa_F^2\varepsilon_{wide} \le \varepsilon / \text{CONDITION\_MARGIN}`.
 
 16 keeps the orthogonality lost to the Gram's rounding (about
-:math:`\kappa^2\varepsilon_{64}`, measured 1.1e-7 for d = 768, r = 80 up to
-:math:`\kappa_2 = 10^4`, i.e. :math:`\kappa_F \approx 5\cdot10^4`) at or below float32's own
+:math:`\kappa^2\varepsilon_{64}`, of the order of float32's eps at
+:math:`\kappa_2 = 10^4`, i.e. :math:`\kappa_F \approx 5\cdot10^4` for d = 768, r = 80) at or below float32's own
 rounding; :math:`\kappa_F` bounds :math:`\kappa_2` from above, so the test errs on the
 side of falling back."""
 
@@ -146,3 +147,12 @@ def _cholesky_impl(X: torch.Tensor) -> Basis:
     fast = Basis(C=C, apply=lambda U: apply(U, None), info=dict(info, fallback=None, fallback_count=0),
                  rejected=bad, complete=complete)
     return unflatten(fast, batch)
+
+
+def cholesky_basis_flops(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:
+    """The ``cholesky`` backend without fallbacks (wide X: Q = I, free): the Gram of X (float64),
+    its Cholesky factor, R^{-1} (a triangular solve with the r x r identity, r^3 as run);
+    applying Q: R^{-1} U_p, then X times it (float64)."""
+    if r >= d:
+        return 0.0
+    return gram_flops(d, r, gram) + cholesky_flops(r) + trsm_flops(r, r) + gemm_flops(r, r, p) + gemm_flops(d, r, p)

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import torch
 
+from fraq._routine_flops import qr_flops, reflector_flops
 from fraq._parallel import batch_map
 from fraq.backends.base import Basis
 
-__all__ = ["householder"]
+__all__ = ["householder", "householder_flops"]
 
 
 def householder(X: torch.Tensor) -> Basis:
@@ -26,13 +27,18 @@ def householder(X: torch.Tensor) -> Basis:
     # geqrf works in place on a column-major copy; a column-major X is copied without
     # a transpose (fraq.stack lays B out that way, and A^T is column-major already).
     reflectors, tau = batch_map(torch.geqrf, X)
-    C = torch.triu(reflectors[..., :s, :])
-    V = reflectors[..., :, :s]
+    C = torch.triu(reflectors if d == s else reflectors[..., :s, :])
+    V = reflectors if r == s else reflectors[..., :s]
 
     def apply(U: torch.Tensor) -> torch.Tensor:
-        # Column-major, as LAPACK wants it: ormqr then copies it without a transpose.
-        padded = U.new_zeros(*U.shape[:-2], U.shape[-1], d).mT
-        padded[..., :s, :] = U
+        # U (*, s, p) zero-padded to d rows, column-major as LAPACK wants it (ormqr then
+        # copies it without a transpose): one padding op on U^T.
+        padded = U if d == s else torch.nn.functional.pad(U.mT, (0, d - s)).mT
         return batch_map(torch.ormqr, V, tau, padded)
 
     return Basis(C=C, apply=apply)
+
+
+def householder_flops(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:
+    """Householder: QR of X, then the reflectors applied to the zero-padded U_p."""
+    return qr_flops(d, r) + reflector_flops(d, p, min(d, r))

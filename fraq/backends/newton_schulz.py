@@ -40,8 +40,8 @@ tolerance on :math:`\lVert \tilde Q^\top\tilde Q - I\rVert_F`; unlike it, it als
 vanishes on a partial isometry, which is where every polynomial iteration goes on a
 **rank-deficient X** (duplicate clients): zero singular values stay at zero. The default
 ``tol`` is :math:`4 r \varepsilon`, a few times the rounding floor of a float32 or
-float64 Gram of an exactly orthonormal d x r matrix (about :math:`0.2 r\varepsilon`
-measured), so the iteration stops one step after the floor is reached.
+float64 Gram of an exactly orthonormal d x r matrix (about :math:`0.2 r\varepsilon`),
+so the iteration stops one step after the floor is reached.
 
 **Coordinates** (``coords``, Appendix D), with :math:`T = \tilde Q^\top X`:
 
@@ -70,9 +70,9 @@ rounding, so the span still contains col(X).
 each product :math:`\tilde Q_k P_k`, relative to the smallest singular values at that
 step and scaled by :math:`\lVert P_k\rVert`; no later step can undo it (right
 multiplication keeps the span). The cubic step has :math:`\lVert P\rVert \le 3/2`;
-Polar Express's first steps have up to 8.2, so it trades steps for accuracy: on
-duplicated RoBERTa-shaped stacks ``benchmarks.experiments.backends`` measured 1.3e-6 relative
-error above the optimum for Polar Express, 8e-7 for the cubic and 3e-7 for Householder.
+Polar Express's first steps have up to 8.2, so it trades steps for accuracy: its error
+above the optimum is a small multiple of the cubic's, itself a small multiple of
+Householder's (``python -m benchmarks.experiments.backends`` measures the three).
 
 **Cost**, leading order per matrix: 4 d r^2 per step (the Gram and the update), plus
 2 d r^2 for T (and O(r^3) for the r x r work); applying Q is 2 d r p. Against
@@ -95,11 +95,12 @@ from dataclasses import dataclass
 
 import torch
 
+from fraq._routine_flops import cholesky_flops, gemm_flops, gram_flops, trsm_flops
 from fraq.backends.base import Basis
 from fraq.backends.householder import householder
 from fraq.backends.safeguards import check_basis_input, flatten, identity_basis, rescale, scaled_gram, unflatten
 
-__all__ = ["Schedule", "SCHEDULES", "COORDS", "newton_schulz", "default_tol"]
+__all__ = ["Schedule", "SCHEDULES", "COORDS", "newton_schulz", "default_tol", "newton_schulz_flops"]
 
 
 @dataclass(frozen=True)
@@ -288,3 +289,32 @@ def _inverse_sqrt_metric(W: torch.Tensor) -> tuple[torch.Tensor, int]:
             inv_sqrt = torch.where(keep, lam.clamp(min=torch.finfo(W.dtype).tiny).rsqrt(), torch.zeros_like(lam))
             Z = Z.index_copy(0, idx, V * inv_sqrt.unsqueeze(-2))
     return Z, nbad
+
+
+def newton_schulz_flops(coords: str, default_steps: int | None = None):
+    """The cost function of a Newton-Schulz backend with ``coords`` (see fraq.backends.newton_schulz).
+
+    ``default_steps``: the step count when the caller passes none (a fixed schedule);
+    None makes ``steps`` required, since a tolerance decides it from the data.
+    """
+
+    def cost(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:
+        if r >= d:
+            return 0.0
+        steps = default_steps if steps is None else steps
+        if steps is None:
+            raise ValueError("steps is required for a Newton-Schulz backend: its step count depends on the "
+                             "data (use result.info['steps'])")
+        g = gram_flops(d, r, gram)
+        # first Gram; per step: Q P and the new Gram; per check: W^2 (the residual, and the quintic's term)
+        f = g + steps * (gemm_flops(d, r, r) + g) + (steps + 1) * gemm_flops(r, r, r)
+        f += gemm_flops(r, d, r)  # T = Q^T X
+        if coords == "direct":
+            return f + gemm_flops(d, r, p)
+        f += cholesky_flops(r) + trsm_flops(r, r)  # Z = L^{-T}
+        if coords == "lstsq":
+            return f + 2 * gemm_flops(r, r, r) + gemm_flops(d, r, p)
+        return f + gemm_flops(r, r, r) + gemm_flops(r, r, p) + gemm_flops(d, r, p)
+
+    cost.__name__ = cost.__qualname__ = f"newton_schulz_{coords}_flops"
+    return cost

@@ -192,6 +192,7 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
             ``overwrite`` is set; it returns True to overwrite. None: raise instead.
         backbone: a prebuilt :class:`~fraq.federated.model.Backbone` (tests).
     """
+    from fraq._files import file_target
     from fraq.federated.adapters import save_client_adapters
     from fraq.federated.config import method_label, validate
     from fraq.federated.records import jsonable
@@ -205,6 +206,8 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
     out_dir = Path(out_dir)
     _check_out_dir(out_dir)
     _check_inputs(cfg, out_dir)
+    for path in _written(cfg, out_dir):  # a FIFO, a device or a directory there is refused, even with overwrite
+        file_target(path, "output")
     if resume and not _existing(cfg, out_dir):
         raise ValueError(f"--resume: {str(out_dir)!r} holds no earlier run of these methods to continue (no "
                          f"config.json, result.json or checkpoint.pt): run without --resume to start one, or "

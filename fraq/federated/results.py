@@ -108,10 +108,14 @@ def _plot(results: list[dict], path: Path) -> bool:
         pts = [(r["round"], 100 * r["accuracy"]) for r in recs if r["accuracy"] is not None]
         ax1.plot(*zip(*pts), marker="o", label=res["method"])
         ax2.plot([r["round"] for r in recs], [r["downlink_pct_flora"] for r in recs], marker=".", label=res["method"])
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import FixedLocator, MaxNLocator
 
+    # the rounds themselves as ticks (MaxNLocator(integer=True) still labels 0.96, 0.98, ... around one round)
+    rounds = sorted({r["round"] for res in results if not res.get("skipped") for r in res["rounds"]})
     for ax in (ax1, ax2):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(FixedLocator(rounds) if len(rounds) <= 12 else MaxNLocator(integer=True))
+        if len(rounds) == 1:
+            ax.set_xlim(rounds[0] - 1, rounds[0] + 1)
     ax1.set(xlabel="round", ylabel="test accuracy (%)", title="accuracy")
     ax2.set(xlabel="round", ylabel="downlink per client (% of FLoRA)", title="downlink", yscale="log")
     ax1.legend(fontsize=7, loc="best")

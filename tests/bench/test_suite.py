@@ -53,20 +53,32 @@ def test_suite_modules_are_well_formed(name):
     assert not [n for n in vars(module) if n.startswith(PREFIXES)]
 
 
-def test_parse_compare_reads_asv_tables():
-    from benchmarks.regress import parse_compare
+def _stats(n):
+    return {"repeat": n, "ci_99_a": 0.9, "ci_99_b": 1.1, "q_25": 0.95, "q_75": 1.05, "number": 1}
 
-    table = """
-| Change   | Before [aaaaaaaa] <main~1>   | After [bbbbbbbb] <main>   | Ratio   | Benchmark (Parameter)                          |
-|----------|------------------------------|---------------------------|---------|------------------------------------------------|
-| +        | 10.0±0.1ms                   | 21.0±0.2ms                | 2.10    | bench_recompress.Sweep.time_run('fraq', 'r', 16, 'batched') |
-| -        | 4.00±0ms                     | 2.00±0ms                  | 0.50    | bench_ablation.Table4.time_run('fixed-gram') |
-|          | 1000                         | 1000                      | 1.00    | bench_recompress.FlopModel.track_full('fraq', 'r', 16) |
-| !        | 1.00±0s                      | failed                    | n/a     | bench_presets.Presets.time_aggregate('roberta-base', 'florist') |
-"""
-    rows = parse_compare(table)
-    assert [m for m, _, _ in rows] == ["+", "-", "", "!"]
-    assert rows[0] == ("+", "2.10", "bench_recompress.Sweep.time_run('fraq', 'r', 16, 'batched')")
+
+def test_regress_verdicts_use_asv_statistics_and_need_samples():
+    """A timing beyond the factor is a regression only with several samples on both sides
+    that asv's test finds different; with one sample it is "not enough samples"."""
+    from benchmarks.regress import verdicts
+
+    many_fast = [0.010 + 0.0001 * i for i in range(10)]
+    many_slow = [0.030 + 0.0001 * i for i in range(10)]
+    t = "bench_recompress.RankSweep.time_run('fraq', '16', 'batched')"
+    before = {t: (0.0105, _stats(10), many_fast), "bench_recompress.RankSweep.track_flops(x)": (1e9, None, None),
+              "bench_ablation.Table4.time_run('library')": (0.010, _stats(1), [0.010]),
+              "bench_presets.Presets.time_aggregate(a)": (1.0, _stats(5), [1.0] * 5)}
+    after = {t: (0.0305, _stats(10), many_slow), "bench_recompress.RankSweep.track_flops(x)": (2e9, None, None),
+             "bench_ablation.Table4.time_run('library')": (0.030, _stats(1), [0.030]),
+             "bench_presets.Presets.time_aggregate(a)": (None, None, None)}
+    got = {name: verdict for verdict, name, _ in verdicts(before, after, 1.5)}
+    assert got[t] == "regression"
+    assert got["bench_ablation.Table4.time_run('library')"] == "not enough samples"
+    assert got["bench_recompress.RankSweep.track_flops(x)"] == "regression"  # deterministic: the factor decides
+    assert got["bench_presets.Presets.time_aggregate(a)"] == "now failing"
+    # within the factor, or the same samples: no verdict of change
+    same = {t: (0.0105, _stats(10), many_fast)}
+    assert verdicts(same, same, 1.5) == [("same", t, 1.0)]
 
 
 def test_no_module_exposes_a_stray_benchmark():
@@ -115,7 +127,9 @@ def test_missing_device_skips_asv_setup(monkeypatch):
     device = _missing_cuda()
     monkeypatch.setenv("FRAQ_BENCH_DEVICE", device)
     with pytest.raises(NotImplementedError, match=device):
-        bench_recompress.Sweep().setup("fraq", "r", 16, "batched")
+        bench_recompress.RankSweep().setup("fraq", 16, "batched")
+    with pytest.raises(NotImplementedError, match=device):
+        bench_recompress.HiddenSweep().setup("fraq", 768, "batched")
     with pytest.raises(NotImplementedError, match=device):
         bench_recompress.Backends().setup("householder", "d768-r16")
     cache = bench_ablation.Table4().setup_cache()
@@ -190,7 +204,7 @@ def _names(path: str) -> set[str]:
 
 def test_analysis_only_reads_results():
     """analysis/ imports neither torch nor fraq nor the measurement layer, and calls no clock,
-    profiler or counter: it reads result files and draws (issue 13)."""
+    profiler or counter: it reads result files and draws."""
     files = _files("analysis", ".py", ".ipynb")
     assert files
     for path in files:
@@ -203,7 +217,7 @@ def test_analysis_only_reads_results():
 
 def test_fraq_is_the_library_only():
     """fraq/ imports nothing from benchmarks/ or analysis/, holds no measurement package or
-    experiment script, and uses no profiler or FLOP counter (issue 13)."""
+    experiment script, and uses no profiler or FLOP counter."""
     assert not os.path.exists(os.path.join(ROOT, "fraq", "measure"))
     assert not os.path.exists(os.path.join(ROOT, "fraq", "experiments"))
     for path in _files("fraq", ".py"):
@@ -212,3 +226,99 @@ def test_fraq_is_the_library_only():
         assert not banned, f"{path} imports {sorted(banned)}"
         found = _names(path) & {"profiler", "FlopCounterMode", "max_memory_allocated", "reset_peak_memory_stats"}
         assert not found, f"{path} uses {sorted(found)}"
+
+
+# ----------------------------------------------------------------------------- one definition per figure
+
+
+def test_asv_runner_and_pytest_benchmark_measure_the_same_points():
+    """The asv sweep parameters are exactly the runner's fig3 points at asv's size, the
+    pytest-benchmark checks are its points at the quick size, and one point measured through
+    each suite gives the same deterministic numbers (FLOPs, peak memory, fidelity)."""
+    from benchmarks import bench_recompress, run
+    from benchmarks.experiments import fig3
+    from benchmarks.measure.timing import threads
+    from benchmarks.sizes import ASV, QUICK
+
+    runner = [c for name, _, c in run.plan(["fig3"], ASV)]
+    asv = []
+    for cls in (bench_recompress.RankSweep, bench_recompress.HiddenSweep):
+        for method, value, mode in __import__("itertools").product(*cls.params):
+            try:
+                asv.append(bench_recompress.sweep_config(cls.sweep, method, value, mode))
+            except NotImplementedError:
+                pass
+    assert sorted(map(fig3.key, asv)) == sorted(map(fig3.key, runner))
+    import tests.bench.test_quick as quick
+
+    marks = [m for m in quick.test_fig3.pytestmark if m.name == "parametrize"]
+    assert marks[0].args[1] == fig3.points(QUICK) == [c for _, _, c in run.plan(["fig3"], QUICK)]
+
+    config = next(c for c in runner if (c["sweep"], c["method"], c["mode"]) == ("r", "fraq", "batched"))
+    with threads(1):
+        measured = fig3.measure(config)
+        bench = bench_recompress.RankSweep()
+        bench.setup("fraq", config["r"], "batched")
+        tracked = {k: getattr(bench, f"track_{k}")() for k in ("flops", "peakmem", "excess", "flops_model")}
+        checked = fig3.metrics(config)  # what tests/bench/test_quick.py records in extra_info
+    assert tracked["flops"] == measured["counted_flops"] == checked["counted_flops"]
+    assert tracked["peakmem"] == measured["peak_bytes"] == checked["peak_bytes"]
+    assert tracked["excess"] == measured["excess_quadrature"] == checked["excess_quadrature"]
+    assert tracked["flops_model"] == measured["analytic_flops_full"]
+    assert measured["timing"]["median"] > 0 and len(measured["timing"]["samples"]) == config["repeats"]
+
+
+def test_sweep_points_have_four_metrics_for_every_method():
+    """Every method at every r- and d-sweep point records time, peak memory, FLOPs and fidelity."""
+    from benchmarks.experiments import fig3
+
+    for config in fig3.points("tiny"):
+        if config["mode"] != "batched":
+            continue
+        res = fig3.measure(config)
+        assert res["timing"]["median"] > 0 and res["peak_bytes"] > 0 and res["counted_flops"] > 0
+        assert 0 <= res["excess_quadrature"] < 1e-4, (fig3.key(config), res["excess_quadrature"])
+
+
+def test_one_definition_per_figure():
+    """Each figure's measurement is in one module of the registry; the method's limits are
+    data on its spec; at most four command-line entry points in benchmarks/."""
+    import re
+
+    from benchmarks import experiments
+
+    for name in experiments.EXPERIMENTS:
+        module = experiments.get(name)
+        assert callable(module.points) and callable(module.measure) and callable(module.key), name
+    # what the report's captions read from the backends' configs
+    assert {"mode", "section", "case", "backend"} <= set(experiments.get("backends").points("tiny")[0])
+    mains, flexlora = [], []
+    for path in _files("benchmarks", ".py"):
+        text = open(path).read()
+        if re.search(r"^def main\(", text, re.M):
+            mains.append(os.path.relpath(path, ROOT))
+        flexlora += [path] * len(re.findall(r"""==\s*["']flexlora["']""", text))
+    assert sorted(mains) == ["benchmarks/demo.py", "benchmarks/regress.py", "benchmarks/roofline.py",
+                             "benchmarks/run.py"]
+    assert not flexlora
+
+
+def test_result_files_have_every_key_the_loader_requires(tmp_path):
+    """The writer's record carries every key of the loader's lists (the keys of a result
+    file, and those of the current format), and the loader refuses a file missing one."""
+    import json
+    import warnings
+
+    pytest.importorskip("pandas")
+    from analysis.loaders import FORMAT_KEYS, RESULT_KEYS, load_results
+    from benchmarks.results import write_result
+
+    path = write_result(tmp_path, "demo", "k", {"a": 1}, {"b": 2})
+    rec = json.loads(path.read_text())
+    assert set(RESULT_KEYS) | set(FORMAT_KEYS) <= set(rec)
+    del rec["machine"]
+    path.write_text(json.dumps(rec))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert load_results(tmp_path).empty
+    assert any("machine" in str(w.message) for w in caught)

@@ -1,0 +1,176 @@
+"""One call from a results directory to checked, tidy frames: :func:`load`.
+
+    import analysis
+    res = analysis.load()          # $FRAQ_RESULTS, else results/reproduce/results here or above
+    res["fig3"]                    # one row per result file of that experiment
+    res.all                        # every row
+
+:func:`analysis.loaders.load_results` reads files; :func:`load` also refuses what would
+make a figure or a verdict wrong:
+
+- no result files: :class:`NoResults`, saying what to run;
+- a file that is not JSON, not a result object, in an older format (without the keys
+  every result now has) or without the fields its experiment's figure needs: skipped with
+  a warning naming the file and what is wrong;
+- results of different configurations (``size``, ``device``, ``dtype``; the model
+  ``preset`` of Fig. 1 and Fig. 4): :class:`MixedResults`, naming each configuration
+  and how many files it has; ``select={"size": "reduced"}`` keeps one;
+- results of different commits: kept, with a warning listing the commits.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.loaders import load_results
+
+__all__ = ["load", "Results", "NoResults", "MixedResults", "default_dir", "REQUIRED",
+           "IDENTITY", "ONE_PRESET"]
+
+DEFAULT = Path("results") / "reproduce" / "results"
+"""Where ``make run`` writes, relative to the repository root."""
+
+REQUIRED = {
+    "fig3": ("sweep", "method", "mode", "d", "r", "timing.median", "timing.samples", "peak_bytes"),
+    "table4": ("variant", "timing.median", "timing.samples", "peak_bytes", "gap_to_svd", "excess"),
+    "fig4_rank": ("method", "p", "group", "relative_error", "optimal_error"),
+    "fig4_cond": ("method", "kappa", "relative_error"),
+    "fig1": ("method", "clients", "client_rank", "downlink_params_full"),
+    "backends": ("case", "backend", "ms_1t", "gap_to_optimum"),
+}
+"""The columns each drawn experiment's figure, table and verdicts read."""
+
+IDENTITY = ("size", "device", "dtype")
+"""What a run was: results that differ in any of these are not drawn together."""
+
+ONE_PRESET = ("fig1", "fig4_rank")
+"""Experiments whose figure is captioned by one model preset."""
+
+
+class NoResults(FileNotFoundError):
+    """No readable result file where results were expected."""
+
+
+class MixedResults(ValueError):
+    """Results of more than one configuration in one directory."""
+
+
+def default_dir() -> Path:
+    """``$FRAQ_RESULTS``, else ``results/reproduce/results`` under the current directory or
+    the nearest parent that has one (so a notebook finds the repository's results from
+    ``analysis/notebooks/`` as from the root)."""
+    if os.environ.get("FRAQ_RESULTS"):
+        return Path(os.environ["FRAQ_RESULTS"])
+    here = Path.cwd().resolve()
+    for d in (here, *here.parents):
+        if (d / DEFAULT).is_dir():
+            return d / DEFAULT
+    return DEFAULT
+
+
+def _hint(path: Path) -> str:
+    return (f"run `make run` in the repository root (or `python -m benchmarks.run --out {path}`), or set "
+            "FRAQ_RESULTS to a results directory")
+
+
+class Results:
+    """Checked result rows: ``res[experiment]`` (an empty frame for one not run),
+    ``res.all``, ``res.experiments``, ``res.path`` and ``res.configuration``
+    (``{column: value}`` shared by every row)."""
+
+    def __init__(self, path: Path, rows: pd.DataFrame):
+        self.path = path
+        self.all = rows
+        self.experiments = sorted(rows["experiment"].dropna().unique()) if not rows.empty else []
+        self.configuration = {c: rows[c].dropna().iloc[0] for c in (*IDENTITY, "git_sha")
+                              if c in rows and rows[c].notna().any()}
+
+    def __getitem__(self, experiment: str) -> pd.DataFrame:
+        rows = self.all[self.all["experiment"] == experiment]
+        return rows.dropna(axis=1, how="all").reset_index(drop=True)
+
+    def __contains__(self, experiment: str) -> bool:
+        return experiment in self.experiments
+
+    def __repr__(self) -> str:
+        config = ", ".join(f"{k}={str(v)[:10]}" for k, v in self.configuration.items())
+        counts = self.all.groupby("experiment").size().to_dict() if not self.all.empty else {}
+        return f"Results({str(self.path)!r}, {config}; files per experiment: {counts})"
+
+
+def _label(v) -> str:
+    return "unrecorded" if v is None or (isinstance(v, float) and v != v) else str(v)
+
+
+def _mix(rows: pd.DataFrame, col: str, where: str) -> str | None:
+    """A description of the values of ``col`` (with file counts) if there is more than one."""
+    if col not in rows:
+        return None
+    counts = rows[col].map(_label).value_counts()
+    if len(counts) < 2:
+        return None
+    return f"{col} {where}: " + ", ".join(f"{v} ({n} files)" for v, n in counts.items())
+
+
+def _valid(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` without the files missing their figure's fields (each named in a warning)."""
+    keep = []
+    for i, r in rows.iterrows():
+        need = [c for c in REQUIRED.get(r["experiment"], ()) if c not in r.index or _absent(r[c])]
+        if need:
+            warnings.warn(f"skipped {r['file']}: malformed {r['experiment']} result (no {', '.join(need)})",
+                          stacklevel=3)
+            continue
+        keep.append(i)
+    return rows.loc[keep].reset_index(drop=True)
+
+
+def _absent(v) -> bool:
+    return v is None or (isinstance(v, float) and v != v)
+
+
+def load(path: str | Path | None = None, *, select: dict | None = None) -> Results:
+    """The result files under ``path`` (default :func:`default_dir`) as checked frames.
+
+    ``select`` keeps the rows whose columns equal the given values (e.g. ``{"size":
+    "tiny"}``) before the configuration check.
+
+    Raises:
+        NoResults: no readable result file under ``path`` (the message says what to run).
+        MixedResults: results of more than one configuration (the message names them).
+    """
+    if path is None and default_dir() == DEFAULT and not DEFAULT.exists():
+        raise NoResults(f"no {DEFAULT} in {Path.cwd()} or any parent: {_hint(DEFAULT)}")
+    path = Path(path) if path is not None else default_dir()
+    if not path.exists() or (path.is_dir() and not any(path.rglob("*.json"))):
+        raise NoResults(f"no result files under {path}: {_hint(path)}")
+    rows = load_results(path, current=True)
+    if not rows.empty:
+        rows = _valid(rows)
+    if rows.empty:
+        raise NoResults(f"no readable result file under {path} (see the warnings): {_hint(path)}")
+    for col, value in (select or {}).items():
+        if col not in rows:
+            raise KeyError(f"select: no column {col!r} in the results under {path}")
+        rows = rows[rows[col].map(_label) == _label(value)]
+    if rows.empty:
+        raise NoResults(f"no result under {path} matches select={select}")
+    mixes = [m for m in (_mix(rows, c, "") for c in IDENTITY if c != "size") if m]
+    sweep = rows[rows["experiment"].isin(REQUIRED) & ~rows["experiment"].isin(["backends"])]
+    if "size" in sweep:
+        mixes += [m for m in [_mix(sweep, "size", "(sweep experiments)")] if m]
+    for exp in ONE_PRESET:
+        mixes += [m for m in [_mix(rows[rows["experiment"] == exp], "preset", f"({exp})")] if m]
+    if mixes:
+        raise MixedResults(f"{path} holds results of more than one configuration, which one figure would mix: "
+                           + "; ".join(mixes) + ". Write each run to its own --out directory, or keep one with "
+                           "load(path, select={...}).")
+    if "git_sha" in rows and rows["git_sha"].nunique() > 1:
+        counts = rows["git_sha"].map(lambda s: _label(s)[:10]).value_counts()
+        warnings.warn(f"{path} holds results of {len(counts)} commits: "
+                      + ", ".join(f"{s} ({n} files)" for s, n in counts.items()), stacklevel=2)
+    return Results(path, rows.reset_index(drop=True))

@@ -1,0 +1,104 @@
+"""Where the time of one recompression goes: the pipeline's stages, timed one by one.
+
+For the LoRA-like preset cases of :mod:`benchmarks.experiments.backends` and a few
+backends (:data:`STAGE_BACKENDS`), each stage of the pipeline (basis, H = C Y, the Gram,
+the float64 eigensolver, applying Q, R_p; the factored Gram of
+:mod:`fraq._gram` beside the H path) runs alone on every module group,
+at one thread, timed round-robin with the whole recompression. "other" is the whole
+minus its measured parts: argument checks, the Gram range check, the rank rule, masking
+and copies. One result file per (case, backend), ``<out>/backend_stages/<case>-<backend>.json``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+import fraq
+from benchmarks.experiments.backends import PRESETS, TAU, Case, lora_case
+from benchmarks.measure import round_robin
+from benchmarks.sizes import size_config
+from fraq.backends import get_backend
+from fraq._gram import factored_gram, factored_rows
+
+__all__ = ["key", "measure", "points", "stage_breakdown"]
+
+STAGE_BACKENDS = ("householder", "cholesky", "cholesky-qr2")
+
+
+def points(size: str) -> list[dict]:
+    cfg = size_config(size, "backend_stages")
+    return [dict(case=p, backend=b, layers=cfg["layers"], repeats=cfg["stage_repeats"], tau=TAU)
+            for p in PRESETS for b in STAGE_BACKENDS]
+
+
+def key(config: dict) -> str:
+    return f"{config['case']}-{config['backend']}"
+
+
+@functools.lru_cache(maxsize=1)
+def _rows(case: str, layers, repeats: int, device: str) -> dict:
+    return {r["backend"]: r for r in stage_breakdown(lora_case(case, layers, torch.device(device)), repeats)}
+
+
+def measure(config: dict, device: torch.device | str = "cpu") -> dict:
+    c = config
+    row = _rows(c["case"], c["layers"], c["repeats"], str(torch.device(device)))[c["backend"]]
+    return {k: v for k, v in row.items() if k not in ("case", "backend")}
+
+
+STAGE_PARTS = ("basis", "H = C Y", "G = H H^T", "eigh (float64)", "apply Q to U_p", "R_p = U_p^T H")
+
+
+def _stage_calls(case: Case, name: str) -> dict:
+    """One closure per pipeline stage, each running that stage on every module group."""
+    from fraq._orient import orient
+
+    fn = get_backend(name)
+    groups = []
+    for B, A in case.on_device:
+        X, Y, _ = orient(B, A)
+        basis = fn(X)
+        H = torch.matmul(basis.C, Y)
+        G = torch.matmul(H, H.mT)
+        lam, U = torch.linalg.eigh(G.double())
+        p = max(int(fraq.select_rank(lam.flip(-1).clamp(min=0), TAU).max()), 1)
+        groups.append((B, A, X, Y, basis, H, G, U.flip(-1)[..., :p].to(X.dtype)))
+
+    def each(stage):
+        return lambda: [stage(*g) for g in groups]
+
+    return {
+        "basis": each(lambda B, A, X, Y, b, H, G, Up: fn(X)),
+        "H = C Y": each(lambda B, A, X, Y, b, H, G, Up: torch.matmul(b.C, Y)),
+        "G = H H^T": each(lambda B, A, X, Y, b, H, G, Up: torch.matmul(H, H.mT)),
+        "G factored": each(lambda B, A, X, Y, b, H, G, Up: factored_gram(b.C, Y)),
+        "eigh (float64)": each(lambda B, A, X, Y, b, H, G, Up: torch.linalg.eigh(G.double())),
+        "apply Q to U_p": each(lambda B, A, X, Y, b, H, G, Up: b.apply(Up)),
+        "R_p = U_p^T H": each(lambda B, A, X, Y, b, H, G, Up: torch.matmul(Up.mT, H)),
+        "R_p factored": each(lambda B, A, X, Y, b, H, G, Up: factored_rows(Up, b.C, Y)),
+        "recompress (whole)": each(lambda B, A, X, Y, b, H, G, Up: fraq.recompress(B, A, tau=TAU, backend=name)),
+    }
+
+
+def stage_breakdown(case: Case, repeats: int, names=STAGE_BACKENDS) -> list[dict]:
+    """1-thread median times (ms) of the pipeline's pieces, summed over the module groups.
+
+    Every (backend, stage) call is timed round-robin, like the main table. "other" is the
+    whole recompression minus its measured parts: argument checks, the Gram range check,
+    the rank rule, masking and copies.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        timings = round_robin({(n, k): f for n in names for k, f in _stage_calls(case, n).items()}, repeats,
+                              case.device)
+    finally:
+        torch.set_num_threads(before)
+    rows = []
+    for n in names:
+        totals = {k: t.median * 1e3 for (m, k), t in timings.items() if m == n}
+        totals["other (checks, rank rule, copies)"] = totals["recompress (whole)"] - sum(totals[k] for k in STAGE_PARTS)
+        rows.append(dict(case=case.label, backend=n, **totals))
+    return rows

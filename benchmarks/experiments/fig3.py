@@ -1,0 +1,140 @@
+"""Fig. 3 and Table 5: every method at every point of the r and d sweeps, four metrics.
+
+FRAQ, FLoRIST and FlexLoRA aggregate the same clients' factors (stacking included) for
+``modules`` square d x d modules to a rank-p adapter, in one batched call (``batched``)
+or one module at a time (``unbatched``, the paper's dashed curves), along the total
+stacked rank r at d = ``d_fixed`` (``sweep="r"``, Fig. 3a) and along the hidden size d
+at r = ``r_fixed`` (``sweep="d"``, Fig. 3b). p is fixed, so every method does the same
+job at every point. At each point:
+
+- ``timing``: latency of the call (:func:`benchmarks.measure.timed`);
+- ``peak_bytes``: tensor peak memory above the inputs;
+- ``counted_flops`` (batched; LAPACK included), ``analytic_flops_table5`` (the paper's
+  formula) and ``analytic_flops_full`` (the pipeline the code runs);
+- fidelity: the float32 result's relative Frobenius error against a float64 reference of
+  the same stack, the float64 Eckart-Young optimum at p, and the error above it
+  (``excess``, and ``excess_quadrature`` = sqrt(rel^2 - opt^2), the part a truncating
+  rank does not square away; :mod:`benchmarks.measure.fidelity`), means over modules.
+
+Sizes: :data:`benchmarks.sizes.SIZES` ``[size]["fig3"]``; a method's limits (FlexLoRA's
+largest d) come from its :class:`~benchmarks.measure.methods.MethodSpec`. The asv classes
+``bench_recompress.RankSweep`` / ``HiddenSweep`` and the pytest-benchmark checks call the
+same :func:`call` and :func:`metrics`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from benchmarks import cases
+from benchmarks.device import to_device
+from benchmarks.sizes import size_config
+
+__all__ = ["call", "key", "measure", "metrics", "points"]
+
+MODES = ("batched", "unbatched")
+
+
+def points(size: str) -> list[dict]:
+    """Every (sweep, d, r, method, mode) of the ``size`` sweeps, as result configs."""
+    from benchmarks.measure.methods import spec
+
+    c = size_config(size, "fig3")
+    grid = [("r", c["d_fixed"], r) for r in c["ranks"]] + [("d", d, c["r_fixed"]) for d in c["dims"]]
+    out = []
+    for sweep, d, r in grid:
+        for method in c["methods"]:
+            if spec(method).skip_reason(d) is not None:
+                continue
+            for mode in MODES:
+                out.append(dict(figure="fig3", sweep=sweep, method=method, mode=mode, d=d, D=d, r=r,
+                                p=min(c["p"], r, d), modules=c["modules"], client_rank=c["client_rank"],
+                                repeats=c["repeats"]))
+    return out
+
+
+def key(config: dict) -> str:
+    c = config
+    return f"{c['sweep']}-{c['method']}-{c['mode']}-d{c['d']}-r{c['r']}"
+
+
+def _clients(c: dict) -> tuple[tuple, tuple]:
+    return cases.clients(c["d"], c["D"], cases.sweep_ranks(c["r"], c["client_rank"]), c["modules"])
+
+
+def call(config: dict, device: torch.device | str = "cpu"):
+    """The timed call of a point: a zero-argument callable, inputs already on ``device``,
+    returning ``(Bg, Ag, p)`` per module batch (batched) or a list of them (unbatched)."""
+    from benchmarks.measure.methods import clients_as_batch, get_method
+
+    c = config
+    fn = get_method(c["method"])
+    Bs, As = to_device(_clients(c), torch.device(device))
+    Bs, As, p = list(Bs), list(As), c["p"]
+    if c["mode"] == "batched":
+        return lambda: fn(Bs, As, rank=p)
+    per = [clients_as_batch(Bs, As, i) for i in range(c["modules"])]
+    return lambda: [fn(b, a, rank=p) for b, a in per]
+
+
+def _adapter(out, mode: str):
+    """(Bg, Ag, p) on the CPU for the whole batch, from what :func:`call` returned."""
+    if mode == "batched":
+        Bg, Ag, p = out
+    else:
+        Bg = torch.stack([o[0] for o in out])
+        Ag = torch.stack([o[1] for o in out])
+        p = torch.stack([torch.as_tensor(o[2]) for o in out])
+    return Bg.cpu(), Ag.cpu(), (p.cpu() if isinstance(p, torch.Tensor) else p)
+
+
+@functools.lru_cache(maxsize=2)
+def _reference(d: int, D: int, r: int, client_rank: int, modules: int):
+    """The exact stacks and their float64 singular values (shared by every method at a point)."""
+    import fraq
+    from fraq.reference import reference_svd
+
+    Bs, As = cases.clients(d, D, cases.sweep_ranks(r, client_rank), modules)
+    B, A = fraq.stack(list(Bs), list(As))
+    return B, A, reference_svd(B, A)[1]
+
+
+def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
+    """Everything but the latency: peak memory, FLOPs (counted and analytic) and fidelity."""
+    from benchmarks.measure import count_flops, fidelity, peak_memory
+    from benchmarks.measure.methods import default_backend, default_factored
+    from fraq.flops import analytic_flops
+
+    c, device = config, torch.device(device)
+    fn = call(c, device)
+    Bg, Ag, p = _adapter(fn(), c["mode"])
+    B, A, S = _reference(c["d"], c["D"], c["r"], c["client_rank"], c["modules"])
+    f = fidelity(B, A, Bg, Ag, p, singular_values=S)
+    out = dict(peak_bytes=peak_memory(fn, device=device).peak,
+               relative_error=float(f.relative_error.mean()), optimal_error=float(f.optimal_error.mean()),
+               excess=float(f.excess.mean()), excess_quadrature=float(f.excess_quadrature.mean()),
+               excess_quadrature_max=float(f.excess_quadrature.max()))
+    if c["mode"] == "batched":
+        fc = count_flops(fn)
+        out.update(counted_flops=fc.total, uncounted=list(fc.uncounted))
+    # The code's model counts the backend "fraq" ran; Table 5 is the paper's (Householder).
+    fraq_ = c["method"] == "fraq"
+    backend = default_backend(device)
+    n, d, D, r, pp = c["modules"], c["d"], c["D"], c["r"], c["p"]
+    out.update(backend=backend if fraq_ else None,
+               analytic_flops_table5=n * analytic_flops(c["method"], d, D, r, pp, model="table5"),
+               analytic_flops_full=n * analytic_flops(c["method"], d, D, r, pp, backend=backend, model="full",
+                                                      factored=fraq_ and default_factored()))
+    return out
+
+
+def measure(config: dict, device: torch.device | str = "cpu") -> dict:
+    """One point's result: ``timing`` (:meth:`benchmarks.measure.Timing.as_dict`) and :func:`metrics`."""
+    from benchmarks.measure import timed
+    from benchmarks.measure.methods import spec
+
+    fn = call(config, device)
+    timing = timed(fn, device=device, **spec(config["method"]).timing(config["repeats"]))
+    return dict(timing=timing.as_dict(), **metrics(config, device))

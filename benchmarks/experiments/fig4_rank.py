@@ -1,0 +1,76 @@
+"""Fig. 4 left: float32 fidelity against output rank p, per module.
+
+LoRA-like updates of a model preset (:func:`benchmarks.cases.fidelity_modules`: the first
+``layers`` layers of every module group; the saved real client adapters of a federated
+round when ``FRAQ_ADAPTERS`` names one), each method cut to output rank p. Per matrix:
+relative error against the float64 aggregate, the float64 Eckart-Young optimum at p and
+the orthogonality of the adapter's basis side (:mod:`benchmarks.measure.fidelity`).
+Sizes: :data:`benchmarks.sizes.SIZES` ``[size]["fig4_rank"]``; the asv class
+``bench_fidelity.RankFidelity`` reads the same :func:`measure`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from benchmarks import cases
+from benchmarks.device import to_device
+from benchmarks.sizes import size_config
+
+__all__ = ["key", "measure", "points"]
+
+
+def _modules(preset: str, layers: int | None) -> dict:
+    """group -> (Bs, As, B, A, S, m, n): the clients, their exact stacks and float64 spectrum
+    (``FRAQ_ADAPTERS``'s saved adapters when it is set)."""
+    return _modules_of(preset, layers, os.environ.get("FRAQ_ADAPTERS"))
+
+
+@functools.lru_cache(maxsize=1)
+def _modules_of(preset: str, layers: int | None, adapters: str | None) -> dict:
+    import fraq
+    from fraq.reference import reference_svd
+
+    out = {}
+    for group, Bs, As, m, n in cases.fidelity_modules(preset, layers):
+        B, A = fraq.stack(Bs, As)
+        out[group] = (Bs, As, B, A, reference_svd(B, A)[1], m, n)
+    return out
+
+
+def points(size: str) -> list[dict]:
+    """Every (group, method, p) of the ``size`` configuration, as result configs."""
+    from benchmarks.measure.methods import spec
+
+    c = size_config(size, "fig4_rank")
+    out = []
+    for group, (Bs, _, B, _, _, m, n) in _modules(c["preset"], c["layers"]).items():
+        for method in c["methods"]:
+            if spec(method).skip_reason(min(m, n)) is not None:
+                continue
+            for p in c["ranks"]:
+                out.append(dict(figure="fig4_rank", preset=c["preset"], group=group, m=m, n=n, method=method, p=p,
+                                layers=int(B.shape[0]), clients=len(Bs), size_layers=c["layers"]))
+    return out
+
+
+def key(config: dict) -> str:
+    return f"{config['group']}-{config['method']}-p{config['p']}"
+
+
+def measure(config: dict, device: torch.device | str = "cpu") -> dict:
+    """Per-matrix relative error, optimum and orthogonality of one (group, method, p)."""
+    from benchmarks.measure import fidelity
+    from benchmarks.measure.methods import get_method
+
+    c = config
+    Bs, As, B, A, S, _, _ = _modules(c["preset"], c["size_layers"])[c["group"]]
+    device = torch.device(device)
+    Bg, Ag, rank = get_method(c["method"])(to_device(Bs, device), to_device(As, device), rank=c["p"])
+    rank = rank.cpu() if isinstance(rank, torch.Tensor) else rank
+    f = fidelity(B, A, Bg.cpu(), Ag.cpu(), rank, singular_values=S)
+    return dict(relative_error=f.relative_error.tolist(), optimal_error=f.optimal_error.tolist(),
+                excess_quadrature=f.excess_quadrature.tolist(), orthogonality=f.orthogonality.tolist())

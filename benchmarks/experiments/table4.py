@@ -1,0 +1,78 @@
+"""Table 4: the ablation. Adaptive vs fixed orientation, Gram vs coordinate SVD.
+
+``modules`` LLaMA-3.2-3B-shaped gate/up projections (m x n), ``clients`` clients of rank
+``client_rank``, output rank p, one batched call per variant
+(:mod:`benchmarks.measure.ablation`; ``library`` is :func:`fraq.recompress` itself on the
+same stacks). Per variant: latency, tensor peak memory, the relative error against the
+coordinate-SVD product (the paper's error column) and the error above the float64
+Eckart-Young optimum. Sizes: :data:`benchmarks.sizes.SIZES` ``[size]["table4"]``; the asv
+class ``bench_ablation.Table4`` and the pytest-benchmark checks call the same :func:`call`
+and :func:`metrics`. The paper's numbers are ``analysis/paper.json``'s, read by the analysis.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from benchmarks import cases
+from benchmarks.device import to_device
+from benchmarks.sizes import size_config
+
+__all__ = ["call", "key", "measure", "metrics", "points"]
+
+
+def points(size: str) -> list[dict]:
+    from benchmarks.measure.ablation import VARIANT_NAMES
+
+    c = size_config(size, "table4")
+    return [dict(figure="table4", variant=v, **c) for v in VARIANT_NAMES]
+
+
+def key(config: dict) -> str:
+    return config["variant"]
+
+
+def _stacks(c: dict):
+    return cases.stacks(c["m"], c["n"], (c["client_rank"],) * c["clients"], c["modules"], 3)
+
+
+def call(config: dict, device: torch.device | str = "cpu"):
+    """The variant's zero-argument call on ``device``, returning ``(Bg, Ag)``."""
+    from benchmarks.measure.ablation import variant_calls
+
+    return variant_calls(*to_device(_stacks(config), torch.device(device)), config["p"])[config["variant"]]
+
+
+@functools.lru_cache(maxsize=1)
+def _reference(m, n, modules, clients, client_rank, p, device: str):
+    """The float64 spectrum and the coordinate-SVD product every variant is compared with."""
+    from fraq.reference import reference_svd
+
+    c = dict(m=m, n=n, modules=modules, clients=clients, client_rank=client_rank, p=p, variant="adaptive-svd")
+    B, A = _stacks(c)
+    Bs, As = (t.cpu() for t in call(c, device)())
+    return reference_svd(B, A)[1], Bs, As
+
+
+def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
+    """Peak memory and errors of one variant (everything but the latency)."""
+    from benchmarks.measure import fidelity, peak_memory
+    from fraq.reference import relative_error
+
+    c, device = config, torch.device(device)
+    fn = call(c, device)
+    S, Bsvd, Asvd = _reference(c["m"], c["n"], c["modules"], c["clients"], c["client_rank"], c["p"], str(device))
+    Bg, Ag = (t.cpu() for t in fn())
+    B, A = _stacks(c)
+    f = fidelity(B, A, Bg, Ag, c["p"], singular_values=S)
+    return dict(peak_bytes=peak_memory(fn, device=device).peak, gap_to_svd=relative_error(Bsvd, Asvd, Bg, Ag).tolist(),
+                excess=f.excess.tolist(), excess_quadrature=f.excess_quadrature.tolist())
+
+
+def measure(config: dict, device: torch.device | str = "cpu") -> dict:
+    from benchmarks.measure import timed
+
+    timing = timed(call(config, device), repeats=config["repeats"], warmup=1, device=device)
+    return dict(timing=timing.as_dict(), **metrics(config, device))

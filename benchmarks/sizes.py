@@ -1,0 +1,88 @@
+"""Every size every suite measures at: one piece of data, one vocabulary.
+
+``SIZES[size][experiment]`` is the configuration of one experiment (one figure or table,
+:mod:`benchmarks.experiments`) at one size:
+
+- ``tiny``: seconds; small shapes for the tests, the pytest-benchmark quick checks
+  (``tests/bench``) and the notebooks' CI run. Not the paper's shapes.
+- ``reduced``: what ``make run`` reproduces (about 2 minutes on 2 cores) and what the asv
+  suite tracks.
+- ``paper``: the paper's sizes where this machine allows (``make reproduce-paper``).
+
+Which methods a point runs is the experiment's ``methods`` list here, cut by each
+method's own limits (:class:`benchmarks.measure.methods.MethodSpec`, e.g. FlexLoRA's
+largest d). Nothing else in ``benchmarks/`` or ``tests/bench`` defines a size.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ASV", "QUICK", "SIZES", "size_config"]
+
+ASV = "reduced"
+"""The size the asv suite's parameters are taken from."""
+
+QUICK = "tiny"
+"""The size of the pytest-benchmark quick checks."""
+
+_SWEEP_METHODS = ["fraq", "florist", "flexlora"]
+
+SIZES: dict[str, dict[str, dict]] = {
+    "tiny": dict(
+        fig3=dict(modules=2, client_rank=8, p=4, d_fixed=64, r_fixed=16, ranks=[8, 16], dims=[32, 64],
+                  methods=_SWEEP_METHODS, repeats=3),
+        fig4_rank=dict(preset="roberta-base", layers=1, ranks=[2, 8, 40, 80], methods=["fraq", "florist"]),
+        fig4_cond=dict(shape=[64, 64], rank=16, clients=4, batch=2, kappas=[1.0, 1e5, 1e10],
+                       methods=_SWEEP_METHODS),
+        table4=dict(m=256, n=128, modules=2, clients=4, client_rank=4, p=4, repeats=3),
+        fig1=dict(preset="roberta-base", layers=1, clients=[2, 4], client_ranks=[4, 8], taus=[0.80, 0.90, 0.95]),
+        tables123=dict(presets=["roberta-base"], quick=True, repeats=3),
+        backends=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
+        backend_stages=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
+        eig_precision=dict(),
+        peft=dict(points=[dict(model="tiny-bert", layers=None, p=4, tau=0.95, repeats=2, slow_repeats=2)]),
+    ),
+    "reduced": dict(
+        fig3=dict(modules=2, client_rank=8, p=8, d_fixed=768, r_fixed=80, ranks=[16, 32, 64, 128, 256],
+                  dims=[256, 512, 768, 1536, 3072], methods=_SWEEP_METHODS, repeats=5),
+        fig4_rank=dict(preset="llama-3.2-3b", layers=1, ranks=[1, 2, 4, 8, 16, 24, 32, 48, 64],
+                       methods=_SWEEP_METHODS),
+        fig4_cond=dict(shape=[768, 768], rank=64, clients=8, batch=2, kappas=[1.0, 1e2, 1e4, 1e6, 1e8, 1e10],
+                       methods=_SWEEP_METHODS),
+        table4=dict(m=8192, n=3072, modules=4, clients=8, client_rank=8, p=8, repeats=7),
+        fig1=dict(preset="llama-3.2-3b", layers=1, clients=[2, 4, 8, 16], client_ranks=[4, 8, 16],
+                  taus=[0.80, 0.90, 0.95]),
+        tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=True, repeats=3),
+        backends=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
+        backend_stages=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
+        eig_precision=dict(),
+        # About 30 s on 2 cores: all of MiniLM (37 modules, 4 clients) and 2 RoBERTa-base layers (10 clients).
+        peft=dict(points=[dict(model="minilm", layers=None, p=8, tau=0.95, repeats=5, slow_repeats=4),
+                          dict(model="roberta-base", layers=2, p=8, tau=0.95, repeats=5, slow_repeats=4)]),
+    ),
+    "paper": dict(
+        fig3=dict(modules=12, client_rank=8, p=8, d_fixed=768, r_fixed=80, ranks=[16, 32, 64, 128, 256, 512],
+                  dims=[256, 512, 768, 1024, 2048, 4096], methods=_SWEEP_METHODS, repeats=7),
+        fig4_rank=dict(preset="llama-3.2-3b", layers=28, ranks=[1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64],
+                       methods=_SWEEP_METHODS),
+        fig4_cond=dict(shape=[768, 768], rank=64, clients=8, batch=8, kappas=[10.0**k for k in range(11)],
+                       methods=_SWEEP_METHODS),
+        table4=dict(m=8192, n=3072, modules=56, clients=8, client_rank=8, p=8, repeats=7),
+        fig1=dict(preset="llama-3.2-3b", layers=4, clients=[2, 4, 8, 16, 32], client_ranks=[4, 8, 16, 32],
+                  taus=[0.80, 0.90, 0.95]),
+        tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=False, repeats=5),
+        backends=dict(layers=None, repeats=7, diag_matrices=4, threads=[1, 2], stage_repeats=7),
+        backend_stages=dict(layers=None, repeats=7, diag_matrices=4, threads=[1, 2], stage_repeats=7),
+        eig_precision=dict(),
+        peft=dict(points=[dict(model="minilm", layers=None, p=8, tau=0.95, repeats=7, slow_repeats=5),
+                          dict(model="minilm", layers=None, p=16, tau=0.95, repeats=7, slow_repeats=5),
+                          dict(model="roberta-base", layers=None, p=8, tau=0.95, repeats=7, slow_repeats=4),
+                          dict(model="llama-3.2-3b", layers=2, p=8, tau=0.95, repeats=3, slow_repeats=2)]),
+    ),
+}
+
+
+def size_config(size: str, experiment: str) -> dict:
+    """``SIZES[size][experiment]``, with a ValueError naming the size if it is not one."""
+    if size not in SIZES:
+        raise ValueError(f"size(={size!r}) is not one of {sorted(SIZES)}")
+    return SIZES[size][experiment]
