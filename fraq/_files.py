@@ -204,6 +204,18 @@ def _keep_mode(new: Path, old: Path, default: int) -> None:
     os.chmod(new, stat.S_IMODE(st.st_mode))
 
 
+def _keep_modes(new: Path, old: Path) -> None:
+    """:func:`_keep_mode` for a directory swapped in whole: the directory itself, and every
+    file in it that replaces a regular file of the same relative path in the old one."""
+    if old.is_dir():
+        for root, _, files in os.walk(new):
+            for name in files:
+                rel = (Path(root) / name).relative_to(new)
+                if (old / rel).is_file() and not (old / rel).is_symlink():
+                    _keep_mode(Path(root) / name, old / rel, 0o666)
+    _keep_mode(new, old, 0o777)
+
+
 def _write_failed(path: Path, err: BaseException) -> OSError | None:
     """An OSError naming ``path`` for a failure while writing that a library raised as
     its own type (safetensors' SafetensorError, torch.save's RuntimeError); None for
@@ -290,8 +302,9 @@ def replacing_dir(path: str | os.PathLike) -> Iterator[Path]:
     the temporary name, is removed. On an exception before the swap the temporary
     directory is removed and ``path`` is untouched. A symbolic link is followed: its
     target directory is replaced, the link stays. The new directory gets the old one's
-    mode and group (a new one: 0o777 less the umask); a library's own error type for a
-    failed write becomes an OSError naming ``path``.
+    mode and group (a new one: 0o777 less the umask), and so does each file in it that
+    replaces one of the same name; a library's own error type for a failed write becomes
+    an OSError naming ``path``.
     """
     path = Path(path)
     if path.is_symlink():
@@ -308,8 +321,8 @@ def replacing_dir(path: str | os.PathLike) -> Iterator[Path]:
             if failed is not None:
                 raise failed from e
             raise
+        _keep_modes(tmp, path)
         _fsync_tree(tmp)
-        _keep_mode(tmp, path, 0o777)
         if path.is_dir() and any(path.iterdir()):
             exchange(tmp, path)  # tmp now holds the old version
         else:

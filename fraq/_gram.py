@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 __all__ = ["CANCEL_LIMIT", "GRAMS", "Coordinates", "cancels", "coordinates", "factored_gram", "factored_rows",
-           "guard_stats", "rows"]
+           "frobenius", "rows"]
 
 GRAMS = ("auto", "product", "factored")
 """Values of ``recompress(gram=...)``: ``"auto"`` (default) is factored unless clients cancel."""
@@ -87,21 +87,22 @@ def rows(coords: Coordinates, Up: torch.Tensor, C: torch.Tensor, Y: torch.Tensor
     return torch.bmm(coords.Ht, Up).mT
 
 
-def guard_stats(C: torch.Tensor, coords: Coordinates) -> list[torch.Tensor]:
-    """Per matrix (nb,) each: ||C||_F, tr(Y Y^T) and tr(G), what :func:`cancels` reads on the host."""
-    return [torch.linalg.vector_norm(C, dim=(-2, -1)), coords.WY.diagonal(dim1=-2, dim2=-1).sum(-1),
-            coords.G.diagonal(dim1=-2, dim2=-1).sum(-1)]
+def frobenius(C: torch.Tensor) -> torch.Tensor:
+    """||C||_F per matrix (nb,), what :func:`cancels` reads beside tr(Y Y^T) (the diagonal of
+    W_Y, which the range verdict reads too) and tr(G) (the sum of its eigenvalues)."""
+    return torch.linalg.vector_norm(C, dim=(-2, -1))
 
 
-def cancels(c_norm: np.ndarray, y_trace: np.ndarray, g_trace: np.ndarray, s: int) -> np.ndarray:
+def cancels(c_norm: list[float], y_trace: list[float], g_trace: list[float], s: int) -> np.ndarray:
     r"""Per matrix, bool: :math:`\rho_F^2 = \lVert C\rVert_F^2 \mathrm{tr}(YY^\top) / \mathrm{tr}(G)`
     above :data:`CANCEL_LIMIT` times s, so the factored Gram could lose accuracy.
 
-    Host arrays in float64; the caller judges only matrices whose Gram is in range (the
-    others are judged again once rescaled). An overflow or a NaN is judged cancelling.
+    Host numbers (Python floats, one per matrix; an overflow is inf, not an error). The
+    caller judges only matrices whose Gram is in range (the others are judged again once
+    rescaled); a NaN is judged cancelling.
     """
-    with np.errstate(over="ignore", invalid="ignore"):
-        return ~(c_norm * np.sqrt(y_trace) <= np.sqrt((CANCEL_LIMIT * max(s, 1)) * g_trace))
+    limit = CANCEL_LIMIT * max(s, 1)
+    return np.array([not (c * c * y <= limit * g) for c, y, g in zip(c_norm, y_trace, g_trace)], dtype=bool)
 
 
 def factored_gram(C: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:

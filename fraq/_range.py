@@ -85,45 +85,46 @@ def scale_pow2(t: torch.Tensor, e: torch.Tensor, parts: int) -> torch.Tensor:
     return t
 
 
-def stats(C: torch.Tensor, G: torch.Tensor, WY: torch.Tensor | None) -> list[torch.Tensor]:
-    """Per matrix (nb,) each: max|C|, the largest diagonal entry of G and (factored) of W_Y.
-
-    G and W_Y are Grams (positive semidefinite), so their largest entry in magnitude is
-    on the diagonal: reading the diagonal costs no pass over the matrix. max|C| (not a
-    norm, whose squares would underflow for a tiny C) is exactly zero only for a zero X.
-    A NaN or Inf anywhere in X shows in max|C|, one in Y in the diagonal of W_Y (or of G).
-    """
-    out = [torch.linalg.vector_norm(C, ord=math.inf, dim=(-2, -1)), G.diagonal(dim1=-2, dim2=-1).amax(-1)]
-    if WY is not None:
-        out.append(WY.diagonal(dim1=-2, dim2=-1).amax(-1))
-    return out
+def stats(C: torch.Tensor) -> torch.Tensor:
+    """max|C| per matrix (nb,): not a norm, whose squares would underflow for a tiny C, so it
+    is exactly zero only for a zero X; a NaN or Inf anywhere in X shows in it. The Grams
+    need no pass of their own (see :func:`verdict`)."""
+    return torch.linalg.vector_norm(C, ord=math.inf, dim=(-2, -1))
 
 
 @functools.lru_cache(maxsize=None)
-def _limits(cdt: torch.dtype, edt: torch.dtype, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Lower and upper limits of the first ``count`` columns of :func:`stats` (see :func:`verdict`)."""
+def _limits(cdt: torch.dtype, edt: torch.dtype) -> tuple[float, float, float, float, float, float]:
+    """(lo, hi) of max|C|, of lambda_1 and of max diag(W_Y) (see :func:`verdict`)."""
     fc, fe = torch.finfo(cdt), torch.finfo(edt)
     fg = fc if fc.max <= fe.max else fe
-    lo = [fc.tiny / fc.eps, fg.tiny / fg.eps**2, fc.tiny / fc.eps**2][:count]
-    hi = [fc.max * fc.eps, fg.max * fg.eps, fc.max * fc.eps][:count]
-    return np.array(lo), np.array(hi)
+    return (fc.tiny / fc.eps, fc.max * fc.eps, fg.tiny / fg.eps**2, fg.max * fg.eps,
+            fc.tiny / fc.eps**2, fc.max * fc.eps)
 
 
-def verdict(x: np.ndarray, cdt: torch.dtype, edt: torch.dtype) -> np.ndarray:
-    """Per matrix, bool: the unscaled computation can be trusted, from the host columns of
-    :func:`stats` (``x`` (nb, 2 or 3), float64).
+def verdict(c_max: list[float], lam1: list[float], w_max: list[float] | None,
+            cdt: torch.dtype, edt: torch.dtype) -> np.ndarray:
+    """Per matrix, bool: the unscaled computation can be trusted, from host numbers (one
+    per matrix): ``c_max`` from :func:`stats`, ``lam1`` the Gram's largest eigenvalue
+    (NaN where the eigensolver refused it), ``w_max`` the largest diagonal entry of W_Y
+    (factored Gram).
 
     C must be far from underflow (a factor of subnormal numbers loses digits in its QR)
     and from overflow; G (in the narrower of the compute and eigensolver dtypes) and
     W_Y must keep the squared spectrum down to the noise floor eps * lambda_1 normal and
-    its sum finite. An exactly zero X (C = 0, G = 0) is a zero aggregate, not an
-    underflow; a zero G with a nonzero C may be either, and takes the rescaled path.
-    NaN fails every test. A matrix that passes has sigma_1 = sqrt(lambda_1) inside the
-    compute dtype's range with eps-wide margins on both sides, so only a narrower
-    result dtype (float16, bfloat16) or a rescaled matrix needs :func:`check_representable`.
+    its sum finite. A Gram is positive semidefinite, so lambda_1 lies within a factor s
+    of its largest entry, and W_Y's largest entry is on its diagonal: neither needs a
+    pass over the matrix, and the eps-wide margins dwarf the factor s. An exactly zero
+    X (C = 0, G = 0) is a zero aggregate, not an underflow; a zero G with a nonzero C may
+    be either, and takes the rescaled path. NaN fails every test. A matrix that passes
+    has sigma_1 = sqrt(lambda_1) inside the compute dtype's range with eps-wide margins,
+    so only a narrower result dtype (float16, bfloat16) or a rescaled matrix needs
+    :func:`check_representable`. Python floats, one matrix at a time: a handful of
+    comparisons per matrix cost less so than as array operations on one row.
     """
-    lo, hi = _limits(cdt, edt, x.shape[1])
-    return ((x >= lo) & (x <= hi)).all(-1) | ~x[:, :2].any(-1)
+    c_lo, c_hi, g_lo, g_hi, w_lo, w_hi = _limits(cdt, edt)
+    ws = [w_lo] * len(c_max) if w_max is None else w_max
+    return np.array([(c_lo <= c <= c_hi and g_lo <= g <= g_hi and w_lo <= w <= w_hi) or (c == 0 and g == 0)
+                     for c, g, w in zip(c_max, lam1, ws)], dtype=bool)
 
 
 def rescaled(whole: tuple[torch.Tensor, torch.Tensor], X: torch.Tensor, Y: torch.Tensor,

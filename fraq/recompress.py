@@ -211,14 +211,14 @@ class _Pass:
 class _Reading:
     """The pass's one host read, per matrix (numpy): ``lam`` (nb, s) the Gram's eigenvalues,
     descending, zero at or below the noise floor; ``ok`` in range; ``cancels`` (factored
-    Gram under the guard, else None); ``rejected`` (a deferred basis, else None); ``g_max`` the largest Gram
-    entry; ``e`` the scale exponents (None before rescaling)."""
+    Gram under the guard, else None); ``rejected`` (a deferred basis, else None); ``lam1`` the Gram's
+    largest eigenvalue (NaN where the solver refused it); ``e`` the scale exponents (None before rescaling)."""
 
     lam: np.ndarray
     ok: np.ndarray
     cancels: np.ndarray | None
     rejected: np.ndarray | None
-    g_max: np.ndarray
+    lam1: np.ndarray
     e: np.ndarray | None
 
 
@@ -282,7 +282,7 @@ def _settle(plan: Plan, whole: tuple, at: _Pass, s: int):
         if eig is None and at.e is not None:
             raise RuntimeError(f"backend {plan.backend!r}: the eigensolver failed on finite, unit-scaled factors")
         rd = _read(plan, at, coords, eig, s)
-        if at.e is not None and not np.isfinite(rd.g_max).all():
+        if at.e is not None and not np.isfinite(rd.lam1).all():
             raise RuntimeError(f"backend {plan.backend!r} returned non-finite coordinates for finite, "
                                "unit-scaled factors")
         fallback = next((f for f in FALLBACKS if f.needed(rd, at)), None)
@@ -307,35 +307,43 @@ def _eigen(G: torch.Tensor, edt: torch.dtype) -> tuple[torch.Tensor, torch.Tenso
 
 
 def _read(plan: Plan, at: _Pass, coords: _gram.Coordinates, eig, s: int) -> _Reading:
-    """The one host synchronization of a pass: the eigenvalues and the verdicts' inputs,
-    one tensor read at once (:func:`fraq._range.stats`, :func:`fraq._gram.guard_stats`,
-    a deferred basis's rejections, the scale exponents)."""
-    cols = _range.stats(at.basis.C, coords.G, coords.WY)
-    nr = len(cols)
+    """The pass's verdicts, decided on the host from its one read (:func:`_to_host`): max|C|
+    (:func:`fraq._range.stats`), ||C||_F under the Gram guard, a deferred basis's
+    rejections, the scale exponents, the eigenvalues and the diagonal of W_Y."""
+    named = {"c_max": _range.stats(at.basis.C)}
     guard = plan.gram == "auto" and at.factored
     if guard:
-        cols += _gram.guard_stats(at.basis.C, coords)
+        named["c_norm"] = _gram.frobenius(at.basis.C)
     if at.basis.rejected is not None:
-        cols.append(at.basis.rejected)
+        named["rejected"] = at.basis.rejected
     if at.e is not None:
-        cols.append(at.e)
-    stats = torch.stack(cols, -1)
-    host = stats if eig is None else torch.cat([eig[0], stats], -1)
-    host = (host if host.device.type == "cpu" else host.cpu()).numpy()
-    if host.dtype != np.float64:
-        host = host.astype(np.float64)
-    if eig is None:
-        lam, rest = np.zeros((host.shape[0], s)), host
-    else:
-        lam, rest = host[:, s - 1::-1], host[:, s:]
-        lam = np.where(lam > noise_floor(lam[:, :1], s, plan.cdt), lam, 0.0)
-    ok = _range.verdict(rest[:, :nr], plan.cdt, plan.edt)
-    if eig is None:
-        ok[:] = False
-    cancels = ok & _gram.cancels(rest[:, nr], rest[:, nr + 1], rest[:, nr + 2], s) if guard else None
-    rejected = rest[:, nr + 3 * guard] > 0 if at.basis.rejected is not None else None
-    e = rest[:, -1].astype(np.int64) if at.e is not None else None
-    return _Reading(lam=lam, ok=ok, cancels=cancels, rejected=rejected, g_max=rest[:, 1], e=e)
+        named["e"] = at.e
+    lam, col, w_diag = _to_host(eig, named, coords.WY, s)
+    with np.errstate(over="ignore", invalid="ignore"):  # a sum of a matrix out of range may overflow: it fails
+        w_max = None if w_diag is None else w_diag.max(-1).tolist()
+        traces = (w_diag.sum(-1).tolist(), lam.sum(-1).tolist()) if guard else None
+    ok = _range.verdict(col["c_max"].tolist(), lam[:, -1].tolist(), w_max, plan.cdt, plan.edt)
+    cancels = ok & _gram.cancels(col["c_norm"].tolist(), *traces, s) if guard else None
+    lam = lam[:, ::-1]
+    return _Reading(lam=np.where(lam > noise_floor(lam[:, :1], s, plan.cdt), lam, 0.0), ok=ok, cancels=cancels,
+                    rejected=col["rejected"] > 0 if "rejected" in col else None, lam1=lam[:, 0],
+                    e=col["e"].astype(np.int64) if "e" in col else None)
+
+
+def _to_host(eig, named: dict, WY: torch.Tensor | None, s: int):
+    """The one host synchronization: the eigenvalues (ascending; NaN where the solver
+    refused), the ``named`` per-matrix values and W_Y's diagonal, read as one float64
+    array and handed back as (lam, {name: column}, diag W_Y or None)."""
+    parts = [torch.stack(list(named.values()), -1)]
+    if eig is not None:
+        parts.insert(0, eig[0])
+    if WY is not None:
+        parts.append(WY.diagonal(dim1=-2, dim2=-1))
+    host = parts[0] if len(parts) == 1 else torch.cat(parts, -1)
+    host = (host if host.device.type == "cpu" else host.cpu()).numpy().astype(np.float64, copy=False)
+    k = 0 if eig is None else s
+    lam = host[:, :s] if eig is not None else np.full((host.shape[0], s), np.nan)
+    return lam, {name: host[:, k + i] for i, name in enumerate(named)}, host[:, k + len(named):] if WY is not None else None
 
 
 def noise_floor(lam_max, s: int, dtype: torch.dtype):

@@ -122,10 +122,13 @@ def test_a_replaced_output_keeps_its_mode_and_a_new_one_gets_the_umask(dirs, tmp
     report.chmod(0o600)
     delta.chmod(0o640)
     out.chmod(0o700)
+    (out / "adapter_config.json").chmod(0o600)
     assert run_cli([*common, "--tau", "0.5", "--json", report, "-o", out, "--overwrite"], capsys)[0] == 0
     assert run_cli([*common, "--tau", "0.5", "--delta", "-o", delta, "--overwrite"], capsys)[0] == 0
     assert stat.S_IMODE(report.stat().st_mode) == 0o600 and stat.S_IMODE(delta.stat().st_mode) == 0o640
     assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    assert stat.S_IMODE((out / "adapter_config.json").stat().st_mode) == 0o600  # a file in it too
+    assert stat.S_IMODE((out / "adapter_model.safetensors").stat().st_mode) == 0o666 & ~mask
 
 
 # --- 5. an output that cannot be swapped is refused before the work ----------------------------
@@ -206,7 +209,7 @@ def round_file(tmp_path) -> Path:
 
 @pytest.mark.parametrize("keep", [0.5, 0.99, 8])
 def test_a_truncated_round_file_given_to_the_export_is_one_line(round_file, tmp_path, capsys, keep):
-    from fraq.federated.export import main as export_main
+    from fraq.federated.export_cli import main as export_main
 
     data = round_file.read_bytes()
     round_file.write_bytes(data[:int(len(data) * keep) if keep < 1 else keep])
@@ -216,7 +219,7 @@ def test_a_truncated_round_file_given_to_the_export_is_one_line(round_file, tmp_
 
 
 def test_an_export_past_the_file_size_limit_is_one_line(round_file, tmp_path, capsys):
-    from fraq.federated.export import main as export_main
+    from fraq.federated.export_cli import main as export_main
 
     out = tmp_path / "out"
     with file_size_limit(256):

@@ -96,6 +96,8 @@ def test_the_cancellation_rule():
     Y[2, 0, 0], Y[2, 1, 0] = 1.0, -1.0
     C[2, 0, 1] = 1.0  # row 0 of C Y cancels to 0: rho_F^2 = 5 * 2 / 1 = 10 > 8: refused
     coords = _gram.coordinates(C, Y, factored=True)
-    c_norm, y_trace, g_trace = (t.double().numpy() for t in _gram.guard_stats(C, coords))
-    got = _gram.cancels(c_norm, y_trace, g_trace, s)
+    c_norm = _gram.frobenius(C).double().numpy()
+    y_trace = coords.WY.diagonal(dim1=-2, dim2=-1).sum(-1).double().numpy()
+    g_trace = torch.linalg.eigvalsh(coords.G.double()).sum(-1).numpy()  # recompress reads tr G as the eigenvalues' sum
+    got = _gram.cancels(c_norm.tolist(), y_trace.tolist(), g_trace.tolist(), s)
     assert got.tolist() == [False, False, True]

@@ -8,35 +8,22 @@ kernels (a QR, the Gram products, one eigenproblem, two products back); the rest
 fused range and cancellation check read in the one host synchronization, and views.
 """
 
-import collections
-
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import fraq
+from benchmarks.measure.ops import OpCounter, count_ops
 from fraq.synthetic import lora_clients
 
 SMALL_BUDGET = 60  # one 64 x 48 matrix, K = 4 clients of rank 4
 BATCH_BUDGET = 150  # the RoBERTa-base batch, 36 x 768 x 768, K = 10, r_k = 8, at one thread
 
 
-class _OpCounter(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
-
-
 def _count(B, A, **kw):
-    fraq.recompress(B, A, **kw)  # warm: lazy initialisation is not the call's cost
-    with _OpCounter() as counter:
-        res = fraq.recompress(B, A, **kw)
+    res = fraq.recompress(B, A, **kw)
     assert res.info["rescaled"] == 0 and res.info.get("fallback_count", 0) == 0  # the fast path ran
-    return sum(counter.ops.values()), counter.ops
+    counter = count_ops(lambda: fraq.recompress(B, A, **kw))
+    return counter.total, counter.ops
 
 
 @pytest.fixture
@@ -66,6 +53,6 @@ def test_roberta_batch_within_budget(one_thread):
 
 def test_the_counter_counts():
     """The counter sees what a call dispatches (a budget over a blind counter could not fail)."""
-    with _OpCounter() as counter:
+    with OpCounter() as counter:
         torch.ones(3) + torch.ones(3)
     assert counter.ops["aten.add"] == 1 and sum(counter.ops.values()) >= 3

@@ -205,7 +205,8 @@ def points(size: str) -> list[dict]:
     cfg = size_config(size, "backends")
     labels = ([("lora", p) for p in PRESETS] + [("condition", f"cond {c:.0e}") for c in CONDITIONS]
               + [("rank-deficient", d[0]) for d in DUPLICATES])
-    return [dict(cfg, section=section, case=label, backend=name, tau=TAU)
+    mode = "full" if cfg["layers"] is None else "quick"  # every layer, or 2 per module group
+    return [dict(cfg, mode=mode, section=section, case=label, backend=name, tau=TAU)
             for section, label in labels for name in sorted(BACKENDS)]
 
 

@@ -290,6 +290,8 @@ def test_one_definition_per_figure():
     for name in experiments.EXPERIMENTS:
         module = experiments.get(name)
         assert callable(module.points) and callable(module.measure) and callable(module.key), name
+    # what the report's captions read from the backends' configs
+    assert {"mode", "section", "case", "backend"} <= set(experiments.get("backends").points("tiny")[0])
     mains, flexlora = [], []
     for path in _files("benchmarks", ".py"):
         text = open(path).read()
