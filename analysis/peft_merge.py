@@ -25,17 +25,26 @@ FLOOR = 1e-12
 """Errors below this (float32 rounding of an exact merge) are drawn at it on the log axis."""
 
 
+SERIES = {("peft-cat", "exact"): "peft cat (exact)", ("peft-svd", "rank"): "peft svd (rank p)",
+          ("fraq", "rank"): "FRAQ (rank p)", ("peft-svd", "tau"): "peft svd (FRAQ's ranks, rank_pattern)",
+          ("fraq", "tau"): "FRAQ (tau)"}
+"""Legend entry per (method, kind), in drawing order."""
+
+
 def _model(r) -> str:
     layers = "" if pd.isna(r["layers"]) else f", {int(r['layers'])} layers"
-    return f"{MODEL_NAMES.get(r['model'], r['model'])}{layers}"
+    return f"{MODEL_NAMES.get(r['model'], r['model'])}{layers}, p={int(r['p'])}"
 
 
 def rows(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (point, method): the point's config and machine columns plus the method's
     ``method``, ``setting``, ``label``, ``samples_s``, ``median_s``, ``peak_bytes``, ranks,
-    ``params``, ``excess_max``, ...; ``model_label`` names the model; ``kind`` is
-    ``exact``, ``rank`` or ``tau`` (peft's rank_pattern row is paired with FRAQ's tau row)."""
+    ``params``, ``excess_max``, ...; ``model_label`` names the point (model, layers, p);
+    ``kind`` is ``exact``, ``rank`` or ``tau`` (peft's rank_pattern row is paired with
+    FRAQ's tau row); ``series`` is the legend entry (:data:`SERIES`)."""
     out = []
+    order = {m: i for i, m in enumerate(MODEL_NAMES)}
+    df = df.assign(_o=df["model"].map(order).fillna(len(order))).sort_values(["_o", "p"]).drop(columns="_o")
     for _, point in df.iterrows():
         for r in point["rows"]:
             row = {k: v for k, v in point.items() if k != "rows"}
@@ -43,6 +52,7 @@ def rows(df: pd.DataFrame) -> pd.DataFrame:
             row["model_label"] = _model(point)
             s = r["setting"]
             row["kind"] = "exact" if s == "exact" else ("rank" if s.startswith("rank=") else "tau")
+            row["series"] = SERIES.get((r["method"], row["kind"]), r["label"])
             out.append(row)
     return pd.DataFrame(out)
 
@@ -79,7 +89,7 @@ def ratio_lines(df: pd.DataFrame) -> list[str]:
     """One sentence per model and setting, for the report."""
     lines = []
     for _, r in ratios(df).iterrows():
-        what = (f"at rank {r['p']}" if r["kind"] == "rank" else
+        what = ("at the same rank" if r["kind"] == "rank" else
                 f"at FRAQ's {r['setting']} ranks (mean {r['rank_mean']:.1f}; peft through `rank_pattern`)")
         lines.append(f"- {r['model']} ({r['modules']} modules, {r['clients']} clients), {what}: peft's svd takes "
                      f"**{r['ratio']:.1f}x** FRAQ's time (95% interval {r['lo']:.1f}-{r['hi']:.1f}x, {r['n']} "
@@ -114,11 +124,12 @@ def figure(df: pd.DataFrame):
 
     d = rows(df)
     models = list(dict.fromkeys(d["model_label"]))
-    labels = list(dict.fromkeys(d["label"]))
+    labels = [v for v in SERIES.values() if v in set(d["series"])]
+    labels += [v for v in dict.fromkeys(d["series"]) if v not in labels]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
     width = 0.8 / len(labels)
     for j, label in enumerate(labels):
-        sub = d[d["label"] == label].set_index("model_label").reindex(models)
+        sub = d[d["series"] == label].set_index("model_label").reindex(models)
         x = np.arange(len(models)) + (j - (len(labels) - 1) / 2) * width
         color = COLORS.get(sub["method"].dropna().iloc[0], "#333333")
         hatch = "//" if sub["kind"].dropna().iloc[0] == "tau" else None
@@ -133,7 +144,7 @@ def figure(df: pd.DataFrame):
         axes[1].scatter(x[shown], opt[shown], marker="_", s=120, color="black", zorder=3,
                         label="float64 optimum" if j == 1 else None)
     for ax, ylabel in zip(axes, ["merge time (ms)", "rel. error vs exact (mean over modules)"]):
-        ax.set_xticks(np.arange(len(models)), models, rotation=10)
+        ax.set_xticks(np.arange(len(models)), [m.replace(", ", "\n", 1) for m in models], fontsize=9)
         ax.set_yscale("log")
         ax.set_ylabel(ylabel)
     axes[1].legend(loc="center right", frameon=False)

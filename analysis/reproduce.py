@@ -130,7 +130,8 @@ def _build(out: Path) -> Path:
     b = res["backends"]
     if not b.empty:
         figure("fig_backends", figures.fig_backends(b), b,
-               f"python -m benchmarks.run backends ({b['mode'].iloc[0]}); latency at 1 torch thread; open markers: "
+               f"python -m benchmarks.run backends --size {res.configuration.get('size', '?')}; latency at 1 torch "
+               "thread; open markers: "
                "inexact backends; dotted: error 1e-6",
                "Backends: accuracy against latency", agreement.backends_lines(b),
                "FRAQ's basis backends: 1-thread latency against the error above the float64 optimum (this "
@@ -138,7 +139,7 @@ def _build(out: Path) -> Path:
 
     head = ["# FRAQ server-side reproduction", ""]
     size = res.configuration.get("size")
-    head.append(f"Measured on {style.caption(res.all)}" + (f"; sweep size `{size}`" if size else "") + ". ")
+    head.append(f"Measured on {style.caption(res.all)}" + (f"; size `{size}`" if size else "") + ". ")
     head += ["Every figure and table below is rebuilt from the JSON files under `results/` by "
              "`python -m analysis.reproduce --out <this directory>`. Statements marked "
              "**agrees**/**disagrees** compare our numbers with the paper's text; the paper measured on a GH200 "

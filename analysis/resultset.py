@@ -113,7 +113,7 @@ def _mix(rows: pd.DataFrame, col: str, where: str) -> str | None:
     counts = rows[col].map(_label).value_counts()
     if len(counts) < 2:
         return None
-    return f"{col} {where}: " + ", ".join(f"{v} ({n} files)" for v, n in counts.items())
+    return f"{col}{f' {where}' if where else ''}: " + ", ".join(f"{v} ({n} files)" for v, n in counts.items())
 
 
 def _valid(rows: pd.DataFrame) -> pd.DataFrame:
@@ -159,10 +159,7 @@ def load(path: str | Path | None = None, *, select: dict | None = None) -> Resul
         rows = rows[rows[col].map(_label) == _label(value)]
     if rows.empty:
         raise NoResults(f"no result under {path} matches select={select}")
-    mixes = [m for m in (_mix(rows, c, "") for c in IDENTITY if c != "size") if m]
-    sweep = rows[rows["experiment"].isin(REQUIRED) & ~rows["experiment"].isin(["backends"])]
-    if "size" in sweep:
-        mixes += [m for m in [_mix(sweep, "size", "(sweep experiments)")] if m]
+    mixes = [m for m in (_mix(rows, c, "") for c in IDENTITY) if m]
     for exp in ONE_PRESET:
         mixes += [m for m in [_mix(rows[rows["experiment"] == exp], "preset", f"({exp})")] if m]
     if mixes:

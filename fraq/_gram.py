@@ -93,15 +93,16 @@ def frobenius(C: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(C, dim=(-2, -1))
 
 
-def cancels(c_norm: np.ndarray, y_trace: np.ndarray, g_trace: np.ndarray, s: int) -> np.ndarray:
+def cancels(c_norm: list[float], y_trace: list[float], g_trace: list[float], s: int) -> np.ndarray:
     r"""Per matrix, bool: :math:`\rho_F^2 = \lVert C\rVert_F^2 \mathrm{tr}(YY^\top) / \mathrm{tr}(G)`
     above :data:`CANCEL_LIMIT` times s, so the factored Gram could lose accuracy.
 
-    Host arrays in float64; the caller judges only matrices whose Gram is in range (the
-    others are judged again once rescaled), with numpy's overflow warnings off: an
-    overflow or a NaN is judged cancelling.
+    Host numbers (Python floats, one per matrix; an overflow is inf, not an error). The
+    caller judges only matrices whose Gram is in range (the others are judged again once
+    rescaled); a NaN is judged cancelling.
     """
-    return ~(c_norm * np.sqrt(y_trace) <= np.sqrt((CANCEL_LIMIT * max(s, 1)) * g_trace))
+    limit = CANCEL_LIMIT * max(s, 1)
+    return np.array([not (c * c * y <= limit * g) for c, y, g in zip(c_norm, y_trace, g_trace)], dtype=bool)
 
 
 def factored_gram(C: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:

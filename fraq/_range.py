@@ -101,11 +101,12 @@ def _limits(cdt: torch.dtype, edt: torch.dtype) -> tuple[float, float, float, fl
             fc.tiny / fc.eps**2, fc.max * fc.eps)
 
 
-def verdict(c_max: np.ndarray, lam1: np.ndarray, w_max: np.ndarray | None,
+def verdict(c_max: list[float], lam1: list[float], w_max: list[float] | None,
             cdt: torch.dtype, edt: torch.dtype) -> np.ndarray:
-    """Per matrix, bool: the unscaled computation can be trusted (host arrays, float64):
-    ``c_max`` from :func:`stats`, ``lam1`` the Gram's largest eigenvalue (NaN where the
-    eigensolver refused it), ``w_max`` the largest diagonal entry of W_Y (factored Gram).
+    """Per matrix, bool: the unscaled computation can be trusted, from host numbers (one
+    per matrix): ``c_max`` from :func:`stats`, ``lam1`` the Gram's largest eigenvalue
+    (NaN where the eigensolver refused it), ``w_max`` the largest diagonal entry of W_Y
+    (factored Gram).
 
     C must be far from underflow (a factor of subnormal numbers loses digits in its QR)
     and from overflow; G (in the narrower of the compute and eigensolver dtypes) and
@@ -117,13 +118,13 @@ def verdict(c_max: np.ndarray, lam1: np.ndarray, w_max: np.ndarray | None,
     be either, and takes the rescaled path. NaN fails every test. A matrix that passes
     has sigma_1 = sqrt(lambda_1) inside the compute dtype's range with eps-wide margins,
     so only a narrower result dtype (float16, bfloat16) or a rescaled matrix needs
-    :func:`check_representable`.
+    :func:`check_representable`. Python floats, one matrix at a time: a handful of
+    comparisons per matrix cost less so than as array operations on one row.
     """
     c_lo, c_hi, g_lo, g_hi, w_lo, w_hi = _limits(cdt, edt)
-    ok = (c_max >= c_lo) & (c_max <= c_hi) & (lam1 >= g_lo) & (lam1 <= g_hi)
-    if w_max is not None:
-        ok &= (w_max >= w_lo) & (w_max <= w_hi)
-    return ok | ((c_max == 0) & (lam1 == 0))
+    ws = [w_lo] * len(c_max) if w_max is None else w_max
+    return np.array([(c_lo <= c <= c_hi and g_lo <= g <= g_hi and w_lo <= w <= w_hi) or (c == 0 and g == 0)
+                     for c, g, w in zip(c_max, lam1, ws)], dtype=bool)
 
 
 def rescaled(whole: tuple[torch.Tensor, torch.Tensor], X: torch.Tensor, Y: torch.Tensor,

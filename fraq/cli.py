@@ -67,7 +67,8 @@ def aggregate_main(argv: list[str]) -> int:
                         help="output adapter directory (with --delta: the .safetensors file); omit to only report")
     parser.add_argument("--weights", type=float, nargs="+", metavar="N",
                         help="one data weight per client, normalized inside (default: equal)")
-    parser.add_argument("--method", default="fraq", choices=METHODS, help="aggregator (default fraq)")
+    parser.add_argument("--method", default="fraq", metavar="METHOD",  # checked by the registry: any registered one
+                        help=f"aggregator: {', '.join(METHODS)} or one registered in-process (default fraq)")
     parser.add_argument("--tau", type=float, help="energy threshold in (0, 1] (fraq, florist; default: the method's)")
     parser.add_argument("--rank", type=int, help="fixed rank per module instead of --tau (fraq)")
     parser.add_argument("--delta", action="store_true",

@@ -319,9 +319,11 @@ def _read(plan: Plan, at: _Pass, coords: _gram.Coordinates, eig, s: int) -> _Rea
     if at.e is not None:
         named["e"] = at.e
     lam, col, w_diag = _to_host(eig, named, coords.WY, s)
-    with np.errstate(over="ignore", invalid="ignore"):  # sums of a matrix out of range may overflow: it fails
-        ok = _range.verdict(col["c_max"], lam[:, -1], None if w_diag is None else w_diag.max(-1), plan.cdt, plan.edt)
-        cancels = ok & _gram.cancels(col["c_norm"], w_diag.sum(-1), lam.sum(-1), s) if guard else None
+    with np.errstate(over="ignore", invalid="ignore"):  # a sum of a matrix out of range may overflow: it fails
+        w_max = None if w_diag is None else w_diag.max(-1).tolist()
+        traces = (w_diag.sum(-1).tolist(), lam.sum(-1).tolist()) if guard else None
+    ok = _range.verdict(col["c_max"].tolist(), lam[:, -1].tolist(), w_max, plan.cdt, plan.edt)
+    cancels = ok & _gram.cancels(col["c_norm"].tolist(), *traces, s) if guard else None
     lam = lam[:, ::-1]
     return _Reading(lam=np.where(lam > noise_floor(lam[:, :1], s, plan.cdt), lam, 0.0), ok=ok, cancels=cancels,
                     rejected=col["rejected"] > 0 if "rejected" in col else None, lam1=lam[:, 0],

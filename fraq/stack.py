@@ -11,8 +11,6 @@ from fraq._validation import check_client_numbers, check_finite, check_pair
 
 __all__ = ["fill_stacks", "normalized_weights", "stack"]
 
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
-
 
 def normalized_weights(weights: Sequence[float] | torch.Tensor | None, count: int) -> list[float]:
     """Aggregation weights :math:`a_k = n_k / \\sum_j n_j` (uniform when ``weights`` is None).
@@ -183,7 +181,7 @@ Factor = torch.Tensor | Sequence[torch.Tensor]
 """One client's factor: a tensor, or L per-module matrices written as their stack (L, *, *)."""
 
 
-def fill_stacks(B: torch.Tensor, A: torch.Tensor, clients: Iterable[tuple[Factor, Factor]],
+def fill_stacks(B: torch.Tensor | None, A: torch.Tensor, clients: Iterable[tuple[Factor | None, Factor]],
                 a: Sequence[float], s: Sequence[float]) -> None:
     r"""Write Eq. 7's weighted stacks into the preallocated ``B`` (*, m, r) and ``A`` (*, r, n).
 
@@ -193,13 +191,15 @@ def fill_stacks(B: torch.Tensor, A: torch.Tensor, clients: Iterable[tuple[Factor
     and (r_k, n), copied straight into their slices as their stack (then * is (L,)), so a
     whole-model group of modules needs no (L, m, r_k) intermediate. This is the one
     implementation of the stacking: :func:`stack` and the aggregators' groups
-    (:meth:`fraq.aggregators.Group.stacked`) both call it.
+    (:meth:`fraq.aggregators.Group.stacked`) both call it. With ``B`` None only ``A`` is
+    written (single-matrix uploads, whose B_k are None).
 
     Precision: every weighted factor is rounded once, into the stacks' dtype. When the
-    copy into the slice is exact (the stacks' dtype holds the client's, float32 or wider)
-    the slice is copied and then scaled in place while it is in cache; otherwise (float16
-    or bfloat16 stacks, or a narrower dtype than the client's) the factor is scaled in at
-    least float32 and rounded on the way in.
+    copy into the slice is exact (the stacks' dtype holds the client's) the slice is copied
+    and then scaled in place while it is in cache (float16 and bfloat16 products are
+    computed in float32 and rounded once, as torch does for them); otherwise (a narrower
+    dtype than the client's) the factor is scaled in at least float32 and rounded on the
+    way in.
 
     It trusts its arguments (the callers validate) and never synchronizes with the host:
     a caller may fill disjoint stacks from several threads or streams.
@@ -208,7 +208,8 @@ def fill_stacks(B: torch.Tensor, A: torch.Tensor, clients: Iterable[tuple[Factor
     for (Bk, Ak), ak, sk in zip(clients, a, s):
         hi = lo + (Ak.shape[-2] if isinstance(Ak, torch.Tensor) else Ak[0].shape[-2])
         root = math.sqrt(ak)
-        _put(B[..., lo:hi], Bk, root)
+        if B is not None:
+            _put(B[..., lo:hi], Bk, root)
         _put(A[..., lo:hi, :], Ak, root * sk)
         lo = hi
 
@@ -217,7 +218,7 @@ def _put(out: torch.Tensor, src: Factor, c: float) -> None:
     """``out = c * src`` (``src`` a tensor or a list to stack), rounded once into ``out.dtype``."""
     tensor = isinstance(src, torch.Tensor)
     dtype = src.dtype if tensor else src[0].dtype
-    if out.dtype not in _LOW_PRECISION and torch.promote_types(dtype, out.dtype) == out.dtype:
+    if torch.promote_types(dtype, out.dtype) == out.dtype:
         if tensor:
             out.copy_(src)
         else:

@@ -176,6 +176,17 @@ def test_backends_results_draw(tmp_path):
     labels, legend = _axes_text(fig)
     assert "latency, 1 thread (ms)" in labels and {"householder", "cholesky-qr2"} <= set(legend)
     _png_ok(style.save(fig, tmp_path / "f", "backends", style.caption(b))[0])
+    from analysis.reproduce import build  # the report's section, from the runner's config (no "mode" key)
+
+    for f in (tmp_path / "backends").glob("*.json"):
+        rec = json.loads(f.read_text())
+        rec["config"].pop("mode")
+        rec["config"]["size"] = "tiny"
+        f.write_text(json.dumps(rec))
+    (tmp_path / "run" / "results").mkdir(parents=True)
+    shutil.move(str(tmp_path / "backends"), str(tmp_path / "run" / "results" / "backends"))
+    text = build(tmp_path / "run").read_text()
+    assert "figures/fig_backends.png" in text and "fastest backend" in text
 
 
 def test_fig1_draws_four_or_more_thresholds(tiny, tmp_path):
@@ -338,7 +349,7 @@ def test_mixed_configurations_are_refused_naming_them(tiny, tmp_path, capsys):
         _edit(other, lambda r: (r["config"].update(size="reduced", preset="llama-3.2-3b"),
                                 r.update(key="llama-" + r["key"])))
     n = len(list((out / "results" / "fig4_rank").glob("llama-*.json")))
-    with pytest.raises(analysis.MixedResults, match=f"size .*tiny .*reduced \\({n} files\\)"):
+    with pytest.raises(analysis.MixedResults, match=f"size: .*tiny .*reduced \\({n} files\\)"):
         analysis.load(out / "results")
     assert main(["--out", str(out)]) == 2
     err = capsys.readouterr().err

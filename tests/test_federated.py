@@ -26,9 +26,10 @@ from fraq.federated.checkpoint import RoundState, load_checkpoint, save_checkpoi
 from fraq.federated.cli import main, run_experiment  # noqa: E402
 from fraq.federated.client import LocalJob, TrainSettings, load_start, local_update  # noqa: E402
 from fraq.federated.config import client_ranks, load_config, method_label, parse_method  # noqa: E402
-from fraq.federated.dataset import load_dataset, partition, partition_summary  # noqa: E402
+from fraq.federated.dataset import load_dataset  # noqa: E402
 from fraq.federated.intents import DOMAINS, generate_intents  # noqa: E402
 from fraq.federated.model import TINY_MODEL, Backbone  # noqa: E402
+from fraq.federated.partition import partition, partition_summary  # noqa: E402
 from fraq.federated.server import ClientPlan, Method, Task, eval_weights, run_round  # noqa: E402
 
 EPS32 = torch.finfo(torch.float32).eps
@@ -71,8 +72,7 @@ def exact_average(updates) -> dict[str, torch.Tensor]:
 
 
 def delta(task, state, method) -> dict[str, torch.Tensor]:
-    florg = task.florg_projections() if method.agg.single_matrix else None
-    ev = eval_weights(state, method.plan.ranks, florg)
+    ev = eval_weights(state, method.plan.ranks, task.client_layer(method.agg))
     return {n: ev[n].double() - task.pretrained[n].double() for n in ev}
 
 
@@ -166,7 +166,7 @@ def test_lora_a2_trains_one_factor_per_round(task):
 def test_florg_starts_at_pretrained_model_and_averages_grams(task):
     method, s0, s1, updates, _ = one_round(task, "florg")
     assert isinstance(s1.agg_state, FlorgState)
-    proj = task.florg_projections()
+    proj = task.client_layer(method.agg).projections
     d0 = delta(task, s0, method)  # the offset base plus the initial adapter is the pretrained model
     for n, D in d0.items():
         assert float(D.abs().max()) <= 100 * EPS32 * float(task.pretrained[n].abs().max())

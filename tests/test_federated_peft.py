@@ -26,11 +26,12 @@ from safetensors import safe_open  # noqa: E402
 from transformers import AutoModel, AutoTokenizer  # noqa: E402
 
 from fraq.aggregators import ClientUpdate  # noqa: E402
-from fraq.federated.adapters import export_peft, load_client_adapters, save_client_adapters  # noqa: E402
+from fraq.federated.adapters import load_client_adapters, save_client_adapters  # noqa: E402
 from fraq.federated.config import load_config  # noqa: E402
-from fraq.federated.export import main as export_main  # noqa: E402
+from fraq.federated.export import export_peft
+from fraq.federated.export_cli import main as export_main  # noqa: E402
 from fraq.federated.server import Task, run_method  # noqa: E402
-from fraq.peft_adapters import aggregate_adapters  # noqa: E402
+from fraq.peft import aggregate_adapters  # noqa: E402
 
 EPS32 = torch.finfo(torch.float32).eps
 SENTENCES = ["what is the weather like in paris tomorrow", "cancel my dentist appointment on friday",

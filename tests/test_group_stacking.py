@@ -1,5 +1,7 @@
 """Group.stacked: the whole-model path's one-pass stacking equals fraq.stack exactly."""
 
+import math
+
 import pytest
 import torch
 
@@ -57,6 +59,20 @@ def test_stacked_rounds_like_fraq_stack_in_every_dtype(dtype, stack_dtype, batch
         assert B.dtype == B0.dtype and torch.equal(B, B0) and torch.equal(A, A0)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_stacks_round_once(dtype):
+    """A half-precision weighted factor is its float32 product rounded once, whichever path wrote it."""
+    for g in _groups(_updates(dtype=dtype), True):
+        B, A = g.stacked()
+        Bs, As = g.client_factors()
+        lo = 0
+        for Bk, Ak, ak, sk in zip(Bs, As, g.weights, g.spec.scales):
+            hi = lo + Bk.shape[-1]
+            assert torch.equal(B[..., lo:hi], (Bk.float() * math.sqrt(ak)).to(dtype))
+            assert torch.equal(A[..., lo:hi, :], (Ak.float() * (math.sqrt(ak) * sk)).to(dtype))
+            lo = hi
+
+
 def test_fill_stacks_writes_into_the_given_tensors():
     """fill_stacks fills preallocated stacks in place (a strided view of B included) and returns nothing."""
     from fraq.stack import fill_stacks
@@ -95,3 +111,22 @@ def test_whole_model_fraq_equals_stack_then_recompress():
         assert res.ranks[name] == ref.rank
         torch.testing.assert_close(B @ A, ref.B @ ref.A, rtol=0, atol=64 * torch.finfo(torch.float32).eps
                                    * float(torch.linalg.matrix_norm(ref.B @ ref.A)))
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_single_matrix_row_stack(batched):
+    """Single-matrix uploads (B_k None): B is None and A the rows sqrt(a_k) A_k, the scales left out."""
+    g = torch.Generator().manual_seed(0)
+    ups = [ClientUpdate({f"layer.{j}": (None, torch.randn(3, 5, generator=g)) for j in range(2)}, scale=2.0,
+                        weight=w) for w in (10, 30, 20)]
+    for grp in _groups_single(ups, batched):
+        B, S = grp.stacked(scaled=False)
+        _, As = grp.client_factors()
+        assert B is None
+        assert torch.equal(S, torch.cat([A * math.sqrt(a) for A, a in zip(As, grp.weights)], dim=-2))
+
+
+def _groups_single(updates, batched):
+    updates, specs = validate_updates(updates, single_matrix=True)
+    w = normalized_weights([u.weight for u in updates], len(updates))
+    return _make_groups(updates, specs, w, batched)

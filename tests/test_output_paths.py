@@ -209,7 +209,7 @@ def round_file(tmp_path) -> Path:
 
 @pytest.mark.parametrize("keep", [0.5, 0.99, 8])
 def test_a_truncated_round_file_given_to_the_export_is_one_line(round_file, tmp_path, capsys, keep):
-    from fraq.federated.export import main as export_main
+    from fraq.federated.export_cli import main as export_main
 
     data = round_file.read_bytes()
     round_file.write_bytes(data[:int(len(data) * keep) if keep < 1 else keep])
@@ -219,7 +219,7 @@ def test_a_truncated_round_file_given_to_the_export_is_one_line(round_file, tmp_
 
 
 def test_an_export_past_the_file_size_limit_is_one_line(round_file, tmp_path, capsys):
-    from fraq.federated.export import main as export_main
+    from fraq.federated.export_cli import main as export_main
 
     out = tmp_path / "out"
     with file_size_limit(256):

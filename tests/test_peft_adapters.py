@@ -1,4 +1,4 @@
-"""fraq.peft_adapters and ``fraq aggregate``: real peft adapters of tiny generated models.
+"""fraq.peft and ``fraq aggregate``: real peft adapters of tiny generated models.
 
 References are computed in float64 from the tensors and scales peft itself holds (its live
 layers' ``scaling``), never through the module's own scale logic. Tolerances are
@@ -19,7 +19,7 @@ transformers = pytest.importorskip("transformers")
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from fraq import cli  # noqa: E402
-from fraq.peft_adapters import (  # noqa: E402
+from fraq.peft import (  # noqa: E402
     PREFIX,
     aggregate_adapters,
     exact_key,

@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 
 import fraq._files  # noqa: E402
 from fraq import cli  # noqa: E402
-from fraq.peft_adapters import aggregate_adapters, example_clients  # noqa: E402
+from fraq.peft import aggregate_adapters, example_clients  # noqa: E402
 
 EPS32 = torch.finfo(torch.float32).eps
 REPO = Path(__file__).resolve().parents[1]

@@ -99,5 +99,5 @@ def test_the_cancellation_rule():
     c_norm = _gram.frobenius(C).double().numpy()
     y_trace = coords.WY.diagonal(dim1=-2, dim2=-1).sum(-1).double().numpy()
     g_trace = torch.linalg.eigvalsh(coords.G.double()).sum(-1).numpy()  # recompress reads tr G as the eigenvalues' sum
-    got = _gram.cancels(c_norm, y_trace, g_trace, s)
+    got = _gram.cancels(c_norm.tolist(), y_trace.tolist(), g_trace.tolist(), s)
     assert got.tolist() == [False, False, True]

@@ -34,6 +34,7 @@ import torch
 
 __all__ = ["key", "measure", "points"]
 
+
 def points(size: str) -> list[dict]:
     """The configs of a ``size`` run (:data:`benchmarks.sizes.SIZES` ``[size]["peft"]``)."""
     from benchmarks.sizes import size_config

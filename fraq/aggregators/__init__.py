@@ -12,6 +12,14 @@ the client warm-starts from (or None: reinitialize), with downlink counts in par
 and bytes. Stateful methods (``lora-a2``, ``florg``) return ``result.state`` to pass to
 the next round. ``shared/reference/baselines.md`` describes each method.
 
+A new method is a subclass of :class:`Aggregator` in its own module and one call,
+``register_aggregator(MyMethod)``; the harness, the Flower strategy, ``fraq aggregate``
+and the checkpoints then run it, asking the class (never its name) for what is
+peculiar to it: its clients' layer (:meth:`Aggregator.client_layer`), what they train
+each round (:meth:`Aggregator.trained_factors`), what its result can be written as
+(``not_an_adapter``, ``no_delta``), its rank cap (:meth:`Aggregator.capped`) and its
+state's record (``state_type``, an :class:`AggregatorState`).
+
 =============  ==========================  ============  ===================  ==========
 name           server math                 mixed ranks   downlink / module    next round
 =============  ==========================  ============  ===================  ==========
@@ -30,7 +38,7 @@ from __future__ import annotations
 
 import inspect
 
-from fraq.aggregators.base import Aggregator, Group, ModuleSpec, validate_updates
+from fraq.aggregators.base import Aggregator, AggregatorState, Group, ModuleSpec, validate_updates
 from fraq.aggregators.fedex_lora import FedExLoRA
 from fraq.aggregators.fedit import FedIT
 from fraq.aggregators.flexlora import FlexLoRA
@@ -38,6 +46,7 @@ from fraq.aggregators.flora import FLoRA
 from fraq.aggregators.florg import FLoRG, FlorgState
 from fraq.aggregators.florist import FLoRIST
 from fraq.aggregators.fraq import Fraq
+from fraq.aggregators.layer import ClientLayer
 from fraq.aggregators.lora_a2 import LoraA2, LoraA2State
 from fraq.aggregators.payload import (
     REINITIALIZE,
@@ -52,6 +61,8 @@ __all__ = [
     "AGGREGATORS",
     "AggregationResult",
     "Aggregator",
+    "AggregatorState",
+    "ClientLayer",
     "ClientUpdate",
     "Downlink",
     "Factors",
@@ -100,5 +111,9 @@ def register_aggregator(cls: type[Aggregator]) -> type[Aggregator]:
         raise TypeError(f"cls(={cls!r}) must be an Aggregator subclass")
     if not isinstance(getattr(cls, "name", None), str):
         raise ValueError(f"{cls.__name__} needs a string class attribute `name`")
+    st = cls.state_type
+    if st is not None and not (isinstance(st, type) and issubclass(st, AggregatorState) and st.aggregator == cls.name):
+        raise ValueError(f"{cls.__name__}.state_type(={st!r}) must be an AggregatorState subclass whose "
+                         f"`aggregator` is {cls.name!r}")
     AGGREGATORS[cls.name] = cls
     return cls

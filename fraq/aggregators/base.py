@@ -1,11 +1,8 @@
-"""The aggregator interface, argument checks, and batching of equal-shape modules.
+"""The aggregator interface, its state, and the checks of a round's uploads.
 
 :meth:`Aggregator.aggregate` validates a round's uploads once, groups the modules that
-share a shape, per-client ranks, scales and dtype, and hands each group to the method's
-``_group``. In batched mode (the default) a group's modules are stacked along a leading
-batch dimension, so every factorization runs as one batched call per group (the paper's
-"batched" curves); with ``batched=False`` every module is its own group of batch shape
-() (the "unbatched" curves). Methods see (*, m, r) tensors either way.
+share a shape, per-client ranks, scales and dtype (:mod:`fraq.aggregators.group`), and
+hands each group to the method's ``_group``.
 """
 
 from __future__ import annotations
@@ -15,138 +12,38 @@ import math
 import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
 from fraq._validation import check_factor, check_finite, check_pair
+from fraq.aggregators.group import Group, ModuleSpec, _make_groups
+from fraq.aggregators.layer import ClientLayer, Seeds
 from fraq.aggregators.payload import AggregationResult, ClientUpdate, Downlink
-from fraq.stack import fill_stacks, normalized_weights
+from fraq.stack import normalized_weights
 
-__all__ = ["Aggregator", "Group", "ModuleSpec"]
+__all__ = ["Aggregator", "AggregatorState", "Group", "ModuleSpec"]
 
 
-@dataclass(frozen=True)
-class ModuleSpec:
-    """One adapted module as the clients uploaded it.
+class AggregatorState(ABC):
+    """A stateful method's server state between rounds (``result.state``), and its record.
 
-    ``m`` is None for single-matrix uploads (FLoRG), whose A_k is (r, n) with n = min(m, n).
+    A checkpoint stores the state as :meth:`to_record`: tensors, numbers, strings, lists
+    and dicts only, so it loads with ``torch.load(weights_only=True)``; :meth:`from_record`
+    reads it back. ``aggregator`` is the registry name of the method that made it; the
+    method names its state class in :attr:`Aggregator.state_type`.
     """
 
-    name: str
-    m: int | None
-    n: int
-    ranks: tuple[int, ...]
-    scales: tuple[float, ...]
-    dtype: torch.dtype
-    device: torch.device
+    aggregator: ClassVar[str]
 
-    @property
-    def key(self) -> tuple:
-        return (self.m, self.n, self.ranks, self.scales, self.dtype, str(self.device))
+    @abstractmethod
+    def to_record(self) -> dict:
+        """The state as plain data (see the class docstring)."""
 
-
-class Group:
-    """Modules aggregated together: one shape, one rank and one scale per client.
-
-    Attributes:
-        specs: the modules, in upload order.
-        batched: True when the factors carry a leading module dimension (L, *, *).
-        weights: normalized client weights a_k.
-    """
-
-    def __init__(self, specs: Sequence[ModuleSpec], updates: Sequence[ClientUpdate], weights: list[float],
-                 batched: bool):
-        self.specs = tuple(specs)
-        self.batched = batched
-        self.weights = weights
-        self._updates = updates
-        self._stacked: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(s.name for s in self.specs)
-
-    @property
-    def spec(self) -> ModuleSpec:
-        """The first module; every module of the group shares its shape, ranks and scales."""
-        return self.specs[0]
-
-    def module_factors(self, k: int) -> tuple[list[torch.Tensor | None], list[torch.Tensor]]:
-        """Client ``k``'s per-module factors, unstacked: two lists of length L."""
-        f = self._updates[k].factors
-        return [f[s.name][0] for s in self.specs], [f[s.name][1] for s in self.specs]
-
-    def client_factors(self) -> tuple[list[torch.Tensor | None], list[torch.Tensor]]:
-        """Per client, the group's factors: K tensors (L, m, r_k) and (L, r_k, n), or unbatched.
-
-        Stacking copies the factors once per round; the result is cached.
-        """
-        if self._stacked is None:
-            Bs, As = [], []
-            for k in range(len(self._updates)):
-                b, a = self.module_factors(k)
-                Bs.append(None if b[0] is None else self._stack(b))
-                As.append(self._stack(a))
-            self._stacked = (Bs, As)
-        return self._stacked
-
-    def stacked(self, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        r"""The group's exact weighted stacks (:func:`fraq.stack`'s Eq. 7), in one pass of copies.
-
-        Returns B (L, m, r), column-major like :func:`fraq.stack`'s, and A (L, r, n), with
-        r = sum_k r_k; without the L dimension when the group is unbatched:
-
-        .. math::
-            B = [\sqrt{a_1} B_1, \dots, \sqrt{a_K} B_K], \qquad
-            A = [\sqrt{a_1} s_1 A_1; \dots; \sqrt{a_K} s_K A_K].
-
-        The stacks are filled by :func:`fraq.stack.fill_stacks`, the one implementation of
-        the stacking: each client's per-module factors are copied straight into their slice
-        of the stacks and scaled there, with no (L, m, r_k) intermediate as
-        :meth:`client_factors` would make and :func:`fraq.stack` copy again. ``dtype``
-        defaults to the clients'; pass float32 for bf16 clients to keep the stacks free of
-        a second rounding. NaN or Inf in a factor raise a ValueError naming the client and
-        module, checked on the stacks with one reduction each.
-        """
-        spec = self.spec
-        if spec.m is None:
-            raise ValueError(f"module {spec.name!r}: single-matrix uploads (B_k = None) have no B stack")
-        dtype = dtype or spec.dtype
-        lead = (len(self.specs),) if self.batched else ()
-        r = sum(spec.ranks)
-        B = torch.empty(*lead, r, spec.m, dtype=dtype, device=spec.device).mT
-        A = torch.empty(*lead, r, spec.n, dtype=dtype, device=spec.device)
-        clients = (self.module_factors(k) for k in range(len(self._updates)))
-        if not self.batched:
-            clients = ((b[0], a[0]) for b, a in clients)
-        fill_stacks(B, A, clients, self.weights, spec.scales)
-        for name, t in (("B", B), ("A", A)):
-            if t.numel() and not bool(torch.isfinite(t.sum())):
-                self._raise_non_finite(name)
-        return B, A
-
-    def _raise_non_finite(self, factor: str) -> None:
-        """Name the client and module whose factor holds a NaN/Inf (a stack's sum was not finite)."""
-        i = 0 if factor == "B" else 1
-        for k, u in enumerate(self._updates):
-            for s in self.specs:
-                check_finite(f"client {k}, module {s.name!r}, {factor}", u.factors[s.name][i])
-        # Finite entries whose sum overflowed: nothing to name, the stacks are usable.
-
-    def stack_modules(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-        """Per-module tensors -> one (L, *) tensor (batched), or the one tensor (unbatched)."""
-        return self._stack(list(tensors))
-
-    def _stack(self, ts: list[torch.Tensor]) -> torch.Tensor:
-        if not self.batched:
-            return ts[0]
-        return ts[0].unsqueeze(0) if len(ts) == 1 else torch.stack(ts)
-
-    def split(self, t: torch.Tensor) -> list[torch.Tensor]:
-        """A result with a leading module dimension -> one view per module."""
-        return list(t.unbind(0)) if self.batched else [t]
+    @classmethod
+    @abstractmethod
+    def from_record(cls, record: dict) -> AggregatorState:
+        """The state :meth:`to_record` wrote; a KeyError, TypeError or ValueError if damaged."""
 
 
 GroupOutput = dict[str, tuple[Downlink | tuple[Downlink, ...], int | tuple[int, ...]]]
@@ -157,7 +54,12 @@ class Aggregator(ABC):
     """A server-side federated LoRA aggregation rule for a whole model.
 
     Subclasses set the class attributes and implement ``_group``; stateful methods also
-    override ``_check_state``, ``_prepare`` and ``_finish``.
+    override ``_check_state``, ``_prepare`` and ``_finish`` and name their
+    :class:`AggregatorState`. What is peculiar to a method is asked of it, never decided
+    by its name: its clients' layer (:meth:`client_layer`), what they train each round
+    (:meth:`trained_factors`), what its result can be written as (:attr:`not_an_adapter`,
+    :attr:`no_delta`), a cap on a fixed output rank (:meth:`capped`), and its state's
+    record (:attr:`state_type`).
 
     Class attributes:
         name: registry name.
@@ -165,13 +67,19 @@ class Aggregator(ABC):
             :data:`~fraq.aggregators.payload.REINITIALIZE`.
         heterogeneous_ranks: False when every client must have the same rank and scale
             per module (methods that average factors).
-        single_matrix: True for FLoRG: clients upload ``(None, A_k)``.
-        alternating_freeze: True for LoRA-A^2: clients train only B in odd rounds and only
-            A in even rounds (:meth:`trained_factors`).
-        rank_budgets: True for LoRA-A^2: every client holds the global rank max r_k and
-            uploads only its r_k most important components (``ClientUpdate.upload_rank``).
+        single_matrix: True when clients upload ``(None, A_k)`` (FLoRG).
+        alternating_freeze: True when clients train only B in odd rounds and only A in
+            even rounds (LoRA-A^2, :meth:`trained_factors`).
+        rank_budgets: True when every client holds the global rank max r_k and uploads
+            only its r_k most important components (LoRA-A^2,
+            ``ClientUpdate.upload_rank``).
         checks_finite: False when the method validates finiteness in :func:`fraq.stack`,
             so the inputs are scanned once, not twice.
+        state_type: the :class:`AggregatorState` subclass of ``result.state``, or None
+            for a stateless method.
+        not_an_adapter: why the method's result cannot be written as one peft LoRA
+            adapter from independently trained client adapters, or None when it can.
+        no_delta: why it cannot be written as a dense weight delta either, or None.
     """
 
     name: ClassVar[str]
@@ -181,6 +89,9 @@ class Aggregator(ABC):
     alternating_freeze: ClassVar[bool] = False
     rank_budgets: ClassVar[bool] = False
     checks_finite: ClassVar[bool] = True
+    state_type: ClassVar[type[AggregatorState] | None] = None
+    not_an_adapter: ClassVar[str | None] = None
+    no_delta: ClassVar[str | None] = None
 
     def aggregate(self, updates: Sequence[ClientUpdate], state: object | None = None, *,
                   batched: bool = True) -> AggregationResult:
@@ -211,7 +122,7 @@ class Aggregator(ABC):
         state = self._check_state(state, specs)
         weights = normalized_weights([u.weight for u in updates], len(updates))
         updates, state = self._prepare(updates, specs, state)
-        groups = _make_groups(updates, specs, weights, batched)
+        groups = _make_groups(updates, specs, weights, batched, checked=self.checks_finite)
         outputs: GroupOutput = {}
         for g in groups:
             outputs.update(self._group(g, state))
@@ -238,6 +149,18 @@ class Aggregator(ABC):
             return "AB"
         return "B" if round % 2 == 1 else "A"
 
+    def client_layer(self, targets: Mapping[str, tuple[int, int]], seeds: Seeds) -> ClientLayer:
+        """What this method's clients train in each of ``targets`` (module -> (m, n)), and
+        what an adapter adds to a weight; ``seeds`` is the run's seed function. Default:
+        peft's LoRA (:class:`~fraq.aggregators.layer.ClientLayer`)."""
+        return ClientLayer(targets, seeds)
+
+    def capped(self, limit: int) -> Aggregator:
+        """This aggregator for modules whose exact aggregate has rank at most ``limit``
+        (min(sum_k r_k, m, n)): itself, unless it asks for a fixed output rank above the
+        limit, which it then caps there (FRAQ's ``rank``)."""
+        return self
+
     @abstractmethod
     def _group(self, group: Group, state: object | None) -> GroupOutput:
         """Aggregate one group of modules."""
@@ -259,15 +182,6 @@ class Aggregator(ABC):
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({opts})"
-
-
-def _make_groups(updates, specs, weights, batched) -> list[Group]:
-    if not batched:
-        return [Group((s,), updates, weights, batched=False) for s in specs]
-    buckets: dict[tuple, list[ModuleSpec]] = {}
-    for s in specs:
-        buckets.setdefault(s.key, []).append(s)
-    return [Group(b, updates, weights, batched=True) for b in buckets.values()]
 
 
 def _check_scale(where: str, v: object) -> float:

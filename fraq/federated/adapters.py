@@ -29,7 +29,7 @@ import torch
 from fraq._files import replacing_file
 from fraq.aggregators import ClientUpdate
 
-__all__ = ["RoundAdapters", "export_peft", "load_client_adapters", "save_client_adapters"]
+__all__ = ["RoundAdapters", "load_client_adapters", "save_client_adapters"]
 
 _FORMAT = "fraq-client-adapters/1"
 
@@ -157,14 +157,3 @@ def _load(path: Path) -> RoundAdapters:
             scale = next(iter(scales.values())) if len(set(scales.values())) == 1 else scales
             updates.append(ClientUpdate(factors, scale=scale, weight=c["weight"], upload_rank=c["upload_rank"]))
     return RoundAdapters(updates, modules, json.loads(header["meta"]))
-
-
-def export_peft(path: str | Path, out_dir: str | Path, *, overwrite: bool = False, allow_later_round: bool = False,
-                base_model: str | None = None) -> list[Path]:
-    """Write each client of a saved round as a peft adapter directory ``out_dir/client{k}``.
-
-    See :func:`fraq.federated.export.export_peft` (round 1 only unless ``allow_later_round``).
-    """
-    from fraq.federated.export import export_peft as _export
-
-    return _export(path, out_dir, overwrite=overwrite, allow_later_round=allow_later_round, base_model=base_model)

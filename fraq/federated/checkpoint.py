@@ -1,9 +1,10 @@
-"""The server's state between rounds, and its checkpoint file.
+"""The checkpoint file of the server's state between rounds (:class:`~fraq.federated.state.RoundState`).
 
 After every round the harness writes the whole state (global weights of the adapted
-modules, the head, every client's start adapter, the aggregator's state, the records so
-far) to ``checkpoint.pt`` through a temporary file and an atomic rename, so a killed run
-loses at most the round in progress. Every random draw of a round is seeded from
+modules, the head, every client's start adapter, the aggregator's state as its own
+record, ``to_record``, tagged with its method, the records so far) to ``checkpoint.pt``
+through a temporary file and an atomic rename, so a killed run loses at most the round
+in progress. Every random draw of a round is seeded from
 (seed, round, client), so ``--resume`` continues with exactly the numbers an
 uninterrupted run gets. The file holds tensors, numbers and strings only and loads with
 ``torch.load(weights_only=True)``.
@@ -13,61 +14,39 @@ from __future__ import annotations
 
 import pickle
 import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from fraq._files import replacing_file
-from fraq.aggregators import Factors, FlorgState, LoraA2State
+from fraq.aggregators import AGGREGATORS, Factors
+from fraq.federated.state import RoundState
 
 __all__ = ["RoundState", "load_checkpoint", "save_checkpoint"]
-
-
-@dataclass
-class RoundState:
-    """Everything the next round needs.
-
-    Attributes:
-        round: rounds completed (0 before the first).
-        weights: adapted module -> its global weight W_t (m, n), every merge applied.
-        head: the classification head's state dict.
-        starts: per client, module -> the adapter it trains from next round, or None
-            (a fresh adapter).
-        agg_state: the aggregator's ``result.state`` (LoRA-A^2, FLoRG) or None.
-        records: one dict per completed round.
-    """
-
-    round: int
-    weights: dict[str, torch.Tensor]
-    head: dict[str, torch.Tensor]
-    starts: list[dict[str, Factors] | None]
-    agg_state: object | None = None
-    records: list[dict] = field(default_factory=list)
 
 
 def _factors_out(f: Factors) -> dict:
     return {"B": f.B, "A": f.A, "scale": float(f.scale)}
 
 
-def _agg_state_out(s: object | None):
+def _agg_state_out(s: object | None) -> dict | None:
+    """The aggregator's state as its own record (``to_record``), tagged with its method."""
     if s is None:
         return None
-    if isinstance(s, LoraA2State):
-        return {"type": "LoraA2State", "round": s.round, "adapters": {k: list(v) for k, v in s.adapters.items()}}
-    if isinstance(s, FlorgState):
-        return {"type": "FlorgState", "adapters": dict(s.adapters)}
-    raise TypeError(f"cannot checkpoint aggregator state of type {type(s).__name__}")
+    if not callable(getattr(s, "to_record", None)) or not isinstance(getattr(s, "aggregator", None), str):
+        raise TypeError(f"cannot checkpoint aggregator state of type {type(s).__name__}: it is no "
+                        f"fraq.aggregators.AggregatorState (to_record, from_record, aggregator)")
+    return {"aggregator": s.aggregator, "record": s.to_record()}
 
 
-def _agg_state_in(d):
+def _agg_state_in(d: dict | None):
+    """The state :func:`_agg_state_out` wrote, read back by its method's ``state_type``."""
     if d is None:
         return None
-    if d["type"] == "LoraA2State":
-        return LoraA2State(int(d["round"]), {k: tuple(v) for k, v in d["adapters"].items()})
-    if d["type"] == "FlorgState":
-        return FlorgState(dict(d["adapters"]))
-    raise ValueError(f"unknown aggregator state type {d['type']!r} in checkpoint")
+    cls = AGGREGATORS.get(d["aggregator"])
+    if cls is None or cls.state_type is None:
+        raise ValueError(f"aggregator state of {d['aggregator']!r}, which is no registered stateful method")
+    return cls.state_type.from_record(d["record"])
 
 
 def save_checkpoint(path: Path, state: RoundState, meta: dict) -> None:

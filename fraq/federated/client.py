@@ -1,15 +1,17 @@
 """One client's local round: load the start adapter, train LoRA (and the head) with AdamW, upload.
 
 The client trains on top of the frozen global weights W_t (already in the backbone). Its
-adapter starts either fresh (peft's initialization, B = 0 and A kaiming-uniform, drawn from
-a seed of the round and module that every client shares, as when all clients run peft with
-one seed: FLoRA and FRAQ after merging; a rank-r client gets the first r rows of the draw)
-or from what the server sent (``Downlink.start``: FedIT,
-FedEx-LoRA, FlexLoRA, FLoRIST, LoRA-A^2, FLoRG). A start of rank p loads into the
-client's rank-r_k adapter at the client's own scale s_k: ``lora_B = B * (scale / s_k)``,
-``lora_A = A``; with p > r_k the client keeps the first r_k components, with p < r_k it
-pads with zero columns of B and fresh rows of A (the product is unchanged and the new
-components can still learn; all-zero padding would get zero gradient).
+adapter starts either fresh (peft's initialization, B = 0 and A kaiming-uniform, drawn
+from a seed of the round and module that every client shares, as when all clients run peft
+with one seed: FLoRA and FRAQ after merging; a rank-r client gets the first r rows of the
+draw) or from what the server sent (``Downlink.start``: the warm-start methods). A start
+of rank p loads into the client's rank-r_k adapter at the client's own scale s_k:
+``lora_B = B * (scale / s_k)``, ``lora_A = A``; with p > r_k the client keeps the first r_k
+components, with p < r_k it pads with zero columns of B and fresh rows of A (the product
+is unchanged and the new components can still learn; all-zero padding would get zero
+gradient). A method whose clients train a layer of their own instead of peft's LoRA (its
+:class:`~fraq.aggregators.ClientLayer` is not ``peft_lora``) has that layer swapped in for
+each target module and uploads what the layer reads back.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from fraq.aggregators.payload import ClientUpdate, Factors
-from fraq.federated.model import Backbone, FlorgLinear, Inputs, init_lora, stable_seed
+from fraq.aggregators import ClientLayer, ClientUpdate, Factors
+from fraq.federated.model import Backbone, Inputs
+from fraq.federated.seeding import init_lora, stable_seed
 
 __all__ = ["LocalJob", "LocalResult", "TrainSettings", "local_update", "load_start"]
 
@@ -51,10 +54,10 @@ class LocalJob:
         client, round: indices (round from 1), for the seeds.
         rank, alpha: the client's LoRA rank and ``lora_alpha``.
         start: module -> the adapter to warm-start from, or None: a fresh adapter.
-        train: ``"AB"`` (both factors), ``"B"`` or ``"A"`` (LoRA-A^2's alternation).
+        train: ``"AB"`` (both factors), ``"B"`` or ``"A"`` (``agg.trained_factors``).
         train_head: whether the classification head trains this round.
-        florg: module -> (L, R) for FLoRG's single-matrix adapter, or None for LoRA.
-        upload_rank: LoRA-A^2's component budget, passed on in the upload.
+        layer: the method's :class:`~fraq.aggregators.ClientLayer` (None: peft's LoRA).
+        upload_rank: the client's component budget (``rank_budgets``), passed on in the upload.
     """
 
     client: int
@@ -64,7 +67,7 @@ class LocalJob:
     start: Mapping[str, Factors] | None = None
     train: str = "AB"
     train_head: bool = True
-    florg: Mapping[str, tuple[torch.Tensor, torch.Tensor]] | None = None
+    layer: ClientLayer | None = None
     upload_rank: int | None = None
 
 
@@ -124,20 +127,20 @@ def local_update(backbone: Backbone, head: nn.Linear, data: Inputs, labels: torc
     head.requires_grad_(job.train_head)
     s = lora_scale(job.rank, job.alpha, settings.use_rslora)
     base = backbone.model
-    restore: list[tuple[nn.Module, str, nn.Module]] = []  # FLoRG: modules swapped in place
+    own = job.layer is not None and not job.layer.peft_lora  # the method's own layer, not peft's LoRA
+    restore: list[tuple[nn.Module, str, nn.Module]] = []  # own layers: modules swapped in place
     wrapped = None  # LoRA: the PeftModel around ``base``
     try:
-        if job.florg is not None:
+        if own:
             model, params = base, []
             for name in backbone.targets:
                 parent_name, _, child = name.rpartition(".")
                 parent = base.get_submodule(parent_name)
                 orig = getattr(parent, child)
-                A = job.start[name].A
-                layer = FlorgLinear(orig, A, *job.florg[name], s).to(backbone.device)
+                layer = job.layer.module(name, orig, job.start[name], s).to(backbone.device)
                 setattr(parent, child, layer)
                 restore.append((parent, child, orig))
-                params.append(layer.A)
+                params += [p for p in layer.parameters() if p.requires_grad]
         else:
             model = wrapped = backbone.wrap(job.rank, job.alpha, settings.use_rslora)
             params = []
@@ -167,9 +170,9 @@ def local_update(backbone: Backbone, head: nn.Linear, data: Inputs, labels: torc
             losses.append(loss.detach().item())
         factors = {}
         with torch.no_grad():
-            if job.florg is not None:
+            if own:
                 for (parent, child, _), name in zip(restore, backbone.targets):
-                    factors[name] = (None, getattr(parent, child).A.detach().float().cpu().clone())
+                    factors[name] = job.layer.upload(getattr(parent, child))
             else:
                 for name in backbone.targets:
                     layer = model.base_model.model.get_submodule(name)

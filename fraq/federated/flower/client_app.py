@@ -1,12 +1,13 @@
 """The Flower ``ClientApp``: apply the server's downlink, train LoRA locally, upload.
 
 Each node keeps its copy of the global weights W_t of the adapted modules in
-``context.state`` and adds the merges it receives (Algorithm 1: W_t = W_{t-1} +
-s_g B_g A_g), with the same float64 arithmetic as the server
-(:func:`fraq.federated.server.merge_into`). It answers a ``query`` message with its
-``partition-id`` (checked against ``num-partitions`` and the run's client count) so the
-server can address each client's own payload: SuperNode ``partition-id`` K trains the
-harness's client K (``Task.clients[K]``, the K-th part of the seeded Dirichlet split).
+``context.state`` and adds the merges it receives (Algorithm 1:
+W_t = W_{t-1} + s_g B_g A_g), with the same float64 arithmetic as the server
+(:func:`fraq.federated.state.merge_into`, through the method's client layer). It answers a
+``query`` message with its ``partition-id`` (checked against ``num-partitions`` and the
+run's client count) so the server can address each client's own payload: SuperNode
+``partition-id`` K trains the harness's client K (``Task.clients[K]``, the K-th part of
+the seeded Dirichlet split).
 
 ``app`` is ``flwr run``'s component (configuration from ``context.run_config``);
 :func:`make_client_app` builds one for a given configuration.
@@ -23,7 +24,9 @@ from flwr.clientapp import ClientApp
 from fraq.federated.client import LocalJob, local_update
 from fraq.federated.flower.run_config import from_run_config
 from fraq.federated.flower.strategy import decode_downlink, encode_update
-from fraq.federated.server import Method, Task, merge_into
+from fraq.federated.server import Method
+from fraq.federated.state import merge_into
+from fraq.federated.task import Task
 
 __all__ = ["app", "make_client_app"]
 
@@ -66,7 +69,8 @@ def _register(app: ClientApp, resolve: Callable[[Context], tuple[dict, str]]) ->
     def train(msg: Message, context: Context) -> Message:
         cfg, method = resolve(context)
         task = _task(cfg)
-        settings = Method.make(method, cfg).settings
+        m = Method.make(method, cfg)
+        layer = task.client_layer(m.agg)
         c = msg.content["config"]
         k = int(c["client"])
         pid = _partition(context, cfg["federated"]["clients"])
@@ -74,12 +78,11 @@ def _register(app: ClientApp, resolve: Callable[[Context], tuple[dict, str]]) ->
             raise ValueError(f"node with partition-id {pid} was sent client {k}'s round")
         tensors = msg.content["arrays"].to_torch_state_dict()
         merges, starts = decode_downlink(tensors, c)
-        florg = task.florg_projections() if bool(c["florg"]) else None
         if "weights" in context.state:
             weights = context.state["weights"].to_torch_state_dict()
         else:
             weights = {n: W.clone() for n, W in task.pretrained.items()}
-        weights = merge_into(weights, merges, florg)
+        weights = merge_into(weights, merges, layer)
         context.state["weights"] = ArrayRecord(torch_state_dict=weights)
         bb = task.backbone
         bb.set_weights(weights)
@@ -87,9 +90,9 @@ def _register(app: ClientApp, resolve: Callable[[Context], tuple[dict, str]]) ->
         head.load_state_dict({n[len("head."):]: v for n, v in tensors.items() if n.startswith("head.")})
         up = int(c["upload-rank"])
         job = LocalJob(k, int(c["server-round"]), int(c["rank"]), float(c["alpha"]), start=starts or None,
-                       train=str(c["train"]), train_head=bool(c["train-head"]), florg=florg,
+                       train=str(c["train"]), train_head=bool(c["train-head"]), layer=layer,
                        upload_rank=None if up < 0 else up)
-        res = local_update(bb, head, *task.clients[k], job, settings)
+        res = local_update(bb, head, *task.clients[k], job, m.settings)
         return Message(encode_update(res.update, res.head, k, res.loss), reply_to=msg)
 
     return app

@@ -41,6 +41,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from fraq._files import replacing_file
+
 __all__ = ["check_run_config", "default_app_dir", "free_port", "main", "run_local"]
 
 CONNECTION = "fraq-local"
@@ -186,9 +188,9 @@ def run_local(out: Path, *, app_dir: Path | None = None, run_config: str = "", c
     home = out / "flwr-home"
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
-        f'address = "127.0.0.1:{port}"\ninsecure = true\n', encoding="utf-8")
+    with replacing_file(home / "config.toml") as tmp:
+        tmp.write_text(f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+                       f'address = "127.0.0.1:{port}"\ninsecure = true\n', encoding="utf-8")
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0",
            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_DISABLE_UPDATE_CHECK": "1",

@@ -26,7 +26,9 @@ from fraq.federated.flower.run_config import from_run_config
 from fraq.federated.flower.strategy import LoraStrategy
 from fraq.federated.records import jsonable, method_result, round_line
 from fraq.federated.results import write_json
-from fraq.federated.server import Method, Task, eval_weights, florg_offset
+from fraq.federated.server import Method
+from fraq.federated.state import eval_weights
+from fraq.federated.task import Task
 
 __all__ = ["app", "make_server_app", "run_simulation"]
 
@@ -70,10 +72,9 @@ def _main(grid: Grid, context: Context, cfg: dict, method: str, sink: dict | Non
     f = cfg["federated"]
     node_clients = _partitions(grid, f["clients"])
     state = m.initial_state(task)
-    florg = task.florg_projections() if m.agg.single_matrix else None
+    layer = task.client_layer(m.agg)
     strategy = LoraStrategy(m, state, task.backbone.targets, node_clients,
-                            initial_merges=florg_offset(state.starts[0]) if florg else None,
-                            head_rounds=f["head_rounds"])
+                            initial_merges=layer.offset(state.starts[0]), head_rounds=f["head_rounds"], layer=layer)
     accuracy: dict[int, float] = {}
     out = None if results_dir is None else Path(results_dir).expanduser().resolve() / m.label / "result.json"
     if out is not None:
@@ -85,7 +86,7 @@ def _main(grid: Grid, context: Context, cfg: dict, method: str, sink: dict | Non
         metrics = None
         if rnd % f["eval_every"] == 0 or rnd == f["rounds"]:
             bb = task.backbone
-            bb.set_weights(eval_weights(strategy.state, m.plan.ranks, florg))
+            bb.set_weights(eval_weights(strategy.state, m.plan.ranks, layer))
             head = task.new_head()
             head.load_state_dict(strategy.state.head)
             accuracy[rnd] = strategy.records[-1]["accuracy"] = bb.accuracy(head, task.test, task.test_labels)

@@ -5,7 +5,7 @@ strategy must change: ``configure_train`` (each client gets its own payload: the
 and start adapter of its :class:`~fraq.aggregators.Downlink`, its rank and what to train)
 and ``aggregate_train`` (the uploads become :class:`~fraq.aggregators.ClientUpdate` objects
 for the method's aggregator; the server state advances exactly as in the in-process
-harness, through :func:`fraq.federated.server.apply_round`). Client evaluation is off;
+harness, through :func:`fraq.federated.state.apply_round`). Client evaluation is off;
 the ``ServerApp`` evaluates the global model centrally.
 
 Wire format (peft's names): server -> client ``merge.{i}.{module}.B`` / ``.A`` (products
@@ -27,10 +27,10 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 from flwr.supercore import log
 
-from fraq.aggregators import ClientUpdate, Factors
-from fraq.federated.checkpoint import RoundState
+from fraq.aggregators import ClientLayer, ClientUpdate, Factors
 from fraq.federated.records import round_record
-from fraq.federated.server import Method, apply_round
+from fraq.federated.server import Method
+from fraq.federated.state import RoundState, apply_round
 
 __all__ = ["LoraStrategy", "decode_downlink", "encode_update"]
 
@@ -84,8 +84,10 @@ class LoraStrategy(FedAvg):
         targets: adapted module -> (m, n), for the FLoRA downlink reference.
         node_clients: Flower node id -> client (data partition) index.
         initial_merges: module -> products every client adds to its pretrained weights
-            before round 1 (FLoRG's offset), or None.
+            before round 1 (the method's ``client_layer(...).offset``), or None.
         head_rounds: rounds in which the head trains and is averaged.
+        layer: the method's :class:`~fraq.aggregators.ClientLayer`, for the server's own
+            merges (default: peft's LoRA).
 
     After each round ``state`` holds the new server state and ``records`` one dict per round,
     built by :func:`fraq.federated.records.round_record` as in the in-process harness
@@ -95,7 +97,7 @@ class LoraStrategy(FedAvg):
 
     def __init__(self, method: Method, state: RoundState, targets: dict[str, tuple[int, int]],
                  node_clients: dict[int, int], *, initial_merges: dict[str, tuple[Factors, ...]] | None = None,
-                 head_rounds: int = 0):
+                 head_rounds: int = 0, layer: ClientLayer | None = None):
         K = len(method.plan.ranks)
         if sorted(node_clients.values()) != list(range(K)):
             raise ValueError(f"node_clients must map one node to each client 0..{K - 1}, got "
@@ -106,6 +108,7 @@ class LoraStrategy(FedAvg):
         self.targets = dict(targets)
         self.node_clients = dict(node_clients)
         self.head_rounds = head_rounds
+        self.layer = layer
         self.records: list[dict] = []
         self._t_configure: float | None = None
         merges = initial_merges or {}
@@ -126,8 +129,7 @@ class LoraStrategy(FedAvg):
             tensors: dict[str, torch.Tensor] = {f"head.{n}": v for n, v in self.state.head.items()}
             cfg = {"server-round": server_round, "client": k, "rank": plan.ranks[k], "alpha": float(plan.alphas[k]),
                    "train": train, "train-head": server_round <= self.head_rounds,
-                   "upload-rank": -1 if plan.upload_ranks[k] is None else plan.upload_ranks[k],
-                   "florg": bool(agg.single_matrix)}
+                   "upload-rank": -1 if plan.upload_ranks[k] is None else plan.upload_ranks[k]}
             for module, fs in self._merges[k].items():
                 for i, f in enumerate(fs):
                     _encode_factors(f"merge.{i}.{module}", f, tensors, cfg)
@@ -168,7 +170,8 @@ class LoraStrategy(FedAvg):
         result = self.method.agg.aggregate(updates, self.state.agg_state)
         agg_ms = (time.perf_counter() - t0) * 1e3
         train_head = server_round <= self.head_rounds
-        self.state = apply_round(self.state, result, heads if train_head else None, [u.weight for u in updates])
+        self.state = apply_round(self.state, result, heads if train_head else None, [u.weight for u in updates],
+                                 self.layer)
         self._merges = [result.merged(k) for k in range(K)]
         rec = round_record(result, t=server_round, losses=losses, train_seconds=train_s, agg_ms=agg_ms,
                            targets=self.targets, client_ranks=list(self.method.client_ranks))

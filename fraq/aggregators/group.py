@@ -1,0 +1,155 @@
+"""Modules aggregated together, and their batching.
+
+A round's modules that share a shape, per-client ranks, scales and dtype form one
+:class:`Group`. In batched mode (the default) a group's modules are stacked along a
+leading batch dimension, so every factorization runs as one batched call per group (the
+paper's "batched" curves); with ``batched=False`` every module is its own group of batch
+shape () (the "unbatched" curves). Methods see (*, m, r) tensors either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from fraq._validation import check_finite
+from fraq.aggregators.payload import ClientUpdate
+from fraq.stack import fill_stacks
+
+__all__ = ["Group", "ModuleSpec"]
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """One adapted module as the clients uploaded it.
+
+    ``m`` is None for single-matrix uploads (FLoRG), whose A_k is (r, n) with n = min(m, n).
+    """
+
+    name: str
+    m: int | None
+    n: int
+    ranks: tuple[int, ...]
+    scales: tuple[float, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+    @property
+    def key(self) -> tuple:
+        return (self.m, self.n, self.ranks, self.scales, self.dtype, str(self.device))
+
+
+class Group:
+    """Modules aggregated together: one shape, one rank and one scale per client.
+
+    Attributes:
+        specs: the modules, in upload order.
+        batched: True when the factors carry a leading module dimension (L, *, *).
+        weights: normalized client weights a_k.
+        checked: True when the uploads were already scanned for NaN and infinity.
+    """
+
+    def __init__(self, specs: Sequence[ModuleSpec], updates: Sequence[ClientUpdate], weights: list[float],
+                 batched: bool, checked: bool = False):
+        self.specs = tuple(specs)
+        self.batched = batched
+        self.checked = checked
+        self.weights = weights
+        self._updates = updates
+        self._stacked: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.specs)
+
+    @property
+    def spec(self) -> ModuleSpec:
+        """The first module; every module of the group shares its shape, ranks and scales."""
+        return self.specs[0]
+
+    def module_factors(self, k: int) -> tuple[list[torch.Tensor | None], list[torch.Tensor]]:
+        """Client ``k``'s per-module factors, unstacked: two lists of length L."""
+        f = self._updates[k].factors
+        return [f[s.name][0] for s in self.specs], [f[s.name][1] for s in self.specs]
+
+    def client_factors(self) -> tuple[list[torch.Tensor | None], list[torch.Tensor]]:
+        """Per client, the group's factors: K tensors (L, m, r_k) and (L, r_k, n), or unbatched.
+
+        Stacking copies the factors once per round; the result is cached.
+        """
+        if self._stacked is None:
+            Bs, As = [], []
+            for k in range(len(self._updates)):
+                b, a = self.module_factors(k)
+                Bs.append(None if b[0] is None else self._stack(b))
+                As.append(self._stack(a))
+            self._stacked = (Bs, As)
+        return self._stacked
+
+    def stacked(self, dtype: torch.dtype | None = None, *, scaled: bool = True
+                ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        r"""The group's exact weighted stacks (:func:`fraq.stack`'s Eq. 7), in one pass of copies.
+
+        Returns B (L, m, r), column-major like :func:`fraq.stack`'s, and A (L, r, n), with
+        r = sum_k r_k; without the L dimension when the group is unbatched:
+
+        .. math::
+            B = [\sqrt{a_1} B_1, \dots, \sqrt{a_K} B_K], \qquad
+            A = [\sqrt{a_1} s_1 A_1; \dots; \sqrt{a_K} s_K A_K].
+
+        The stacks are filled by :func:`fraq.stack.fill_stacks`, the one implementation of
+        the stacking: each client's per-module factors are copied straight into their slice
+        of the stacks and scaled there, with no (L, m, r_k) intermediate as
+        :meth:`client_factors` would make and :func:`fraq.stack` copy again. ``dtype``
+        defaults to the clients'; pass float32 for bf16 clients to keep the stacks free of
+        a second rounding. ``scaled=False`` leaves the LoRA scales s_k out of A. Single-matrix
+        uploads (B_k None) give B None and the row stack A. Unless :attr:`checked`, NaN or
+        Inf in a factor raise a ValueError naming the client and module, checked on the
+        stacks with one reduction each.
+        """
+        spec = self.spec
+        dtype = dtype or spec.dtype
+        lead = (len(self.specs),) if self.batched else ()
+        r = sum(spec.ranks)
+        B = None if spec.m is None else torch.empty(*lead, r, spec.m, dtype=dtype, device=spec.device).mT
+        A = torch.empty(*lead, r, spec.n, dtype=dtype, device=spec.device)
+        clients = (self.module_factors(k) for k in range(len(self._updates)))
+        if not self.batched:
+            clients = ((b[0], a[0]) for b, a in clients)
+        fill_stacks(B, A, clients, self.weights, spec.scales if scaled else [1.0] * len(spec.scales))
+        for name, t in (("B", B), ("A", A)):
+            if not self.checked and t is not None and t.numel() and not bool(torch.isfinite(t.sum())):
+                self._raise_non_finite(name)
+        return B, A
+
+    def _raise_non_finite(self, factor: str) -> None:
+        """Name the client and module whose factor holds a NaN/Inf (a stack's sum was not finite)."""
+        i = 0 if factor == "B" else 1
+        for k, u in enumerate(self._updates):
+            for s in self.specs:
+                check_finite(f"client {k}, module {s.name!r}, {factor}", u.factors[s.name][i])
+        # Finite entries whose sum overflowed: nothing to name, the stacks are usable.
+
+    def stack_modules(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Per-module tensors -> one (L, *) tensor (batched), or the one tensor (unbatched)."""
+        return self._stack(list(tensors))
+
+    def _stack(self, ts: list[torch.Tensor]) -> torch.Tensor:
+        if not self.batched:
+            return ts[0]
+        return ts[0].unsqueeze(0) if len(ts) == 1 else torch.stack(ts)
+
+    def split(self, t: torch.Tensor) -> list[torch.Tensor]:
+        """A result with a leading module dimension -> one view per module."""
+        return list(t.unbind(0)) if self.batched else [t]
+
+
+def _make_groups(updates, specs, weights, batched, checked: bool = False) -> list[Group]:
+    if not batched:
+        return [Group((s,), updates, weights, batched=False, checked=checked) for s in specs]
+    buckets: dict[tuple, list[ModuleSpec]] = {}
+    for s in specs:
+        buckets.setdefault(s.key, []).append(s)
+    return [Group(b, updates, weights, batched=True, checked=checked) for b in buckets.values()]

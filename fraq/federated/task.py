@@ -1,0 +1,97 @@
+"""The task of a run: tokenized data, the clients' partitions, the model and its head.
+
+Built once per run and shared by every method (and by every round of a Flower node).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+from torch import nn
+
+from fraq.aggregators import Aggregator, ClientLayer
+from fraq.federated.dataset import load_dataset
+from fraq.federated.model import Backbone, Inputs, resolve_device
+from fraq.federated.partition import partition, partition_summary
+from fraq.federated.seeding import stable_seed
+
+__all__ = ["DTYPES", "Task"]
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
+"""``model.dtype`` names."""
+
+
+class Task:
+    """What every method of a run shares: model, tokenized data, client partitions.
+
+    Built once per run; ``backbone`` may be passed in (tests build a tiny BERT).
+
+    Attributes:
+        cfg: the run's configuration.
+        data: the data set (:func:`~fraq.federated.dataset.load_dataset`).
+        parts: per client, the indices of its training examples.
+        backbone: the :class:`~fraq.federated.model.Backbone`.
+        clients: per client, its encoded examples and labels.
+        test, test_labels: the encoded test split.
+        pretrained: adapted module -> its pretrained weight (m, n).
+    """
+
+    def __init__(self, cfg: dict, *, backbone: Backbone | None = None, log=print):
+        if cfg["threads"] is not None:
+            torch.set_num_threads(cfg["threads"])
+        self.cfg = cfg
+        seed = cfg["seed"]
+        ds = dict(cfg["dataset"])
+        ds.setdefault("seed", seed)
+        self.data = load_dataset(ds)
+        p = cfg["partition"]
+        K = cfg["federated"]["clients"]
+        self.parts = partition(self.data.train_labels, K, scheme=p["scheme"], alpha=p["alpha"],
+                               tasks=self.data.train_tasks, min_size=p["min_size"], seed=seed)
+        log(f"{len(self.data.train_texts)} training / {len(self.data.test_texts)} test examples, "
+            f"{self.data.num_labels} labels, partition {p['scheme']}"
+            + (f"(alpha={p['alpha']})" if p["scheme"] == "dirichlet" else ""))
+        log(partition_summary(self.parts, self.data.train_labels, self.data.label_names))
+        m = cfg["model"]
+        if backbone is None:
+            device = resolve_device(m["device"])
+            backbone = Backbone(m["name"], target_modules=m["target_modules"],
+                                layers_to_transform=m["layers_to_transform"], layers_pattern=m["layers_pattern"],
+                                pooling=m["pooling"], max_length=m["max_length"], dtype=DTYPES[m["dtype"]],
+                                device=device, cache_prefix=m["cache_prefix"])
+        self.backbone = backbone
+        t0 = time.perf_counter()
+        train = backbone.encode(self.data.train_texts)
+        self.test = backbone.encode(self.data.test_texts)
+        backbone.prefix_cached()
+        log(f"{len(backbone.targets)} adapted modules; data encoded in {time.perf_counter() - t0:.1f} s"
+            + (f" (frozen prefix of {backbone.cache_from} layers cached)" if backbone.cache_from else ""))
+        self.test_labels = torch.from_numpy(self.data.test_labels)
+        labels = torch.from_numpy(self.data.train_labels)
+        self.clients = [(Inputs(train.x[torch.from_numpy(ix)], train.mask[torch.from_numpy(ix)]),
+                         labels[torch.from_numpy(ix)]) for ix in self.parts]
+        self.pretrained = backbone.weights()
+        self._layers: dict[type, ClientLayer] = {}
+
+    def seeds(self, *parts) -> int:
+        """The run's seed function: :func:`~fraq.federated.seeding.stable_seed` of the run's seed and ``parts``."""
+        return stable_seed(self.cfg["seed"], *parts)
+
+    def client_layer(self, agg: Aggregator) -> ClientLayer:
+        """``agg``'s clients' layer on this task's modules (:meth:`Aggregator.client_layer`), built once."""
+        key = type(agg)
+        if key not in self._layers:
+            self._layers[key] = agg.client_layer(self.backbone.targets, self.seeds)
+        return self._layers[key]
+
+    def new_head(self) -> nn.Linear:
+        """The initial head, nn.Linear's default initialization drawn from the run's seed."""
+        head = nn.Linear(self.backbone.hidden_size, self.data.num_labels)
+        g = torch.Generator().manual_seed(stable_seed(self.cfg["seed"], "head"))
+        bound = 1 / math.sqrt(self.backbone.hidden_size)
+        with torch.no_grad():
+            head.weight.copy_((torch.rand(head.weight.shape, generator=g) * 2 - 1) * bound)
+            head.bias.copy_((torch.rand(head.bias.shape, generator=g) * 2 - 1) * bound)
+        return head.to(self.backbone.device)
