@@ -136,7 +136,7 @@ def fig3_scalability(df: pd.DataFrame):
             ax.set_xticklabels([str(int(v)) for v in xs])
             ax.set_xlabel("total stacked rank r" if sweep == "r" else "hidden size d (square d x d modules)")
             ax.set_ylabel(ylabel)
-            label = ylabel.split(" (")[0].replace(chr(10), " ")
+            label = "error above optimum" if y == "excess" else ylabel.split(" (")[0]  # titles fit their panel
             ax.set_title(f"({'abcdefgh'[2 * row + col]}) {label} vs {sweep} at {fixed}")
     names = [n for n in ["FRAQ", "FLoRIST", "FlexLoRA"] if n in set(d["method_name"])]
     handles = [Line2D([], [], color=COLORS[n], marker=MARKERS[n], label=n) for n in names]
