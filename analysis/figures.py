@@ -95,9 +95,8 @@ def fig3_summary(df: pd.DataFrame) -> pd.DataFrame:
     return d.sort_values(["sweep", "method_name", "mode", "x"])
 
 
-FIG3_ROWS = [("ms", "runtime (ms)", "runtime"), ("peak_mib", "tensor peak memory (MiB)", "peak memory"),
-             ("gflop", "counted GFLOP (batched)", "FLOPs"),
-             ("excess", "float32 error above the\nfloat64 optimum", "fidelity")]
+FIG3_ROWS = [("ms", "runtime (ms)"), ("peak_mib", "tensor peak memory (MiB)"), ("gflop", "counted GFLOP (batched)"),
+             ("excess", "float32 error above the\nfloat64 optimum")]
 """The sweep figure's rows, one metric each: time, memory, FLOPs, fidelity."""
 
 
@@ -116,7 +115,7 @@ def fig3_scalability(df: pd.DataFrame):
         if sub.empty:
             continue
         fixed = f"d = {int(sub['d'].iloc[0])}" if sweep == "r" else f"r = {int(sub['r'].iloc[0])}"
-        for row, (y, ylabel, title) in enumerate(FIG3_ROWS):
+        for row, (y, ylabel) in enumerate(FIG3_ROWS):
             ax = axes[row, col]
             for (name, mode), s in sub.groupby(["method_name", "mode"]):
                 s = s[s[y].notna()]
@@ -137,7 +136,8 @@ def fig3_scalability(df: pd.DataFrame):
             ax.set_xticklabels([str(int(v)) for v in xs])
             ax.set_xlabel("total stacked rank r" if sweep == "r" else "hidden size d (square d x d modules)")
             ax.set_ylabel(ylabel)
-            ax.set_title(f"({'abcdefgh'[2 * row + col]}) {title} vs {sweep} at {fixed}")
+            label = "error above optimum" if y == "excess" else ylabel.split(" (")[0]  # titles fit their panel
+            ax.set_title(f"({'abcdefgh'[2 * row + col]}) {label} vs {sweep} at {fixed}")
     names = [n for n in ["FRAQ", "FLoRIST", "FlexLoRA"] if n in set(d["method_name"])]
     handles = [Line2D([], [], color=COLORS[n], marker=MARKERS[n], label=n) for n in names]
     handles += [Line2D([], [], color="k", linestyle="-", marker="o", label="batched"),

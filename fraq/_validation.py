@@ -21,6 +21,7 @@ __all__ = [
     "check_rank",
     "check_tau",
     "check_client_numbers",
+    "NonFiniteError",
     "compute_dtype",
 ]
 
@@ -57,8 +58,12 @@ def check_factor(name: str, t: object) -> torch.Tensor:
     return t
 
 
+class NonFiniteError(ValueError):
+    """A factor holds a NaN or an infinity (raised by :func:`check_finite`, with its index)."""
+
+
 def check_finite(name: str, t: torch.Tensor) -> None:
-    """Raise if ``t`` holds a NaN or an infinity.
+    """Raise :class:`NonFiniteError` if ``t`` holds a NaN or an infinity.
 
     The common case costs one reduction and no allocation: a NaN or an infinity makes
     the sum non-finite. Only a non-finite sum (which finite entries can also give, by
@@ -69,7 +74,7 @@ def check_finite(name: str, t: torch.Tensor) -> None:
     bad = ~torch.isfinite(t)
     if bool(bad.any()):
         idx = tuple(int(i) for i in bad.nonzero()[0])
-        raise ValueError(f"{name} contains a non-finite value {t[idx].item()} at index {idx}")
+        raise NonFiniteError(f"{name} contains a non-finite value {t[idx].item()} at index {idx}")
 
 
 def check_pair(B: torch.Tensor, A: torch.Tensor, bname: str = "B", aname: str = "A") -> None:

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from fraq._parallel import chunk_bounds, map_chunks
 from fraq._validation import check_client_numbers, check_finite, check_pair
 
 __all__ = ["fill_stacks", "normalized_weights", "stack"]
@@ -202,15 +203,34 @@ def fill_stacks(B: torch.Tensor | None, A: torch.Tensor, clients: Iterable[tuple
     way in.
 
     It trusts its arguments (the callers validate) and never synchronizes with the host:
-    a caller may fill disjoint stacks from several threads or streams.
+    a caller may fill disjoint stacks from several threads or streams. On a CPU with more
+    than one torch thread, a batch of stacks worth sharing (:func:`fraq._parallel.chunk_bounds`)
+    is filled chunk by chunk of matrices, one thread per chunk, each copy on its thread
+    alone (:func:`fraq._parallel.map_chunks`), as :func:`fraq.recompress` shares its batch.
     """
+    clients = list(clients)
+    if A.dim() < 3 or A.shape[0] < 2 or A.device.type != "cpu" or torch.get_num_threads() < 2:
+        _fill(B, A, clients, a, s, None)
+        return
+    bounds = chunk_bounds(A.shape[0], (A[0].numel() + (0 if B is None else B[0].numel())) * A.element_size())
+
+    def chunk(Ac: torch.Tensor, lo: int) -> None:
+        span = slice(lo, lo + Ac.shape[0])
+        _fill(None if B is None else B[span], Ac, clients, a, s, span)
+
+    map_chunks(chunk, bounds, A, with_offset=True)
+
+
+def _fill(B: torch.Tensor | None, A: torch.Tensor, clients: list, a: Sequence[float], s: Sequence[float],
+          span: slice | None) -> None:
+    """:func:`fill_stacks` on stacks that hold the matrices ``span`` of each client's factors (all: None)."""
     lo = 0
     for (Bk, Ak), ak, sk in zip(clients, a, s):
         hi = lo + (Ak.shape[-2] if isinstance(Ak, torch.Tensor) else Ak[0].shape[-2])
         root = math.sqrt(ak)
         if B is not None:
-            _put(B[..., lo:hi], Bk, root)
-        _put(A[..., lo:hi, :], Ak, root * sk)
+            _put(B[..., lo:hi], Bk if span is None else Bk[span], root)
+        _put(A[..., lo:hi, :], Ak if span is None else Ak[span], root * sk)
         lo = hi
 
 

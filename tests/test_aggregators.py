@@ -587,6 +587,9 @@ def test_nonfinite_inputs_rejected():
     for method in ("flora", "fraq", "florist", "flexlora", "fedex-lora"):
         with pytest.raises(ValueError, match="non-finite"):
             get_aggregator(method).aggregate(bad)
+    # fraq reads NaN/Inf in recompress's one host read, then names the client and module
+    with pytest.raises(ValueError, match=r"client 1, module 'layers.0.o', B contains a non-finite value nan"):
+        get_aggregator("fraq").aggregate(bad)
 
 
 def test_option_errors():

@@ -447,9 +447,10 @@ def test_figure_legends_cover_no_panel_title(tiny, tmp_path):
         canvas.draw()
         renderer = canvas.get_renderer()
         legend = fig.legends[0].get_window_extent(renderer)
-        for ax in fig.axes:
-            title = ax.title.get_window_extent(renderer)
-            assert not legend.overlaps(title), ax.get_title()
+        titles = [(ax.get_title(), ax.title.get_window_extent(renderer)) for ax in fig.axes]
+        for name, title in titles:
+            assert not legend.overlaps(title), name
+            assert not any(title.overlaps(other) for n, other in titles if n != name), name  # nor each other
 
 
 def test_one_round_federated_plot_has_integer_round_ticks(tmp_path):

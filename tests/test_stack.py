@@ -101,3 +101,35 @@ def test_float16_stack_within_range_is_rounded_once():
     B32, A32 = fraq.stack(Bs, As, weights=[1.0, 3.0], scales=[2.0, 2.0])
     torch.testing.assert_close(B, B32.half(), rtol=0, atol=0)
     torch.testing.assert_close(A, A32.half(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("lists", [False, True])
+def test_stacks_filled_by_threads_equal_one_thread(monkeypatch, lists):
+    """A batch shared by two threads, chunk by chunk of matrices, is the one-thread stack, bit for bit
+    (the same copies and products, each on one thread), for tensor and per-module-list factors."""
+    from fraq import _parallel
+    from fraq.stack import fill_stacks
+
+    Bs, As = lora_clients(20, 12, [3, 5, 2], batch=(7,), seed=5)
+    a, sc = [0.5, 0.3, 0.2], [2.0, 1.0, 0.5]
+
+    def filled():
+        B = torch.empty(7, 10, 20).mT
+        A = torch.empty(7, 10, 12)
+        clients = [(list(b.unbind(0)), list(x.unbind(0))) if lists else (b, x) for b, x in zip(Bs, As)]
+        fill_stacks(B, A, clients, a, sc)
+        return B, A
+
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        B1, A1 = filled()
+        torch.set_num_threads(2)
+        monkeypatch.setattr(_parallel, "FANOUT_BYTES", 1)
+        assert len(_parallel.chunk_bounds(7, 10 * 32 * 4)) == 3  # the case is what it claims: two chunks
+        B2, A2 = filled()
+    finally:
+        torch.set_num_threads(old)
+    assert torch.equal(B1, B2) and torch.equal(A1, A2)
+    expected = sum(ak * sk * b @ x for ak, sk, b, x in zip(a, sc, Bs, As))
+    torch.testing.assert_close(B2 @ A2, expected, rtol=0, atol=64 * torch.finfo(torch.float32).eps)

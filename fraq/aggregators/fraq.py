@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 
 import fraq
-from fraq._validation import check_eig_dtype, check_rank, check_tau
+from fraq._validation import NonFiniteError, check_eig_dtype, check_rank, check_tau
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.payload import REINITIALIZE, Downlink, Factors
 from fraq.backends import AUTO, resolve_backend
@@ -75,9 +75,15 @@ class Fraq(Aggregator):
         return Fraq(rank=limit, backend=self.backend, eig_dtype=self.eig_dtype, gram=self.gram)
 
     def _group(self, group: Group, state) -> GroupOutput:
-        Bst, Ast = group.stacked()
-        res = fraq.recompress(Bst, Ast, tau=self.tau, rank=self.rank, backend=self.backend,
-                              eig_dtype=self.eig_dtype, **self._gram())
+        # One host read per group: recompress's own check finds a NaN or Inf in the stacks,
+        # and only then are the uploads scanned to name the client and module.
+        Bst, Ast = group.stacked(scan=False)
+        try:
+            res = fraq.recompress(Bst, Ast, tau=self.tau, rank=self.rank, backend=self.backend,
+                                  eig_dtype=self.eig_dtype, **self._gram())
+        except NonFiniteError:
+            group.name_non_finite()
+            raise
         ranks = res.rank.reshape(-1).tolist() if isinstance(res.rank, torch.Tensor) else [res.rank]
         out: GroupOutput = {}
         for mod, B, A, p in zip(group.specs, group.split(res.B), group.split(res.A), ranks):

@@ -88,7 +88,7 @@ class Group:
             self._stacked = (Bs, As)
         return self._stacked
 
-    def stacked(self, dtype: torch.dtype | None = None, *, scaled: bool = True
+    def stacked(self, dtype: torch.dtype | None = None, *, scaled: bool = True, scan: bool = True
                 ) -> tuple[torch.Tensor | None, torch.Tensor]:
         r"""The group's exact weighted stacks (:func:`fraq.stack`'s Eq. 7), in one pass of copies.
 
@@ -105,9 +105,10 @@ class Group:
         :meth:`client_factors` would make and :func:`fraq.stack` copy again. ``dtype``
         defaults to the clients'; pass float32 for bf16 clients to keep the stacks free of
         a second rounding. ``scaled=False`` leaves the LoRA scales s_k out of A. Single-matrix
-        uploads (B_k None) give B None and the row stack A. Unless :attr:`checked`, NaN or
-        Inf in a factor raise a ValueError naming the client and module, checked on the
-        stacks with one reduction each.
+        uploads (B_k None) give B None and the row stack A. Unless :attr:`checked` (or
+        ``scan=False``: a caller whose next step reads NaN and Inf anyway, and then calls
+        :meth:`name_non_finite`), NaN or Inf in a factor raise a ValueError naming the
+        client and module, checked on the stacks with one reduction (one host read) each.
         """
         spec = self.spec
         dtype = dtype or spec.dtype
@@ -120,9 +121,14 @@ class Group:
             clients = ((b[0], a[0]) for b, a in clients)
         fill_stacks(B, A, clients, self.weights, spec.scales if scaled else [1.0] * len(spec.scales))
         for name, t in (("B", B), ("A", A)):
-            if not self.checked and t is not None and t.numel() and not bool(torch.isfinite(t.sum())):
+            if scan and not self.checked and t is not None and t.numel() and not bool(torch.isfinite(t.sum())):
                 self._raise_non_finite(name)
         return B, A
+
+    def name_non_finite(self) -> None:
+        """Raise the ValueError naming the first client and module whose B or A holds a NaN/Inf, if any."""
+        self._raise_non_finite("B")
+        self._raise_non_finite("A")
 
     def _raise_non_finite(self, factor: str) -> None:
         """Name the client and module whose factor holds a NaN/Inf (a stack's sum was not finite)."""
