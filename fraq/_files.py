@@ -95,15 +95,21 @@ def check_parent(path: Path, what: str) -> None:
     is the current directory or a mount point, which ``rename(2)`` cannot replace."""
     path = Path(path)
     _check_swappable(path, what)
-    parent = path.parent
-    while not parent.exists():
-        if parent.is_symlink():
-            raise ValueError(f"{what}(={str(path)!r}): {parent} is a dangling symbolic link")
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ValueError(f"{what}(={str(path)!r}): {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"{what}(={str(path)!r}): directory {parent} is not writable")
+    _check_writable_ancestor(path, path.parent, what)
+
+
+def _check_writable_ancestor(path: Path, start: Path, what: str) -> None:
+    """The nearest existing ancestor of ``start`` (itself included) is a writable directory, and
+    no link on the way dangles: where ``path`` (the argument ``what``) would be created."""
+    nearest = start
+    while not nearest.exists():
+        if nearest.is_symlink():
+            raise ValueError(f"{what}(={str(path)!r}): {nearest} is a dangling symbolic link")
+        nearest = nearest.parent
+    if not nearest.is_dir():
+        raise ValueError(f"{what}(={str(path)!r}): {nearest} is not a directory")
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        raise ValueError(f"{what}(={str(path)!r}): directory {nearest} is not writable")
 
 
 def _check_swappable(path: Path, what: str) -> None:
@@ -175,15 +181,7 @@ def check_dir_out(path: str | os.PathLike, what: str) -> None:
         kind = "a file" if stat.S_ISREG(mode) else _kind(mode)
         raise ValueError(f"{what}(={str(path)!r}) is {kind}, not a directory: give a directory (it is created "
                          f"when missing)")
-    nearest = path
-    while not nearest.exists():
-        if nearest.is_symlink():
-            raise ValueError(f"{what}(={str(path)!r}): {nearest} is a dangling symbolic link")
-        nearest = nearest.parent
-    if not nearest.is_dir():
-        raise ValueError(f"{what}(={str(path)!r}): {nearest} is not a directory")
-    if not os.access(nearest, os.W_OK | os.X_OK):
-        raise ValueError(f"{what}(={str(path)!r}): directory {nearest} is not writable")
+    _check_writable_ancestor(path, path, what)
 
 
 def _keep_mode(new: Path, old: Path, default: int) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from fraq import _gram, _range
+from fraq._energy import energy_rule, noise_floor, select_rank
 from fraq._gram import CANCEL_LIMIT, GRAMS
 from fraq._orient import orient, unorient
 from fraq._parallel import batch_map, over_chunks
@@ -33,7 +34,6 @@ from fraq.result import RecompressResult, empty_result, join_results
 
 __all__ = ["CANCEL_LIMIT", "GRAMS", "recompress", "select_rank", "noise_floor"]
 
-_TINY64 = float(np.finfo(np.float64).tiny)
 INFO_RULES = {"rescaled": "sum", "product_gram_count": "sum"}
 """How recompress's own ``info`` keys combine over chunks (see :func:`fraq.backends.base.merge_info`)."""
 
@@ -267,7 +267,7 @@ def _pipeline(plan: Plan, whole: tuple, batch: tuple, B: torch.Tensor, A: torch.
     at, coords, eig, rd = _settle(plan, whole, at, s)  # 3. coordinates and Gram, 4. eigenproblem
     if rd.e is not None or plan.out_dtype != plan.cdt:  # in range otherwise (see fraq._range.verdict)
         _range.check_representable(whole, rd.lam[:, 0], rd.e, plan.out_dtype, partial(_name_matrix, batch, offset))
-    p, energy = _energy_rule(rd.lam, plan)  # 5. energy rule, on the host
+    p, energy = energy_rule(rd.lam, plan.tau, plan.rank)  # 5. energy rule, on the host
     B, A = _map_back(plan, at, coords, eig[1], p, transposed)  # 6. map back and 7. unorient
     info = {"rescaled": at.rescaled, "gram": plan.gram, "product_gram_count": 0 if at.factored else nb,
             **at.basis.info}
@@ -344,44 +344,6 @@ def _to_host(eig, named: dict, WY: torch.Tensor | None, s: int):
     k = 0 if eig is None else s
     lam = host[:, :s] if eig is not None else np.full((host.shape[0], s), np.nan)
     return lam, {name: host[:, k + i] for i, name in enumerate(named)}, host[:, k + len(named):] if WY is not None else None
-
-
-def noise_floor(lam_max, s: int, dtype: torch.dtype):
-    """Eigenvalues of the Gram at or below this are rounding noise (see :func:`recompress`).
-
-    ``lam_max``: the largest eigenvalue per matrix (a tensor or an array)."""
-    return lam_max * (max(s, 1) * torch.finfo(dtype).eps)
-
-
-def select_rank(lam, tau: float):
-    """Energy rule (Eq. 11) on descending non-negative eigenvalues ``lam`` (*, s).
-
-    Returns the smallest p with sum_{i<=p} lam_i >= tau * sum_i lam_i, as int64 (*),
-    and 0 where every eigenvalue is zero. The total is the last entry of the same
-    cumulative sum, so at tau = 1 the rule stops exactly at the last nonzero eigenvalue.
-    Works on torch tensors (on their device) and numpy arrays alike.
-    """
-    return _rank_from_cumsum(lam.cumsum(-1), tau)
-
-
-def _rank_from_cumsum(cums, tau: float):
-    """The energy rule on the cumulative eigenvalue sums (*, s) (see :func:`select_rank`):
-    the count below tau of the total, plus one where the total is positive."""
-    total = cums[..., -1:]
-    return (cums < tau * total).sum(-1) + (total[..., 0] > 0)
-
-
-def _energy_rule(lam: np.ndarray, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
-    """(p, energy) per matrix from the floored, descending eigenvalues (host arrays); the
-    energy of a zero aggregate is 1 (nothing is lost)."""
-    cums = lam.cumsum(-1)
-    total = cums[:, -1]
-    if plan.tau is not None:
-        p = _rank_from_cumsum(cums, plan.tau)
-    else:
-        p = np.full(lam.shape[0], plan.rank, dtype=np.int64)
-    kept = cums[np.arange(lam.shape[0]), np.maximum(p - 1, 0)]  # 0 where p = 0: the total is 0 there
-    return p, np.where(total > 0, kept / np.maximum(total, _TINY64), 1.0)
 
 
 def _map_back(plan: Plan, at: _Pass, coords: _gram.Coordinates, U: torch.Tensor, p: np.ndarray,

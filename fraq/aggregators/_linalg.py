@@ -74,7 +74,7 @@ def select(S: torch.Tensor, *, tau: float | None, rank: int | None) -> tuple[tor
     fixed ``rank`` (capped at s). Returns p (int64, batch shape), p_max, and the mask
     (*, p_max) that is 1 for the first p columns of each matrix and 0 past them.
     """
-    from fraq.recompress import select_rank
+    from fraq._energy import select_rank
 
     if tau is not None:
         p = select_rank(S.square(), tau)

@@ -1,0 +1,56 @@
+"""The energy rule (the paper's Eq. 11) and the Gram's noise floor, in one place.
+
+:func:`fraq.recompress` applies them on the host to the eigenvalues it reads; the
+baselines that cut a spectrum (FLoRIST, FlexLoRA) use :func:`select_rank`, the same rule,
+on their squared singular values. Eigenvalues of a Gram at or below its noise floor,
+``s * eps * lambda_1``, are rounding noise of the squared spectrum, not directions of the
+aggregate, and count as exact zeros.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = ["energy_rule", "noise_floor", "select_rank"]
+
+_TINY64 = float(np.finfo(np.float64).tiny)
+
+
+def noise_floor(lam_max, s: int, dtype: torch.dtype):
+    """Eigenvalues of the Gram at or below this are rounding noise (see the module docstring).
+
+    ``lam_max``: the largest eigenvalue per matrix (a tensor or an array)."""
+    return lam_max * (max(s, 1) * torch.finfo(dtype).eps)
+
+
+def select_rank(lam, tau: float):
+    """Energy rule (Eq. 11) on descending non-negative eigenvalues ``lam`` (*, s).
+
+    Returns the smallest p with sum_{i<=p} lam_i >= tau * sum_i lam_i, as int64 (*),
+    and 0 where every eigenvalue is zero. The total is the last entry of the same
+    cumulative sum, so at tau = 1 the rule stops exactly at the last nonzero eigenvalue.
+    Works on torch tensors (on their device) and numpy arrays alike.
+    """
+    return _rank_from_cumsum(lam.cumsum(-1), tau)
+
+
+def _rank_from_cumsum(cums, tau: float):
+    """The energy rule on the cumulative eigenvalue sums (*, s) (see :func:`select_rank`):
+    the count below tau of the total, plus one where the total is positive."""
+    total = cums[..., -1:]
+    return (cums < tau * total).sum(-1) + (total[..., 0] > 0)
+
+
+def energy_rule(lam: np.ndarray, tau: float | None, rank: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(p, energy) per matrix from floored, descending eigenvalues (host arrays (nb, s)): the
+    energy rule at ``tau``, or the fixed ``rank``; the energy of a zero aggregate is 1
+    (nothing is lost)."""
+    cums = lam.cumsum(-1)
+    total = cums[:, -1]
+    if tau is not None:
+        p = _rank_from_cumsum(cums, tau)
+    else:
+        p = np.full(lam.shape[0], rank, dtype=np.int64)
+    kept = cums[np.arange(lam.shape[0]), np.maximum(p - 1, 0)]  # 0 where p = 0: the total is 0 there
+    return p, np.where(total > 0, kept / np.maximum(total, _TINY64), 1.0)
