@@ -63,15 +63,13 @@ def run_preset(name: str, taus, *, repeats: int = 5, seed: int = 0, backend: str
 
 
 def _print(rows) -> None:
-    head = (f"{'preset':<22}{'tau':>5}{'latency ms':>16}{'rank min/med/max':>18}"
-            f"{'downlink %FLoRA':>17}{'rel err (med)':>15}{'excess vs opt':>15}")
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        lat = f"{r['latency_ms']:.1f} ± {r['latency_iqr_ms']:.1f}"
-        ranks = f"{r['rank_min']}/{r['rank_median']:g}/{r['rank_max']}"
-        print(f"{r['preset']:<22}{r['tau']:>5.2f}{lat:>16}{ranks:>18}{r['downlink_pct_flora']:>17.1f}"
-              f"{r['rel_error_median']:>15.3e}{r['excess_over_optimum_max']:>15.1e}")
+    from tabulate import tabulate
+
+    print(tabulate([[r["preset"], f"{r['tau']:.2f}", f"{r['latency_ms']:.1f} ± {r['latency_iqr_ms']:.1f}",
+                     f"{r['rank_min']}/{r['rank_median']:g}/{r['rank_max']}", f"{r['downlink_pct_flora']:.1f}",
+                     f"{r['rel_error_median']:.3e}", f"{r['excess_over_optimum_max']:.1e}"] for r in rows],
+                   headers=["preset", "tau", "latency ms", "rank min/med/max", "downlink %FLoRA", "rel err (med)",
+                            "excess vs opt"], disable_numparse=True, colalign=("left",) + ("right",) * 6))
 
 
 def main(argv: list[str] | None = None) -> int:
