@@ -89,7 +89,7 @@ def recompress(
     Gram's rounding is mostly relative to its entries, which are graded like the
     spectrum, but a float32 eigensolver adds a normwise error eps * lambda_1 that blurs
     every direction below sqrt(eps) * sigma_1; a float64 one does not
-    (``python -m benchmarks.experiments.eig_precision`` measures the difference).
+    (``python -m benchmarks.run eig_precision`` measures the difference).
 
     Args:
         B: (*, m, r) stacked B factor, e.g. from :func:`fraq.stack`.

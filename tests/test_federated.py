@@ -501,7 +501,7 @@ def test_saved_adapters_feed_the_fidelity_benchmark(tmp_path, monkeypatch):
         assert max(r - o for r, o in zip(row["relative_error"], row["optimal_error"])) <= 1e-5
 
 
-# ---------------------------------------------------------------------------------- bad input (issue 14, part 5)
+# ---------------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("spec, match", [
     ("fraq:tau=abc", r"method\(='fraq:tau=abc'\): tau\(='abc'\) must be a real number"),
     ("fraq:tau=2", r"method\(='fraq:tau=2'\): tau\(=2.0\) must be in \(0, 1\]"),
@@ -713,7 +713,7 @@ def test_a_section_set_to_a_non_object_is_refused(key, value):
     assert load_config("quick", {"partition": {"scheme": "iid"}})["partition"]["alpha"] == 0.1  # merged, not replaced
 
 
-# ------------------------------------------------------------------ inputs and files we did not write (issue 14)
+# ------------------------------------------------------------------ inputs and files we did not write
 @pytest.mark.parametrize("name, text", [("config.json", "{}"), ("config.json", "my settings"), ("table.md", "notes"),
                                         ("plot.png", "png"), ("rounds.csv", "a,b")])
 def test_a_file_we_did_not_write_is_never_replaced_unasked(name, text, tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""``fraq aggregate``'s front door (issue 14, parts 1-4): outputs swapped in whole, inputs never
+"""``fraq aggregate``'s front door: outputs swapped in whole, inputs never
 written, every bad input refused before any work with one line naming the file and the value.
 
 Faults are injected at each step of the writer (an exception in-process, ``kill -9`` in a child
