@@ -275,13 +275,8 @@ def replacing_file(path: str | os.PathLike) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _sibling(path, "tmp")
     try:
-        try:
+        with _write_failures_named(path):
             yield tmp
-        except BaseException as e:
-            failed = _write_failed(path, e)
-            if failed is not None:
-                raise failed from e
-            raise
         _keep_mode(tmp, path, 0o666)
         _fsync(tmp)
         os.replace(tmp, file_target(path))  # again: a FIFO put there meanwhile is refused
@@ -289,6 +284,19 @@ def replacing_file(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+@contextmanager
+def _write_failures_named(path: Path) -> Iterator[None]:
+    """A library's own error type for a failed write of ``path`` (a full disk inside
+    safetensors or torch.save, say) raised as an OSError naming ``path``; other errors as they are."""
+    try:
+        yield
+    except BaseException as e:
+        failed = _write_failed(path, e)
+        if failed is not None:
+            raise failed from e
+        raise
 
 
 @contextmanager
@@ -312,13 +320,8 @@ def replacing_dir(path: str | os.PathLike) -> Iterator[Path]:
     tmp.mkdir()
     swapped = False
     try:
-        try:
+        with _write_failures_named(path):
             yield tmp
-        except BaseException as e:
-            failed = _write_failed(path, e)
-            if failed is not None:
-                raise failed from e
-            raise
         _keep_modes(tmp, path)
         _fsync_tree(tmp)
         if path.is_dir() and any(path.iterdir()):
