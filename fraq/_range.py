@@ -45,8 +45,9 @@ _BITS = {  # dtype -> (integer dtype of its bit pattern, mantissa bits, exponent
 
 
 def amax(t: torch.Tensor) -> torch.Tensor:
-    """max |t| per matrix (*, rows, cols) -> (*); NaN where the matrix holds a NaN."""
-    return t.abs().amax(dim=(-2, -1))
+    """max |t| per matrix (*, rows, cols) -> (*); NaN where the matrix holds a NaN. One
+    reduction (the infinity norm), with no |t| materialized."""
+    return torch.linalg.vector_norm(t, ord=math.inf, dim=(-2, -1))
 
 
 def exponent(t: torch.Tensor) -> torch.Tensor:
@@ -89,7 +90,7 @@ def stats(C: torch.Tensor) -> torch.Tensor:
     """max|C| per matrix (nb,): not a norm, whose squares would underflow for a tiny C, so it
     is exactly zero only for a zero X; a NaN or Inf anywhere in X shows in it. The Grams
     need no pass of their own (see :func:`verdict`)."""
-    return torch.linalg.vector_norm(C, ord=math.inf, dim=(-2, -1))
+    return amax(C)
 
 
 @functools.lru_cache(maxsize=None)

@@ -185,8 +185,10 @@ def _recompress_impl(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> Recompress
     nb = math.prod(batch)
     d, D = min(m, n), max(m, n)
     run = partial(_pipeline, plan, (B, A), batch)
-    rules = {**REGISTRY[plan.backend].info_rules, **INFO_RULES}
-    join = partial(join_results, batch=batch, info_rules=rules)
+
+    def join(parts: list[RecompressResult], bounds: list[int]) -> RecompressResult:  # only when chunked
+        return join_results(parts, bounds, batch, {**REGISTRY[plan.backend].info_rules, **INFO_RULES})
+
     return over_chunks(run, join, 8 * d * r + 4 * D * min(d, r), B.reshape(nb, m, r), A.reshape(nb, r, n))
 
 

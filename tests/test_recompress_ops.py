@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import fraq
+from benchmarks.measure import threads
 from benchmarks.measure.ops import OpCounter, count_ops
 from fraq.synthetic import lora_clients
 
@@ -28,10 +29,8 @@ def _count(B, A, **kw):
 
 @pytest.fixture
 def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+    with threads(1):
+        yield
 
 
 @pytest.mark.parametrize("mode", [dict(tau=0.95), dict(rank=8)])

@@ -120,16 +120,14 @@ def test_stacks_filled_by_threads_equal_one_thread(monkeypatch, lists):
         fill_stacks(B, A, clients, a, sc)
         return B, A
 
-    old = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
+    from benchmarks.measure import threads
+
+    with threads(1):
         B1, A1 = filled()
-        torch.set_num_threads(2)
-        monkeypatch.setattr(_parallel, "FANOUT_BYTES", 1)
+    monkeypatch.setattr(_parallel, "FANOUT_BYTES", 1)
+    with threads(2):
         assert len(_parallel.chunk_bounds(7, 10 * 32 * 4)) == 3  # the case is what it claims: two chunks
         B2, A2 = filled()
-    finally:
-        torch.set_num_threads(old)
     assert torch.equal(B1, B2) and torch.equal(A1, A2)
     expected = sum(ak * sk * b @ x for ak, sk, b, x in zip(a, sc, Bs, As))
     torch.testing.assert_close(B2 @ A2, expected, rtol=0, atol=64 * torch.finfo(torch.float32).eps)
