@@ -63,10 +63,6 @@ class Coordinates:
     Ht: torch.Tensor | None = None
     WY: torch.Tensor | None = None
 
-    @property
-    def factored(self) -> bool:
-        return self.Ht is None
-
 
 def coordinates(C: torch.Tensor, Y: torch.Tensor, factored: bool) -> Coordinates:
     """The coordinates' Gram of C (nb, s, r) and Y (nb, r, D), factored or through H.
