@@ -20,7 +20,7 @@ from fraq._validation import check_factor, check_finite, check_pair
 from fraq.aggregators.group import Group, ModuleSpec, _make_groups
 from fraq.aggregators.layer import ClientLayer, Seeds
 from fraq.aggregators.payload import AggregationResult, ClientUpdate, Downlink
-from fraq.stack import normalized_weights
+from fraq._stack import normalized_weights
 
 __all__ = ["Aggregator", "AggregatorState", "Group", "ModuleSpec"]
 
