@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["BASELINES", "MethodSpec", "SPECS", "clients_as_batch", "default_backend", "fraq_method_names",
-           "get_method", "method_names", "spec"]
+           "get_method", "method_names", "runs_backend", "spec"]
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,18 @@ def default_path(d: int, D: int, r: int, p: int) -> dict:
         return {"factored": gram is not None and gram.default in ("auto", "factored")}
     path = cheapest_path(min(d, D), max(d, D), r, min(p, d, D, r))
     return _flags(path.factored, path.identity)
+
+
+def runs_backend(name: str) -> bool:
+    """Whether method ``name`` runs FRAQ's basis backends, so that its FLOP model needs the
+    backend and the Gram form: its aggregator class's ``basis_backend``."""
+    from fraq.aggregators import AGGREGATORS
+
+    cls = AGGREGATORS.get(name.split(":", 1)[0])
+    if cls is None:
+        return False
+    # An older fraq (benchmarks.regress) predates the attribute; only its FRAQ ran backends.
+    return bool(getattr(cls, "basis_backend", cls.name == "fraq"))
 
 
 def ran_path(res) -> dict:

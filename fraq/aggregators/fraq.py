@@ -50,6 +50,7 @@ class Fraq(Aggregator):
     name = "fraq"
     client_init = REINITIALIZE
     checks_finite = False  # Group.stacked does
+    basis_backend = True
 
     def __init__(self, *, tau: float | None = None, rank: int | None = None, backend: str = AUTO,
                  eig_dtype: torch.dtype | None = None, gram: str | None = None):
