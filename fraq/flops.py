@@ -58,6 +58,7 @@ Computations*, 4th ed. (GVL); LAPACK Working Note 41 (LAWN 41).
 
 from __future__ import annotations
 
+import functools
 import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -230,6 +231,12 @@ def cheapest_path(d: int, D: int, r: int, p: int = 0, *, form: str = "auto") -> 
     _check_dims(d, D, r, p, "gemm")
     if form not in ("auto", "factored", "product"):
         raise ValueError(f"form(={form!r}) must be one of ['auto', 'factored', 'product']")
+    return _cheapest_path(d, D, r, p, form)
+
+
+@functools.lru_cache(maxsize=1024)
+def _cheapest_path(d: int, D: int, r: int, p: int, form: str) -> Path:
+    """:func:`cheapest_path` on checked arguments, once per shape (a model's modules repeat a few shapes)."""
     identity = 0 < d <= r
     if form == "auto":
         factored = coordinate_flops(d, D, r, p, factored=True) < coordinate_flops(d, D, r, p, factored=False)

@@ -212,3 +212,19 @@ def test_the_whole_model_aggregator_inherits_the_path():
     Bg, Ag, p = get_aggregator("fraq", tau=0.9).aggregate_batch(Bs, As, weights=weights)
     B, A = fraq.stack(Bs, As, weights=weights)
     assert float(relative_error(B, A, Bg, Ag) - optimal_error(B, A, p)) <= EXCESS_FACTOR * eps(F32) * math.sqrt(320)
+
+
+def test_the_guard_holds_on_the_factored_identity_path():
+    """A tall 32 x 256 layer at r = d: the identity basis with the factored Gram is the
+    cheap path; cancelling clients send it through H, as below d, and it stays accurate."""
+    assert cheapest_path(32, 256, 32) == Path(identity=True, factored=True)
+    Bs, As = lora_clients(32, 256, [8] * 4, seed=11, dtype=F64)
+    g = torch.Generator().manual_seed(12)
+    B2 = Bs[0] + 1e-4 * torch.randn(Bs[0].shape, generator=g, dtype=F64)
+    B, A = fraq.stack([Bs[0], B2, *Bs[1:3]], [As[0], -As[0], *[1e-4 * a for a in As[1:3]]])
+    B, A = B.float(), A.float()
+    res = fraq.recompress(B, A, tau=0.9)
+    assert res.info["basis"] == "identity" and res.info["product_gram_count"] == 1
+    assert float(_excess(B, A, res)) <= EXCESS_FACTOR * eps(F32) * math.sqrt(32)
+    plain = fraq.recompress(*_stacked(32, 256, 4, seed=13), tau=0.9)
+    assert plain.info["basis"] == "identity" and plain.info["product_gram_count"] == 0
