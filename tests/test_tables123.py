@@ -122,3 +122,22 @@ def test_report_tables_and_verdicts(tmp_path):
     assert "**agrees** (tested: equal to the paper's percentage)" in t2  # flora 100, fedit 12.51
     assert "**no verdict**" in t1 and "quick mode: slow" in t1
     assert "**disagrees** (tested: equal to the paper's percentage)" in t1 and "fedit 7% against 10%" in t1
+
+
+def test_every_experiment_estimates_its_points_for_the_progress_bar():
+    """Every point of every size has a positive finite cost; the paper size's estimate, summed by the runner's
+    --estimate, is the sum of its points' costs; the dense per-shape points outweigh a round-robin one."""
+    import math
+
+    from benchmarks import run
+    from benchmarks.experiments import EXPERIMENTS, cost
+
+    for size in ("tiny", "reduced", "paper"):
+        for name, _, config in run.plan(tuple(EXPERIMENTS), size):
+            c = cost(name, config)
+            assert c > 0 and math.isfinite(c), (size, name, config)
+    text = run.estimate(("tables123",), "paper")
+    total = sum(cost("tables123", c) for c in tables123.points("paper")) / 60
+    assert f"{total:6.1f} min (estimated" in text and "tables123           6 points" in text
+    by_key = {tables123.key(c): cost("tables123", c) for c in tables123.points("paper")}
+    assert by_key["llama-3.2-3b-flexlora"] > by_key["llama-3.2-3b"]
