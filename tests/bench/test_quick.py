@@ -134,5 +134,29 @@ def test_params_name_every_varying_field():
     assert len(POINTS) == sum(len(experiments.get(n).points(QUICK)) for n in EXPERIMENTS)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("group_by", ["param:method", "param:experiment,param:d"])
+def test_pytest_benchmark_drives_the_checks(tmp_path, group_by):
+    """The checks as pytest-benchmark's users drive them: ``--benchmark-group-by=param:NAME``
+    groups them (one ``config`` parameter crashed it), and the rounds come from
+    ``--benchmark-min-rounds`` (no fixed count in the test)."""
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = tmp_path / "bench.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "--benchmark-only",
+                           "-k", "fig3-r-fraq-batched or fig3-d-florist-unbatched-d32 or table4-library",
+                           f"--benchmark-group-by={group_by}", "--benchmark-min-rounds=13", "--benchmark-max-time=0.001",
+                           f"--benchmark-json={out}"], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    saved = json.loads(out.read_text())["benchmarks"]
+    assert len(saved) == 4
+    assert all(tuple(b["params"]) == PARAMS and b["stats"]["rounds"] >= 13 for b in saved)
+    first = group_by.split(",")[0].split(":")[1]
+    assert {f"{first}={b['params'][first]}" for b in saved} == {
+        line.split("'")[1].split(" ")[0] for line in done.stdout.splitlines() if line.strip("-").startswith(" benchmark '")}
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "--benchmark-only", *sys.argv[1:]]))

@@ -301,8 +301,8 @@ def test_asv_runner_and_pytest_benchmark_measure_the_same_points():
     assert sorted(map(fig3.key, asv)) == sorted(map(fig3.key, runner))
     import tests.bench.test_quick as quick
 
-    marks = [m for m in quick.test_fig3.pytestmark if m.name == "parametrize"]
-    assert marks[0].args[1] == fig3.points(QUICK) == [c for _, _, c in run.plan(["fig3"], QUICK)]
+    quick_fig3 = [c for c in quick.POINTS.values() if c["figure"] == "fig3"]
+    assert quick_fig3 == fig3.points(QUICK) == [c for _, _, c in run.plan(["fig3"], QUICK)]
 
     config = next(c for c in runner if (c["sweep"], c["method"], c["mode"]) == ("r", "fraq", "batched"))
     combo = ("fraq", config["r"], "batched")
