@@ -84,7 +84,9 @@ def aggregate_main(argv: list[str]) -> int:
                              "and an existing --json file; inputs are never written")
     parser.add_argument("--report", action="store_true",
                         help="print per module: shape, client ranks, rank kept, energy, error, parameters")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write the report rows as JSON ('-': stdout)")
+    parser.add_argument("--json", type=Path, metavar="PATH",
+                        help="write the report rows as JSON ('-': stdout, which then holds only the JSON; "
+                             "--report's table goes to stderr)")
     args = parser.parse_args(argv)
     if args.out is None and not (args.report or args.json):
         parser.error("nothing to do: pass -o OUT, --report or --json")
@@ -122,8 +124,8 @@ def _aggregate(args: argparse.Namespace) -> int:
         return fail(e, 2)
     except OSError as e:  # a failure while writing (disk full, permissions changed): the old output is intact
         return fail(e, 1)
-    if args.report:
-        print(agg.table())
+    if args.report:  # beside JSON on stdout, the table goes to stderr: stdout stays one JSON document
+        print(agg.table(), file=sys.stderr if args.json is not None and not to_file else sys.stdout)
     if args.json is not None:
         if to_file:
             try:
