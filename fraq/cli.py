@@ -73,6 +73,9 @@ def aggregate_main(argv: list[str]) -> int:
     parser.add_argument("--rank", type=int, help="fixed rank per module instead of --tau (fraq)")
     parser.add_argument("--delta", action="store_true",
                         help="write dense per-module deltas <module>.weight in the base weight's layout")
+    parser.add_argument("--base", type=Path, metavar="DIR",
+                        help="with --delta: the base model directory whose module types give each delta's layout "
+                             "(default: the adapters' base_model_name_or_path)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"],
                         help="dtype written (default float32)")
     parser.add_argument("--compute-dtype", default="float64", choices=["float64", "float32"],
@@ -119,7 +122,7 @@ def _aggregate(args: argparse.Namespace) -> int:
         agg = aggregate_adapters(paths, args.out, weights=args.weights, method=args.method, tau=args.tau,
                                  rank=args.rank, delta=args.delta, dtype=getattr(torch, args.dtype),
                                  compute_dtype=getattr(torch, args.compute_dtype), uniform_rank=args.uniform_rank,
-                                 overwrite=args.overwrite, report=bool(args.report or args.json))
+                                 overwrite=args.overwrite, report=bool(args.report or args.json), base=args.base)
     except (ValueError, TypeError) as e:
         return fail(e, 2)
     except OSError as e:  # a failure while writing (disk full, permissions changed): the old output is intact
