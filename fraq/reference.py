@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import torch
 
+from fraq._stack import normalized_weights
 from fraq._validation import check_client_numbers, check_factor
-from fraq.stack import normalized_weights
 
 __all__ = ["dense_aggregate", "reference_svd", "factored_error", "relative_error", "optimal_error"]
 

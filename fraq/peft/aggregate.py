@@ -35,7 +35,7 @@ Decisions:
 - Arithmetic in float64 by default (``compute_dtype``): FRAQ's float32 Gram would drop
   directions below ~1e-3 sigma_1 even at tau = 1. Output in float32 by default (``dtype``);
   a result beyond the output dtype's range is refused, never written as inf.
-- Weights are normalized by :func:`fraq.stack.normalized_weights`, which divides by the
+- Weights are normalized by :func:`fraq._stack.normalized_weights`, which divides by the
   largest first, so any finite weights work (1e308 three times is equal weighting).
 - Per-module ranks go to ``rank_pattern``; ``uniform_rank`` pads to the largest rank
   with zeros instead, for loaders that ignore the pattern.
@@ -62,7 +62,7 @@ from fraq.peft.layout import LINEAR, module_layouts
 from fraq.peft.reader import FACTOR_DTYPES, ClientAdapter, read_adapter
 from fraq.peft.report import AdapterAggregation, ModuleRow, module_row
 from fraq.peft.writer import check_adapter_out, check_file_out, write_adapter, write_delta
-from fraq.stack import normalized_weights
+from fraq._stack import normalized_weights
 
 __all__ = ["AggregateOptions", "aggregate_adapters", "client_paths"]
 
