@@ -523,3 +523,14 @@ def test_strategy_valid_replies_still_average_heads_exactly():
     st.aggregate_train(1, [_edited(0, head=h0), _edited(1, head=h1)])  # weights 10 and 11
     torch.testing.assert_close(st.state.head["weight"].double(), torch.full((2, 3), (10 * 1.0 + 11 * 5.0) / 21,
                                                                               dtype=torch.float64))
+
+
+def test_strategy_caps_a_fixed_rank_as_fraq_aggregate_does():
+    """fraq:rank=32 over two rank-2 clients of a 4 x 3 module keeps min(32, 4, 4, 3) = 3: exact."""
+    W0 = torch.zeros(4, 3, dtype=torch.float64)
+    st = make_strategy("fraq:rank=32", W0, rank=2)
+    (B0, A0), (B1, A1) = factors(20), factors(21)
+    st.aggregate_train(1, [reply(0, B0, A0, 2.0, 10), reply(1, B1, A1, 2.0, 30)])
+    assert st.records[0]["ranks"]["q"] == 3
+    want = 0.25 * 2.0 * B0 @ A0 + 0.75 * 2.0 * B1 @ A1
+    torch.testing.assert_close(st.state.weights["q"], want, rtol=0, atol=100 * EPS64 * float(want.abs().max()))

@@ -57,6 +57,7 @@ from pathlib import Path
 import torch
 
 from fraq.aggregators import AGGREGATORS, Aggregator, ClientUpdate, get_aggregator
+from fraq.aggregators.capping import capped_aggregate
 from fraq.peft.config import CONFIG, PREFIX, output_config
 from fraq.peft.layout import LINEAR, module_layouts
 from fraq.peft.reader import FACTOR_DTYPES, ClientAdapter, read_adapter
@@ -329,25 +330,11 @@ def _factors(clients, a, agg: Aggregator, cdt) -> dict[str, tuple[torch.Tensor, 
 
 
 def _run(agg: Aggregator, updates) -> dict[str, list]:
-    """module -> one Downlink per client. Modules are aggregated by ``agg.capped(limit)``,
-    limit = min(sum_k r_k, m, n) the most components the module's aggregate can have (a
-    fixed output rank above it is capped there); modules that get the same aggregator
-    are aggregated in one call."""
-    by_limit: dict[int, Aggregator] = {}
-    calls: dict[int, tuple[Aggregator, list[str]]] = {}
-    for m in updates[0].factors:
-        B0, A0 = updates[0].factors[m]
-        limit = min(sum(u.factors[m][1].shape[0] for u in updates), B0.shape[0], A0.shape[1])
-        if limit not in by_limit:
-            by_limit[limit] = agg.capped(limit)
-        calls.setdefault(id(by_limit[limit]), (by_limit[limit], []))[1].append(m)
-    out = {}
-    for capped, mods in calls.values():
-        sub = updates if len(calls) == 1 else [
-            ClientUpdate({m: u.factors[m] for m in mods}, u.scale, u.weight) for u in updates]
-        result = capped.aggregate(sub)
-        out.update({m: [result.downlinks[k][m] for k in range(result.clients)] for m in mods})
-    return out
+    """module -> one Downlink per client, each module aggregated under the one rank rule
+    (:func:`fraq.aggregators.capping.capped_aggregate`: a fixed rank is capped at
+    min(sum_k r_k, m, n), the most components the module's aggregate has)."""
+    result = capped_aggregate(agg, updates)
+    return {m: [result.downlinks[k][m] for k in range(result.clients)] for m in updates[0].factors}
 
 
 def _cast(what: str, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -38,6 +38,7 @@ from flwr.serverapp.strategy import FedAvg
 from flwr.supercore import log
 
 from fraq.aggregators import ClientLayer, ClientUpdate, Factors
+from fraq.aggregators.capping import capped_aggregate
 from fraq.federated.records import round_record
 from fraq.federated.server import Method
 from fraq.federated.state import RoundState, apply_round
@@ -258,7 +259,7 @@ class LoraStrategy(FedAvg):
             raise RuntimeError(f"round {server_round}: no reply from client(s) {missing}")
         updates, heads, losses = (list(x) for x in zip(*(decoded[k] for k in range(K))))
         t0 = time.perf_counter()
-        result = self.method.agg.aggregate(updates, self.state.agg_state)
+        result = capped_aggregate(self.method.agg, updates, self.state.agg_state)  # the one rank rule
         agg_ms = (time.perf_counter() - t0) * 1e3
         self.state = apply_round(self.state, result, heads if train_head else None, [u.weight for u in updates],
                                  self.layer)
