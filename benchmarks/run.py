@@ -44,7 +44,8 @@ def _same(path: Path, config: dict) -> bool:
         rec = json.loads(path.read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(rec, dict) and "result" in rec and rec.get("config") == json.loads(json.dumps(config, default=str))
+    return isinstance(rec, dict) and isinstance(rec.get("result"), dict) and \
+        rec.get("config") == json.loads(json.dumps(config, default=str))
 
 
 def _config(config: dict, size: str) -> dict:
