@@ -263,3 +263,19 @@ def test_delta_layout_needs_the_base_model(built, tmp_path):
                                         n_inner=40, num_labels=3)
         transformers.GPT2ForSequenceClassification(other).save_pretrained(tmp_path / "other")
         aggregate_adapters(dirs, tmp_path / "d.safetensors", delta=True, base=tmp_path / "other")
+
+
+def test_cli_delta_takes_the_base_and_refuses_in_one_line(built, tmp_path, capsys):
+    """``--base DIR`` gives the layouts; a base that cannot be read is one line, exit 2, nothing written."""
+    from fraq import cli
+
+    _, root, dirs, base = built("gpt2-conv1d-linear-head")
+    out = tmp_path / "d.safetensors"
+    assert cli.main(["aggregate", *map(str, dirs), "--delta", "-o", str(out), "--base", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fraq aggregate: error: ") and err.count("\n") == 1 and "--base DIR" in err
+    assert not out.exists()
+    assert cli.main(["aggregate", *map(str, dirs), "--delta", "-o", str(out), "--base", str(root / "base"),
+                     "--tau", "1"]) == 0
+    delta = load_file(out)
+    assert delta["transformer.h.0.attn.c_proj.weight"].shape == base["transformer.h.0.attn.c_proj.weight"].shape
