@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -671,3 +672,55 @@ def test_jupyter_lab_serves_the_notebooks(tmp_path):
 
 def test_one_notebook_per_question():
     assert {p.stem for p in NOTEBOOKS} == {"explore_results", "fraq_vs_baselines", "fidelity"}
+
+
+@pytest.mark.parametrize("field, value", [("timing", {"median": "fast", "samples": [1.0]}),
+                                          ("peak_bytes", [None]), ("mode", 3)])
+def test_a_damaged_field_is_named_and_the_file_skipped(tiny, tmp_path, field, value):
+    """A required field of the wrong type (a string where the median belongs, a list of nothing
+    measured, a number where a name belongs): the file is skipped, named, like a missing field."""
+    from analysis.reproduce import build
+
+    out = _copy(tiny, tmp_path)
+    damaged = out / "results" / "fig3" / "d-fraq-batched-d32-r16.json"
+    _edit(damaged, lambda r: r["result" if field != "mode" else "config"].update({field: value}))
+    with pytest.warns(UserWarning) as seen:
+        text = build(out).read_text()
+    named = [str(w.message) for w in seen if str(damaged) in str(w.message)]
+    assert named and "malformed fig3 result" in named[0] and "is not a" in named[0], named
+    assert "## Figure 3" in text
+
+
+def test_report_write_failure_is_one_line_naming_the_file(tiny, tmp_path, monkeypatch, capsys):
+    """A read-only or full output: one line naming the file, status 1, no traceback."""
+    import errno
+
+    from analysis.reproduce import main
+
+    out = _copy(tiny, tmp_path)
+    real = Path.write_text
+
+    def write_text(self, *a, **k):
+        if self.name == "report.md":
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", write_text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"error: cannot write {out / 'report.md'}: Read-only file system\n"
+
+
+def test_runner_write_failure_is_one_line_naming_the_file(tmp_path, monkeypatch, capsys):
+    import errno
+
+    def full(out, experiment, key, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(Path(out) / experiment / f"{key}.json"))
+
+    monkeypatch.setattr("benchmarks.results.write_result", full)
+    assert run.main(["fig1", "--size", "tiny", "--out", str(tmp_path / "res"), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: cannot write {tmp_path / 'res' / 'fig1'}")
+    assert "No space left on device" in err and "Traceback" not in err
