@@ -56,8 +56,10 @@ def build(out: Path) -> Path:
 SECTIONS: dict[str, str] = {
     "tables123": "tables123",
     "table4": "table4",
+    "table4_steps": "table4_steps",
     "fig3": "fig3",
     "fig4": "fig4",
+    "flexlora_precision": "flexlora_precision",
     "fig1": "fig1",
     "peft": "peft",
     "backends": "backends",

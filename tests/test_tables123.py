@@ -141,3 +141,17 @@ def test_every_experiment_estimates_its_points_for_the_progress_bar():
     assert f"{total:6.1f} min (estimated" in text and "tables123           6 points" in text
     by_key = {tables123.key(c): cost("tables123", c) for c in tables123.points("paper")}
     assert by_key["llama-3.2-3b-flexlora"] > by_key["llama-3.2-3b"]
+
+
+def test_tf32_rounding_keeps_ten_mantissa_bits():
+    """TF32 keeps 10 explicit mantissa bits: 1 + 2^-10 survives, 1 + 2^-12 rounds to 1, a tie (1 + 2^-11) rounds
+    away from zero, and the result of a float32 product of rounded inputs moves by about 2^-11 relative."""
+    import torch
+
+    from benchmarks.experiments.flexlora_precision import tf32
+
+    x = torch.tensor([1 + 2**-10, 1 + 2**-12, 1 + 2**-11, -(1 + 2**-11), 3.0], dtype=torch.float32)
+    assert tf32(x).tolist() == [1 + 2**-10, 1.0, 1 + 2**-10, -(1 + 2**-10), 3.0]
+    g = torch.randn(4096, generator=torch.Generator().manual_seed(0))
+    rel = ((tf32(g) - g).abs() / g.abs()).max()
+    assert 2**-12 <= rel <= 2**-11

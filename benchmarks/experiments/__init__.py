@@ -34,11 +34,14 @@ EXPERIMENTS: dict[str, str] = {
     "peft": "peft_compare",
     "tables123": "tables123",
     "eig_precision": "eig_precision",
+    "flexlora_precision": "flexlora_precision",
+    "table4_steps": "table4_steps",
 }
 """Every experiment (its results' directory name) and its module here, in the runner's
 order (cheap first)."""
 
-DEFAULT = ("table4", "fig4_cond", "fig4_rank", "fig1", "fig3", "backends", "backend_stages", "peft", "tables123")
+DEFAULT = ("table4", "table4_steps", "fig4_cond", "flexlora_precision", "fig4_rank", "fig1", "fig3", "backends",
+           "backend_stages", "peft", "tables123")
 """What ``make run`` reproduces."""
 
 
