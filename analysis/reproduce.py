@@ -89,6 +89,12 @@ def _build(out: Path) -> Path:
                         "code runs (`fraq.flops.analytic_flops(model='full')`); *counted*: FlopCounterMode with "
                         f"LAPACK formulas (`benchmarks.measure.count_flops`). {style.caption(f3)}.\n\n"
                         + tables.markdown(t5) + "\n\n" + "\n".join(agreement.table5_lines(t5)) + "\n")
+    cl = res["clients"]
+    if not cl.empty:
+        from analysis import clients
+
+        figure("fig_clients", clients.figure(cl), cl, clients.detail(cl), clients.TITLE, clients.lines(cl),
+               clients.WHAT)
     rk, cd = res["fig4_rank"], res["fig4_cond"]
     if not rk.empty and not cd.empty:
         figure("fig4_fidelity", figures.fig4_fidelity(rk, cd), rk,

@@ -12,8 +12,9 @@ and before/after a change:
     # ... change the code ...
     pytest tests/bench --benchmark-only --benchmark-compare --benchmark-compare-fail=median:30%
 
-Every check is one point of :func:`benchmarks.experiments.fig3.points` or
-:func:`benchmarks.experiments.table4.points` at size :data:`benchmarks.sizes.QUICK`,
+Every check is one point of :func:`benchmarks.experiments.fig3.points`,
+:func:`benchmarks.experiments.clients.points` or :func:`benchmarks.experiments.table4.points`
+at size :data:`benchmarks.sizes.QUICK`,
 timed through the experiment's own ``call`` and grouped by figure (``--benchmark-group-by
 group``, the default); ``extra_info`` holds the experiment's ``metrics`` (peak memory,
 counted and analytic FLOPs, the error above the float64 optimum), the config and the
@@ -31,7 +32,7 @@ import pytest
 import torch
 
 from benchmarks import cases
-from benchmarks.experiments import fig3, table4
+from benchmarks.experiments import clients, fig3, table4
 from benchmarks.measure.timing import threads
 from benchmarks.sizes import QUICK
 
@@ -82,6 +83,12 @@ def _check(benchmark, experiment, config, device, rounds: int) -> None:
 def test_fig3(benchmark, config, device):
     """Fig. 3 and Table 5: every method at every point of the r and d sweeps."""
     _check(benchmark, fig3, config, device, rounds=config["repeats"])
+
+
+@pytest.mark.parametrize("config", clients.points(QUICK), ids=clients.key)
+def test_clients(benchmark, config, device):
+    """Fig. 3's third axis: every method against the number of clients, past r = d."""
+    _check(benchmark, clients, config, device, rounds=config["repeats"])
 
 
 @pytest.mark.parametrize("config", table4.points(QUICK), ids=table4.key)
