@@ -132,14 +132,15 @@ def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
 
 def _analytic(c: dict, ranks: list[int], device: torch.device) -> dict:
     """The point's analytic FLOPs summed over its modules' output ranks: Table 5's formula
-    (the paper's, Householder only) and the pipeline the code runs (``fraq`` counts the
-    backend it ran, ``fraq:<backend>`` that backend); NaN where a model has no entry
-    (Table 5 for another backend, a backend without a FLOP model or with a step count)."""
-    from benchmarks.measure.methods import default_backend, default_factored
+    (the paper's, Householder only) and the pipeline the code runs (a method running FRAQ's
+    basis backends counts the backend it ran, ``fraq:<backend>`` that backend); NaN where
+    a model has no entry (Table 5 for another backend, a backend without a FLOP model or
+    with a step count)."""
+    from benchmarks.measure.methods import default_backend, default_factored, runs_backend
     from fraq.flops import analytic_flops
 
     method, _, named = c["method"].partition(":")
-    fraq_ = method == "fraq"
+    fraq_ = runs_backend(c["method"])
     backend = (named or default_backend(device)) if fraq_ else None
     d, D, r = c["d"], c["D"], c["r"]
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["BASELINES", "MethodSpec", "SPECS", "clients_as_batch", "default_backend", "fraq_method_names",
-           "get_method", "method_names", "spec"]
+           "get_method", "method_names", "runs_backend", "spec"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,18 @@ def default_factored() -> bool:
 
     gram = inspect.signature(fraq.recompress).parameters.get("gram")
     return gram is not None and gram.default in ("auto", "factored")
+
+
+def runs_backend(name: str) -> bool:
+    """Whether method ``name`` runs FRAQ's basis backends, so that its FLOP model needs the
+    backend and the Gram form: its aggregator class's ``basis_backend``."""
+    from fraq.aggregators import AGGREGATORS
+
+    cls = AGGREGATORS.get(name.split(":", 1)[0])
+    if cls is None:
+        return False
+    # An older fraq (benchmarks.regress) predates the attribute; only its FRAQ ran backends.
+    return bool(getattr(cls, "basis_backend", cls.name == "fraq"))
 
 
 def ran_factored(res) -> bool:

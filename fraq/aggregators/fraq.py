@@ -11,7 +11,7 @@ from fraq._validation import NonFiniteError, check_eig_dtype, check_rank, check_
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.payload import REINITIALIZE, Downlink, Factors
 from fraq.backends import AUTO, resolve_backend
-from fraq.recompress import GRAMS
+from fraq._gram import GRAMS
 
 __all__ = ["DEFAULT_TAU", "Fraq"]
 
@@ -40,12 +40,13 @@ class Fraq(Aggregator):
         eig_dtype: dtype of the r x r eigenproblem, float32 or float64 (see :func:`fraq.recompress`).
 
     The options are checked with :func:`fraq.recompress`'s own helpers and messages.
-        gram: the Gram's form, one of :data:`fraq.recompress.GRAMS` (default: recompress's).
+        gram: the Gram's form, one of :data:`fraq._gram.GRAMS` (default: recompress's).
     """
 
     name = "fraq"
     client_init = REINITIALIZE
     checks_finite = False  # Group.stacked does
+    basis_backend = True
 
     def __init__(self, *, tau: float | None = None, rank: int | None = None, backend: str = AUTO,
                  eig_dtype: torch.dtype | None = None, gram: str | None = None):

@@ -3,7 +3,7 @@
 FRAQ needs, for the oriented left factor X (*, d, r), an orthonormal Q (*, d, s) whose
 span contains col(X) and the coordinates C = Q^T X (*, s, r), so that X = Q C
 (the paper's Proposition 1 and Appendix D). A backend is a callable ``X -> Basis``.
-The pipeline in :mod:`fraq.recompress` does the rest: H = C Y, the Gram eigenproblem,
+The pipeline in :mod:`fraq._recompress` does the rest: H = C Y, the Gram eigenproblem,
 the energy rule, and ``Basis.apply`` to map the retained directions back.
 """
 
