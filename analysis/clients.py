@@ -19,7 +19,8 @@ import pandas as pd
 from analysis.style import COLORS, MARKERS, NAMES
 from analysis.verdicts import exact, judge
 
-__all__ = ["TITLE", "WHAT", "crossings", "detail", "figure", "growth", "label", "lines", "summary"]
+__all__ = ["MODELS_TITLE", "TITLE", "WHAT", "crossings", "detail", "figure", "growth", "label", "lines", "models_lines",
+           "models_table", "summary"]
 
 FIDELITY = 1e-6
 """The float32 result's error above the float64 optimum every exact method stays under."""
@@ -236,3 +237,50 @@ def _a(x: float) -> str:
 
 def _first(x):
     return x[0] if isinstance(x, (list, tuple)) and len(x) == 1 else x
+
+
+# ----------------------------------------------------------------------------- whole models
+
+MODELS_TITLE = "Whole models with many clients"
+
+
+def models_table(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (model, K, method) of the ``clients_models`` results: the median latency
+    and IQR (s) of the whole-model aggregation, how it was obtained (timed, or extrapolated
+    and from what), the tensor peak above the inputs (MiB) with what it covers, and the
+    estimate the job was checked against (MiB)."""
+    rows = []
+    for _, rec in df.iterrows():
+        base = {"model": rec["preset"], "K": int(rec["clients"]), "r": int(rec["stacked_rank"])}
+        if isinstance(rec.get("skipped"), str):
+            rows.append({**base, "method": "(all)", "note": rec["skipped"]})
+            continue
+        for r in rec["rows"]:
+            lat = r.get("latency") or {}
+            rows.append({**base, "method": r["method"],
+                         "time s (median)": lat.get("median"),
+                         "IQR s": (lat["q75"] - lat["q25"]) if lat else None,
+                         "peak MiB": r["peak_bytes"] / 2**20 if "peak_bytes" in r else None,
+                         "peak of": r.get("peak_scope"),
+                         "estimate MiB": (r["estimated_peak_bytes"] / 2**20 if "estimated_peak_bytes" in r
+                                          else None),
+                         "note": r.get("skipped") or (f"extrapolated {r['extrapolated']}" if r.get("extrapolated")
+                                                      else "timed whole")})
+    return pd.DataFrame(rows)
+
+
+def models_lines(df: pd.DataFrame) -> list[str]:
+    """Per job: FRAQ's whole-model time against each other method's, and what was not run."""
+    out = []
+    for _, rec in df.iterrows():
+        name = f"{rec['preset']} with {int(rec['clients'])} clients (r = {int(rec['stacked_rank'])})"
+        if isinstance(rec.get("skipped"), str):
+            out.append(f"- {name}: not run: {rec['skipped']}.")
+            continue
+        t = {r["name"]: r["latency"]["median"] for r in rec["rows"] if r.get("latency")}
+        if "fraq" in t:
+            others = ", ".join(f"{label(m)} {v / t['fraq']:.2f}x" for m, v in t.items() if m != "fraq")
+            out.append(f"- {name}: FRAQ {t['fraq']:.2f} s for the whole model" + (f"; {others} FRAQ's time" if others
+                                                                                  else "") + ".")
+        out += [f"- {name}: {r['skipped']}." for r in rec["rows"] if r.get("skipped")]
+    return out

@@ -58,6 +58,7 @@ SECTIONS: dict[str, str] = {
     "table4": "table4",
     "fig3": "fig3",
     "clients": "clients",
+    "clients_models": "clients_models",
     "fig4": "fig4",
     "fig1": "fig1",
     "peft": "peft",

@@ -38,6 +38,7 @@ REQUIRED = {
     "fig3": ("sweep", "method", "mode", "d", "r", "timing.median", "timing.samples", "peak_bytes"),
     "clients": ("method", "d", "D", "K", "r", "client_rank", "tau", "timing.median", "timing.samples", "peak_bytes",
                 "ranks", "rank_float64", "energy_kept_min"),
+    "clients_models": ("preset", "clients", "stacked_rank", "rows"),
     "table4": ("variant", "timing.median", "timing.samples", "peak_bytes", "gap_to_svd", "excess"),
     "fig4_rank": ("method", "p", "group", "relative_error", "optimal_error"),
     "fig4_cond": ("method", "kappa", "relative_error"),

@@ -37,6 +37,8 @@ SIZES: dict[str, dict[str, dict]] = {
         # r = 8K from d/4 to 4d on a square and a wide shape; every exact backend.
         clients=dict(shapes=[[32, 32, [1, 4, 8, 16]], [32, 64, [2, 8]]], client_rank=8, tau=0.95, modules=2,
                      methods=_SWEEP_METHODS + _EXACT, repeats=3),
+        clients_models=dict(jobs=[dict(preset="roberta-base", clients=4, layers=1)], client_rank=8, tau=0.95,
+                            methods=_SWEEP_METHODS, repeats=2, budget_s=5.0),
         fig4_rank=dict(preset="roberta-base", layers=1, ranks=[2, 8, 40, 80], methods=["fraq", "florist"]),
         fig4_cond=dict(shape=[64, 64], rank=16, clients=4, batch=2, kappas=[1.0, 1e5, 1e10],
                        methods=_SWEEP_METHODS),
@@ -54,6 +56,11 @@ SIZES: dict[str, dict[str, dict]] = {
         # About a minute on 2 cores: r = d/24 to 4d at 768 x 768, to 2d at 768 x 3072.
         clients=dict(shapes=[[768, 768, [4, 16, 48, 96, 192, 384]], [768, 3072, [8, 48, 96, 192]]], client_rank=8,
                      tau=0.95, modules=1, methods=_SWEEP_METHODS + ["fraq:cholesky"], repeats=3),
+        # One layer of each model, latency extrapolated to every layer (labelled).
+        clients_models=dict(jobs=[dict(preset="roberta-base", clients=128, layers=1),
+                                  dict(preset="roberta-base", clients=512, layers=1),
+                                  dict(preset="llama-3.2-3b", clients=64, layers=1)],
+                            client_rank=8, tau=0.95, methods=_SWEEP_METHODS, repeats=3, budget_s=10.0),
         fig4_rank=dict(preset="llama-3.2-3b", layers=1, ranks=[1, 2, 4, 8, 16, 24, 32, 48, 64],
                        methods=_SWEEP_METHODS),
         fig4_cond=dict(shape=[768, 768], rank=64, clients=8, batch=2, kappas=[1.0, 1e2, 1e4, 1e6, 1e8, 1e10],
@@ -79,6 +86,10 @@ SIZES: dict[str, dict[str, dict]] = {
                              [3072, 8192, [8, 48, 192, 384, 576]]], client_rank=8, tau=0.95, modules=1,
                      methods=_SWEEP_METHODS + ["fraq:cholesky", "fraq:cholesky-qr2", "fraq:newton-schulz"],
                      repeats=5),
+        clients_models=dict(jobs=[dict(preset="roberta-base", clients=128, layers=None),
+                                  dict(preset="roberta-base", clients=512, layers=None),
+                                  dict(preset="llama-3.2-3b", clients=64, layers=None)],
+                            client_rank=8, tau=0.95, methods=_SWEEP_METHODS, repeats=3, budget_s=60.0),
         fig4_rank=dict(preset="llama-3.2-3b", layers=28, ranks=[1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64],
                        methods=_SWEEP_METHODS),
         fig4_cond=dict(shape=[768, 768], rank=64, clients=8, batch=8, kappas=[10.0**k for k in range(11)],

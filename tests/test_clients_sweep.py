@@ -118,3 +118,64 @@ def test_report_states_exponents_on_each_side_of_d_and_the_crossing(tmp_path):
     assert f"cross at K ~ {16 * 2 ** 0.5:.0f} (r ~ {8 * 16 * 2 ** 0.5:.0f}" in text and "FlexLoRA becomes the faster" in text
     # past r = d the largest FRAQ / dense ratio is 32 / 16
     assert "below 1): 2.00 exact" in text
+
+
+# ----------------------------------------------------------------------------- whole models
+
+
+def test_the_estimate_counts_exactly_the_factors_the_job_builds():
+    from benchmarks.cases import build_model
+    from benchmarks.experiments import clients_models as cm
+    from benchmarks.measure import tensor_bytes
+
+    preset = cm.preset_with("roberta-base", 3, 8)
+    assert preset.ranks == (8, 8, 8) and preset.scales == (2.0,) * 3  # roberta-base's alpha / r kept
+    model = build_model(preset, layers=1)
+    built = sum(tensor_bytes(*Bs, *As) for Bs, As in model.factors.values())
+    assert cm.estimate(preset, ["fraq"], layers=1)["factors"] == built
+
+
+def test_a_job_that_cannot_fit_says_so_in_one_line_before_building_its_inputs(monkeypatch):
+    import benchmarks.cases
+    from benchmarks.experiments import clients_models as cm
+
+    def never(*a, **k):
+        raise AssertionError("inputs built for a job that does not fit")
+
+    monkeypatch.setattr(cm, "available_bytes", lambda: 2**20)
+    monkeypatch.setattr(benchmarks.cases, "build_model", never)
+    said = []
+    res = cm.measure(cm.points(QUICK)[0], log=said.append)
+    assert res["rows"] == [] and "not run" in res["skipped"]
+    assert len(said) == 1 and "needs about" in said[0] and "GiB available" in said[0]
+
+
+def test_a_method_whose_workspace_cannot_fit_is_named_and_the_others_run(monkeypatch):
+    from benchmarks.experiments import clients_models as cm
+    from benchmarks.measure import threads
+
+    config = cm.points(QUICK)[0]
+    est = cm.estimate(cm.preset_with(config["preset"], config["clients"], config["client_rank"]), config["methods"],
+                      config["layers"])
+    room = est["factors"] + max(est["peak"]["fraq"], est["peak"]["florist"])
+    assert est["peak"]["flexlora"] > room  # the dense d x D matrices are FlexLoRA's alone
+    monkeypatch.setattr(cm, "available_bytes", lambda: room)
+    said = []
+    with threads(1):
+        res = cm.measure(dict(config, repeats=1), log=said.append)
+    rows = {r["name"]: r for r in res["rows"]}
+    assert "not run" in rows["flexlora"]["skipped"] and len(said) == 1 and "flexlora" in said[0]
+    for name in ("fraq", "florist"):
+        assert rows[name]["latency"]["median"] > 0 and rows[name]["peak_bytes"] > 0
+
+
+def test_the_estimate_bounds_the_measured_peak():
+    from benchmarks.experiments import clients_models as cm
+    from benchmarks.measure import threads
+
+    config = dict(cm.points(QUICK)[0], repeats=1, budget_s=1e9)  # every method timed on the layers it built
+    with threads(1):
+        res = cm.measure(config)
+    for row in res["rows"]:
+        assert row["peak_scope"] == f"first {config['layers']} layer(s)"
+        assert row["peak_bytes"] <= row["estimated_peak_bytes"], row["method"]

@@ -27,6 +27,7 @@ EXPERIMENTS: dict[str, str] = {
     "fig1": "fig1",
     "fig3": "fig3",
     "clients": "clients",
+    "clients_models": "clients_models",
     "backends": "backends",
     "backend_stages": "backend_stages",
     "peft": "peft_compare",
