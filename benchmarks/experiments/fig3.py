@@ -136,7 +136,7 @@ def _analytic(c: dict, ranks: list[int], device: torch.device) -> dict:
     basis backends counts the backend it ran, ``fraq:<backend>`` that backend); NaN where
     a model has no entry (Table 5 for another backend, a backend without a FLOP model or
     with a step count)."""
-    from benchmarks.measure.methods import default_backend, default_factored, runs_backend
+    from benchmarks.measure.methods import default_backend, default_path, runs_backend
     from fraq.flops import analytic_flops
 
     method, _, named = c["method"].partition(":")
@@ -144,14 +144,15 @@ def _analytic(c: dict, ranks: list[int], device: torch.device) -> dict:
     backend = (named or default_backend(device)) if fraq_ else None
     d, D, r = c["d"], c["D"], c["r"]
 
-    def total(**kw) -> float:
-        try:
-            return float(sum(analytic_flops(method, d, D, r, pp, **kw) for pp in ranks))
+    def total(full: bool, **kw) -> float:
+        try:  # the full model follows the path recompress takes at each module's (d, D, r, p)
+            return float(sum(analytic_flops(method, d, D, r, pp, **kw, **(default_path(d, D, r, pp) if full and fraq_
+                                                                           else {})) for pp in ranks))
         except ValueError:
             return math.nan
 
-    table5 = total(model="table5") if backend in (None, "householder") else math.nan
-    full = total(model="full", backend=backend or "householder", factored=fraq_ and default_factored())
+    table5 = total(False, model="table5") if backend in (None, "householder") else math.nan
+    full = total(True, model="full", backend=backend or "householder")
     return dict(backend=backend, analytic_flops_table5=table5, analytic_flops_full=full)
 
 
