@@ -86,21 +86,27 @@ def available_bytes() -> int:
 
 def _workspace(method: str, m: int, n: int, r: int, count: int) -> int:
     """Upper bound on a method's float32 workspace for ``count`` m x n matrices of stacked
-    rank r processed together, outputs at full rank s = min(m, n, r) included."""
+    rank r processed together, outputs at full rank s = min(m, n, r) included. The model
+    follows what the method's aggregator declares it does: a dense matrix per module
+    (``dense_factorization``), FRAQ's basis and Gram (``basis_backend``), else thin SVDs
+    of both stacks (FLoRIST)."""
+    from fraq.aggregators import AGGREGATORS
+
+    cls = AGGREGATORS[method]
     d, D = min(m, n), max(m, n)
     s = min(d, r)
     out = (m + n) * s
-    if method == "flexlora":
+    if cls.dense_factorization:
         # the dense d x D products of one chunk (<= 1 GiB of them), their thin SVDs' U, Vh and
         # LAPACK work (about one more dense matrix)
         chunk = max(1, min(count, 2**30 // (m * n * F32)))
         return F32 * (chunk * (2 * m * n + (m + n) * d) + count * out)
-    if method == "florist":
-        # thin SVDs of both stacks (a copy of each, U and Vh) and the small core's SVD
-        return F32 * count * (2 * (m + n) * r + 2 * s * r + 3 * s * s + out)
-    # FRAQ: the oriented copies of both stacks, an r x r (factored) or s x s Gram with its
-    # eigenvectors, H = R Y (s x D)
-    return F32 * count * ((d + D) * r + 2 * r * r + s * D + out)
+    if cls.basis_backend:
+        # the oriented copies of both stacks, an r x r (factored) or s x s Gram with its
+        # eigenvectors, H = R Y (s x D)
+        return F32 * count * ((d + D) * r + 2 * r * r + s * D + out)
+    # thin SVDs of both stacks (a copy of each, U and Vh) and the small core's SVD
+    return F32 * count * (2 * (m + n) * r + 2 * s * r + 3 * s * s + out)
 
 
 def estimate(preset, methods: list[str], layers: int | None = None) -> dict:
@@ -129,10 +135,15 @@ def _gib(b: float) -> str:
 
 
 def _method(name: str, tau: float):
-    from benchmarks.experiments.tables123 import Method
+    """The table row of aggregator ``name``, cutting at ``tau`` when it takes one (FlexLoRA
+    truncates each client at its own rank instead)."""
+    import inspect
 
-    opts = {} if name == "flexlora" else {"tau": tau}  # FlexLoRA truncates each client at its own rank
-    return Method(name if not opts else f"{name} (tau={tau:.2f})", name, opts)
+    from benchmarks.experiments.tables123 import Method
+    from fraq.aggregators import AGGREGATORS
+
+    takes_tau = "tau" in inspect.signature(AGGREGATORS[name].__init__).parameters
+    return Method(f"{name} (tau={tau:.2f})", name, {"tau": tau}) if takes_tau else Method(name, name)
 
 
 def measure(config: dict, device: torch.device | str = "cpu", log=None) -> dict:
