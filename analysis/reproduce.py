@@ -140,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     except (NoResults, MixedResults) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a figure or the report could not be written (read-only, disk full)
+        where = f"cannot write {exc.filename}: {exc.strerror}" if exc.filename is not None else str(exc)
+        print(f"error: {where}", file=sys.stderr)
+        return 1
     print(f"figures: {args.out / 'figures'}\nreport:  {report}")
     return 0
 

@@ -37,8 +37,7 @@ def test_asv_runner_and_pytest_benchmark_read_the_same_points():
             pass
     runner = [c for _, _, c in run.plan(["clients"], ASV)]
     assert sorted(map(clients.key, asv)) == sorted(map(clients.key, runner))
-    marks = [m for m in quick.test_clients.pytestmark if m.name == "parametrize"]
-    assert marks[0].args[1] == clients.points(QUICK)
+    assert [c for c in quick.POINTS.values() if c["figure"] == "clients"] == clients.points(QUICK)
 
 
 def test_energy_check_against_a_hand_derived_spectrum():
