@@ -7,11 +7,12 @@ repository root:
     pytest tests/bench --benchmark-only --benchmark-group-by=param:method   # or param:experiment, param:d, ...
     pytest tests/bench --benchmark-only --benchmark-histogram     # also writes benchmark_*.svg
 
-and before/after a change (the statistic and threshold: docs/benchmarks.md):
+and before/after a change (``make bench-pytest SAVE=before``, then ``make
+bench-pytest-compare``; the statistic and threshold: docs/benchmarks.md):
 
-    pytest tests/bench --benchmark-only --benchmark-save=before
+    pytest tests/bench --benchmark-only --benchmark-min-rounds=50 --benchmark-save=before
     # ... change the code ...
-    pytest tests/bench --benchmark-only --benchmark-compare --benchmark-compare-fail=min:15%
+    pytest tests/bench --benchmark-only --benchmark-min-rounds=50 --benchmark-compare --benchmark-compare-fail=min:25%
 
 Every check is one point of an experiment of :data:`EXPERIMENTS` at size
 :data:`benchmarks.sizes.QUICK`, timed through the experiment's own ``call``. Rounds,
