@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-SUITE = ["bench_ablation", "bench_fidelity", "bench_presets", "bench_recompress"]
+SUITE = ["bench_ablation", "bench_clients", "bench_fidelity", "bench_presets", "bench_recompress"]
 PREFIXES = ("time_", "track_", "peakmem_", "mem_", "timeraw_")
 
 
