@@ -1,7 +1,7 @@
 # The README's commands. Set-up is the first two lines of the README; `make setup` runs them.
 PY := .venv/bin/python
 
-.PHONY: setup run demo test test-slow test-all asv-check bench bench-quick bench-pytest bench-roofline regress \
+.PHONY: setup run demo test test-slow test-all asv-check bench bench-quick bench-publish bench-pytest bench-roofline regress \
 	bench-gpu reproduce reproduce-paper figures federated federated-smoke flower-local flower-deployment peft-example
 
 setup:
@@ -28,17 +28,28 @@ test-slow:
 test-all:
 	$(PY) -m pytest --benchmark-skip -q
 
+# asv names an "existing" environment after the interpreter's path (.venv/bin/python and
+# .venv/bin/python3 would be two histories): every target below, and benchmarks.regress
+# (benchmarks.regress.asv_python), records under this one. --show-stderr prints each skip's reason.
+ASV := $(PY) -m asv
+ASV_PYTHON := $(abspath $(PY))
+
 asv-check:
-	.venv/bin/asv machine --yes >/dev/null
-	.venv/bin/asv check --python=same
+	$(ASV) machine --yes >/dev/null
+	$(ASV) check --python=$(ASV_PYTHON)
 
 bench:
-	.venv/bin/asv machine --yes >/dev/null
-	.venv/bin/asv run --python=same --set-commit-hash $$(git rev-parse HEAD)
+	$(ASV) machine --yes >/dev/null
+	$(ASV) run --python=$(ASV_PYTHON) --show-stderr --set-commit-hash $$(git rev-parse HEAD)
 
 bench-quick:
-	.venv/bin/asv machine --yes >/dev/null
-	.venv/bin/asv run --python=same --quick --set-commit-hash $$(git rev-parse HEAD)
+	$(ASV) machine --yes >/dev/null
+	$(ASV) run --python=$(ASV_PYTHON) --show-stderr --quick --set-commit-hash $$(git rev-parse HEAD)
+
+# asv's dashboard in .asv/html, with the scripts and styles it loads from CDNs served from
+# there (benchmarks/vendor): it renders offline. View it with `.venv/bin/asv preview`.
+bench-publish:
+	$(PY) -m benchmarks.publish
 
 bench-pytest:
 	.venv/bin/pytest tests/bench --benchmark-only
