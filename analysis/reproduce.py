@@ -57,6 +57,8 @@ SECTIONS: dict[str, str] = {
     "tables123": "tables123",
     "table4": "table4",
     "fig3": "fig3",
+    "clients": "clients",
+    "clients_models": "clients_models",
     "fig4": "fig4",
     "fig1": "fig1",
     "peft": "peft",
