@@ -58,6 +58,8 @@ SECTIONS: dict[str, str] = {
     "table4": "table4",
     "table4_steps": "table4_steps",
     "fig3": "fig3",
+    "clients": "clients",
+    "clients_models": "clients_models",
     "fig4": "fig4",
     "flexlora_precision": "flexlora_precision",
     "fig1": "fig1",

@@ -38,6 +38,9 @@ DEFAULT = Path("results") / "reproduce" / "results"
 
 REQUIRED = {
     "fig3": ("sweep", "method", "mode", "d", "r", "timing.median", "timing.samples", "peak_bytes"),
+    "clients": ("method", "d", "D", "K", "r", "client_rank", "tau", "timing.median", "timing.samples", "peak_bytes",
+                "ranks", "rank_float64", "energy_kept_min"),
+    "clients_models": ("preset", "clients", "stacked_rank"),
     "table4": ("variant", "timing.median", "timing.samples", "peak_bytes", "gap_to_svd", "excess"),
     "fig4_rank": ("method", "p", "group", "relative_error", "optimal_error"),
     "fig4_cond": ("method", "kappa", "relative_error"),
@@ -46,10 +49,10 @@ REQUIRED = {
 }
 """The columns each drawn experiment's figure, table and verdicts read."""
 
-LABELS = ("sweep", "method", "mode", "variant", "group", "case", "backend")
+LABELS = ("sweep", "method", "mode", "variant", "group", "case", "backend", "preset")
 """The :data:`REQUIRED` columns that hold names (strings)."""
 
-LISTS = ("timing.samples", "gap_to_svd", "excess", "relative_error", "optimal_error")
+LISTS = ("timing.samples", "gap_to_svd", "excess", "relative_error", "optimal_error", "ranks", "rank_float64")
 """The :data:`REQUIRED` columns that hold a non-empty list of numbers (per sample, per
 matrix); every column in neither tuple holds one number. A file whose field has another
 type (a hand-edited ``"timing": {"median": "fast"}``) is skipped, naming it, like a file
@@ -143,7 +146,8 @@ def _valid(rows: pd.DataFrame) -> pd.DataFrame:
                           stacklevel=3)
             continue
         keep.append(i)
-    return rows.loc[keep].reset_index(drop=True)
+    # infer_objects: a column a skipped file made mixed (a name among numbers) becomes numeric again
+    return rows.loc[keep].reset_index(drop=True).infer_objects()
 
 
 def _absent(v) -> bool:

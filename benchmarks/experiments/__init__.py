@@ -29,6 +29,8 @@ EXPERIMENTS: dict[str, str] = {
     "fig4_rank": "fig4_rank",
     "fig1": "fig1",
     "fig3": "fig3",
+    "clients": "clients",
+    "clients_models": "clients_models",
     "backends": "backends",
     "backend_stages": "backend_stages",
     "peft": "peft_compare",
@@ -40,8 +42,8 @@ EXPERIMENTS: dict[str, str] = {
 """Every experiment (its results' directory name) and its module here, in the runner's
 order (cheap first)."""
 
-DEFAULT = ("table4", "table4_steps", "fig4_cond", "flexlora_precision", "fig4_rank", "fig1", "fig3", "backends",
-           "backend_stages", "peft", "tables123")
+DEFAULT = ("table4", "table4_steps", "fig4_cond", "flexlora_precision", "fig4_rank", "fig1", "fig3", "clients",
+           "backends", "backend_stages", "peft", "tables123")
 """What ``make run`` reproduces."""
 
 

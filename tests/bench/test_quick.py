@@ -43,7 +43,7 @@ from benchmarks import cases, experiments
 from benchmarks.measure.timing import threads
 from benchmarks.sizes import QUICK
 
-EXPERIMENTS = ("fig3", "table4")
+EXPERIMENTS = ("fig3", "table4", "clients")
 """The experiments checked here, each with ``call`` and ``metrics`` (as the asv sweeps use
 them). A new one is a name here; if its points vary a field no other experiment has, add
 that field to :func:`test_point`'s parameters (``test_params_name_every_varying_field``
@@ -62,7 +62,7 @@ def varying_fields(names=EXPERIMENTS, size: str = QUICK) -> list[str]:
     return out
 
 
-PARAMS = ("experiment", "sweep", "method", "mode", "d", "D", "r", "variant")
+PARAMS = ("experiment", "sweep", "method", "mode", "d", "D", "r", "variant", "K")
 """:func:`test_point`'s parameters: :func:`varying_fields` of :data:`EXPERIMENTS`."""
 
 
@@ -108,11 +108,11 @@ def _id(values: tuple) -> str:
 
 
 @pytest.mark.parametrize(",".join(PARAMS), list(POINTS), ids=list(map(_id, POINTS)))
-def test_point(benchmark, device, experiment, sweep, method, mode, d, D, r, variant):
+def test_point(benchmark, device, experiment, sweep, method, mode, d, D, r, variant, K):
     """One point of a figure or table, timed with pytest-benchmark's own calibration."""
     from benchmarks.measure.methods import get_method
 
-    config = POINTS[(experiment, sweep, method, mode, d, D, r, variant)]
+    config = POINTS[(experiment, sweep, method, mode, d, D, r, variant, K)]
     module = experiments.get(experiment)
     if "method" in config:
         try:
