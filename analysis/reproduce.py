@@ -8,16 +8,23 @@ DIR/results``; ``make run`` does both) and rebuilds every figure (PNG and PDF,
 our numbers beside the paper's claims, figure by figure. Captions (device, machine,
 threads, versions) come from the result files. Nothing here measures. ``DIR`` defaults
 to ``results/reproduce`` (git-ignored).
+
+The report is one loop over :data:`SECTIONS`, the registry of its sections: each is a
+module of :mod:`analysis.sections` that says which experiments it reads and draws its
+part (:class:`analysis.sections.Section`). A section whose experiments were not run is
+left out; one that has some of them but not all is named in a warning.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import warnings
 from pathlib import Path
+from types import ModuleType
 
-__all__ = ["main", "build"]
+__all__ = ["SECTIONS", "build", "main", "section_module"]
 
 
 def build(out: Path) -> Path:
@@ -46,96 +53,48 @@ def build(out: Path) -> Path:
     return report
 
 
+SECTIONS: dict[str, str] = {
+    "tables123": "tables123",
+    "table4": "table4",
+    "fig3": "fig3",
+    "fig4": "fig4",
+    "fig1": "fig1",
+    "peft": "peft",
+    "backends": "backends",
+}
+"""The report's sections (their modules in :mod:`analysis.sections`), in the report's
+order: the paper's headline tables first. Adding a figure or a table is a module there
+and a line here."""
+
+
+def section_module(name: str) -> ModuleType:
+    """The module of report section ``name``."""
+    if name not in SECTIONS:
+        raise ValueError(f"section(={name!r}) is not one of {', '.join(SECTIONS)}")
+    return importlib.import_module(f"analysis.sections.{SECTIONS[name]}")
+
+
 def _build(out: Path) -> Path:
-    from analysis import agreement, figures, style, tables
+    from analysis import style
     from analysis.resultset import load
     from analysis.verdicts import HOW
 
     style.setup()
     res = load(out / "results")
     figs = out / "figures"
-    sections: list[str] = []
+    parts: list[str] = []
     made: list[tuple[str, str]] = []
-
-    def figure(name, fig, rows, extra, title, lines, what):
-        style.save(fig, figs, name, style.caption(rows, extra))
-        made.append((name, what))
-        sections.append(f"## {title}\n\n![{title}](figures/{name}.png)\n\n"
-                        f"[PDF](figures/{name}.pdf). {what}\n\n" + "\n".join(lines) + "\n")
-
-    t4 = res["table4"]
-    if not t4.empty:
-        tab = tables.table4_ablation(t4)
-        c = t4.iloc[0]
-        sections.append(f"## Table 4: ablation\n\n{int(c['modules'])} LLaMA-3.2-3B gate/up projections "
-                        f"({int(c['m'])} x {int(c['n'])}), {int(c['clients'])} clients of rank {int(c['client_rank'])}, "
-                        f"output rank {int(c['p'])}, one batched call. Time: median [IQR] of "
-                        f"{int(c['repeats'])} repeats; memory: tensor peak above the inputs. "
-                        f"{style.caption(t4)}.\n\n" + tables.markdown(tab) + "\n\n"
-                        + "\n".join(agreement.table4_lines(t4)) + "\n")
-    f3 = res["fig3"]
-    if not f3.empty:
-        n = int(f3["modules"].iloc[0])
-        figure("fig3_scalability", figures.fig3_scalability(f3), f3,
-               f"{n} square modules per call, clients of rank {int(f3['client_rank'].iloc[0])}, output rank "
-               f"{int(f3['p'].iloc[0])}; median, band = IQR; tensor peak memory above the inputs",
-               "Figure 3: runtime and peak memory", agreement.fig3_lines(figures.fig3_summary(f3)),
-               "Runtime and tensor peak memory against total rank r and hidden size d; batched solid, "
-               "unbatched dashed.")
-        t5 = tables.table5_flops(f3)
-        sections.append("## Table 5: FLOPs, analytic next to counted next to measured time\n\n"
-                        "Batched points of the Fig. 3 sweeps, all modules of one call. *Table 5 GFLOP*: the paper's "
-                        "leading-order formulas; *model (code)*: the same pipelines with the constants of what the "
-                        "code runs (`fraq.flops.analytic_flops(model='full')`); *counted*: FlopCounterMode with "
-                        f"LAPACK formulas (`benchmarks.measure.count_flops`). {style.caption(f3)}.\n\n"
-                        + tables.markdown(t5) + "\n\n" + "\n".join(agreement.table5_lines(t5)) + "\n")
-    rk, cd = res["fig4_rank"], res["fig4_cond"]
-    if not rk.empty and not cd.empty:
-        figure("fig4_fidelity", figures.fig4_fidelity(rk, cd), rk,
-               f"float32 against float64 references; left: {int(rk['clients'].iloc[0])} clients of rank 8, "
-               f"{rk.groupby('group')['layers'].first().sum()} modules, band = 10-90th percentile, the optimum at p = "
-               "stacked rank is 0 and not drawn; right: "
-               f"{int(cd['batch'].iloc[0])} matrices per kappa, bars = min-max",
-               "Figure 4: float32 fidelity", agreement.fig4_lines(rk, cd),
-               "Relative error against output rank (LoRA-like LLaMA-3.2-3B-shaped updates) and against the "
-               "condition number at full output rank.")
-    f1 = res["fig1"]
-    if not f1.empty:
-        lm, lf = int(f1["layers_measured"].iloc[0]), int(f1["layers_full"].iloc[0])
-        figure("fig1_downlink", figures.fig1_downlink(f1), f1,
-               f"downlink counted by fraq.aggregators on {lm} of {lf} layers of every projection, scaled x{lf / lm:g} "
-               "to the whole model; synthetic LoRA-like client spectra",
-               "Figure 1: downlink", agreement.fig1_lines(f1),
-               "Per-client downlink of the exact FLoRA stack and of FRAQ at 80/90/95% retained energy, against the "
-               "number of clients and the local rank.")
-    agg = res["tables123"]
-    if not agg.empty:
-        sections.append("## Tables 1-3: downlink and server latency\n\nEvery aggregator on the model presets, "
-                        "batched by module shape; latency median and IQR (`python -m benchmarks.run tables123`); "
-                        f"the paper's numbers are one GH200's. {style.caption(agg)}.\n\n"
-                        + tables.markdown(tables.tables123_latency(agg)) + "\n")
-    pf = res["peft"]
-    if not pf.empty:
-        from analysis import peft_merge
-
-        figure("fig_peft", peft_merge.figure(pf), pf,
-               "round-robin medians, bars = min-max; hatched: per-module ranks (FRAQ's tau rule; peft's svd through "
-               f"rank_pattern); peft {pf['peft_version'].iloc[0]}, transformers {pf['transformers_version'].iloc[0]}",
-               "FRAQ against peft's own merge", peft_merge.ratio_lines(pf),
-               "The same client adapters on a real PeftModel merged by peft's `add_weighted_adapter` (svd, cat) and "
-               "by FRAQ, each adding one adapter to the model; error above the float64 optimum (`fraq.reference`). "
-               "When to use which: docs/peft.md.")
-        sections.append("### FRAQ against peft's own merge: every method\n\n"
-                        + tables.markdown(peft_merge.table(pf)) + "\n")
-    b = res["backends"]
-    if not b.empty:
-        figure("fig_backends", figures.fig_backends(b), b,
-               f"python -m benchmarks.run backends --size {res.configuration.get('size', '?')}; latency at 1 torch "
-               "thread; open markers: "
-               "inexact backends; dotted: error 1e-6",
-               "Backends: accuracy against latency", agreement.backends_lines(b),
-               "FRAQ's basis backends: 1-thread latency against the error above the float64 optimum (this "
-               "implementation's choice of backend; the paper makes no claim here).")
+    for name in SECTIONS:
+        mod = section_module(name)
+        have = [e for e in mod.reads if not res[e].empty]
+        if len(have) < len(mod.reads):
+            if have:
+                missing = ", ".join(e for e in mod.reads if e not in have)
+                warnings.warn(f"section {name!r} not drawn: it reads {', '.join(mod.reads)}, and {missing} has no "
+                              f"results (python -m benchmarks.run {missing.replace(',', '')})", stacklevel=2)
+            continue
+        for sec in mod.draw(res):
+            parts.append(_render(sec, figs, made))
 
     head = ["# FRAQ server-side reproduction", ""]
     size = res.configuration.get("size")
@@ -147,8 +106,21 @@ def _build(out: Path) -> Path:
              + HOW, "", "## Figures", ""]
     head += [f"- `figures/{n}.png`: {w}" for n, w in made] + [""]
     report = out / "report.md"
-    report.write_text("\n".join(head) + "\n" + "\n".join(sections))
+    report.write_text("\n".join(head) + "\n" + "\n".join(parts))
     return report
+
+
+def _render(sec, figs: Path, made: list) -> str:
+    """A section's markdown; its figure saved under ``figs`` and listed in ``made``."""
+    from analysis import style
+
+    text = f"{'#' * sec.level} {sec.title}\n\n"
+    f = sec.figure
+    if f is not None:
+        style.save(f.fig, figs, f.name, style.caption(f.rows, f.detail))
+        made.append((f.name, f.what))
+        text += f"![{sec.title}](figures/{f.name}.png)\n\n[PDF](figures/{f.name}.pdf). {f.what}\n\n"
+    return text + sec.body + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -154,14 +154,14 @@ class Backends(_Measured):
     def track_flops_model(self, backend, point):
         """Analytic FLOPs (:func:`fraq.flops.fraq_flops`, Newton-Schulz at its measured steps);
         NaN for a backend registered without a FLOP model."""
-        from benchmarks.measure.methods import ran_factored
+        from benchmarks.measure.methods import ran_path
         from fraq.flops import analytic_flops
 
         res = self.call()
         steps = res.info.get("steps")
         try:
             f = analytic_flops("fraq", self.d, self.d, self.r, self.p, backend=self.backend, steps=steps,
-                               factored=ran_factored(res))
+                               **ran_path(res))
         except ValueError:
             return math.nan
         return _C["modules"] * f

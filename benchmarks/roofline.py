@@ -247,7 +247,7 @@ def report(name: str, rec: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     import fraq
-    from fraq.recompress import GRAMS
+    from fraq._gram import GRAMS
     from fraq._machine import machine_record
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.roofline", description=__doc__.split("\n")[0])

@@ -4,22 +4,23 @@
 ``fraq.recompress`` cuts their product to a best rank-p adapter without forming the
 m x n aggregate. ``import fraq`` needs torch alone, and imports it on first use of a
 name below, so the command line (:mod:`fraq.cli`) parses its arguments without it.
+The functions live in private modules (``fraq._stack``, ``fraq._recompress``), as
+torch's public ``svd_lowrank`` lives in ``torch._lowrank``: a public name never shares
+its spelling with a module, so ``fraq.recompress`` is always the function.
 """
 
 import importlib
-import sys
-import types
 
 __version__ = "0.1.0"
 
 _NAMES = {
     "BACKENDS": "fraq.backends",
     "RecompressResult": "fraq.result",
-    "normalized_weights": "fraq.stack",
-    "recompress": "fraq.recompress",
+    "normalized_weights": "fraq._stack",
+    "recompress": "fraq._recompress",
     "register_backend": "fraq.backends",
-    "select_rank": "fraq.recompress",
-    "stack": "fraq.stack",
+    "select_rank": "fraq._energy",
+    "stack": "fraq._stack",
 }
 
 __all__ = [
@@ -45,15 +46,3 @@ def __getattr__(name: str):
 def __dir__():
     return sorted(set(globals()) | set(_NAMES))
 
-
-class _Package(types.ModuleType):
-    """``fraq.recompress`` and ``fraq.stack`` are the functions, as with eager imports: the
-    import system's binding of the same-named submodules to the package is not kept."""
-
-    def __setattr__(self, name, value):
-        if name in ("recompress", "stack") and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

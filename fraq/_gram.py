@@ -27,8 +27,7 @@ cancel above :data:`CANCEL_LIMIT` times s, and the batch is then redone through 
 
 Only the lower triangle of a Gram formed here is authoritative: the factored product
 :math:`(CW)C^\top` is symmetric up to rounding and the eigensolver reads the lower
-triangle alone, so no symmetrizing pass is spent on it (:func:`factored_gram`, for
-callers outside the pipeline, returns the symmetric matrix).
+triangle alone, so no symmetrizing pass is spent on it.
 """
 
 from __future__ import annotations
@@ -38,11 +37,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["CANCEL_LIMIT", "GRAMS", "Coordinates", "cancels", "coordinates", "factored_gram", "factored_rows",
-           "frobenius", "rows"]
+__all__ = ["CANCEL_LIMIT", "GRAMS", "Coordinates", "cancels", "coordinates", "frobenius", "rows"]
 
 GRAMS = ("auto", "product", "factored")
-"""Values of ``recompress(gram=...)``: ``"auto"`` (default) is factored unless clients cancel."""
+"""Values of ``recompress(gram=...)``: ``"auto"`` (default) is the form of fewer FLOPs at the
+call's shape (:func:`fraq.flops.cheapest_path`), a factored one redone through H where clients cancel."""
 
 CANCEL_LIMIT = 2.0
 """``gram="auto"`` keeps the factored Gram while rho_F^2 <= CANCEL_LIMIT * s (see :func:`cancels`):
@@ -99,20 +98,3 @@ def cancels(c_norm: list[float], y_trace: list[float], g_trace: list[float], s: 
     """
     limit = CANCEL_LIMIT * max(s, 1)
     return np.array([not (c * c * y <= limit * g) for c, y, g in zip(c_norm, y_trace, g_trace)], dtype=bool)
-
-
-def factored_gram(C: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
-    """G = C (Y Y^T) C^T (*, s, s) for C (*, s, r) and Y (*, r, D), symmetric; equals (CY)(CY)^T.
-
-    Flops: 2 D r^2 (Y Y^T as a GEMM) + 2 s r^2 + 2 s^2 r.
-    """
-    G = torch.matmul(torch.matmul(C, torch.matmul(Y, Y.mT)), C.mT)
-    return 0.5 * (G + G.mT)
-
-
-def factored_rows(Up: torch.Tensor, C: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
-    """R_p = (U_p^T C) Y (*, p, D) for U_p (*, s, p); equals U_p^T (C Y).
-
-    Flops: 2 s r p + 2 r p D.
-    """
-    return torch.matmul(torch.matmul(Up.mT, C), Y)

@@ -32,7 +32,7 @@ import torch
 from fraq._orient import orient
 from fraq._validation import check_finite, check_pair, compute_dtype
 from fraq.backends import Basis, get_backend
-from fraq.recompress import recompress
+from fraq._recompress import recompress
 from fraq.reference import optimal_error, relative_error
 from fraq.result import RecompressResult
 

@@ -29,6 +29,18 @@ forms :math:`G = C (YY^\top) C^\top` and :math:`R_p = (U_p^\top C) Y` instead, s
 exists: D enters through one Gram :math:`YY^\top` (D r^2 with SYRK) and R_p, i.e.
 :math:`(2d + D) r^2` with Householder and :math:`(4d + D) r^2` with Cholesky-QR2.
 
+**The path of a call** (:func:`cheapest_path`): :func:`fraq.recompress` picks, from
+these counts at the call's (d, D, r), the Gram form of fewer FLOPs, and with r >= d
+the **identity** basis Q = I_d, C = X (``identity=True``: no basis work at all). There
+col(X) is all of R^d, every orthonormal basis of it is a d x d rotation of I_d, and the
+coordinate space has s = min(d, r) = d dimensions whatever the backend (the paper's
+Appendix, general rank): through H, H = X Y is the aggregate itself, formed once at
+2 d r D, its Gram costs 2 d^2 D and the eigenproblem 9 d^3, linear in r or independent
+of it. The factored form's r x r Gram :math:`YY^\top` grows as r^2: it costs more
+than the product form once r is above about D / 2 (a square matrix: before r reaches
+d), and for D >> d from about r = 1.25 d on (768 x 3072); the comparison finds each
+crossing without a rule of its own.
+
 **Models of a method** (:func:`analytic_flops`): ``model="table5"`` is the paper's Table 5
 exactly (leading terms, SYRK Gram; :func:`fraq_table5`, :func:`florist_table5`,
 :func:`flexlora_table5`); ``model="full"`` is what the code runs, with the routines'
@@ -46,8 +58,10 @@ Computations*, 4th ed. (GVL); LAPACK Working Note 41 (LAWN 41).
 
 from __future__ import annotations
 
+import functools
 import numbers
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from fraq._routine_flops import (cholesky_flops, eigh_flops, gemm_flops, gram_flops, orgqr_flops, qr_flops,
                                  reflector_flops, svd_flops, trsm_flops)
@@ -78,6 +92,8 @@ __all__ = [
     "newton_schulz_flops",
     "basis_flops",
     "coordinate_flops",
+    "Path",
+    "cheapest_path",
     "fraq_flops",
     "fraq_table5",
     "florist_table5",
@@ -146,7 +162,7 @@ def coordinate_flops(d: int, D: int, r: int, p: int, *, gram: str = "gemm", fact
 
 
 def fraq_flops(d: int, D: int, r: int, p: int, backend: str = "householder", *, steps: int | None = None,
-               gram: str = "gemm", factored: bool = False) -> float:
+               gram: str = "gemm", factored: bool = False, identity: bool = False) -> float:
     r"""Leading-order FLOPs of one FRAQ recompression of a d x D matrix, stacked rank r, output rank p.
 
     Args:
@@ -160,6 +176,8 @@ def fraq_flops(d: int, D: int, r: int, p: int, backend: str = "householder", *, 
             ``fraq_flops(d, D, r, p, gram="syrk")`` is :math:`(2d + 3D) r^2` plus the
             O((d + D) r p + r^3) terms.
         factored: count the factored Gram variant (see the module docstring).
+        identity: count the identity basis (r >= d only; see :func:`cheapest_path`):
+            no basis of X and no Q to apply, whatever ``backend`` names.
 
     Returns:
         FLOPs as a float.
@@ -173,8 +191,60 @@ def fraq_flops(d: int, D: int, r: int, p: int, backend: str = "householder", *, 
         2184533
     """
     _check_dims(d, D, r, p, gram)
-    return basis_flops(d, r, p, backend, steps=steps, gram=gram) + coordinate_flops(d, D, r, p, gram=gram,
-                                                                                    factored=factored)
+    if identity and r < d:
+        raise ValueError(f"identity=True needs r >= d: the identity basis is exact only then, got r(={r}) < d(={d})")
+    basis = 0.0 if identity else basis_flops(d, r, p, backend, steps=steps, gram=gram)
+    return basis + coordinate_flops(d, D, r, p, gram=gram, factored=factored)
+
+
+@dataclass(frozen=True)
+class Path:
+    """How :func:`fraq.recompress` computes one shape.
+
+    Attributes:
+        identity: the basis is I_d (C = X, no basis work); only ever with r >= d.
+        factored: the Gram is formed factored, G = C (Y Y^T) C^T, rather than through H.
+    """
+
+    identity: bool
+    factored: bool
+
+
+def cheapest_path(d: int, D: int, r: int, p: int = 0, *, form: str = "auto") -> Path:
+    """The path of least FLOPs for a d x D matrix (d <= D) of stacked rank r and output rank p.
+
+    The identity basis whenever r >= d (it costs nothing, and any backend's basis there is
+    a rotation of it); the Gram form of fewer FLOPs (:func:`coordinate_flops`, GEMM counts,
+    ties to the product form, the more accurate one), unless ``form`` is ``"factored"``
+    or ``"product"``. The basis cost is common to both forms, so the choice needs no
+    backend. ``p`` enters through the O(p) terms of R_p only: pass 0 when the rank is
+    chosen by the energy rule, before it is known.
+
+    Examples:
+        >>> cheapest_path(768, 768, 64)        # LoRA stacks: the factored Gram
+        Path(identity=False, factored=True)
+        >>> cheapest_path(768, 768, 600)       # r above D / 2: through H
+        Path(identity=False, factored=False)
+        >>> cheapest_path(768, 3072, 3072)     # r >= d: no basis, through H
+        Path(identity=True, factored=False)
+    """
+    _check_dims(d, D, r, p, "gemm")
+    if form not in ("auto", "factored", "product"):
+        raise ValueError(f"form(={form!r}) must be one of ['auto', 'factored', 'product']")
+    return _cheapest_path(d, D, r, p, form)
+
+
+@functools.lru_cache(maxsize=1024)
+def _cheapest_path(d: int, D: int, r: int, p: int, form: str) -> Path:
+    """:func:`cheapest_path` on checked arguments, once per shape (a model's modules repeat a few shapes)."""
+    identity = 0 < d <= r
+    if form == "auto":
+        factored = coordinate_flops(d, D, r, p, factored=True) < coordinate_flops(d, D, r, p, factored=False)
+    else:
+        factored = form == "factored"
+    return Path(identity=identity, factored=factored)
+
+
 
 
 # ------------------------------------------------------------------ the paper's Table 5 and the baselines
@@ -214,7 +284,8 @@ _FULL_BASELINES = {"florist": _florist_full, "flexlora": _flexlora_full}
 
 
 def analytic_flops(method: str, d: int, D: int, r: int, p: int, *, backend: str = "householder",
-                   model: str = "full", steps: int | None = None, factored: bool = False) -> float:
+                   model: str = "full", steps: int | None = None, factored: bool = False,
+                   identity: bool = False) -> float:
     """Analytic FLOPs of one d x D module with stacked rank r and output rank p.
 
     Args:
@@ -228,6 +299,8 @@ def analytic_flops(method: str, d: int, D: int, r: int, p: int, *, backend: str 
         steps: Newton-Schulz step count, for those backends.
         factored: FRAQ's Gram formed factored (``recompress(gram="factored")``, or
             ``gram="auto"`` when ``info["product_gram_count"]`` is 0), ``model="full"`` only.
+        identity: FRAQ's identity basis (r >= d; ``result.info["basis"] == "identity"``),
+            ``model="full"`` only.
 
     Shapes are oriented here: d and D may come in either order.
     """
@@ -236,15 +309,16 @@ def analytic_flops(method: str, d: int, D: int, r: int, p: int, *, backend: str 
     if method not in METHODS:
         raise ValueError(f"method(={method!r}) is not one of {list(METHODS)}")
     d, D = min(d, D), max(d, D)
-    if factored and (model != "full" or method != "fraq"):
-        raise ValueError(f"factored=True models FRAQ's factored Gram (model='full'), not method(={method!r}) "
-                         f"with model(={model!r})")
+    for flag, value in (("factored", factored), ("identity", identity)):
+        if value and (model != "full" or method != "fraq"):
+            raise ValueError(f"{flag}=True models a path of FRAQ (model='full'), not method(={method!r}) "
+                             f"with model(={model!r})")
     if model == "table5":
         if method == "fraq" and backend != "householder":
             raise ValueError(f"Table 5 models the Householder backend only, not backend(={backend!r})")
         return _TABLE5[method](d, D, r, p)
     if method == "fraq":
-        return fraq_flops(d, D, r, p, backend, steps=steps, gram="gemm", factored=factored)
+        return fraq_flops(d, D, r, p, backend, steps=steps, gram="gemm", factored=factored, identity=identity)
     return _FULL_BASELINES[method](d, D, r, p)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from fraq.stack import normalized_weights
+from fraq._stack import normalized_weights
 
 __all__ = ["dense_aggregate", "reference_svd", "factored_error", "relative_error", "optimal_error"]
 

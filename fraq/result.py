@@ -101,23 +101,24 @@ def _like(t: torch.Tensor, shape: tuple[int, int, int]) -> torch.Tensor:
     return t.new_empty(shape)
 
 
-def empty_result(batch: tuple, m: int, n: int, s: int, rank: int | None, tau: float | None, out_dtype: torch.dtype,
-                 cdt: torch.dtype, backend: str, transposed: bool, device: torch.device) -> RecompressResult:
-    """No matrices (an empty batch) or no directions (r, m or n zero, s = 0).
+def empty_result(plan, batch: tuple, m: int, n: int, s: int, transposed: bool,
+                 device: torch.device) -> RecompressResult:
+    """No matrices (an empty batch) or no directions (r, m or n zero, s = 0), for a call's
+    :class:`fraq._recompress.Plan` (its rank or tau, dtypes and backend).
 
     With s = 0 the aggregate is the zero m x n matrix, and its best approximation of any
     rank is itself, of rank 0: zero-width factors in both modes (a fixed rank p cannot be
     reached, and p zero columns would not be orthonormal). An empty batch of s > 0
     problems keeps the requested width p.
     """
-    p = 0 if rank is None or s == 0 else rank
-    B = torch.zeros(*batch, m, p, dtype=out_dtype, device=device)
-    A = torch.zeros(*batch, p, n, dtype=out_dtype, device=device)
-    sv = torch.zeros(*batch, s, dtype=cdt, device=device)
+    p = 0 if plan.rank is None or s == 0 else plan.rank
+    B = torch.zeros(*batch, m, p, dtype=plan.out_dtype, device=device)
+    A = torch.zeros(*batch, p, n, dtype=plan.out_dtype, device=device)
+    sv = torch.zeros(*batch, s, dtype=plan.cdt, device=device)
     if len(batch) == 0:
         rank_out, energy = p, 1.0
     else:
         rank_out = torch.full(batch, p, dtype=torch.int64, device=device)
-        energy = torch.ones(batch, dtype=cdt, device=device)
-    return RecompressResult(B=B, A=A, rank=rank_out, energy=energy, singular_values=sv, tau=tau, backend=backend,
-                            transposed=transposed)
+        energy = torch.ones(batch, dtype=plan.cdt, device=device)
+    return RecompressResult(B=B, A=A, rank=rank_out, energy=energy, singular_values=sv, tau=plan.tau,
+                            backend=plan.backend, transposed=transposed)

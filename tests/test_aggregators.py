@@ -726,6 +726,55 @@ def test_measurement_rows_on_a_tiny_preset():
     assert rows[1]["downlink_pct"] == pytest.approx(100 * 2 * (3 * 12 + 2 * 20) / (6 * (3 * 24 + 2 * 32)), rel=1e-12)
 
 
+def _uploads(method, d, *, seed=0):
+    """Three clients' uploads of one d x d module, as ``method``'s clients send them."""
+    modules = {"q": (d, d)}
+    if AGGREGATORS[method].single_matrix:
+        return _florg_model(2, 3, modules=modules, dtype=F32, seed=seed)[1]
+    ups = _model((2, 2, 2), modules=modules, dtype=F32, seed=seed)[1]
+    return _shared_a(ups) if AGGREGATORS[method].alternating_freeze else ups
+
+
+@pytest.mark.parametrize("method", list(AGGREGATORS))
+def test_dense_factorization_is_declared_by_the_methods_whose_cost_grows_as_d_cubed(method):
+    """``dense_factorization`` (what a benchmark extrapolates from one module per shape) is True
+    exactly where counted FLOPs (LAPACK included) grow as d^3 at a fixed stacked rank: x8 for
+    twice the d, against x2 for methods linear in d (0 for the averaging ones, whose elementwise work
+    no counter counts). Threshold 5 splits the two."""
+    from benchmarks.measure import count_flops
+
+    agg = get_aggregator(method)
+    small, big = (count_flops(lambda u=_uploads(method, d): agg.aggregate(u)) for d in (64, 128))
+    assert small.uncounted == big.uncounted == ()  # no linear algebra escapes the count
+    assert agg.dense_factorization is (big.total > 5 * small.total), (method, small.total, big.total)
+
+
+@pytest.mark.parametrize("method", list(AGGREGATORS))
+def test_basis_backend_is_declared_by_the_methods_that_run_recompress(method, monkeypatch):
+    calls = []
+    real = fraq.recompress
+    monkeypatch.setattr(fraq, "recompress", lambda *a, **k: calls.append(1) or real(*a, **k))
+    get_aggregator(method).aggregate(_uploads(method, 16))
+    assert AGGREGATORS[method].basis_backend is bool(calls)
+
+
+@pytest.mark.parametrize("method", list(AGGREGATORS))
+def test_partial_first_round_means_the_state_adds_a_step(method):
+    """A method declaring ``partial_first_round`` aggregates the same uploads differently given the
+    first round's state (FLoRG's Procrustes alignment); a stateless method cannot declare it."""
+    cls = AGGREGATORS[method]
+    if cls.state_type is None:
+        assert not cls.partial_first_round
+        return
+    agg = get_aggregator(method)
+    first = agg.aggregate(_uploads(method, 16, seed=0))
+    later = _uploads(method, 16, seed=1)
+    fresh, steady = agg.aggregate(later), agg.aggregate(later, first.state)
+    if cls.partial_first_round:
+        sent = [(x, y) for x, y in zip(fresh.downlinks[0]["q"].sent, steady.downlinks[0]["q"].sent)]
+        assert any(_rel(x, y) > 1e3 * eps(F32) for x, y in sent)
+
+
 def test_lora_a2_peculiarities_are_class_attributes():
     """LoRA-A^2's alternating freeze and rank budgets are declared on its class (callers read them, no
     isinstance checks); every other method trains both factors at its own rank."""

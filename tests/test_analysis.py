@@ -309,6 +309,35 @@ def test_report_from_files(tiny):
     assert "target" not in text.lower()  # the project's own targets stay out of the paper report
 
 
+def test_a_report_section_is_a_module_and_a_line(tiny, tmp_path, monkeypatch):
+    """A module with ``reads`` and ``draw`` and one line in the registry put a section in the report,
+    in the registry's order; a section with some of its experiments missing is named in a warning."""
+    import types
+
+    from analysis import reproduce
+    from analysis.sections import Section
+
+    for name in reproduce.SECTIONS:
+        mod = reproduce.section_module(name)
+        assert mod.reads and all(isinstance(e, str) for e in mod.reads) and callable(mod.draw), name
+    extra = types.ModuleType("analysis.sections.extra_for_test")
+    extra.reads = ("table4",)
+    extra.draw = lambda res: [Section("Extra: the ablation's variants", f"{len(res['table4'])} variants")]
+    monkeypatch.setitem(sys.modules, extra.__name__, extra)
+    monkeypatch.setitem(reproduce.SECTIONS, "extra", "extra_for_test")
+    out = _copy(tiny, tmp_path)
+    shutil.rmtree(out / "results" / "fig4_cond")
+    with pytest.warns(UserWarning, match=r"section 'fig4' not drawn: .*fig4_cond has no results"):
+        text = reproduce.build(out).read_text()
+    variants = len(list((out / "results" / "table4").glob("*.json")))
+    assert f"## Extra: the ablation's variants\n\n{variants} variants\n" in text
+    assert text.index("## Extra") > text.index("## Figure 1")  # registered last, drawn last
+    assert "## Figure 4" not in text and "## Figure 3" in text
+    assert "section 'fig4' not drawn" in text.split("## Not measured or skipped")[1]
+    with pytest.raises(ValueError, match=r"section\(='nope'\) is not one of tables123"):
+        reproduce.section_module("nope")
+
+
 # ----------------------------------------------------------------------------- what the report refuses
 
 

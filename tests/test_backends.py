@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import fraq
 from fraq.backends import BACKENDS, EXACT_BACKENDS, get_backend
 from fraq.backends.cholesky_qr import cholesky_qr2
-from fraq._gram import factored_gram, factored_rows
+from fraq._gram import coordinates, rows
 from fraq.backends.newton_schulz import SCHEDULES, default_tol, newton_schulz
 from fraq.diagnostics import basis_matrix
 from fraq.flops import basis_flops, coordinate_flops, fraq_flops
@@ -315,15 +315,21 @@ def test_schedules_documented_constants():
 # ---------------------------------------------------------------- factored Gram
 
 
-def test_factored_gram_matches_product_path():
+def test_both_gram_forms_match_the_float64_products():
     g = torch.Generator().manual_seed(11)
     C = torch.randn(3, 8, 8, generator=g, dtype=F64)
     Y = torch.randn(3, 8, 50, generator=g, dtype=F64)
     H = C @ Y
     U, _ = torch.linalg.qr(torch.randn(3, 8, 5, generator=g, dtype=F64))
     tol = 16 * eps(F64) * (_fro(C) * _fro(Y)).max() ** 2
-    assert (_fro(factored_gram(C, Y) - H @ H.mT) <= tol).all()
-    assert (_fro(factored_rows(U, C, Y) - U.mT @ H) <= 16 * eps(F64) * (_fro(C) * _fro(Y)).max()).all()
+    factored = coordinates(C, Y, factored=True)
+    G = factored.G.tril() + factored.G.tril(-1).mT  # its lower triangle is authoritative
+    assert (_fro(G - H @ H.mT) <= tol).all()
+    assert (_fro(factored.WY - Y @ Y.mT) <= tol).all()
+    assert (_fro(rows(factored, U, C, Y) - U.mT @ H) <= 16 * eps(F64) * (_fro(C) * _fro(Y)).max()).all()
+    product = coordinates(C, Y, factored=False)
+    assert (_fro(product.Ht.mT - H) <= 16 * eps(F64) * (_fro(C) * _fro(Y)).max()).all()
+    assert (_fro(rows(product, U, C, Y) - U.mT @ H) <= 16 * eps(F64) * (_fro(C) * _fro(Y)).max()).all()
 
 
 # ---------------------------------------------------------------- FLOP model

@@ -9,7 +9,7 @@ import fraq
 from fraq.aggregators import get_aggregator
 from fraq.aggregators.base import _make_groups, validate_updates
 from fraq.aggregators.payload import ClientUpdate
-from fraq.stack import normalized_weights
+from fraq._stack import normalized_weights
 from fraq.synthetic import lora_clients
 
 
@@ -75,7 +75,7 @@ def test_low_precision_stacks_round_once(dtype):
 
 def test_fill_stacks_writes_into_the_given_tensors():
     """fill_stacks fills preallocated stacks in place (a strided view of B included) and returns nothing."""
-    from fraq.stack import fill_stacks
+    from fraq._stack import fill_stacks
 
     Bs, As = lora_clients(12, 9, [3, 1, 2], seed=4, batch=(2,))
     a, s = normalized_weights([1, 2, 3], 3), [0.5, 2.0, 1.0]

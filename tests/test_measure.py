@@ -29,7 +29,7 @@ from fraq.flops import qr_flops as geqrf_flops
 from fraq.flops import reflector_flops as ormqr_flops
 from benchmarks.measure.flops import count_flops
 from benchmarks.measure.memory import peak_memory, tensor_bytes
-from benchmarks.measure.methods import default_factored, get_method
+from benchmarks.measure.methods import default_path, get_method
 from benchmarks.measure.timing import threads, timed
 from fraq.reference import reference_svd
 from fraq.synthetic import lora_clients
@@ -160,7 +160,7 @@ def test_counted_fraq_matches_analytic_model(m, n, p, backend):
     Bs, As = lora_clients(m, n, [8, 8, 4], seed=1)
     B, A = fraq.stack(Bs, As)
     counted = count_flops(lambda: fraq.recompress(B, A, rank=p, backend=backend)).total
-    model = analytic_flops("fraq", m, n, 20, p, backend=backend, factored=default_factored())
+    model = analytic_flops("fraq", m, n, 20, p, backend=backend, **default_path(m, n, 20, p))
     assert counted == pytest.approx(model, rel=1e-6)
     product = count_flops(lambda: fraq.recompress(B, A, rank=p, backend=backend, gram="product")).total
     assert product == pytest.approx(analytic_flops("fraq", m, n, 20, p, backend=backend), rel=1e-6)

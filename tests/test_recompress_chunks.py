@@ -7,21 +7,17 @@ counted over the whole batch, and errors that name the matrix by its index in th
 caller's batch, not in its chunk. Tolerances are eps of the dtype times a stated factor.
 """
 
-import importlib
-
 import pytest
 import torch
 from conftest import eps, fro
 
 import fraq
+import fraq._recompress as _rc
+from fraq import _parallel
+from fraq.backends.base import merge_info
 from fraq.synthetic import lora_clients
 
 F32, F64 = torch.float32, torch.float64
-from fraq import _parallel
-from fraq.backends.base import merge_info
-
-_rc = importlib.import_module("fraq.recompress")  # the module (fraq.recompress is the function)
-
 
 def _bounds(nb, d, D, r):
     """The chunk edges recompress uses for nb matrices of d x r and r x D (its working set per matrix)."""

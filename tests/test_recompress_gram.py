@@ -7,19 +7,17 @@ ran (``info["product_gram_count"]``), that it is bit for bit the form it claims,
 that the result stays within rounding of the float64 Eckart-Young optimum either way.
 """
 
-import importlib
-
 import pytest
 import torch
 from conftest import eps
 
 import fraq
+import fraq._recompress as _rc
 from fraq import _gram
 from fraq.reference import optimal_error, relative_error
 from fraq.synthetic import lora_clients
 
 F32, F64 = torch.float32, torch.float64
-_rc = importlib.import_module("fraq.recompress")
 EXCESS_FACTOR = 64  # error above the optimum, in eps * sqrt(r), as in test_recompress
 
 

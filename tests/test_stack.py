@@ -89,7 +89,7 @@ def test_huge_weights_normalize_without_overflow():
     ref = fraq.stack(Bs, As, weights=[1.0, 1.0])
     torch.testing.assert_close(B, ref[0], rtol=0, atol=0)
     torch.testing.assert_close(A, ref[1], rtol=0, atol=0)
-    from fraq.stack import normalized_weights
+    from fraq._stack import normalized_weights
     assert normalized_weights([1e308, 1e308, 5e-324], 3) == [0.5, 0.5, 0.0]
     assert normalized_weights([5e-324, 5e-324], 2) == [0.5, 0.5]
 
@@ -108,7 +108,7 @@ def test_stacks_filled_by_threads_equal_one_thread(monkeypatch, lists):
     """A batch shared by two threads, chunk by chunk of matrices, is the one-thread stack, bit for bit
     (the same copies and products, each on one thread), for tensor and per-module-list factors."""
     from fraq import _parallel
-    from fraq.stack import fill_stacks
+    from fraq._stack import fill_stacks
 
     Bs, As = lora_clients(20, 12, [3, 5, 2], batch=(7,), seed=5)
     a, sc = [0.5, 0.3, 0.2], [2.0, 1.0, 0.5]

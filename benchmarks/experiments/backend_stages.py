@@ -20,7 +20,7 @@ from benchmarks.experiments.backends import PRESETS, TAU, Case, lora_case
 from benchmarks.measure import round_robin
 from benchmarks.sizes import size_config
 from fraq.backends import get_backend
-from fraq._gram import factored_gram, factored_rows
+from fraq._gram import Coordinates, coordinates, rows
 
 __all__ = ["key", "measure", "points", "stage_breakdown"]
 
@@ -73,11 +73,11 @@ def _stage_calls(case: Case, name: str) -> dict:
         "basis": each(lambda B, A, X, Y, b, H, G, Up: fn(X)),
         "H = C Y": each(lambda B, A, X, Y, b, H, G, Up: torch.matmul(b.C, Y)),
         "G = H H^T": each(lambda B, A, X, Y, b, H, G, Up: torch.matmul(H, H.mT)),
-        "G factored": each(lambda B, A, X, Y, b, H, G, Up: factored_gram(b.C, Y)),
+        "G factored": each(lambda B, A, X, Y, b, H, G, Up: coordinates(b.C, Y, factored=True)),
         "eigh (float64)": each(lambda B, A, X, Y, b, H, G, Up: torch.linalg.eigh(G.double())),
         "apply Q to U_p": each(lambda B, A, X, Y, b, H, G, Up: b.apply(Up)),
         "R_p = U_p^T H": each(lambda B, A, X, Y, b, H, G, Up: torch.matmul(Up.mT, H)),
-        "R_p factored": each(lambda B, A, X, Y, b, H, G, Up: factored_rows(Up, b.C, Y)),
+        "R_p factored": each(lambda B, A, X, Y, b, H, G, Up: rows(Coordinates(G=G), Up, b.C, Y)),
         "recompress (whole)": each(lambda B, A, X, Y, b, H, G, Up: fraq.recompress(B, A, tau=TAU, backend=name)),
     }
 

@@ -41,7 +41,7 @@ import fraq
 from benchmarks import cases
 from benchmarks.device import to_device
 from benchmarks.measure import Timing, round_robin
-from benchmarks.measure.methods import ran_factored
+from benchmarks.measure.methods import ran_path
 from benchmarks.sizes import size_config
 from fraq.backends import BACKENDS, EXACT_BACKENDS, get_backend
 from fraq.diagnostics import orthogonality_error
@@ -98,7 +98,7 @@ def _flops(case: Case, results: list) -> float:
         d, D = min(m, n), max(m, n)
         ranks = torch.as_tensor(res.rank).reshape(-1).tolist()
         steps = res.info.get("steps") if res.backend.startswith("newton-schulz") else None
-        total += sum(fraq_flops(d, D, r, p, res.backend, steps=steps, factored=ran_factored(res)) for p in ranks)
+        total += sum(fraq_flops(d, D, r, p, res.backend, steps=steps, **ran_path(res)) for p in ranks)
     return total
 
 

@@ -104,7 +104,7 @@ def _reference(d: int, D: int, r: int, client_rank: int, modules: int):
 def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
     """Everything but the latency: peak memory, FLOPs (counted and analytic) and fidelity."""
     from benchmarks.measure import count_flops, fidelity, peak_memory
-    from benchmarks.measure.methods import default_backend, default_factored
+    from benchmarks.measure.methods import default_backend, default_path, runs_backend
     from fraq.flops import analytic_flops
 
     c, device = config, torch.device(device)
@@ -119,14 +119,14 @@ def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
     if c["mode"] == "batched":
         fc = count_flops(fn)
         out.update(counted_flops=fc.total, uncounted=list(fc.uncounted))
-    # The code's model counts the backend "fraq" ran; Table 5 is the paper's (Householder).
-    fraq_ = c["method"] == "fraq"
+    # The code's model counts the backend FRAQ ran; Table 5 is the paper's (Householder).
+    fraq_ = runs_backend(c["method"])
     backend = default_backend(device)
     n, d, D, r, pp = c["modules"], c["d"], c["D"], c["r"], c["p"]
     out.update(backend=backend if fraq_ else None,
                analytic_flops_table5=n * analytic_flops(c["method"], d, D, r, pp, model="table5"),
                analytic_flops_full=n * analytic_flops(c["method"], d, D, r, pp, backend=backend, model="full",
-                                                      factored=fraq_ and default_factored()))
+                                                      **(default_path(d, D, r, pp) if fraq_ else {})))
     return out
 
 

@@ -71,15 +71,19 @@ def _methods(preset: Preset) -> list[Method]:
 METHODS = _methods
 """preset -> the rows measured for it."""
 
-# Methods whose dense per-module factorization is timed on one module per shape on LLaMA.
-SLOW = ("flexlora", "florg")
+
+def _aggregator(method: Method):
+    """The row's aggregator (``round`` is the table's option: which LoRA-A^2 round is timed)."""
+    return get_aggregator(method.name, **{k: v for k, v in method.options.items() if k != "round"})
 
 
-def _inputs(model: Model, method: Method, names):
-    if method.name == "florg":
+def _inputs(model: Model, agg, method: Method, names):
+    """The uploads of modules ``names`` as the method's clients send them, and the state
+    the timed round starts from."""
+    if agg.single_matrix:
         return model.florg_updates(names), None
-    if method.name == "lora-a2":
-        return lora_a2_inputs(model, names, method.options["round"])
+    if agg.alternating_freeze:
+        return lora_a2_inputs(model, names, method.options.get("round", 1))
     return model.updates(names), None
 
 
@@ -103,10 +107,9 @@ def prepare(model: Model, method: Method, *, subset: bool) -> Job:
     """Inputs, the warm-up call (its result gives the downlink), and the calls to time.
 
     For FLoRG the warm-up's state is passed on, so the timed calls include the
-    Procrustes step of a steady-state round.
+    Procrustes step of a steady-state round (``partial_first_round``).
     """
-    opts = {k: v for k, v in method.options.items() if k != "round"}
-    agg = get_aggregator(method.name, **opts)
+    agg = _aggregator(method)
     full_layers = max(g.count for g in model.preset.groups)
     row = {"method": method.label, "name": method.name, "options": method.options,
            "threads": torch.get_num_threads()}
@@ -124,11 +127,11 @@ def prepare(model: Model, method: Method, *, subset: bool) -> Job:
             row["extrapolated"] = f"from {model.layers} of {full_layers} layers, times {scale:g}"
     calls, params, params_max, nbytes, first_s, ranks = [], 0.0, 0.0, 0.0, 0.0, []
     for names, count, _ in pieces:
-        ups, state = _inputs(model, method, names)
+        ups, state = _inputs(model, agg, method, names)
         t0 = time.perf_counter()
         res = agg.aggregate(ups, state)
         first_s += time.perf_counter() - t0
-        if method.name == "florg":
+        if agg.partial_first_round:
             state = res.state
         per_client = res.downlink_params()
         mult = count if subset else 1
@@ -141,7 +144,7 @@ def prepare(model: Model, method: Method, *, subset: bool) -> Job:
     row.update(modules=len(model.shapes), downlink_params=params, downlink_params_max=params_max,
                downlink_bytes=nbytes, flora_params=flora, downlink_pct=100.0 * params / flora,
                downlink_pct_max=100.0 * params_max / flora, first_call_s=first_s)
-    if method.name in ("florist", "fraq") and ranks and not subset:
+    if ranks and not subset:
         row["rank_mean"] = statistics.mean(ranks)
         row["rank_range"] = [min(ranks), max(ranks)]
     return Job(method, calls, row, first_s)
@@ -158,8 +161,7 @@ def sample(job: Job, device: torch.device | str = "cpu") -> None:
 def _applicable(method: Method, preset: Preset) -> str | None:
     """The aggregator's own error for the preset's client ranks, found on 4 x 4 stand-ins
     named after the preset's first module."""
-    opts = {k: v for k, v in method.options.items() if k != "round"}
-    agg = get_aggregator(method.name, **opts)
+    agg = _aggregator(method)
     A0 = {r: torch.ones(r, 4) for r in set(preset.ranks)}
     probe = f"layers.0.{preset.groups[0].name}"
     ups = [ClientUpdate({probe: (None if agg.single_matrix else torch.zeros(4, r), A0[r])}, scale=s)
@@ -183,7 +185,7 @@ def method_job(name: str, model: Model, method: Method, *, quick: bool) -> Job |
     problem = _applicable(method, model.preset)
     if problem:
         return f"not applicable: {problem}"
-    slow = name.startswith("llama") and method.name in SLOW
+    slow = name.startswith("llama") and _aggregator(method).dense_factorization
     if slow and quick:
         return ("quick mode: dense per-module SVD / eigensolver on 8192 x 3072 and 3072 x 3072 matrices take tens "
                 "of seconds each here; --size paper runs the one-module-per-shape extrapolation")

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["BASELINES", "MethodSpec", "SPECS", "clients_as_batch", "default_backend", "fraq_method_names",
-           "get_method", "method_names", "spec"]
+           "get_method", "method_names", "runs_backend", "spec"]
 
 
 @dataclass(frozen=True)
@@ -93,23 +93,48 @@ def default_backend(device: torch.device | str = "cpu") -> str:
     return resolve_backend("auto", device)
 
 
-def default_factored() -> bool:
-    """Whether ``fraq`` (recompress's default Gram form) forms the Gram factored on inputs
-    whose clients do not cancel: what a FLOP model of that method must count. False for a
-    fraq whose default is the product form (older commits, ``benchmarks.regress``)."""
-    import inspect
+def default_path(d: int, D: int, r: int, p: int) -> dict:
+    """The FLOP model's path flags (``factored``, and ``identity`` when set) of what ``fraq``
+    (recompress's defaults) runs on a d x D matrix of stacked rank r whose clients do not
+    cancel: :func:`fraq.flops.cheapest_path`. For an older fraq without it
+    (``benchmarks.regress``): factored when its default Gram form is, never the identity."""
+    try:
+        from fraq.flops import cheapest_path
+    except ImportError:
+        import inspect
 
-    import fraq
+        import fraq
 
-    gram = inspect.signature(fraq.recompress).parameters.get("gram")
-    return gram is not None and gram.default in ("auto", "factored")
+        gram = inspect.signature(fraq.recompress).parameters.get("gram")
+        return {"factored": gram is not None and gram.default in ("auto", "factored")}
+    path = cheapest_path(min(d, D), max(d, D), r, min(p, d, D, r))
+    return _flags(path.factored, path.identity)
 
 
-def ran_factored(res) -> bool:
-    """Whether a :class:`fraq.RecompressResult` formed every matrix's Gram factored
-    (``gram="factored"``, or ``"auto"`` with no matrix sent through H)."""
+def runs_backend(name: str) -> bool:
+    """Whether method ``name`` runs FRAQ's basis backends, so that its FLOP model needs the
+    backend and the Gram form: its aggregator class's ``basis_backend``."""
+    from fraq.aggregators import AGGREGATORS
+
+    cls = AGGREGATORS.get(name.split(":", 1)[0])
+    if cls is None:
+        return False
+    # An older fraq (benchmarks.regress) predates the attribute; only its FRAQ ran backends.
+    return bool(getattr(cls, "basis_backend", cls.name == "fraq"))
+
+
+def ran_path(res) -> dict:
+    """The FLOP model's path flags of what a :class:`fraq.RecompressResult` ran: ``factored``
+    when every matrix's Gram was (``gram="factored"``, or ``"auto"`` with no matrix sent
+    through H), ``identity`` when the basis was (``info["basis"]``, r >= d)."""
     info = res.info
-    return info.get("gram", "product") != "product" and info.get("product_gram_count", 0) == 0
+    factored = info.get("gram", "product") != "product" and info.get("product_gram_count", 0) == 0
+    return _flags(factored, info.get("basis") == "identity")
+
+
+def _flags(factored: bool, identity: bool) -> dict:
+    """Only the flags a fraq of any commit accepts: ``identity`` is passed when set."""
+    return {"factored": factored, "identity": True} if identity else {"factored": factored}
 
 
 def fraq_method_names() -> list[str]:

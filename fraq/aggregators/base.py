@@ -20,7 +20,7 @@ from fraq._validation import check_factor, check_finite, check_pair
 from fraq.aggregators.group import Group, ModuleSpec, _make_groups
 from fraq.aggregators.layer import ClientLayer, Seeds
 from fraq.aggregators.payload import AggregationResult, ClientUpdate, Downlink
-from fraq.stack import normalized_weights
+from fraq._stack import normalized_weights
 
 __all__ = ["Aggregator", "AggregatorState", "Group", "ModuleSpec"]
 
@@ -80,6 +80,15 @@ class Aggregator(ABC):
         not_an_adapter: why the method's result cannot be written as one peft LoRA
             adapter from independently trained client adapters, or None when it can.
         no_delta: why it cannot be written as a dense weight delta either, or None.
+        dense_factorization: True when the server factorizes a dense matrix per module
+            (FlexLoRA's SVD of the m x n aggregate, FLoRG's eigensolver of a min(m, n)
+            square Gram): O(m n min(m, n)) per module, minutes for a whole LLaMA model on
+            a CPU, so a benchmark may time one module per shape and extrapolate.
+        partial_first_round: True when the first round skips a step that every later
+            round runs (FLoRG: no previous basis to align to), so a benchmark of a
+            steady-state round passes the first round's ``result.state`` on.
+        basis_backend: True when the method runs :func:`fraq.recompress`, whose basis
+            backend (:data:`fraq.BACKENDS`) and Gram form decide its FLOP count.
     """
 
     name: ClassVar[str]
@@ -92,6 +101,9 @@ class Aggregator(ABC):
     state_type: ClassVar[type[AggregatorState] | None] = None
     not_an_adapter: ClassVar[str | None] = None
     no_delta: ClassVar[str | None] = None
+    dense_factorization: ClassVar[bool] = False
+    partial_first_round: ClassVar[bool] = False
+    basis_backend: ClassVar[bool] = False
 
     def aggregate(self, updates: Sequence[ClientUpdate], state: object | None = None, *,
                   batched: bool = True) -> AggregationResult:

@@ -75,6 +75,7 @@ class FlexLoRA(Aggregator):
     name = "flexlora"
     client_init = WARM_START
     checks_finite = False  # fraq.stack does
+    dense_factorization = True
 
     def __init__(self, *, max_dense_bytes: int = 2**30):
         if isinstance(max_dense_bytes, bool) or not isinstance(max_dense_bytes, numbers.Integral):

@@ -163,6 +163,8 @@ class FLoRG(Aggregator):
     heterogeneous_ranks = False
     single_matrix = True
     state_type = FlorgState
+    dense_factorization = True
+    partial_first_round = True  # round 1 has no previous A to align to
     not_an_adapter = "FLoRG clients train one matrix per module, not peft's (lora_A, lora_B)"
     no_delta = not_an_adapter
 

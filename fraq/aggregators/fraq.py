@@ -7,11 +7,11 @@ from collections.abc import Sequence
 import torch
 
 import fraq
-from fraq._validation import NonFiniteError, check_eig_dtype, check_rank, check_tau
+from fraq._recompress import check_options
+from fraq._validation import NonFiniteError
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.payload import REINITIALIZE, Downlink, Factors
-from fraq.backends import AUTO, resolve_backend
-from fraq.recompress import GRAMS
+from fraq.backends import AUTO
 
 __all__ = ["DEFAULT_TAU", "Fraq"]
 
@@ -29,7 +29,9 @@ class Fraq(Aggregator):
     adapters (the paper's Algorithm 1). Heterogeneous client ranks are native.
 
     Downlink per client and module: (m + n) p parameters.
-    Flops per module: :func:`fraq.recompress`, (2d + 4D) r^2 + O(r^3 + (d + D) r p).
+    Flops per module: :func:`fraq.recompress`'s, on the path of fewer FLOPs at the module's
+    shape (:func:`fraq.flops.cheapest_path`): about (2d + D) r^2 for LoRA stacks, and
+    linear in r once the stacked rank r = sum_k r_k passes d (many clients).
 
     Args:
         tau: energy threshold in (0, 1] (default :data:`DEFAULT_TAU` = 0.95, the paper's
@@ -38,31 +40,26 @@ class Fraq(Aggregator):
         backend: basis backend name (:data:`fraq.BACKENDS`), or ``"auto"`` (default): the
             device's default (:data:`fraq.backends.DEVICE_DEFAULTS`).
         eig_dtype: dtype of the r x r eigenproblem, float32 or float64 (see :func:`fraq.recompress`).
+        gram: the Gram's form, one of :data:`fraq._gram.GRAMS` (default: recompress's).
 
-    The options are checked with :func:`fraq.recompress`'s own helpers and messages.
-        gram: the Gram's form, one of :data:`fraq.recompress.GRAMS` (default: recompress's).
+    The options are checked once, here, by :func:`fraq.recompress`'s own
+    :func:`~fraq._recompress.check_options` (same rules, same messages), and held as
+    :attr:`options`.
     """
 
     name = "fraq"
     client_init = REINITIALIZE
     checks_finite = False  # Group.stacked does
+    basis_backend = True
 
     def __init__(self, *, tau: float | None = None, rank: int | None = None, backend: str = AUTO,
                  eig_dtype: torch.dtype | None = None, gram: str | None = None):
-        if tau is not None and rank is not None:
-            raise ValueError(f"pass exactly one of tau and rank, got tau={tau!r}, rank={rank!r}")
-        if rank is None:
-            tau = check_tau(DEFAULT_TAU if tau is None else tau)
-        else:
-            rank = check_rank(rank, None)
-        if backend != AUTO:
-            resolve_backend(backend, "cpu")  # recompress's check and message; "auto" resolves per device
-        if eig_dtype is not None:
-            check_eig_dtype(eig_dtype)
-        if gram is not None and gram not in GRAMS:
-            raise ValueError(f"gram(={gram!r}) must be one of {list(GRAMS)}")
-        self.tau = tau
-        self.rank = rank
+        if tau is None and rank is None:
+            tau = DEFAULT_TAU
+        self.options = check_options(tau=tau, rank=rank, backend=backend, eig_dtype=eig_dtype,
+                                     gram="auto" if gram is None else gram)
+        self.tau = self.options.tau
+        self.rank = self.options.rank
         self.gram = gram
         self.backend = backend
         self.eig_dtype = eig_dtype
@@ -79,8 +76,7 @@ class Fraq(Aggregator):
         # and only then are the uploads scanned to name the client and module.
         Bst, Ast = group.stacked(scan=False)
         try:
-            res = fraq.recompress(Bst, Ast, tau=self.tau, rank=self.rank, backend=self.backend,
-                                  eig_dtype=self.eig_dtype, **self._gram())
+            res = fraq.recompress(Bst, Ast, **self.options.kwargs())
         except NonFiniteError:
             group.name_non_finite()
             raise
@@ -99,9 +95,5 @@ class Fraq(Aggregator):
         if tau is None and rank is None:
             tau, rank = self.tau, self.rank
         Bst, Ast = fraq.stack(Bs, As, weights, scales)
-        res = fraq.recompress(Bst, Ast, tau=tau, rank=rank, backend=self.backend, eig_dtype=self.eig_dtype,
-                              **self._gram())
+        res = fraq.recompress(Bst, Ast, **{**self.options.kwargs(), "tau": tau, "rank": rank})
         return res.B, res.A, res.rank
-
-    def _gram(self) -> dict:
-        return {} if self.gram is None else {"gram": self.gram}

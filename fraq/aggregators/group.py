@@ -16,7 +16,7 @@ import torch
 
 from fraq._validation import check_finite
 from fraq.aggregators.payload import ClientUpdate
-from fraq.stack import fill_stacks
+from fraq._stack import fill_stacks
 
 __all__ = ["Group", "ModuleSpec"]
 
@@ -99,7 +99,7 @@ class Group:
             B = [\sqrt{a_1} B_1, \dots, \sqrt{a_K} B_K], \qquad
             A = [\sqrt{a_1} s_1 A_1; \dots; \sqrt{a_K} s_K A_K].
 
-        The stacks are filled by :func:`fraq.stack.fill_stacks`, the one implementation of
+        The stacks are filled by :func:`fraq._stack.fill_stacks`, the one implementation of
         the stacking: each client's per-module factors are copied straight into their slice
         of the stacks and scaled there, with no (L, m, r_k) intermediate as
         :meth:`client_factors` would make and :func:`fraq.stack` copy again. ``dtype``

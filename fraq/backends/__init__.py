@@ -53,7 +53,7 @@ from functools import partial
 import torch
 
 from fraq.backends.base import INFO_REDUCERS, Backend, Basis
-from fraq.backends.cholesky import cholesky, cholesky_basis_flops
+from fraq.backends.cholesky import cholesky, cholesky_basis_flops, cholesky_deferred
 from fraq.backends.cholesky_qr import cholesky_qr2, cholesky_qr2_flops
 from fraq.backends.householder import householder, householder_flops
 from fraq.backends.newton_schulz import newton_schulz, newton_schulz_flops
@@ -96,12 +96,16 @@ class BackendSpec:
         info_rules: how each ``info`` key it sets combines over a batch computed in
             parts (key -> ``"sum"``, ``"max"`` or ``"all"``; see
             :func:`fraq.backends.base.merge_info`); keys not named keep the first value.
+        deferred: the same basis with its per-matrix verdict left pending, for
+            :func:`fraq.recompress` to read in its one host synchronization (see
+            :data:`fraq.backends.base.Backend`), or None: the pipeline calls ``fn``.
     """
 
     fn: Backend
     exact: bool = False
     flops: FlopModel | None = None
     info_rules: Mapping[str, str] = field(default_factory=dict)
+    deferred: Backend | None = None
 
 
 REGISTRY: dict[str, BackendSpec] = {}
@@ -109,7 +113,7 @@ REGISTRY: dict[str, BackendSpec] = {}
 
 
 def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: FlopModel | None = None,
-                     info_rules: Mapping[str, str] | None = None) -> None:
+                     info_rules: Mapping[str, str] | None = None, deferred: Backend | None = None) -> None:
     """Make ``fn`` available as ``recompress(..., backend=name)``, with its exactness and FLOP model.
 
     Args:
@@ -122,6 +126,8 @@ def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: Flop
             default None: no analytic FLOP count.
         info_rules: how the ``info`` keys it sets combine over chunks (see
             :class:`BackendSpec`); default: every key keeps its first value.
+        deferred: ``X (nb, d, r) -> Basis`` with ``rejected`` and ``complete`` set (see
+            :data:`fraq.backends.base.Backend`), the pipeline's fast path; default None.
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"name(={name!r}) must be a non-empty str")
@@ -131,11 +137,13 @@ def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: Flop
         raise TypeError(f"exact(={exact!r}) must be a bool")
     if flops is not None and not callable(flops):
         raise TypeError(f"flops(={flops!r}) must be callable: cost(d, r, p, *, steps, gram) -> float")
+    if deferred is not None and not callable(deferred):
+        raise TypeError(f"deferred(={deferred!r}) must be callable: X (nb, d, r) -> Basis with a pending verdict")
     rules = dict(info_rules or {})
     for key, rule in rules.items():
         if rule not in INFO_REDUCERS:
             raise ValueError(f"info_rules[{key!r}](={rule!r}) must be one of {sorted(INFO_REDUCERS)}")
-    REGISTRY[name] = BackendSpec(fn=fn, exact=exact, flops=flops, info_rules=rules)
+    REGISTRY[name] = BackendSpec(fn=fn, exact=exact, flops=flops, info_rules=rules, deferred=deferred)
 
 
 def get_backend(name: str) -> Backend:
@@ -194,7 +202,8 @@ _ITERATIVE = {"fallback_count": "sum", "steps": "max", "residual": "max", "conve
 register_backend("householder", householder, exact=True, flops=householder_flops)
 register_backend("polar", polar, exact=True, flops=polar_flops)
 register_backend("cholesky-qr2", cholesky_qr2, exact=True, flops=cholesky_qr2_flops, info_rules=_FALLBACKS)
-register_backend("cholesky", cholesky, exact=True, flops=cholesky_basis_flops, info_rules=_FALLBACKS)
+register_backend("cholesky", cholesky, exact=True, flops=cholesky_basis_flops, info_rules=_FALLBACKS,
+                 deferred=cholesky_deferred)
 register_backend("newton-schulz", partial(newton_schulz, schedule="cubic", coords="cholesky"), exact=True,
                  flops=newton_schulz_flops("cholesky"), info_rules=_ITERATIVE)
 register_backend("newton-schulz-polar-express",

@@ -3,7 +3,7 @@
 FRAQ needs, for the oriented left factor X (*, d, r), an orthonormal Q (*, d, s) whose
 span contains col(X) and the coordinates C = Q^T X (*, s, r), so that X = Q C
 (the paper's Proposition 1 and Appendix D). A backend is a callable ``X -> Basis``.
-The pipeline in :mod:`fraq.recompress` does the rest: H = C Y, the Gram eigenproblem,
+The pipeline in :mod:`fraq._recompress` does the rest: H = C Y, the Gram eigenproblem,
 the energy rule, and ``Basis.apply`` to map the retained directions back.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["Basis", "Backend", "INFO_REDUCERS", "merge_info"]
+__all__ = ["Basis", "Backend", "INFO_REDUCERS", "identity_basis", "merge_info"]
 
 INFO_REDUCERS = {"sum": lambda a, b: a + b, "max": max, "all": lambda a, b: bool(a and b)}
 """How an ``info`` key of a batch computed in parts combines its parts' values: a count adds
@@ -64,7 +64,8 @@ Backend = Callable[[torch.Tensor], Basis]
 """``X (*, d, r) -> Basis``, every matrix's basis right (``rejected`` None).
 
 A backend whose fast basis needs a per-matrix verdict read on the host (a fallback
-count, say) may also offer ``fn.deferred(X)``: the same basis computed the fast way for
+count, say) may also register a ``deferred`` callable
+(:func:`fraq.backends.register_backend`): the same basis computed the fast way for
 every matrix, with ``rejected`` ((nb,) bool, X flattened to (nb, d, r)) marking the
 matrices where it is wrong and ``complete()`` returning the corrected basis.
 :func:`fraq.recompress` reads the verdict in the one host synchronization it makes
@@ -72,3 +73,16 @@ anyway, and completes (and recomputes) only when something was rejected, so the 
 path of a call synchronizes once. ``C`` and ``apply`` of a pending basis must still be
 finite and safe to use on every matrix (they are discarded where rejected).
 """
+
+
+def identity_basis(X: torch.Tensor, info: dict | None = None) -> Basis:
+    """Q = I_d, C = X, for X (*, d, r) with r >= d: exact, because col(X) then lies in
+    R^d = span(I_d), and every other orthonormal basis of it is a rotation of this one.
+
+    No arithmetic at all; ``apply`` returns its argument. ``info`` gets ``basis="identity"``.
+    """
+    return Basis(C=X, apply=_unchanged, info=dict(info or {}, basis="identity"))
+
+
+def _unchanged(U: torch.Tensor) -> torch.Tensor:
+    return U

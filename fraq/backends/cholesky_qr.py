@@ -53,12 +53,11 @@ from __future__ import annotations
 import torch
 
 from fraq._routine_flops import cholesky_flops, gemm_flops, gram_flops, trsm_flops
-from fraq.backends.base import Basis
+from fraq.backends.base import Basis, identity_basis
 from fraq.backends.householder import householder
 from fraq.backends.safeguards import (
     check_basis_input,
     flatten,
-    identity_basis,
     rescale,
     scaled_gram,
     unflatten,
@@ -88,7 +87,7 @@ def _cholesky_qr2_impl(X: torch.Tensor) -> Basis:
     Xb, batch = flatten(X)
     info = {"backend": "cholesky-qr2"}
     if r >= d:
-        return unflatten(identity_basis(Xb, info), batch)
+        return unflatten(identity_basis(Xb, dict(info, fallback=None, fallback_count=0)), batch)
     if Xb.shape[0] == 0 or r == 0:  # nothing to factor: Householder handles empty shapes
         hh = householder(Xb)
         return unflatten(Basis(C=hh.C, apply=hh.apply, info=dict(info, fallback=None, fallback_count=0)), batch)

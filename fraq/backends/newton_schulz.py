@@ -96,9 +96,9 @@ from dataclasses import dataclass
 import torch
 
 from fraq._routine_flops import cholesky_flops, gemm_flops, gram_flops, trsm_flops
-from fraq.backends.base import Basis
+from fraq.backends.base import Basis, identity_basis
 from fraq.backends.householder import householder
-from fraq.backends.safeguards import check_basis_input, flatten, identity_basis, rescale, scaled_gram, unflatten
+from fraq.backends.safeguards import check_basis_input, flatten, rescale, scaled_gram, unflatten
 
 __all__ = ["Schedule", "SCHEDULES", "COORDS", "newton_schulz", "default_tol", "newton_schulz_flops"]
 
@@ -220,7 +220,8 @@ def _newton_schulz_impl(X, sched: Schedule, steps, tol, max_steps, coords) -> Ba
     Xb, batch = flatten(X)
     info = {"backend": "newton-schulz", "schedule": sched.name, "coords": coords}
     if r >= d:
-        return unflatten(identity_basis(Xb, dict(info, steps=0, residual=0.0, converged=True)), batch)
+        return unflatten(identity_basis(Xb, dict(info, steps=0, residual=0.0, converged=True, fallback=None,
+                                                       fallback_count=0)), batch)
     if r == 0 or Xb.shape[0] == 0:  # nothing to iterate on: Householder handles empty shapes
         hh = householder(Xb)
         done = dict(info, steps=0, residual=0.0, converged=True, fallback=None, fallback_count=0)

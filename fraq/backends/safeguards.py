@@ -35,7 +35,6 @@ __all__ = [
     "unflatten",
     "scaled_gram",
     "rescale",
-    "identity_basis",
     "with_householder_fallback",
 ]
 
@@ -99,14 +98,6 @@ def scaled_gram(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
 def rescale(C: torch.Tensor, e: torch.Tensor | None) -> torch.Tensor:
     """Undo :func:`scaled_gram`'s scaling on coordinates: C * 2^e (exact)."""
     return C if e is None else scale_pow2(C, e.view(-1, 1, 1), parts=2)
-
-
-def identity_basis(X: torch.Tensor, info: dict) -> Basis:
-    """Q = I_d, C = X: exact when r >= d, because then col(X) lies in R^d = span(I_d).
-
-    No arithmetic at all; ``apply`` returns its argument.
-    """
-    return Basis(C=X, apply=lambda U: U, info=dict(info, basis="identity", fallback=None, fallback_count=0))
 
 
 def with_householder_fallback(

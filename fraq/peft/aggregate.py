@@ -58,7 +58,7 @@ from fraq.peft.config import CONFIG, PREFIX, output_config
 from fraq.peft.reader import FACTOR_DTYPES, ClientAdapter, read_adapter
 from fraq.peft.report import AdapterAggregation, ModuleRow, module_row
 from fraq.peft.writer import check_adapter_out, check_file_out, write_adapter, write_delta
-from fraq.stack import normalized_weights
+from fraq._stack import normalized_weights
 
 __all__ = ["NOT_AN_ADAPTER", "NO_DELTA", "aggregate_adapters", "client_paths"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from fraq.stack import stack
+from fraq._stack import stack
 
 __all__ = ["REPORT_FORMAT", "AdapterAggregation", "ModuleRow", "module_row", "sqnorm"]
 

@@ -1,7 +1,11 @@
 r"""Coordinate-space recompression of a stacked aggregate (the paper's Section 3.3).
 
 The pipeline, one function per step, top to bottom in :func:`_pipeline`: orient, basis,
-coordinates and Gram, eigenproblem, energy rule, map back, unorient. The mechanisms
+coordinates and Gram, eigenproblem, energy rule, map back, unorient. Which basis and
+which Gram form a call runs is fixed once, from the FLOP counts of :mod:`fraq.flops` at
+the call's (d, D, r) (:class:`Plan`, :func:`fraq.flops.cheapest_path`): with r >= d the
+basis is the identity and the coordinate space has d dimensions (the paper's Appendix,
+general rank), so the cost is linear in r there. The mechanisms
 around it live beside it, each in one module: the CPU chunk and thread schedule
 (:func:`fraq._parallel.over_chunks`), the range verdict and rescue (:mod:`fraq._range`),
 the Gram forms and their cancellation guard (:mod:`fraq._gram`). The pipeline reads the
@@ -28,11 +32,12 @@ from fraq._gram import CANCEL_LIMIT, GRAMS
 from fraq._orient import orient, unorient
 from fraq._parallel import batch_map, over_chunks
 from fraq._validation import check_eig_dtype, check_pair, check_rank, check_tau, compute_dtype
-from fraq.backends import REGISTRY, get_backend, resolve_backend
-from fraq.backends.base import Backend, Basis
+from fraq.backends import AUTO, REGISTRY, resolve_backend
+from fraq.backends.base import Backend, Basis, identity_basis
+from fraq.flops import cheapest_path
 from fraq.result import RecompressResult, empty_result, join_results
 
-__all__ = ["CANCEL_LIMIT", "GRAMS", "recompress", "select_rank", "noise_floor"]
+__all__ = ["CANCEL_LIMIT", "GRAMS", "Options", "Plan", "check_options", "recompress", "select_rank", "noise_floor"]
 
 INFO_RULES = {"rescaled": "sum", "product_gram_count": "sum"}
 """How recompress's own ``info`` keys combine over chunks (see :func:`fraq.backends.base.merge_info`)."""
@@ -60,8 +65,12 @@ def recompress(
 
     and :math:`L_p R_p` is a best rank-p approximation of M (Proposition 1 and
     Eckart-Young). Q is never formed: ``L_p`` is the stored reflectors applied to the
-    zero-padded U_p. When m > n the factors are transposed back, so the result always
-    has the LoRA orientation ``B`` (m x p), ``A`` (p x n).
+    zero-padded U_p. With r >= d (more stacked directions than the short side, e.g. 96
+    clients of rank 8 on a 768-wide layer) col(X) is all of R^d: Q = I_d, C = X, so
+    H = X Y is the aggregate itself and G its d x d Gram, whatever ``backend`` names
+    (every orthonormal basis of R^d is a rotation of I_d). The result always has the
+    LoRA orientation ``B`` (m x p), ``A`` (p x n); when m > n the factors are
+    transposed back.
 
     The rank is either fixed (``rank=p``) or chosen by the energy rule (Eq. 11): the
     smallest p whose leading eigenvalues hold at least ``tau`` of the total. Eigenvalues
@@ -103,22 +112,27 @@ def recompress(
         eig_dtype: dtype of the r x r eigenproblem, torch.float32 or torch.float64;
             default float64 (see Precision).
         gram: ``"product"`` (the paper's steps), ``"factored"`` (G = C (Y Y^T) C^T, H
-            never formed: fewer flops, but less accurate when clients' updates cancel),
-            or ``"auto"`` (the default): factored, unless some matrix's clients cancel;
-            then the batch is redone through H (see :mod:`fraq._gram`).
+            never formed: fewer flops while r is small against d and D, but less
+            accurate when clients' updates cancel), or ``"auto"`` (the default): the
+            form of fewer FLOPs at this shape (:func:`fraq.flops.cheapest_path`:
+            factored for LoRA stacks, through H once r passes about D / 2 or d), and a
+            factored batch whose clients cancel is redone through H (see :mod:`fraq._gram`).
 
     Returns:
         :class:`fraq.RecompressResult`; ``info["gram"]`` is the requested form,
-        ``info["product_gram_count"]`` counts the matrices whose Gram went through H and
-        ``info["rescaled"]`` those that took the rescaled path.
+        ``info["product_gram_count"]`` counts the matrices whose Gram went through H,
+        ``info["rescaled"]`` those that took the rescaled path, and ``info["basis"]`` is
+        ``"identity"`` where r >= d made the basis the identity (then ``backend`` ran nothing).
 
     Gradients: the inputs' values are used (``B.detach()``, ``A.detach()``); inputs
     that require grad (``nn.Parameter``) are accepted and the result does not require
     grad, like every aggregator's (the eigenvalue cut is not differentiable anyway).
 
-    Flops, leading order per matrix (Eq. 12, Gram by a general GEMM here):
+    Flops, leading order per matrix (Eq. 12, Gram by a general GEMM here), r < d:
     2 d r^2 (QR) + 2 D r^2 (H) + 2 D r^2 (G) + O(r^3) + 4 d r p + 2 D r p through H;
-    factored, 2 D r^2 (Y Y^T) + O(r^3) replace H and G.
+    factored, 2 D r^2 (Y Y^T) + O(r^3) replace H and G. r >= d: 2 d r D (H = X Y) +
+    2 d^2 D (G) + 9 d^3 (eigenproblem) + 2 d p D, at most the dense product B @ A plus
+    its Gram and a d x d eigenproblem (:func:`fraq.flops.fraq_flops`).
 
     References: the FRAQ paper (``shared/paper/fraq-paper.tex``), Eckart and Young (1936),
     doi:10.1007/BF02288367.
@@ -140,31 +154,70 @@ def recompress(
     check_pair(B, A)
     if B.requires_grad or A.requires_grad:  # values only: no autograd graph (see Gradients above)
         B, A = B.detach(), A.detach()
-    if (tau is None) == (rank is None):
-        raise ValueError(f"pass exactly one of tau and rank, got tau={tau!r}, rank={rank!r}")
     m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
     s = min(m, n, r)
+    options = check_options(tau=tau, rank=rank, backend=backend, eig_dtype=eig_dtype, gram=gram,
+                            limit=s if s > 0 else None)
+    return _recompress_impl(Plan.of(options, B, A), B, A)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a caller asks of :func:`recompress`, checked, before any shape is known.
+
+    The whole-model aggregator (:class:`fraq.aggregators.Fraq`) checks its options with
+    :func:`check_options` once, at construction, and hands them to every call.
+
+    Attributes:
+        tau, rank: the energy threshold or the fixed rank (exactly one is set).
+        backend: a registered name or ``"auto"`` (resolved per device by :class:`Plan`).
+        eig_dtype: the eigensolver's dtype.
+        gram: the requested Gram form (:data:`GRAMS`).
+    """
+
+    tau: float | None
+    rank: int | None
+    backend: str = AUTO
+    eig_dtype: torch.dtype = torch.float64
+    gram: str = "auto"
+
+    def kwargs(self) -> dict:
+        """These options as :func:`recompress`'s keyword arguments."""
+        return dict(tau=self.tau, rank=self.rank, backend=self.backend, eig_dtype=self.eig_dtype, gram=self.gram)
+
+
+def check_options(*, tau=None, rank=None, backend: str = AUTO, eig_dtype=None, gram: str = "auto",
+                  limit: int | None = None) -> Options:
+    """:class:`Options` from :func:`recompress`'s arguments, or the error naming the argument
+    and its value; ``limit`` caps a fixed rank (min(d, r) of a call; None: any rank >= 1)."""
+    if (tau is None) == (rank is None):
+        raise ValueError(f"pass exactly one of tau and rank, got tau={tau!r}, rank={rank!r}")
     if tau is not None:
         tau = check_tau(tau)
     else:
-        rank = check_rank(rank, s if s > 0 else None)
-    name = resolve_backend(backend, B.device)
-    if gram not in GRAMS:
+        rank = check_rank(rank, limit)
+    if backend != AUTO:
+        resolve_backend(backend, "cpu")  # the name's check and message; "auto" resolves per device
+    if not isinstance(gram, str) or gram not in GRAMS:
         raise ValueError(f"gram(={gram!r}) must be one of {list(GRAMS)}")
     edt = torch.float64 if eig_dtype is None else check_eig_dtype(eig_dtype)
-    plan = Plan(tau=tau, rank=rank, backend=name, basis_fn=get_backend(name), gram=gram,
-                out_dtype=B.dtype, cdt=compute_dtype(B.dtype), edt=edt)
-    return _recompress_impl(plan, B, A)
+    return Options(tau=tau, rank=rank, backend=backend, eig_dtype=edt, gram=gram)
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What a call computes, fixed once its arguments are validated.
+    """What a call computes, fixed once from its checked options and its shapes.
 
     Attributes:
         tau, rank: the energy threshold or the fixed rank (exactly one is set).
-        backend, basis_fn: the basis backend's resolved name and callable.
-        gram: the requested Gram form (:data:`GRAMS`).
+        backend: the basis backend's resolved name (``result.backend``).
+        basis_fn: the basis of X this call runs: the backend's, or the identity (r >= d).
+        fast_basis_fn: the same with its verdict left pending (the backend's registered
+            ``deferred``), else ``basis_fn``: the first pass's basis.
+        identity: the basis is I_d (:func:`fraq.flops.cheapest_path`).
+        factored: the first pass forms the Gram factored.
+        guard: a factored Gram is checked for cancelling clients (``gram="auto"``).
+        gram: the requested Gram form (:data:`GRAMS`), recorded in ``info``.
         out_dtype, cdt, edt: the result's dtype, the compute dtype, the eigensolver's.
     """
 
@@ -172,10 +225,37 @@ class Plan:
     rank: int | None
     backend: str
     basis_fn: Backend
+    fast_basis_fn: Backend
+    identity: bool
+    factored: bool
+    guard: bool
     gram: str
     out_dtype: torch.dtype
     cdt: torch.dtype
     edt: torch.dtype
+
+    @classmethod
+    def of(cls, options: Options, B: torch.Tensor, A: torch.Tensor) -> Plan:
+        """The plan of checked ``options`` on factors B (*, m, r), A (*, r, n): the path of
+        fewer FLOPs at (d, D, r) (:func:`fraq.flops.cheapest_path`; ``p`` is the fixed rank,
+        or 0 under the energy rule, which enters only the O(p) terms)."""
+        m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
+        d, D = min(m, n), max(m, n)
+        name = resolve_backend(options.backend, B.device)
+        path = cheapest_path(d, D, r, min(options.rank or 0, d, r), form=options.gram)
+        spec = REGISTRY[name]
+        basis_fn = identity_basis if path.identity else spec.fn
+        fast = basis_fn if path.identity or spec.deferred is None else spec.deferred
+        return cls(tau=options.tau, rank=options.rank, backend=name, basis_fn=basis_fn, fast_basis_fn=fast,
+                   identity=path.identity, factored=path.factored, guard=options.gram == "auto" and path.factored,
+                   gram=options.gram, out_dtype=B.dtype, cdt=compute_dtype(B.dtype), edt=options.eig_dtype)
+
+    def workspace_bytes(self, d: int, D: int, r: int) -> int:
+        """Bytes one matrix's pass holds beside its inputs, what the CPU chunks are sized by:
+        the oriented factor and its basis (2 d r), H^T (D s) or Y Y^T (r^2), in the compute dtype."""
+        s = min(d, r)
+        work = (d * r if self.identity else 2 * d * r) + (r * r if self.factored else D * s)
+        return (torch.finfo(self.cdt).bits // 8) * work
 
 
 def _recompress_impl(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> RecompressResult:
@@ -189,7 +269,7 @@ def _recompress_impl(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> Recompress
     def join(parts: list[RecompressResult], bounds: list[int]) -> RecompressResult:  # only when chunked
         return join_results(parts, bounds, batch, {**REGISTRY[plan.backend].info_rules, **INFO_RULES})
 
-    return over_chunks(run, join, 8 * d * r + 4 * D * min(d, r), B.reshape(nb, m, r), A.reshape(nb, r, n))
+    return over_chunks(run, join, plan.workspace_bytes(d, D, r), B.reshape(nb, m, r), A.reshape(nb, r, n))
 
 
 @dataclass(frozen=True)
@@ -259,13 +339,11 @@ def _pipeline(plan: Plan, whole: tuple, batch: tuple, B: torch.Tensor, A: torch.
     X, Y, transposed = orient(B, A)  # 1. orient along the smaller side (Eq. 9)
     nb, s = X.shape[0], min(X.shape[-2], X.shape[-1])
     if s == 0 or nb == 0:
-        return empty_result(batch, B.shape[-2], A.shape[-1], s, plan.rank, plan.tau, plan.out_dtype, plan.cdt,
-                            plan.backend, transposed, B.device)
+        return empty_result(plan, batch, B.shape[-2], A.shape[-1], s, transposed, B.device)
     if X.dtype != plan.cdt:
         X, Y = X.to(plan.cdt), Y.to(plan.cdt)
-    # 2. basis: a backend that offers ``deferred`` leaves its fallback verdict to the host read
-    at = _Pass(basis=getattr(plan.basis_fn, "deferred", plan.basis_fn)(X), X=X, Y=Y,
-               factored=plan.gram != "product")
+    # 2. basis: the identity (r >= d), or the backend's, a deferred one leaving its verdict to the host read
+    at = _Pass(basis=plan.fast_basis_fn(X), X=X, Y=Y, factored=plan.factored)
     at, coords, eig, rd = _settle(plan, whole, at, s)  # 3. coordinates and Gram, 4. eigenproblem
     if rd.e is not None or plan.out_dtype != plan.cdt:  # in range otherwise (see fraq._range.verdict)
         _range.check_representable(whole, rd.lam[:, 0], rd.e, plan.out_dtype, partial(_name_matrix, batch, offset))
@@ -309,43 +387,43 @@ def _eigen(G: torch.Tensor, edt: torch.dtype) -> tuple[torch.Tensor, torch.Tenso
 
 
 def _read(plan: Plan, at: _Pass, coords: _gram.Coordinates, eig, s: int) -> _Reading:
-    """The pass's verdicts, decided on the host from its one read (:func:`_to_host`): max|C|
-    (:func:`fraq._range.stats`), ||C||_F under the Gram guard, a deferred basis's
-    rejections, the scale exponents, the eigenvalues and the diagonal of W_Y."""
-    named = {"c_max": _range.stats(at.basis.C)}
-    guard = plan.gram == "auto" and at.factored
+    """The pass's verdicts, decided on the host from its one read (:func:`_to_host`): the
+    eigenvalues, max|C| (:func:`fraq._range.stats`), ||C||_F under the Gram guard, a
+    deferred basis's rejections, the scale exponents and the diagonal of W_Y."""
+    device = {"c_max": _range.stats(at.basis.C)}
+    guard = plan.guard and at.factored
+    if eig is not None:
+        device["lam"] = eig[0]
     if guard:
-        named["c_norm"] = _gram.frobenius(at.basis.C)
+        device["c_norm"] = _gram.frobenius(at.basis.C)
     if at.basis.rejected is not None:
-        named["rejected"] = at.basis.rejected
+        device["rejected"] = at.basis.rejected
     if at.e is not None:
-        named["e"] = at.e
-    lam, col, w_diag = _to_host(eig, named, coords.WY, s)
+        device["e"] = at.e
+    if coords.WY is not None:
+        device["w_diag"] = coords.WY.diagonal(dim1=-2, dim2=-1)
+    host = _to_host(device)
+    lam = host["lam"] if eig is not None else np.full((host["c_max"].shape[0], s), np.nan)
+    w_diag = host.get("w_diag")
     with np.errstate(over="ignore", invalid="ignore"):  # a sum of a matrix out of range may overflow: it fails
         w_max = None if w_diag is None else w_diag.max(-1).tolist()
         traces = (w_diag.sum(-1).tolist(), lam.sum(-1).tolist()) if guard else None
-    ok = _range.verdict(col["c_max"].tolist(), lam[:, -1].tolist(), w_max, plan.cdt, plan.edt)
-    cancels = ok & _gram.cancels(col["c_norm"].tolist(), *traces, s) if guard else None
+    ok = _range.verdict(host["c_max"].tolist(), lam[:, -1].tolist(), w_max, plan.cdt, plan.edt)
+    cancels = ok & _gram.cancels(host["c_norm"].tolist(), *traces, s) if guard else None
     lam = lam[:, ::-1]
     return _Reading(lam=np.where(lam > noise_floor(lam[:, :1], s, plan.cdt), lam, 0.0), ok=ok, cancels=cancels,
-                    rejected=col["rejected"] > 0 if "rejected" in col else None, lam1=lam[:, 0],
-                    e=col["e"].astype(np.int64) if "e" in col else None)
+                    rejected=host["rejected"] > 0 if "rejected" in host else None, lam1=lam[:, 0],
+                    e=host["e"].astype(np.int64) if "e" in host else None)
 
 
-def _to_host(eig, named: dict, WY: torch.Tensor | None, s: int):
-    """The one host synchronization: the eigenvalues (ascending; NaN where the solver
-    refused), the ``named`` per-matrix values and W_Y's diagonal, read as one float64
-    array and handed back as (lam, {name: column}, diag W_Y or None)."""
-    parts = [torch.stack(list(named.values()), -1)]
-    if eig is not None:
-        parts.insert(0, eig[0])
-    if WY is not None:
-        parts.append(WY.diagonal(dim1=-2, dim2=-1))
-    host = parts[0] if len(parts) == 1 else torch.cat(parts, -1)
+def _to_host(device: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """The one host synchronization: per-matrix values ((nb,) or (nb, k), any real or bool
+    dtype) read as one float64 array and handed back by name, each in its own shape."""
+    columns = [t.unsqueeze(-1) if t.dim() == 1 else t for t in device.values()]
+    host = torch.cat(columns, -1) if len(columns) > 1 else columns[0]
     host = (host if host.device.type == "cpu" else host.cpu()).numpy().astype(np.float64, copy=False)
-    k = 0 if eig is None else s
-    lam = host[:, :s] if eig is not None else np.full((host.shape[0], s), np.nan)
-    return lam, {name: host[:, k + i] for i, name in enumerate(named)}, host[:, k + len(named):] if WY is not None else None
+    parts = np.split(host, np.cumsum([c.shape[-1] for c in columns])[:-1], axis=-1)
+    return {name: part[:, 0] if t.dim() == 1 else part for (name, t), part in zip(device.items(), parts)}
 
 
 def _map_back(plan: Plan, at: _Pass, coords: _gram.Coordinates, U: torch.Tensor, p: np.ndarray,

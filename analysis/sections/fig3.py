@@ -1,0 +1,27 @@
+"""Figure 3 (runtime, memory, FLOPs and fidelity against r and d) and Table 5 (FLOPs)."""
+
+from __future__ import annotations
+
+from analysis import agreement, figures, style, tables
+from analysis.sections import Figure, Section
+
+reads = ("fig3",)
+
+
+def draw(res) -> list[Section]:
+    f3 = res["fig3"]
+    fig = Figure("fig3_scalability", figures.fig3_scalability(f3), f3,
+                 f"{int(f3['modules'].iloc[0])} square modules per call, clients of rank "
+                 f"{int(f3['client_rank'].iloc[0])}, output rank {int(f3['p'].iloc[0])}; median, band = IQR; "
+                 "tensor peak memory above the inputs",
+                 "Runtime and tensor peak memory against total rank r and hidden size d; batched solid, "
+                 "unbatched dashed.")
+    t5 = tables.table5_flops(f3)
+    table5 = ("Batched points of the Fig. 3 sweeps, all modules of one call. *Table 5 GFLOP*: the paper's "
+              "leading-order formulas; *model (code)*: the same pipelines with the constants of what the code runs "
+              "(`fraq.flops.analytic_flops(model='full')`); *counted*: FlopCounterMode with LAPACK formulas "
+              f"(`benchmarks.measure.count_flops`). {style.caption(f3)}.\n\n" + tables.markdown(t5) + "\n\n"
+              + "\n".join(agreement.table5_lines(t5)))
+    return [Section("Figure 3: runtime and peak memory",
+                    "\n".join(agreement.fig3_lines(figures.fig3_summary(f3))), fig),
+            Section("Table 5: FLOPs, analytic next to counted next to measured time", table5)]

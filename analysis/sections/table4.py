@@ -1,0 +1,19 @@
+"""Table 4: the ablation (orientation, Gram recovery against coordinate SVD)."""
+
+from __future__ import annotations
+
+from analysis import agreement, style, tables
+from analysis.sections import Section
+
+reads = ("table4",)
+
+
+def draw(res) -> list[Section]:
+    t4 = res["table4"]
+    c = t4.iloc[0]
+    intro = (f"{int(c['modules'])} LLaMA-3.2-3B gate/up projections ({int(c['m'])} x {int(c['n'])}), "
+             f"{int(c['clients'])} clients of rank {int(c['client_rank'])}, output rank {int(c['p'])}, one batched "
+             f"call. Time: median [IQR] of {int(c['repeats'])} repeats; memory: tensor peak above the inputs. "
+             f"{style.caption(t4)}.")
+    return [Section("Table 4: ablation", intro + "\n\n" + tables.markdown(tables.table4_ablation(t4)) + "\n\n"
+                    + "\n".join(agreement.table4_lines(t4)))]
