@@ -779,3 +779,24 @@ def test_an_input_is_never_written_even_with_overwrite(tmp_path, monkeypatch, ca
                                              rf"directory '{re.escape(str(data))}'"):
             run_experiment(cfg, out, overwrite=True, progress=False, log=lambda *a: None)
     assert [p.name for p in data.iterdir()] == ["train"]
+
+
+def test_smoke_setting_to_report(tmp_path):
+    """The smoke setting (both variants, two seeds, the compared methods) on the tiny model, then the
+    analysis' report from its result files: the table with intervals and a verdict per claim."""
+    pytest.importorskip("pandas")
+    pytest.importorskip("matplotlib")
+    from analysis.reproduce import build
+
+    cfg = load_config("smoke", {"model.name": TINY_MODEL, "model.layers_to_transform": [1], "model.max_length": 48,
+                                "federated.rounds": 1})
+    files = run_experiment(cfg, tmp_path, progress=False, log=lambda *a: None)
+    assert len(files) == 2 * 2 * len(cfg["methods"]) and all(f.exists() for f in files)
+    report = build(tmp_path).read_text()
+    for v in ("homogeneous", "heterogeneous"):
+        section = report.split(f"### {v} ranks")[1].split("###")[0]
+        assert re.search(r"\| FRAQ \(τ=0\.95\) \| (\*\*|<u>)?\d+\.\d\d(\*\*|</u>)? \[-?\d+\.\d\d, \d+\.\d\d\] \|",
+                         section), section
+        verdicts = re.findall(r"ours \*\*(agrees|disagrees|inconclusive)\*\*", section)
+        assert len(verdicts) == (4 if v == "homogeneous" else 3), section  # FedEx-LoRA skipped with mixed ranks
+    assert "skipped: fedex-lora needs one rank" in report and (tmp_path / "figures" / "federated_accuracy.png").exists()

@@ -8,7 +8,7 @@ from analysis.sections import Figure, Section
 reads = ("federated",)
 
 
-def _setting(df) -> str:
+def _setting(df, variants: list[str]) -> str:
     c = df.iloc[0]
     data = c.get("dataset.name") if isinstance(c.get("dataset.name"), str) else c.get("dataset.path")
     model = str(c.get("model.name"))
@@ -19,10 +19,12 @@ def _setting(df) -> str:
     text = (f"{model} on `{data}`, {int(c['federated.clients'])} clients, {part} label partition, "
             f"{int(c['federated.rounds'])} rounds of {int(c['train.steps'])} local steps, accuracy on the whole test "
             f"split after every round; seeds {', '.join(map(str, seeds))}; variants "
-            f"{', '.join(f'`{v}`' for v in dict.fromkeys(df['variant']))}.")
+            f"{', '.join(f'`{v}`' for v in variants)}.")
+    layers = c.get("model.layers_to_transform")
+    where = f"LoRA on layers {', '.join(map(str, layers))}" if isinstance(layers, list) else "LoRA on every layer"
     if data == "intents" or model.startswith("embedded:"):
         text += (" **The corpus is generated** (`fraq.federated.intents`, 48 intents of templated sentences) **and "
-                 "the model is all-MiniLM-L6-v2**, LoRA on the last two layers: not the paper's data sets (Banking77, "
+                 f"the model is all-MiniLM-L6-v2** ({where}): not the paper's data sets (Banking77, "
                  "CLINC150, HWU64, 20 Newsgroups, the reasoning tasks) nor its models (RoBERTa-base, LLaMA-3.2-3B). "
                  "What carries over is the comparison between methods on one task, not the accuracy values. With "
                  "network access (and a GPU), the same experiment on the paper's setting is `python -m "
@@ -36,7 +38,7 @@ def draw(res) -> list[Section]:
     df = res["federated"]
     runs = federated.runs(df)
     variants = federated.variants(runs, df)
-    body = [_setting(df), "", federated.HOW, ""]
+    body = [_setting(df, variants), "", federated.HOW, ""]
     for v in variants:
         body += [f"### {v} ranks", "", tables.markdown(federated.table(runs, v)), "",
                  *federated.verdict_lines(runs, v), ""]
