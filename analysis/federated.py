@@ -135,7 +135,8 @@ def table(runs_: pd.DataFrame, variant: str) -> pd.DataFrame:
 
     Among the compressed-downlink methods (mean downlink below 100% of FLoRA's: the paper
     leaves the uncompressed FLoRA and FedEx-LoRA out), the best mean accuracy is **bold**
-    and the second best <u>underlined</u>, as the paper marks them.
+    and the second best <u>underlined</u>, as the paper marks them (equal printed means share
+    a mark).
     """
     d = runs_[runs_["variant"] == variant]
     out, means = [], {}
@@ -156,12 +157,9 @@ def table(runs_: pd.DataFrame, variant: str) -> pd.DataFrame:
         out.append({"Method": display_name(m), "Accuracy (%)": acc, "Downlink (% FLoRA)": f"{down:.1f}",
                     "Avg. agg. time (ms)": f"{ms.mean():.1f} ± {ms.std(ddof=1) if ms.size > 1 else 0.0:.1f}",
                     "Mean rank": f"{float(g['rank_mean'].mean()):.1f}", "Seeds": int(g["seed"].nunique())})
-    ranked = sorted(means, key=means.get, reverse=True)
-    marks = {}
-    if ranked:
-        marks[display_name(ranked[0])] = ("**", "**")
-    if len(ranked) > 1:
-        marks[display_name(ranked[1])] = ("<u>", "</u>")
+    levels = sorted({round(v, 2) for v in means.values()}, reverse=True)[:2]  # as printed: ties share a mark
+    marks = {display_name(m): ("**", "**") if round(v, 2) == levels[0] else ("<u>", "</u>")
+             for m, v in means.items() if round(v, 2) in levels}
     for row in out:
         if row["Method"] in marks:
             a, b = marks[row["Method"]]

@@ -108,6 +108,10 @@ def test_table_marks_best_and_second_among_compressed_methods_only():
     assert t["FRAQ (τ=0.95)"].startswith("**86.00**") and t["FLoRIST"].startswith("<u>81.00</u>")
     assert not any(c in t["FLoRA"] + t["FedEx-LoRA"] + t["FedIT"] for c in ("**", "<u>"))
     assert list(t.index[:2]) == ["FLoRA", "FedEx-LoRA"]  # the paper's order: uncompressed baselines first
+    acc["florist"] = acc["fraq:tau=0.95"].copy()  # a tie shares the bold; the next value is second
+    t = federated.table(runs_frame(acc, seeds, rng, down), "homogeneous").set_index("Method")["Accuracy (%)"]
+    assert t["FRAQ (τ=0.95)"].startswith("**86.00**") and t["FLoRIST"].startswith("**86.00**")
+    assert t["FedIT"].startswith("<u>71.00</u>")
 
 
 def test_one_round_curves_have_integer_round_ticks(tmp_path):

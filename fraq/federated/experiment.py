@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["EXPERIMENT", "PACKAGES", "Point", "points", "run_points"]
+__all__ = ["EXPERIMENT", "PACKAGES", "Point", "points", "rounds_of", "run_points"]
 
 EXPERIMENT = "federated"
 """The experiment name of the result files (their directory under ``<out>/results``)."""
@@ -110,6 +110,7 @@ def points(cfg: dict) -> list[Point]:
 
 
 def rounds_of(point: Point) -> int:
+    """The rounds of ``point`` (the progress bar's unit)."""
     return point.cfg["federated"]["rounds"]
 
 
@@ -136,15 +137,14 @@ def run_points(task, todo: list[Point], out: Path, *, states: dict | None = None
                    bar_format="{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} rounds "
                               "[{elapsed} elapsed, {remaining} left]")
         log = bar.write
-    tasks: dict[tuple[str, int], object] = {}
+    drawn, run_task = None, None  # the (variant, seed) whose partition run_task holds
     written = []
     try:
         for p in todo:
             if bar is not None:
                 bar.set_description_str(p.key[:60])
-            if (p.variant, p.seed) not in tasks:
-                tasks = {(p.variant, p.seed): task.derive(p.cfg, log=lambda *a: None)}
-            run_task = tasks[(p.variant, p.seed)]
+            if drawn != (p.variant, p.seed):  # points come seed by seed: one partition per seed
+                drawn, run_task = (p.variant, p.seed), task.derive(p.cfg, log=lambda *a: None)
             ckpt = p.checkpoint_file(out)
 
             def save(t, updates, meta, p=p):
