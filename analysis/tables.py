@@ -9,7 +9,8 @@ import pandas as pd
 
 from analysis.style import NAMES
 
-__all__ = ["table4_ablation", "table5_flops", "tables123_latency", "markdown"]
+__all__ = ["PRESET_TITLES", "table4_ablation", "table5_flops", "tables123_latency", "tables123_presets",
+           "tables123_rows", "markdown"]
 VARIANT_LABELS = {"adaptive-gram": "Adaptive + Gram", "fixed-gram": "Fixed + Gram",
                   "adaptive-svd": "Adaptive + coordinate SVD", "library": "fraq.recompress (library)"}
 
@@ -71,26 +72,89 @@ def table5_flops(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def tables123_latency(df: pd.DataFrame) -> pd.DataFrame:
-    """Tables 1-3's downlink and latency columns, one row per (preset, method), from the
-    ``tables123`` results (each holds one preset's rows), beside the paper's GH200 numbers
-    (:func:`analysis.loaders.paper`)."""
+PRESET_TITLES = {"roberta-base": "RoBERTa-base (Table 1, text classification)",
+                 "llama-3.2-3b": "LLaMA-3.2-3B (Table 2, reasoning)",
+                 "llama-3.2-3b-hetero": "LLaMA-3.2-3B, heterogeneous ranks 4..64 (Table 3)"}
+"""The paper's table of each preset's downlink and latency columns."""
+
+ROW_ORDER = ("flora", "fedex-lora", "fedit", "lora-a2", "flexlora", "florg", "florist", "fraq")
+"""Methods in the order of the paper's tables."""
+
+
+def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (preset, method) of the ``tables123`` results (a preset's rows may come
+    from several files: the round-robin point and the methods timed on one module per
+    shape), in the paper's order, with the paper's numbers (:func:`analysis.loaders.paper`)
+    and the latency samples (seconds)."""
     from analysis.loaders import paper as paper_numbers
 
     numbers = paper_numbers()["tables123"]
     rows = []
     for _, rec in df.iterrows():
+        table = numbers.get(rec["preset"], {})
         for r in rec["rows"]:
-            table = numbers.get(rec["preset"], {})
             lat = r.get("latency") or {}
             paper = table.get(r["method"]) or table.get(r["method"].split(" (")[0]) or [None, None]
-            rows.append({"preset": rec["preset"], "method": r["method"],
-                         "downlink %FLoRA": r.get("downlink_pct"),
-                         "latency ms (median)": lat["median"] * 1e3 if lat else None,
-                         "IQR ms": (lat["q75"] - lat["q25"]) * 1e3 if lat else None,
-                         "paper %": paper[0], "paper ms": paper[1],
-                         "note": "skipped" if "skipped" in r else ("extrapolated" if "extrapolated" in r else "")})
-    return pd.DataFrame(rows)
+            rows.append({"preset": rec["preset"], "method": r["method"], "name": r["name"],
+                         "adaptive": "tau" in (r.get("options") or {}),
+                         "downlink_pct": r.get("downlink_pct"), "samples": list(lat.get("samples", [])),
+                         "median_s": lat.get("median"), "q25_s": lat.get("q25"), "q75_s": lat.get("q75"),
+                         "modules_measured": r.get("modules_measured"), "modules_total": r.get("modules_total"),
+                         "extrapolated": r.get("extrapolated"), "skipped": r.get("skipped"),
+                         "paper_pct": paper[0], "paper_ms": paper[1]})
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    out["_order"] = out["name"].map(lambda n: ROW_ORDER.index(n) if n in ROW_ORDER else len(ROW_ORDER))
+    presets = tables123_presets(df)
+    out["_preset"] = out["preset"].map(presets.index)
+    return out.sort_values(["_preset", "_order"], kind="stable").drop(columns=["_order", "_preset"])
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds at a precision that reads: 197,270 / 86.7 / 1.42."""
+    ms = seconds * 1e3
+    return f"{ms:,.0f}" if ms >= 1000 else f"{ms:.1f}" if ms >= 10 else f"{ms:.3g}"
+
+
+def _how(r) -> str:
+    if isinstance(r["skipped"], str):
+        return "not measured: " + r["skipped"].split(";")[0]
+    if isinstance(r["extrapolated"], str):
+        return "extrapolated " + r["extrapolated"]
+    return f"all {int(r['modules_total'])} modules" if pd.notna(r["modules_total"]) else "measured"
+
+
+def tables123_presets(df: pd.DataFrame) -> list[str]:
+    """The presets of the ``tables123`` results, in the paper's table order."""
+    have = set(df["preset"])
+    return [p for p in PRESET_TITLES if p in have] + sorted(have - set(PRESET_TITLES))
+
+
+def tables123_latency(df: pd.DataFrame, preset: str) -> pd.DataFrame:
+    """Tables 1-3's downlink and latency columns for ``preset``: ours beside the paper's,
+    latency median [IQR] with the number of samples, each method's latency over FRAQ's
+    (tau = 0.95) in ours and in the paper's, and how the latency was obtained."""
+    rows = tables123_rows(df)
+    rows = rows[rows["preset"] == preset]
+    fraq = rows[rows["method"] == "fraq (tau=0.95)"]
+    ours0 = fraq["median_s"].iloc[0] if len(fraq) and pd.notna(fraq["median_s"].iloc[0]) else None
+    paper0 = fraq["paper_ms"].iloc[0] if len(fraq) else None
+    out = []
+    for _, r in rows.iterrows():
+        measured = pd.notna(r["median_s"])
+        out.append({
+            "Method": r["method"],
+            "Downlink %": r["downlink_pct"], "paper %": r["paper_pct"],
+            "Latency ms, median [IQR]": (f"{_ms(r['median_s'])} [{_ms(r['q25_s'])}, {_ms(r['q75_s'])}]"
+                                         if measured else "-"),
+            "samples": len(r["samples"]) if measured else 0,
+            "x FRAQ": r["median_s"] / ours0 if measured and ours0 else None,
+            "paper ms": r["paper_ms"],
+            "paper x FRAQ": r["paper_ms"] / paper0 if pd.notna(r["paper_ms"]) and pd.notna(paper0) else None,
+            "how": _how(r),
+        })
+    return pd.DataFrame(out)
 
 
 def _fmt(v) -> str:
@@ -99,7 +163,9 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         if v == 0:
             return "0"
-        if abs(v) >= 1e4 or abs(v) < 1e-2:
+        if abs(v) >= 1e4:
+            return f"{v:,.0f}"
+        if abs(v) < 1e-2:
             return f"{v:.3g}"
         return f"{v:.3g}" if abs(v) < 10 else f"{v:.1f}"
     return str(v)

@@ -1,4 +1,4 @@
-"""The aggregators: the issue's identities, hand-derived downlink counts, error cases.
+"""The aggregators: the methods' defining identities, hand-derived downlink counts, error cases.
 
 References are float64 and independent of the code under test: dense aggregates
 (:func:`fraq.reference.dense_aggregate`) and dense SVDs / eigendecompositions. Tolerances

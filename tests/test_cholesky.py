@@ -125,7 +125,7 @@ def test_cancelling_clients_fall_back_and_stay_optimal():
 
 
 def test_ill_conditioned_aggregate_float32_near_optimum():
-    """The issue's fidelity bar on the fast path: the aggregate's condition number is 1e10
+    """The fidelity bar on the fast path: the aggregate's condition number is 1e10
     while X stays well conditioned (the spectrum sits in Y), cut at rank 32, in float32:
     within 1e-6 of the float64 optimum, relative to ||M||."""
     g = torch.Generator().manual_seed(9)

@@ -112,15 +112,15 @@ def test_just_outside_the_range_is_refused(backend, gram, dtype, end):
         fraq.recompress(Bd, Ad, tau=TAU, backend=backend, gram=gram)
 
 
-def test_issue_cases_float64_1e_160_refused_with_a_clear_error():
-    """Was a raw torch._LinAlgError from eigh: the aggregate, ~1e-321, is subnormal in float64."""
+def test_named_case_float64_1e_160_refused_with_a_clear_error():
+    """The aggregate, ~1e-321, is subnormal in float64: a ValueError with the value, never a LinAlgError from eigh."""
     B, A, _ = _unit_problem(30, 20, seed=5)
     with pytest.raises(ValueError, match=r"largest singular value \d\.\d\de-3\d\d.*underflow"):
         fraq.recompress(B * 1e-160, A * 1e-160, tau=TAU)
 
 
 @pytest.mark.parametrize("backend,gram", METHODS)
-def test_issue_cases_float32_both_about_1e_minus_20(backend, gram):
+def test_named_case_float32_both_about_1e_minus_20(backend, gram):
     """Both factors ~1e-20 in float32 with a representable (coherent) aggregate, sigma_1 ~ 2^-122:
     the old code scaled C by 2^(-e) with e ~ -130 computed in float32 (inf), and eigh failed."""
     g = torch.Generator().manual_seed(13)
@@ -132,7 +132,7 @@ def test_issue_cases_float32_both_about_1e_minus_20(backend, gram):
 
 
 @pytest.mark.parametrize("m,n", [(40, 24), (24, 40)])
-def test_issue_cases_factored_gram_larger_factor_tiny(m, n):
+def test_named_case_factored_gram_larger_factor_tiny(m, n):
     """gram="factored" with the larger factor ~1e-24 in float32 gave rank 0 and error 1."""
     B, A, _ = _unit_problem(m, n, seed=7)
     kb, ka = (-80, 0) if m > n else (0, -80)
@@ -142,7 +142,7 @@ def test_issue_cases_factored_gram_larger_factor_tiny(m, n):
 
 @pytest.mark.parametrize("backend", EXACT_BACKENDS)
 @pytest.mark.parametrize("dtype", [F32, F64])
-def test_issue_cases_fully_subnormal_factor(backend, dtype):
+def test_named_case_fully_subnormal_factor(backend, dtype):
     """Every entry of B subnormal (max|B| < tiny), A large: the aggregate is well inside the range."""
     B, A, _ = _unit_problem(40, 24, seed=8)
     fi = torch.finfo(dtype)
@@ -154,7 +154,7 @@ def test_issue_cases_fully_subnormal_factor(backend, dtype):
 
 @pytest.mark.parametrize("backend,gram", METHODS)
 @pytest.mark.parametrize("m,n,kb,ka", [(24, 40, 127, -30), (40, 24, 124, -10)])
-def test_issue_cases_float32_large_B_with_representable_aggregate(backend, gram, m, n, kb, ka):
+def test_named_case_float32_large_B_with_representable_aggregate(backend, gram, m, n, kb, ka):
     """B ~1e37..1e38 in float32, A small, sigma_1 ~ 2^100: the old code failed inside eigh."""
     B, A, _ = _unit_problem(m, n, seed=9)
     Bd, Ad = _scaled(B, A, kb, ka, F32)

@@ -35,7 +35,7 @@ EXPERIMENTS: dict[str, str] = {
 """Every experiment (its results' directory name) and its module here, in the runner's
 order (cheap first)."""
 
-DEFAULT = ("table4", "fig4_cond", "fig4_rank", "fig1", "fig3", "backends", "backend_stages", "peft")
+DEFAULT = ("table4", "fig4_cond", "fig4_rank", "fig1", "fig3", "backends", "backend_stages", "peft", "tables123")
 """What ``make run`` reproduces."""
 
 

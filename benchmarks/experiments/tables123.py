@@ -8,17 +8,24 @@ method: parameters and bytes sent per client, that as a percentage of the uncomp
 FLoRA stack, and the server's aggregation latency (median and interquartile range).
 Accuracy is the federated harness's job.
 
-Where a method takes minutes per aggregation here (FlexLoRA's dense SVDs and FLoRG's
-dense eigensolver on LLaMA: 8192 x 3072 and 3072 x 3072 matrices, tens of seconds each
-on 2 cores), one module of every distinct shape is timed and the total extrapolated,
-linearly in the number of modules of that shape, and labelled ``extrapolated``. Its
-downlink is exact: it depends only on shapes and ranks. ``quick`` (every size but
-``paper``) runs the LLaMA presets on 2 of 28 layers (latency extrapolated x 14, labelled)
-and skips FlexLoRA and FLoRG there.
+A method that factorizes a dense matrix per module (its aggregator's
+``dense_factorization``: FlexLoRA's SVD of the m x n aggregate, FLoRG's eigensolver) takes
+minutes per whole-LLaMA aggregation on a CPU. Where a preset's dense work, the sum of
+m n min(m, n) over its modules, is above :data:`DENSE_WORK` (LLaMA-3.2-3B), such a method
+is timed on one module of every distinct shape and its latency extrapolated, each shape's
+time times its number of modules; ``quick`` (every size but ``paper``) does so for every
+preset whose one-module-per-shape work is at most :data:`QUICK_DENSE_WORK` (RoBERTa-base)
+and skips the rest (LLaMA), and runs the LLaMA presets on 2 of their 28 layers (latency
+times 14). Every extrapolated row says from how many of how many modules
+(``modules_measured``, ``modules_total``). Its downlink is exact: it depends only on
+shapes and ranks. Timed on one module per shape, such a method is its own point
+(``<preset>-<method>.json``), timed ``slow_repeats`` times (the size's), so a long run
+resumes between methods and the table says how many samples each row has.
 
 Run: ``.venv/bin/python -m benchmarks.run tables123 [--size paper]``. Inputs come from
 :func:`benchmarks.cases.build_model`; one result file per preset,
-``<out>/tables123/<preset>.json`` (:mod:`benchmarks.results`). Latencies are
+``<out>/tables123/<preset>.json`` (:mod:`benchmarks.results`), and one per method timed
+on one module per shape. Latencies are
 :meth:`benchmarks.measure.Timing.as_dict` payloads (seconds); the paper's numbers are
 ``analysis/paper.json``'s, read by the analysis alone.
 """
@@ -39,7 +46,8 @@ from benchmarks.sizes import size_config
 from fraq.aggregators import ClientUpdate, get_aggregator
 from fraq.presets import Preset, get_preset
 
-__all__ = ["METHODS", "key", "measure", "method_job", "model_for", "points", "run_preset"]
+__all__ = ["DENSE_WORK", "METHODS", "QUICK_DENSE_WORK", "dense_plan", "key", "measure", "method_job", "model_for",
+           "points", "run_preset"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,27 @@ def _methods(preset: Preset) -> list[Method]:
 
 METHODS = _methods
 """preset -> the rows measured for it."""
+
+DENSE_WORK = 1e12
+"""Above this sum of m n min(m, n) over a preset's modules, a dense per-module method is
+timed on one module per shape. The dense SVD costs ~10 m n min(m, n) FLOPs, ~1e10 per
+second on one core here: LLaMA-3.2-3B's 8.7e12 is minutes per aggregation (whole model),
+RoBERTa-base's 3.3e10 seconds."""
+
+QUICK_DENSE_WORK = 1e10
+"""In quick mode a dense method runs on one module per shape where that work is at most
+this (RoBERTa-base: 4.5e8, a fraction of a second) and is skipped above it (LLaMA-3.2-3B:
+1.9e11, about a minute per sample)."""
+
+
+def dense_plan(preset: Preset, *, quick: bool) -> str:
+    """How the preset's dense per-module methods are timed: ``"full"`` (the whole model),
+    ``"per-shape"`` (one module of every shape, extrapolated) or ``"skip"``."""
+    if quick:
+        per_shape = sum(m * n * min(m, n) for m, n in {(g.m, g.n) for g in preset.groups})
+        return "per-shape" if per_shape <= QUICK_DENSE_WORK else "skip"
+    whole = sum(g.count * g.m * g.n * min(g.m, g.n) for g in preset.groups)
+    return "full" if whole <= DENSE_WORK else "per-shape"
 
 
 def _aggregator(method: Method):
@@ -113,18 +142,23 @@ def prepare(model: Model, method: Method, *, subset: bool) -> Job:
     full_layers = max(g.count for g in model.preset.groups)
     row = {"method": method.label, "name": method.name, "options": method.options,
            "threads": torch.get_num_threads()}
+    total = model.preset.modules
     if subset:
         pieces = [([name], count, (m, n)) for (m, n), (name, count) in model.one_per_shape().items()]
         flora = model.preset.stack_params()
-        row["extrapolated"] = (f"from one module per distinct shape ({len(pieces)} modules), times the number of "
-                               f"modules of that shape")
+        row["modules_measured"] = len(pieces)
+        row["extrapolated"] = (f"from {len(pieces)} of {total} modules (one of every shape), each shape's time "
+                               f"times its number of modules")
         row["parts"] = [{"shape": list(shape), "module": names[0], "count": count} for names, count, shape in pieces]
     else:
         scale = full_layers / model.layers
         pieces = [(None, scale, None)]
         flora = model.flora_params()
+        row["modules_measured"] = len(model.shapes)
         if scale != 1:
-            row["extrapolated"] = f"from {model.layers} of {full_layers} layers, times {scale:g}"
+            row["extrapolated"] = (f"from {model.layers} of {full_layers} layers ({len(model.shapes)} of {total} "
+                                   f"modules), times {scale:g}")
+    row["modules_total"] = total
     calls, params, params_max, nbytes, first_s, ranks = [], 0.0, 0.0, 0.0, 0.0, []
     for names, count, _ in pieces:
         ups, state = _inputs(model, agg, method, names)
@@ -185,23 +219,28 @@ def method_job(name: str, model: Model, method: Method, *, quick: bool) -> Job |
     problem = _applicable(method, model.preset)
     if problem:
         return f"not applicable: {problem}"
-    slow = name.startswith("llama") and _aggregator(method).dense_factorization
-    if slow and quick:
-        return ("quick mode: dense per-module SVD / eigensolver on 8192 x 3072 and 3072 x 3072 matrices take tens "
-                "of seconds each here; --size paper runs the one-module-per-shape extrapolation")
-    return prepare(model, method, subset=slow)
+    plan = dense_plan(model.preset, quick=quick) if _aggregator(method).dense_factorization else "full"
+    if plan == "skip":
+        return (f"quick mode: a dense per-module factorization of {name}'s modules takes about a minute per "
+                "sample even on one module per shape; --size paper times it on one module per shape")
+    return prepare(model, method, subset=plan == "per-shape")
 
 
-def run_preset(name: str, *, quick: bool, seed: int = 0, repeats: int | None = None, log=print,
+def run_preset(name: str, *, quick: bool, seed: int = 0, repeats: int | None = None, methods=None, log=print,
                device: torch.device | str = "cpu") -> dict:
-    """Measure every method on preset ``name``; returns the JSON-ready record.
+    """Measure ``methods`` (row labels; default every row) on preset ``name``; returns the
+    JSON-ready record.
 
-    Methods are timed round-robin, one call of each per round, so that a change in the
-    machine's load during the run hits every method alike and the ratios between them
-    stay meaningful. A method whose warm-up call took over 20 s is timed in the first 3
-    rounds only.
+    Methods are timed round-robin, one call of each per round, ``repeats`` rounds, so that
+    a change in the machine's load during the run hits every method alike and the ratios
+    between them stay meaningful.
     """
     preset = get_preset(name)
+    rows_of = {m.label: m for m in _methods(preset)}
+    methods = list(rows_of) if methods is None else list(methods)
+    unknown = [m for m in methods if m not in rows_of]
+    if unknown:
+        raise ValueError(f"methods(={unknown}) are not rows of {name}'s table: {list(rows_of)}")
     llama = name.startswith("llama")
     layers = 2 if (quick and llama) else None
     repeats = repeats or (3 if quick else 5)
@@ -210,7 +249,8 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, repeats: int | None = N
     log(f"  built {len(model.shapes)} modules x {preset.clients} clients in {time.perf_counter() - t0:.1f} s")
     rows: list[dict] = []
     jobs: list[Job] = []
-    for method in _methods(preset):
+    for label in methods:
+        method = rows_of[label]
         job = method_job(name, model, method, quick=quick)
         if isinstance(job, str):
             rows.append({"method": method.label, "name": method.name, "skipped": job})
@@ -220,11 +260,10 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, repeats: int | None = N
         jobs.append(job)
         log(f"  {method.label:<22} {job.row['downlink_pct']:7.2f}%  warm-up {job.first_s:.2f} s")
     load = [os.getloadavg()[0]]
-    for i in range(repeats):
+    for i in range(repeats if jobs else 0):
         t0 = time.perf_counter()
         for job in jobs:
-            if i < 3 or job.first_s <= 20.0:
-                sample(job, device)
+            sample(job, device)
         load.append(os.getloadavg()[0])
         log(f"  round {i + 1}/{repeats}: {time.perf_counter() - t0:.0f} s, load average {load[-1]:.1f}")
     for job in jobs:
@@ -238,17 +277,30 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, repeats: int | None = N
 
 
 def points(size: str) -> list[dict]:
-    """One point per preset of the ``size`` configuration."""
+    """Per preset of the ``size`` configuration: one point with every row timed round-robin,
+    and one point per dense method timed on one module per shape (:func:`dense_plan`),
+    with the size's ``slow_repeats``."""
     c = size_config(size, "tables123")
-    return [dict(table="tables123", preset=name, quick=c["quick"], repeats=c["repeats"], seed=0)
-            for name in c["presets"]]
+    out = []
+    for name in c["presets"]:
+        preset = get_preset(name)
+        alone = []
+        if dense_plan(preset, quick=c["quick"]) == "per-shape" and not c["quick"]:
+            alone = [m for m in _methods(preset)
+                     if _aggregator(m).dense_factorization and _applicable(m, preset) is None]
+        shared = [m.label for m in _methods(preset) if m not in alone]
+        base = dict(table="tables123", preset=name, quick=c["quick"], seed=0)
+        out.append(dict(base, methods=shared, repeats=c["repeats"], part="shared"))
+        out += [dict(base, methods=[m.label], repeats=c["slow_repeats"], part=m.name) for m in alone]
+    return out
 
 
 def key(config: dict) -> str:
-    return config["preset"]
+    part = config.get("part", "shared")
+    return config["preset"] if part == "shared" else f"{config['preset']}-{part}"
 
 
 def measure(config: dict, device: torch.device | str = "cpu") -> dict:
-    """Every method's downlink and latency on one preset (:func:`run_preset`)."""
+    """The downlink and latency of the point's rows on its preset (:func:`run_preset`)."""
     return run_preset(config["preset"], quick=config["quick"], seed=config["seed"], repeats=config["repeats"],
-                      log=lambda s: None, device=device)
+                      methods=config["methods"], log=lambda s: None, device=device)

@@ -1,0 +1,124 @@
+"""Tables 1-3's experiment: which rows are timed how (whole model, one module per shape,
+skipped), the points a size makes, and the report's tables and verdicts from hand-made
+result files."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.experiments import tables123
+from fraq.aggregators import get_aggregator
+from fraq.presets import get_preset
+
+PRESETS = ("roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero")
+
+
+def _work(preset, *, per_shape: bool) -> float:
+    groups = {(g.m, g.n): g.count for g in preset.groups}
+    return sum((1 if per_shape else count) * m * n * min(m, n) for (m, n), count in groups.items()) if per_shape \
+        else sum(g.count * g.m * g.n * min(g.m, g.n) for g in preset.groups)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_dense_plan_follows_the_dense_work(name):
+    """Whole model within DENSE_WORK; else one module per shape; quick mode skips where even that is above
+    QUICK_DENSE_WORK (sum of m n min(m, n), counted here from the preset's groups)."""
+    preset = get_preset(name)
+    whole, shapes = _work(preset, per_shape=False), _work(preset, per_shape=True)
+    assert tables123.dense_plan(preset, quick=False) == ("full" if whole <= tables123.DENSE_WORK else "per-shape")
+    assert tables123.dense_plan(preset, quick=True) == ("per-shape" if shapes <= tables123.QUICK_DENSE_WORK else "skip")
+    if name.startswith("llama"):  # the case the rule exists for: minutes per whole-model call
+        assert tables123.dense_plan(preset, quick=False) == "per-shape"
+
+
+@pytest.mark.parametrize("size", ["tiny", "reduced", "paper"])
+def test_points_time_every_row_once(size):
+    """Every row of every preset is in exactly one point; a dense method timed on one module per shape at full
+    size is a point of its own (resumable between methods), with the size's slow_repeats."""
+    points = tables123.points(size)
+    keys = [tables123.key(c) for c in points]
+    assert len(set(keys)) == len(keys)
+    for name in {c["preset"] for c in points}:
+        preset = get_preset(name)
+        labels = [m.label for m in tables123.METHODS(preset)]
+        mine = [c for c in points if c["preset"] == name]
+        assert sorted(label for c in mine for label in c["methods"]) == sorted(labels)
+        for c in mine:
+            alone = c["part"] != "shared"
+            if alone:
+                assert c["methods"] == [c["part"]] and get_aggregator(c["part"]).dense_factorization
+                assert tables123.dense_plan(preset, quick=c["quick"]) == "per-shape" and not c["quick"]
+                assert c["repeats"] == 2 and tables123.key(c) == f"{name}-{c['part']}"
+            else:
+                assert tables123.key(c) == name
+
+
+def test_rows_say_how_many_modules_were_timed():
+    from benchmarks.cases import build_model
+    from fraq.presets import ModuleGroup, Preset
+
+    tiny = Preset("tiny", (ModuleGroup("q", 12, 12, 3), ModuleGroup("up", 20, 12, 2)), ranks=(2, 2), alphas=(4.0, 4.0))
+    model = build_model(tiny, seed=1)
+    method = tables123.Method("flexlora", "flexlora")
+    part = tables123.prepare(model, method, subset=True).row
+    full = tables123.prepare(model, method, subset=False).row
+    assert (part["modules_measured"], part["modules_total"]) == (2, 5) and "from 2 of 5 modules" in part["extrapolated"]
+    assert (full["modules_measured"], full["modules_total"]) == (5, 5) and "extrapolated" not in full
+    rec = tables123.run_preset("roberta-base", quick=True, repeats=2, methods=["fedit", "fraq (tau=0.95)"],
+                               log=lambda s: None)
+    assert [r["method"] for r in rec["rows"]] == ["fedit", "fraq (tau=0.95)"]
+    assert all(len(r["latency"]["samples"]) == 2 for r in rec["rows"])
+    with pytest.raises(ValueError, match=r"methods\(=\['nope'\]\) are not rows of roberta-base"):
+        tables123.run_preset("roberta-base", quick=True, methods=["nope"])
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def _row(label, name, pct, ms, *, tau=None, skipped=None, n=5):
+    if skipped:
+        return {"method": label, "name": name, "skipped": skipped}
+    import numpy as np
+
+    samples = [ms * (1 + 0.01 * (i - (n - 1) / 2)) / 1e3 for i in range(n)]  # median exactly ms
+    q25, median, q75 = np.percentile(samples, [25, 50, 75])
+    return {"method": label, "name": name, "options": {"tau": tau} if tau else {}, "downlink_pct": pct,
+            "modules_measured": 196, "modules_total": 196,
+            "latency": {"samples": samples, "median": median, "q25": q25, "q75": q75}}
+
+
+def test_report_tables_and_verdicts(tmp_path):
+    """Hand-made results: FLoRIST 10x FRAQ's time (above the paper's 8x: agrees), FlexLoRA 100x (below 190x:
+    disagrees), FlexLoRA skipped on another preset (no verdict, named); fixed-rank downlink against the paper's."""
+    pytest.importorskip("pandas")
+    from analysis.reproduce import build
+    from benchmarks.results import write_result
+
+    llama = [_row("flora", "flora", 100.0, 20.0), _row("fedit", "fedit", 12.51, 10.0),
+             _row("florist (tau=0.90)", "florist", 30.0, 1000.0, tau=0.9),
+             _row("fraq (tau=0.80)", "fraq", 20.0, 90.0, tau=0.8), _row("fraq (tau=0.95)", "fraq", 40.0, 100.0, tau=0.95)]
+    flex = [_row("flexlora", "flexlora", 12.51, 10_000.0, n=2)]
+    roberta = [_row("florist (tau=0.90)", "florist", 5.0, 200.0, tau=0.9), _row("fedit", "fedit", 7.0, 1.0),
+               _row("flexlora", "flexlora", None, None, skipped="quick mode: slow; more"),
+               _row("fraq (tau=0.95)", "fraq", 40.0, 20.0, tau=0.95)]
+    res = tmp_path / "run" / "results"
+    for key, preset, rows in (("llama-3.2-3b", "llama-3.2-3b", llama), ("llama-3.2-3b-flexlora", "llama-3.2-3b", flex),
+                              ("roberta-base", "roberta-base", roberta)):
+        write_result(res, "tables123", key, {"table": "tables123", "preset": preset, "size": "paper"},
+                     {"preset": preset, "rows": rows})
+    with pytest.warns(UserWarning, match=r"roberta-base: FRAQ faster than FlexLoRA.*quick mode: slow"):
+        text = build(tmp_path / "run").read_text()
+    t2 = text.split("### LLaMA-3.2-3B (Table 2")[1].split("###")[0]
+    t1 = text.split("### RoBERTa-base (Table 1")[1]
+    assert text.index("### RoBERTa-base") < text.index("### LLaMA-3.2-3B (Table 2")  # the paper's order
+    table = [x for x in t2.splitlines() if x.startswith("| ")]
+    assert [x.split(" | ")[0][2:] for x in table[1:]] == ["flora", "fedit", "flexlora", "florist (tau=0.90)",
+                                                          "fraq (tau=0.80)", "fraq (tau=0.95)"]
+    flex_row = next(x for x in table if x.startswith("| flexlora"))
+    assert "| 10,000 [9,975, 10,025] | 2 | 100.0 |" in flex_row  # two samples; 10,000 ms / FRAQ's 100 ms
+    florist = next(x for x in t2.splitlines() if "FLoRIST / FRAQ time above 8x" in x)
+    assert "**agrees** (tested: FLoRIST / FRAQ time above 8x): 10x" in florist  # over the slower FRAQ variant
+    assert "**disagrees** (tested: FlexLoRA / FRAQ time above 190x): 100x" in florist
+    assert "**agrees** (tested: equal to the paper's percentage)" in t2  # flora 100, fedit 12.51
+    assert "**no verdict**" in t1 and "quick mode: slow" in t1
+    assert "**disagrees** (tested: equal to the paper's percentage)" in t1 and "fedit 7% against 10%" in t1
