@@ -1,7 +1,7 @@
 # The README's commands. Set-up is the first two lines of the README; `make setup` runs them.
 PY := .venv/bin/python
 
-.PHONY: setup run demo test test-slow test-all asv-check bench bench-quick bench-pytest bench-roofline regress \
+.PHONY: setup run demo test test-slow test-all asv-check bench bench-quick bench-publish bench-pytest bench-pytest-compare bench-roofline regress \
 	bench-gpu reproduce reproduce-paper figures federated federated-smoke flower-local flower-deployment peft-example
 
 setup:
@@ -28,20 +28,40 @@ test-slow:
 test-all:
 	$(PY) -m pytest --benchmark-skip -q
 
+# asv names an "existing" environment after the interpreter's path (.venv/bin/python and
+# .venv/bin/python3 would be two histories): every target below, and benchmarks.regress
+# (benchmarks.regress.asv_python), records under this one. --show-stderr prints each skip's reason.
+ASV := $(PY) -m asv
+ASV_PYTHON := $(abspath $(PY))
+
 asv-check:
-	.venv/bin/asv machine --yes >/dev/null
-	.venv/bin/asv check --python=same
+	$(ASV) machine --yes >/dev/null
+	$(ASV) check --python=$(ASV_PYTHON)
 
 bench:
-	.venv/bin/asv machine --yes >/dev/null
-	.venv/bin/asv run --python=same --set-commit-hash $$(git rev-parse HEAD)
+	$(ASV) machine --yes >/dev/null
+	$(ASV) run --python=$(ASV_PYTHON) --show-stderr --set-commit-hash $$(git rev-parse HEAD)
 
 bench-quick:
-	.venv/bin/asv machine --yes >/dev/null
-	.venv/bin/asv run --python=same --quick --set-commit-hash $$(git rev-parse HEAD)
+	$(ASV) machine --yes >/dev/null
+	$(ASV) run --python=$(ASV_PYTHON) --show-stderr --quick --set-commit-hash $$(git rev-parse HEAD)
 
+# asv's dashboard in .asv/html, with the scripts and styles it loads from CDNs served from
+# there (benchmarks/vendor): it renders offline. View it with `.venv/bin/asv preview`.
+bench-publish:
+	$(PY) -m benchmarks.publish
+
+# pytest-benchmark's quick checks; SAVE=NAME also saves the run as a baseline (.benchmarks/).
+# Rounds and timing are pytest-benchmark's own calibration, at least 50 rounds: with fewer,
+# the minimum moved by up to 45% between runs on a loaded 2-core machine (docs/performance.md).
+BENCH_PYTEST := --benchmark-only --benchmark-min-rounds=50
 bench-pytest:
-	.venv/bin/pytest tests/bench --benchmark-only
+	$(PY) -m pytest tests/bench $(BENCH_PYTEST) $(if $(SAVE),--benchmark-save=$(SAVE))
+
+# The same against the last saved baseline; fails on a slowdown beyond BENCH_FAIL (docs/benchmarks.md).
+BENCH_FAIL ?= min:25%
+bench-pytest-compare:
+	$(PY) -m pytest tests/bench $(BENCH_PYTEST) --benchmark-compare --benchmark-compare-fail=$(BENCH_FAIL)
 
 # The last N commits of main recorded with asv (one machine name: asv's own for this host) and
 # compared with asv's statistics. BENCH=REGEX restricts the suite; QUICK=1 takes one sample per

@@ -217,6 +217,20 @@ def fig4_fidelity(rank_df: pd.DataFrame, cond_df: pd.DataFrame):
 # ----------------------------------------------------------------------------- backends
 
 
+def _two_log_ticks(ax) -> None:
+    """Widen a log x axis holding fewer than two of the 1-2-5 values to the nearest ones
+    outside it: with fewer, matplotlib's LogLocator falls back to linear ticks (200, 250,
+    ..., 600), whose labels run into each other on a narrow panel."""
+    lo, hi = ax.get_xlim()
+    steps = [m * 10.0**e for e in range(int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 2)
+             for m in (1.0, 2.0, 5.0)]
+    if sum(lo <= s <= hi for s in steps) < 2:
+        lo = max(s for s in steps if s <= lo)
+    if sum(lo <= s <= hi for s in steps) < 2:
+        hi = min(s for s in steps if s >= hi)
+    ax.set_xlim(lo, hi)
+
+
 def fig_backends(df: pd.DataFrame, cases: list[str] | None = None):
     """Accuracy-latency of FRAQ's basis backends (``python -m benchmarks.run backends``):
     1-thread median latency against the error above the float64 optimum, one panel per case."""
@@ -245,6 +259,7 @@ def fig_backends(df: pd.DataFrame, cases: list[str] | None = None):
         ax.xaxis.set_major_formatter(ScalarFormatter())
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        _two_log_ticks(ax)
         ax.set_xlabel("latency, 1 thread (ms)")
         ax.set_ylabel("relative error above optimum")
         ax.set_title(case)

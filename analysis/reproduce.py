@@ -58,6 +58,8 @@ SECTIONS: dict[str, str] = {
     "federated": "federated",
     "table4": "table4",
     "fig3": "fig3",
+    "clients": "clients",
+    "clients_models": "clients_models",
     "fig4": "fig4",
     "fig1": "fig1",
     "peft": "peft",
@@ -139,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     except (NoResults, MixedResults) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a figure or the report could not be written (read-only, disk full)
+        where = f"cannot write {exc.filename}: {exc.strerror}" if exc.filename is not None else str(exc)
+        print(f"error: {where}", file=sys.stderr)
+        return 1
     print(f"figures: {args.out / 'figures'}\nreport:  {report}")
     return 0
 

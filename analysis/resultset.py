@@ -10,8 +10,9 @@ make a figure or a verdict wrong:
 
 - no result files: :class:`NoResults`, saying what to run;
 - a file that is not JSON, not a result object, in an older format (without the keys
-  every result now has) or without the fields its experiment's figure needs: skipped with
-  a warning naming the file and what is wrong;
+  every result now has), without the fields its experiment's figure needs or with one of
+  them of the wrong type (a name where a number belongs): skipped with a warning naming
+  the file and what is wrong;
 - results of different configurations (``size``, ``device``, ``dtype``; the model
   ``preset`` of Fig. 1 and Fig. 4): :class:`MixedResults`, naming each configuration
   and how many files it has; ``select={"size": "reduced"}`` keeps one;
@@ -20,6 +21,7 @@ make a figure or a verdict wrong:
 
 from __future__ import annotations
 
+import numbers
 import os
 import warnings
 from pathlib import Path
@@ -29,13 +31,16 @@ import pandas as pd
 from analysis.loaders import load_results
 
 __all__ = ["load", "Results", "NoResults", "MixedResults", "default_dir", "REQUIRED",
-           "IDENTITY", "ONE_PRESET"]
+           "IDENTITY", "ONE_PRESET", "LABELS", "LISTS"]
 
 DEFAULT = Path("results") / "reproduce" / "results"
 """Where ``make run`` writes, relative to the repository root."""
 
 REQUIRED = {
     "fig3": ("sweep", "method", "mode", "d", "r", "timing.median", "timing.samples", "peak_bytes"),
+    "clients": ("method", "d", "D", "K", "r", "client_rank", "tau", "timing.median", "timing.samples", "peak_bytes",
+                "ranks", "rank_float64", "energy_kept_min"),
+    "clients_models": ("preset", "clients", "stacked_rank"),
     "table4": ("variant", "timing.median", "timing.samples", "peak_bytes", "gap_to_svd", "excess"),
     "fig4_rank": ("method", "p", "group", "relative_error", "optimal_error"),
     "fig4_cond": ("method", "kappa", "relative_error"),
@@ -44,6 +49,15 @@ REQUIRED = {
     "federated": ("variant", "method", "seed", "rounds"),
 }
 """The columns each drawn experiment's figure, table and verdicts read."""
+
+LABELS = ("sweep", "method", "mode", "variant", "group", "case", "backend", "preset")
+"""The :data:`REQUIRED` columns that hold names (strings)."""
+
+LISTS = ("timing.samples", "gap_to_svd", "excess", "relative_error", "optimal_error", "ranks", "rank_float64")
+"""The :data:`REQUIRED` columns that hold a non-empty list of numbers (per sample, per
+matrix); every column in neither tuple holds one number. A file whose field has another
+type (a hand-edited ``"timing": {"median": "fast"}``) is skipped, naming it, like a file
+without the field."""
 
 IDENTITY = ("size", "device", "dtype")
 """What a run was: results that differ in any of these are not drawn together."""
@@ -126,12 +140,37 @@ def _valid(rows: pd.DataFrame) -> pd.DataFrame:
             warnings.warn(f"skipped {r['file']}: malformed {r['experiment']} result (no {', '.join(need)})",
                           stacklevel=3)
             continue
+        wrong = [f"{c}={_show(r[c])} is not {'a name' if c in LABELS else 'a number'}"
+                 for c in REQUIRED.get(r["experiment"], ()) if not _typed(c, r[c])]
+        if wrong:
+            warnings.warn(f"skipped {r['file']}: malformed {r['experiment']} result ({'; '.join(wrong)})",
+                          stacklevel=3)
+            continue
         keep.append(i)
     return rows.loc[keep].reset_index(drop=True)
 
 
 def _absent(v) -> bool:
     return v is None or (isinstance(v, float) and v != v)
+
+
+def _number(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _typed(col: str, v) -> bool:
+    """``v`` has the type column ``col`` holds (:data:`LABELS`, :data:`LISTS`, else a number;
+    NaN is a point not measured, named later by the verdicts)."""
+    if col in LABELS:
+        return isinstance(v, str)
+    if col in LISTS:
+        return isinstance(v, list) and bool(v) and all(_number(x) for x in v)
+    return _number(v)
+
+
+def _show(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def load(path: str | Path | None = None, *, select: dict | None = None) -> Results:

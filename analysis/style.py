@@ -14,15 +14,18 @@ MARKERS = {"FRAQ": "o", "FLoRIST": "s", "FlexLoRA": "^", "FLoRA (stack)": "D"}
 
 
 def setup() -> None:
-    """Seaborn's paper context with fonts readable at column width.
+    """Seaborn's paper context with fonts readable at column width, and constrained layout.
 
+    Constrained layout is the figures' layout engine, so it applies whenever a figure is
+    drawn: a notebook's inline figure is laid out as the saved file is (titles, tick
+    labels and axis labels of neighbouring panels kept apart), not only in :func:`save`.
     It leaves matplotlib's backend alone, so a notebook shows its figures inline; scripts
     that only write files (:mod:`analysis.reproduce`) choose Agg themselves."""
     import seaborn as sns
 
     sns.set_theme(context="paper", style="whitegrid", font_scale=1.25,
                   rc={"axes.titlesize": 12, "legend.fontsize": 10, "figure.dpi": 110, "savefig.dpi": 160,
-                      "pdf.fonttype": 42})
+                      "pdf.fonttype": 42, "figure.constrained_layout.use": True})
 
 
 def _first(df: pd.DataFrame, col: str, default: str = "?"):
@@ -60,16 +63,22 @@ def caption(df: pd.DataFrame, extra: str = "") -> str:
 
 def save(fig, out: Path, name: str, cap: str) -> list[Path]:
     """Write ``name``.png and .pdf with the caption line under the axes."""
-    import matplotlib.pyplot as plt
     import textwrap
+
+    import matplotlib.pyplot as plt
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
 
     text = "\n".join(textwrap.wrap(cap, 150))
     fig.text(0.01, 0.005, text, ha="left", va="bottom", fontsize=7.5, color="#333333")
     lines = text.count("\n") + 1
-    height = fig.get_size_inches()[1]
-    # a figure-level legend sits above the figure (analysis.figures), outside tight_layout's box;
-    # bbox_inches="tight" keeps it in the file
-    fig.tight_layout(rect=(0, (0.17 * lines + 0.1) / height, 1, 1))
+    bottom = (0.17 * lines + 0.1) / fig.get_size_inches()[1]
+    # the caption's strip is kept free below the panels; a figure-level legend sits above the
+    # figure (analysis.figures), outside the layout's box: bbox_inches="tight" keeps it in the file
+    engine = fig.get_layout_engine()
+    if isinstance(engine, ConstrainedLayoutEngine):
+        engine.set(rect=(0, bottom, 1, 1 - bottom))  # (left, bottom, width, height)
+    else:
+        fig.tight_layout(rect=(0, bottom, 1, 1))  # (left, bottom, right, top)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
     for p in paths:

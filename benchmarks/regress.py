@@ -5,7 +5,7 @@
 
 For each commit (oldest first) the committed tree is exported with ``git archive`` to a
 temporary directory (the working tree, index and branches are never touched) and
-recorded with ``asv run --python=same --set-commit-hash <sha>`` with ``ASV_PYTHONPATH``
+recorded with ``asv run --python=<asv_python()> --set-commit-hash <sha>`` with ``ASV_PYTHONPATH``
 pointing at it, so ``import fraq`` is that commit's code and nothing else of it. The
 instrument is held fixed: the suite and its measurement helpers are the current
 ``benchmarks/`` (asv's own model), which reach the old ``fraq`` only through its public
@@ -14,8 +14,13 @@ recorded as skipped, not failed. Commits already recorded for this machine are n
 re-run (``--rerun`` forces it).
 
 Results go under asv's own machine name for this host (``asv machine --yes``, the one
-``make bench`` and ``asv compare`` use), so ``asv compare HEAD~1 HEAD`` and ``asv
-publish`` see one history. The suite's thread count (``FRAQ_BENCH_THREADS``, default 1)
+``make bench`` and ``asv compare`` use) and one asv environment, :func:`asv_python`'s:
+asv names an ``existing`` environment after the interpreter's path, so ``.venv/bin/python``
+and ``.venv/bin/python3`` (``.venv/bin/asv``'s shebang) would be two histories, each
+missing the other's commits. Every Makefile target passes the same ``--python``, so
+``make bench-quick``, ``make bench``, ``make regress``, ``asv compare HEAD~1 HEAD`` and
+``asv publish`` see one history, and a commit counts as recorded only when this machine
+has it for that environment. The suite's thread count (``FRAQ_BENCH_THREADS``, default 1)
 and device (``FRAQ_BENCH_DEVICE``) are fixed per machine by convention: record a
 different setting under ``--machine NAME``.
 
@@ -40,6 +45,7 @@ import tarfile
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, ".asv", "results")
 DEFAULT_IGNORE = r"track_excess|track_relative_error|track_orthogonality|track_optimal_error|track_gap_to_svd"
 
 
@@ -69,18 +75,54 @@ def machine_name() -> str:
     return Machine.get_unique_machine_name()
 
 
-def recorded(machine: str, sha: str) -> bool:
-    results = os.path.join(ROOT, ".asv", "results", machine)
-    return os.path.isdir(results) and any(f.startswith(sha[:8]) for f in os.listdir(results))
+def asv_python() -> str:
+    """The interpreter every asv recording names: this environment's ``bin/python``
+    (what the Makefile's ``$(abspath .venv/bin/python)`` is), whichever of its aliases
+    (``python3``, ``python3.11``) runs this process; ``sys.executable`` outside a
+    virtual environment that has one."""
+    candidate = os.path.join(sys.prefix, "bin", "python")
+    try:
+        if os.path.samefile(candidate, sys.executable):
+            return candidate
+    except OSError:
+        pass
+    return sys.executable
 
 
-def _results(conf, machine: str, sha: str) -> dict:
-    """name(params) -> (value, stats, samples) of one recorded commit, as asv stores them."""
+def env_name(python: str | None = None) -> str:
+    """asv's name for the ``existing`` environment of ``python`` (default :func:`asv_python`),
+    as asv itself computes it: ``existing-py`` and the path with ``/`` as ``_``."""
+    from asv.environment import ExistingEnvironment
+
+    conf = _conf()
+    return ExistingEnvironment(conf, python or asv_python(), {}, {}).name
+
+
+def _conf():
+    from asv.config import Config
+
+    conf = Config.load(os.path.join(ROOT, "asv.conf.json"))
+    conf.results_dir = RESULTS
+    return conf
+
+
+def recorded(machine: str, sha: str, env: str, results: str = RESULTS) -> bool:
+    """Whether ``machine`` has results of ``sha`` in environment ``env`` (asv's own file name)."""
+    from asv.results import get_filename
+
+    return os.path.isfile(os.path.join(results, get_filename(machine, sha, env)))
+
+
+def _results(conf, machine: str, sha: str, env: str) -> dict:
+    """name(params) -> (value, stats, samples) of one recorded commit in environment ``env``,
+    as asv stores them."""
     from asv.commands.compare import unroll_result
     from asv.results import iter_results_for_machine_and_hash
 
     out = {}
     for result in iter_results_for_machine_and_hash(conf.results_dir, machine, sha):
+        if result.env_name != env:
+            continue
         for key in result.get_all_result_keys():
             params = result.get_result_params(key)
             for name, value, stats, samples in unroll_result(key, params, result.get_result_value(key, params),
@@ -150,14 +192,15 @@ def main(argv=None) -> int:
         print(f"{args.branch} has fewer than 2 commits", file=sys.stderr)
         return 2
     machine = args.machine or machine_name()
+    python, env = asv_python(), env_name()
     for sha in shas:
-        if recorded(machine, sha) and not args.rerun:
-            print(f"{sha[:8]}: already recorded on {machine}")
+        if recorded(machine, sha, env) and not args.rerun:
+            print(f"{sha[:8]}: already recorded on {machine} in {env}")
             continue
         with tempfile.TemporaryDirectory(prefix=f"fraq-{sha[:8]}-") as tree:
             export_commit(sha, tree)
             env = dict(os.environ, ASV_PYTHONPATH=tree)
-            run = ["run", "--python=same", "--set-commit-hash", sha, "--machine", machine, "--show-stderr"]
+            run = ["run", f"--python={python}", "--set-commit-hash", sha, "--machine", machine, "--show-stderr"]
             run += ["--quick"] if args.quick else []
             run += ["-b", args.bench] if args.bench else []
             rc = _asv(*run, env=env).returncode
@@ -167,19 +210,17 @@ def main(argv=None) -> int:
 
     old, new = shas[-2], shas[-1]
     from asv.commands.compare import Compare
-    from asv.config import Config
 
-    conf = Config.load(os.path.join(ROOT, "asv.conf.json"))
-    conf.results_dir = os.path.join(ROOT, ".asv", "results")
+    conf = _conf()
     try:
-        before, after = _results(conf, machine, old), _results(conf, machine, new)
+        before, after = _results(conf, machine, old, env), _results(conf, machine, new, env)
         if not before or not after:
-            print(f"no asv results for {old[:8] if not before else new[:8]} on {machine}", file=sys.stderr)
+            print(f"no asv results for {old[:8] if not before else new[:8]} on {machine} in {env}", file=sys.stderr)
             return 2
         cwd = os.getcwd()
         os.chdir(ROOT)
         try:
-            Compare.print_table(conf, old, new, factor=args.factor, split=True, machine=machine)
+            Compare.print_table(conf, old, new, factor=args.factor, split=True, machine=machine, env_names=[env])
         finally:
             os.chdir(cwd)
     except Exception as exc:  # asv's UserError and friends: asv could not compare
@@ -196,7 +237,7 @@ def main(argv=None) -> int:
         failing += verdict in ("regression", "now failing") and not ignored
         print(f"{label}: {name}" + ("" if ratio is None else f" ratio {ratio:.2f}"))
     unsure = sum(v == "not enough samples" for v, _, _ in found)
-    print(f"{old[:8]} -> {new[:8]} on {machine}: {failing} regression(s) beyond {args.factor}x"
+    print(f"{old[:8]} -> {new[:8]} on {machine} in {env}: {failing} regression(s) beyond {args.factor}x"
           + (f", {unsure} change(s) with not enough samples to judge (record without --quick)" if unsure else ""))
     return 1 if failing else 0
 

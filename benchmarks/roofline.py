@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.roofline [--backend B] [--gram G] [--presets P ...] [--repeats N] [--out DIR]
     .venv/bin/python -m benchmarks.roofline --compare BACKEND:GRAM [BACKEND:GRAM ...] [--presets P ...]
+    .venv/bin/python -m benchmarks.roofline --clients SIZE [--shapes MxN ...] [--repeats N]
 
 First the fixed cost, at 1 thread: the aten ops one ``fraq.recompress`` call dispatches
 (one small matrix, :data:`SMALL`; the RoBERTa-base batch as one stack; counted with
@@ -33,11 +34,18 @@ cholesky:product``) and FLoRIST on the same stacks *interleaved*: each repeat ru
 configuration once, in turn, so a machine whose speed drifts between runs (shared or
 virtual cores) slows them alike and their ratios hold. One result file per preset
 (``<out>/roofline/<preset>-compare.json``).
+
+``--clients SIZE`` times FRAQ and the dense path (FlexLoRA: B A formed, a thin SVD, the
+same energy rule) interleaved at 1 thread at every point of the clients sweep of that size
+(:func:`benchmarks.experiments.clients.ratios`; ``--shapes`` keeps some of its shapes),
+prints each ratio, FRAQ's growth exponents in K before and after r = d, and the targets;
+one result file (``<out>/roofline/clients-<size>.json``).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -46,16 +54,20 @@ import torch
 from benchmarks import cases
 from benchmarks.measure import gemm_rate, threads, timed
 from benchmarks.results import check_out_dir, write_result
+from benchmarks.sizes import SIZES
 
 PRESETS = ("roberta-base", "llama-3.2-3b")
 THREAD_COUNTS = (1, 2)
 TARGETS = {"roofline_1t": {"roberta-base": 3.5, "llama-3.2-3b": 2.5}, "florist_1t": 3.0, "scaling_2t": 0.6,
-           "small_over_florist": 1.2, "ops_small": 60, "ops_batch": 150}
+           "small_over_florist": 1.2, "ops_small": 60, "ops_batch": 150, "clients_over_dense": 1.0,
+           "clients_growth": 1.15}
 """The project's CPU targets: at 1 thread FRAQ within ``roofline_1t`` of its roofline (per preset)
 and FLoRIST at least ``florist_1t`` times slower; at 2 threads FRAQ and the whole-model aggregation
 at most ``scaling_2t`` times their 1-thread time; one 64 x 48 matrix at most ``small_over_florist``
 times a minimal three-SVD FLoRIST; at most ``ops_small`` / ``ops_batch`` aten ops per call (one small
-matrix / the RoBERTa-base batch at 1 thread)."""
+matrix / the RoBERTa-base batch at 1 thread); along the clients sweep at 1 thread, from r = d on,
+FRAQ at most ``clients_over_dense`` times the dense path and its time growing at most as
+K^``clients_growth``."""
 
 SMALL = (64, 48, 4, 4)
 """The fixed-cost problem: one m x n matrix, K clients of rank r_k (m, n, K, r_k)."""
@@ -212,6 +224,28 @@ def _ms(s: dict) -> str:
     return f"{s['median'] * 1e3:8.1f} [{s['q25'] * 1e3:.1f}, {s['q75'] * 1e3:.1f}]"
 
 
+def clients_report(rec: dict) -> list[str]:
+    """The printed summary of :func:`benchmarks.experiments.clients.ratios`, with its targets."""
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    def fit(s: dict, side: str) -> str:  # NaN: fewer than two points on that side of r = d
+        a = s[f"growth_{side}"]
+        return "(one point)" if math.isnan(a) else f"K^{a:.2f}"
+
+    over, grow = TARGETS["clients_over_dense"], TARGETS["clients_growth"]
+    lines = [f"clients sweep ({rec['size']}), {rec['threads']} thread(s), {rec['method']} / {rec['dense']}, medians of "
+             f"{rec['repeats']} interleaved:"]
+    for s in rec["shapes"]:
+        below = s["below_half"]
+        above = "" if math.isnan(s["growth_above"]) else f" (target <= {grow:g}: {verdict(s['growth_above'] <= grow)})"
+        worst = "" if math.isnan(s["worst_above"]) else f" (target <= {over:g}: {verdict(s['worst_above'] <= over)})"
+        lines.append(f"  {s['m']}x{s['n']}: time ~ {fit(s, 'below')} up to r = d, {fit(s, 'above')} from r = d{above}; "
+                     f"largest ratio at r >= d {s['worst_above']:.2f}{worst}"
+                     + (f"; below r = d/2 {min(below):.2f}-{max(below):.2f}" if below else ""))
+    return lines
+
+
 def report(name: str, rec: dict) -> list[str]:
     """The printed lines for one preset's record, with the targets (:data:`TARGETS`)."""
     t = rec["threads"]
@@ -257,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="FRAQ's Gram form (default: recompress's default)")
     ap.add_argument("--compare", nargs="+", metavar="BACKEND:GRAM",
                     help="time these FRAQ configurations and FLoRIST interleaved instead (see above)")
+    ap.add_argument("--clients", metavar="SIZE", choices=list(SIZES),
+                    help="time FRAQ and the dense path interleaved along the clients sweep of SIZE instead (see above)")
+    ap.add_argument("--shapes", nargs="+", metavar="MxN", help="with --clients: only these shapes of the sweep")
     ap.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(cases.PRESET_NAMES))
     ap.add_argument("--repeats", type=int, default=11, help="timed repeats per measurement (default 11)")
     ap.add_argument("--out", default="results/bench", help="results directory (<out>/roofline/)")
@@ -265,6 +302,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--backend / FRAQ_BENCH_BACKEND (={args.backend!r}) is not one of {sorted(fraq.BACKENDS)}")
     if args.repeats < 1:
         ap.error(f"--repeats(={args.repeats}) must be >= 1")
+    if args.shapes and not args.clients:
+        ap.error("--shapes needs --clients")
+    known = [f"{m}x{n}" for m, n, _ in SIZES[args.clients]["clients"]["shapes"]] if args.clients else []
+    bad = [x for x in args.shapes or [] if x not in known]
+    if bad:
+        ap.error(f"--shapes {bad[0]!r} is not a shape of the {args.clients} clients sweep ({', '.join(known)})")
     check_out_dir(args.out)
     configs = []
     for c in args.compare or []:
@@ -278,6 +321,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench-roofline: {machine['cpu']}, {machine['cores']} cores, BLAS {machine['blas']}, torch "
           f"{machine['torch']}; float32; torch threads {' and '.join(map(str, THREAD_COUNTS))} "
           f"(default here {machine['threads']}); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
+    if args.clients:
+        from benchmarks.experiments import clients
+
+        with threads(1):
+            rec = clients.ratios(args.clients, repeats=args.repeats, shapes=args.shapes,
+                                 log=lambda s: print(s, flush=True))
+        rec.update(load_average_before=list(load), load_average_after=list(os.getloadavg()))
+        path = write_result(args.out, "roofline", f"clients-{args.clients}",
+                            {"size": args.clients, "shapes": args.shapes, "repeats": args.repeats}, rec)
+        print("\n".join(clients_report(rec)) + f"\n  -> {path}", flush=True)
+        after = os.getloadavg()
+        print(f"load average after: {after[0]:.2f} {after[1]:.2f} {after[2]:.2f}")
+        return 0
     if not configs:
         rec = fixed_cost(args.repeats)
         path = write_result(args.out, "roofline", "fixed-cost", {"shape": list(SMALL), "tau": cases.TAU,

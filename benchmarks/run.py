@@ -44,7 +44,8 @@ def _same(path: Path, config: dict) -> bool:
         rec = json.loads(path.read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(rec, dict) and "result" in rec and rec.get("config") == json.loads(json.dumps(config, default=str))
+    return isinstance(rec, dict) and isinstance(rec.get("result"), dict) and \
+        rec.get("config") == json.loads(json.dumps(config, default=str))
 
 
 def _config(config: dict, size: str) -> dict:
@@ -123,8 +124,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.threads < 1:
         ap.error(f"--threads(={args.threads}) must be >= 1")
-    done = run(args.out, tuple(args.experiments) or DEFAULT, size=args.size, device=device, threads=args.threads,
-               progress=not args.no_progress, rerun=args.rerun)
+    try:
+        done = run(args.out, tuple(args.experiments) or DEFAULT, size=args.size, device=device,
+                   threads=args.threads, progress=not args.no_progress, rerun=args.rerun)
+    except OSError as exc:  # a result could not be written (disk full, made read-only meanwhile)
+        from fraq._files import failed_write
+
+        print(f"error: {failed_write(exc)}; the results written before it are kept (rerun to go on)",
+              file=sys.stderr)
+        return 1
     print(f"results: {args.out} ({done['measured']} measured, {done['skipped']} already there; "
           f"{done['seconds'] / 60:.1f} min, device {device}, {args.threads} thread(s))")
     return 0

@@ -26,10 +26,19 @@ QUICK = "tiny"
 
 _SWEEP_METHODS = ["fraq", "florist", "flexlora"]
 
+_EXACT = ["fraq:cholesky", "fraq:cholesky-qr2", "fraq:polar", "fraq:newton-schulz",
+          "fraq:newton-schulz-polar-express"]
+"""FRAQ's exact backends besides the default (``fraq``, Householder on the CPU)."""
+
 SIZES: dict[str, dict[str, dict]] = {
     "tiny": dict(
         fig3=dict(modules=2, client_rank=8, p=4, d_fixed=64, r_fixed=16, ranks=[8, 16], dims=[32, 64],
                   methods=_SWEEP_METHODS, repeats=3),
+        # r = 8K from d/4 to 4d on a square and a wide shape; every exact backend.
+        clients=dict(shapes=[[32, 32, [1, 4, 8, 16]], [32, 64, [2, 8]]], client_rank=8, tau=0.95, modules=2,
+                     methods=_SWEEP_METHODS + _EXACT, repeats=3),
+        clients_models=dict(jobs=[dict(preset="roberta-base", clients=4, layers=1)], client_rank=8, tau=0.95,
+                            methods=_SWEEP_METHODS, repeats=2, budget_s=5.0),
         fig4_rank=dict(preset="roberta-base", layers=1, ranks=[2, 8, 40, 80], methods=["fraq", "florist"]),
         fig4_cond=dict(shape=[64, 64], rank=16, clients=4, batch=2, kappas=[1.0, 1e5, 1e10],
                        methods=_SWEEP_METHODS),
@@ -44,6 +53,14 @@ SIZES: dict[str, dict[str, dict]] = {
     "reduced": dict(
         fig3=dict(modules=2, client_rank=8, p=8, d_fixed=768, r_fixed=80, ranks=[16, 32, 64, 128, 256],
                   dims=[256, 512, 768, 1536, 3072], methods=_SWEEP_METHODS, repeats=5),
+        # About a minute on 2 cores: r = d/24 to 4d at 768 x 768, to 2d at 768 x 3072.
+        clients=dict(shapes=[[768, 768, [4, 16, 48, 96, 192, 384]], [768, 3072, [8, 48, 96, 192]]], client_rank=8,
+                     tau=0.95, modules=1, methods=_SWEEP_METHODS + ["fraq:cholesky"], repeats=3),
+        # One layer of each model, latency extrapolated to every layer (labelled).
+        clients_models=dict(jobs=[dict(preset="roberta-base", clients=128, layers=1),
+                                  dict(preset="roberta-base", clients=512, layers=1),
+                                  dict(preset="llama-3.2-3b", clients=64, layers=1)],
+                            client_rank=8, tau=0.95, methods=_SWEEP_METHODS, repeats=3, budget_s=10.0),
         fig4_rank=dict(preset="llama-3.2-3b", layers=1, ranks=[1, 2, 4, 8, 16, 24, 32, 48, 64],
                        methods=_SWEEP_METHODS),
         fig4_cond=dict(shape=[768, 768], rank=64, clients=8, batch=2, kappas=[1.0, 1e2, 1e4, 1e6, 1e8, 1e10],
@@ -63,6 +80,17 @@ SIZES: dict[str, dict[str, dict]] = {
     "paper": dict(
         fig3=dict(modules=12, client_rank=8, p=8, d_fixed=768, r_fixed=80, ranks=[16, 32, 64, 128, 256, 512],
                   dims=[256, 512, 768, 1024, 2048, 4096], methods=_SWEEP_METHODS, repeats=7),
+        # K from 2 clients to r = 4d (RoBERTa-sized, and an MLP-shaped 768 x 3072), and to r = 1.5d on a
+        # LLaMA-3.2-3B down projection's shape.
+        clients=dict(shapes=[[768, 768, [2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384]],
+                             [768, 3072, [2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384]],
+                             [3072, 8192, [8, 48, 192, 384, 576]]], client_rank=8, tau=0.95, modules=1,
+                     methods=_SWEEP_METHODS + ["fraq:cholesky", "fraq:cholesky-qr2", "fraq:newton-schulz"],
+                     repeats=5),
+        clients_models=dict(jobs=[dict(preset="roberta-base", clients=128, layers=None),
+                                  dict(preset="roberta-base", clients=512, layers=None),
+                                  dict(preset="llama-3.2-3b", clients=64, layers=None)],
+                            client_rank=8, tau=0.95, methods=_SWEEP_METHODS, repeats=3, budget_s=60.0),
         fig4_rank=dict(preset="llama-3.2-3b", layers=28, ranks=[1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64],
                        methods=_SWEEP_METHODS),
         fig4_cond=dict(shape=[768, 768], rank=64, clients=8, batch=8, kappas=[10.0**k for k in range(11)],

@@ -4,7 +4,9 @@
 baselines that cut a spectrum (FLoRIST, FlexLoRA) use :func:`select_rank`, the same rule,
 on their squared singular values. Eigenvalues of a Gram at or below its noise floor,
 ``s * eps * lambda_1``, are rounding noise of the squared spectrum, not directions of the
-aggregate, and count as exact zeros.
+aggregate, and count as exact zeros; so are those at or below the rounding of forming the
+product from its factors, ``(s * eps)^2 ||X||_F^2 ||Y||_F^2``, which decides when the
+clients cancel (:func:`noise_floor`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,31 @@ __all__ = ["energy_rule", "noise_floor", "select_rank"]
 _TINY64 = float(np.finfo(np.float64).tiny)
 
 
-def noise_floor(lam_max, s: int, dtype: torch.dtype):
-    """Eigenvalues of the Gram at or below this are rounding noise (see the module docstring).
+def noise_floor(lam_max, s: int, dtype: torch.dtype, input_sq=None):
+    r"""Eigenvalues of the Gram at or below this are rounding noise (see the module docstring).
 
-    ``lam_max``: the largest eigenvalue per matrix (a tensor or an array)."""
-    return lam_max * (max(s, 1) * torch.finfo(dtype).eps)
+    ``lam_max``: the largest eigenvalue per matrix (a tensor or an array).
+
+    ``input_sq``: :math:`\|X\|_F^2 \|Y\|_F^2` per matrix, the squared scale of the
+    factors whose product the Gram is of (same shape as ``lam_max``), or None. Forming
+    :math:`X Y` in ``dtype`` perturbs each singular value by up to about
+    :math:`s \varepsilon \|X\|_F \|Y\|_F`, so an eigenvalue at or below
+    :math:`(s \varepsilon)^2 \|X\|_F^2 \|Y\|_F^2` is rounding of the inputs whatever
+    :math:`\lambda_1` is. That floor matters only when the clients cancel
+    (:math:`\lambda_1 \ll \|X\|_F^2 \|Y\|_F^2`): for two clients whose updates cancel
+    exactly every eigenvalue is such rounding, :math:`\lambda_1 \approx 0.1\,
+    \varepsilon^2 \|X\|_F^2 \|Y\|_F^2`, and the aggregate, the zero matrix, has rank 0 as
+    the relative floor alone cannot say. Without cancellation it lies
+    :math:`2 s^3 \varepsilon` below the relative floor and changes nothing. A non-finite
+    ``input_sq`` (an overflowed norm) is ignored."""
+    eps = max(s, 1) * torch.finfo(dtype).eps
+    floor = lam_max * eps
+    if input_sq is None:
+        return floor
+    if isinstance(floor, torch.Tensor):
+        return torch.maximum(floor, torch.where(torch.isfinite(input_sq), input_sq * eps**2, torch.zeros_like(floor)))
+    with np.errstate(invalid="ignore"):
+        return np.maximum(floor, np.where(np.isfinite(input_sq), input_sq * eps**2, 0.0))
 
 
 def select_rank(lam, tau: float):

@@ -82,6 +82,16 @@ def leftovers_as_lines(prog: str) -> Iterator[None]:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
+def failed_write(err: OSError) -> str:
+    """A failed write as one line naming the file: ``cannot write PATH: REASON`` (an OSError
+    from ``open``, ``mkdir`` or ``rename`` carries the path), else the error's own message
+    (those of :func:`replacing_file` and :func:`replacing_dir` already name it)."""
+    if err.filename is not None:
+        other = f" -> {err.filename2}" if err.filename2 is not None else ""
+        return f"cannot write {err.filename}{other}: {err.strerror or err}"
+    return str(err)
+
+
 def default_mode(path: str | os.PathLike) -> None:
     """Give a file the permissions ``open`` would, 0o666 less the umask (safetensors creates its files 0600)."""
     mask = os.umask(0)

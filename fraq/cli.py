@@ -73,6 +73,9 @@ def aggregate_main(argv: list[str]) -> int:
     parser.add_argument("--rank", type=int, help="fixed rank per module instead of --tau (fraq)")
     parser.add_argument("--delta", action="store_true",
                         help="write dense per-module deltas <module>.weight in the base weight's layout")
+    parser.add_argument("--base", type=Path, metavar="DIR",
+                        help="with --delta: the base model directory whose module types give each delta's layout "
+                             "(default: the adapters' base_model_name_or_path)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"],
                         help="dtype written (default float32)")
     parser.add_argument("--compute-dtype", default="float64", choices=["float64", "float32"],
@@ -84,7 +87,9 @@ def aggregate_main(argv: list[str]) -> int:
                              "and an existing --json file; inputs are never written")
     parser.add_argument("--report", action="store_true",
                         help="print per module: shape, client ranks, rank kept, energy, error, parameters")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write the report rows as JSON ('-': stdout)")
+    parser.add_argument("--json", type=Path, metavar="PATH",
+                        help="write the report rows as JSON ('-': stdout, which then holds only the JSON; "
+                             "--report's table goes to stderr)")
     args = parser.parse_args(argv)
     if args.out is None and not (args.report or args.json):
         parser.error("nothing to do: pass -o OUT, --report or --json")
@@ -117,13 +122,13 @@ def _aggregate(args: argparse.Namespace) -> int:
         agg = aggregate_adapters(paths, args.out, weights=args.weights, method=args.method, tau=args.tau,
                                  rank=args.rank, delta=args.delta, dtype=getattr(torch, args.dtype),
                                  compute_dtype=getattr(torch, args.compute_dtype), uniform_rank=args.uniform_rank,
-                                 overwrite=args.overwrite, report=bool(args.report or args.json))
+                                 overwrite=args.overwrite, report=bool(args.report or args.json), base=args.base)
     except (ValueError, TypeError) as e:
         return fail(e, 2)
     except OSError as e:  # a failure while writing (disk full, permissions changed): the old output is intact
         return fail(e, 1)
-    if args.report:
-        print(agg.table())
+    if args.report:  # beside JSON on stdout, the table goes to stderr: stdout stays one JSON document
+        print(agg.table(), file=sys.stderr if args.json is not None and not to_file else sys.stdout)
     if args.json is not None:
         if to_file:
             try:

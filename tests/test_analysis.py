@@ -7,12 +7,14 @@ runs real measurements at small shapes once per module and is shared by the test
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -500,11 +502,54 @@ def test_analysis_is_installed_with_the_package():
     assert done.returncode == 0 and "analysis.resultset" in done.stdout, done.stderr
 
 
-def _execute(path: Path, cwd: Path, results: Path):
+def text_overlaps(fig, min_px: float = 1.0) -> list[list[str]]:
+    """Pairs of texts drawn on ``fig`` (titles, axis and tick labels, legend entries, ...)
+    whose boxes overlap by more than ``min_px`` pixels both ways, drawn as a display draws
+    it (the layout engine runs). Only texts actually drawn count: a tick label outside the
+    view or a hidden one is not."""
+    from matplotlib.text import Text
+
+    drawn, draw = [], Text.draw
+
+    def record(self, renderer):
+        draw(self, renderer)
+        if self.get_visible() and self.get_text().strip():
+            drawn.append((self.get_text(), self.get_window_extent(renderer)))
+
+    Text.draw = record
+    try:
+        fig.canvas.draw()
+    finally:
+        Text.draw = draw
+    out = []
+    for i, (a, box_a) in enumerate(drawn):
+        for b, box_b in drawn[i + 1:]:
+            w = min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0)
+            h = min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0)
+            if w > min_px and h > min_px:
+                out.append([a, b])
+    return out
+
+
+# The inline backend closes a figure once shown; kept open, a last cell draws each one as
+# its display did and reports the texts that overlap.
+_KEEP_FIGURES = "%config InlineBackend.close_figures = False"
+_REPORT_OVERLAPS = (inspect.getsource(text_overlaps) + """
+import json as _json
+import matplotlib.pyplot as _plt
+print("OVERLAPS" + _json.dumps([[n, *o] for n in _plt.get_fignums() for o in text_overlaps(_plt.figure(n))]))
+""")
+
+
+def _execute(path: Path, cwd: Path, results: Path, overlaps: list | None = None):
+    """Run a notebook as Jupyter does; its displayed figures' PNG outputs, and in ``overlaps``
+    (if given) every pair of overlapping texts in its figures as displayed."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
     nb = nbformat.read(path, as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(_KEEP_FIGURES))
+    nb.cells.append(nbformat.v4.new_code_cell(_REPORT_OVERLAPS))
     # the kernel imports this checkout's analysis (an editable install of another checkout
     # would shadow it; test_analysis_is_installed_with_the_package checks a user needs no path),
     # and gets matplotlib's inline backend as in Jupyter (no MPLBACKEND from the test run)
@@ -512,21 +557,151 @@ def _execute(path: Path, cwd: Path, results: Path):
     env.update(FRAQ_RESULTS=str(results), PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
     client = nbclient.NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(cwd)}})
     client.execute(env=env)
-    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
-    errors = [o for o in outputs if o.get("output_type") == "error"]
+    outputs = [o for c in nb.cells[1:-1] if c.cell_type == "code" for o in c.get("outputs", [])]
+    errors = [o for o in outputs + nb.cells[-1].outputs if o.get("output_type") == "error"]
     assert not errors, (path.name, errors)
+    if overlaps is not None:
+        report = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("output_type") == "stream")
+        overlaps += json.loads(report.split("OVERLAPS", 1)[1])
     return [o for o in outputs if "image/png" in o.get("data", {})]
 
 
+def _with_backends(tiny: Path, tmp_path: Path) -> Path:
+    """The tiny results and backends rows of a narrow latency range on one panel (measuring
+    the backends takes minutes), so explore_results draws its backends figure too."""
+    out = _copy(tiny, tmp_path)
+    for i in range(6):
+        for case, ms in (("roberta-base", 60.0 * 1.3**i), ("llama-3.2-3b", 210.0 + 70 * i)):
+            write_result(out / "results", "backends", f"{case}-{i}",
+                         dict(mode="quick", section="lora", case=case, backend=f"backend-{i}", size="tiny"),
+                         dict(exact=True, gflop=0.3, gap_to_optimum=1e-13 * (i + 1), ms_1t=ms, iqr_ms_1t=1.0))
+    return out
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_from_its_directory_and_shows_figures(tiny, path):
-    images = _execute(path, path.parent, tiny / "results")
+def test_notebook_runs_from_its_directory_and_shows_figures(tiny, tmp_path, path):
+    """Every notebook runs from its directory, shows figures, and no text of a figure as
+    displayed inline overlaps another (a panel title and the x label above it, a y label
+    and the neighbouring panel, crowded tick labels)."""
+    overlaps = []
+    images = _execute(path, path.parent, _with_backends(tiny, tmp_path) / "results", overlaps)
     assert images, f"{path.name} displayed no figure"
+    assert not overlaps, f"{path.name}: overlapping texts (figure, text, text): {overlaps}"
 
 
 def test_notebook_runs_from_the_root(tiny):
     assert _execute(ROOT / "analysis" / "notebooks" / "explore_results.ipynb", ROOT, tiny / "results")
 
 
+def test_figure_text_overlaps_are_found(tiny):
+    """The overlap check finds what it looks for: Fig. 3 drawn without a layout engine has
+    its panel titles over the x labels of the panels above."""
+    import matplotlib
+
+    style.setup()
+    with matplotlib.rc_context({"figure.constrained_layout.use": False}):
+        fig = figures.fig3_scalability(loaders.load_results(tiny / "results" / "fig3"))
+    found = text_overlaps(fig)
+    assert any(b.startswith("(c)") for _, b in found), found
+    fig.set_layout_engine("constrained")
+    assert text_overlaps(fig) == []
+
+
+@pytest.mark.slow
+def test_jupyter_lab_serves_the_notebooks(tmp_path):
+    """The analysis extra's front end: ``jupyter lab analysis/notebooks`` from the root starts
+    a server rooted there that lists the three notebooks and has a Python kernel to run them."""
+    import socket
+    import time
+    import urllib.error
+    import urllib.request
+
+    pytest.importorskip("jupyterlab", reason="jupyterlab (the analysis extra) is not installed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTER_DATA_DIR=str(tmp_path / "data"),
+               JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    cmd = [sys.executable, "-m", "jupyterlab", "analysis/notebooks", "--no-browser", "--ip=127.0.0.1",
+           f"--port={port}", "--IdentityProvider.token=fraq-test"] + (["--allow-root"] if os.geteuid() == 0 else [])
+    server = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def get(path: str):
+        url = f"http://127.0.0.1:{port}/{path}{'&' if '?' in path else '?'}token=fraq-test"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.read()
+
+    try:
+        for _ in range(240):
+            try:
+                listing = json.loads(get("api/contents"))
+                break
+            except urllib.error.HTTPError:
+                raise
+            except OSError:  # not listening yet
+                assert server.poll() is None, f"jupyter lab exited with {server.returncode}"
+                time.sleep(0.5)
+        else:
+            pytest.fail("jupyter lab did not answer in 120 s")
+        assert {c["name"] for c in listing["content"]} >= {p.name for p in NOTEBOOKS}
+        assert "python3" in json.loads(get("api/kernelspecs"))["kernelspecs"]
+        assert b"JupyterLab" in get("lab")
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
 def test_one_notebook_per_question():
     assert {p.stem for p in NOTEBOOKS} == {"explore_results", "fraq_vs_baselines", "fidelity"}
+
+
+@pytest.mark.parametrize("field, value", [("timing", {"median": "fast", "samples": [1.0]}),
+                                          ("peak_bytes", [None]), ("mode", 3)])
+def test_a_damaged_field_is_named_and_the_file_skipped(tiny, tmp_path, field, value):
+    """A required field of the wrong type (a string where the median belongs, a list of nothing
+    measured, a number where a name belongs): the file is skipped, named, like a missing field."""
+    from analysis.reproduce import build
+
+    out = _copy(tiny, tmp_path)
+    damaged = out / "results" / "fig3" / "d-fraq-batched-d32-r16.json"
+    _edit(damaged, lambda r: r["result" if field != "mode" else "config"].update({field: value}))
+    with pytest.warns(UserWarning) as seen:
+        text = build(out).read_text()
+    named = [str(w.message) for w in seen if str(damaged) in str(w.message)]
+    assert named and "malformed fig3 result" in named[0] and "is not a" in named[0], named
+    assert "## Figure 3" in text
+
+
+def test_report_write_failure_is_one_line_naming_the_file(tiny, tmp_path, monkeypatch, capsys):
+    """A read-only or full output: one line naming the file, status 1, no traceback."""
+    import errno
+
+    from analysis.reproduce import main
+
+    out = _copy(tiny, tmp_path)
+    real = Path.write_text
+
+    def write_text(self, *a, **k):
+        if self.name == "report.md":
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", write_text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"error: cannot write {out / 'report.md'}: Read-only file system\n"
+
+
+def test_runner_write_failure_is_one_line_naming_the_file(tmp_path, monkeypatch, capsys):
+    import errno
+
+    def full(out, experiment, key, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(Path(out) / experiment / f"{key}.json"))
+
+    monkeypatch.setattr("benchmarks.results.write_result", full)
+    assert run.main(["fig1", "--size", "tiny", "--out", str(tmp_path / "res"), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: cannot write {tmp_path / 'res' / 'fig1'}")
+    assert "No space left on device" in err and "Traceback" not in err

@@ -451,3 +451,86 @@ def test_local_launcher_keeps_an_earlier_result_until_a_new_one_replaces_it(faul
     with pytest.raises(RuntimeError, match=match):
         local.run_local(out, echo=lambda s: None)
     assert earlier.read_text() == '{"method": "fraq:tau=0.95", "rounds": []}'
+
+
+# --- every reply checked: one line naming the round, the client and the module or tensor ----------
+
+def _edited(k: int, *, arrays=None, metrics=None, head=None, drop=()) -> Message:
+    """Client k's valid reply (head trained) with its tensors / metrics edited."""
+    B, A = factors(10 + k)
+    msg = reply(k, B, A, 2.0, 10 + k, head if head is not None else {"weight": torch.ones(2, 3),
+                                                                       "bias": torch.ones(2)})
+    tensors = msg.content["arrays"].to_torch_state_dict()
+    met = dict(msg.content["metrics"])
+    for key in drop:
+        tensors.pop(key, None)
+        met.pop(key, None)
+    tensors.update(arrays or {})
+    met.update(metrics or {})
+    from flwr.app import MetricRecord
+
+    content = RecordDict({"arrays": ArrayRecord(torch_state_dict=tensors), "metrics": MetricRecord(met)})
+    return Message(content=content, message_type=MessageType.TRAIN, dst_node_id=0)
+
+
+NAN = float("nan")
+FAULTS = {
+    "NaN head": (dict(arrays={"head.weight": torch.full((2, 3), NAN)}), r"client 1: head.weight holds NaN"),
+    "head shape": (dict(arrays={"head.bias": torch.ones(3)}), r"client 1: head.bias has shape \(3,\), expected \(2,\)"),
+    "head keys": (dict(arrays={"head.extra": torch.ones(2)}), r"client 1: head tensors \['bias', 'extra', 'weight'\]"),
+    "client out of range": (dict(metrics={"client": 5}), r"round 1, node \d+: the reply names client 5, not one of 0..1"),
+    "negative client": (dict(metrics={"client": -1}), r"names client -1, not one of 0..1"),
+    "missing module": (dict(drop=("q.lora_A.weight", "q.lora_B.weight")), r"client 1: module 'q' is missing"),
+    "factor shape": (dict(arrays={"q.lora_A.weight": torch.ones(2, 4, dtype=torch.float64)}),
+                     r"client 1: module 'q': lora_A has shape \(2, 4\), expected \(2, 3\)"),
+    "B rows": (dict(arrays={"q.lora_B.weight": torch.ones(5, 2, dtype=torch.float64)}),
+               r"client 1: module 'q': lora_B has shape \(5, 2\), expected \(4, r\)"),
+    "NaN factor": (dict(arrays={"q.lora_B.weight": torch.full((4, 2), NAN, dtype=torch.float64)}),
+                   r"client 1: module 'q': lora_B holds NaN"),
+    "integer factor": (dict(arrays={"q.lora_A.weight": torch.ones(2, 3, dtype=torch.int64)}),
+                       r"client 1: module 'q': lora_A has dtype torch.int64"),
+    "stray tensor": (dict(arrays={"k.lora_A.weight": torch.ones(2, 3)}), r"client 1: the upload holds \['k.lora_A"),
+    "no weight": (dict(drop=("num-examples",)), r"client 1: the reply has no metric 'num-examples'"),
+    "NaN loss": (dict(metrics={"loss": NAN}), r"client 1: metric 'loss'\(=nan\) must be a finite number"),
+    "zero scale": (dict(metrics={"scale": 0.0}), r"client 1: metric 'scale'\(=0.0\) must be a finite positive"),
+    "no head": (dict(drop=("head.weight", "head.bias")), r"client 1: the head trains this round but the reply has"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_strategy_checks_every_reply_naming_client_and_module(fault):
+    edit, match = FAULTS[fault]
+    W0 = torch.zeros(4, 3, dtype=torch.float64)
+    st = make_strategy("flora", W0, head_rounds=1)
+    before = {k: v.clone() for k, v in st.state.head.items()}
+    with pytest.raises(ValueError, match=match):
+        st.aggregate_train(1, [_edited(0), _edited(1, **edit)])
+    assert st.records == [] and all(torch.equal(st.state.head[k], v) for k, v in before.items())
+    assert torch.equal(st.state.weights["q"], W0)
+
+
+def test_strategy_refuses_a_reply_for_another_nodes_client():
+    st = make_strategy("flora", torch.zeros(4, 3, dtype=torch.float64), head_rounds=1)
+    st.node_clients = {0: 1, 202: 0}  # the mock replies come from node 0, which trains client 1
+    with pytest.raises(ValueError, match=r"node 0: the reply names client 0, but that node trains client 1"):
+        st.aggregate_train(1, [_edited(0), _edited(1)])
+
+
+def test_strategy_valid_replies_still_average_heads_exactly():
+    st = make_strategy("flora", torch.zeros(4, 3, dtype=torch.float64), head_rounds=1)
+    h0 = {"weight": torch.full((2, 3), 1.0), "bias": torch.full((2,), 3.0)}
+    h1 = {"weight": torch.full((2, 3), 5.0), "bias": torch.full((2,), 7.0)}
+    st.aggregate_train(1, [_edited(0, head=h0), _edited(1, head=h1)])  # weights 10 and 11
+    torch.testing.assert_close(st.state.head["weight"].double(), torch.full((2, 3), (10 * 1.0 + 11 * 5.0) / 21,
+                                                                              dtype=torch.float64))
+
+
+def test_strategy_caps_a_fixed_rank_as_fraq_aggregate_does():
+    """fraq:rank=32 over two rank-2 clients of a 4 x 3 module keeps min(32, 4, 4, 3) = 3: exact."""
+    W0 = torch.zeros(4, 3, dtype=torch.float64)
+    st = make_strategy("fraq:rank=32", W0, rank=2)
+    (B0, A0), (B1, A1) = factors(20), factors(21)
+    st.aggregate_train(1, [reply(0, B0, A0, 2.0, 10), reply(1, B1, A1, 2.0, 30)])
+    assert st.records[0]["ranks"]["q"] == 3
+    want = 0.25 * 2.0 * B0 @ A0 + 0.75 * 2.0 * B1 @ A1
+    torch.testing.assert_close(st.state.weights["q"], want, rtol=0, atol=100 * EPS64 * float(want.abs().max()))

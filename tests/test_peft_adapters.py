@@ -87,11 +87,14 @@ def factors(layer, adapter="default"):
 
 
 def make_clients(root, base_fn, configs, targets, seed):
-    """Save peft adapters with random nonzero factors; return (dirs, per client module -> (B, A, scaling))."""
+    """Save peft adapters with random nonzero factors, of the base model saved to root/base (which
+    they record); return (dirs, per client module -> (B, A, scaling))."""
     dirs, refs = [], []
     g = torch.Generator().manual_seed(seed)
+    base_fn().save_pretrained(root / "base")
     for k, kw in enumerate(configs):
         model = peft.get_peft_model(base_fn(), peft.LoraConfig(target_modules=targets, **kw))
+        model.peft_config["default"].base_model_name_or_path = str(root / "base")
         ref = {}
         with torch.no_grad():
             for name, layer in lora_layers(model).items():

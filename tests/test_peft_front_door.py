@@ -395,3 +395,30 @@ def test_example_adapters_appear_whole(example, tmp_path):
     with pytest.raises(ValueError, match="not an empty directory"):
         example_clients(tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
+
+
+def test_report_with_json_on_stdout_keeps_stdout_pure_json(example, capsys):
+    """``--report --json -``: stdout is one JSON document; the table goes to stderr."""
+    _, dirs, _ = example
+    assert cli.main(["aggregate", *map(str, dirs), "--tau", "0.9", "--report", "--json", "-"]) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert report["format"] == "fraq-aggregate-report/1" and len(report["rows"]) == 13
+    assert "rel err" in err and "total (13 modules)" in err
+
+
+def test_example_adapters_load_from_any_directory(tmp_path, monkeypatch):
+    """Written through a relative path, the adapters (and an aggregate of them) record the base
+    model's absolute path, so AutoPeftModel loads them from any working directory."""
+    (tmp_path / "work").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    dirs = [Path("work") / d for d in example_clients("ex", clients=2)]
+    monkeypatch.chdir(tmp_path)
+    aggregate_adapters(dirs, "merged", tau=1.0)
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    base = json.loads((tmp_path / "merged" / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert base == str(tmp_path / "work" / "ex" / "base")
+    for d in (tmp_path / "work" / "ex" / "client0", tmp_path / "merged"):
+        model = peft.AutoPeftModel.from_pretrained(d)
+        assert isinstance(model, peft.PeftModel)

@@ -26,6 +26,8 @@ EXPERIMENTS: dict[str, str] = {
     "fig4_rank": "fig4_rank",
     "fig1": "fig1",
     "fig3": "fig3",
+    "clients": "clients",
+    "clients_models": "clients_models",
     "backends": "backends",
     "backend_stages": "backend_stages",
     "peft": "peft_compare",
@@ -35,7 +37,8 @@ EXPERIMENTS: dict[str, str] = {
 """Every experiment (its results' directory name) and its module here, in the runner's
 order (cheap first)."""
 
-DEFAULT = ("table4", "fig4_cond", "fig4_rank", "fig1", "fig3", "backends", "backend_stages", "peft", "tables123")
+DEFAULT = ("table4", "fig4_cond", "fig4_rank", "fig1", "fig3", "clients", "backends", "backend_stages", "peft",
+           "tables123")
 """What ``make run`` reproduces."""
 
 

@@ -25,6 +25,7 @@ same :func:`call` and :func:`metrics`.
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
@@ -32,7 +33,7 @@ from benchmarks import cases
 from benchmarks.device import to_device
 from benchmarks.sizes import size_config
 
-__all__ = ["call", "key", "measure", "metrics", "points"]
+__all__ = ["call", "key", "measure", "metrics", "points", "reference"]
 
 MODES = ("batched", "unbatched")
 
@@ -64,6 +65,12 @@ def _clients(c: dict) -> tuple[tuple, tuple]:
     return cases.clients(c["d"], c["D"], cases.sweep_ranks(c["r"], c["client_rank"]), c["modules"])
 
 
+def _cut(config: dict) -> dict:
+    """How a point's output rank is chosen: the energy rule at ``tau`` when the config has
+    one (the clients sweep, :mod:`benchmarks.experiments.clients`), else the fixed ``p``."""
+    return dict(tau=config["tau"]) if config.get("tau") is not None else dict(rank=config["p"])
+
+
 def call(config: dict, device: torch.device | str = "cpu"):
     """The timed call of a point: a zero-argument callable, inputs already on ``device``,
     returning ``(Bg, Ag, p)`` per module batch (batched) or a list of them (unbatched)."""
@@ -72,11 +79,11 @@ def call(config: dict, device: torch.device | str = "cpu"):
     c = config
     fn = get_method(c["method"])
     Bs, As = to_device(_clients(c), torch.device(device))
-    Bs, As, p = list(Bs), list(As), c["p"]
+    Bs, As, cut = list(Bs), list(As), _cut(c)
     if c["mode"] == "batched":
-        return lambda: fn(Bs, As, rank=p)
+        return lambda: fn(Bs, As, **cut)
     per = [clients_as_batch(Bs, As, i) for i in range(c["modules"])]
-    return lambda: [fn(b, a, rank=p) for b, a in per]
+    return lambda: [fn(b, a, **cut) for b, a in per]
 
 
 def _adapter(out, mode: str):
@@ -91,7 +98,7 @@ def _adapter(out, mode: str):
 
 
 @functools.lru_cache(maxsize=2)
-def _reference(d: int, D: int, r: int, client_rank: int, modules: int):
+def reference(d: int, D: int, r: int, client_rank: int, modules: int):
     """The exact stacks and their float64 singular values (shared by every method at a point)."""
     import fraq
     from fraq.reference import reference_svd
@@ -102,32 +109,51 @@ def _reference(d: int, D: int, r: int, client_rank: int, modules: int):
 
 
 def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
-    """Everything but the latency: peak memory, FLOPs (counted and analytic) and fidelity."""
+    """Everything but the latency: peak memory, FLOPs (counted and analytic), fidelity and
+    each module's output rank (``ranks``)."""
     from benchmarks.measure import count_flops, fidelity, peak_memory
-    from benchmarks.measure.methods import default_backend, default_path, runs_backend
-    from fraq.flops import analytic_flops
 
     c, device = config, torch.device(device)
     fn = call(c, device)
     Bg, Ag, p = _adapter(fn(), c["mode"])
-    B, A, S = _reference(c["d"], c["D"], c["r"], c["client_rank"], c["modules"])
+    B, A, S = reference(c["d"], c["D"], c["r"], c["client_rank"], c["modules"])
     f = fidelity(B, A, Bg, Ag, p, singular_values=S)
-    out = dict(peak_bytes=peak_memory(fn, device=device).peak,
+    ranks = torch.as_tensor(p).reshape(-1).expand(c["modules"]).tolist()
+    out = dict(ranks=ranks, peak_bytes=peak_memory(fn, device=device).peak,
                relative_error=float(f.relative_error.mean()), optimal_error=float(f.optimal_error.mean()),
                excess=float(f.excess.mean()), excess_quadrature=float(f.excess_quadrature.mean()),
                excess_quadrature_max=float(f.excess_quadrature.max()))
     if c["mode"] == "batched":
         fc = count_flops(fn)
         out.update(counted_flops=fc.total, uncounted=list(fc.uncounted))
-    # The code's model counts the backend FRAQ ran; Table 5 is the paper's (Householder).
-    fraq_ = runs_backend(c["method"])
-    backend = default_backend(device)
-    n, d, D, r, pp = c["modules"], c["d"], c["D"], c["r"], c["p"]
-    out.update(backend=backend if fraq_ else None,
-               analytic_flops_table5=n * analytic_flops(c["method"], d, D, r, pp, model="table5"),
-               analytic_flops_full=n * analytic_flops(c["method"], d, D, r, pp, backend=backend, model="full",
-                                                      **(default_path(d, D, r, pp) if fraq_ else {})))
+    out.update(_analytic(c, ranks, device))
     return out
+
+
+def _analytic(c: dict, ranks: list[int], device: torch.device) -> dict:
+    """The point's analytic FLOPs summed over its modules' output ranks: Table 5's formula
+    (the paper's, Householder only) and the pipeline the code runs (a method running FRAQ's
+    basis backends counts the backend it ran, ``fraq:<backend>`` that backend); NaN where
+    a model has no entry (Table 5 for another backend, a backend without a FLOP model or
+    with a step count)."""
+    from benchmarks.measure.methods import default_backend, default_path, runs_backend
+    from fraq.flops import analytic_flops
+
+    method, _, named = c["method"].partition(":")
+    fraq_ = runs_backend(c["method"])
+    backend = (named or default_backend(device)) if fraq_ else None
+    d, D, r = c["d"], c["D"], c["r"]
+
+    def total(full: bool, **kw) -> float:
+        try:  # the full model follows the path recompress takes at each module's (d, D, r, p)
+            return float(sum(analytic_flops(method, d, D, r, pp, **kw, **(default_path(d, D, r, pp) if full and fraq_
+                                                                           else {})) for pp in ranks))
+        except ValueError:
+            return math.nan
+
+    table5 = total(False, model="table5") if backend in (None, "householder") else math.nan
+    full = total(True, model="full", backend=backend or "householder")
+    return dict(backend=backend, analytic_flops_table5=table5, analytic_flops_full=full)
 
 
 def measure(config: dict, device: torch.device | str = "cpu") -> dict:

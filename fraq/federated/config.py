@@ -228,7 +228,10 @@ def validate(cfg: dict) -> None:
     if p["scheme"] not in ("dirichlet", "pathological", "iid"):
         raise ValueError(f"partition.scheme(={p['scheme']!r}) must be 'dirichlet', 'pathological' or 'iid'")
     _pos_real(cfg, "partition.alpha")
-    _pos_int(cfg, "partition.min_size", 0)
+    if isinstance(p["min_size"], bool) or not isinstance(p["min_size"], int) or p["min_size"] < 1:
+        raise ValueError(f"partition.min_size(={p['min_size']!r}) must be an int >= 1: every client trains on its "
+                         f"own examples each round, so a client without any cannot take part (a Dirichlet draw "
+                         f"with min_size 0 leaves some clients empty)")
     f = cfg["federated"]
     _pos_int(cfg, "federated.clients")
     _pos_int(cfg, "federated.rounds")

@@ -206,9 +206,15 @@ class Backbone:
 
         pm = self.wrap(1, 1.0)
         prefix = "base_model.model."
-        out = {n[len(prefix):]: tuple(mod.get_base_layer().weight.shape)
-               for n, mod in pm.named_modules() if isinstance(mod, LoraLayer)}
+        layers = {n[len(prefix):]: mod.get_base_layer() for n, mod in pm.named_modules() if isinstance(mod, LoraLayer)}
         self.model = pm.unload()
+        # the rounds add B @ A to W as (out, in): a module stored otherwise (Conv1D, an embedding) is refused
+        other = {n: type(m).__name__ for n, m in layers.items() if not isinstance(m, nn.Linear)}
+        if other:
+            name, kind = next(iter(other.items()))
+            raise ValueError(f"target_modules(={self.target_modules}) match {name!r}, a {kind}: the harness's clients "
+                             f"train LoRA on nn.Linear weights, stored (out, in), only ({len(other)} such module(s))")
+        out = {n: tuple(m.weight.shape) for n, m in layers.items()}
         if not out:
             raise ValueError(f"target_modules(={self.target_modules}) with layers_to_transform="
                              f"{self.layers_to_transform} match no module of {self.name}")

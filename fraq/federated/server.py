@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fraq.aggregators import REINITIALIZE, Aggregator, Factors
+from fraq.aggregators.capping import capped_aggregate
 from fraq.federated.checkpoint import load_checkpoint, save_checkpoint
 from fraq.federated.client import LocalJob, TrainSettings, local_update, lora_scale
 from fraq.federated.config import client_ranks, method_aggregator, method_label
@@ -150,7 +151,7 @@ def run_round(task: Task, method: Method, state: RoundState, *, evaluate: bool, 
         losses.append(res.loss)
     train_s = time.perf_counter() - t0
     t1 = time.perf_counter()
-    result = agg.aggregate(updates, state.agg_state)
+    result = capped_aggregate(agg, updates, state.agg_state)  # a fixed rank is a cap per module
     agg_ms = (time.perf_counter() - t1) * 1e3
     state = apply_round(state, result, heads if train_head else None, [u.weight for u in updates], layer)
     acc = None

@@ -13,27 +13,30 @@ out_dir)`` loads it.
 
 Decisions:
 
-- Everything is validated before any work: the options, the weights, the output path,
-  then every client directory and config; an error names the argument or the file and
+- Everything is validated before any work: the options (one frozen
+  :class:`AggregateOptions`), the weights, the output path, then every client directory
+  and config, and for a delta the base model's module types; an error names the argument or the file and
   echoes the value. The same directory given twice (also through a symbolic link) is
   refused rather than silently counted twice: give it a larger weight instead.
-- Layout: ``fan_in_fan_out`` (GPT-2's Conv1D) does not change the factors, lora_A is
-  still (r, in) and lora_B (out, r); only the base weight is stored (in, out), so the
-  delta file transposes B @ A there. Embedding LoRA is supported the same way (peft's
-  embedding delta is (B @ A)^T, the (num_embeddings, dim) layout of the weight).
+- Layout, per module: lora_A is (r, in) and lora_B (out, r) for every module, so the
+  adapter is written as the factors are. The delta file is written in each module's base
+  weight layout, which the base model's module gives (:mod:`fraq.peft.layout`: Conv1D
+  and embeddings (in, out), so B @ A is transposed there), never the config's one
+  ``fan_in_fan_out``, which peft saves once for modules of different types. BD-LoRA's
+  block-diagonal factors are expanded when read (:mod:`fraq.peft.reader`) and written dense.
 - What is written per method: the products the aggregator broadcasts to every client,
   concatenated with each product's scale folded into B. FRAQ and FLoRIST write their
   rank-p adapters, FLoRA the whole stack (exact), FedIT the averaged factors (inexact by
   design), FlexLoRA the truncation at the largest client rank (the best adapter it
   sends). What a method cannot write is its class's to say (``not_an_adapter``,
-  ``no_delta``, with the reason): FedEx-LoRA's residual is meant for the base weights
+  ``no_delta``, with the reason, asked when the options are checked): FedEx-LoRA's residual is meant for the base weights
   (delta only); FLoRG (one matrix per module) and LoRA-A^2 (stateful alternating rounds)
   cannot start from independent peft LoRA adapters: refused.
 - Arithmetic in float64 by default (``compute_dtype``): FRAQ's float32 Gram would drop
   directions below ~1e-3 sigma_1 even at tau = 1. Output in float32 by default (``dtype``);
   a result beyond the output dtype's range is refused, never written as inf.
-- Weights are divided by their largest before normalizing, so any finite weights work
-  (1e308 three times is equal weighting, not an overflow).
+- Weights are normalized by :func:`fraq._stack.normalized_weights`, which divides by the
+  largest first, so any finite weights work (1e308 three times is equal weighting).
 - Per-module ranks go to ``rank_pattern``; ``uniform_rank`` pads to the largest rank
   with zeros instead, for loaders that ignore the pattern.
 - A module whose aggregate has rank 0 (all clients zero there) is written with rank 1
@@ -47,50 +50,83 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
-from fraq._validation import check_client_numbers
 from fraq.aggregators import AGGREGATORS, Aggregator, ClientUpdate, get_aggregator
+from fraq.aggregators.capping import capped_aggregate
 from fraq.peft.config import CONFIG, PREFIX, output_config
+from fraq.peft.layout import LINEAR, module_layouts
 from fraq.peft.reader import FACTOR_DTYPES, ClientAdapter, read_adapter
 from fraq.peft.report import AdapterAggregation, ModuleRow, module_row
 from fraq.peft.writer import check_adapter_out, check_file_out, write_adapter, write_delta
 from fraq._stack import normalized_weights
 
-__all__ = ["NOT_AN_ADAPTER", "NO_DELTA", "aggregate_adapters", "client_paths"]
-
-class _Refusals(Mapping):
-    """Registry name -> why that method cannot write a peft adapter (or a delta), read from
-    the classes in :data:`fraq.aggregators.AGGREGATORS` whenever it is looked at."""
-
-    def __init__(self, attribute: str):
-        self._attribute = attribute
-
-    def _reasons(self) -> dict[str, str]:
-        return {name: getattr(cls, self._attribute) for name, cls in AGGREGATORS.items()
-                if getattr(cls, self._attribute) is not None}
-
-    def __getitem__(self, name: str) -> str:
-        return self._reasons()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._reasons())
-
-    def __len__(self) -> int:
-        return len(self._reasons())
-
-    def __repr__(self) -> str:
-        return repr(self._reasons())
+__all__ = ["AggregateOptions", "aggregate_adapters", "client_paths"]
 
 
-NOT_AN_ADAPTER: Mapping[str, str] = _Refusals("not_an_adapter")
-"""Methods that cannot write a peft adapter, and why (each class's ``not_an_adapter``)."""
+@dataclass(frozen=True)
+class AggregateOptions:
+    """Everything :func:`aggregate_adapters` is asked to do besides which files: checked once, here.
 
-NO_DELTA: Mapping[str, str] = _Refusals("no_delta")
-"""Methods that cannot write a delta either (each class's ``no_delta``)."""
+    The fields are :func:`aggregate_adapters`' keyword arguments (``options``: the further
+    aggregator options). Construction refuses, naming the field and echoing the value, a
+    dtype outside float16 / bfloat16 / float32 / float64, a non-bool switch, an unknown
+    method, a method whose class cannot write what is asked (``not_an_adapter`` /
+    ``no_delta``), and options the method's aggregator refuses (built once to check them).
+    """
+
+    method: str = "fraq"
+    weights: Sequence[float] | None = None
+    tau: float | None = None
+    rank: int | None = None
+    delta: bool = False
+    dtype: torch.dtype = torch.float32
+    compute_dtype: torch.dtype = torch.float64
+    uniform_rank: bool = False
+    overwrite: bool = False
+    report: bool = True
+    base: str | os.PathLike | None = None
+    options: Mapping = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name in ("dtype", "compute_dtype"):
+            dt = getattr(self, name)
+            if not isinstance(dt, torch.dtype) or dt not in FACTOR_DTYPES:
+                raise TypeError(f"{name}(={dt!r}) must be one of {', '.join(map(str, FACTOR_DTYPES))}")
+        for name in ("delta", "uniform_rank", "overwrite", "report"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name}(={getattr(self, name)!r}) must be a bool")
+        if self.base is not None and not isinstance(self.base, (str, os.PathLike)):
+            raise TypeError(f"base(={self.base!r}) must be a path or None")
+        if not isinstance(self.method, str):
+            raise TypeError(f"method(={self.method!r}) must be a str")
+        if self.method not in AGGREGATORS:
+            get_aggregator(self.method)  # the registry's message
+        cls = AGGREGATORS[self.method]
+        reason = cls.no_delta if self.delta else cls.not_an_adapter
+        if reason is not None:
+            hint = "; pass delta=True (--delta) for its exact dense update" if cls.no_delta is None else ""
+            raise ValueError(f"method(={self.method!r}) cannot write a {'delta' if self.delta else 'peft adapter'}: "
+                             f"{reason}{hint}")
+        self.aggregator()  # checks the options before any file is read
+
+    @property
+    def aggregator_options(self) -> dict:
+        """The options the aggregator is built with: ``options``, ``tau`` and ``rank`` when given."""
+        extra = {k: v for k, v in (("tau", self.tau), ("rank", self.rank)) if v is not None}
+        return {**self.options, **extra}
+
+    def aggregator(self) -> Aggregator:
+        return get_aggregator(self.method, **self.aggregator_options)
+
+    @property
+    def cdt(self) -> torch.dtype:
+        """The arithmetic's dtype: float16 / bfloat16 mean float32."""
+        return torch.promote_types(self.compute_dtype, torch.float32)
 
 
 def client_paths(client_dirs: object) -> list[Path]:
@@ -119,7 +155,8 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
                        weights: Sequence[float] | None = None, method: str = "fraq", tau: float | None = None,
                        rank: int | None = None, delta: bool = False, dtype: torch.dtype = torch.float32,
                        compute_dtype: torch.dtype = torch.float64, uniform_rank: bool = False,
-                       overwrite: bool = False, report: bool = True, **options) -> AdapterAggregation:
+                       overwrite: bool = False, report: bool = True, base: str | os.PathLike | None = None,
+                       **options) -> AdapterAggregation:
     r"""Aggregate K peft LoRA adapters into one peft adapter directory (or one delta file).
 
     Every module's exact aggregate is :math:`\Delta = \sum_k a_k s_k B_k A_k`, with
@@ -135,11 +172,13 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
             inputs, inside one, or containing one.
         weights: K non-negative finite data weights n_k (default equal), normalized inside.
         method: aggregator name; ``tau`` / ``rank`` and other ``options`` go to
-            :func:`fraq.aggregators.get_aggregator` (None: the method's default). FRAQ's
-            ``rank`` is a cap: each module keeps min(rank, sum_k r_k, m, n) components.
+            :func:`fraq.aggregators.get_aggregator` (None: the method's default). A fixed
+            ``rank`` is a cap (:meth:`fraq.aggregators.Aggregator.capped`): each module
+            keeps min(rank, sum_k r_k, m, n) components, the most its aggregate has.
         delta: write a safetensors file of dense deltas, key ``<module>.weight`` in the
-            base weight's layout ((out, in); (in, out) for ``fan_in_fan_out`` Conv1D and
-            (num_embeddings, dim) for embeddings), to be added to the base state_dict.
+            base weight's layout ((out, in) for nn.Linear; (in, out) for Conv1D and
+            (num_embeddings, dim) for embeddings, read from the base model's modules), to
+            be added to the base state_dict.
         dtype: dtype of what is written (default float32): float16, bfloat16, float32, float64.
         compute_dtype: dtype of the arithmetic (default float64; float16 / bfloat16 mean
             float32). FRAQ's Gram eigenproblem squares the spectrum, so in float32 it takes
@@ -155,6 +194,8 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
             such an ``out`` is refused before any work.
         report: compute each row's energy and error against Delta, in float64 from the
             triangular factors of the stacks, about 4 (m + n) (sum_k r_k + p)^2 flops per module.
+        base: the base model (a directory) whose module types give the delta's layouts
+            (default: the first client's ``base_model_name_or_path``); read only with ``delta``.
 
     Returns:
         :class:`~fraq.peft.report.AdapterAggregation`.
@@ -165,87 +206,49 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
     exactly 1; the rest of the config (target modules, base model, modules_to_save) is
     the first client's.
     """
+    opts = AggregateOptions(method=method, weights=weights, tau=tau, rank=rank, delta=delta, dtype=dtype,
+                            compute_dtype=compute_dtype, uniform_rank=uniform_rank, overwrite=overwrite,
+                            report=report, base=base, options=options)
     paths = client_paths(client_dirs)
-    for name, dt, allowed in (("dtype", dtype, FACTOR_DTYPES), ("compute_dtype", compute_dtype, FACTOR_DTYPES)):
-        if not isinstance(dt, torch.dtype) or dt not in allowed:
-            raise TypeError(f"{name}(={dt!r}) must be one of {', '.join(map(str, allowed))}")
-    for name, flag in (("delta", delta), ("uniform_rank", uniform_rank), ("overwrite", overwrite),
-                       ("report", report)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name}(={flag!r}) must be a bool")
-    if not isinstance(method, str):
-        raise TypeError(f"method(={method!r}) must be a str")
-    if method not in AGGREGATORS:
-        get_aggregator(method)  # the registry's message
-    cls = AGGREGATORS[method]
-    reason = cls.no_delta if delta else cls.not_an_adapter
-    if reason is not None:
-        hint = "; pass delta=True (--delta) for its exact dense update" if cls.no_delta is None else ""
-        raise ValueError(f"method(={method!r}) cannot write a {'delta' if delta else 'peft adapter'}: {reason}{hint}")
-    if tau is not None:
-        options["tau"] = tau
-    if rank is not None:
-        options["rank"] = rank
-    agg = get_aggregator(method, **options)  # checks the options before any file is read
-    a = _weights(weights, len(paths))
-    if out is not None:
-        if not isinstance(out, (str, os.PathLike)):
-            raise TypeError(f"out(={out!r}) must be a path or None")
-        out = Path(out)
-        if delta:
-            check_file_out(out, overwrite, paths, "out")
-        else:
-            check_adapter_out(out, overwrite, paths)
+    a = normalized_weights(opts.weights, len(paths))
+    out = _checked_out(out, opts, paths)
     clients = [read_adapter(p) for p in paths]
     _check_compatible(clients)
-    if delta and clients[0].full:
-        raise ValueError(f"{clients[0].file}: modules_to_save tensors {sorted(clients[0].full)[:3]} are full "
-                         f"weights, not changes; write an adapter instead of a delta")
-
-    cdt = torch.promote_types(compute_dtype, torch.float32)
-    exact_factors = _aggregate_impl(clients, a, agg, cdt)
-    factors = {m: (_cast(f"module {m!r}: lora_B", B, dtype), _cast(f"module {m!r}: lora_A", A, dtype))
-               for m, (B, A) in exact_factors.items()}
-    rows = [module_row(m, clients, a, B, A, report) for m, (B, A) in factors.items()]
-    if uniform_rank and not delta:
-        p = max(B.shape[1] for B, _ in factors.values())
-        factors = {m: (torch.nn.functional.pad(B, (0, p - B.shape[1])),
-                       torch.nn.functional.pad(A, (0, 0, 0, p - A.shape[0])))
-                   for m, (B, A) in factors.items()}
-        rows = [ModuleRow(**{**vars(r), "rank": p, "params": (r.shape[0] + r.shape[1]) * p}) for r in rows]
-    full = _average_full(clients, a, dtype)
-    config = {} if delta else output_config(clients[0].config, {m: B.shape[1] for m, (B, _) in factors.items()})
-    if out is not None:
-        if delta:
-            tensors = {f"{m}.weight": _cast(f"module {m!r}: delta", _dense(B, A, clients[0].transposed(m)), dtype)
-                       for m, (B, A) in exact_factors.items()}
-            plain = {k: v for k, v in options.items() if isinstance(v, (bool, int, float, str, type(None)))}
-            meta = {"format": "pt", "fraq": json.dumps({"method": method, "options": plain, "weights": a,
-                                                        "clients": [str(c.path) for c in clients]})}
-            write_delta(out, tensors, meta, overwrite, paths)
-        else:
-            write_adapter(out, config, _adapter_tensors(clients[0], factors, full), overwrite, paths)
-    return AdapterAggregation(method, dict(options), tuple(c.path for c in clients), tuple(a), factors, full,
-                              tuple(rows), out, delta, config)
+    layouts = None
+    if opts.delta:
+        if clients[0].full:
+            raise ValueError(f"{clients[0].file}: modules_to_save tensors {sorted(clients[0].full)[:3]} are full "
+                             f"weights, not changes; write an adapter instead of a delta")
+        layouts = module_layouts(opts.base, clients[0].config, clients[0].shapes, clients[0].kinds,
+                                 clients[0].path / CONFIG)
+    agg, tensors = _aggregate_impl(clients, a, opts, layouts)
+    if out is None:
+        return agg
+    _write(out, agg, tensors, opts, paths)
+    return replace(agg, path=out)
 
 
-def _weights(weights: object, count: int) -> list[float]:
-    """Normalized a_k; divided by the largest first, so the sum cannot overflow."""
-    if weights is None:
-        return normalized_weights(None, count)
-    w = check_client_numbers("weights", weights, count, nonnegative=True)
-    top = max(w)
-    return normalized_weights([x / top for x in w] if top > 0 else w, count)
+def _checked_out(out: object, opts: AggregateOptions, paths: list[Path]) -> Path | None:
+    if out is None:
+        return None
+    if not isinstance(out, (str, os.PathLike)):
+        raise TypeError(f"out(={out!r}) must be a path or None")
+    out = Path(out)
+    if opts.delta:
+        check_file_out(out, opts.overwrite, paths, "out")
+    else:
+        check_adapter_out(out, opts.overwrite, paths)
+    return out
 
 
 def _check_compatible(clients: list[ClientAdapter]) -> None:
     ref = clients[0]
     for c in clients[1:]:
-        for key in ("base_model_name_or_path", "fan_in_fan_out"):
-            if c.config.get(key) != ref.config.get(key):
-                raise ValueError(f"{c.path / CONFIG}: {key}={c.config.get(key)!r} differs from "
-                                 f"{ref.path / CONFIG}'s {ref.config.get(key)!r} (if the base models are the "
-                                 f"same, make the configs agree)")
+        key = "base_model_name_or_path"
+        if c.config.get(key) != ref.config.get(key):
+            raise ValueError(f"{c.path / CONFIG}: {key}={c.config.get(key)!r} differs from "
+                             f"{ref.path / CONFIG}'s {ref.config.get(key)!r} (if the base models are the "
+                             f"same, make the configs agree)")
         if set(c.factors) != set(ref.factors):
             missing, extra = sorted(set(ref.factors) - set(c.factors)), sorted(set(c.factors) - set(ref.factors))
             raise ValueError(f"{c.file}: adapts different modules from {ref.file}: missing {missing[:5]}, "
@@ -264,7 +267,49 @@ def _check_compatible(clients: list[ClientAdapter]) -> None:
                                  f"{ref.full[key].dtype} {tuple(ref.full[key].shape)} in {ref.file}")
 
 
-def _aggregate_impl(clients, a, agg: Aggregator, cdt) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+def _aggregate_impl(clients: list[ClientAdapter], a: list[float], opts: AggregateOptions,
+                    layouts: dict[str, str] | None) -> tuple[AdapterAggregation, dict[str, torch.Tensor]]:
+    """The aggregation of checked clients: (the report, the tensors to write), nothing written.
+
+    The tensors are the adapter's (factors in ``opts.dtype``, ``modules_to_save`` averaged)
+    or, with ``layouts``, the dense deltas in each module's base layout."""
+    exact = _factors(clients, a, opts.aggregator(), opts.cdt)
+    factors = {m: (_cast(f"module {m!r}: lora_B", B, opts.dtype), _cast(f"module {m!r}: lora_A", A, opts.dtype))
+               for m, (B, A) in exact.items()}
+    rows = [module_row(m, clients, a, B, A, opts.report) for m, (B, A) in factors.items()]
+    if opts.uniform_rank and not opts.delta:
+        p = max(B.shape[1] for B, _ in factors.values())
+        factors = {m: (torch.nn.functional.pad(B, (0, p - B.shape[1])),
+                       torch.nn.functional.pad(A, (0, 0, 0, p - A.shape[0])))
+                   for m, (B, A) in factors.items()}
+        rows = [ModuleRow(**{**vars(r), "rank": p, "params": (r.shape[0] + r.shape[1]) * p}) for r in rows]
+    full = _average_full(clients, a, opts.dtype)
+    if layouts is not None:
+        tensors = {f"{m}.weight": _cast(f"module {m!r}: delta", _dense(B, A, layouts[m]), opts.dtype)
+                   for m, (B, A) in exact.items()}
+        config = {}
+    else:
+        tensors = _adapter_tensors(clients[0], factors, full)
+        config = output_config(clients[0].config, {m: B.shape[1] for m, (B, _) in factors.items()})
+    agg = AdapterAggregation(opts.method, opts.aggregator_options, tuple(c.path for c in clients), tuple(a), factors,
+                             full, tuple(rows), None, opts.delta, config)
+    return agg, tensors
+
+
+def _write(out: Path, agg: AdapterAggregation, tensors: dict[str, torch.Tensor], opts: AggregateOptions,
+           paths: list[Path]) -> None:
+    """The write step: the delta file, or the adapter directory, swapped in whole."""
+    if opts.delta:
+        plain = {k: v for k, v in agg.options.items() if isinstance(v, (bool, int, float, str, type(None)))}
+        meta = {"format": "pt", "fraq": json.dumps({"method": agg.method, "options": plain,
+                                                    "weights": list(agg.weights),
+                                                    "clients": [str(c) for c in agg.clients]})}
+        write_delta(out, tensors, meta, opts.overwrite, paths)
+    else:
+        write_adapter(out, agg.config, tensors, opts.overwrite, paths)
+
+
+def _factors(clients, a, agg: Aggregator, cdt) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """module -> the (B, A) to write, scale folded into B, in the compute dtype ``cdt``."""
     updates = [ClientUpdate({m: (B.to(cdt), A.to(cdt)) for m, (B, A) in c.factors.items()},
                             scale=c.scales, weight=ak) for c, ak in zip(clients, a)]
@@ -285,25 +330,11 @@ def _aggregate_impl(clients, a, agg: Aggregator, cdt) -> dict[str, tuple[torch.T
 
 
 def _run(agg: Aggregator, updates) -> dict[str, list]:
-    """module -> one Downlink per client. Modules are aggregated by ``agg.capped(limit)``,
-    limit = min(sum_k r_k, m, n) the most components the module's aggregate can have (a
-    fixed output rank above it is capped there); modules that get the same aggregator
-    are aggregated in one call."""
-    by_limit: dict[int, Aggregator] = {}
-    calls: dict[int, tuple[Aggregator, list[str]]] = {}
-    for m in updates[0].factors:
-        B0, A0 = updates[0].factors[m]
-        limit = min(sum(u.factors[m][1].shape[0] for u in updates), B0.shape[0], A0.shape[1])
-        if limit not in by_limit:
-            by_limit[limit] = agg.capped(limit)
-        calls.setdefault(id(by_limit[limit]), (by_limit[limit], []))[1].append(m)
-    out = {}
-    for capped, mods in calls.values():
-        sub = updates if len(calls) == 1 else [
-            ClientUpdate({m: u.factors[m] for m in mods}, u.scale, u.weight) for u in updates]
-        result = capped.aggregate(sub)
-        out.update({m: [result.downlinks[k][m] for k in range(result.clients)] for m in mods})
-    return out
+    """module -> one Downlink per client, each module aggregated under the one rank rule
+    (:func:`fraq.aggregators.capping.capped_aggregate`: a fixed rank is capped at
+    min(sum_k r_k, m, n), the most components the module's aggregate has)."""
+    result = capped_aggregate(agg, updates)
+    return {m: [result.downlinks[k][m] for k in range(result.clients)] for m in updates[0].factors}
 
 
 def _cast(what: str, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -331,10 +362,11 @@ def _average_full(clients, a, dtype):
     return out
 
 
-def _dense(B: torch.Tensor, A: torch.Tensor, transposed: bool) -> torch.Tensor:
-    """B @ A in the compute dtype of the factors, in the base weight's layout."""
+def _dense(B: torch.Tensor, A: torch.Tensor, layout: str) -> torch.Tensor:
+    """B @ A in the compute dtype of the factors, in the base weight's ``layout``
+    (:mod:`fraq.peft.layout`: (out, in) for nn.Linear, transposed for Conv1D and embeddings)."""
     B, A = B.to(torch.promote_types(B.dtype, torch.float32)), A.to(torch.promote_types(A.dtype, torch.float32))
-    return (A.mT @ B.mT) if transposed else (B @ A)
+    return (B @ A) if layout == LINEAR else (A.mT @ B.mT)
 
 
 def _adapter_tensors(first: ClientAdapter, factors, full) -> dict[str, torch.Tensor]:

@@ -26,7 +26,9 @@ def example_clients(directory: str | os.PathLike, *, clients: int = 3, seed: int
     Needs transformers and peft (``pip install -e '.[fl]'``). Returns the adapter directories.
 
     ``directory`` must be missing or empty; it appears whole (built beside, then renamed),
-    with ``base_model_name_or_path`` of every adapter the final ``directory/base``.
+    with ``base_model_name_or_path`` of every adapter the absolute path of the final
+    ``directory/base``, so ``AutoPeftModel.from_pretrained`` finds the base from any
+    working directory (and so does an aggregate, which keeps the first client's).
     """
     from peft import LoraConfig, get_peft_model
     from transformers import BertConfig, BertModel
@@ -35,6 +37,7 @@ def example_clients(directory: str | os.PathLike, *, clients: int = 3, seed: int
     if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
         raise ValueError(f"clients(={clients!r}) must be an int >= 1")
     directory = Path(directory)
+    base = Path(os.path.abspath(directory)) / "base"  # what the adapters record: valid from any directory
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise ValueError(f"directory(={str(directory)!r}) exists and is not an empty directory")
     check_parent(directory, "directory")
@@ -57,7 +60,7 @@ def example_clients(directory: str | os.PathLike, *, clients: int = 3, seed: int
             for k in range(clients):
                 model = get_peft_model(BertModel.from_pretrained(tmp / "base"),
                                        LoraConfig(target_modules=["query", "key", "value", "dense"], **kinds[k % 3]))
-                model.peft_config["default"].base_model_name_or_path = str(directory / "base")  # after the rename
+                model.peft_config["default"].base_model_name_or_path = str(base)  # after the rename
                 with torch.no_grad():
                     for name, p in model.named_parameters():
                         if "lora_" in name:

@@ -8,11 +8,14 @@ A client directory holds peft's ``adapter_config.json`` and ``adapter_model.safe
 arithmetic: errors name the file (and module) and echo the value.
 
 Refused, naming the file: non-LoRA peft types, DoRA, ``lora_bias``, trainable tokens,
-``target_parameters``, conv LoRA (4-D factors), adapters whose initialization rewrites the
-base weights (PiSSA, OLoRA, CorDA, LoftQ), pickle-only ``adapter_model.bin``, factors that
-are not float16, bfloat16, float32 or float64 (float8 and integer types are quantized
-storage, not a LoRA update), NaN or infinite entries. Only ``safetensors`` and ``json``
-are needed.
+``target_parameters``, conv LoRA (3-D and 4-D factors), adapters whose initialization
+rewrites the base weights (PiSSA, OLoRA, CorDA, LoftQ, LoRA-GA), any option
+:func:`~fraq.peft.config.check_config` does not know, pickle-only ``adapter_model.bin``,
+factors that are not float16, bfloat16, float32 or float64 (float8 and integer types are
+quantized storage, not a LoRA update), NaN or infinite entries. BD-LoRA's compact
+block-diagonal factor is expanded to the dense (r, n) lora_A or (m, r) lora_B peft
+multiplies (``torch.block_diag`` of its blocks, as peft's ``weight_as_blockdiagonal_matrix``),
+so every client is a plain B @ A. Only ``safetensors`` and ``json`` are needed.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from fraq.peft.config import CONFIG, PREFIX, WEIGHTS, check_config, module_scale
+from fraq.peft.config import CONFIG, PREFIX, WEIGHTS, bdlora_block, check_config, module_scale
 
 __all__ = ["FACTOR_DTYPES", "ClientAdapter", "read_adapter"]
 
@@ -58,9 +61,10 @@ class ClientAdapter:
     def file(self) -> Path:
         return self.path / WEIGHTS
 
-    def transposed(self, module: str) -> bool:
-        """True when the base weight is stored (in, out): Conv1D (``fan_in_fan_out``) and embeddings."""
-        return self.kinds[module] == "embedding" or bool(self.config.get("fan_in_fan_out"))
+    @property
+    def shapes(self) -> dict[str, tuple[int, int]]:
+        """module -> (m, n) = (out, in), the LoRA view of its update."""
+        return {m: (B.shape[0], A.shape[1]) for m, (B, A) in self.factors.items()}
 
 
 def read_adapter(path: str | os.PathLike) -> ClientAdapter:
@@ -107,7 +111,7 @@ def read_adapter(path: str | os.PathLike) -> ClientAdapter:
             raise ValueError(f"{file}: module {module!r} has both linear and embedding LoRA factors")
         if t.dim() != 2:
             raise ValueError(f"{file}: module {module!r}: {key} has shape {tuple(t.shape)}; only 2-D factors "
-                             f"(linear and embedding LoRA) are supported, not conv LoRA")
+                             f"(linear, Conv1D and embedding LoRA) are supported, not conv LoRA")
         if t.dtype not in FACTOR_DTYPES:
             raise ValueError(f"{file}: module {module!r}: {key} has dtype {t.dtype}; LoRA factors must be one of "
                              f"{', '.join(str(d).removeprefix('torch.') for d in FACTOR_DTYPES)} "
@@ -122,13 +126,28 @@ def read_adapter(path: str | os.PathLike) -> ClientAdapter:
         if set(p) != {"A", "B"}:
             missing = "lora_B" if "B" not in p else "lora_A"
             raise ValueError(f"{file}: module {module!r} has no {missing}")
-        B, A = p["B"], p["A"]
+        B, A = _expand_block(file, module, bdlora_block(cfg, module), p["B"], p["A"])
         if B.shape[1] != A.shape[0]:
             raise ValueError(f"{file}: module {module!r}: lora_B {tuple(B.shape)} and lora_A {tuple(A.shape)} "
                              f"do not share a rank")
         scales[module] = module_scale(cfg_file, cfg, module, A.shape[0])
         factors[module] = (B, A)
     return ClientAdapter(path, cfg, factors, scales, kinds, full)
+
+
+def _expand_block(file: Path, module: str, block: tuple[str, int] | None, B: torch.Tensor,
+                  A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """BD-LoRA's compact factor as the dense block-diagonal one: lora_A (r, n / nb) -> (r, n),
+    lora_B (m, r / nb) -> (m, r); its nb row blocks go on the diagonal."""
+    if block is None:
+        return B, A
+    side, nb = block
+    t = A if side == "A" else B
+    if t.shape[0] % nb:
+        raise ValueError(f"{file}: module {module!r}: BD-LoRA lora_{side} {tuple(t.shape)} does not split into "
+                         f"nblocks={nb} row blocks")
+    dense = torch.block_diag(*torch.chunk(t, nb, dim=0))
+    return (B, dense) if side == "A" else (dense, A)
 
 
 def _check_full(file: Path, key: str, t: torch.Tensor) -> None:

@@ -4,18 +4,26 @@ Off in the default test run (``pytest -m "not slow" --benchmark-skip``). From th
 repository root:
 
     pytest tests/bench --benchmark-only
+    pytest tests/bench --benchmark-only --benchmark-group-by=param:method   # or param:experiment, param:d, ...
     pytest tests/bench --benchmark-only --benchmark-histogram     # also writes benchmark_*.svg
 
-and before/after a change:
+and before/after a change (``make bench-pytest SAVE=before``, then ``make
+bench-pytest-compare``; the statistic and threshold: docs/benchmarks.md):
 
-    pytest tests/bench --benchmark-only --benchmark-save=before
+    pytest tests/bench --benchmark-only --benchmark-min-rounds=50 --benchmark-save=before
     # ... change the code ...
-    pytest tests/bench --benchmark-only --benchmark-compare --benchmark-compare-fail=median:30%
+    pytest tests/bench --benchmark-only --benchmark-min-rounds=50 --benchmark-compare --benchmark-compare-fail=min:25%
 
-Every check is one point of :func:`benchmarks.experiments.fig3.points` or
-:func:`benchmarks.experiments.table4.points` at size :data:`benchmarks.sizes.QUICK`,
-timed through the experiment's own ``call`` and grouped by figure (``--benchmark-group-by
-group``, the default); ``extra_info`` holds the experiment's ``metrics`` (peak memory,
+Every check is one point of an experiment of :data:`EXPERIMENTS` at size
+:data:`benchmarks.sizes.QUICK`, timed through the experiment's own ``call``. Rounds,
+iterations, warm-up and timer are pytest-benchmark's own (its calibration and
+``--benchmark-min-rounds``, ``--benchmark-max-time``, ``--benchmark-warmup``,
+``--benchmark-timer``): nothing here fixes a count. The checks are one test,
+parametrized by named parameters: ``experiment`` and every field of the experiment's
+configs that varies between its points (``method``, ``sweep``, ``mode``, ``d``, ``r``,
+``variant``, ...; :data:`PARAMS`; None where an experiment has no such field), so
+``--benchmark-group-by=param:NAME`` groups by any of them; the default grouping is by
+figure (``group``). ``extra_info`` holds the experiment's ``metrics`` (peak memory,
 counted and analytic FLOPs, the error above the float64 optimum), the config and the
 device, so the saved JSON has the same numbers the runner and asv record. The machine
 (torch, BLAS, threads, CPU) is added to ``machine_info`` by ``tests/conftest.py``.
@@ -25,15 +33,49 @@ Threads are ``FRAQ_BENCH_THREADS`` (default 1) and the device ``FRAQ_BENCH_DEVIC
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
 import torch
 
-from benchmarks import cases
-from benchmarks.experiments import fig3, table4
+from benchmarks import cases, experiments
 from benchmarks.measure.timing import threads
 from benchmarks.sizes import QUICK
+
+EXPERIMENTS = ("fig3", "table4", "clients")
+"""The experiments checked here, each with ``call`` and ``metrics`` (as the asv sweeps use
+them). A new one is a name here; if its points vary a field no other experiment has, add
+that field to :func:`test_point`'s parameters (``test_params_name_every_varying_field``
+says which)."""
+
+
+def varying_fields(names=EXPERIMENTS, size: str = QUICK) -> list[str]:
+    """``experiment`` and every config field that varies between one experiment's points, in
+    order of first appearance: the named parameters the points are told apart by."""
+    out = ["experiment"]
+    for name in names:
+        points = experiments.get(name).points(size)
+        for field in points[0]:
+            if field not in out and len({json.dumps(p.get(field), default=str) for p in points}) > 1:
+                out.append(field)
+    return out
+
+
+PARAMS = ("experiment", "sweep", "method", "mode", "d", "D", "r", "variant", "K")
+""":func:`test_point`'s parameters: :func:`varying_fields` of :data:`EXPERIMENTS`."""
+
+
+def quick_points() -> dict[tuple, dict]:
+    """Every checked point: its values of :data:`PARAMS` -> its config."""
+    out = {}
+    for name in EXPERIMENTS:
+        for config in experiments.get(name).points(QUICK):
+            out[tuple(name if p == "experiment" else config.get(p) for p in PARAMS)] = config
+    return out
+
+
+POINTS = quick_points()
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +102,18 @@ def _synchronized(call, device):
     return run
 
 
-def _check(benchmark, experiment, config, device, rounds: int) -> None:
+def _id(values: tuple) -> str:
+    experiment = values[0]
+    return f"{experiment}-{experiments.get(experiment).key(POINTS[values])}"
+
+
+@pytest.mark.parametrize(",".join(PARAMS), list(POINTS), ids=list(map(_id, POINTS)))
+def test_point(benchmark, device, experiment, sweep, method, mode, d, D, r, variant, K):
+    """One point of a figure or table, timed with pytest-benchmark's own calibration."""
     from benchmarks.measure.methods import get_method
 
+    config = POINTS[(experiment, sweep, method, mode, d, D, r, variant, K)]
+    module = experiments.get(experiment)
     if "method" in config:
         try:
             get_method(config["method"])
@@ -70,24 +121,42 @@ def _check(benchmark, experiment, config, device, rounds: int) -> None:
             pytest.skip(str(exc))
     benchmark.group = config["figure"] + (f" {config['sweep']} sweep" if "sweep" in config else "")
     with threads(cases.THREADS):
-        call = experiment.call(config, device)
-        benchmark.pedantic(_synchronized(call, device), rounds=rounds, warmup_rounds=1)
+        benchmark(_synchronized(module.call(config, device), device))
         if benchmark.disabled:
             return
         benchmark.extra_info.update(config=config, device=str(device), threads=torch.get_num_threads(),
-                                    **experiment.metrics(config, device))
+                                    **module.metrics(config, device))
 
 
-@pytest.mark.parametrize("config", fig3.points(QUICK), ids=fig3.key)
-def test_fig3(benchmark, config, device):
-    """Fig. 3 and Table 5: every method at every point of the r and d sweeps."""
-    _check(benchmark, fig3, config, device, rounds=config["repeats"])
+def test_params_name_every_varying_field():
+    """The checks' parameters are exactly the fields that tell the points apart (a point
+    needing another field would collide with one already listed)."""
+    assert tuple(varying_fields()) == PARAMS, f"test_point's parameters should be {varying_fields()}"
+    assert len(POINTS) == sum(len(experiments.get(n).points(QUICK)) for n in EXPERIMENTS)
 
 
-@pytest.mark.parametrize("config", table4.points(QUICK), ids=table4.key)
-def test_table4(benchmark, config, device):
-    """Table 4: the ablation's variants and the library call."""
-    _check(benchmark, table4, config, device, rounds=config["repeats"])
+@pytest.mark.slow
+@pytest.mark.parametrize("group_by", ["param:method", "param:experiment,param:d"])
+def test_pytest_benchmark_drives_the_checks(tmp_path, group_by):
+    """The checks as pytest-benchmark's users drive them: ``--benchmark-group-by=param:NAME``
+    groups them (one ``config`` parameter crashed it), and the rounds come from
+    ``--benchmark-min-rounds`` (no fixed count in the test)."""
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = tmp_path / "bench.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "--benchmark-only",
+                           "-k", "fig3-r-fraq-batched or fig3-d-florist-unbatched-d32 or table4-library",
+                           f"--benchmark-group-by={group_by}", "--benchmark-min-rounds=13", "--benchmark-max-time=0.001",
+                           f"--benchmark-json={out}"], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    saved = json.loads(out.read_text())["benchmarks"]
+    assert len(saved) == 4
+    assert all(tuple(b["params"]) == PARAMS and b["stats"]["rounds"] >= 13 for b in saved)
+    first = group_by.split(",")[0].split(":")[1]
+    assert {f"{first}={b['params'][first]}" for b in saved} == {
+        line.split("'")[1].split(" ")[0] for line in done.stdout.splitlines() if line.strip("-").startswith(" benchmark '")}
 
 
 if __name__ == "__main__":

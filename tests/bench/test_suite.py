@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-SUITE = ["bench_ablation", "bench_fidelity", "bench_presets", "bench_recompress"]
+SUITE = ["bench_ablation", "bench_clients", "bench_fidelity", "bench_presets", "bench_recompress"]
 PREFIXES = ("time_", "track_", "peakmem_", "mem_", "timeraw_")
 
 
@@ -148,6 +148,56 @@ def test_missing_device_stops_the_runner(monkeypatch, capsys, tmp_path):
     assert not list(tmp_path.iterdir())  # stopped before measuring anything
 
 
+def _asv_python_of(python: str) -> str:
+    code = "from benchmarks.regress import asv_python; print(asv_python())"
+    return subprocess.run([python, "-c", code], cwd=ROOT, check=True, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=ROOT)).stdout.strip()
+
+
+def test_every_asv_recording_names_one_environment():
+    """asv names an existing environment after the interpreter's path. The Makefile's asv
+    targets all pass one ``--python``, and benchmarks.regress run by any alias of the venv's
+    interpreter (``python``, ``python3``: ``.venv/bin/asv``'s shebang) passes the same one,
+    so they record one history."""
+    pytest.importorskip("asv")
+    import re
+
+    from benchmarks.regress import env_name
+
+    try:
+        made = subprocess.run(["make", "-n", "bench", "bench-quick", "asv-check"], cwd=ROOT, check=True,
+                              capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("make is not available")
+    pythons = set(re.findall(r"--python=(\S+)", made))
+    assert len(pythons) == 1 and "--python=same" not in made, made
+    make_python = pythons.pop()
+    assert make_python == os.path.join(ROOT, ".venv", "bin", "python")
+    aliases = [p for p in (os.path.join(sys.prefix, "bin", n) for n in ("python", "python3")) if os.path.exists(p)]
+    assert len(aliases) == 2, aliases
+    assert {_asv_python_of(p) for p in aliases} == {os.path.join(sys.prefix, "bin", "python")}
+    # the two aliases are two environments to asv: the reason for passing one explicitly
+    assert env_name(aliases[0]) != env_name(aliases[1])
+    if os.path.exists(make_python):
+        assert _asv_python_of(make_python) == make_python
+
+
+def test_regress_counts_a_commit_recorded_only_in_its_environment(tmp_path):
+    """A commit recorded under another environment name is still missing for this one."""
+    pytest.importorskip("asv")
+    from asv.results import get_filename
+
+    from benchmarks.regress import env_name, recorded
+
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    mine, other = env_name(), env_name(sys.prefix + "/bin/python3")
+    path = tmp_path / get_filename("host", sha, other)
+    path.parent.mkdir()
+    path.write_text("{}")
+    assert not recorded("host", sha, mine, results=str(tmp_path))
+    assert recorded("host", sha, other, results=str(tmp_path))
+
+
 def test_export_commit_is_the_commit_alone(tmp_path):
     from benchmarks.regress import export_commit
 
@@ -251,8 +301,8 @@ def test_asv_runner_and_pytest_benchmark_measure_the_same_points():
     assert sorted(map(fig3.key, asv)) == sorted(map(fig3.key, runner))
     import tests.bench.test_quick as quick
 
-    marks = [m for m in quick.test_fig3.pytestmark if m.name == "parametrize"]
-    assert marks[0].args[1] == fig3.points(QUICK) == [c for _, _, c in run.plan(["fig3"], QUICK)]
+    quick_fig3 = [c for c in quick.POINTS.values() if c["figure"] == "fig3"]
+    assert quick_fig3 == fig3.points(QUICK) == [c for _, _, c in run.plan(["fig3"], QUICK)]
 
     config = next(c for c in runner if (c["sweep"], c["method"], c["mode"]) == ("r", "fraq", "batched"))
     combo = ("fraq", config["r"], "batched")
@@ -302,8 +352,8 @@ def test_one_definition_per_figure():
         if re.search(r"^def main\(", text, re.M):
             mains.append(os.path.relpath(path, ROOT))
         flexlora += [path] * len(re.findall(r"""==\s*["']flexlora["']""", text))
-    assert sorted(mains) == ["benchmarks/demo.py", "benchmarks/regress.py", "benchmarks/roofline.py",
-                             "benchmarks/run.py"]
+    assert sorted(mains) == ["benchmarks/demo.py", "benchmarks/publish.py", "benchmarks/regress.py",
+                             "benchmarks/roofline.py", "benchmarks/run.py"]
     assert not flexlora
 
 

@@ -1,0 +1,286 @@
+"""Fig. 3's third axis, drawn: time, memory, FLOPs and fidelity against the number of clients.
+
+Rows are the ``clients`` experiment's result files (``python -m benchmarks.run
+clients``): one per (shape, K, method), clients of rank r_k, so the stacked rank is
+r = K r_k, and every method cuts by the energy rule at the same tau. The paper's appendix
+("General-Rank Formulation and Asymptotic Complexity") keeps FRAQ valid past r = d with
+s = min(d, r): O(d r s + s r D + s^2 D + s^3), linear in r once r > d, where the dense
+path pays O(d D r) to form the update and then its SVD. The report states FRAQ's growth
+exponent in K up to r = d and from r = d on, where FRAQ and the dense path (FlexLoRA)
+cross, and whether each method's float32 result and rank hold against float64. Nothing
+here measures.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.style import COLORS, MARKERS, NAMES
+from analysis.verdicts import exact, judge
+
+__all__ = ["MODELS_TITLE", "TITLE", "WHAT", "crossings", "detail", "figure", "growth", "label", "lines", "models_lines",
+           "models_table", "summary"]
+
+FIDELITY = 1e-6
+"""The float32 result's error above the float64 optimum every exact method stays under."""
+
+GROWTH = 1.15
+"""Past r = d the paper's cost is linear in r: a fitted exponent of K up to this counts as
+linear (the fixed per-call cost and the s^3 eigensolver bend a short fit by a few percent)."""
+
+ROWS = [("ms", "runtime (ms)"), ("peak_mib", "tensor peak memory (MiB)"), ("gflop", "counted GFLOP"),
+        ("excess", "float32 error above the\nfloat64 optimum")]
+"""The figure's rows, one metric each."""
+
+FLOOR = 1e-17
+"""Errors below this (exact zeros) are drawn at it on the log axis."""
+
+
+def label(method: str) -> str:
+    """"FRAQ", "FLoRIST", "FlexLoRA", or "FRAQ (<backend>)" for ``fraq:<backend>``."""
+    if method.startswith("fraq:"):
+        return f"FRAQ ({method.split(':', 1)[1]})"
+    return NAMES.get(method, method)
+
+
+def summary(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (shape, method, K): ``shape`` ("768x3072"), ``label``, ``ms`` (median)
+    with ``q25_ms``/``q75_ms``, ``peak_mib``, ``gflop`` (counted), ``excess`` (in
+    quadrature, mean over modules; ``excess_plain``: relative error minus the optimum),
+    ``energy_kept_min``, ``r_over_d``."""
+    d = df.copy()
+    d["shape"] = d["d"].astype(int).astype(str) + "x" + d["D"].astype(int).astype(str)
+    d["label"] = d["method"].map(label)
+    d["ms"] = d["timing.median"] * 1e3
+    d["q25_ms"] = d["timing.q25"] * 1e3
+    d["q75_ms"] = d["timing.q75"] * 1e3
+    d["peak_mib"] = d["peak_bytes"] / 2**20
+    d["gflop"] = d["counted_flops"] / 1e9 if "counted_flops" in d else np.nan
+    d["excess_plain"] = d["excess"] if "excess" in d else np.nan
+    d["excess"] = d["excess_quadrature"] if "excess_quadrature" in d else np.nan
+    d["r_over_d"] = d["r"] / d["d"]
+    return d.sort_values(["d", "D", "method", "K"]).reset_index(drop=True)
+
+
+def _style(name: str) -> dict:
+    if name in COLORS:
+        return dict(color=COLORS[name], marker=MARKERS[name], linestyle="-")
+    return dict(color=COLORS["FRAQ"], marker=".", linestyle=":", alpha=0.7)  # FRAQ's other backends
+
+
+def figure(df: pd.DataFrame):
+    """Runtime, tensor peak memory, counted FLOPs and the float32 error above the float64
+    optimum (in quadrature, as Fig. 3 draws it; dotted: float32 eps) against K (log axes),
+    one column per shape, r = d marked."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    d = summary(df)
+    shapes = list(dict.fromkeys(d["shape"]))
+    fig, axes = plt.subplots(len(ROWS), len(shapes), figsize=(4.6 * len(shapes), 3.2 * len(ROWS)), squeeze=False)
+    for col, shape in enumerate(shapes):
+        sub = d[d["shape"] == shape]
+        dd, rk = int(sub["d"].iloc[0]), int(sub["client_rank"].iloc[0])
+        for row, (y, ylabel) in enumerate(ROWS):
+            ax = axes[row, col]
+            for name, s in sub.groupby("label", sort=False):
+                s = s[s[y].notna()]
+                if s.empty:
+                    continue
+                values = s[y].clip(lower=FLOOR) if y == "excess" else s[y]
+                ax.plot(s["K"], values, linewidth=1.5, **_style(name))
+                if y == "ms" and name in COLORS:
+                    ax.fill_between(s["K"], s["q25_ms"], s["q75_ms"], color=COLORS[name], alpha=0.15, linewidth=0)
+            ax.axvline(dd / rk, color="#777777", linestyle="--", linewidth=1)
+            if row == 0:
+                ax.text(dd / rk, 0.97, " r = d", transform=ax.get_xaxis_transform(), fontsize=9, color="#555555",
+                        va="top")
+            if y == "excess":
+                ax.axhline(np.finfo(np.float32).eps, color="#999999", linestyle=":", linewidth=1)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ks = sorted(sub["K"].unique())
+            ax.set_xticks(ks)
+            ax.set_xticklabels([str(int(k)) for k in ks], rotation=90 if len(ks) > 8 else 0)
+            ax.set_xlabel(f"clients K (rank {rk} each)")
+            ax.set_ylabel(ylabel)
+            what = "error above optimum" if y == "excess" else ylabel.split(" (")[0]
+            ax.set_title(f"({'abcdefghijkl'[row * len(shapes) + col]}) {what}, {shape.replace('x', ' x ')}")
+    names = sorted(dict.fromkeys(d["label"]), key=lambda n: (not n.startswith("FRAQ"), n != "FRAQ", n))
+    handles = [Line2D([], [], linewidth=1.5, label=n, **_style(n)) for n in names]
+    fig.legend(handles, names, loc="lower center", ncol=min(len(names), 5), frameon=False, bbox_to_anchor=(0.5, 1.0))
+    return fig
+
+
+def growth(s: pd.DataFrame, side: str) -> float:
+    """Least-squares exponent of the median time in K over the points with r <= d
+    (``side="below"``) or r >= d (``"above"``); NaN with fewer than two."""
+    pts = s[s["r"] <= s["d"]] if side == "below" else s[s["r"] >= s["d"]]
+    if pts["K"].nunique() < 2:
+        return float("nan")
+    return float(np.polyfit(np.log(pts["K"].astype(float)), np.log(pts["ms"].astype(float)), 1)[0])
+
+
+def crossings(a: pd.DataFrame, b: pd.DataFrame) -> list[tuple[float, str]]:
+    """Where the median times of ``a`` and ``b`` (rows of one shape) swap order: K
+    interpolated log-linearly between the neighbouring points, with which one is faster
+    after it (``"a"`` or ``"b"``)."""
+    m = a.set_index("K")["ms"].to_frame("a").join(b.set_index("K")["ms"].to_frame("b"), how="inner").sort_index()
+    lr = np.log(m["a"] / m["b"]).to_numpy()
+    ks = np.log(m.index.to_numpy(float))
+    out = []
+    for i in range(1, len(lr)):
+        if np.sign(lr[i]) != np.sign(lr[i - 1]) and lr[i] != 0:
+            t = lr[i - 1] / (lr[i - 1] - lr[i])
+            out.append((float(np.exp(ks[i - 1] + t * (ks[i] - ks[i - 1]))), "a" if lr[i] < 0 else "b"))
+    return out
+
+
+TITLE = "Clients: runtime, memory, FLOPs and fidelity against the number of clients"
+
+WHAT = ("FRAQ, its other exact backends, FLoRIST and FlexLoRA (the dense path: B A formed, a thin SVD) on K clients "
+        "of one shape, every method cutting by the same energy rule; the stacked rank r = K r_k passes d at the "
+        "dashed line.")
+
+
+def detail(df: pd.DataFrame) -> str:
+    """The figure's caption after the machine line: sizes, threshold, what the bands are."""
+    c = df.iloc[0]
+    return (f"clients of rank {int(c['client_rank'])}, tau = {c['tau']:g}, {int(c['modules'])} module(s) per call; "
+            "median, band = IQR; tensor peak memory above the inputs; error in quadrature, dotted: float32 eps")
+
+
+def _samples(row) -> np.ndarray:
+    return 1e3 * np.asarray(row["timing.samples"], dtype=float)
+
+
+def lines(df: pd.DataFrame, dense: str = "flexlora") -> list[str]:
+    """The report's statements: per shape FRAQ's growth exponents before and after r = d
+    (the paper's linear-past-d claim judged on the repeats), where FRAQ and the dense path
+    cross, the largest FRAQ / dense ratio past r = d, and per method the float32 error above
+    the float64 optimum and the energy its rank keeps against float64's."""
+    d = summary(df)
+    out = []
+    for shape, sub in d.groupby("shape", sort=False):
+        dd, rk = int(sub["d"].iloc[0]), int(sub["client_rank"].iloc[0])
+        fr = sub[sub["method"] == "fraq"].sort_values("K")
+        de = sub[sub["method"] == dense].sort_values("K")
+        head = f"- {shape.replace('x', ' x ')} (r = d at K = {dd / rk:g}):"
+        if len(fr) < 2:
+            out.append(f"{head} FRAQ measured at fewer than two K.")
+            continue
+        exps = ", ".join(f"{label(m)} K^{_a(growth(s, 'below'))} / K^{_a(growth(s, 'above'))}"
+                         for m, s in sub.groupby("method", sort=False))
+        out.append(f"{head} time ~ K^a up to r = d / from r = d: {exps}.")
+        above = fr[fr["r"] >= dd]
+        if above["K"].nunique() >= 2:
+            lk = np.log(above["K"].to_numpy(float))
+            groups = {f"FRAQ K={int(r['K'])}": _samples(r) for _, r in above.iterrows()}
+            keys = list(groups)
+
+            def slope(g):
+                ly = np.log(np.stack([np.asarray(g[k], float) for k in keys]))
+                dx = (lk - lk.mean()).reshape((-1,) + (1,) * (ly.ndim - 1))
+                return (dx * (ly - ly.mean(axis=0))).sum(axis=0) / (dx ** 2).sum()
+
+            v = judge(groups, slope, below=GROWTH, claim=f"FRAQ's time linear in K past r = d on {shape}")
+            out.append(f"  - Paper (appendix): past r = d FRAQ's cost is linear in r (s = min(d, r) = d). Ours {v.bold()} "
+                       f"(tested: exponent below {GROWTH}): K^{v.value:.2f} {v.interval('.2f')} over K = "
+                       f"{int(above['K'].min())}..{int(above['K'].max())}.")
+        if not de.empty:
+            cross = crossings(fr, de)
+            names = {"a": "FRAQ", "b": label(dense)}
+            where = "; ".join(f"at K ~ {k:.0f} (r ~ {k * rk:.0f} = {k * rk / dd:.2f} d) {names[w]} becomes the faster"
+                              for k, w in cross) or ("never: FRAQ is faster at every K" if
+                                                     (fr.set_index("K")["ms"] < de.set_index("K")["ms"]).dropna().all()
+                                                     else f"never: {label(dense)} is faster at every K")
+            out.append(f"  - FRAQ against the dense path ({label(dense)}): they cross {where}.")
+            fk, ek = fr.set_index("K"), de.set_index("K")
+            past = [k for k in fk.index if k in ek.index and k * rk >= dd]
+            if past:
+                groups = {}
+                for k in past:
+                    groups[f"FRAQ K={k}"], groups[f"{label(dense)} K={k}"] = _samples(fk.loc[k]), _samples(ek.loc[k])
+
+                def worst(g):
+                    return np.max(np.stack([g[f"FRAQ K={k}"] / g[f"{label(dense)} K={k}"] for k in past]), axis=0)
+
+                v = judge(groups, worst, below=1.0, claim=f"FRAQ no slower than {label(dense)} past r = d on {shape}")
+                out.append(f"  - The appendix's costs put FRAQ below the dense path past r = d (which forms the d x D "
+                           f"update, O(d D r), before its SVD). "
+                           f"Ours {v.bold()} (tested: the largest FRAQ / {label(dense)} time at r >= d below 1): "
+                           f"{v.value:.2f} {v.interval('.2f')} (separate runs; `python -m benchmarks.roofline "
+                           f"--clients SIZE` times the pairs interleaved).")
+    worst = d.groupby("label", sort=False).agg(excess=("excess_plain", "max"), quad=("excess", "max"))
+    v = exact(float(worst["excess"].max()), below=FIDELITY)
+    out.append(f"- Float32 fidelity: every method within {FIDELITY:g} of the float64 optimum at its own rank, at "
+               f"every K and shape: {v.bold()} (exact); the largest relative error above it "
+               + ", ".join(f"{n} {w['excess']:.1e}" for n, w in worst.iterrows())
+               + " (in quadrature, the float32 rounding a truncation does not square away: "
+               + ", ".join(f"{n} {w['quad']:.1e}" for n, w in worst.iterrows()) + ").")
+    short = d[d["energy_kept_min"] < d["tau"] - 1e-6]
+    if short.empty:
+        out.append("- The energy rule: every method's rank keeps at least tau of the float64 energy at every point.")
+    else:
+        pts = [f"{r['label']} {r['shape']} K={int(r['K'])} keeps {r['energy_kept_min']:.4f} (float64 rank "
+               f"{_first(r['rank_float64'])}, chosen {_first(r['ranks'])})" for _, r in short.iterrows()]
+        out.append(f"- The energy rule: at {len(short)} point(s) a rank keeps less than tau = {d['tau'].iloc[0]:g} of "
+                   f"the float64 energy (its float32 total misses part of the spectrum): " + "; ".join(pts) + ".")
+    return out
+
+
+def _a(x: float) -> str:
+    """An exponent to two decimals, never "-0.00"."""
+    return f"{round(x, 2) + 0.0:.2f}"
+
+
+def _first(x):
+    return x[0] if isinstance(x, (list, tuple)) and len(x) == 1 else x
+
+
+# ----------------------------------------------------------------------------- whole models
+
+MODELS_TITLE = "Whole models with many clients"
+
+
+def models_table(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (model, K, method) of the ``clients_models`` results: the median latency
+    and IQR (s) of the whole-model aggregation, how it was obtained (timed, or extrapolated
+    and from what), the tensor peak above the inputs (MiB) with what it covers, and the
+    estimate the job was checked against (MiB)."""
+    rows = []
+    for _, rec in df.iterrows():
+        base = {"model": rec["preset"], "K": int(rec["clients"]), "r": int(rec["stacked_rank"])}
+        if isinstance(rec.get("skipped"), str):
+            rows.append({**base, "method": "(all)", "note": rec["skipped"]})
+            continue
+        for r in rec["rows"]:
+            lat = r.get("latency") or {}
+            rows.append({**base, "method": r["method"],
+                         "time s (median)": lat.get("median"),
+                         "IQR s": (lat["q75"] - lat["q25"]) if lat else None,
+                         "peak MiB": r["peak_bytes"] / 2**20 if "peak_bytes" in r else None,
+                         "peak of": r.get("peak_scope"),
+                         "estimate MiB": (r["estimated_peak_bytes"] / 2**20 if "estimated_peak_bytes" in r
+                                          else None),
+                         "note": r.get("skipped") or (f"extrapolated {r['extrapolated']}" if r.get("extrapolated")
+                                                      else "timed whole")})
+    return pd.DataFrame(rows)
+
+
+def models_lines(df: pd.DataFrame) -> list[str]:
+    """Per job: FRAQ's whole-model time against each other method's, and what was not run."""
+    out = []
+    for _, rec in df.iterrows():
+        name = f"{rec['preset']} with {int(rec['clients'])} clients (r = {int(rec['stacked_rank'])})"
+        if isinstance(rec.get("skipped"), str):
+            out.append(f"- {name}: not run: {rec['skipped']}.")
+            continue
+        t = {r["name"]: r["latency"]["median"] for r in rec["rows"] if r.get("latency")}
+        if "fraq" in t:
+            others = ", ".join(f"{label(m)} {v / t['fraq']:.2f}x" for m, v in t.items() if m != "fraq")
+            out.append(f"- {name}: FRAQ {t['fraq']:.2f} s for the whole model" + (f"; {others} FRAQ's time" if others
+                                                                                  else "") + ".")
+        out += [f"- {name}: {r['skipped']}." for r in rec["rows"] if r.get("skipped")]
+    return out

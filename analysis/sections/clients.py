@@ -1,0 +1,14 @@
+"""Fig. 3's third axis: runtime, memory, FLOPs and fidelity against the number of clients."""
+
+from __future__ import annotations
+
+from analysis import clients
+from analysis.sections import Figure, Section
+
+reads = ("clients",)
+
+
+def draw(res) -> list[Section]:
+    cl = res["clients"]
+    fig = Figure("fig_clients", clients.figure(cl), cl, clients.detail(cl), clients.WHAT)
+    return [Section(clients.TITLE, "\n".join(clients.lines(cl)), fig)]

@@ -1,0 +1,148 @@
+"""Fig. 3's third axis: the number of clients K, past the hidden size.
+
+Cross-device rounds aggregate tens to hundreds of clients, so the stacked rank r = K r_k
+passes the smaller side d of a projection (d = 768 at K = 96 clients of rank 8). The
+paper's appendix keeps FRAQ exact there with s = min(d, r) and a cost linear in r past d,
+never above forming the dense matrix; this sweep measures whether the code does. Each
+point is one shape (m x n, m <= n, so d = m and D = n), one number of clients K of rank
+``client_rank`` (r = K client_rank), one method, cutting by the energy rule at ``tau``
+(every method the same rule, so each does the same job), on ``modules`` equal-shape
+modules in one batched call:
+
+- ``fraq`` and ``fraq:<backend>`` (the exact backends the size lists), FLoRIST, and
+  FlexLoRA: the dense path (form B A, a thin SVD, the same energy rule), which is also
+  what a user falls back to;
+- the same measurements as Fig. 3 (:func:`benchmarks.experiments.fig3.call` and
+  :func:`~benchmarks.experiments.fig3.metrics`, which this module reuses): latency, tensor
+  peak memory, counted and analytic FLOPs, and the float32 result's error above the
+  float64 Eckart-Young optimum at its own rank;
+- the energy rule checked against float64: ``rank_float64``, the rank the rule gives on
+  the float64 spectrum of the same stack, and ``energy_kept``, the float64 energy fraction
+  the method's rank holds (a method whose float32 total misses part of the spectrum stops
+  early and keeps less than ``tau``).
+
+Sizes: :data:`benchmarks.sizes.SIZES` ``[size]["clients"]``: ``shapes`` as ``[m, n, Ks]``.
+FlexLoRA's largest-d limit of the 12-module Fig. 3 sweeps is not applied: the dense path
+is the comparison this sweep exists for, and its points hold one or two modules.
+:func:`ratios` times FRAQ against the dense path interleaved along the same points and fits
+the growth exponents of FRAQ's time in K before and after r = d (``python -m
+benchmarks.roofline --clients SIZE`` prints them against the project's targets).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from benchmarks.experiments import fig3
+from benchmarks.sizes import size_config
+
+__all__ = ["call", "energy_check", "growth", "key", "measure", "metrics", "points", "ratios"]
+
+call = fig3.call
+"""The timed call of a point (:func:`benchmarks.experiments.fig3.call`; the config's
+``tau`` makes every method cut by the energy rule)."""
+
+
+def points(size: str) -> list[dict]:
+    """Every (shape, K, method) of the ``size`` sweep, as result configs (Fig. 3's fields,
+    so :func:`call` and :func:`metrics` read them as they read Fig. 3's)."""
+    c = size_config(size, "clients")
+    out = []
+    for m, n, ks in c["shapes"]:
+        if m > n:
+            raise ValueError(f"clients shape {m} x {n}: list it as m <= n (d = m, D = n)")
+        for K in ks:
+            for method in c["methods"]:
+                out.append(dict(figure="clients", sweep="K", method=method, mode="batched", d=m, D=n, K=K,
+                                r=K * c["client_rank"], p=None, tau=c["tau"], modules=c["modules"],
+                                client_rank=c["client_rank"], repeats=c["repeats"]))
+    return out
+
+
+def key(config: dict) -> str:
+    c = config
+    return f"{c['method']}-{c['d']}x{c['D']}-K{c['K']}"
+
+
+def energy_check(S: torch.Tensor, ranks: list[int], tau: float) -> dict:
+    """The energy rule on the float64 spectrum ``S`` (modules, s) against the ranks a
+    method chose: ``rank_float64`` (per module, the smallest p whose leading sigma_i^2
+    hold ``tau`` of the total), ``energy_kept`` (per module, the float64 energy fraction of
+    the chosen rank) and its minimum over modules, ``energy_kept_min``."""
+    e = S.double().square()
+    frac = e.cumsum(-1) / e.sum(-1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
+    rank64 = ((frac < tau).sum(-1) + 1).clamp(max=S.shape[-1])
+    kept = [float(frac[i, p - 1]) if p > 0 else 0.0 for i, p in enumerate(ranks)]
+    return dict(rank_float64=rank64.tolist(), energy_kept=kept, energy_kept_min=min(kept))
+
+
+def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
+    """Fig. 3's metrics of the point (:func:`benchmarks.experiments.fig3.metrics`) and the
+    energy rule against float64 (:func:`energy_check`)."""
+    c = config
+    out = fig3.metrics(c, device)
+    S = fig3.reference(c["d"], c["D"], c["r"], c["client_rank"], c["modules"])[2]
+    out.update(energy_check(S, out["ranks"], c["tau"]))
+    return out
+
+
+def measure(config: dict, device: torch.device | str = "cpu") -> dict:
+    """One point's result: ``timing`` (:meth:`benchmarks.measure.Timing.as_dict`) and :func:`metrics`."""
+    from benchmarks.measure import timed
+    from benchmarks.measure.methods import spec
+
+    timing = timed(call(config, device), device=device, **spec(config["method"]).timing(config["repeats"]))
+    return dict(timing=timing.as_dict(), **metrics(config, device))
+
+
+# ----------------------------------------------------------------------------- interleaved ratios
+
+
+def growth(ks: list[int], times: list[float]) -> float:
+    """Least-squares exponent a of time ~ K^a (NaN with fewer than two distinct K)."""
+    if len(set(ks)) < 2:
+        return math.nan
+    lx = [math.log(k) for k in ks]
+    ly = [math.log(t) for t in times]
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    sxx = sum((x - mx) ** 2 for x in lx)
+    return sum((x - mx) * (y - my) for x, y in zip(lx, ly)) / sxx
+
+
+def ratios(size: str = "reduced", *, repeats: int = 5, method: str = "fraq", dense: str = "flexlora",
+           shapes: list[str] | None = None, device: torch.device | str = "cpu", log=print) -> dict:
+    """``method``'s latency over the dense path's at every (shape, K) of the ``size`` sweep,
+    each pair timed round-robin (:func:`benchmarks.measure.round_robin`) so that a machine
+    whose speed drifts slows both alike, at the current torch threads.
+
+    ``shapes``: only these (``"768x3072"``), default all. Returns ``{"rows": [...],
+    "shapes": [...]}``: a row per point (``m, n, K, r, ms, dense_ms, ratio``) and per shape
+    the exponents of ``method``'s time in K up to r = d and from r = d on
+    (``growth_below``, ``growth_above``), the largest ratio at r >= d (``worst_above``)
+    and the ratios below r = d/2 (``below_half``). Each point's line goes to ``log``.
+    """
+    from benchmarks.measure import round_robin
+
+    c = size_config(size, "clients")
+    chosen = [(m, n, ks) for m, n, ks in c["shapes"] if shapes is None or f"{m}x{n}" in shapes]
+    rows, summary = [], []
+    for m, n, ks in chosen:
+        for K in ks:
+            base = dict(figure="clients", sweep="K", mode="batched", d=m, D=n, K=K, r=K * c["client_rank"], p=None,
+                        tau=c["tau"], modules=c["modules"], client_rank=c["client_rank"])
+            t = round_robin({x: call(dict(base, method=x), device) for x in (method, dense)}, repeats, device)
+            ms, dense_ms = t[method].median * 1e3, t[dense].median * 1e3
+            rows.append(dict(m=m, n=n, K=K, r=base["r"], ms=ms, dense_ms=dense_ms, ratio=ms / dense_ms))
+            log(f"  {m}x{n}  K = {K:4d}  r = {base['r']:5d} ({base['r'] / m:4.2f} d)  {method} {ms:9.1f} ms  "
+                f"{dense} {dense_ms:9.1f} ms  {method} / {dense} {ms / dense_ms:5.2f}")
+        mine = [x for x in rows if (x["m"], x["n"]) == (m, n)]
+        below = [x for x in mine if x["r"] <= m]
+        above = [x for x in mine if x["r"] >= m]
+        summary.append(dict(m=m, n=n, growth_below=growth([x["K"] for x in below], [x["ms"] for x in below]),
+                            growth_above=growth([x["K"] for x in above], [x["ms"] for x in above]),
+                            worst_above=max((x["ratio"] for x in above), default=math.nan),
+                            below_half=[x["ratio"] for x in mine if 2 * x["r"] <= m]))
+    return dict(size=size, method=method, dense=dense, tau=c["tau"], client_rank=c["client_rank"],
+                modules=c["modules"], repeats=repeats, threads=torch.get_num_threads(), rows=rows, shapes=summary)
