@@ -147,7 +147,8 @@ def _valid(rows: pd.DataFrame) -> pd.DataFrame:
                           stacklevel=3)
             continue
         keep.append(i)
-    return rows.loc[keep].reset_index(drop=True)
+    # infer_objects: a column a skipped file made mixed (a name among numbers) becomes numeric again
+    return rows.loc[keep].reset_index(drop=True).infer_objects()
 
 
 def _absent(v) -> bool:

@@ -106,11 +106,12 @@ def _conf():
     return conf
 
 
-def recorded(machine: str, sha: str, env: str, results: str = RESULTS) -> bool:
-    """Whether ``machine`` has results of ``sha`` in environment ``env`` (asv's own file name)."""
+def recorded(machine: str, sha: str, env: str, results: str | None = None) -> bool:
+    """Whether ``machine`` has results of ``sha`` in environment ``env`` (asv's own file name)
+    under ``results`` (default :data:`RESULTS`)."""
     from asv.results import get_filename
 
-    return os.path.isfile(os.path.join(results, get_filename(machine, sha, env)))
+    return os.path.isfile(os.path.join(results or RESULTS, get_filename(machine, sha, env)))
 
 
 def _results(conf, machine: str, sha: str, env: str) -> dict:
@@ -199,11 +200,11 @@ def main(argv=None) -> int:
             continue
         with tempfile.TemporaryDirectory(prefix=f"fraq-{sha[:8]}-") as tree:
             export_commit(sha, tree)
-            env = dict(os.environ, ASV_PYTHONPATH=tree)
+            run_env = dict(os.environ, ASV_PYTHONPATH=tree)
             run = ["run", f"--python={python}", "--set-commit-hash", sha, "--machine", machine, "--show-stderr"]
             run += ["--quick"] if args.quick else []
             run += ["-b", args.bench] if args.bench else []
-            rc = _asv(*run, env=env).returncode
+            rc = _asv(*run, env=run_env).returncode
             # asv exits 2 when some benchmark failed: recorded as failed, which the comparison reports.
             if rc not in (0, 2):
                 return 2

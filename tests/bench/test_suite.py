@@ -198,6 +198,38 @@ def test_regress_counts_a_commit_recorded_only_in_its_environment(tmp_path):
     assert recorded("host", sha, other, results=str(tmp_path))
 
 
+def test_regress_records_only_what_its_environment_misses(monkeypatch, tmp_path, capsys):
+    """Of two commits, the older recorded only under another interpreter's name and the newer
+    in regress's environment, regress records the older alone, naming its one interpreter,
+    and still finds the newer recorded after it."""
+    pytest.importorskip("asv")
+    from types import SimpleNamespace
+
+    from asv.results import get_filename
+
+    from benchmarks import regress
+
+    try:
+        shas = regress._git("rev-list", "--first-parent", "-n", "2", "HEAD").split()[::-1]
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    if len(shas) < 2:
+        pytest.skip("fewer than 2 commits")
+    mine, other = regress.env_name(), regress.env_name(sys.prefix + "/bin/python3")
+    for sha, env in ((shas[0], other), (shas[1], mine)):
+        path = tmp_path / get_filename("host", sha, env)
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("{}")
+    calls = []
+    monkeypatch.setattr(regress, "RESULTS", str(tmp_path))
+    monkeypatch.setattr(regress, "_asv", lambda *a, env=None, capture=False: calls.append(a)
+                        or SimpleNamespace(returncode=0))
+    regress.main(["--commits", "2", "--branch", "HEAD", "--machine", "host", "--quick"])
+    runs = [c for c in calls if c[0] == "run"]
+    assert len(runs) == 1 and shas[0] in runs[0] and f"--python={regress.asv_python()}" in runs[0], runs
+    assert f"{shas[1][:8]}: already recorded on host in {mine}" in capsys.readouterr().out
+
+
 def test_export_commit_is_the_commit_alone(tmp_path):
     from benchmarks.regress import export_commit
 
