@@ -95,7 +95,7 @@ def load_results(paths: str | Path | Iterable, experiment: str | None = None, *,
     flattened with dots: ``timing.median``), ``machine.*``, ``versions.*``, ``device``,
     ``dtype``, ``threads``, ``git_sha``, ``loadavg``, ``created``. A JSON file without
     the format's keys (:data:`RESULT_KEYS`) is skipped with a warning naming it and the
-    missing keys, and so is one whose config, result or machine is not an object;
+    missing keys, and so is one whose config, result, machine or versions is not an object;
     ``current=True`` also skips, naming it, a file in an older format (without
     :data:`FORMAT_KEYS`). ``experiment`` filters.
     """
@@ -105,7 +105,7 @@ def load_results(paths: str | Path | Iterable, experiment: str | None = None, *,
         if missing:
             warnings.warn(f"skipped {f}: not a result file (no {', '.join(missing)})", stacklevel=2)
             continue
-        bad = [k for k in ("config", "result", "machine") if not isinstance(rec[k], dict)]
+        bad = [k for k in ("config", "result", "machine", "versions") if k in rec and not isinstance(rec[k], dict)]
         if bad:
             warnings.warn(f"skipped {f}: malformed result file ({', '.join(bad)} not a JSON object)", stacklevel=2)
             continue

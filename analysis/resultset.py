@@ -46,6 +46,7 @@ REQUIRED = {
     "fig4_cond": ("method", "kappa", "relative_error"),
     "fig1": ("method", "clients", "client_rank", "downlink_params_full"),
     "backends": ("case", "backend", "ms_1t", "gap_to_optimum"),
+    "federated": ("variant", "method", "seed"),
 }
 """The columns each drawn experiment's figure, table and verdicts read."""
 
@@ -146,7 +147,8 @@ def _valid(rows: pd.DataFrame) -> pd.DataFrame:
                           stacklevel=3)
             continue
         keep.append(i)
-    return rows.loc[keep].reset_index(drop=True)
+    # infer_objects: a column a skipped file made mixed (a name among numbers) becomes numeric again
+    return rows.loc[keep].reset_index(drop=True).infer_objects()
 
 
 def _absent(v) -> bool:
