@@ -12,7 +12,8 @@ to ``results/reproduce`` (git-ignored).
 The report is one loop over :data:`SECTIONS`, the registry of its sections: each is a
 module of :mod:`analysis.sections` that says which experiments it reads and draws its
 part (:class:`analysis.sections.Section`). A section whose experiments were not run is
-left out; one that has some of them but not all is named in a warning.
+left out; one that has some of them but not all, or whose drawing fails, is named in a
+warning (and under *Not measured or skipped*) and the others are drawn.
 """
 
 from __future__ import annotations
@@ -99,8 +100,12 @@ def _build(out: Path, pdf: bool = True) -> Path:
                 warnings.warn(f"section {name!r} not drawn: it reads {', '.join(mod.reads)}, and {missing} has no "
                               f"results (python -m benchmarks.run {missing.replace(',', '')})", stacklevel=2)
             continue
-        for sec in mod.draw(res):
-            parts.append(_render(sec, figs, made, pdf))
+        try:
+            drawn = [_render(sec, figs, made, pdf) for sec in mod.draw(res)]
+        except Exception as exc:  # one section's failure is named in the report; the others are still drawn
+            warnings.warn(f"section {name!r} not drawn: {type(exc).__name__}: {exc}", stacklevel=2)
+            continue
+        parts += drawn
 
     head = ["# FRAQ server-side reproduction", ""]
     size = res.configuration.get("size")

@@ -360,6 +360,14 @@ def test_a_report_section_is_a_module_and_a_line(tiny, tmp_path, monkeypatch):
     assert text.index("## Extra") > text.index("## Figure 1")  # registered last, drawn last
     assert "## Figure 4" not in text and "## Figure 3" in text
     assert "section 'fig4' not drawn" in text.split("## Not measured or skipped")[1]
+    broken = types.ModuleType("analysis.sections.broken_for_test")
+    broken.reads = ("table4",)
+    broken.draw = lambda res: 1 / 0
+    monkeypatch.setitem(sys.modules, broken.__name__, broken)
+    monkeypatch.setitem(reproduce.SECTIONS, "broken", "broken_for_test")
+    with pytest.warns(UserWarning, match=r"section 'broken' not drawn: ZeroDivisionError"):
+        text = reproduce.build(out).read_text()
+    assert "## Extra: the ablation's variants" in text and "## Figure 3" in text  # the others still drawn
     with pytest.raises(ValueError, match=r"section\(='nope'\) is not one of tables123"):
         reproduce.section_module("nope")
 
