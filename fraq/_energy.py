@@ -64,15 +64,26 @@ def _rank_from_cumsum(cums, tau: float):
     return (cums < tau * total).sum(-1) + (total[..., 0] > 0)
 
 
-def energy_rule(lam: np.ndarray, tau: float | None, rank: int | None) -> tuple[np.ndarray, np.ndarray]:
+def energy_rule(lam: np.ndarray, tau: float | None, rank: int | None,
+                below: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(p, energy) per matrix from floored, descending eigenvalues (host arrays (nb, s)): the
-    energy rule at ``tau``, or the fixed ``rank``; the energy of a zero aggregate is 1
-    (nothing is lost)."""
+    energy rule at ``tau``, or the fixed ``rank``.
+
+    ``below`` (nb,): the sum of the eigenvalues at or below the floor (default 0), so that
+    the total is the Gram's trace, ||H||_F^2. The floor decides which directions can be
+    kept, never how much energy there is: a stack of many clients (r near or past d) has
+    hundreds of real eigenvalues below s * eps * lambda_1, each only eps * lambda_1
+    accurate but together about 0.1% of the energy, and a total without them would stop
+    the rule early and keep less than ``tau`` of ||B A||_F^2 (the float64 spectrum's rank
+    is the reference). The rank is at most the count of eigenvalues above the floor, so
+    ``tau = 1`` keeps the numerical rank; where none is above it the aggregate is zero to
+    the dtype's accuracy, p = 0 and its energy is 1 (nothing is lost)."""
     cums = lam.cumsum(-1)
-    total = cums[:, -1]
+    total = cums[:, -1] if below is None else cums[:, -1] + np.maximum(below, 0.0)
+    live = (lam > 0).sum(-1)
     if tau is not None:
-        p = _rank_from_cumsum(cums, tau)
+        p = np.minimum((cums < tau * total[:, None]).sum(-1) + (total > 0), live)
     else:
         p = np.full(lam.shape[0], rank, dtype=np.int64)
-    kept = cums[np.arange(lam.shape[0]), np.maximum(p - 1, 0)]  # 0 where p = 0: the total is 0 there
-    return p, np.where(total > 0, kept / np.maximum(total, _TINY64), 1.0)
+    kept = cums[np.arange(lam.shape[0]), np.maximum(p - 1, 0)]  # 0 where p = 0
+    return p, np.where(live > 0, kept / np.maximum(total, _TINY64), 1.0)

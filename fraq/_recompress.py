@@ -73,11 +73,14 @@ def recompress(
     transposed back.
 
     The rank is either fixed (``rank=p``) or chosen by the energy rule (Eq. 11): the
-    smallest p whose leading eigenvalues hold at least ``tau`` of the total. Eigenvalues
-    at or below the Gram's noise floor, ``s * eps * lambda_1`` with s = min(d, r), are
-    exact zeros: they are rounding noise of the squared spectrum, not directions of the
-    aggregate, so ``tau=1`` keeps the numerical rank (duplicate clients give half the
-    stacked rank) and an all-zero aggregate gives rank 0. With r, m or n zero the
+    smallest p whose leading eigenvalues hold at least ``tau`` of the total, the Gram's
+    trace ||B A||_F^2. Eigenvalues at or below the Gram's noise floor, ``s * eps *
+    lambda_1`` with s = min(d, r), or ``(s * eps)^2 ||X||_F^2 ||Y||_F^2`` (the rounding
+    of the product itself, which decides when clients cancel), are never kept: they are
+    rounding noise of the squared spectrum, not directions of the aggregate, so ``tau=1``
+    keeps the numerical rank (duplicate clients give half the stacked rank) and an
+    aggregate of exactly cancelling clients, or all-zero, gives rank 0. They still count
+    in the total (:func:`fraq._energy.energy_rule`). With r, m or n zero the
     aggregate is the zero matrix and the result has rank 0 in both modes (its best
     approximation of any rank is itself); an empty batch keeps the requested width.
 
@@ -292,11 +295,14 @@ class _Pass:
 @dataclass(frozen=True)
 class _Reading:
     """The pass's one host read, per matrix (numpy): ``lam`` (nb, s) the Gram's eigenvalues,
-    descending, zero at or below the noise floor; ``ok`` in range; ``cancels`` (factored
-    Gram under the guard, else None); ``rejected`` (a deferred basis, else None); ``lam1`` the Gram's
-    largest eigenvalue (NaN where the solver refused it); ``e`` the scale exponents (None before rescaling)."""
+    descending, zero at or below the noise floor; ``below`` the sum of those the floor
+    zeroed (with ``lam``'s sum, the Gram's trace: the energy rule's total); ``ok`` in
+    range; ``cancels`` (factored Gram under the guard, else None); ``rejected`` (a deferred
+    basis, else None); ``lam1`` the Gram's largest eigenvalue (NaN where the solver refused
+    it); ``e`` the scale exponents (None before rescaling)."""
 
     lam: np.ndarray
+    below: np.ndarray
     ok: np.ndarray
     cancels: np.ndarray | None
     rejected: np.ndarray | None
@@ -347,7 +353,7 @@ def _pipeline(plan: Plan, whole: tuple, batch: tuple, B: torch.Tensor, A: torch.
     at, coords, eig, rd = _settle(plan, whole, at, s)  # 3. coordinates and Gram, 4. eigenproblem
     if rd.e is not None or plan.out_dtype != plan.cdt:  # in range otherwise (see fraq._range.verdict)
         _range.check_representable(whole, rd.lam[:, 0], rd.e, plan.out_dtype, partial(_name_matrix, batch, offset))
-    p, energy = energy_rule(rd.lam, plan.tau, plan.rank)  # 5. energy rule, on the host
+    p, energy = energy_rule(rd.lam, plan.tau, plan.rank, rd.below)  # 5. energy rule, on the host
     B, A = _map_back(plan, at, coords, eig[1], p, transposed)  # 6. map back and 7. unorient
     info = {"rescaled": at.rescaled, "gram": plan.gram, "product_gram_count": 0 if at.factored else nb,
             **at.basis.info}
@@ -388,14 +394,14 @@ def _eigen(G: torch.Tensor, edt: torch.dtype) -> tuple[torch.Tensor, torch.Tenso
 
 def _read(plan: Plan, at: _Pass, coords: _gram.Coordinates, eig, s: int) -> _Reading:
     """The pass's verdicts, decided on the host from its one read (:func:`_to_host`): the
-    eigenvalues, max|C| (:func:`fraq._range.stats`), ||C||_F under the Gram guard, a
-    deferred basis's rejections, the scale exponents and the diagonal of W_Y."""
-    device = {"c_max": _range.stats(at.basis.C)}
+    eigenvalues, max|C| (:func:`fraq._range.stats`), ||C||_F and ||Y||_F (the inputs' scale,
+    for the noise floor and the Gram guard), a deferred basis's rejections, the scale
+    exponents and the diagonal of W_Y."""
+    device = {"c_max": _range.stats(at.basis.C), "c_norm": _gram.frobenius(at.basis.C),
+              "y_norm": _gram.frobenius(at.Y)}
     guard = plan.guard and at.factored
     if eig is not None:
         device["lam"] = eig[0]
-    if guard:
-        device["c_norm"] = _gram.frobenius(at.basis.C)
     if at.basis.rejected is not None:
         device["rejected"] = at.basis.rejected
     if at.e is not None:
@@ -408,10 +414,13 @@ def _read(plan: Plan, at: _Pass, coords: _gram.Coordinates, eig, s: int) -> _Rea
     with np.errstate(over="ignore", invalid="ignore"):  # a sum of a matrix out of range may overflow: it fails
         w_max = None if w_diag is None else w_diag.max(-1).tolist()
         traces = (w_diag.sum(-1).tolist(), lam.sum(-1).tolist()) if guard else None
+        input_sq = np.square(host["c_norm"] * host["y_norm"])[:, None]
     ok = _range.verdict(host["c_max"].tolist(), lam[:, -1].tolist(), w_max, plan.cdt, plan.edt)
     cancels = ok & _gram.cancels(host["c_norm"].tolist(), *traces, s) if guard else None
     lam = lam[:, ::-1]
-    return _Reading(lam=np.where(lam > noise_floor(lam[:, :1], s, plan.cdt), lam, 0.0), ok=ok, cancels=cancels,
+    floor = noise_floor(lam[:, :1], s, plan.cdt, input_sq)
+    kept = lam > floor
+    return _Reading(lam=np.where(kept, lam, 0.0), below=np.where(kept, 0.0, lam).sum(-1), ok=ok, cancels=cancels,
                     rejected=host["rejected"] > 0 if "rejected" in host else None, lam1=lam[:, 0],
                     e=host["e"].astype(np.int64) if "e" in host else None)
 

@@ -153,19 +153,38 @@ def test_a_method_whose_workspace_cannot_fit_is_named_and_the_others_run(monkeyp
     from benchmarks.experiments import clients_models as cm
     from benchmarks.measure import threads
 
-    config = cm.points(QUICK)[0]
+    config = dict(cm.points(QUICK)[0], repeats=1, budget_s=1e9)
     est = cm.estimate(cm.preset_with(config["preset"], config["clients"], config["client_rank"]), config["methods"],
                       config["layers"])
     room = est["factors"] + max(est["peak"]["fraq"], est["peak"]["florist"])
-    assert est["peak"]["flexlora"] > room  # the dense d x D matrices are FlexLoRA's alone
+    # the dense d x D matrices are FlexLoRA's alone: not even one module of it fits
+    assert est["one_module_peak"]["flexlora"] > room
     monkeypatch.setattr(cm, "available_bytes", lambda: room)
     said = []
     with threads(1):
-        res = cm.measure(dict(config, repeats=1), log=said.append)
+        res = cm.measure(config, log=said.append)
     rows = {r["name"]: r for r in res["rows"]}
     assert "not run" in rows["flexlora"]["skipped"] and len(said) == 1 and "flexlora" in said[0]
     for name in ("fraq", "florist"):
         assert rows[name]["latency"]["median"] > 0 and rows[name]["peak_bytes"] > 0
+        assert rows[name]["peak_scope"] == "first 1 layer(s)"  # the whole (built) model: it fits
+
+
+def test_a_method_whose_whole_model_cannot_fit_is_extrapolated_from_one_module(monkeypatch):
+    from benchmarks.experiments import clients_models as cm
+    from benchmarks.measure import threads
+
+    config = dict(cm.points(QUICK)[0], repeats=1, budget_s=1e9, methods=["fraq"])
+    est = cm.estimate(cm.preset_with(config["preset"], config["clients"], config["client_rank"]), ["fraq"],
+                      config["layers"])
+    room = est["factors"] + est["stacks"]
+    assert est["one_module_peak"]["fraq"] <= room < est["peak"]["fraq"]
+    monkeypatch.setattr(cm, "available_bytes", lambda: room)
+    said = []
+    with threads(1):
+        (row,) = cm.measure(config, log=said.append)["rows"]
+    assert row["peak_scope"] == "largest one-module call" and "the whole model needs about" in row["extrapolated"]
+    assert len(said) == 1 and "extrapolated from one module per shape" in said[0]
 
 
 def test_the_estimate_bounds_the_measured_peak():

@@ -228,3 +228,20 @@ def test_the_guard_holds_on_the_factored_identity_path():
     assert float(_excess(B, A, res)) <= EXCESS_FACTOR * eps(F32) * math.sqrt(32)
     plain = fraq.recompress(*_stacked(32, 256, 4, seed=13), tau=0.9)
     assert plain.info["basis"] == "identity" and plain.info["product_gram_count"] == 0
+
+
+@pytest.mark.parametrize("m,n,K", [(256, 256, 30), (256, 256, 32), (256, 512, 32)])
+def test_the_energy_rule_counts_the_energy_below_the_floor(m, n, K):
+    """Near r = d a float32 Gram has hundreds of real eigenvalues below its noise floor
+    s * eps * lambda_1, together about 0.1% of ||B A||_F^2: the rule's total is the Gram's
+    trace, so the rank is the float64 spectrum's and keeps at least tau of the true energy."""
+    tau = 0.95
+    B, A = _stacked(m, n, K, seed=14)
+    res = fraq.recompress(B, A, tau=tau)
+    S = dense_svd(B.double() @ A.double()).S
+    energy = S.square().cumsum(0) / S.square().sum()
+    margin = 16 * eps(F32) * math.sqrt(8 * K)
+    assert float(energy[res.rank - 1]) >= tau - margin
+    if all(abs(float(e) - tau) > margin for e in energy):
+        assert res.rank == int((energy < tau).sum()) + 1
+    assert abs(float(res.energy) - float(energy[res.rank - 1])) <= margin

@@ -11,8 +11,9 @@ and ``sample`` this module reuses).
 - **Memory first.** Before the inputs are built, :func:`estimate` bounds the job's memory
   (the clients' factors, their stacks, each method's workspace and outputs) and
   compares it with the memory available now (:func:`available_bytes`). A job whose inputs
-  do not fit, or a method whose workspace does not, is not run: one line says so with the
-  estimate, instead of an out-of-memory kill.
+  do not fit, or a method of which not even one module fits, is not run, and a method
+  whose whole-model call would not fit is extrapolated from one module per shape: one
+  line says so with the estimate, instead of an out-of-memory kill.
 - **Time.** Each method is first timed on one module per distinct shape, weighted by the
   number of modules of that shape. When that estimate is above the size's ``budget_s``
   the method's latency is that extrapolation, labelled ``extrapolated``; otherwise the
@@ -102,17 +103,29 @@ def _workspace(method: str, m: int, n: int, r: int, count: int) -> int:
         chunk = max(1, min(count, 2**30 // (m * n * F32)))
         return F32 * (chunk * (2 * m * n + (m + n) * d) + count * out)
     if cls.basis_backend:
-        # the oriented copies of both stacks, an r x r (factored) or s x s Gram with its
-        # eigenvectors, H = R Y (s x D)
-        return F32 * count * ((d + D) * r + 2 * r * r + s * D + out)
+        # recompress runs a batch chunk by chunk (CHUNK_BYTES of working set, at least one
+        # matrix); per matrix the oriented copies of both stacks, an r x r (factored) or
+        # s x s Gram with its eigenvectors, H = R Y (s x D)
+        one = F32 * ((d + D) * r + 2 * r * r + s * D)
+        return max(1, min(count, _chunk_bytes() // one)) * one + F32 * count * out
     # thin SVDs of both stacks (a copy of each, U and Vh) and the small core's SVD
     return F32 * count * (2 * (m + n) * r + 2 * s * r + 3 * s * s + out)
 
 
+def _chunk_bytes() -> int:
+    """recompress's chunk working set (:data:`fraq._parallel.CHUNK_BYTES`; 16 MiB in a fraq
+    without it, an older commit measured by ``benchmarks.regress``)."""
+    try:
+        from fraq._parallel import CHUNK_BYTES
+    except ImportError:
+        return 16 * 2**20
+    return CHUNK_BYTES
+
+
 def estimate(preset, methods: list[str], layers: int | None = None) -> dict:
     """Bytes a job on ``preset`` (its first ``layers`` layers; all when None) needs:
-    ``factors`` (the clients' uploads, the inputs), ``stacks`` (their weighted stacks, every
-    module), per method ``workspace`` (the largest shape's batch, :func:`_workspace`, times
+    ``factors`` (the clients' uploads, the inputs), ``stacks`` (twice that: an aggregator
+    gathers the uploads of one shape into batches and stacks them weighted), per method ``workspace`` (the largest shape's batch, :func:`_workspace`, times
     :data:`MARGIN`) and
     ``peak`` (stacks + workspace: the tensor peak above the inputs of a whole-model call),
     and ``one_module_peak`` (the same for the largest single-module call)."""
@@ -122,9 +135,9 @@ def estimate(preset, methods: list[str], layers: int | None = None) -> dict:
         shapes[(g.m, g.n)] = shapes.get((g.m, g.n), 0) + (g.count if layers is None else min(layers, g.count))
     groups = [(m, n, c) for (m, n), c in shapes.items()]
     factors = sum(c * (m + n) * r for m, n, c in groups) * F32
-    stacks = factors
+    stacks = 2 * factors
     work = {mt: int(MARGIN * max(_workspace(mt, m, n, r, c) for m, n, c in groups)) for mt in methods}
-    one = {mt: max(F32 * (m + n) * r + int(MARGIN * _workspace(mt, m, n, r, 1)) for m, n, _ in groups)
+    one = {mt: max(2 * F32 * (m + n) * r + int(MARGIN * _workspace(mt, m, n, r, 1)) for m, n, _ in groups)
            for mt in methods}
     return dict(factors=factors, stacks=stacks, workspace=work, peak={mt: stacks + w for mt, w in work.items()},
                 one_module_peak=one)
@@ -175,18 +188,25 @@ def measure(config: dict, device: torch.device | str = "cpu", log=None) -> dict:
     for name in c["methods"]:
         method = _method(name, c["tau"])
         free = available_bytes()
-        if est["peak"][name] > free:
+        if est["one_module_peak"][name] > free:
             reason = (f"{method.label} on {c['preset']} with {c['clients']} clients needs about "
-                      f"{_gib(est['peak'][name])} above its inputs (stacks {_gib(est['stacks'])}, workspace "
-                      f"{_gib(est['workspace'][name])}), {_gib(free)} available: not run")
+                      f"{_gib(est['one_module_peak'][name])} above its inputs for one module, {_gib(free)} "
+                      "available: not run")
             log(f"clients_models: {reason}")
             rows.append(dict(method=method.label, name=name, skipped=reason))
             continue
         job = prepare(model, method, subset=True)
         sample(job, device)
         guess = job.samples.pop()
-        if guess <= c["budget_s"]:
+        free = available_bytes()
+        if guess <= c["budget_s"] and est["peak"][name] <= free:
             job = prepare(model, method, subset=False)
+        elif guess <= c["budget_s"]:
+            reason = (f"the whole model needs about {_gib(est['peak'][name])} above its inputs (stacks "
+                      f"{_gib(est['stacks'])}, workspace {_gib(est['workspace'][name])}), {_gib(free)} available")
+            log(f"clients_models: {method.label} on {c['preset']} with {c['clients']} clients: {reason}: "
+                "extrapolated from one module per shape")
+            job.row["extrapolated"] += f" ({reason})"
         job.row["one_module_per_shape_s"] = guess
         jobs.append(job)
         rows.append(job.row)
