@@ -47,6 +47,7 @@ REQUIRED = {
     "fig1": ("method", "clients", "client_rank", "downlink_params_full"),
     "peft": ("model", "p", "modules", "clients", "rows"),
     "backends": ("case", "backend", "ms_1t", "gap_to_optimum"),
+    "federated": ("variant", "method", "seed"),
 }
 """The columns each drawn experiment's figure, table and verdicts read."""
 
