@@ -94,8 +94,12 @@ bench-gpu:
 	$(PY) -m benchmarks.run fig3 table4 tables123 --size paper --device $(DEVICE) --out results/gpu/results
 	$(PY) -m analysis.reproduce --out results/gpu
 
+# every method over the setting's seeds and rank variants, one result file per run (a rerun keeps the
+# finished runs and continues an interrupted one), then the report: results/federated/quick/report.md
+FEDERATED_OUT = results/federated/quick
 federated:
-	$(PY) -m fraq.federated
+	$(PY) -m fraq.federated --out $(FEDERATED_OUT) $(if $(wildcard $(FEDERATED_OUT)/results/federated/*.json $(FEDERATED_OUT)/checkpoints/*.pt),--resume)
+	$(PY) -m analysis.reproduce --out $(FEDERATED_OUT)
 
 flower-local:
 	$(PY) -m fraq.federated.flower.local
@@ -109,4 +113,5 @@ peft-example:
 	.venv/bin/fraq aggregate results/peft-example/client0 results/peft-example/client1 results/peft-example/client2 --weights 120 80 40 --tau 0.95 -o results/peft-example/merged --report
 
 federated-smoke:
-	$(PY) -m fraq.federated --methods fedit fraq --clients 2 --rounds 1 --steps 5 --set dataset.train_per_intent=20 --set dataset.test_per_intent=5 --out results/federated/smoke --overwrite --no-progress
+	$(PY) -m fraq.federated --config smoke --out results/federated/smoke --overwrite --no-progress
+	$(PY) -m analysis.reproduce --out results/federated/smoke

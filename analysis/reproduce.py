@@ -55,6 +55,7 @@ def build(out: Path) -> Path:
 
 SECTIONS: dict[str, str] = {
     "tables123": "tables123",
+    "federated": "federated",
     "table4": "table4",
     "fig3": "fig3",
     "clients": "clients",

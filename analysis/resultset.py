@@ -46,6 +46,7 @@ REQUIRED = {
     "fig4_cond": ("method", "kappa", "relative_error"),
     "fig1": ("method", "clients", "client_rank", "downlink_params_full"),
     "backends": ("case", "backend", "ms_1t", "gap_to_optimum"),
+    "federated": ("variant", "method", "seed"),
 }
 """The columns each drawn experiment's figure, table and verdicts read."""
 

@@ -484,25 +484,6 @@ def test_figure_legends_cover_no_panel_title(tiny, tmp_path):
             assert not any(title.overlaps(other) for n, other in titles if n != name), name  # nor each other
 
 
-def test_one_round_federated_plot_has_integer_round_ticks(tmp_path):
-    from fraq.federated.results import _plot
-
-    fig_path = tmp_path / "rounds.png"
-    seen = []
-    import matplotlib.pyplot as plt
-
-    close = plt.close
-    try:  # keep the figure _plot closes, to read its ticks
-        plt.close = lambda fig=None: seen.append(fig)
-        assert _plot([{"method": "fraq", "rounds": [{"round": 1, "accuracy": 0.5, "downlink_pct_flora": 20.0}]}],
-                     fig_path)
-    finally:
-        plt.close = close
-    ticks = [t for ax in seen[0].axes for t in ax.get_xticks()]
-    assert ticks and all(float(t).is_integer() for t in ticks), ticks
-    _png_ok(fig_path)
-
-
 # ----------------------------------------------------------------------------- notebooks
 
 

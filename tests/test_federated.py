@@ -46,7 +46,7 @@ def tiny_config(**over) -> dict:
             "federated.clients": 3, "federated.rounds": 2, "federated.head_rounds": 1, "federated.eval_every": 1,
             "train.steps": 3, "train.batch_size": 8, "train.lr": 0.01, "train.head_lr": 0.01,
             "model.name": TINY_MODEL, "model.max_length": 48, "model.layers_to_transform": [1],
-            "model.cache_prefix": True, "partition.min_size": 5}
+            "model.cache_prefix": True, "partition.min_size": 5, "seeds": None, "variants": {"homogeneous": {}}}
     base.update(over)
     return load_config("quick", base)
 
@@ -248,72 +248,94 @@ def _kill_after(round_no):
     return log
 
 
+def records(out: Path) -> dict[str, dict]:
+    """key -> result record of every result file of the run in ``out``."""
+    return {p.stem: json.loads(p.read_text()) for p in sorted((out / "results" / "federated").glob("*.json"))}
+
+
 def test_resume_equals_uninterrupted(tmp_path):
-    cfg = tiny_config(**{"methods": ["lora-a2", "fraq:tau=0.9"], "federated.rounds": 3,
+    cfg = tiny_config(**{"methods": ["lora-a2", "fraq:tau=0.9"], "federated.rounds": 3, "seeds": [1, 2],
                          "federated.save_adapters_round": 3})
-    rows_a = run_experiment(cfg, tmp_path / "a", progress=False, log=lambda *a: None)
+    files_a = run_experiment(cfg, tmp_path / "a", progress=False, log=lambda *a: None)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(cfg, tmp_path / "b", progress=False, log=_kill_after(2))
-    assert (tmp_path / "b" / "lora-a2" / "checkpoint.pt").exists()
-    rows_b = run_experiment(cfg, tmp_path / "b", resume=True, progress=False,
-                            log=lambda *a: None)
-    ra = json.loads((tmp_path / "a" / "results.json").read_text())["methods"]
-    rb = json.loads((tmp_path / "b" / "results.json").read_text())["methods"]
-    for ma, mb in zip(ra, rb):
-        for x, y in zip(ma["rounds"], mb["rounds"]):
-            for key in ("accuracy", "train_loss", "downlink_params", "ranks", "rank_mean"):
-                assert x[key] == y[key], (ma["method"], x["round"], key)
-    for label in ("lora-a2", "fraq-tau0.9"):
-        fa = load_client_adapters(tmp_path / "a" / "adapters" / f"{label}_round3.safetensors")
-        fb = load_client_adapters(tmp_path / "b" / "adapters" / f"{label}_round3.safetensors")
+    assert (tmp_path / "b" / "checkpoints" / "homogeneous-lora-a2-seed1.pt").exists()
+    files_b = run_experiment(cfg, tmp_path / "b", resume=True, progress=False, log=lambda *a: None)
+    assert [f.name for f in files_a] == [f.name for f in files_b] == [
+        "homogeneous-lora-a2-seed1.json", "homogeneous-fraq-tau0.9-seed1.json",
+        "homogeneous-lora-a2-seed2.json", "homogeneous-fraq-tau0.9-seed2.json"]
+    ra, rb = records(tmp_path / "a"), records(tmp_path / "b")
+    assert ra.keys() == rb.keys()
+    for key in ra:
+        assert ra[key]["config"] == rb[key]["config"] and ra[key]["config"]["seed"] == int(key[-1])
+        for x, y in zip(ra[key]["result"]["rounds"], rb[key]["result"]["rounds"], strict=True):
+            for field in ("accuracy", "train_loss", "downlink_params", "ranks", "rank_mean"):
+                assert x[field] == y[field], (key, x["round"], field)
+            assert x["accuracy"] is not None  # evaluated every round
+    for key in ra:
+        fa = load_client_adapters(tmp_path / "a" / "adapters" / f"{key}_round3.safetensors")
+        fb = load_client_adapters(tmp_path / "b" / "adapters" / f"{key}_round3.safetensors")
         for ua, ub in zip(fa.updates, fb.updates):
             for n in ua.factors:
                 assert torch.equal(ua.factors[n][1], ub.factors[n][1])
-    assert [r["accuracy_pct"] for r in rows_a] == [r["accuracy_pct"] for r in rows_b]
+    assert not list((tmp_path / "b" / "checkpoints").iterdir())
+    seeds = {k: r["result"]["rounds"][0]["train_loss"] for k, r in ra.items() if "lora-a2" in k}
+    assert seeds["homogeneous-lora-a2-seed1"] != seeds["homogeneous-lora-a2-seed2"]  # the seed draws the run
 
 
 def test_smoke_run_files_and_overwrite_protection(tmp_path):
     cfg = tiny_config(**{"methods": ["fedit", "fraq"], "federated.rounds": 1, "federated.clients": 2})
     out = tmp_path / "run"
-    rows = run_experiment(cfg, out, progress=False, log=lambda *a: None)
-    assert [r["method"] for r in rows] == ["fedit", "fraq"]
-    for name in ("results.json", "rounds.csv", "table.csv", "table.md", "config.json", "fedit/result.json"):
-        assert (out / name).exists(), name
-    assert not (out / "fraq" / "checkpoint.pt").exists()
-    with open(out / "table.csv") as f:
-        table = list(csv.DictReader(f))
-    assert 0 <= float(table[1]["accuracy_pct"]) <= 100 and float(table[0]["downlink_pct_flora"]) == 50.0
-    stamp = (out / "results.json").read_text()
+    run_experiment(cfg, out, progress=False, log=lambda *a: None)
+    recs = records(out)
+    assert list(recs) == ["homogeneous-fedit-seed42", "homogeneous-fraq-seed42"]
+    for key, rec in recs.items():  # the project's one result format
+        assert {"experiment", "key", "config", "result", "machine", "versions", "git_sha", "device", "dtype",
+                "threads", "loadavg", "created"} <= set(rec) and rec["experiment"] == "federated" and rec["key"] == key
+        assert rec["config"]["variant"] == "homogeneous" and rec["config"]["seed"] == 42
+        assert rec["versions"]["transformers"] and rec["versions"]["peft"]
+    assert recs["homogeneous-fedit-seed42"]["result"]["rounds"][0]["downlink_pct_flora"] == 50.0
+    assert 0 <= recs["homogeneous-fraq-seed42"]["result"]["rounds"][0]["accuracy"] <= 1
+    assert not list((out / "checkpoints").iterdir())
+    stamp = (out / "results" / "federated" / "homogeneous-fedit-seed42.json").read_text()
     with pytest.raises(FileExistsError, match="--resume"):
         run_experiment(cfg, out, progress=False, log=lambda *a: None)
     with pytest.raises(FileExistsError):
         run_experiment(cfg, out, progress=False, log=lambda *a: None, ask=lambda q: False)
-    assert (out / "results.json").read_text() == stamp  # untouched
+    assert (out / "results" / "federated" / "homogeneous-fedit-seed42.json").read_text() == stamp  # untouched
     asked = []
     run_experiment(cfg, out, progress=False, log=lambda *a: None,
                    ask=lambda q: asked.append(q) or True)
     assert asked and "Overwrite" in asked[0]
     other = tiny_config(**{"methods": ["fedit", "fraq"], "federated.rounds": 1, "federated.clients": 2,
                            "train.lr": 0.02})
-    with pytest.raises(ValueError, match="train"):
+    with pytest.raises(ValueError, match="another configuration"):
         run_experiment(other, out, resume=True, progress=False, log=lambda *a: None)
 
 
-def test_failed_start_does_not_block_the_next_run(tmp_path):
-    from fraq.federated.records import jsonable
+def test_skipped_method_is_a_result(tmp_path):
+    cfg = tiny_config(**{"methods": ["fedit", "flora"], "federated.rounds": 1,
+                         "variants": {"uniform": {}, "mixed": {"federated.ranks": [2, 4, 2]}}})
+    run_experiment(cfg, tmp_path, progress=False, log=lambda *a: None)
+    recs = records(tmp_path)
+    assert sorted(recs) == ["mixed-fedit-seed42", "mixed-flora-seed42", "uniform-fedit-seed42",
+                            "uniform-flora-seed42"]
+    assert "rank" in recs["mixed-fedit-seed42"]["result"]["skipped"]
+    assert recs["mixed-flora-seed42"]["config"]["federated"]["ranks"] == [2, 4, 2]
+    assert recs["mixed-flora-seed42"]["result"]["ranks"] == [2, 4, 2] and not recs["uniform-fedit-seed42"][
+        "result"]["skipped"]
 
-    cfg = tiny_config(**{"methods": ["fedit"], "federated.rounds": 1, "federated.clients": 2})
-    # what a run that stopped before its first result leaves: config.json only
-    (tmp_path / "config.json").write_text(json.dumps({"config": jsonable(cfg), "run": {}}))
-    rows = run_experiment(cfg, tmp_path, progress=False, log=lambda *a: None)
-    assert rows[0]["method"] == "fedit"
 
+def test_variants_and_seeds_are_checked_before_any_work():
+    for over, match in [({"seeds": [1, 1]}, "seeds"), ({"seeds": []}, "seeds"), ({"seeds": [-1]}, "seeds"),
+                        ({"variants": {}}, "variants"), ({"variants": {"a b": {}}}, "variants"),
+                        ({"variants": {"x": {"seed": 3}}}, "variants.x")]:
+        with pytest.raises(ValueError, match=match):
+            load_config("quick", over)
+    from fraq.federated.config import runs
 
-def test_skipped_method_in_table(tmp_path):
-    cfg = tiny_config(**{"methods": ["fedit", "flora"], "federated.rounds": 1, "federated.ranks": [2, 4, 2]})
-    rows = run_experiment(cfg, tmp_path, progress=False, log=lambda *a: None)
-    assert rows[0]["skipped"] and "rank" in rows[0]["skipped"]
-    assert "skipped" in (tmp_path / "table.md").read_text()
+    with pytest.raises(ValueError, match=r"variants\.bad: .*federated\.ranks"):
+        runs(load_config("quick", {"variants": {"bad": {"federated.ranks": [0]}}}))
 
 
 def test_checkpoint_roundtrip(tmp_path):
@@ -582,17 +604,21 @@ def _record(t: int) -> dict:
             "rank_mean": 1.0}
 
 
+RESULT = "results/federated/homogeneous-fedit-seed42.json"
+CHECKPOINT = "checkpoints/homogeneous-fraq-seed42.pt"
+
+
 def _resume_dir(tmp_path, cfg) -> Path:
     """An output directory as an interrupted run of ``cfg`` (fedit finished, fraq checkpointed) leaves it."""
+    from fraq._results import write_result
+    from fraq.federated.experiment import points
     from fraq.federated.records import jsonable
 
     out = tmp_path / "run"
-    cfg_json = jsonable(cfg)
-    (out / "fedit").mkdir(parents=True)
-    (out / "config.json").write_text(json.dumps({"config": cfg_json, "run": {}}))
-    (out / "fedit" / "result.json").write_text(json.dumps({"method": "fedit", "rounds": [], "config": cfg_json}))
+    fedit, fraq_ = points(cfg)
+    write_result(out / "results", "federated", fedit.key, fedit.config, {"method": "fedit", "rounds": [_record(1)]})
     st = RoundState(1, {"q": torch.zeros(2, 2)}, {"weight": torch.zeros(2, 2)}, [None, None], None, [_record(1)])
-    save_checkpoint(out / "fraq" / "checkpoint.pt", st, {"method": "fraq", "config": cfg_json})
+    save_checkpoint(out / CHECKPOINT, st, {"method": "fraq", "config": jsonable(fraq_.cfg)})
     return out
 
 
@@ -601,17 +627,22 @@ def _truncate(path):
     path.write_bytes(data[: len(data) // 2])
 
 
+def _edit_result(out, change):
+    rec = json.loads((out / RESULT).read_text())
+    change(rec)
+    (out / RESULT).write_text(json.dumps(rec))
+
+
 @pytest.mark.parametrize("damage, name", [
-    (lambda out: (out / "config.json").write_text("{not json"), "config.json"),
-    (lambda out: (out / "config.json").write_text("[1, 2]"), "config.json"),
-    (lambda out: (out / "config.json").write_text("{}"), "config.json"),
-    (lambda out: _truncate(out / "fedit" / "result.json"), "fedit/result.json"),
-    (lambda out: (out / "fedit" / "result.json").write_text('{"method": "flora", "rounds": []}'), "fedit/result.json"),
-    (lambda out: (out / "fedit" / "result.json").write_text('{"method": "fedit", "rounds": [{}]}'), "fedit/result.json"),
-    (lambda out: _truncate(out / "fraq" / "checkpoint.pt"), "fraq/checkpoint.pt"),
-    (lambda out: (out / "fraq" / "checkpoint.pt").write_bytes(b"\x80\x04garbage"), "fraq/checkpoint.pt"),
-    (lambda out: torch.save([1, 2], out / "fraq" / "checkpoint.pt"), "fraq/checkpoint.pt"),
-    (lambda out: torch.save({"meta": 1}, out / "fraq" / "checkpoint.pt"), "fraq/checkpoint.pt"),
+    (lambda out: _truncate(out / RESULT), RESULT),
+    (lambda out: (out / RESULT).write_text("[1, 2]"), RESULT),
+    (lambda out: _edit_result(out, lambda r: r["config"].update(seed=7)), RESULT),
+    (lambda out: _edit_result(out, lambda r: r["result"].update(rounds=[{}])), RESULT),
+    (lambda out: _edit_result(out, lambda r: r.pop("result")), RESULT),
+    (lambda out: _truncate(out / CHECKPOINT), CHECKPOINT),
+    (lambda out: (out / CHECKPOINT).write_bytes(b"\x80\x04garbage"), CHECKPOINT),
+    (lambda out: torch.save([1, 2], out / CHECKPOINT), CHECKPOINT),
+    (lambda out: torch.save({"meta": 1}, out / CHECKPOINT), CHECKPOINT),
 ])
 def test_resume_names_a_damaged_file_before_loading_model_and_data(damage, name, tmp_path, monkeypatch):
     cfg = tiny_config(**{"methods": ["fedit", "fraq"], "federated.clients": 2})
@@ -625,52 +656,43 @@ def test_resume_names_a_damaged_file_before_loading_model_and_data(damage, name,
 
 
 def test_cli_resume_with_a_damaged_checkpoint_prints_its_path(tmp_path, capsys, monkeypatch):
-    over = ["--methods", "fedit", "fraq", "--clients", "2", "--set", "model.name=" + TINY_MODEL]
-    cfg = load_config("quick", {"methods": ["fedit", "fraq"], "federated.clients": 2, "model.name": TINY_MODEL})
+    over = ["--methods", "fedit", "fraq", "--clients", "2", "--seeds", "42", "--variants", "homogeneous",
+            "--set", "model.name=" + TINY_MODEL]
+    cfg = load_config("quick", {"methods": ["fedit", "fraq"], "federated.clients": 2, "model.name": TINY_MODEL,
+                                "seeds": [42], "variants": {"homogeneous": {}}})
     out = _resume_dir(tmp_path, cfg)
-    _truncate(out / "fraq" / "checkpoint.pt")
+    _truncate(out / CHECKPOINT)
     monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
     assert main([*over, "--out", str(out), "--resume", "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert str(out / "fraq" / "checkpoint.pt") in err and "Traceback" not in err
+    assert str(out / CHECKPOINT) in err and "Traceback" not in err
 
 
 def test_overwrite_keeps_earlier_results_until_model_and_data_load(tmp_path, monkeypatch):
     cfg = tiny_config(**{"methods": ["fedit", "fraq"], "federated.clients": 2})
     out = _resume_dir(tmp_path, cfg)
-    before = (out / "fedit" / "result.json").read_text()
+    before = (out / RESULT).read_text()
     monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
     with pytest.raises(AssertionError):
         run_experiment(cfg, out, overwrite=True, progress=False, log=lambda *a: None)
-    assert (out / "fedit" / "result.json").read_text() == before and (out / "fraq" / "checkpoint.pt").exists()
+    assert (out / RESULT).read_text() == before and (out / CHECKPOINT).exists()
 
 
-def test_results_files_are_replaced_whole(tmp_path, monkeypatch):
-    """A failure while writing leaves every results file as it was, and no temporary file."""
-    from fraq.federated import results
+def test_result_files_are_replaced_whole(tmp_path, monkeypatch):
+    """A failure while writing a result leaves the earlier file as it was, and no temporary file."""
+    import fraq._results as fmt
 
-    out = tmp_path / "run"
-    out.mkdir()
-    for name in ("rounds.csv", "table.csv", "table.md"):
-        (out / name).write_text("OLD")
-    res = [{"method": "flora", "skipped": None, "rounds": [_record(1)]}]
-    cfg = load_config("quick")
-    real_writer = csv.writer
+    path = fmt.write_result(tmp_path, "federated", "k", {"a": 1}, {"rounds": []})
+    before = path.read_text()
 
-    class Failing:
-        def __init__(self, f):
-            self.w = real_writer(f)
+    def failing(*args, **kwargs):
+        raise OSError("disk full")
 
-        def writerow(self, row):
-            if row[0] != "method":
-                raise OSError("disk full")
-            self.w.writerow(row)
-
-    monkeypatch.setattr(results.csv, "writer", Failing)
+    monkeypatch.setattr(fmt.json, "dumps", failing)
     with pytest.raises(OSError, match="disk full"):
-        results.write_results(out, res, cfg, {})
-    assert (out / "rounds.csv").read_text() == "OLD"
-    assert not [p.name for p in out.iterdir() if p.name.startswith(".") or p.suffix == ".tmp"]
+        fmt.write_result(tmp_path, "federated", "k", {"a": 2}, {"rounds": []})
+    assert path.read_text() == before
+    assert [p.name for p in path.parent.iterdir()] == ["k.json"]
 
 
 def test_checkpoint_is_replaced_whole(tmp_path, monkeypatch):
@@ -714,11 +736,11 @@ def test_a_section_set_to_a_non_object_is_refused(key, value):
 
 
 # ------------------------------------------------------------------ inputs and files we did not write
-@pytest.mark.parametrize("name, text", [("config.json", "{}"), ("config.json", "my settings"), ("table.md", "notes"),
-                                        ("plot.png", "png"), ("rounds.csv", "a,b")])
+@pytest.mark.parametrize("name, text", [(RESULT, "{}"), (RESULT, "my notes"), (CHECKPOINT, "bytes")])
 def test_a_file_we_did_not_write_is_never_replaced_unasked(name, text, tmp_path, monkeypatch):
-    """A user's file under a name the run writes was replaced silently (only results counted)."""
-    cfg = tiny_config(**{"methods": ["fedit"], "federated.clients": 2})
+    """A file under a name the run writes is replaced only with --overwrite or a yes."""
+    cfg = tiny_config(**{"methods": ["fedit", "fraq"], "federated.clients": 2})
+    (tmp_path / name).parent.mkdir(parents=True)
     (tmp_path / name).write_text(text)
     monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
     with pytest.raises(FileExistsError, match=rf"holds files this run writes.*{re.escape(name)}.*--overwrite"):
@@ -732,18 +754,23 @@ def test_a_file_we_did_not_write_is_never_replaced_unasked(name, text, tmp_path,
 
 
 def test_an_input_is_never_written_even_with_overwrite(tmp_path, monkeypatch, capsys):
-    """``--config OUT/config.json`` was overwritten by the run's own config.json (exit 0)."""
+    """A ``--config`` file at a path the run writes, or in a directory it writes to, is refused."""
     monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
     out = tmp_path / "run"
-    out.mkdir()
-    setting = out / "config.json"
-    setting.write_text(json.dumps({"methods": ["fedit"], "federated": {"clients": 2}, "model": {"name": TINY_MODEL}}))
+    setting = out / RESULT
+    inside = out / "checkpoints" / "setting.json"
+    for path in (setting, inside):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"methods": ["fedit"], "seeds": [42], "variants": {"homogeneous": {}},
+                                    "federated": {"clients": 2}, "model": {"name": TINY_MODEL}}))
     before = setting.read_text()
-    for flags in ([], ["--overwrite"]):
-        assert main(["--config", str(setting), "--out", str(out), "--no-progress", *flags]) == 2
-        err = capsys.readouterr().err
-        assert f"this run writes {str(setting)!r}, which is the --config input" in err, err
-        assert "Traceback" not in err and setting.read_text() == before
+    for path, says in ((setting, f"this run writes {str(setting)!r}, which is the --config input"),
+                       (inside, f"the --config input {str(inside)!r} lies in {str(inside.parent)!r}")):
+        for flags in ([], ["--overwrite"]):
+            assert main(["--config", str(path), "--out", str(out), "--no-progress", *flags]) == 2
+            err = capsys.readouterr().err
+            assert says in err, err
+            assert "Traceback" not in err and path.read_text() == before
     data = tmp_path / "data"
     (data / "train").mkdir(parents=True)
     for out in (data, data / "results"):
@@ -752,3 +779,24 @@ def test_an_input_is_never_written_even_with_overwrite(tmp_path, monkeypatch, ca
                                              rf"directory '{re.escape(str(data))}'"):
             run_experiment(cfg, out, overwrite=True, progress=False, log=lambda *a: None)
     assert [p.name for p in data.iterdir()] == ["train"]
+
+
+def test_smoke_setting_to_report(tmp_path):
+    """The smoke setting (both variants, two seeds, the compared methods) on the tiny model, then the
+    analysis' report from its result files: the table with intervals and a verdict per claim."""
+    pytest.importorskip("pandas")
+    pytest.importorskip("matplotlib")
+    from analysis.reproduce import build
+
+    cfg = load_config("smoke", {"model.name": TINY_MODEL, "model.layers_to_transform": [1], "model.max_length": 48,
+                                "federated.rounds": 1})
+    files = run_experiment(cfg, tmp_path, progress=False, log=lambda *a: None)
+    assert len(files) == 2 * 2 * len(cfg["methods"]) and all(f.exists() for f in files)
+    report = build(tmp_path).read_text()
+    for v in ("homogeneous", "heterogeneous"):
+        section = report.split(f"### {v} ranks")[1].split("###")[0]
+        assert re.search(r"\| FRAQ \(τ=0\.95\) \| (\*\*|<u>)?\d+\.\d\d(\*\*|</u>)? \[-?\d+\.\d\d, \d+\.\d\d\] \|",
+                         section), section
+        verdicts = re.findall(r"ours \*\*(agrees|disagrees|inconclusive)\*\*", section)
+        assert len(verdicts) == (4 if v == "homogeneous" else 3), section  # FedEx-LoRA skipped with mixed ranks
+    assert "skipped: fedex-lora needs one rank" in report and (tmp_path / "figures" / "federated_accuracy.png").exists()

@@ -52,8 +52,9 @@ def saved(tmp_path_factory):
                                 "partition.min_size": 5, "methods": ["fraq"]})
     out = tmp_path_factory.mktemp("run")
     task = Task(cfg, log=lambda *a: None)
-    run_method(task, "fraq", out, log=lambda *a: None, progress=False, save_adapters=save_client_adapters)
-    return out / "adapters" / "fraq_round1.safetensors"
+    path = out / "adapters" / "fraq_round1.safetensors"
+    run_method(task, "fraq", log=lambda *a: None, save_adapters=lambda t, ups, meta: save_client_adapters(path, ups, meta))
+    return path
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ it touches nothing in the package: the harness (``run_method``), the Flower stra
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -166,10 +165,10 @@ def test_harness_runs_the_new_method_with_its_own_layer(task, tmp_path):
         assert torch.equal(s1.weights[n], task.pretrained[n])
         got = ev[n].double() - task.pretrained[n].double()
         assert float((got - want).abs().max()) <= 100 * EPS32 * max(float(want.abs().max()), 1.0)
-    out = run_method(task, "stacked-start", tmp_path, log=lambda *a: None, progress=False)
+    out = run_method(task, "stacked-start", checkpoint=tmp_path / "c.pt", log=lambda *a: None)
     assert out["skipped"] is None and [r["round"] for r in out["rounds"]] == [1, 2]
     assert out["rounds"][1]["info"] == {"rounds": 2} and out["rounds"][1]["accuracy"] is not None
-    assert json.loads((tmp_path / "stacked-start" / "result.json").read_text())["method"] == "stacked-start"
+    assert out["method"] == "stacked-start" and (tmp_path / "c.pt").exists()  # the caller removes it
 
 
 def test_checkpoint_round_trip_resumes_exactly(task, tmp_path):

@@ -1,12 +1,19 @@
 """Configuration as data: ``configs/defaults.json`` plus one small override file per setting.
 
-A setting is ``quick`` (the embedded default), ``roberta`` or ``llama`` (the paper's), or
+A setting is ``quick`` (the embedded default), ``smoke`` (it shrunk to under a minute),
+``roberta`` or ``llama`` (the paper's), or
 the path of a JSON file with the same shape; command-line flags override single keys
 (``--set train.lr=1e-3`` for any of them). :func:`load_config` merges and validates;
 every error names the key and the value.
 
 Methods are registry names of :mod:`fraq.aggregators` with optional keyword options:
 ``"fraq:tau=0.80"``, ``"florist:tau=0.85"``, ``"fraq:rank=8,tau=null"``.
+
+A setting is run over ``seeds`` (null: the one ``seed``) and over its ``variants``:
+named sets of dotted overrides of the same experiment, e.g. ``{"homogeneous": {},
+"heterogeneous": {"federated.ranks": [4, 16, 32, 64]}}``. :func:`runs` lists the
+(variant, seed, configuration) of every run; each run's configuration has ``seed`` set
+and is validated like the setting.
 """
 
 from __future__ import annotations
@@ -19,10 +26,14 @@ import re
 from pathlib import Path
 
 __all__ = ["CONFIG_DIR", "SETTINGS", "client_ranks", "load_config", "method_aggregator", "method_label", "parse_method",
-           "set_key", "validate"]
+           "runs", "seeds_of", "set_key", "validate"]
 
 CONFIG_DIR = Path(__file__).with_name("configs")
-SETTINGS = ("quick", "roberta", "llama")
+SETTINGS = ("quick", "smoke", "roberta", "llama")
+
+
+_WHOLE = ("dataset", "variants")
+"""Sections an override replaces whole instead of key by key."""
 
 
 def _merge(base: dict, over: dict, where: str = "") -> dict:
@@ -66,7 +77,7 @@ def set_key(cfg: dict, dotted: str, value) -> None:
     if parts[-1] not in node and parts[0] != "dataset":
         raise ValueError(f"unknown config key {dotted!r}")
     prefix = "".join(p + "." for p in parts[:-1])
-    if isinstance(node.get(parts[-1]), dict) and dotted != "dataset":  # a section: merged key by key
+    if isinstance(node.get(parts[-1]), dict) and dotted not in _WHOLE:  # a section: merged key by key
         node[parts[-1]] = _merge({parts[-1]: node[parts[-1]]}, {parts[-1]: value}, prefix)[parts[-1]]
     else:
         node[parts[-1]] = value
@@ -84,15 +95,16 @@ def load_config(setting: str = "quick", overrides: dict | None = None) -> dict:
     if not path.is_file():
         raise ValueError(f"config(={setting!r}) is neither one of {list(SETTINGS)} nor an existing JSON file")
     over = _read(path)
-    cfg = _merge(base, {k: v for k, v in over.items() if k != "dataset"})
-    if "dataset" in over:  # a data set section replaces the default one whole
-        if not isinstance(over["dataset"], dict):
-            raise ValueError(f"config key 'dataset' must be an object, got {over['dataset']!r}")
-        cfg["dataset"] = copy.deepcopy(over["dataset"])
+    cfg = _merge(base, {k: v for k, v in over.items() if k not in _WHOLE})
+    for key in _WHOLE:  # a data set or the variants replace the default ones whole
+        if key in over:
+            if not isinstance(over[key], dict):
+                raise ValueError(f"config key {key!r} must be an object, got {over[key]!r}")
+            cfg[key] = copy.deepcopy(over[key])
     cfg["setting"] = setting
     for key, value in (overrides or {}).items():
-        if key == "dataset" and isinstance(value, dict):
-            cfg["dataset"] = value
+        if key in _WHOLE and isinstance(value, dict):
+            cfg[key] = value
         else:
             set_key(cfg, key, value)
     validate(cfg)
@@ -175,6 +187,20 @@ def validate(cfg: dict) -> None:
     from fraq.federated.model import resolve_device
 
     _pos_int(cfg, "seed", 0)
+    seeds = cfg["seeds"]
+    if seeds is not None and (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds) or
+                              not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)):
+        raise ValueError(f"seeds(={seeds!r}) must be null (the one seed) or a non-empty list of distinct ints >= 0")
+    variants = cfg["variants"]
+    if not isinstance(variants, dict) or not variants or \
+            not all(isinstance(k, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", k) for k in variants):
+        raise ValueError(f"variants(={variants!r}) must be a non-empty object of named overrides, names of letters, "
+                         f"digits, '.', '_' and '-', e.g. {{\"homogeneous\": {{}}}}")
+    for name, over in variants.items():
+        if not isinstance(over, dict) or any(k.split(".")[0] in ("seed", "seeds", "variants", "methods")
+                                             for k in over):
+            raise ValueError(f"variants.{name}(={over!r}) must be an object of dotted config keys (not seed, seeds, "
+                             f"variants or methods), e.g. {{\"federated.ranks\": [4, 16, 32, 64]}}")
     _pos_int(cfg, "threads", 1, allow_none=True)
     m = cfg["model"]
     if not isinstance(m["name"], str) or not m["name"]:
@@ -248,6 +274,30 @@ def validate(cfg: dict) -> None:
             raise ValueError(f"methods lists {spec!r} twice")
         labels.add(label)
     check_dataset_spec(cfg["dataset"])
+
+
+def seeds_of(cfg: dict) -> list[int]:
+    """The seeds a setting runs: ``seeds``, or ``[seed]`` when that is null."""
+    return list(cfg["seeds"]) if cfg.get("seeds") is not None else [cfg["seed"]]
+
+
+def runs(cfg: dict) -> list[tuple[str, int, dict]]:
+    """(variant, seed, configuration) of every run of the validated setting ``cfg``, variants
+    in their order, seeds in theirs. A run's configuration is ``cfg`` with the variant's
+    overrides applied and ``seed`` set; it is validated (a bad override raises ValueError
+    naming the variant)."""
+    out = []
+    for name, over in cfg["variants"].items():
+        base = copy.deepcopy(cfg)
+        try:
+            for key, value in over.items():
+                set_key(base, key, value)
+            validate(base)
+        except ValueError as e:
+            raise ValueError(f"variants.{name}: {e}") from None
+        for seed in seeds_of(cfg):
+            out.append((name, seed, {**copy.deepcopy(base), "seed": seed}))
+    return out
 
 
 def client_ranks(cfg: dict) -> tuple[list[int], list[float]]:

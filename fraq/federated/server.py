@@ -5,8 +5,8 @@ run one after another), the server calls the method's :class:`fraq.aggregators.A
 (the same objects the benchmarks time) on the uploads, and every client applies its
 :class:`~fraq.aggregators.Downlink`: it adds ``merge`` to W (:mod:`fraq.federated.state`)
 and trains from ``start`` next round, or from a fresh adapter. The task (data,
-partitions, model) is :mod:`fraq.federated.task`; the files are written by
-:mod:`fraq.federated.checkpoint` and :mod:`fraq.federated.results`.
+partitions, model) is :mod:`fraq.federated.task`; a run of many methods, seeds and
+variants, and its result files, is :mod:`fraq.federated.experiment`'s.
 
 What is peculiar to a method is asked of its aggregator class, never of its name
 (:class:`~fraq.aggregators.Aggregator`): the layer its clients train and the offset they
@@ -165,30 +165,28 @@ def run_round(task: Task, method: Method, state: RoundState, *, evaluate: bool, 
     return state, rec, updates
 
 
-def run_method(task: Task, spec: str, out_dir: Path, *, resume: bool = False, state: RoundState | None = None,
-               log=print, progress: bool = True, save_adapters=None) -> dict:
-    """Run every round of method ``spec`` (e.g. ``"fraq:tau=0.95"``); return its result dict.
+def run_method(task: Task, spec: str, *, checkpoint: Path | None = None, resume: bool = False,
+               state: RoundState | None = None, log=print, on_round=None, save_adapters=None) -> dict:
+    """Run every round of method ``spec`` (e.g. ``"fraq:tau=0.95"``) on ``task``; return its result dict.
 
-    Writes ``out_dir/<label>/checkpoint.pt`` after every round and ``result.json`` at the
-    end (the checkpoint is then removed). ``state``: the state to continue from (a
-    checkpoint already read); else with ``resume`` a checkpoint is read and continued.
-    ``save_adapters(path, updates, meta)`` is called with the uploads of round
-    ``federated.save_adapters_round``.
+    ``checkpoint``: the file written after every round (the caller removes it once the
+    result is written: a run killed in between loses nothing); with ``resume`` an existing
+    one is read and continued. ``state``: the state to continue
+    from (a checkpoint already read). ``on_round(t)`` is called after each round (a
+    progress bar); ``save_adapters(t, updates, meta)`` with the uploads of round
+    ``federated.save_adapters_round``. Accuracy is evaluated after every
+    ``federated.eval_every``-th round and the last.
     """
-    from fraq.federated.results import write_json
-
     cfg = task.cfg
     method = Method.make(spec, cfg)
-    plan, label = method.plan, method.label
-    mdir = Path(out_dir) / label
+    plan = method.plan
     if plan.skip:
         log(f"[{spec}] skipped: {plan.skip}")
-        return {"method": spec, "label": label, "skipped": plan.skip, "rounds": []}
+        return {"method": spec, "label": method.label, "skipped": plan.skip, "rounds": []}
     f = cfg["federated"]
     meta = {"method": spec, "config": jsonable(cfg)}
-    ckpt = mdir / "checkpoint.pt"
-    if state is None and resume and ckpt.exists():
-        state = load_checkpoint(ckpt, meta)
+    if state is None and resume and checkpoint is not None and checkpoint.exists():
+        state = load_checkpoint(checkpoint, meta)
     if state is not None:
         log(f"[{spec}] resuming after round {state.round}")
     else:
@@ -196,16 +194,14 @@ def run_method(task: Task, spec: str, out_dir: Path, *, resume: bool = False, st
     R = f["rounds"]
     while state.round < R:
         t = state.round + 1
-        state, rec, updates = run_round(task, method, state, evaluate=t % f["eval_every"] == 0 or t == R,
-                                        progress=progress)
+        state, rec, updates = run_round(task, method, state, evaluate=t % f["eval_every"] == 0 or t == R)
         if save_adapters is not None and t == f["save_adapters_round"]:
-            save_adapters(Path(out_dir) / "adapters" / f"{label}_round{t}.safetensors", updates,
-                          {"method": spec, "round": t, "model": cfg["model"]["name"], "alphas": plan.alphas})
+            save_adapters(t, updates, {"method": spec, "round": t, "model": cfg["model"]["name"],
+                                       "alphas": plan.alphas})
         state.records.append(rec)
-        save_checkpoint(ckpt, state, meta)
+        if checkpoint is not None:
+            save_checkpoint(checkpoint, state, meta)
         log(round_line(spec, t, R, rec))
-    out = method_result(task, method, state.records)
-    write_json(mdir / "result.json", out)
-    if ckpt.exists():
-        ckpt.unlink()
-    return out
+        if on_round is not None:
+            on_round(t)
+    return method_result(task, method, state.records)

@@ -1,10 +1,15 @@
 """The task of a run: tokenized data, the clients' partitions, the model and its head.
 
-Built once per run and shared by every method (and by every round of a Flower node).
+Built once per run and shared by every method (and by every round of a Flower node);
+:meth:`Task.derive` gives the same data and model under another seed or client setting
+without loading or encoding anything again. The corpus is drawn from ``dataset.seed``
+(42 when unset), not from the run's seed: every seed of a run is evaluated on the same
+test set, and the run's seed draws the partition, the initialization and the data order.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 
@@ -41,19 +46,7 @@ class Task:
     def __init__(self, cfg: dict, *, backbone: Backbone | None = None, log=print):
         if cfg["threads"] is not None:
             torch.set_num_threads(cfg["threads"])
-        self.cfg = cfg
-        seed = cfg["seed"]
-        ds = dict(cfg["dataset"])
-        ds.setdefault("seed", seed)
-        self.data = load_dataset(ds)
-        p = cfg["partition"]
-        K = cfg["federated"]["clients"]
-        self.parts = partition(self.data.train_labels, K, scheme=p["scheme"], alpha=p["alpha"],
-                               tasks=self.data.train_tasks, min_size=p["min_size"], seed=seed)
-        log(f"{len(self.data.train_texts)} training / {len(self.data.test_texts)} test examples, "
-            f"{self.data.num_labels} labels, partition {p['scheme']}"
-            + (f"(alpha={p['alpha']})" if p["scheme"] == "dirichlet" else ""))
-        log(partition_summary(self.parts, self.data.train_labels, self.data.label_names))
+        self.data = load_dataset(cfg["dataset"])
         m = cfg["model"]
         if backbone is None:
             device = resolve_device(m["device"])
@@ -63,17 +56,45 @@ class Task:
                                 device=device, cache_prefix=m["cache_prefix"])
         self.backbone = backbone
         t0 = time.perf_counter()
-        train = backbone.encode(self.data.train_texts)
+        self._train = backbone.encode(self.data.train_texts)
         self.test = backbone.encode(self.data.test_texts)
         backbone.prefix_cached()
-        log(f"{len(backbone.targets)} adapted modules; data encoded in {time.perf_counter() - t0:.1f} s"
+        log(f"{len(self.data.train_texts)} training / {len(self.data.test_texts)} test examples, "
+            f"{self.data.num_labels} labels; {len(backbone.targets)} adapted modules; data encoded in "
+            f"{time.perf_counter() - t0:.1f} s"
             + (f" (frozen prefix of {backbone.cache_from} layers cached)" if backbone.cache_from else ""))
         self.test_labels = torch.from_numpy(self.data.test_labels)
+        self.pretrained = backbone.weights()
+        self._split(cfg, log)
+
+    def _split(self, cfg: dict, log) -> None:
+        """The clients' partitions and examples under ``cfg``'s seed and partition settings."""
+        self.cfg = cfg
+        p = cfg["partition"]
+        K = cfg["federated"]["clients"]
+        self.parts = partition(self.data.train_labels, K, scheme=p["scheme"], alpha=p["alpha"],
+                               tasks=self.data.train_tasks, min_size=p["min_size"], seed=cfg["seed"])
+        log(f"seed {cfg['seed']}: partition {p['scheme']}"
+            + (f"(alpha={p['alpha']})" if p["scheme"] == "dirichlet" else "") + " over " + str(K) + " clients")
+        log(partition_summary(self.parts, self.data.train_labels, self.data.label_names))
         labels = torch.from_numpy(self.data.train_labels)
+        train = self._train
         self.clients = [(Inputs(train.x[torch.from_numpy(ix)], train.mask[torch.from_numpy(ix)]),
                          labels[torch.from_numpy(ix)]) for ix in self.parts]
-        self.pretrained = backbone.weights()
         self._layers: dict[type, ClientLayer] = {}
+
+    def derive(self, cfg: dict, log=print) -> Task:
+        """This task under ``cfg``, another seed or client setting of the same model and data:
+        the data, its encoding and the model are shared (loaded and encoded once), the
+        partition is drawn again from ``cfg``'s seed. ``cfg`` must name the same model and
+        data set (ValueError naming the section otherwise)."""
+        for section in ("model", "dataset"):
+            if cfg[section] != self.cfg[section]:
+                raise ValueError(f"derive: cfg[{section!r}](={cfg[section]!r}) differs from this task's "
+                                 f"({self.cfg[section]!r}); build a new Task")
+        out = copy.copy(self)
+        out._split(cfg, log)
+        return out
 
     def seeds(self, *parts) -> int:
         """The run's seed function: :func:`~fraq.federated.seeding.stable_seed` of the run's seed and ``parts``."""

@@ -1,0 +1,261 @@
+"""Federated fine-tuning over seeds: the accuracy table, the curves and the verdicts (Tables 1-3's accuracy).
+
+Reads the ``federated`` result files (one per variant, method and seed, written by
+``python -m fraq.federated``) as :func:`analysis.loaders.load_results` returns them; it
+imports nothing from the code it describes.
+
+**Intervals.** A method's accuracy is the mean over its seeds with the 95% Student-t
+interval, mean +- t(0.975, n - 1) s / sqrt(n) for n seeds with standard deviation s. Two
+methods are compared on the same seeds (the seed draws the partition, the initialization
+and the data order, so both met the same draw): the interval is the same t-interval of
+the per-seed differences (paired), which removes the seed-to-seed spread both share. A
+verdict on a claim "difference > threshold" is **agrees** when the whole interval is above
+the threshold, **disagrees** when the whole of it is below, **inconclusive** when it
+straddles, and **no verdict** with fewer than two common seeds (no interval).
+
+Under exchangeable noise a 95% interval excludes the true difference in 5% of
+experiments: a claim judged once per configuration is wrongly decided about that often.
+Two runs of one method on the same seeds are identical, so their differences are exactly
+zero and the interval is [0, 0]: they are never called different
+(tests/test_federated_analysis.py checks both).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from analysis.verdicts import Verdict
+
+__all__ = ["CLOSE_POINTS", "HOW", "compare", "curves", "display_name", "figure", "interval", "paired", "runs",
+           "table", "variants", "verdict_lines"]
+
+CLOSE_POINTS = 1.0
+""""Close to" an uncompressed baseline, as tested: FRAQ's accuracy at most 1 percentage
+point below it. The paper reports gaps of 0.33 to 0.61 points (Section 5, Table 3: 0.39);
+1 point is the tolerance a reader of "close" would grant a different corpus and model."""
+
+HOW = ("Accuracy: the mean over seeds with its 95% Student-t interval, mean ± t(0.975, n−1)·s/√n for n seeds "
+       "with standard deviation s; every method runs on the same seeds (a seed draws the partition, the "
+       "initialization and the data order). A comparison of two methods takes the same interval of their "
+       "per-seed differences (paired). **agrees**: the whole interval is on the claim's side of its threshold; "
+       "**disagrees**: none of it is; **inconclusive**: it straddles the threshold; **no verdict**: fewer than "
+       "two common seeds.")
+
+_NAMES = {"fraq": "FRAQ", "flora": "FLoRA", "fedex-lora": "FedEx-LoRA", "fedit": "FedIT", "lora-a2": "LoRA-A²",
+          "flexlora": "FlexLoRA", "florg": "FLoRG", "florist": "FLoRIST"}
+_COLORS = {"FRAQ": "#6A3D9A", "FLoRIST": "#1B9E77", "FlexLoRA": "#E66101", "FLoRA": "#555555",
+           "FedEx-LoRA": "#999999", "FedIT": "#377EB8", "LoRA-A²": "#A6761D", "FLoRG": "#E7298A"}
+_MARKERS = {"FRAQ": "o", "FLoRIST": "s", "FlexLoRA": "^", "FLoRA": "D", "FedEx-LoRA": "P", "FedIT": "v",
+            "LoRA-A²": "X", "FLoRG": "<"}
+
+
+def display_name(spec: str) -> str:
+    """``"fraq:tau=0.95"`` -> ``"FRAQ (τ=0.95)"``; a registry name -> the paper's name."""
+    name, _, opts = str(spec).partition(":")
+    base = _NAMES.get(name, name)
+    opts = opts.replace("tau=", "τ=").replace(",", ", ")
+    return f"{base} ({opts})" if opts else base
+
+
+def _family(spec: str) -> str:
+    return _NAMES.get(str(spec).partition(":")[0], str(spec))
+
+
+def interval(values) -> tuple[float, float, float]:
+    """(mean, lo, hi): the mean of ``values`` and its 95% Student-t interval (NaN bounds for one value)."""
+    from scipy import stats
+
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    n = x.size
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    m = float(x.mean())
+    if n < 2:
+        return m, math.nan, math.nan
+    half = float(stats.t.ppf(0.975, n - 1) * x.std(ddof=1) / math.sqrt(n))
+    return m, m - half, m + half
+
+
+def runs(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (variant, method, seed): final accuracy (%), mean downlink (% FLoRA) and
+    aggregation time (ms) over rounds, mean rank, ``skipped`` (the reason, or None)."""
+    rows = []
+    for _, r in df.iterrows():
+        recs = r.get("rounds")
+        recs = recs if isinstance(recs, list) else []
+        skipped = r.get("skipped")
+        skipped = skipped if isinstance(skipped, str) and skipped else None
+        accs = [x["accuracy"] for x in recs if x.get("accuracy") is not None]
+        rows.append({"variant": r["variant"], "method": r["method"], "seed": int(r["seed"]), "skipped": skipped,
+                     "accuracy": 100 * accs[-1] if accs and recs[-1].get("accuracy") is not None else math.nan,
+                     "downlink_pct_flora": np.mean([x["downlink_pct_flora"] for x in recs]) if recs else math.nan,
+                     "agg_ms": [x["agg_ms"] for x in recs], "rank_mean": np.mean([x["rank_mean"] for x in recs])
+                     if recs else math.nan, "rounds": len(recs)})
+    return pd.DataFrame(rows)
+
+
+def curves(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (variant, method, seed, round) with an evaluated accuracy (%)."""
+    rows = []
+    for _, r in df.iterrows():
+        for x in r.get("rounds") if isinstance(r.get("rounds"), list) else []:
+            if x.get("accuracy") is not None:
+                rows.append({"variant": r["variant"], "method": r["method"], "seed": int(r["seed"]),
+                             "round": int(x["round"]), "accuracy": 100 * x["accuracy"]})
+    return pd.DataFrame(rows, columns=["variant", "method", "seed", "round", "accuracy"])
+
+
+_PAPER_ORDER = ("flora", "fedex-lora", "fedit", "lora-a2", "flexlora", "florg", "florist", "fraq")
+"""Table 1's row order: the uncompressed baselines, the compressed ones, FRAQ."""
+
+
+def _order(methods) -> list[str]:
+    """``methods`` in Table 1's row order (others after them), options in sorted order."""
+    rank = {name: i for i, name in enumerate(_PAPER_ORDER)}
+    return sorted(dict.fromkeys(methods), key=lambda m: (rank.get(str(m).partition(":")[0], len(rank)), str(m)))
+
+
+def variants(runs_: pd.DataFrame, df: pd.DataFrame | None = None) -> list[str]:
+    """The variants, the one with the fewest distinct client ranks (uniform ranks) first."""
+    spread = {}
+    if df is not None and "federated.ranks" in df:
+        for v, r in zip(df["variant"], df["federated.ranks"]):
+            spread[v] = len(set(r)) if isinstance(r, list) else 0
+    return sorted(dict.fromkeys(runs_["variant"]), key=lambda v: (spread.get(v, 0), v))
+
+
+def table(runs_: pd.DataFrame, variant: str) -> pd.DataFrame:
+    """Table 1/3's shape for ``variant``: accuracy mean [95% interval] over seeds, downlink
+    (% FLoRA), aggregation time (ms, mean ± std over rounds and seeds), mean rank, seeds.
+
+    Among the compressed-downlink methods (mean downlink below 100% of FLoRA's: the paper
+    leaves the uncompressed FLoRA and FedEx-LoRA out), the best mean accuracy is **bold**
+    and the second best <u>underlined</u>, as the paper marks them (equal printed means share
+    a mark).
+    """
+    d = runs_[runs_["variant"] == variant]
+    out, means = [], {}
+    for m in _order(d["method"]):
+        g = d[d["method"] == m]
+        skip = g["skipped"].dropna()
+        if len(skip) == len(g):
+            out.append({"Method": display_name(m), "Accuracy (%)": f"skipped: {skip.iloc[0]}", "Downlink (% FLoRA)": "",
+                        "Avg. agg. time (ms)": "", "Mean rank": "", "Seeds": 0})
+            continue
+        g = g[g["skipped"].isna()]
+        mean, lo, hi = interval(g["accuracy"])
+        ms = np.concatenate([np.asarray(x, dtype=float) for x in g["agg_ms"]])
+        down = float(g["downlink_pct_flora"].mean())
+        if down < 100 and math.isfinite(mean):
+            means[m] = mean
+        acc = f"{mean:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) else "")
+        out.append({"Method": display_name(m), "Accuracy (%)": acc, "Downlink (% FLoRA)": f"{down:.1f}",
+                    "Avg. agg. time (ms)": f"{ms.mean():.1f} ± {ms.std(ddof=1) if ms.size > 1 else 0.0:.1f}",
+                    "Mean rank": f"{float(g['rank_mean'].mean()):.1f}", "Seeds": int(g["seed"].nunique())})
+    levels = sorted({round(v, 2) for v in means.values()}, reverse=True)[:2]  # as printed: ties share a mark
+    marks = {display_name(m): ("**", "**") if round(v, 2) == levels[0] else ("<u>", "</u>")
+             for m, v in means.items() if round(v, 2) in levels}
+    for row in out:
+        if row["Method"] in marks:
+            a, b = marks[row["Method"]]
+            mean_txt, _, rest = row["Accuracy (%)"].partition(" ")
+            row["Accuracy (%)"] = f"{a}{mean_txt}{b} {rest}".strip()
+    return pd.DataFrame(out)
+
+
+def compare(runs_: pd.DataFrame, variant: str, a: str, b: str, *, above: float) -> Verdict:
+    """The verdict on "accuracy(``a``) - accuracy(``b``) > ``above``" (percentage points)
+    under ``variant``, from the rows of :func:`runs` (:func:`paired`)."""
+    d = runs_[(runs_["variant"] == variant) & runs_["skipped"].isna()]
+    pa = dict(zip(d.loc[d["method"] == a, "seed"], d.loc[d["method"] == a, "accuracy"]))
+    pb = dict(zip(d.loc[d["method"] == b, "seed"], d.loc[d["method"] == b, "accuracy"]))
+    return paired(pa, pb, above=above, claim=f"{display_name(a)} - {display_name(b)} ({variant})")
+
+
+def paired(a: dict, b: dict, *, above: float, claim: str = "") -> Verdict:
+    """The verdict on "a - b > ``above``" from per-seed results ``{seed: accuracy}``: the
+    95% t-interval of the differences on the seeds both have (module docstring); "no
+    verdict", with a warning, below two common seeds."""
+    common = sorted(s for s in set(a) & set(b) if np.isfinite(a[s]) and np.isfinite(b[s]))
+    if len(common) < 2:
+        warnings.warn(f"no verdict on {claim}: {len(common)} common seed(s), an interval needs two", stacklevel=3)
+        return Verdict("no verdict", missing=(f"{len(common)} common seed(s)",))
+    diff = np.array([a[s] - b[s] for s in common], dtype=float)
+    mean, lo, hi = interval(diff)  # identical per-seed results: s = 0, the interval is [mean, mean]
+    word = "agrees" if lo > above else "disagrees" if hi < above else "inconclusive"
+    return Verdict(word, mean, lo, hi)
+
+
+def _has(runs_: pd.DataFrame, variant: str, method: str) -> bool:
+    d = runs_[(runs_["variant"] == variant) & (runs_["method"] == method)]
+    return not d.empty and d["skipped"].isna().any()
+
+
+def verdict_lines(runs_: pd.DataFrame, variant: str, fraq: str = "fraq:tau=0.95") -> list[str]:
+    """The paper's claims under ``variant``, each with its verdict and interval:
+    FRAQ close to FLoRA and to FedEx-LoRA (at most :data:`CLOSE_POINTS` below), and
+    FRAQ above FLoRIST and FlexLoRA at its downlink (the difference above 0)."""
+    if not _has(runs_, variant, fraq):
+        return [f"- No verdicts: {display_name(fraq)} was not run under {variant}."]
+    d = runs_[(runs_["variant"] == variant) & runs_["skipped"].isna()]
+    down = d.groupby("method")["downlink_pct_flora"].mean()
+    lines = []
+    for base in ("flora", "fedex-lora"):
+        if _has(runs_, variant, base):
+            v = compare(runs_, variant, fraq, base, above=-CLOSE_POINTS)
+            paper = "within 0.33-0.61 points of FLoRA" if base == "flora" else "close to the uncompressed baselines"
+            lines.append(f"- *{display_name(fraq)} close to {display_name(base)}* (the paper: {paper}): ours "
+                         f"{_word(v)}, tested as {display_name(fraq)} − {display_name(base)} > −{CLOSE_POINTS:g} "
+                         f"point: {_diff(v)}.")
+    for other in ("florist", "flexlora"):
+        if _has(runs_, variant, other):
+            v = compare(runs_, variant, fraq, other, above=0.0)
+            lines.append(f"- *{display_name(fraq)} above {display_name(other)}* (the paper: the best compressed "
+                         f"accuracy): ours {_word(v)}, tested as {display_name(fraq)} − {display_name(other)} > 0: "
+                         f"{_diff(v)}; downlink {down.get(fraq, math.nan):.1f}% against "
+                         f"{down.get(other, math.nan):.1f}% of FLoRA.")
+    return lines
+
+
+def _word(v: Verdict) -> str:
+    return v.bold()
+
+
+def _diff(v: Verdict) -> str:
+    if v.word == "no verdict":
+        return v.interval()
+    iv = "exact" if v.lo == v.hi else f"[{v.lo:+.2f}, {v.hi:+.2f}]"
+    return f"{v.value:+.2f} points {iv}"
+
+
+def figure(curves_: pd.DataFrame, variants: list[str]):
+    """Accuracy per round, one panel per variant: the mean over seeds, band = 95% interval."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(variants), figsize=(5.2 * len(variants), 4.2), squeeze=False, sharey=True)
+    handles: dict[str, object] = {}
+    for ax, variant in zip(axes[0], variants):
+        d = curves_[curves_["variant"] == variant]
+        fraqs = sorted(m for m in d["method"].unique() if _family(m) == "FRAQ")
+        for m in _order(d["method"]):
+            g = d[d["method"] == m].groupby("round")["accuracy"]
+            stats_ = g.apply(lambda s: pd.Series(interval(s), index=["mean", "lo", "hi"])).unstack()
+            fam = _family(m)
+            style = "--" if fam == "FRAQ" and len(fraqs) > 1 and m != fraqs[-1] else "-"
+            (line,) = ax.plot(stats_.index, stats_["mean"], marker=_MARKERS.get(fam, "."), linestyle=style,
+                              color=_COLORS.get(fam), label=display_name(m), markersize=4)
+            ax.fill_between(stats_.index, stats_["lo"].clip(0, 100), stats_["hi"].clip(0, 100),
+                            color=line.get_color(), alpha=0.12, linewidth=0)  # an accuracy lies in [0, 100]
+            handles.setdefault(display_name(m), line)
+        ax.set_xlabel("round")
+        ax.set_title(f"{variant} ranks")
+        ax.set_xticks(sorted(d["round"].unique()))
+    axes[0][0].set_ylabel("test accuracy (%)")
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(len(handles), 5), frameon=False,
+               bbox_to_anchor=(0.5, 1.0))
+    return fig

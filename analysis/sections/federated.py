@@ -1,0 +1,52 @@
+"""Tables 1-3's accuracy: federated fine-tuning over seeds (``python -m fraq.federated``)."""
+
+from __future__ import annotations
+
+from analysis import federated, tables
+from analysis.sections import Figure, Section
+
+reads = ("federated",)
+
+
+def _setting(df, variants: list[str]) -> str:
+    c = df.iloc[0]
+    data = c.get("dataset.name") if isinstance(c.get("dataset.name"), str) else c.get("dataset.path")
+    model = str(c.get("model.name"))
+    part = c.get("partition.scheme")
+    if part == "dirichlet":
+        part = f"Dirichlet({c.get('partition.alpha'):g})"
+    seeds = sorted(df["seed"].unique())
+    text = (f"{model} on `{data}`, {int(c['federated.clients'])} clients, {part} label partition, "
+            f"{int(c['federated.rounds'])} rounds of {int(c['train.steps'])} local steps, accuracy on the whole test "
+            f"split after every round; seeds {', '.join(map(str, seeds))}; variants "
+            f"{', '.join(f'`{v}`' for v in variants)}.")
+    layers = c.get("model.layers_to_transform")
+    where = f"LoRA on layers {', '.join(map(str, layers))}" if isinstance(layers, list) else "LoRA on every layer"
+    if data == "intents" or model.startswith("embedded:"):
+        text += (" **The corpus is generated** (`fraq.federated.intents`, 48 intents of templated sentences) **and "
+                 f"the model is all-MiniLM-L6-v2** ({where}): not the paper's data sets (Banking77, "
+                 "CLINC150, HWU64, 20 Newsgroups, the reasoning tasks) nor its models (RoBERTa-base, LLaMA-3.2-3B). "
+                 "What carries over is the comparison between methods on one task, not the accuracy values. With "
+                 "network access (and a GPU), the same experiment on the paper's setting is `python -m "
+                 "fraq.federated --config roberta --dataset banking77` (or `clinc150`, `hwu64`, `20newsgroups`; "
+                 "`--alpha 0.02` for the extreme partition), then `python -m analysis.reproduce --out "
+                 "results/federated/roberta`.")
+    return text
+
+
+def draw(res) -> list[Section]:
+    df = res["federated"]
+    runs = federated.runs(df)
+    variants = federated.variants(runs, df)
+    body = [_setting(df, variants), "", federated.HOW, ""]
+    for v in variants:
+        body += [f"### {v} ranks", "", tables.markdown(federated.table(runs, v)), "",
+                 *federated.verdict_lines(runs, v), ""]
+    body.append("Downlink and aggregation time are averaged over rounds (and seeds); aggregation time is this "
+                "CPU's, measured inside the training run. Bold: best accuracy among the compressed-downlink methods "
+                "(below 100% of FLoRA's downlink), underlined: second best, by the mean over seeds.")
+    curves = federated.curves(df)
+    fig = Figure("federated_accuracy", federated.figure(curves, variants), df,
+                 "mean over seeds, band = 95% t-interval over seeds",
+                 "Test accuracy after every round of federated fine-tuning, per method and rank setting.")
+    return [Section("Tables 1-3: accuracy of federated fine-tuning over seeds", "\n".join(body), figure=fig)]

@@ -1,0 +1,85 @@
+"""The one result format, written from both sides of the project: one JSON file per result.
+
+``<out>/<experiment>/<key>.json`` holds::
+
+    {"experiment": ..., "key": ..., "config": {...}, "result": {...},
+     "machine": {...}, "versions": {...}, "git_sha": ..., "device": "cpu" | "cuda:0",
+     "dtype": "float32", "threads": 1, "loadavg": 0.4, "created": "2026-11-22T14:00:00"}
+
+``config`` says what was measured, ``result`` what came out; ``machine`` is
+:func:`fraq._machine.machine_record`. The writers in ``benchmarks/`` reach it as
+:mod:`benchmarks.results`; the federated harness (:mod:`fraq.federated`), which may not
+import ``benchmarks``, writes through it here, so there is one writer and one shape.
+:func:`analysis.loaders.load_results` is the one reader. A rerun replaces the file
+(written beside it, then renamed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import time
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import torch
+
+from fraq._files import replacing_file
+
+__all__ = ["result_path", "result_record", "versions", "write_result"]
+
+
+def versions(packages: tuple[str, ...] = ()) -> dict:
+    """fraq, torch, numpy and Python versions (scipy where installed), and those of ``packages``
+    (distribution names; None for one not installed)."""
+    import numpy
+
+    import fraq
+
+    out = {"fraq": getattr(fraq, "__version__", "unknown"), "torch": torch.__version__, "numpy": numpy.__version__,
+           "python": platform.python_version()}
+    try:
+        import scipy
+
+        out["scipy"] = scipy.__version__
+    except ImportError:
+        pass
+    for pkg in packages:
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def result_record(experiment: str, key: str, config: dict, result: dict, *, device: torch.device | str = "cpu",
+                  dtype: torch.dtype | str = torch.float32, packages: tuple[str, ...] = ()) -> dict:
+    """The record :func:`write_result` writes (``packages``: more versions to record)."""
+    from fraq._machine import machine_record
+
+    machine = machine_record(device)
+    return dict(experiment=experiment, key=key, config=config, result=result, machine=machine,
+                versions=versions(packages), git_sha=machine.get("git_sha"), device=str(torch.device(device)),
+                dtype=str(dtype).removeprefix("torch."), threads=torch.get_num_threads(),
+                loadavg=os.getloadavg()[0], created=time.strftime("%Y-%m-%dT%H:%M:%S"))
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def result_path(out: str | Path, experiment: str, key: str) -> Path:
+    """Where :func:`write_result` writes ``key`` of ``experiment``: ``out/<experiment>/<key>.json``."""
+    return Path(out) / experiment / f"{_SAFE.sub('_', key)}.json"
+
+
+def write_result(out: str | Path, experiment: str, key: str, config: dict, result: dict, *,
+                 device: torch.device | str = "cpu", dtype: torch.dtype | str = torch.float32,
+                 packages: tuple[str, ...] = ()) -> Path:
+    """Write one result to ``out/<experiment>/<key>.json`` (atomically) and return the path."""
+    rec = result_record(experiment, key, config, result, device=device, dtype=dtype, packages=packages)
+    path = result_path(out, experiment, key)
+    with replacing_file(path) as tmp:  # whole; a replaced file keeps its mode, a link its target
+        tmp.write_text(json.dumps(rec, indent=1, default=str))
+    return path

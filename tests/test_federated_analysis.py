@@ -1,0 +1,127 @@
+"""The federated section's statistics: intervals over seeds, paired verdicts, the table's marks.
+
+The verdict code is fed seeds drawn from one distribution: two identical methods (the same
+result on every seed, as two runs of one method are) must never be called different, and
+two methods whose results are independent draws from one distribution are called
+different in about 5% of experiments, as a 95% interval promises, not more.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+pd = pytest.importorskip("pandas")
+stats = pytest.importorskip("scipy.stats")
+
+from analysis import federated  # noqa: E402
+
+
+def runs_frame(acc: dict[str, np.ndarray], seeds: np.ndarray, rng, down: dict[str, float] | None = None,
+               variant: str = "homogeneous") -> pd.DataFrame:
+    """A :func:`analysis.federated.runs` frame: per method its accuracy on each seed, rows shuffled
+    (so a comparison that pairs rows by position instead of by seed would pair wrong seeds)."""
+    rows = []
+    for m, a in acc.items():
+        for s, x in zip(seeds, a):
+            rows.append({"variant": variant, "method": m, "seed": int(s), "skipped": None, "accuracy": float(x),
+                         "downlink_pct_flora": (down or {}).get(m, 10.0), "agg_ms": [1.0, 1.2], "rank_mean": 8.0,
+                         "rounds": 2})
+    return pd.DataFrame(rows).iloc[rng.permutation(len(rows))].reset_index(drop=True)
+
+
+DRAWS = {
+    "normal": lambda rng, n: rng.normal(75.0, 3.0, n),
+    "uniform": lambda rng, n: rng.uniform(60.0, 90.0, n),
+    "heavy-tailed": lambda rng, n: 75.0 + 2.0 * rng.standard_t(2, n),
+    "skewed": lambda rng, n: 100.0 * rng.beta(8.0, 2.0, n),
+    "tied": lambda rng, n: np.full(n, 71.25),
+}
+
+
+@pytest.mark.parametrize("dist", sorted(DRAWS))
+def test_identical_methods_are_never_called_different(dist):
+    rng = np.random.default_rng(len(dist))
+    for trial in range(400):
+        n = (2, 3, 5, 10)[trial % 4]
+        seeds = rng.choice(1000, n, replace=False)
+        x = DRAWS[dist](rng, n)
+        a, b = dict(zip(seeds, x)), dict(zip(seeds[::-1], x[::-1].copy()))  # the same per seed, listed otherwise
+        for first, second in ((a, b), (b, a)):
+            v = federated.paired(first, second, above=0.0)
+            assert v.word == "inconclusive" and v.value == 0.0 and v.lo == v.hi == 0.0, (dist, n, v)
+            assert federated.paired(first, second, above=-federated.CLOSE_POINTS).word == "agrees"
+        if trial < 20:  # through the result rows, shuffled: paired by seed, not by position
+            runs = runs_frame({"a": x, "b": x.copy()}, seeds, rng)
+            v = federated.compare(runs, "homogeneous", "b", "a", above=0.0)
+            assert v.word == "inconclusive" and v.lo == v.hi == 0.0, (dist, n, v)
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_methods_drawn_from_one_distribution_are_called_different_at_the_nominal_rate(n):
+    """Per seed a shared effect (the partition) plus each method's own noise, both from one
+    distribution: the paired 95% interval misses 0 in at most 5% of experiments (the bound
+    allows 4 binomial standard deviations over 2000 experiments: 6.9%)."""
+    rng = np.random.default_rng(n)
+    trials, called = 2000, 0
+    for _ in range(trials):
+        seeds = np.arange(n)
+        shared = rng.normal(75.0, 4.0, n)
+        a, b = shared + rng.normal(0, 1.0, n), shared + rng.normal(0, 1.0, n)
+        called += federated.paired(dict(zip(seeds, a)), dict(zip(seeds, b)), above=0.0).word != "inconclusive"
+    assert called / trials <= 0.05 + 4 * math.sqrt(0.05 * 0.95 / trials)
+    assert called > 0  # an interval that never excludes 0 would pass above and detect nothing
+
+
+def test_a_real_difference_is_found_and_its_sign_kept():
+    rng = np.random.default_rng(7)
+    seeds = np.arange(5)
+    shared = rng.normal(75.0, 4.0, 5)
+    runs = runs_frame({"a": shared + 3.0 + rng.normal(0, 0.5, 5), "b": shared}, seeds, rng)
+    assert federated.compare(runs, "homogeneous", "a", "b", above=0.0).word == "agrees"
+    assert federated.compare(runs, "homogeneous", "b", "a", above=0.0).word == "disagrees"
+    one = runs_frame({"a": [80.0], "b": [70.0]}, np.arange(1), rng)
+    with pytest.warns(UserWarning, match="common seed"):
+        assert federated.compare(one, "homogeneous", "a", "b", above=0.0).word == "no verdict"
+
+
+@pytest.mark.parametrize("x", [[71.0, 74.5], [70.0, 72.0, 77.5], list(np.linspace(60, 90, 7))])
+def test_interval_is_the_student_t_interval(x):
+    """Against scipy's one-sample t-test confidence interval (another route to the same interval)."""
+    mean, lo, hi = federated.interval(x)
+    ci = stats.ttest_1samp(x, 0.0).confidence_interval(0.95)
+    eps = np.finfo(np.float64).eps * 100 * max(abs(v) for v in x)
+    assert abs(mean - np.mean(x)) <= eps and abs(lo - ci.low) <= eps and abs(hi - ci.high) <= eps
+    assert math.isnan(federated.interval([70.0])[1])
+
+
+def test_table_marks_best_and_second_among_compressed_methods_only():
+    rng = np.random.default_rng(0)
+    seeds = np.arange(3)
+    acc = {"flora": np.array([90.0, 91, 92]), "fedex-lora": np.array([89.0, 90, 91]),
+           "florist": np.array([80.0, 81, 82]), "fraq:tau=0.95": np.array([85.0, 86, 87]),
+           "fedit": np.array([70.0, 71, 72])}
+    down = {"flora": 100.0, "fedex-lora": 110.0, "florist": 5.0, "fraq:tau=0.95": 9.5, "fedit": 10.0}
+    t = federated.table(runs_frame(acc, seeds, rng, down), "homogeneous").set_index("Method")["Accuracy (%)"]
+    assert t["FRAQ (τ=0.95)"].startswith("**86.00**") and t["FLoRIST"].startswith("<u>81.00</u>")
+    assert not any(c in t["FLoRA"] + t["FedEx-LoRA"] + t["FedIT"] for c in ("**", "<u>"))
+    assert list(t.index[:2]) == ["FLoRA", "FedEx-LoRA"]  # the paper's order: uncompressed baselines first
+    acc["florist"] = acc["fraq:tau=0.95"].copy()  # a tie shares the bold; the next value is second
+    t = federated.table(runs_frame(acc, seeds, rng, down), "homogeneous").set_index("Method")["Accuracy (%)"]
+    assert t["FRAQ (τ=0.95)"].startswith("**86.00**") and t["FLoRIST"].startswith("**86.00**")
+    assert t["FedIT"].startswith("<u>71.00</u>")
+
+
+def test_one_round_curves_have_integer_round_ticks(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    curves = pd.DataFrame({"variant": ["homogeneous"] * 2, "method": ["fraq:tau=0.95"] * 2, "seed": [0, 1],
+                           "round": [1, 1], "accuracy": [50.0, 52.0]})
+    fig = federated.figure(curves, ["homogeneous"])
+    ticks = [t for ax in fig.axes for t in ax.get_xticks()]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    line = fig.axes[0].get_lines()[0]
+    assert list(line.get_ydata()) == [51.0]  # the mean over seeds
