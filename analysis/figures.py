@@ -95,6 +95,19 @@ def fig3_summary(df: pd.DataFrame) -> pd.DataFrame:
     return d.sort_values(["sweep", "method_name", "mode", "x"])
 
 
+def _octave_ticks(ax, xs) -> None:
+    """Ticks labelled at ``xs`` on a log2 axis and nowhere else; labels turned upright
+    when two are less than 0.6 octave apart (768 and 1024 would run into each other)."""
+    from matplotlib.ticker import NullFormatter
+
+    ax.set_xticks(xs)
+    ax.set_xticklabels([str(int(v)) for v in xs])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    if len(xs) > 1 and np.min(np.diff(np.log2(np.asarray(xs, float)))) < 0.6:
+        for t in ax.get_xticklabels():
+            t.set_rotation(90)
+
+
 FIG3_ROWS = [("ms", "runtime (ms)"), ("peak_mib", "tensor peak memory (MiB)"), ("gflop", "counted GFLOP (batched)"),
              ("excess", "float32 error above the\nfloat64 optimum")]
 """The sweep figure's rows, one metric each: time, memory, FLOPs, fidelity."""
@@ -131,9 +144,7 @@ def fig3_scalability(df: pd.DataFrame):
                 ax.axhline(np.finfo(np.float32).eps, color="#999999", linestyle=":", linewidth=1)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
-            xs = sorted(sub["x"].unique())
-            ax.set_xticks(xs)
-            ax.set_xticklabels([str(int(v)) for v in xs])
+            _octave_ticks(ax, sorted(sub["x"].unique()))
             ax.set_xlabel("total stacked rank r" if sweep == "r" else "hidden size d (square d x d modules)")
             ax.set_ylabel(ylabel)
             label = "error above optimum" if y == "excess" else ylabel.split(" (")[0]  # titles fit their panel

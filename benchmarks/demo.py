@@ -8,12 +8,18 @@ preset and tau: server latency (median and spread), the selected ranks, the down
 relative to the uncompressed FLoRA stack, and the relative error against a float64
 reference together with the float64 Eckart-Young optimum at the same ranks. ``--json``
 also writes the rows as one result file (:mod:`benchmarks.results`).
+
+The references cost what the method costs: the float64 error and optimum come from the
+factors' small Grams (:func:`benchmarks.measure.gram_error.gram_errors`, no QR of the
+m x r factors and no m x n matrix). Each step prints a line to stderr as it ends. It runs
+at 1 torch thread by default, as the runner does (``--threads`` to change it).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -24,7 +30,7 @@ from benchmarks import cases
 from benchmarks.device import checked, to_device
 from benchmarks.measure import timed
 from fraq.presets import PRESETS, get_preset
-from fraq.reference import optimal_error, relative_error
+from benchmarks.measure.gram_error import gram_errors
 
 __all__ = ["main", "run_preset"]
 
@@ -32,22 +38,31 @@ DEFAULT_PRESETS = ("roberta-base", "llama-3.2-3b")
 
 
 def run_preset(name: str, taus, *, repeats: int = 5, seed: int = 0, backend: str = "auto",
-               device: torch.device = torch.device("cpu")) -> list[dict]:
-    """Measure FRAQ on one preset; one row per tau."""
+               device: torch.device = torch.device("cpu"), log=None) -> list[dict]:
+    """Measure FRAQ on one preset; one row per tau. ``log(line)`` hears each step's end."""
+    log = log or (lambda line: None)
     preset = get_preset(name)
+    t0 = time.perf_counter()
     stacks = cases.preset_stacks(name, seed)
     on_device = [to_device((B, A), device) for _, B, A in stacks]
+    log(f"{name}: {preset.modules} modules x {preset.clients} clients built in {time.perf_counter() - t0:.1f} s")
     rows = []
     for tau in taus:
         def run():
             return [fraq.recompress(B, A, tau=tau, backend=backend) for B, A in on_device]
 
+        t0 = time.perf_counter()
         timing = timed(run, repeats=repeats, warmup=1, device=device)
         results = [(res.B.cpu(), res.A.cpu(), res.rank.cpu()) for res in run()]
+        log(f"{name}, tau {tau:g}: {repeats} timed calls in {time.perf_counter() - t0:.1f} s "
+            f"(median {timing.median * 1e3:.1f} ms)")
+        t0 = time.perf_counter()
         ranks = torch.cat([p.reshape(-1) for _, _, p in results])
         sent = sum(int(p.sum()) * (g.m + g.n) for (g, _, _), (_, _, p) in zip(stacks, results))
-        errs = torch.cat([relative_error(B, A, Bg, Ag) for (_, B, A), (Bg, Ag, _) in zip(stacks, results)])
-        opts = torch.cat([optimal_error(B, A, p) for (_, B, A), (_, _, p) in zip(stacks, results)])
+        refs = [gram_errors(B, A, Bg, Ag, p) for (_, B, A), (Bg, Ag, p) in zip(stacks, results)]
+        errs = torch.cat([e.reshape(-1) for e, _ in refs])
+        opts = torch.cat([o.reshape(-1) for _, o in refs])
+        log(f"{name}, tau {tau:g}: float64 references in {time.perf_counter() - t0:.1f} s")
         rows.append({
             "preset": name, "tau": tau, "backend": resolve_backend(backend, device), "modules": preset.modules,
             "clients": preset.clients, "stacked_rank": sum(preset.ranks),
@@ -80,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", default="auto", choices=["auto", *sorted(fraq.BACKENDS)],
                         help="basis backend (default auto: the device's default, fraq.backends.DEVICE_DEFAULTS)")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (default 5)")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's own choice)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (default 1, as the runner: shared 2-core machines stall 2-thread LAPACK)")
     parser.add_argument("--device", help="cpu, cuda or cuda:N (default: FRAQ_BENCH_DEVICE, else cpu)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the rows as one result file here (replaced whole; "
@@ -88,10 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats(={args.repeats}) must be >= 1")
-    if args.threads is not None:
-        if args.threads < 1:
-            parser.error(f"--threads(={args.threads}) must be >= 1")
-        torch.set_num_threads(args.threads)
+    if args.threads < 1:
+        parser.error(f"--threads(={args.threads}) must be >= 1")
+    torch.set_num_threads(args.threads)
     if args.json is not None:
         from fraq._files import check_file_target
 
@@ -114,9 +129,14 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_record(device)
     print(f"fraq {fraq.__version__} | torch {machine['torch']} | {machine['gpu'] or machine['cpu']} | "
           f"{machine['threads']} threads | BLAS {machine['blas']} | float32, synthetic LoRA-like clients")
-    rows = []
+    rows, t0 = [], time.perf_counter()
+
+    def log(line: str) -> None:
+        print(f"[{time.perf_counter() - t0:5.1f} s] {line}", file=sys.stderr, flush=True)
+
     for name in args.preset or DEFAULT_PRESETS:
-        rows += run_preset(name, taus, repeats=args.repeats, seed=args.seed, backend=args.backend, device=device)
+        rows += run_preset(name, taus, repeats=args.repeats, seed=args.seed, backend=args.backend, device=device,
+                           log=log)
     _print(rows)
     if args.json:
         from benchmarks.results import result_record

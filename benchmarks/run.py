@@ -14,7 +14,9 @@ A run is resumable: a point whose result file exists with the same config is not
 measured again (the file is written whole or not at all, so an interrupted run leaves no
 half result), so rerunning the same command after a crash or Ctrl-C continues where it
 stopped. ``--rerun`` measures every point again. A progress bar on stderr shows the
-point being measured and the time left.
+point being measured and the time left, weighing each point by its experiment's estimate
+of its cost (``cost(config)``, :mod:`benchmarks.experiments`) scaled by the rate measured
+so far; ``--estimate`` prints the estimates without measuring.
 
 ``analysis.reproduce`` draws the figures and the report from the files. The device is
 ``--device``, else ``FRAQ_BENCH_DEVICE``, else cpu; a device this machine does not have
@@ -32,6 +34,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.experiments import DEFAULT, EXPERIMENTS
+from benchmarks.experiments import cost as registry_cost
 
 THREADS = 1
 """Default torch threads: on 2-core machines shared with other jobs, 2-thread LAPACK calls
@@ -64,6 +67,17 @@ def plan(experiments=DEFAULT, size: str = "reduced") -> list[tuple[str, object, 
     return out
 
 
+def estimate(experiments=DEFAULT, size: str = "reduced") -> str:
+    """Per experiment, its points and their estimated minutes on one idle core, and the total."""
+    lines, total = [], 0.0
+    for name in experiments:
+        configs = [c for n, _, c in plan((name,), size)]
+        minutes = sum(registry_cost(name, c) for c in configs) / 60
+        total += minutes
+        lines.append(f"{name:<16} {len(configs):>4} points  {minutes:6.1f} min")
+    return "\n".join(lines + [f"{'total':<16} {'':>4}         {total:6.1f} min (estimated, one idle core)"])
+
+
 def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.device = torch.device("cpu"),
         threads: int = THREADS, progress: bool = True, rerun: bool = False) -> dict:
     """Measure every point of ``experiments`` not yet in ``out`` (all of them with ``rerun``)
@@ -85,14 +99,18 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
                 counts["skipped"] += 1
             else:
                 todo.append((name, module, config))
-        with tqdm(total=len(todo), desc=f"{size} on {device}", unit="point", file=sys.stderr, disable=not progress,
-                  bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed} elapsed, {remaining} left] {postfix}") as bar:
-            for name, module, config in todo:
+        costs = [registry_cost(name, config) for name, _, config in todo]
+        # The bar advances by each point's estimated cost (seconds on one idle core) and
+        # smoothing=0 takes the rate over the whole run: time left = elapsed x (cost left /
+        # cost done), right however the machine's speed or load scales the estimates.
+        with tqdm(total=sum(costs), desc=f"{size} on {device}", file=sys.stderr, disable=not progress, smoothing=0,
+                  bar_format="{l_bar}{bar}| [{elapsed} elapsed, {remaining} left] {postfix}") as bar:
+            for i, ((name, module, config), c) in enumerate(zip(todo, costs)):
                 key = module.key(config)
-                bar.set_postfix_str(f"{name} {key}"[:60])
+                bar.set_postfix_str(f"{i + 1}/{len(todo)} {name} {key}"[:70])
                 write_result(out, name, key, _config(config, size), module.measure(config, device), device=device)
                 counts["measured"] += 1
-                bar.update()
+                bar.update(c)
     return dict(counts, seconds=time.perf_counter() - t0)
 
 
@@ -111,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=THREADS, help=f"torch threads (default {THREADS})")
     ap.add_argument("--rerun", action="store_true", help="measure points whose results already exist again")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--estimate", action="store_true",
+                    help="print each experiment's estimated minutes on one idle core (its points' cost) and exit")
     args = ap.parse_args(argv)
     unknown = [e for e in args.experiments if e not in EXPERIMENTS]
     if unknown:
@@ -124,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.threads < 1:
         ap.error(f"--threads(={args.threads}) must be >= 1")
+    if args.estimate:
+        print(estimate(tuple(args.experiments) or DEFAULT, args.size))
+        return 0
     try:
         done = run(args.out, tuple(args.experiments) or DEFAULT, size=args.size, device=device,
                    threads=args.threads, progress=not args.no_progress, rerun=args.rerun)

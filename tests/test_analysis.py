@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def tiny(tmp_path_factory):
     """The tiny sweep's results directory (every sweep experiment, real measurements)."""
     out = tmp_path_factory.mktemp("tiny")
-    run.run(out / "results", ("table4", "fig4_cond", "fig4_rank", "fig1", "fig3"), size="tiny", progress=False)
+    run.run(out / "results", ("table4", "table4_steps", "fig4_cond", "flexlora_precision", "fig4_rank", "fig1", "fig3"),
+            size="tiny", progress=False)
     return out
 
 
@@ -58,7 +59,8 @@ def test_results_one_row_per_file_with_machine_columns(tiny):
     df = loaders.load_results(tiny / "results")
     files = list((tiny / "results").rglob("*.json"))
     assert len(df) == len(files)
-    assert set(df["experiment"]) == {"fig1", "fig3", "fig4_rank", "fig4_cond", "table4"}
+    assert set(df["experiment"]) == {"fig1", "fig3", "fig4_rank", "fig4_cond", "table4", "table4_steps",
+                                     "flexlora_precision"}
     for col in ("machine.cpu", "machine.cores", "machine.torch", "versions.torch", "threads", "dtype", "git_sha",
                 "device"):
         assert col in df and df[col].notna().all(), col
@@ -298,6 +300,24 @@ def test_tables(tiny):
     assert md.count("\n") == len(t5) + 1
 
 
+@pytest.mark.parametrize("dims", [[256, 512, 768, 1024, 2048, 4096], [32, 64], [256, 512, 768, 1536, 3072]])
+def test_fig3_tick_labels_do_not_overlap(tiny, dims):
+    """The d axis at the paper's sizes printed "7681024" once (768 and 1024 in one blur): no two tick labels of
+    any panel may overlap, at the paper's, the reduced and the tiny d."""
+    style.setup()
+    df = loaders.load_results(tiny / "results" / "fig3")
+    base = df[df["sweep"] == "d"]
+    base = base[base["d"] == base["d"].min()]
+    d = pd.concat([df[df["sweep"] == "r"]] + [base.assign(d=x, D=x) for x in dims], ignore_index=True)
+    fig = figures.fig3_scalability(d)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        boxes = [t.get_window_extent(renderer) for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+        for a, b in zip(boxes, boxes[1:]):
+            assert not a.overlaps(b), (ax.get_title(), [t.get_text() for t in ax.get_xticklabels()])
+
+
 def test_report_from_files(tiny):
     from analysis.reproduce import build
 
@@ -307,6 +327,10 @@ def test_report_from_files(tiny):
         assert f"figures/{name}.png" in text
         _png_ok(tiny / "figures" / f"{name}.png")
     assert "## Table 4" in text and "## Table 5" in text and "**agrees**" in text
+    steps = text.split("### Table 4 per step")[1].split("\n## ")[0]
+    assert all(f"| {s} |" in steps for s in ("qr", "coordinates", "gram", "eigh", "project", "basis", "sum"))
+    precision = text.split("### FlexLoRA's float32 error")[1].split("\n## ")[0]
+    assert "| TF32 inputs, float32 GEMM |" in precision and "FlexLoRA as implemented here is at most" in precision
     assert "central 95%" in text  # how the intervals are computed, said once
     assert "target" not in text.lower()  # the project's own targets stay out of the paper report
 

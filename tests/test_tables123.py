@@ -122,3 +122,36 @@ def test_report_tables_and_verdicts(tmp_path):
     assert "**agrees** (tested: equal to the paper's percentage)" in t2  # flora 100, fedit 12.51
     assert "**no verdict**" in t1 and "quick mode: slow" in t1
     assert "**disagrees** (tested: equal to the paper's percentage)" in t1 and "fedit 7% against 10%" in t1
+
+
+def test_every_experiment_estimates_its_points_for_the_progress_bar():
+    """Every point of every size has a positive finite cost; the paper size's estimate, summed by the runner's
+    --estimate, is the sum of its points' costs; the dense per-shape points outweigh a round-robin one."""
+    import math
+
+    from benchmarks import run
+    from benchmarks.experiments import EXPERIMENTS, cost
+
+    for size in ("tiny", "reduced", "paper"):
+        for name, _, config in run.plan(tuple(EXPERIMENTS), size):
+            c = cost(name, config)
+            assert c > 0 and math.isfinite(c), (size, name, config)
+    text = run.estimate(("tables123",), "paper")
+    total = sum(cost("tables123", c) for c in tables123.points("paper")) / 60
+    assert f"{total:6.1f} min (estimated" in text and "tables123           6 points" in text
+    by_key = {tables123.key(c): cost("tables123", c) for c in tables123.points("paper")}
+    assert by_key["llama-3.2-3b-flexlora"] > by_key["llama-3.2-3b"]
+
+
+def test_tf32_rounding_keeps_ten_mantissa_bits():
+    """TF32 keeps 10 explicit mantissa bits: 1 + 2^-10 survives, 1 + 2^-12 rounds to 1, a tie (1 + 2^-11) rounds
+    away from zero, and the result of a float32 product of rounded inputs moves by about 2^-11 relative."""
+    import torch
+
+    from benchmarks.experiments.flexlora_precision import tf32
+
+    x = torch.tensor([1 + 2**-10, 1 + 2**-12, 1 + 2**-11, -(1 + 2**-11), 3.0], dtype=torch.float32)
+    assert tf32(x).tolist() == [1 + 2**-10, 1.0, 1 + 2**-10, -(1 + 2**-10), 3.0]
+    g = torch.randn(4096, generator=torch.Generator().manual_seed(0))
+    rel = ((tf32(g) - g).abs() / g.abs()).max()
+    assert 2**-12 <= rel <= 2**-11

@@ -5,7 +5,10 @@ Every experiment module exports
 - ``points(size) -> list[dict]``: the configs of every result at a size of
   :data:`benchmarks.sizes.SIZES` (``tiny``, ``reduced``, ``paper``);
 - ``key(config) -> str``: the result's file name (``<out>/<experiment>/<key>.json``);
-- ``measure(config, device) -> dict``: one result.
+- ``measure(config, device) -> dict``: one result;
+- optionally ``cost(config) -> float``: the point's estimated seconds on one idle core.
+  The runner's progress bar advances by it and rescales it by the rate measured so far,
+  so only the ratios between points matter; without it a point counts 1 s.
 
 The runner (:mod:`benchmarks.run`) is one loop over :data:`EXPERIMENTS`; the asv classes
 (``benchmarks/bench_*.py``) take their parameters from the same ``points`` and call the
@@ -18,7 +21,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["DEFAULT", "EXPERIMENTS", "get"]
+__all__ = ["DEFAULT", "DENSE_RATE", "EXPERIMENTS", "cost", "dense_seconds", "get"]
 
 EXPERIMENTS: dict[str, str] = {
     "table4": "table4",
@@ -33,12 +36,14 @@ EXPERIMENTS: dict[str, str] = {
     "peft": "peft_compare",
     "tables123": "tables123",
     "eig_precision": "eig_precision",
+    "flexlora_precision": "flexlora_precision",
+    "table4_steps": "table4_steps",
 }
 """Every experiment (its results' directory name) and its module here, in the runner's
 order (cheap first)."""
 
-DEFAULT = ("table4", "fig4_cond", "fig4_rank", "fig1", "fig3", "clients", "backends", "backend_stages", "peft",
-           "tables123")
+DEFAULT = ("table4", "table4_steps", "fig4_cond", "flexlora_precision", "fig4_rank", "fig1", "fig3", "clients",
+           "backends", "backend_stages", "peft", "tables123")
 """What ``make run`` reproduces."""
 
 
@@ -47,3 +52,19 @@ def get(name: str) -> ModuleType:
     if name not in EXPERIMENTS:
         raise ValueError(f"experiment(={name!r}) is not one of {', '.join(EXPERIMENTS)}")
     return importlib.import_module(f"benchmarks.experiments.{EXPERIMENTS[name]}")
+
+
+DENSE_RATE = 3e10
+"""FLOPs per second of a dense LAPACK factorization (SVD, eigh) on one core here, for the
+cost estimates: a 3072 x 3072 SVD (~10 d^3 FLOPs) in about 10 s."""
+
+
+def dense_seconds(m: int, n: int, count: int = 1) -> float:
+    """Estimated seconds of ``count`` dense reduced SVDs of m x n matrices, one core."""
+    return count * 10.0 * m * n * min(m, n) / DENSE_RATE
+
+
+def cost(name: str, config: dict) -> float:
+    """The estimated seconds of one point of experiment ``name`` (its module's ``cost``, else 1)."""
+    fn = getattr(get(name), "cost", None)
+    return float(fn(config)) if fn is not None else 1.0

@@ -33,6 +33,13 @@ def points(size: str) -> list[dict]:
             for p in PRESETS for b in STAGE_BACKENDS]
 
 
+def cost(config: dict) -> float:
+    """One case times every stage backend at once (the first one's point pays): about 30 s
+    a case over every layer, 6 s on 2 layers per group."""
+    first = config["backend"] == STAGE_BACKENDS[0]
+    return (30.0 if config["layers"] is None else 6.0) if first else 0.01
+
+
 def key(config: dict) -> str:
     return f"{config['case']}-{config['backend']}"
 

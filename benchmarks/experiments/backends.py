@@ -210,6 +210,13 @@ def points(size: str) -> list[dict]:
             for section, label in labels for name in sorted(BACKENDS)]
 
 
+def cost(config: dict) -> float:
+    """One case measures every backend at once (the first backend's point pays): about 15 s
+    a case over every layer, 5 s on 2 layers per group."""
+    first = config["backend"] == sorted(BACKENDS)[0]
+    return (15.0 if config["layers"] is None else 5.0) if first else 0.01
+
+
 def key(config: dict) -> str:
     return f"{config['section']}-{config['case']}-{config['backend']}".replace(" ", "_")
 

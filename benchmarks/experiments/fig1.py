@@ -26,6 +26,11 @@ def points(size: str) -> list[dict]:
             for K in c["clients"] for rk in c["client_ranks"] for name, tau in methods]
 
 
+def cost(config: dict) -> float:
+    """About 0.4 s per LLaMA layer (the downlink of one aggregation)."""
+    return 0.4 * config["layers"]
+
+
 def key(config: dict) -> str:
     c = config
     return f"{c['method']}-tau{c['tau']}-K{c['clients']}-r{c['client_rank']}"

@@ -56,6 +56,22 @@ def points(size: str) -> list[dict]:
     return out
 
 
+def cost(config: dict) -> float:
+    """The method's analytic FLOPs (:func:`fraq.flops.analytic_flops`) per call at about
+    :data:`~benchmarks.experiments.DENSE_RATE`, times its calls: the timed ones, a warm-up,
+    and the metrics' three (result, peak memory, FLOP count), plus 50 ms of overhead each."""
+    from benchmarks.experiments import DENSE_RATE
+    from benchmarks.measure.methods import spec
+    from fraq.flops import analytic_flops
+
+    c = config
+    t = spec(c["method"]).timing(c["repeats"])
+    calls = t["repeats"] + t["warmup"] + 3
+    name = c["method"].split(":", 1)[0]
+    flops = c["modules"] * analytic_flops(name, c["d"], c["D"], c["r"], c["p"], model="table5")
+    return calls * (0.05 + flops / DENSE_RATE)
+
+
 def key(config: dict) -> str:
     c = config
     return f"{c['sweep']}-{c['method']}-{c['mode']}-d{c['d']}-r{c['r']}"

@@ -36,6 +36,13 @@ def points(size: str) -> list[dict]:
             for kappa in c["kappas"] for method in c["methods"] if spec(method).skip_reason(min(m, n)) is None]
 
 
+def cost(config: dict) -> float:
+    """The float64 references of the batch dominate: about one dense SVD per matrix."""
+    from benchmarks.experiments import dense_seconds
+
+    return 0.05 + dense_seconds(config["m"], config["n"], config["batch"])
+
+
 def key(config: dict) -> str:
     return f"{config['method']}-k{kappa_label(config['kappa'])}"
 

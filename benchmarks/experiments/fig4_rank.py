@@ -7,6 +7,10 @@ relative error against the float64 aggregate, the float64 Eckart-Young optimum a
 the orthogonality of the adapter's basis side (:mod:`benchmarks.measure.fidelity`).
 Sizes: :data:`benchmarks.sizes.SIZES` ``[size]["fig4_rank"]``; the asv class
 ``bench_fidelity.RankFidelity`` reads the same :func:`measure`.
+
+A method whose results are nested truncations (``MethodSpec.nested``: FlexLoRA's dense
+SVD) is run once per group at the sweep's largest p (``p_max``) and cut to each p: one
+dense SVD per module for every output rank, bit for bit the result of a call at p.
 """
 
 from __future__ import annotations
@@ -41,6 +45,17 @@ def _modules_of(preset: str, layers: int | None, adapters: str | None) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def _largest(preset: str, layers: int | None, adapters: str | None, group: str, method: str, p_max: int,
+             device: str):
+    """A nested method's result on ``group`` at rank ``p_max``, kept while the sweep cuts it
+    (the points of one group and method are consecutive)."""
+    from benchmarks.measure.methods import get_method
+
+    Bs, As = _modules_of(preset, layers, adapters)[group][:2]
+    return get_method(method)(to_device(Bs, torch.device(device)), to_device(As, torch.device(device)), rank=p_max)
+
+
 def points(size: str) -> list[dict]:
     """Every (group, method, p) of the ``size`` configuration, as result configs."""
     from benchmarks.measure.methods import spec
@@ -53,7 +68,22 @@ def points(size: str) -> list[dict]:
                 continue
             for p in c["ranks"]:
                 out.append(dict(figure="fig4_rank", preset=c["preset"], group=group, m=m, n=n, method=method, p=p,
-                                layers=int(B.shape[0]), clients=len(Bs), size_layers=c["layers"]))
+                                p_max=max(c["ranks"]), layers=int(B.shape[0]), clients=len(Bs),
+                                size_layers=c["layers"]))
+    return out
+
+
+def cost(config: dict) -> float:
+    """The float64 error of every module (~7 us per row or column of each), plus a slow
+    method's dense decomposition of the group: at every p, or for a nested method once,
+    counted at p_max (the group's points run together, so the total is right)."""
+    from benchmarks.experiments import dense_seconds
+    from benchmarks.measure.methods import spec
+
+    c, s = config, spec(config["method"])
+    out = 0.2 + c["layers"] * (c["m"] + c["n"]) * 7e-6
+    if s.slow and (not s.nested or c["p"] == c["p_max"]):
+        out += dense_seconds(c["m"], c["n"], c["layers"])
     return out
 
 
@@ -66,10 +96,19 @@ def measure(config: dict, device: torch.device | str = "cpu") -> dict:
     from benchmarks.measure import fidelity
     from benchmarks.measure.methods import get_method
 
+    from benchmarks.measure.methods import spec
+
     c = config
     Bs, As, B, A, S, _, _ = _modules(c["preset"], c["size_layers"])[c["group"]]
     device = torch.device(device)
-    Bg, Ag, rank = get_method(c["method"])(to_device(Bs, device), to_device(As, device), rank=c["p"])
+    if spec(c["method"]).nested and c["p"] <= c.get("p_max", c["p"]):
+        Bg, Ag, rank = _largest(c["preset"], c["size_layers"], os.environ.get("FRAQ_ADAPTERS"), c["group"],
+                                c["method"], c["p_max"], str(device))
+        p = c["p"]
+        Bg, Ag = Bg[..., :p], Ag[..., :p, :]
+        rank = torch.clamp(rank, max=p) if isinstance(rank, torch.Tensor) else min(rank, p)
+    else:
+        Bg, Ag, rank = get_method(c["method"])(to_device(Bs, device), to_device(As, device), rank=c["p"])
     rank = rank.cpu() if isinstance(rank, torch.Tensor) else rank
     f = fidelity(B, A, Bg.cpu(), Ag.cpu(), rank, singular_values=S)
     return dict(relative_error=f.relative_error.tolist(), optimal_error=f.optimal_error.tolist(),

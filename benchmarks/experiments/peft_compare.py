@@ -42,6 +42,22 @@ def points(size: str) -> list[dict]:
     return [dict(figure="peft", **c) for c in size_config(size, "peft")["points"]]
 
 
+def cost(config: dict) -> float:
+    """peft's svd merge runs an SVD of every module's dense delta, twice per point (rank p
+    and FRAQ's ranks), on its first call and its ``slow_repeats`` timed ones; the rest is
+    seconds per point."""
+    from benchmarks.experiments import dense_seconds
+    from benchmarks.peft_merge import MODELS
+    from fraq.presets import PRESETS
+
+    c = config
+    spec = MODELS.get(c["model"])
+    layers = c["layers"] or (spec.layers if spec else 1)
+    shapes = [(g.m, g.n) for g in PRESETS[c["model"]].groups] if c["model"] in PRESETS else [(384, 384)] * 4
+    per_layer = sum(dense_seconds(m, n) for m, n in shapes)
+    return 10.0 + 2 * (c["slow_repeats"] + 1) * layers * per_layer
+
+
 def key(config: dict) -> str:
     """The result file's name for ``config``."""
     layers = "all" if config["layers"] is None else config["layers"]

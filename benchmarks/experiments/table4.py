@@ -30,6 +30,12 @@ def points(size: str) -> list[dict]:
     return [dict(figure="table4", variant=v, **c) for v in VARIANT_NAMES]
 
 
+def cost(config: dict) -> float:
+    """About 20 ms per 8192 x 3072 module and repeat (7.5 s for 56 modules x 7 at paper size)."""
+    c = config
+    return 0.02 * c["modules"] * (c["repeats"] + 2) * c["m"] * c["n"] / (8192 * 3072)
+
+
 def key(config: dict) -> str:
     return config["variant"]
 

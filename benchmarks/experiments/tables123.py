@@ -295,6 +295,29 @@ def points(size: str) -> list[dict]:
     return out
 
 
+def cost(config: dict) -> float:
+    """A dense method on one module per shape: its SVDs per sample (warm-up and
+    ``repeats``); a round-robin point: every method's whole-model work, about 2 s a
+    round for LLaMA's (14 modules quick, all 196 otherwise) and 0.3 s for RoBERTa's, plus
+    the dense methods where they run on the whole model."""
+    from benchmarks.experiments import dense_seconds
+
+    c = config
+    preset = get_preset(c["preset"])
+    calls = c["repeats"] + 1
+    if c.get("part", "shared") != "shared":
+        return calls * sum(dense_seconds(m, n) for m, n in {(g.m, g.n) for g in preset.groups})
+    fraction = 2 / max(g.count for g in preset.groups) if (c["quick"] and c["preset"].startswith("llama")) else 1.0
+    out = 10.0 + calls * fraction * preset.modules * 0.01
+    dense = sum(_aggregator(m).dense_factorization for m in _methods(preset) if m.label in c["methods"])
+    plan = dense_plan(preset, quick=c["quick"])
+    if plan == "per-shape":
+        out += dense * calls * sum(dense_seconds(m, n) for m, n in {(g.m, g.n) for g in preset.groups})
+    elif plan == "full":
+        out += dense * calls * sum(dense_seconds(g.m, g.n, g.count) for g in preset.groups)
+    return out
+
+
 def key(config: dict) -> str:
     part = config.get("part", "shared")
     return config["preset"] if part == "shared" else f"{config['preset']}-{part}"

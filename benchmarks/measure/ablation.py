@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["VARIANTS", "VARIANT_NAMES", "ablation_variant", "variant_calls"]
+__all__ = ["STEPS", "VARIANTS", "VARIANT_NAMES", "ablation_variant", "variant_calls", "variant_steps"]
 
 VARIANTS: dict[str, tuple[str, str]] = {
     "adaptive-gram": ("adaptive", "gram"),
@@ -101,3 +101,35 @@ def variant_calls(B: torch.Tensor, A: torch.Tensor, rank: int) -> dict[str, Call
 
     calls["library"] = library
     return calls
+
+
+STEPS = ("qr", "coordinates", "gram", "eigh", "project", "basis")
+"""The Gram pipeline's steps, in order: ``qr`` geqrf of the oriented factor X (d x r);
+``coordinates`` H = R Y (s x D); ``gram`` H H^T; ``eigh`` of it; ``project`` R_p = U_p^T H;
+``basis`` L = Q U_p through the reflectors (ormqr). Orientation and the transpose back are
+views."""
+
+
+def variant_steps(B: torch.Tensor, A: torch.Tensor, rank: int, orientation: str) -> dict[str, Callable[[], object]]:
+    """One zero-argument call per step of :data:`STEPS` of the ``(orientation, "gram")``
+    variant of :func:`ablation_variant`, each on the previous steps' results computed once
+    here, so that each step can be timed alone."""
+    from fraq._orient import orient
+
+    X, Y, _ = orient(B, A, adaptive=orientation == "adaptive")
+    d, r = X.shape[-2], X.shape[-1]
+    s = min(d, r)
+    reflectors, tau = torch.geqrf(X)
+    R = torch.triu(reflectors[..., :s, :])
+    H = torch.matmul(R, Y)
+    G = torch.matmul(H, H.mT)
+    _, U = torch.linalg.eigh(G)
+    Up = U[..., :, -rank:].flip(-1)
+    padded = Up.new_zeros(*Up.shape[:-2], d, rank)
+    padded[..., :s, :] = Up
+    return {"qr": lambda: torch.geqrf(X),
+            "coordinates": lambda: torch.matmul(torch.triu(reflectors[..., :s, :]), Y),
+            "gram": lambda: torch.matmul(H, H.mT),
+            "eigh": lambda: torch.linalg.eigh(G),
+            "project": lambda: torch.matmul(Up.mT, H),
+            "basis": lambda: torch.ormqr(reflectors, tau, padded)}

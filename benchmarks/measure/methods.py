@@ -46,6 +46,9 @@ class MethodSpec:
         why: the reason for ``max_d``.
         slow: few repeats and no warm-up call when timing it (each call takes seconds).
         energy_rule: whether it cuts by ``tau`` (False: its own rank rule).
+        nested: its rank-p result is the first p columns of B_g and rows of A_g of its
+            rank-P result for any P >= p (a truncated SVD), so a sweep over p can
+            decompose once at the largest p and cut.
     """
 
     name: str
@@ -53,6 +56,7 @@ class MethodSpec:
     why: str = ""
     slow: bool = False
     energy_rule: bool = True
+    nested: bool = False
 
     def skip_reason(self, d: int) -> str | None:
         """Why the method is not run at smaller side ``d``, or None when it is."""
@@ -67,7 +71,7 @@ class MethodSpec:
 
 SPECS: dict[str, MethodSpec] = {
     "flexlora": MethodSpec(
-        "flexlora", max_d=1024, slow=True, energy_rule=False,
+        "flexlora", max_d=1024, slow=True, energy_rule=False, nested=True,
         why="a dense d x D aggregate and its SVD per module, O(D d^2) (~5 s for 12 modules at d = 768, "
             "minutes at d = 4096, one thread)"),
 }
