@@ -27,8 +27,9 @@ from types import ModuleType
 __all__ = ["SECTIONS", "build", "main", "section_module"]
 
 
-def build(out: Path) -> Path:
-    """Figures, tables and ``report.md`` from the files under ``out/results``.
+def build(out: Path, *, pdf: bool = True) -> Path:
+    """Figures, tables and ``report.md`` from the files under ``out/results``; ``pdf=False``
+    writes PNG figures only (a report to commit) and links no PDF.
 
     Raises :class:`analysis.NoResults` (nothing to draw: the message says what to run) and
     :class:`analysis.MixedResults` (more than one configuration: the message names them).
@@ -40,7 +41,7 @@ def build(out: Path) -> Path:
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            report = _build(out)
+            report = _build(out, pdf)
     finally:
         for w in caught:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -79,7 +80,7 @@ def section_module(name: str) -> ModuleType:
     return importlib.import_module(f"analysis.sections.{SECTIONS[name]}")
 
 
-def _build(out: Path) -> Path:
+def _build(out: Path, pdf: bool = True) -> Path:
     from analysis import style
     from analysis.resultset import load
     from analysis.verdicts import HOW
@@ -99,7 +100,7 @@ def _build(out: Path) -> Path:
                               f"results (python -m benchmarks.run {missing.replace(',', '')})", stacklevel=2)
             continue
         for sec in mod.draw(res):
-            parts.append(_render(sec, figs, made))
+            parts.append(_render(sec, figs, made, pdf))
 
     head = ["# FRAQ server-side reproduction", ""]
     size = res.configuration.get("size")
@@ -115,16 +116,17 @@ def _build(out: Path) -> Path:
     return report
 
 
-def _render(sec, figs: Path, made: list) -> str:
+def _render(sec, figs: Path, made: list, pdf: bool = True) -> str:
     """A section's markdown; its figure saved under ``figs`` and listed in ``made``."""
     from analysis import style
 
     text = f"{'#' * sec.level} {sec.title}\n\n"
     f = sec.figure
     if f is not None:
-        style.save(f.fig, figs, f.name, style.caption(f.rows, f.detail))
+        style.save(f.fig, figs, f.name, style.caption(f.rows, f.detail), ("png", "pdf") if pdf else ("png",))
         made.append((f.name, f.what))
-        text += f"![{sec.title}](figures/{f.name}.png)\n\n[PDF](figures/{f.name}.pdf). {f.what}\n\n"
+        link = f"[PDF](figures/{f.name}.pdf). " if pdf else ""
+        text += f"![{sec.title}](figures/{f.name}.png)\n\n{link}{f.what}\n\n"
     return text + sec.body + "\n"
 
 
@@ -132,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis.reproduce", description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=Path("results/reproduce"),
                     help="directory holding results/ (figures/ and report.md are written there)")
+    ap.add_argument("--no-pdf", action="store_true", help="PNG figures only, and no PDF links (a report to commit)")
     args = ap.parse_args(argv)
     import matplotlib
 
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     from analysis.resultset import MixedResults, NoResults
 
     try:
-        report = build(args.out)
+        report = build(args.out, pdf=not args.no_pdf)
     except (NoResults, MixedResults) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -61,8 +61,8 @@ def caption(df: pd.DataFrame, extra: str = "") -> str:
     return f"{line}. {extra}" if extra else line
 
 
-def save(fig, out: Path, name: str, cap: str) -> list[Path]:
-    """Write ``name``.png and .pdf with the caption line under the axes."""
+def save(fig, out: Path, name: str, cap: str, formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
+    """Write ``name``.png and .pdf (``formats``) with the caption line under the axes."""
     import textwrap
 
     import matplotlib.pyplot as plt
@@ -80,7 +80,7 @@ def save(fig, out: Path, name: str, cap: str) -> list[Path]:
     else:
         fig.tight_layout(rect=(0, bottom, 1, 1))  # (left, bottom, right, top)
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{name}.png", out / f"{name}.pdf"]
+    paths = [out / f"{name}.{ext}" for ext in formats]
     for p in paths:
         fig.savefig(p, bbox_inches="tight")
     plt.close(fig)

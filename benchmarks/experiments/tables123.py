@@ -297,9 +297,11 @@ def points(size: str) -> list[dict]:
 
 def cost(config: dict) -> float:
     """A dense method on one module per shape: its SVDs per sample (warm-up and
-    ``repeats``); a round-robin point: every method's whole-model work, about 2 s a
-    round for LLaMA's (14 modules quick, all 196 otherwise) and 0.3 s for RoBERTa's, plus
-    the dense methods where they run on the whole model."""
+    ``repeats``); a round-robin point: every method's work per round, about 2.4e-9 s per
+    unit of (m + n) r^2 summed over the measured modules (r the stacked rank: FLoRIST's
+    and FRAQ's QRs and products; 15 s a round for LLaMA's 196 modules at r = 64, minutes
+    at the heterogeneous preset's r = 232), plus the dense methods where they run on the
+    whole model."""
     from benchmarks.experiments import dense_seconds
 
     c = config
@@ -308,7 +310,7 @@ def cost(config: dict) -> float:
     if c.get("part", "shared") != "shared":
         return calls * sum(dense_seconds(m, n) for m, n in {(g.m, g.n) for g in preset.groups})
     fraction = 2 / max(g.count for g in preset.groups) if (c["quick"] and c["preset"].startswith("llama")) else 1.0
-    out = 10.0 + calls * fraction * preset.modules * 0.01
+    out = 10.0 + calls * fraction * 2.4e-9 * sum(g.count * (g.m + g.n) for g in preset.groups) * sum(preset.ranks) ** 2
     dense = sum(_aggregator(m).dense_factorization for m in _methods(preset) if m.label in c["methods"])
     plan = dense_plan(preset, quick=c["quick"])
     if plan == "per-shape":
