@@ -31,7 +31,7 @@ import pandas as pd
 from analysis.loaders import load_results
 
 __all__ = ["load", "Results", "NoResults", "MixedResults", "default_dir", "REQUIRED",
-           "IDENTITY", "ONE_PRESET", "LABELS", "LISTS"]
+           "IDENTITY", "ONE_PRESET", "LABELS", "LISTS", "ROWS"]
 
 DEFAULT = Path("results") / "reproduce" / "results"
 """Where ``make run`` writes, relative to the repository root."""
@@ -45,12 +45,13 @@ REQUIRED = {
     "fig4_rank": ("method", "p", "group", "relative_error", "optimal_error"),
     "fig4_cond": ("method", "kappa", "relative_error"),
     "fig1": ("method", "clients", "client_rank", "downlink_params_full"),
+    "peft": ("model", "p", "modules", "clients", "rows"),
     "backends": ("case", "backend", "ms_1t", "gap_to_optimum"),
     "federated": ("variant", "method", "seed"),
 }
 """The columns each drawn experiment's figure, table and verdicts read."""
 
-LABELS = ("sweep", "method", "mode", "variant", "group", "case", "backend", "preset")
+LABELS = ("sweep", "method", "mode", "variant", "group", "case", "backend", "preset", "model")
 """The :data:`REQUIRED` columns that hold names (strings)."""
 
 LISTS = ("timing.samples", "gap_to_svd", "excess", "relative_error", "optimal_error", "ranks", "rank_float64")
@@ -140,7 +141,7 @@ def _valid(rows: pd.DataFrame) -> pd.DataFrame:
             warnings.warn(f"skipped {r['file']}: malformed {r['experiment']} result (no {', '.join(need)})",
                           stacklevel=3)
             continue
-        wrong = [f"{c}={_show(r[c])} is not {'a name' if c in LABELS else 'a number'}"
+        wrong = [f"{c}={_show(r[c])} is not {'a name' if c in LABELS else 'a list of method rows' if c == 'rows' else 'a number'}"
                  for c in REQUIRED.get(r["experiment"], ()) if not _typed(c, r[c])]
         if wrong:
             warnings.warn(f"skipped {r['file']}: malformed {r['experiment']} result ({'; '.join(wrong)})",
@@ -159,11 +160,25 @@ def _number(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
+ROWS = {"labels": ("method", "setting", "label"), "lists": ("samples_s",),
+        "numbers": ("median_s", "min_s", "max_s", "n", "excess_max", "rank_min", "rank_max", "rank_mean", "params")}
+"""A ``rows`` column (the peft comparison: one object per method) holds a non-empty list of
+objects, each with these names, lists of numbers and numbers."""
+
+
+def _row_ok(r) -> bool:
+    return (isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ROWS["labels"])
+            and all(isinstance(r.get(k), list) and r[k] and all(map(_number, r[k])) for k in ROWS["lists"])
+            and all(_number(r.get(k)) for k in ROWS["numbers"]))
+
+
 def _typed(col: str, v) -> bool:
     """``v`` has the type column ``col`` holds (:data:`LABELS`, :data:`LISTS`, else a number;
     NaN is a point not measured, named later by the verdicts)."""
     if col in LABELS:
         return isinstance(v, str)
+    if col == "rows":
+        return isinstance(v, list) and bool(v) and all(map(_row_ok, v))
     if col in LISTS:
         return isinstance(v, list) and bool(v) and all(_number(x) for x in v)
     return _number(v)

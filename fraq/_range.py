@@ -45,9 +45,13 @@ _BITS = {  # dtype -> (integer dtype of its bit pattern, mantissa bits, exponent
 
 
 def amax(t: torch.Tensor) -> torch.Tensor:
-    """max |t| per matrix (*, rows, cols) -> (*); NaN where the matrix holds a NaN. One
-    reduction (the infinity norm), with no |t| materialized."""
-    return torch.linalg.vector_norm(t, ord=math.inf, dim=(-2, -1))
+    """max |t| per matrix (*, rows, cols) -> (*); NaN where the matrix holds a NaN; 0 for an
+    empty matrix. The largest and the negated smallest entry, two plain reductions with
+    no |t| materialized: torch's infinity norm (``vector_norm(ord=inf)``) runs a slow
+    path on the CPU, about 10x these two on a 768 x 3072 factor."""
+    if t.shape[-1] == 0 or t.shape[-2] == 0:
+        return t.new_zeros(t.shape[:-2])
+    return torch.maximum(t.amax(dim=(-2, -1)), t.amin(dim=(-2, -1)).neg())
 
 
 def exponent(t: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from fraq._parallel import chunk_bounds, map_chunks
+from fraq._range import amax
 from fraq._validation import check_client_numbers, check_finite, check_pair
 
 __all__ = ["fill_stacks", "normalized_weights", "stack"]
@@ -160,10 +161,8 @@ def _check_weighted_range(Bs, As, a, s, dtype):
 
 
 def _largest_entries(t, nb):
-    """max |t| per matrix, flattened to (nb,), without materializing |t| (NaN propagates)."""
-    if t.numel() == 0:
-        return t.new_zeros(nb)
-    return torch.maximum(t.amax(dim=(-2, -1)), -t.amin(dim=(-2, -1))).reshape(nb)
+    """max |t| per matrix (:func:`fraq._range.amax`), flattened to (nb,)."""
+    return amax(t).reshape(nb)
 
 
 def _stack_impl(Bs, As, a, s, dtype):

@@ -197,3 +197,15 @@ def test_the_estimate_bounds_the_measured_peak():
     for row in res["rows"]:
         assert row["peak_scope"] == f"first {config['layers']} layer(s)"
         assert row["peak_bytes"] <= row["estimated_peak_bytes"], row["method"]
+
+
+def test_every_point_has_a_cost_growing_with_the_clients():
+    """The runner's progress weights: positive, and for FRAQ and the dense path on one shape
+    not decreasing in K (their FLOPs do not)."""
+    for size in SIZES:
+        pts = clients.points(size)
+        assert all(clients.cost(c) > 0 for c in pts)
+        for method in ("fraq", "flexlora"):
+            for m, n, _ in SIZES[size]["clients"]["shapes"]:
+                line = [clients.cost(c) for c in pts if (c["method"], c["d"], c["D"]) == (method, m, n)]
+                assert line == sorted(line), (size, method, m, n)

@@ -110,3 +110,29 @@ def test_runner_and_report_section(tmp_path):
     lines = report.ratio_lines(df)
     assert len(lines) == 2 and all("95%" in line for line in lines)
     report.figure(df)
+
+
+@pytest.mark.parametrize("damage", [lambda r: r["result"]["rows"][1].update(median_s="fast"),
+                                    lambda r: r["result"]["rows"][0].update(samples_s=[]),
+                                    lambda r: r["result"].update(rows={"fraq": 1})])
+def test_a_damaged_peft_result_is_named_and_skipped(tmp_path, damage):
+    """A hand-damaged row of the peft comparison: the report skips the file, naming it, instead
+    of a traceback."""
+    pytest.importorskip("pandas")
+    pytest.importorskip("matplotlib")
+    import json
+    import warnings
+
+    from analysis.resultset import load
+    from benchmarks.run import run
+
+    run(tmp_path / "results", ("peft", "fig1"), size="tiny", progress=False)
+    f = next((tmp_path / "results" / "peft").glob("*.json"))
+    rec = json.loads(f.read_text())
+    damage(rec)
+    f.write_text(json.dumps(rec))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        res = load(tmp_path / "results")
+    assert res["peft"].empty
+    assert any(str(f) in str(w.message) and "malformed peft result" in str(w.message) for w in seen)

@@ -38,7 +38,7 @@ import torch
 from benchmarks.experiments import fig3
 from benchmarks.sizes import size_config
 
-__all__ = ["call", "energy_check", "growth", "key", "measure", "metrics", "points", "ratios"]
+__all__ = ["call", "cost", "energy_check", "growth", "key", "measure", "metrics", "points", "ratios"]
 
 call = fig3.call
 """The timed call of a point (:func:`benchmarks.experiments.fig3.call`; the config's
@@ -64,6 +64,30 @@ def points(size: str) -> list[dict]:
 def key(config: dict) -> str:
     c = config
     return f"{c['method']}-{c['d']}x{c['D']}-K{c['K']}"
+
+
+def cost(config: dict) -> float:
+    """The point's estimated seconds on one idle core (the runner's progress and
+    ``--estimate``): the method's analytic FLOPs on the path it takes
+    (:func:`fraq.flops.analytic_flops`, ``model="full"``) at the largest rank the energy
+    rule can keep, min(d, r), at :data:`~benchmarks.experiments.DENSE_RATE`, times its calls
+    (the timed ones, a warm-up, the metrics' three), plus 50 ms of overhead each."""
+    from benchmarks.experiments import DENSE_RATE
+    from benchmarks.measure.methods import default_path, runs_backend, spec
+    from fraq.flops import analytic_flops
+
+    c = config
+    t = spec(c["method"]).timing(c["repeats"])
+    calls = t["repeats"] + t["warmup"] + 3
+    name, _, backend = c["method"].partition(":")
+    d, D, r = c["d"], c["D"], c["r"]
+    p = min(d, r)
+    path = default_path(d, D, r, p) if runs_backend(c["method"]) else {}
+    try:
+        flops = analytic_flops(name, d, D, r, p, model="full", backend=backend or "householder", **path)
+    except ValueError:  # a backend without a FLOP model (or one that needs its step count)
+        flops = analytic_flops(name, d, D, r, p, model="full", **path)
+    return calls * (0.05 + c["modules"] * flops / DENSE_RATE)
 
 
 def energy_check(S: torch.Tensor, ranks: list[int], tau: float) -> dict:
