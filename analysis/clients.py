@@ -193,7 +193,8 @@ def lines(df: pd.DataFrame, dense: str = "flexlora") -> list[str]:
             names = {"a": "FRAQ", "b": label(dense)}
             where = "; ".join(f"at K ~ {k:.0f} (r ~ {k * rk:.0f} = {k * rk / dd:.2f} d) {names[w]} becomes the faster"
                               for k, w in cross) or ("never: FRAQ is faster at every K" if
-                                                     (fr.set_index("K")["ms"] < de.set_index("K")["ms"]).dropna().all()
+                                                     np.less(*fr.set_index("K")["ms"].align(de.set_index("K")["ms"],
+                                                                                            join="inner")).all()
                                                      else f"never: {label(dense)} is faster at every K")
             out.append(f"  - FRAQ against the dense path ({label(dense)}): they cross {where}.")
             fk, ek = fr.set_index("K"), de.set_index("K")
