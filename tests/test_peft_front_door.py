@@ -110,7 +110,7 @@ def _second_replace_fails(real):
 
 
 def _config_not_replaceable(m, out):
-    """The issue's ``chattr +i out/adapter_config.json``: that file cannot be replaced."""
+    """``chattr +i out/adapter_config.json``: that file cannot be replaced."""
     real = os.replace
 
     def replace(src, dst):
@@ -159,7 +159,7 @@ def test_overwrite_failure_at_each_step_leaves_old_or_new_adapter(example, tmp_p
 
 
 def test_an_old_version_that_cannot_be_removed_is_named(example, tmp_path, monkeypatch, capsys):
-    """The issue's ``chattr +i out/adapter_config.json``, as the kernel has it: the directory is
+    """``chattr +i out/adapter_config.json``, as the kernel has it: the directory is
     swapped whole, so the new adapter goes in (exit 0), but the old copy, whose config cannot be
     unlinked, stayed behind silently as a hidden directory; now one warning line names it."""
     root, dirs, versions = example
