@@ -30,6 +30,28 @@ def prepare() -> torch.device:
     return require()
 
 
+def measure_points(params: list, measure) -> dict:
+    """A ``setup_cache``'s dict: for every combination of asv's ``params``,
+    ``measure(*combo, device)`` (a point's metrics), or the reason it is skipped (a string:
+    no device, or the ``NotImplementedError`` the point's config raised)."""
+    import itertools
+
+    from benchmarks.device import DeviceUnavailable, checked
+
+    check_threads()
+    try:
+        device = checked()
+    except DeviceUnavailable as exc:
+        return {combo: str(exc) for combo in itertools.product(*params)}
+    out = {}
+    for combo in itertools.product(*params):
+        try:
+            out[combo] = measure(*combo, device)
+        except NotImplementedError as exc:
+            out[combo] = str(exc)
+    return out
+
+
 def cached(key: str, unit: str, doc: str | None = None):
     """A ``track_`` method returning ``cache[params][key]``: the value ``setup_cache``
     measured for this parameter combination (asv passes the cache first)."""

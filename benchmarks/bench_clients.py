@@ -13,9 +13,8 @@ The device is ``FRAQ_BENCH_DEVICE``'s.
 
 from __future__ import annotations
 
-import itertools
 
-from benchmarks._suite import _Measured, cached, prepare, skip
+from benchmarks._suite import _Measured, cached, measure_points, prepare, skip
 from benchmarks.experiments import clients
 from benchmarks.sizes import ASV, size_config
 
@@ -43,21 +42,7 @@ class ClientsSweep(_Measured):
 
     def setup_cache(self):
         """Every point's metrics, or the reason it is skipped (a string)."""
-        from benchmarks.cases import check_threads
-        from benchmarks.device import DeviceUnavailable, checked
-
-        check_threads()
-        try:
-            device = checked()
-        except DeviceUnavailable as exc:
-            return {combo: str(exc) for combo in itertools.product(*self.params)}
-        out = {}
-        for combo in itertools.product(*self.params):
-            try:
-                out[combo] = clients.metrics(point_config(*combo), device)
-            except NotImplementedError as exc:
-                out[combo] = str(exc)
-        return out
+        return measure_points(self.params, lambda *combo: clients.metrics(point_config(*combo[:-1]), combo[-1]))
 
     def setup(self, cache, method, shape, K):
         if isinstance(cache.get((method, shape, K)), str):

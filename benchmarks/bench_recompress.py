@@ -13,10 +13,9 @@ at the ends of both sweeps. The device is ``FRAQ_BENCH_DEVICE``'s.
 
 from __future__ import annotations
 
-import itertools
 import math
 
-from benchmarks._suite import _Measured, prepare, skip
+from benchmarks._suite import _Measured, measure_points, prepare, skip
 from benchmarks.experiments import fig3
 from benchmarks.sizes import ASV, size_config
 
@@ -66,23 +65,8 @@ class _Sweep(_Measured):
     def _measure_all(self) -> dict:
         """Every point's metrics, or the reason it is skipped (each subclass's ``setup_cache``:
         asv shares one ``setup_cache`` function's result between the classes using it)."""
-        from benchmarks.cases import check_threads
-        from benchmarks.device import DeviceUnavailable, checked
-
-        check_threads()
-        try:
-            device = checked()
-        except DeviceUnavailable as exc:
-            return {combo: str(exc) for combo in itertools.product(*self.params)}
-        out = {}
-        for combo in itertools.product(*self.params):
-            try:
-                config = sweep_config(self.sweep, *combo)
-            except NotImplementedError as exc:
-                out[combo] = str(exc)
-                continue
-            out[combo] = fig3.metrics(config, device)
-        return out
+        return measure_points(self.params, lambda *combo: fig3.metrics(sweep_config(self.sweep, *combo[:-1]),
+                                                                         combo[-1]))
 
     def setup(self, cache, method, value, mode):
         if isinstance(cache.get((method, value, mode)), str):
