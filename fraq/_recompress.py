@@ -431,8 +431,11 @@ def _to_host(device: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     columns = [t.unsqueeze(-1) if t.dim() == 1 else t for t in device.values()]
     host = torch.cat(columns, -1) if len(columns) > 1 else columns[0]
     host = (host if host.device.type == "cpu" else host.cpu()).numpy().astype(np.float64, copy=False)
-    parts = np.split(host, np.cumsum([c.shape[-1] for c in columns])[:-1], axis=-1)
-    return {name: part[:, 0] if t.dim() == 1 else part for (name, t), part in zip(device.items(), parts)}
+    out, k = {}, 0
+    for (name, t), c in zip(device.items(), columns):  # slices: np.split costs ~20 us a call here
+        out[name] = host[:, k] if t.dim() == 1 else host[:, k:k + c.shape[-1]]
+        k += c.shape[-1]
+    return out
 
 
 def _map_back(plan: Plan, at: _Pass, coords: _gram.Coordinates, U: torch.Tensor, p: np.ndarray,
