@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.figures import measured_columns
 from analysis.style import COLORS, MARKERS, NAMES
 from analysis.verdicts import exact, judge
 
@@ -49,16 +50,9 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     with ``q25_ms``/``q75_ms``, ``peak_mib``, ``gflop`` (counted), ``excess`` (in
     quadrature, mean over modules; ``excess_plain``: relative error minus the optimum),
     ``energy_kept_min``, ``r_over_d``."""
-    d = df.copy()
+    d = measured_columns(df)
     d["shape"] = d["d"].astype(int).astype(str) + "x" + d["D"].astype(int).astype(str)
     d["label"] = d["method"].map(label)
-    d["ms"] = d["timing.median"] * 1e3
-    d["q25_ms"] = d["timing.q25"] * 1e3
-    d["q75_ms"] = d["timing.q75"] * 1e3
-    d["peak_mib"] = d["peak_bytes"] / 2**20
-    d["gflop"] = d["counted_flops"] / 1e9 if "counted_flops" in d else np.nan
-    d["excess_plain"] = d["excess"] if "excess" in d else np.nan
-    d["excess"] = d["excess_quadrature"] if "excess_quadrature" in d else np.nan
     d["r_over_d"] = d["r"] / d["d"]
     return d.sort_values(["d", "D", "method", "K"]).reset_index(drop=True)
 

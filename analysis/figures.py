@@ -80,17 +80,26 @@ def fig1_downlink(df: pd.DataFrame):
 # ----------------------------------------------------------------------------- Fig. 3
 
 
-def fig3_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (sweep, method, mode, d, r): median and IQR time (ms), peak MiB, counted
-    GFLOP (batched points) and the error above the float64 optimum (``excess``)."""
+def measured_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of a sweep's results with the columns its figures plot: median and IQR time
+    (ms), peak MiB, counted GFLOP (NaN where not counted), ``excess`` (the error above the
+    float64 optimum in quadrature) and ``excess_plain`` (relative error minus the optimum)."""
     d = df.copy()
-    d["method_name"] = d["method"].map(NAMES)
     d["ms"] = d["timing.median"] * 1e3
     d["q25_ms"] = d["timing.q25"] * 1e3
     d["q75_ms"] = d["timing.q75"] * 1e3
     d["peak_mib"] = d["peak_bytes"] / 2**20
     d["gflop"] = d["counted_flops"] / 1e9 if "counted_flops" in d else np.nan
+    d["excess_plain"] = d["excess"] if "excess" in d else np.nan
     d["excess"] = d["excess_quadrature"] if "excess_quadrature" in d else np.nan
+    return d
+
+
+def fig3_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (sweep, method, mode, d, r): median and IQR time (ms), peak MiB, counted
+    GFLOP (batched points) and the error above the float64 optimum (``excess``)."""
+    d = measured_columns(df)
+    d["method_name"] = d["method"].map(NAMES)
     d["x"] = np.where(d["sweep"] == "r", d["r"], d["d"])
     return d.sort_values(["sweep", "method_name", "mode", "x"])
 
