@@ -1,49 +1,111 @@
-"""The energy rule (the paper's Eq. 11) and the Gram's noise floor, in one place.
+r"""The energy rule (the paper's Eq. 11) and what it treats as rounding, in one place.
 
-:func:`fraq.recompress` applies them on the host to the eigenvalues it reads; the
-baselines that cut a spectrum (FLoRIST, FlexLoRA) use :func:`select_rank`, the same rule,
-on their squared singular values. Eigenvalues of a Gram at or below its noise floor,
-``s * eps * lambda_1``, are rounding noise of the squared spectrum, not directions of the
-aggregate, and count as exact zeros; so are those at or below the rounding of forming the
-product from its factors, ``(s * eps)^2 ||X||_F^2 ||Y||_F^2``, which decides when the
-clients cancel (:func:`noise_floor`).
+:func:`fraq.recompress` applies :func:`energy_rule` on the host to the eigenvalues it
+reads; the baselines that cut a spectrum (FLoRIST, FlexLoRA) use :func:`select_rank`, the
+same rule, on their squared singular values.
+
+**The contract.** For every input, the kept rank p holds at least ``tau`` of the energy of
+the exact aggregate of the factors as given (the float64 SVD of
+:math:`\sum_k \alpha_k s_k B_k A_k`), up to the rounding of the computation that ran,
+about :math:`\min(d, r)\,\varepsilon` of the energy (1e-4 in float32 at d = 768, 1e-13 in
+float64), and p is no larger than the float64 rule's at ``tau`` plus that tolerance.
+``tau = 1`` keeps the numerical rank. Two rounding bounds decide what is noise, both
+invariant to rescaling X's columns against Y's rows (which leaves the product unchanged):
+
+* **The product's rounding** (:func:`noise_floor`, per eigenvalue, absolute). Forming
+  :math:`XY` in a dtype of unit roundoff :math:`\varepsilon` errs by
+  :math:`|\mathrm{fl}(XY) - XY| \le \gamma_r |X||Y|` (Higham, *Accuracy and Stability
+  of Numerical Algorithms*, 2nd ed., Eq. 3.13), and
+  :math:`\lVert |X||Y| \rVert_F \le N = \sum_k \lVert x_k\rVert \lVert y_k\rVert`
+  (column k of X, row k of Y: the triangle inequality over the rank-one terms). By Weyl's
+  inequality every singular value of the computed product is within that of the exact
+  one, so an eigenvalue of the Gram at or below :math:`(k \varepsilon N)^2` cannot be
+  told from zero by this or any computation from these factors in this dtype, a dense
+  SVD of the product included; it counts as an exact zero, in the rank and in the total.
+  The constant is :math:`k = \max(\min(d, r), \sqrt{d + r})`: the deterministic
+  :math:`\gamma_r \approx r \varepsilon` for a basis (r < d), the Householder QR's
+  columnwise error of the same order (Higham, Thm. 19.4), and above the probabilistic
+  :math:`\sqrt{d + r}\,\varepsilon` growth (Higham and Mary, SIAM J. Sci. Comput. 41,
+  2019) on the identity path. N is what decides when clients cancel: two clients whose
+  updates cancel exactly give a Gram of pure rounding, far below :math:`(k\varepsilon N)^2`,
+  so the aggregate has rank 0. N is unchanged when x_k is scaled by c and y_k by 1/c,
+  while :math:`\lVert X\rVert_F \lVert Y\rVert_F` grows like c^2; a floor from the latter
+  dropped the whole update of clients whose factors were scaled in opposite directions.
+
+* **The Gram's rounding** (:func:`gram_budget`, on the energy of the tail). Forming
+  :math:`G = HH^\top` and solving it errs normwise by about :math:`\varepsilon\,
+  \lVert H\rVert_F^2` (Higham, Eq. 3.13 again; the eigensolver is backward stable), so
+  each of the s computed eigenvalues is only :math:`\varepsilon\,\mathrm{tr}\,G` accurate
+  in absolute terms, and directions that are exact zeros come back as eigenvalues of
+  that size. A per-eigenvalue floor at :math:`s\varepsilon\lambda_1` is the normwise
+  bound of one eigenvalue, far above the error of a graded Gram's small eigenvalues
+  (about 1e-6 relative here): it dropped every direction of a flat tail at 5e-3
+  sigma_1 and kept less than ``tau`` without a word. Here no single eigenvalue is
+  judged: the trailing directions are dropped only while all of them *together* hold at
+  most :math:`s\varepsilon\,\mathrm{tr}\,G`, the rounding of the s computed eigenvalues
+  summed, so the energy lost that way is at most that much. Directions that together
+  hold more are real energy and are kept, however small each is.
+
+The rule therefore keeps :math:`p = \min(p_\tau, q)`, where :math:`p_\tau` is Eq. 11 on
+the eigenvalues above the product's floor (total: their sum, the Gram's trace) and q the
+fewest leading directions whose remainder lies within the Gram's rounding; a result
+whose p is q < :math:`p_\tau` keeps less than ``tau`` only by that remainder, and
+:func:`fraq.recompress` counts it in ``result.info["below_tau"]``.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
-__all__ = ["energy_rule", "noise_floor", "select_rank"]
+__all__ = ["energy_rule", "gram_budget", "noise_floor", "rounding_eps", "select_rank"]
 
 _TINY64 = float(np.finfo(np.float64).tiny)
 
 
-def noise_floor(lam_max, s: int, dtype: torch.dtype, input_sq=None):
-    r"""Eigenvalues of the Gram at or below this are rounding noise (see the module docstring).
+def rounding_eps(*dtypes: torch.dtype) -> float:
+    """Unit roundoff of the least precise of ``dtypes`` (the compute and eigensolver dtypes)."""
+    return max(torch.finfo(t).eps for t in dtypes)
 
-    ``lam_max``: the largest eigenvalue per matrix (a tensor or an array).
 
-    ``input_sq``: :math:`\|X\|_F^2 \|Y\|_F^2` per matrix, the squared scale of the
-    factors whose product the Gram is of (same shape as ``lam_max``), or None. Forming
-    :math:`X Y` in ``dtype`` perturbs each singular value by up to about
-    :math:`s \varepsilon \|X\|_F \|Y\|_F`, so an eigenvalue at or below
-    :math:`(s \varepsilon)^2 \|X\|_F^2 \|Y\|_F^2` is rounding of the inputs whatever
-    :math:`\lambda_1` is. That floor matters only when the clients cancel
-    (:math:`\lambda_1 \ll \|X\|_F^2 \|Y\|_F^2`): for two clients whose updates cancel
-    exactly every eigenvalue is such rounding, :math:`\lambda_1 \approx 0.1\,
-    \varepsilon^2 \|X\|_F^2 \|Y\|_F^2`, and the aggregate, the zero matrix, has rank 0 as
-    the relative floor alone cannot say. Without cancellation it lies
-    :math:`2 s^3 \varepsilon` below the relative floor and changes nothing. A non-finite
-    ``input_sq`` (an overflowed norm) is ignored."""
-    eps = max(s, 1) * torch.finfo(dtype).eps
-    floor = lam_max * eps
-    if input_sq is None:
-        return floor
-    if isinstance(floor, torch.Tensor):
-        return torch.maximum(floor, torch.where(torch.isfinite(input_sq), input_sq * eps**2, torch.zeros_like(floor)))
-    with np.errstate(invalid="ignore"):
-        return np.maximum(floor, np.where(np.isfinite(input_sq), input_sq * eps**2, 0.0))
+def noise_floor(n_sum, d: int, r: int, eps: float):
+    r"""The product's rounding, per eigenvalue: :math:`(k \varepsilon N)^2` (module docstring).
+
+    ``n_sum``: :math:`N = \sum_k \lVert x_k\rVert \lVert y_k\rVert` per matrix (a tensor or
+    an array); a non-finite N (an overflowed norm) gives no floor (0), the range check
+    handles those matrices. ``d``, ``r``: the short side and the stacked rank; ``eps``: the
+    unit roundoff of the computation (:func:`rounding_eps`)."""
+    k = max(min(d, r), math.sqrt(d + r))
+    if isinstance(n_sum, torch.Tensor):
+        return torch.where(torch.isfinite(n_sum), torch.square(k * eps * n_sum), torch.zeros_like(n_sum))
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(np.isfinite(n_sum), np.square(k * eps * np.asarray(n_sum, dtype=np.float64)), 0.0)
+
+
+def gram_budget(total, s: int, eps: float, n_sum=None):
+    r"""The Gram's rounding summed over its s eigenvalues: trailing directions that together
+    hold no more than this are rounding (module docstring).
+
+    :math:`s \varepsilon\,\mathrm{tr}\,G`; for a factored Gram (``n_sum`` = N, else
+    None) the whole trace where :math:`\mathrm{tr}\,G \le \varepsilon N^2`.
+    :math:`C (YY^\top) C^\top` rounds each of its terms :math:`c_j (y_j \cdot y_k) c_k^\top`
+    relative to :math:`\lVert c_j\rVert\lVert y_j\rVert\lVert y_k\rVert\lVert c_k\rVert`,
+    and those sum to :math:`N^2`: a factored Gram whose whole trace is below that is
+    rounding, the zero aggregate of clients that cancel exactly (measured: traces of at
+    most 0.14 eps N^2). The bound is normwise and far above the error of each
+    eigenvalue of a Gram that is not all rounding (about 1e-3 of eps N^2 for clients
+    cancelling to 1e-2), so it decides only that all-or-nothing case; ``gram="auto"``
+    sends cancelling clients to the product form anyway (:func:`fraq._gram.cancels`).
+    A non-finite N decides nothing."""
+    total = np.asarray(total, dtype=np.float64)
+    budget = max(s, 1) * eps * total
+    if n_sum is None:
+        return budget
+    with np.errstate(invalid="ignore", over="ignore"):
+        rounding = eps * np.square(np.asarray(n_sum, dtype=np.float64))
+    return np.where(np.isfinite(rounding) & (total <= rounding), total, budget)
 
 
 def select_rank(lam, tau: float):
@@ -65,25 +127,31 @@ def _rank_from_cumsum(cums, tau: float):
 
 
 def energy_rule(lam: np.ndarray, tau: float | None, rank: int | None,
-                below: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(p, energy) per matrix from floored, descending eigenvalues (host arrays (nb, s)): the
-    energy rule at ``tau``, or the fixed ``rank``.
+                budget: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(p, energy, short, q) per matrix from descending, non-negative eigenvalues (host
+    arrays (nb, s)), those at or below the product's floor already zero
+    (:func:`noise_floor`): the energy rule at ``tau``, or the fixed ``rank``.
 
-    ``below`` (nb,): the sum of the eigenvalues at or below the floor (default 0), so that
-    the total is the Gram's trace, ||H||_F^2. The floor decides which directions can be
-    kept, never how much energy there is: a stack of many clients (r near or past d) has
-    hundreds of real eigenvalues below s * eps * lambda_1, each only eps * lambda_1
-    accurate but together about 0.1% of the energy, and a total without them would stop
-    the rule early and keep less than ``tau`` of ||B A||_F^2 (the float64 spectrum's rank
-    is the reference). The rank is at most the count of eigenvalues above the floor, so
-    ``tau = 1`` keeps the numerical rank; where none is above it the aggregate is zero to
-    the dtype's accuracy, p = 0 and its energy is 1 (nothing is lost)."""
+    The total is the sum of ``lam``, the Gram's trace ||B A||_F^2. q (nb,) is the
+    numerical rank: the fewest leading directions whose remainder sum_{i>q} lam_i is at
+    most ``budget`` (nb,), the Gram's rounding (:func:`gram_budget`). Under the rule,
+    p = min(p_tau, q) with p_tau Eq. 11; ``short`` (nb,) bool marks the matrices where
+    q < p_tau cut the rank, so the kept energy is below ``tau`` by at most ``budget`` /
+    total. Where the whole Gram lies within the budget (every eigenvalue zero, or clients
+    that cancel exactly under a factored Gram) the aggregate is zero to the dtype's
+    accuracy: q = 0, p = 0 under the rule, and its energy is 1 (nothing is lost)."""
+    nb = lam.shape[0]
     cums = lam.cumsum(-1)
-    total = cums[:, -1] if below is None else cums[:, -1] + np.maximum(below, 0.0)
-    live = (lam > 0).sum(-1)
+    total = cums[:, -1]
+    rest = total[:, None] - (cums - lam)  # rest[:, j]: the energy from direction j on
+    q = (rest > np.asarray(budget, dtype=np.float64).reshape(-1, 1)).sum(-1)
+    zero = q == 0  # the whole Gram lies within its rounding: the aggregate is zero to the dtype's accuracy
+    short = np.zeros(nb, dtype=bool)
     if tau is not None:
-        p = np.minimum((cums < tau * total[:, None]).sum(-1) + (total > 0), live)
+        p_tau = (cums < tau * total[:, None]).sum(-1) + (total > 0)
+        p = np.minimum(p_tau, q)
+        short = (q < p_tau) & ~zero
     else:
-        p = np.full(lam.shape[0], rank, dtype=np.int64)
-    kept = cums[np.arange(lam.shape[0]), np.maximum(p - 1, 0)]  # 0 where p = 0
-    return p, np.where(live > 0, kept / np.maximum(total, _TINY64), 1.0)
+        p = np.full(nb, rank, dtype=np.int64)
+    kept = cums[np.arange(nb), np.maximum(p - 1, 0)] * (p > 0)
+    return p, np.where(zero, 1.0, kept / np.maximum(total, _TINY64)), short, q

@@ -13,17 +13,17 @@ Two forms give the same two results:
   :math:`(2d + D) r^2` leading-order flops with Householder against :math:`(2d + 3D) r^2`
   (SYRK convention; :func:`fraq.flops.fraq_flops` with ``factored=True``).
 
-**Accuracy, and the guard.** Rounding in the factored G is
-:math:`\varepsilon\lVert C\rVert^2\lVert Y\rVert^2`, in the product form
-:math:`\varepsilon\lVert C\rVert\lVert Y\rVert\lVert CY\rVert`: they differ by
-:math:`\rho = \lVert C\rVert\lVert Y\rVert / \lVert CY\rVert`, about 1 when nothing
-cancels, large when the clients' updates cancel and the aggregate is small against its
-factors. ``gram="auto"`` forms the Gram factored and, in the call's one host read,
-measures :math:`\rho_F^2 = \lVert C\rVert_F^2\lVert Y\rVert_F^2 / \lVert CY\rVert_F^2`
-(three traces: :math:`\lVert C\rVert_F^2`, :math:`\mathrm{tr}\,YY^\top`,
-:math:`\mathrm{tr}\,G`); for generic factors :math:`\rho_F^2 \approx s/2` (rank-s
-products spread their Frobenius mass over s directions), so a matrix is judged to
-cancel above :data:`CANCEL_LIMIT` times s, and the batch is then redone through H.
+**Accuracy, and the guard.** Rounding in the factored G is about
+:math:`\varepsilon N^2`, with :math:`N = \sum_k \lVert c_k\rVert\lVert y_k\rVert`
+(:func:`scale_sum`), in the product form about :math:`\varepsilon\lVert CY\rVert_F^2`:
+they differ by :math:`\rho^2 = N^2 / \lVert CY\rVert_F^2`, about s/2 when nothing
+cancels (rank-s products spread their mass over s directions), large when the clients'
+updates cancel and the aggregate is small against its factors. ``gram="auto"`` forms the
+Gram factored and, in the call's one host read, measures :math:`\rho^2` (N and
+:math:`\mathrm{tr}\,G`); a matrix is judged to cancel above :data:`CANCEL_LIMIT` times s,
+and the batch is then redone through H. N, unlike :math:`\lVert C\rVert_F\lVert Y\rVert_F`,
+is unchanged when the clients' factors are scaled in opposite directions (c_k t, y_k / t),
+which changes neither Gram nor its rounding.
 
 Only the lower triangle of a Gram formed here is authoritative: the factored product
 :math:`(CW)C^\top` is symmetric up to rounding and the eigensolver reads the lower
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["CANCEL_LIMIT", "GRAMS", "Coordinates", "cancels", "coordinates", "frobenius", "rows"]
+__all__ = ["CANCEL_LIMIT", "GRAMS", "Coordinates", "cancels", "coordinates", "rows", "scale_sum"]
 
 GRAMS = ("auto", "product", "factored")
 """Values of ``recompress(gram=...)``: ``"auto"`` (default) is the form of fewer FLOPs at the
@@ -82,19 +82,31 @@ def rows(coords: Coordinates, Up: torch.Tensor, C: torch.Tensor, Y: torch.Tensor
     return torch.bmm(coords.Ht, Up).mT
 
 
-def frobenius(C: torch.Tensor) -> torch.Tensor:
-    """||C||_F per matrix (nb,), what :func:`cancels` reads beside tr(Y Y^T) (the diagonal of
-    W_Y, which the range verdict reads too) and tr(G) (the sum of its eigenvalues)."""
-    return torch.linalg.vector_norm(C, dim=(-2, -1))
+def scale_sum(C: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+    r""":math:`N = \sum_k \lVert c_k\rVert \lVert y_k\rVert` per matrix (nb,), column k of C
+    (nb, s, r) against row k of Y (nb, r, D): the bound :math:`\lVert |C||Y| \rVert_F \le N`
+    of the product's rounding, unchanged when c_k is scaled by t and y_k by 1/t (which
+    leaves C Y unchanged; :math:`\lVert C\rVert_F \lVert Y\rVert_F` is not). What
+    :func:`cancels` and the product's noise floor (:func:`fraq._energy.noise_floor`) read.
+    Flops: 2 (s + D) r."""
+    return (torch.linalg.vector_norm(C, dim=-2) * torch.linalg.vector_norm(Y, dim=-1)).sum(-1)
 
 
-def cancels(c_norm: list[float], y_trace: list[float], g_trace: list[float], s: int) -> np.ndarray:
-    r"""Per matrix, bool: :math:`\rho_F^2 = \lVert C\rVert_F^2 \mathrm{tr}(YY^\top) / \mathrm{tr}(G)`
-    above :data:`CANCEL_LIMIT` times s, so the factored Gram could lose accuracy.
+def cancels(n_sum: list[float], g_trace: list[float], s: int) -> np.ndarray:
+    r"""Per matrix, bool: :math:`\rho^2 = N^2 / \mathrm{tr}(G)` above :data:`CANCEL_LIMIT`
+    times s, so the factored Gram could lose accuracy (N: :func:`scale_sum`).
+
+    The factored Gram's rounding is about :math:`\varepsilon N^2` (each term
+    :math:`c_j (y_j \cdot y_k) c_k^\top` errs relative to :math:`\lVert c_j\rVert\lVert y_j\rVert
+    \lVert y_k\rVert\lVert c_k\rVert`), the product form's about
+    :math:`\varepsilon\,\mathrm{tr}(G)`: their ratio is :math:`\rho^2`. For balanced factors
+    N equals :math:`\lVert C\rVert_F\lVert Y\rVert_F`; unlike that product it does not grow
+    when the clients' factors are scaled in opposite directions, which leaves both Grams'
+    rounding unchanged.
 
     Host numbers (Python floats, one per matrix; an overflow is inf, not an error). The
     caller judges only matrices whose Gram is in range (the others are judged again once
     rescaled); a NaN is judged cancelling.
     """
     limit = CANCEL_LIMIT * max(s, 1)
-    return np.array([not (c * c * y <= limit * g) for c, y, g in zip(c_norm, y_trace, g_trace)], dtype=bool)
+    return np.array([not (n * n <= limit * g) for n, g in zip(n_sum, g_trace)], dtype=bool)

@@ -36,7 +36,7 @@ import torch
 
 from fraq._validation import check_finite, compute_dtype
 
-__all__ = ["amax", "check_representable", "exponent", "pow2", "rescaled", "scale_pow2", "stats", "verdict"]
+__all__ = ["amax", "check_representable", "equilibrate", "exponent", "pow2", "rescaled", "scale_pow2", "stats", "verdict"]
 
 _BITS = {  # dtype -> (integer dtype of its bit pattern, mantissa bits, exponent bias)
     torch.float32: (torch.int32, 23, 127),
@@ -88,6 +88,27 @@ def scale_pow2(t: torch.Tensor, e: torch.Tensor, parts: int) -> torch.Tensor:
         t = t * pow2(k, t.dtype)
         rest = rest - k
     return t
+
+
+def equilibrate(X: torch.Tensor, Y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """X (nb, d, r) with each column scaled by the power of two 2^-e_k that brings its largest
+    entry into [0.5, 1), and Y (nb, r, D) with row k scaled by 2^e_k: the product X Y is
+    unchanged exactly, and X's columns are equilibrated, within a factor sqrt(r) of the
+    best-conditioned diagonal scaling of X (van der Sluis, Numer. Math. 14, 1969).
+
+    A basis that is not invariant to X's column scaling (an iteration normalized by
+    ||X||_F, Cholesky-QR, a polar factor) sees col(X) this way, not an imbalance between
+    factors that the product does not have: clients whose factors are scaled in opposite
+    directions, (B c, A / c), give X columns c^2 apart and an iteration that takes the
+    small ones for zeros. The largest entries, not norms: a norm's squares underflow or
+    overflow where the entries do not. Row k of Y ends at most |x_k|max |y_k|max, an
+    entry of the rank-one term x_k y_k; a Gram that this pushes out of range is caught by
+    the range verdict and rescaled as a whole (:func:`rescaled`), which keeps X
+    equilibrated. A zero or non-finite column gives e_k = 0."""
+    e = torch.frexp(torch.maximum(X.amax(dim=-2), X.amin(dim=-2).neg()))
+    k = torch.where((e.mantissa > 0) & torch.isfinite(e.mantissa), e.exponent, torch.zeros_like(e.exponent))
+    k = k.to(torch.int64)
+    return scale_pow2(X, -k.unsqueeze(-2), parts=2), scale_pow2(Y, k.unsqueeze(-1), parts=2)
 
 
 def stats(C: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from fraq import _gram, _range
-from fraq._energy import energy_rule, noise_floor, select_rank
+from fraq._energy import energy_rule, gram_budget, noise_floor, rounding_eps, select_rank
 from fraq._gram import CANCEL_LIMIT, GRAMS
 from fraq._orient import orient, unorient
 from fraq._parallel import batch_map, over_chunks
@@ -39,7 +39,7 @@ from fraq.result import RecompressResult, empty_result, join_results
 
 __all__ = ["CANCEL_LIMIT", "GRAMS", "Options", "Plan", "check_options", "recompress", "select_rank", "noise_floor"]
 
-INFO_RULES = {"rescaled": "sum", "product_gram_count": "sum"}
+INFO_RULES = {"rescaled": "sum", "product_gram_count": "sum", "below_tau": "sum"}
 """How recompress's own ``info`` keys combine over chunks (see :func:`fraq.backends.base.merge_info`)."""
 
 
@@ -220,6 +220,8 @@ class Plan:
         identity: the basis is I_d (:func:`fraq.flops.cheapest_path`).
         factored: the first pass forms the Gram factored.
         guard: a factored Gram is checked for cancelling clients (``gram="auto"``).
+        equilibrate: X's columns are equilibrated against Y's rows before the basis
+            (:func:`fraq._range.equilibrate`): a backend not invariant to column scaling.
         gram: the requested Gram form (:data:`GRAMS`), recorded in ``info``.
         out_dtype, cdt, edt: the result's dtype, the compute dtype, the eigensolver's.
     """
@@ -232,6 +234,7 @@ class Plan:
     identity: bool
     factored: bool
     guard: bool
+    equilibrate: bool
     gram: str
     out_dtype: torch.dtype
     cdt: torch.dtype
@@ -251,6 +254,7 @@ class Plan:
         fast = basis_fn if path.identity or spec.deferred is None else spec.deferred
         return cls(tau=options.tau, rank=options.rank, backend=name, basis_fn=basis_fn, fast_basis_fn=fast,
                    identity=path.identity, factored=path.factored, guard=options.gram == "auto" and path.factored,
+                   equilibrate=not (path.identity or spec.scale_invariant),
                    gram=options.gram, out_dtype=B.dtype, cdt=compute_dtype(B.dtype), edt=options.eig_dtype)
 
     def workspace_bytes(self, d: int, D: int, r: int) -> int:
@@ -295,14 +299,13 @@ class _Pass:
 @dataclass(frozen=True)
 class _Reading:
     """The pass's one host read, per matrix (numpy): ``lam`` (nb, s) the Gram's eigenvalues,
-    descending, zero at or below the noise floor; ``below`` the sum of those the floor
-    zeroed (with ``lam``'s sum, the Gram's trace: the energy rule's total); ``ok`` in
-    range; ``cancels`` (factored Gram under the guard, else None); ``rejected`` (a deferred
+    descending, zero at or below the product's noise floor (and where negative); ``n_sum``
+    N = sum_k ||c_k|| ||y_k|| (:func:`fraq._gram.scale_sum`); ``ok`` in range; ``cancels`` (factored Gram under the guard, else None); ``rejected`` (a deferred
     basis, else None); ``lam1`` the Gram's largest eigenvalue (NaN where the solver refused
     it); ``e`` the scale exponents (None before rescaling)."""
 
     lam: np.ndarray
-    below: np.ndarray
+    n_sum: np.ndarray
     ok: np.ndarray
     cancels: np.ndarray | None
     rejected: np.ndarray | None
@@ -322,7 +325,7 @@ class _Fallback:
 def _rescale(at: _Pass, rd: _Reading, plan: Plan, whole: tuple) -> _Pass:
     """The matrices out of range redone from exactly scaled factors (:func:`fraq._range.rescaled`)."""
     bad = torch.from_numpy(~rd.ok).to(at.X.device)
-    X, Y, e = _range.rescaled(whole, at.X, at.Y, bad)
+    X, Y, e = _range.rescaled(whole, at.X, at.Y, bad)  # an equilibrated X stays so: one scale per factor
     return replace(at, basis=plan.basis_fn(X), X=X, Y=Y, e=e, rescaled=int((~rd.ok).sum()))
 
 
@@ -348,16 +351,20 @@ def _pipeline(plan: Plan, whole: tuple, batch: tuple, B: torch.Tensor, A: torch.
         return empty_result(plan, batch, B.shape[-2], A.shape[-1], s, transposed, B.device)
     if X.dtype != plan.cdt:
         X, Y = X.to(plan.cdt), Y.to(plan.cdt)
+    if plan.equilibrate:  # a basis that is not column-scale invariant sees col(X), not the factors' scales
+        X, Y = _range.equilibrate(X, Y)
     # 2. basis: the identity (r >= d), or the backend's, a deferred one leaving its verdict to the host read
     at = _Pass(basis=plan.fast_basis_fn(X), X=X, Y=Y, factored=plan.factored)
     at, coords, eig, rd = _settle(plan, whole, at, s)  # 3. coordinates and Gram, 4. eigenproblem
     if rd.e is not None or plan.out_dtype != plan.cdt:  # in range otherwise (see fraq._range.verdict)
         _range.check_representable(whole, rd.lam[:, 0], rd.e, plan.out_dtype, partial(_name_matrix, batch, offset))
-    p, energy = energy_rule(rd.lam, plan.tau, plan.rank, rd.below)  # 5. energy rule, on the host
+    budget = gram_budget(rd.lam.sum(-1), s, rounding_eps(plan.cdt, plan.edt), rd.n_sum if at.factored else None)
+    p, energy, short, q = energy_rule(rd.lam, plan.tau, plan.rank, budget)  # 5. energy rule, on the host
     B, A = _map_back(plan, at, coords, eig[1], p, transposed)  # 6. map back and 7. unorient
     info = {"rescaled": at.rescaled, "gram": plan.gram, "product_gram_count": 0 if at.factored else nb,
-            **at.basis.info}
-    return _finish(plan, batch, B, A, p, energy, rd, info, transposed)
+            "below_tau": int(short.sum()), **at.basis.info}
+    lam = np.where(np.arange(s) < q[:, None], rd.lam, 0.0)  # the spectrum past the numerical rank is rounding
+    return _finish(plan, batch, B, A, p, energy, lam, rd.e, info, transposed)
 
 
 def _settle(plan: Plan, whole: tuple, at: _Pass, s: int):
@@ -394,11 +401,11 @@ def _eigen(G: torch.Tensor, edt: torch.dtype) -> tuple[torch.Tensor, torch.Tenso
 
 def _read(plan: Plan, at: _Pass, coords: _gram.Coordinates, eig, s: int) -> _Reading:
     """The pass's verdicts, decided on the host from its one read (:func:`_to_host`): the
-    eigenvalues, max|C| (:func:`fraq._range.stats`), ||C||_F and ||Y||_F (the inputs' scale,
-    for the noise floor and the Gram guard), a deferred basis's rejections, the scale
-    exponents and the diagonal of W_Y."""
-    device = {"c_max": _range.stats(at.basis.C), "c_norm": _gram.frobenius(at.basis.C),
-              "y_norm": _gram.frobenius(at.Y)}
+    eigenvalues, max|C| (:func:`fraq._range.stats`), N = sum_k ||c_k|| ||y_k|| (the
+    factors' scale, invariant to rescaling C's columns against Y's rows: the product's
+    noise floor and the Gram guard), a deferred basis's rejections, the scale exponents
+    and the diagonal of W_Y."""
+    device = {"c_max": _range.stats(at.basis.C), "n_sum": _gram.scale_sum(at.basis.C, at.Y)}
     guard = plan.guard and at.factored
     if eig is not None:
         device["lam"] = eig[0]
@@ -413,14 +420,14 @@ def _read(plan: Plan, at: _Pass, coords: _gram.Coordinates, eig, s: int) -> _Rea
     w_diag = host.get("w_diag")
     with np.errstate(over="ignore", invalid="ignore"):  # a sum of a matrix out of range may overflow: it fails
         w_max = None if w_diag is None else w_diag.max(-1).tolist()
-        traces = (w_diag.sum(-1).tolist(), lam.sum(-1).tolist()) if guard else None
-        input_sq = np.square(host["c_norm"] * host["y_norm"])[:, None]
+        g_trace = lam.sum(-1).tolist() if guard else None
+    n_sum = host["n_sum"]
     ok = _range.verdict(host["c_max"].tolist(), lam[:, -1].tolist(), w_max, plan.cdt, plan.edt)
-    cancels = ok & _gram.cancels(host["c_norm"].tolist(), *traces, s) if guard else None
+    cancels = ok & _gram.cancels(n_sum.tolist(), g_trace, s) if guard else None
     lam = lam[:, ::-1]
-    floor = noise_floor(lam[:, :1], s, plan.cdt, input_sq)
-    kept = lam > floor
-    return _Reading(lam=np.where(kept, lam, 0.0), below=np.where(kept, 0.0, lam).sum(-1), ok=ok, cancels=cancels,
+    d, r = at.X.shape[-2], at.X.shape[-1]
+    floor = noise_floor(n_sum, d, r, rounding_eps(plan.cdt, plan.edt))[:, None]
+    return _Reading(lam=np.where(lam > floor, lam, 0.0), n_sum=n_sum, ok=ok, cancels=cancels,
                     rejected=host["rejected"] > 0 if "rejected" in host else None, lam1=lam[:, 0],
                     e=host["e"].astype(np.int64) if "e" in host else None)
 
@@ -461,12 +468,13 @@ def _device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def _finish(plan: Plan, batch: tuple, B: torch.Tensor, A: torch.Tensor, p: np.ndarray, energy: np.ndarray,
-            rd: _Reading, info: dict, transposed: bool) -> RecompressResult:
+            lam: np.ndarray, e: np.ndarray | None, info: dict, transposed: bool) -> RecompressResult:
     """The result: the whole batch in the caller's shape (a chunk stays flat for
-    :func:`fraq.result.join_results`), host numbers as tensors on the factors' device."""
-    sv = np.sqrt(rd.lam)
-    if rd.e is not None:
-        sv = np.ldexp(sv, rd.e[:, None])
+    :func:`fraq.result.join_results`), host numbers as tensors on the factors' device;
+    ``lam`` the spectrum reported, ``e`` the scale exponents (None: unscaled)."""
+    sv = np.sqrt(lam)
+    if e is not None:
+        sv = np.ldexp(sv, e[:, None])
     cnp = np.float64 if plan.cdt == torch.float64 else np.float32
     whole = B.shape[0] == math.prod(batch)
     shape = batch if whole else (B.shape[0],)

@@ -85,17 +85,21 @@ def test_rescaled_cancelling_matrix_is_judged_after_rescaling():
 
 
 def test_the_cancellation_rule():
-    """rho_F^2 = ||C||_F^2 ||Y||_F^2 / ||C Y||_F^2 against CANCEL_LIMIT * s, per matrix."""
+    """rho^2 = N^2 / ||C Y||_F^2, N = sum_k ||c_k|| ||y_k||, against CANCEL_LIMIT * s, per
+    matrix; unchanged when c_k is scaled by t and y_k by 1 / t."""
     s = 4
-    C = torch.eye(s).expand(3, s, s).clone()
-    Y = torch.zeros(3, s, 10)
-    Y[0, :, :s] = torch.eye(s)  # rho_F^2 = 4 * 4 / 4 = 4 <= 2 s = 8: accepted
-    Y[1, 0, 0] = 1.0  # rho_F^2 = 4 * 1 / 1 = 4: accepted
+    C = torch.eye(s, dtype=torch.float64).expand(3, s, s).clone()
+    Y = torch.zeros(3, s, 10, dtype=torch.float64)
+    Y[0, :, :s] = torch.eye(s)  # rho^2 = 4^2 / 4 = 4 <= 2 s = 8: accepted
+    Y[1, 0, 0] = 1.0  # rho^2 = 1 / 1: accepted
     Y[2, 0, 0], Y[2, 1, 0] = 1.0, -1.0
-    C[2, 0, 1] = 1.0  # row 0 of C Y cancels to 0: rho_F^2 = 5 * 2 / 1 = 10 > 8: refused
-    coords = _gram.coordinates(C, Y, factored=True)
-    c_norm = _gram.frobenius(C).double().numpy()
-    y_trace = coords.WY.diagonal(dim1=-2, dim2=-1).sum(-1).double().numpy()
-    g_trace = torch.linalg.eigvalsh(coords.G.double()).sum(-1).numpy()  # recompress reads tr G as the eigenvalues' sum
-    got = _gram.cancels(c_norm.tolist(), y_trace.tolist(), g_trace.tolist(), s)
-    assert got.tolist() == [False, False, True]
+    C[2, 0, 1], C[2, 1, 1] = 1.0, 1e-3  # row 0 of C Y cancels to 0, row 1 is 1e-3: rho^2 ~ 4e6: refused
+
+    def verdict(C, Y):
+        coords = _gram.coordinates(C, Y, factored=True)
+        g_trace = torch.linalg.eigvalsh(coords.G).sum(-1).numpy()  # recompress reads tr G as the eigenvalues' sum
+        return _gram.cancels(_gram.scale_sum(C, Y).numpy().tolist(), g_trace.tolist(), s).tolist()
+
+    assert verdict(C, Y) == [False, False, True]
+    t = torch.tensor([2.0**30, 2.0**-30, 3.0, 1.0], dtype=torch.float64)  # the product C Y is unchanged
+    assert verdict(C * t, Y / t[:, None]) == [False, False, True]

@@ -99,6 +99,11 @@ class BackendSpec:
         deferred: the same basis with its per-matrix verdict left pending, for
             :func:`fraq.recompress` to read in its one host synchronization (see
             :data:`fraq.backends.base.Backend`), or None: the pipeline calls ``fn``.
+        scale_invariant: the basis of X D is the basis of X with C scaled by D, to the
+            last bit, for every diagonal D of powers of two (Householder QR: each
+            reflector is computed from, and applied to, whole columns). For the others
+            :func:`fraq.recompress` equilibrates X's columns against Y's rows first
+            (:func:`fraq._range.equilibrate`), which leaves the product unchanged.
     """
 
     fn: Backend
@@ -106,6 +111,7 @@ class BackendSpec:
     flops: FlopModel | None = None
     info_rules: Mapping[str, str] = field(default_factory=dict)
     deferred: Backend | None = None
+    scale_invariant: bool = False
 
 
 REGISTRY: dict[str, BackendSpec] = {}
@@ -113,7 +119,8 @@ REGISTRY: dict[str, BackendSpec] = {}
 
 
 def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: FlopModel | None = None,
-                     info_rules: Mapping[str, str] | None = None, deferred: Backend | None = None) -> None:
+                     info_rules: Mapping[str, str] | None = None, deferred: Backend | None = None,
+                     scale_invariant: bool = False) -> None:
     """Make ``fn`` available as ``recompress(..., backend=name)``, with its exactness and FLOP model.
 
     Args:
@@ -128,6 +135,9 @@ def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: Flop
             :class:`BackendSpec`); default: every key keeps its first value.
         deferred: ``X (nb, d, r) -> Basis`` with ``rejected`` and ``complete`` set (see
             :data:`fraq.backends.base.Backend`), the pipeline's fast path; default None.
+        scale_invariant: True only if the basis commutes with X's column scaling by
+            powers of two to the last bit (see :class:`BackendSpec`); default False:
+            :func:`fraq.recompress` equilibrates X's columns (against Y's rows) before calling ``fn``.
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"name(={name!r}) must be a non-empty str")
@@ -135,6 +145,8 @@ def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: Flop
         raise TypeError(f"fn(={fn!r}) must be callable: X (*, d, r) -> Basis")
     if not isinstance(exact, bool):
         raise TypeError(f"exact(={exact!r}) must be a bool")
+    if not isinstance(scale_invariant, bool):
+        raise TypeError(f"scale_invariant(={scale_invariant!r}) must be a bool")
     if flops is not None and not callable(flops):
         raise TypeError(f"flops(={flops!r}) must be callable: cost(d, r, p, *, steps, gram) -> float")
     if deferred is not None and not callable(deferred):
@@ -143,7 +155,8 @@ def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: Flop
     for key, rule in rules.items():
         if rule not in INFO_REDUCERS:
             raise ValueError(f"info_rules[{key!r}](={rule!r}) must be one of {sorted(INFO_REDUCERS)}")
-    REGISTRY[name] = BackendSpec(fn=fn, exact=exact, flops=flops, info_rules=rules, deferred=deferred)
+    REGISTRY[name] = BackendSpec(fn=fn, exact=exact, flops=flops, info_rules=rules, deferred=deferred,
+                                 scale_invariant=scale_invariant)
 
 
 def get_backend(name: str) -> Backend:
@@ -199,7 +212,7 @@ EXACT_BACKENDS: Sequence[str] = _ExactNames()
 
 _FALLBACKS = {"fallback_count": "sum"}
 _ITERATIVE = {"fallback_count": "sum", "steps": "max", "residual": "max", "converged": "all"}
-register_backend("householder", householder, exact=True, flops=householder_flops)
+register_backend("householder", householder, exact=True, flops=householder_flops, scale_invariant=True)
 register_backend("polar", polar, exact=True, flops=polar_flops)
 register_backend("cholesky-qr2", cholesky_qr2, exact=True, flops=cholesky_qr2_flops, info_rules=_FALLBACKS)
 register_backend("cholesky", cholesky, exact=True, flops=cholesky_basis_flops, info_rules=_FALLBACKS,
