@@ -74,13 +74,17 @@ def recompress(
 
     The rank is either fixed (``rank=p``) or chosen by the energy rule (Eq. 11): the
     smallest p whose leading eigenvalues hold at least ``tau`` of the total, the Gram's
-    trace ||B A||_F^2. Eigenvalues at or below the Gram's noise floor, ``s * eps *
-    lambda_1`` with s = min(d, r), or ``(s * eps)^2 ||X||_F^2 ||Y||_F^2`` (the rounding
-    of the product itself, which decides when clients cancel), are never kept: they are
-    rounding noise of the squared spectrum, not directions of the aggregate, so ``tau=1``
-    keeps the numerical rank (duplicate clients give half the stacked rank) and an
-    aggregate of exactly cancelling clients, or all-zero, gives rank 0. They still count
-    in the total (:func:`fraq._energy.energy_rule`). With r, m or n zero the
+    trace ||B A||_F^2. Its contract (:mod:`fraq._energy`): p holds at least ``tau`` of the
+    energy of the exact aggregate of the factors as given, up to min(d, r) * eps of the
+    energy, and p is no larger than the float64 rule's at ``tau`` plus that. What is
+    rounding is decided by two bounds, both unchanged when the factors are rescaled
+    against each other (B c, A / c): an eigenvalue at or below ``(k eps N)^2``, N =
+    sum_k ||x_k|| ||y_k||, is below the rounding of the product itself and counts as an
+    exact zero (exactly cancelling clients, or an all-zero aggregate, give rank 0);
+    trailing directions that together hold at most ``s * eps * tr G``, the Gram's own
+    rounding summed, are not kept, so ``tau=1`` keeps the numerical rank (duplicate
+    clients give the rank of one). A result that keeps less than ``tau`` that way is
+    counted in ``info["below_tau"]``. With r, m or n zero the
     aggregate is the zero matrix and the result has rank 0 in both modes (its best
     approximation of any rank is itself); an empty batch keeps the requested width.
 
@@ -124,7 +128,9 @@ def recompress(
     Returns:
         :class:`fraq.RecompressResult`; ``info["gram"]`` is the requested form,
         ``info["product_gram_count"]`` counts the matrices whose Gram went through H,
-        ``info["rescaled"]`` those that took the rescaled path, and ``info["basis"]`` is
+        ``info["rescaled"]`` those that took the rescaled path, ``info["below_tau"]`` those
+        whose kept energy is below ``tau`` because the rest is rounding (see the energy
+        rule above), and ``info["basis"]`` is
         ``"identity"`` where r >= d made the basis the identity (then ``backend`` ran nothing).
 
     Gradients: the inputs' values are used (``B.detach()``, ``A.detach()``); inputs

@@ -27,7 +27,8 @@ class RecompressResult:
         energy: retained fraction of the squared Frobenius norm, sum_{i<=p} sigma_i^2 /
             sum_i sigma_i^2, in the compute dtype (1 for an all-zero aggregate).
         singular_values: (*, min(d, r)) singular values of the aggregate, descending, in
-            the compute dtype. Those below the Gram's noise floor are reported as 0.
+            the compute dtype. Those past the numerical rank (below the product's rounding,
+            or in the tail within the Gram's rounding: :mod:`fraq._energy`) are reported as 0.
         tau: the energy threshold used, or None in fixed-rank mode.
         backend: name of the basis backend.
         transposed: True when m > n, i.e. the computation ran on the transpose.

@@ -181,10 +181,10 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
             be added to the base state_dict.
         dtype: dtype of what is written (default float32): float16, bfloat16, float32, float64.
         compute_dtype: dtype of the arithmetic (default float64; float16 / bfloat16 mean
-            float32). FRAQ's Gram eigenproblem squares the spectrum, so in float32 it takes
-            directions below about sqrt(r eps32) sigma_1 ~ 1e-3 sigma_1 as rounding noise
-            and drops them even at ``tau=1``; in float64 that floor is ~1e-7 sigma_1, below
-            float32 output rounding. Adapters are small, so float64 costs little; pass
+            float32). FRAQ's Gram eigenproblem squares the spectrum, so in float32 a tail of
+            directions that together hold less than about r eps32 ~ 1e-5 of the energy
+            (each below ~3e-3 sigma_1) is rounding and is dropped even at ``tau=1``; in
+            float64 that is ~1e-13 of the energy, below float32 output rounding. Adapters are small, so float64 costs little; pass
             float32 to halve the time on very large ones.
         uniform_rank: pad every module with zero components to the largest rank, so the
             config needs no ``rank_pattern`` (for loaders that ignore it, e.g. serving
