@@ -15,8 +15,12 @@ shape). Names:
   an older commit's own defaults when :mod:`benchmarks.regress` measures one).
 - ``fraq:<backend>``: the same with ``backend=<backend>``, for every name in
   :data:`fraq.BACKENDS` when the suite is imported.
+- ``fraq-paper``: the paper's configuration, ``gram="product"`` with a float32 eigensolver
+  (the library's default Gram form is chosen by cost and its eigensolver is float64).
 - ``florist``, ``flexlora``: the aggregator's documented per-module entry
   ``get_aggregator(name).aggregate_batch`` (stacking included, like FRAQ's).
+- ``qr-svd``, ``rsvd``: the textbook recompression and a randomized SVD of the product
+  operator (:mod:`benchmarks.measure.textbook`), the baselines that do not square kappa.
 
 Every call goes through fraq's public API, so the suite measures whatever fraq the
 process imports (:mod:`benchmarks.regress` points it at each commit's own checkout).
@@ -31,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["BASELINES", "MethodSpec", "SPECS", "clients_as_batch", "default_backend", "fraq_method_names",
+__all__ = ["BASELINES", "PAPER_CONFIG", "TEXTBOOK", "MethodSpec", "SPECS", "clients_as_batch", "default_backend", "fraq_method_names",
            "get_method", "method_names", "runs_backend", "spec"]
 
 
@@ -85,6 +89,12 @@ def spec(name: str) -> MethodSpec:
 
 BASELINES = ("florist", "flexlora")
 """Baselines in the paper's Fig. 3 and Table 4 comparisons."""
+
+TEXTBOOK = ("qr-svd", "rsvd")
+"""The baselines a numerical analyst adds (:mod:`benchmarks.measure.textbook`)."""
+
+PAPER_CONFIG = "fraq-paper"
+"""FRAQ in the paper's configuration: the product Gram and a float32 eigensolver."""
 
 
 def default_backend(device: torch.device | str = "cpu") -> str:
@@ -152,13 +162,13 @@ def method_names() -> list[str]:
     return fraq_method_names() + list(BASELINES)
 
 
-def _fraq(backend: str | None) -> Callable:
-    """FRAQ with ``backend``, or with recompress's own default when None."""
+def _fraq(backend: str | None, **options) -> Callable:
+    """FRAQ with ``backend``, or with recompress's own default when None, and ``options``."""
     import fraq
 
     if backend is not None and backend not in fraq.BACKENDS:
         raise NotImplementedError(f"backend {backend!r} is not in fraq.BACKENDS ({sorted(fraq.BACKENDS)})")
-    chosen = {} if backend is None else {"backend": backend}
+    chosen = {**({} if backend is None else {"backend": backend}), **options}
 
     def run(Bs, As, *, rank=None, tau=None, weights=None, scales=None):
         B, A = fraq.stack(Bs, As, weights, scales)
@@ -183,6 +193,12 @@ def get_method(name: str) -> Callable:
     """The callable for method ``name`` (see the module docstring)."""
     if name == "fraq":
         return _fraq(None)
+    if name == PAPER_CONFIG:
+        return _fraq(None, gram="product", eig_dtype=torch.float32)
+    if name in TEXTBOOK:
+        from benchmarks.measure import textbook
+
+        return textbook.qr_svd if name == "qr-svd" else textbook.rsvd
     if name.startswith("fraq:"):
         return _fraq(name.split(":", 1)[1])
     return _aggregator(name)

@@ -1,0 +1,85 @@
+r"""Two baselines a numerical analyst reaches for, on the suites' calling convention
+(:mod:`benchmarks.measure.methods`): neither squares the spectrum.
+
+- ``qr-svd``, the textbook recompression of a low-rank product (also the "two reduced
+  QRs + core SVD" method the paper cites): :math:`B = Q_1 R_1`, :math:`A^\top = Q_2 R_2`,
+  the SVD of the :math:`r \times r` core :math:`R_1 R_2^\top = U \Sigma V^\top`, then
+  :math:`B_g = Q_1 U_p \Sigma_p`, :math:`A_g = V_p^\top Q_2^\top`. Backward stable on the
+  product: each singular value is within about :math:`\varepsilon \sigma_1` of the exact
+  one and the subspaces obey Wedin's bound at the dtype's eps (the float64 reference,
+  :func:`fraq.reference.reference_svd`, is this algorithm in float64).
+  Leading-order flops: 2 m r^2 + 2 n r^2 (two QRs) + 2 r^3 (core) + O(r^3) (SVD) +
+  2 (m + n) r p (the factors back).
+- ``rsvd``, a randomized SVD of the product operator, as :func:`torch.svd_lowrank` runs it
+  (Halko, Martinsson and Tropp, SIAM Rev. 53, 2011, Algs. 4.4 and 5.1) but on
+  :math:`x \mapsto B (A x)`, no m x n matrix: a Gaussian test matrix of q = p + 10
+  columns (capped at the stacked rank and min(m, n)), two power iterations with
+  re-orthonormalization, then the SVD of the small :math:`q \times n` projection. Its
+  rank-p result is near-optimal, not optimal: the excess shrinks with the spectral
+  gap at p (Halko et al., Thm. 10.8). Under ``tau`` it runs at q = the stacked rank
+  (capped by min(m, n)), where the range is captured exactly, and cuts by the energy rule.
+
+Both cut by :func:`fraq.select_rank` under ``tau``, like every method here, and compute in
+the factors' dtype (float32 for bfloat16 and float16).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["OVERSAMPLE", "POWER_ITERATIONS", "qr_svd", "rsvd"]
+
+OVERSAMPLE = 10
+"""rsvd's extra columns beyond p (torch.svd_lowrank's default q is 6; Halko et al. advise 5-10)."""
+
+POWER_ITERATIONS = 2
+"""rsvd's power iterations (torch.svd_lowrank's default ``niter``)."""
+
+
+def _stacks(Bs, As, weights, scales):
+    import fraq
+    from fraq._validation import compute_dtype
+
+    return fraq.stack(Bs, As, weights, scales, dtype=compute_dtype(Bs[0].dtype))
+
+
+def _cut(U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor, rank, tau, out_dtype):
+    """The rank-p factors (B_g = U_p S_p, A_g = Vh_p) from a descending SVD, p fixed or by the energy rule."""
+    import fraq
+
+    if tau is not None:
+        p = fraq.select_rank(S.square(), tau)
+        pmax = int(p.max()) if p.numel() else 0
+        keep = (torch.arange(pmax, device=S.device) < p.unsqueeze(-1)).to(S.dtype)
+        Bg = U[..., :pmax] * (S[..., :pmax] * keep).unsqueeze(-2)
+        Ag = Vh[..., :pmax, :] * keep.unsqueeze(-1)
+        p = int(p) if p.dim() == 0 else p
+    else:
+        p = rank
+        Bg, Ag = U[..., :p] * S[..., None, :p], Vh[..., :p, :]
+    return Bg.to(out_dtype), Ag.to(out_dtype), p
+
+
+def qr_svd(Bs, As, *, rank=None, tau=None, weights=None, scales=None):
+    """Two reduced QRs and the SVD of the core (see the module docstring)."""
+    B, A = _stacks(Bs, As, weights, scales)
+    Q1, R1 = torch.linalg.qr(B)
+    Q2, R2 = torch.linalg.qr(A.mT)
+    Uc, S, Vch = torch.linalg.svd(R1 @ R2.mT, full_matrices=False)
+    return _cut(Q1 @ Uc, S, Vch @ Q2.mT, rank, tau, Bs[0].dtype)
+
+
+def rsvd(Bs, As, *, rank=None, tau=None, weights=None, scales=None, seed: int = 0):
+    """A randomized SVD of x -> B (A x) (see the module docstring)."""
+    B, A = _stacks(Bs, As, weights, scales)
+    m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
+    cap = min(m, n, r)
+    q = cap if tau is not None else min(rank + OVERSAMPLE, cap)
+    g = torch.Generator(device=B.device).manual_seed(seed)
+    omega = torch.randn(*A.shape[:-2], n, q, generator=g, device=B.device, dtype=B.dtype)
+    Q = torch.linalg.qr(B @ (A @ omega)).Q
+    for _ in range(POWER_ITERATIONS):
+        Z = torch.linalg.qr(A.mT @ (B.mT @ Q)).Q
+        Q = torch.linalg.qr(B @ (A @ Z)).Q
+    Ut, S, Vh = torch.linalg.svd((Q.mT @ B) @ A, full_matrices=False)
+    return _cut(Q @ Ut, S, Vh, rank, tau, Bs[0].dtype)
