@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.style import COLORS, MARKERS, NAMES
+from analysis.style import COLORS, MARKERS, NAMES, ORDER
 
 __all__ = ["fig1_downlink", "fig3_scalability", "fig4_fidelity", "fig_backends", "fig4_summary", "fig3_summary"]
 
@@ -182,14 +182,43 @@ def fig4_summary(rank_df: pd.DataFrame) -> pd.DataFrame:
         "modules": g["relative_error"].size()}).reset_index()
 
 
+def full_rank(cond_df: pd.DataFrame) -> pd.DataFrame:
+    """The fig4_cond rows cut to their full rank (rows without ``p`` are full-rank results)."""
+    if "p" not in cond_df:
+        return cond_df
+    return cond_df[cond_df["p"].isna() | (cond_df["p"] == cond_df["rank"])]
+
+
+def cut_rank(cond_df: pd.DataFrame) -> pd.DataFrame:
+    """The fig4_cond rows cut below their full rank (where eigenvector errors show)."""
+    if "p" not in cond_df:
+        return cond_df.iloc[0:0]
+    return cond_df[cond_df["p"].notna() & (cond_df["p"] < cond_df["rank"])]
+
+
+def _kappa_axis(df: pd.DataFrame) -> pd.Series:
+    """The condition number measured on the rounded inputs (mean over the batch), or the
+    nominal kappa for results without it."""
+    if "kappa_measured" not in df:
+        return df["kappa"]
+    return df.apply(lambda r: float(np.nanmean(r["kappa_measured"])) if isinstance(r["kappa_measured"], list)
+                    else r["kappa"], axis=1)
+
+
 def fig4_fidelity(rank_df: pd.DataFrame, cond_df: pd.DataFrame):
     """Left: relative error against output rank (mean over modules, 10-90th percentile band,
-    Eckart-Young optimum dashed). Right: relative error against condition number at full
-    output rank (mean over matrices, min-max bars)."""
+    Eckart-Young optimum dashed). Middle: relative error against the condition number at
+    full output rank (mean over matrices, min-max bars). Right: at 3/4 of the full rank,
+    the largest sine of the principal angles between the kept subspaces and the float64
+    SVD's (first order), with the Wedin bound at float32's eps dotted. Both kappa axes are
+    the condition number measured on the inputs as rounded to float32."""
     from analysis.loaders import explode_per_matrix
 
     plt = _plt()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
+    cut = cut_rank(cond_df)
+    panels = 3 if not cut.empty and "sin_left" in cut else 2
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.2))
+    ax1, ax2 = axes[0], axes[1]
     s = fig4_summary(rank_df)
     for m, sub in s.groupby("method"):
         name = NAMES[m]
@@ -206,31 +235,58 @@ def fig4_fidelity(rank_df: pd.DataFrame, cond_df: pd.DataFrame):
     n_mod = int(s["modules"].max()) if not s.empty else 0
     ax1.set_title(f"LLaMA-3.2-3B-shaped updates ({n_mod} modules)")
 
-    c = explode_per_matrix(cond_df, ["relative_error"])
-    c = c.groupby(["method", "kappa"])["relative_error"].agg(["mean", "min", "max"]).reset_index()
+    full = full_rank(cond_df).copy()
+    full["kappa_axis"] = _kappa_axis(full)
+    c = explode_per_matrix(full, ["relative_error"])
+    c = c.groupby(["method", "kappa_axis"])["relative_error"].agg(["mean", "min", "max"]).reset_index()
     for m, sub in c.groupby("method"):
         name = NAMES[m]
-        sub = sub.sort_values("kappa")
+        sub = sub.sort_values("kappa_axis")
         mean = sub["mean"].clip(lower=FLOOR)
         err = np.vstack([mean - sub["min"].clip(lower=FLOOR), sub["max"].clip(lower=FLOOR) - mean])
-        ax2.errorbar(sub["kappa"], mean, yerr=err, color=COLORS[name], marker=MARKERS[name], label=name, capsize=2)
+        ax2.errorbar(sub["kappa_axis"], mean, yerr=err, color=COLORS[name], marker=MARKERS[name], label=name,
+                     capsize=2)
     ax2.axhline(np.finfo(np.float32).eps, color="#999999", linestyle=":", linewidth=1)
     ax2.text(1.3, np.finfo(np.float32).eps * 1.05, "float32 eps", fontsize=9, color="#666666", va="bottom")
     ax2.set_xscale("log")
     ax2.set_yscale("log")
-    ax2.set_xlabel(r"condition number $\kappa(W)$")
+    ax2.set_xlabel(r"measured condition number $\kappa$")
     ax2.set_ylabel("relative error (full output rank)")
     if not cond_df.empty:
         ax2.set_title(f"rank-{int(cond_df['rank'].iloc[0])} aggregates, "
                       f"{int(cond_df['m'].iloc[0])} x {int(cond_df['n'].iloc[0])}")
+    if panels == 3:
+        ax3 = axes[2]
+        cut = cut.copy()
+        cut["kappa_axis"] = _kappa_axis(cut)
+        rows = []
+        for _, r in cut.iterrows():
+            sins = [max(a, b) for a, b in zip(r["sin_left"], r["sin_right"]) if a == a and b == b]
+            bounds = [b for b in r["bound_first"] if b == b]
+            rows.append(dict(method=r["method"], kappa_axis=r["kappa_axis"],
+                             sin=max(sins) if sins else np.nan, bound=max(bounds) if bounds else np.nan))
+        d = pd.DataFrame(rows)
+        for m, sub in d.groupby("method"):
+            name = NAMES[m]
+            sub = sub.sort_values("kappa_axis").dropna(subset=["sin"])
+            ax3.plot(sub["kappa_axis"], sub["sin"].clip(lower=FLOOR), color=COLORS[name], marker=MARKERS[name],
+                     label=name)
+        bound = d.groupby("kappa_axis")["bound"].max().dropna()
+        ax3.plot(bound.index, bound.clip(upper=1.0).values, color="#999999", linestyle=":", linewidth=1.2,
+                 label="Wedin bound, float32")
+        ax3.set_xscale("log")
+        ax3.set_yscale("log")
+        ax3.set_xlabel(r"measured condition number $\kappa$")
+        ax3.set_ylabel(r"$\sin\theta_{\max}$ to the float64 subspaces")
+        ax3.set_title(f"cut to p = {int(cut['p'].iloc[0])} (first order)")
     handles, labels = [], []
-    for ax in (ax2, ax1):
+    for ax in axes[::-1]:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    order = [labels.index(n) for n in ["FRAQ", "FLoRIST", "FlexLoRA", "Optimal"] if n in labels]
-    _legend_top(fig, [handles[i] for i in order], [labels[i] for i in order], len(order))
+    order = [labels.index(n) for n in [*ORDER, "Wedin bound, float32"] if n in labels]
+    _legend_top(fig, [handles[i] for i in order], [labels[i] for i in order], min(len(order), 5))
     return fig
 
 

@@ -6,11 +6,16 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["NAMES", "COLORS", "MARKERS", "setup", "caption", "save"]
+__all__ = ["NAMES", "COLORS", "MARKERS", "ORDER", "setup", "caption", "save"]
 
-NAMES = {"fraq": "FRAQ", "florist": "FLoRIST", "flexlora": "FlexLoRA", "flora": "FLoRA (stack)"}
-COLORS = {"FRAQ": "#6A3D9A", "FLoRIST": "#1B9E77", "FlexLoRA": "#E66101", "FLoRA (stack)": "#555555"}
-MARKERS = {"FRAQ": "o", "FLoRIST": "s", "FlexLoRA": "^", "FLoRA (stack)": "D"}
+NAMES = {"fraq": "FRAQ", "florist": "FLoRIST", "flexlora": "FlexLoRA", "flora": "FLoRA (stack)",
+         "fraq-paper": "FRAQ (paper config.)", "qr-svd": "QR-QR-SVD", "rsvd": "rSVD"}
+COLORS = {"FRAQ": "#6A3D9A", "FLoRIST": "#1B9E77", "FlexLoRA": "#E66101", "FLoRA (stack)": "#555555",
+          "FRAQ (paper config.)": "#CAB2D6", "QR-QR-SVD": "#1F78B4", "rSVD": "#B15928"}
+MARKERS = {"FRAQ": "o", "FLoRIST": "s", "FlexLoRA": "^", "FLoRA (stack)": "D", "FRAQ (paper config.)": "o",
+           "QR-QR-SVD": "v", "rSVD": "P"}
+ORDER = ["FRAQ", "FRAQ (paper config.)", "FLoRIST", "FlexLoRA", "QR-QR-SVD", "rSVD", "Optimal"]
+"""Legend order: FRAQ (library default, then the paper's configuration), the paper's baselines, the textbook ones."""
 
 
 def setup() -> None:

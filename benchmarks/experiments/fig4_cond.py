@@ -1,9 +1,17 @@
-"""Fig. 4 right: float32 fidelity against the condition number, at full output rank.
+"""Fig. 4 right: float32 fidelity against the condition number, at full output rank and cut.
 
 Rank-``rank`` aggregates of ``shape`` with singular values log-spaced from 1 to 1/kappa
 (:func:`benchmarks.cases.conditioned`), ``batch`` matrices per kappa, cut to their full
-rank so that any error is precision, not truncation. Per matrix: relative error against
-the float64 aggregate and the orthogonality of the adapter's basis side. Sizes:
+rank (any error is precision, not truncation) and to ``3 rank / 4``, where
+sigma_p / sigma_1 = kappa^(-3/4 * (rank - ... )) falls below sqrt(eps) for kappa above
+about 1e5: at full rank Q U U^T H = Q H for any orthogonal U and eigenvector errors never
+show, at a truncating p they do. Per matrix: relative error against the float64
+aggregate, the optimum, the error in quadrature, the orthogonality of the adapter's
+basis side, the first-order metrics (principal angles, singular-value errors and their
+Wedin / Davis-Kahan bounds: :mod:`benchmarks.measure.fidelity`) and ``kappa_measured``,
+the condition number of the inputs as rounded to float32 (sigma_1 / sigma_rank of their
+exact aggregate, float64): the generator builds the spectrum exactly and rounds each
+client's factors, so above about 1e7 the nominal kappa is not what is measured. Sizes:
 :data:`benchmarks.sizes.SIZES` ``[size]["fig4_cond"]``; the asv class
 ``bench_fidelity.ConditionFidelity`` reads the same :func:`measure`.
 """
@@ -31,9 +39,15 @@ def points(size: str) -> list[dict]:
 
     c = size_config(size, "fig4_cond")
     m, n = c["shape"]
-    return [dict(figure="fig4_cond", method=method, kappa=kappa, m=m, n=n, rank=c["rank"], clients=c["clients"],
+    return [dict(figure="fig4_cond", method=method, kappa=kappa, m=m, n=n, rank=c["rank"], p=p, clients=c["clients"],
                  batch=c["batch"])
-            for kappa in c["kappas"] for method in c["methods"] if spec(method).skip_reason(min(m, n)) is None]
+            for kappa in c["kappas"] for method in c["methods"] for p in (c["rank"], cut(c["rank"]))
+            if spec(method).skip_reason(min(m, n)) is None]
+
+
+def cut(rank: int) -> int:
+    """The truncating output rank of the sweep, 3 rank / 4."""
+    return max(1, 3 * rank // 4)
 
 
 def cost(config: dict) -> float:
@@ -44,16 +58,20 @@ def cost(config: dict) -> float:
 
 
 def key(config: dict) -> str:
-    return f"{config['method']}-k{kappa_label(config['kappa'])}"
+    p = config.get("p", config["rank"])
+    return f"{config['method']}-k{kappa_label(config['kappa'])}" + ("" if p == config["rank"] else f"-p{p}")
 
 
 @functools.lru_cache(maxsize=1)
 def _inputs(m: int, n: int, rank: int, kappa: float, clients: int, batch: int):
     import fraq
 
+    from fraq.reference import reference_svd
+
     Bs, As, _ = cases.conditioned(m, n, rank, kappa, clients=clients, batch=batch)
     B, A = fraq.stack([b.double() for b in Bs], [a.double() for a in As])
-    return Bs, As, B, A
+    ref = reference_svd(B, A)
+    return Bs, As, B, A, ref
 
 
 def measure(config: dict, device: torch.device | str = "cpu") -> dict:
@@ -61,10 +79,12 @@ def measure(config: dict, device: torch.device | str = "cpu") -> dict:
     from benchmarks.measure.methods import get_method
 
     c = config
-    Bs, As, B, A = _inputs(c["m"], c["n"], c["rank"], c["kappa"], c["clients"], c["batch"])
+    Bs, As, B, A, ref = _inputs(c["m"], c["n"], c["rank"], c["kappa"], c["clients"], c["batch"])
     device = torch.device(device)
-    Bg, Ag, rank = get_method(c["method"])(to_device(Bs, device), to_device(As, device), rank=c["rank"])
+    Bg, Ag, rank = get_method(c["method"])(to_device(Bs, device), to_device(As, device), rank=c.get("p", c["rank"]))
     rank = rank.cpu() if isinstance(rank, torch.Tensor) else rank
-    f = fidelity(B, A, Bg.cpu(), Ag.cpu(), rank)
+    f = fidelity(B, A, Bg.cpu(), Ag.cpu(), rank, reference=ref)
+    S = ref[1]
     return dict(relative_error=f.relative_error.tolist(), optimal_error=f.optimal_error.tolist(),
-                orthogonality=f.orthogonality.tolist())
+                excess_quadrature=f.excess_quadrature.tolist(), orthogonality=f.orthogonality.tolist(),
+                kappa_measured=(S[..., 0] / S[..., c["rank"] - 1]).tolist(), **f.first.as_dict())

@@ -3,8 +3,11 @@
 LoRA-like updates of a model preset (:func:`benchmarks.cases.fidelity_modules`: the first
 ``layers`` layers of every module group; the saved real client adapters of a federated
 round when ``FRAQ_ADAPTERS`` names one), each method cut to output rank p. Per matrix:
-relative error against the float64 aggregate, the float64 Eckart-Young optimum at p and
-the orthogonality of the adapter's basis side (:mod:`benchmarks.measure.fidelity`).
+relative error against the float64 aggregate, the float64 Eckart-Young optimum at p, the
+orthogonality of the adapter's basis side and the first-order metrics (principal angles
+to the float64 subspaces, singular-value errors, their Wedin / Davis-Kahan bounds:
+:mod:`benchmarks.measure.fidelity`). The sweep's largest ranks cut the LoRA-like spectra
+(sigma_i ~ 0.85^i per client) where sigma_p / sigma_1 is below sqrt(eps32).
 Sizes: :data:`benchmarks.sizes.SIZES` ``[size]["fig4_rank"]``; the asv class
 ``bench_fidelity.RankFidelity`` reads the same :func:`measure`.
 
@@ -41,7 +44,7 @@ def _modules_of(preset: str, layers: int | None, adapters: str | None) -> dict:
     out = {}
     for group, Bs, As, m, n in cases.fidelity_modules(preset, layers):
         B, A = fraq.stack(Bs, As)
-        out[group] = (Bs, As, B, A, reference_svd(B, A)[1], m, n)
+        out[group] = (Bs, As, B, A, reference_svd(B, A), m, n)
     return out
 
 
@@ -110,6 +113,7 @@ def measure(config: dict, device: torch.device | str = "cpu") -> dict:
     else:
         Bg, Ag, rank = get_method(c["method"])(to_device(Bs, device), to_device(As, device), rank=c["p"])
     rank = rank.cpu() if isinstance(rank, torch.Tensor) else rank
-    f = fidelity(B, A, Bg.cpu(), Ag.cpu(), rank, singular_values=S)
+    f = fidelity(B, A, Bg.cpu(), Ag.cpu(), rank, reference=S)
     return dict(relative_error=f.relative_error.tolist(), optimal_error=f.optimal_error.tolist(),
-                excess_quadrature=f.excess_quadrature.tolist(), orthogonality=f.orthogonality.tolist())
+                excess_quadrature=f.excess_quadrature.tolist(), orthogonality=f.orthogonality.tolist(),
+                **f.first.as_dict())
