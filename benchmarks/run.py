@@ -79,14 +79,9 @@ def estimate(experiments=DEFAULT, size: str = "reduced") -> str:
 
 
 def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.device = torch.device("cpu"),
-        threads: int = THREADS, progress: bool = True, rerun: bool = False, until: float | None = None,
-        after=None) -> dict:
+        threads: int = THREADS, progress: bool = True, rerun: bool = False) -> dict:
     """Measure every point of ``experiments`` not yet in ``out`` (all of them with ``rerun``)
-    at ``threads`` torch threads; returns ``{"measured": n, "skipped": n, "cut": n, "seconds": s}``.
-
-    ``until`` (a ``time.time()`` instant): no point starts after it; the points left are
-    counted as ``cut``. ``after(counts, todo)`` is called after every point written (a
-    caller's progress record)."""
+    at ``threads`` torch threads; returns ``{"measured": n, "skipped": n, "seconds": s}``."""
     from tqdm import tqdm
 
     from benchmarks.measure import threads as torch_threads
@@ -94,7 +89,7 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
 
     t0 = time.perf_counter()
     out, device = Path(out), torch.device(device)
-    counts = {"measured": 0, "skipped": 0, "cut": 0}
+    counts = {"measured": 0, "skipped": 0}
     with torch_threads(threads):
         points = plan(experiments, size)
         todo = []
@@ -111,16 +106,11 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
         with tqdm(total=sum(costs), desc=f"{size} on {device}", file=sys.stderr, disable=not progress, smoothing=0,
                   bar_format="{l_bar}{bar}| [{elapsed} elapsed, {remaining} left] {postfix}") as bar:
             for i, ((name, module, config), c) in enumerate(zip(todo, costs)):
-                if until is not None and time.time() >= until:
-                    counts["cut"] = len(todo) - i
-                    break
                 key = module.key(config)
                 bar.set_postfix_str(f"{i + 1}/{len(todo)} {name} {key}"[:70])
                 write_result(out, name, key, _config(config, size), module.measure(config, device), device=device)
                 counts["measured"] += 1
                 bar.update(c)
-                if after is not None:
-                    after(counts, len(todo))
     return dict(counts, seconds=time.perf_counter() - t0)
 
 
