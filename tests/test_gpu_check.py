@@ -253,3 +253,52 @@ def test_gpu_experiments_run_and_agree_with_the_cpu():
     on, off = (tf32.measure(dict(c, tf32=mode), gpu) for mode in ("on", "off"))
     assert on["allow_tf32"] is True and off["allow_tf32"] is False
     assert max(off["relative_error"]) <= 1e3 * eps32
+
+
+# ----------------------------------------------------------------------------- the report's GPU section
+
+
+def _write(out: Path, experiment: str, key: str, config: dict, result: dict, device: str) -> None:
+    from benchmarks.results import result_record
+
+    rec = result_record(experiment, key, dict(config, size="paper"), result)
+    rec["device"] = rec["machine"]["device"] = device
+    rec["machine"]["gpu"] = "NVIDIA H100 80GB HBM3" if device.startswith("cuda") else None
+    (out / experiment).mkdir(parents=True, exist_ok=True)
+    (out / experiment / f"{key}.json").write_text(json.dumps(rec))
+
+
+def _gpu_results(out: Path, device: str, fraq_ms: float, florist_ms: float, ratio: float) -> None:
+    def row(method, name, ms):
+        return dict(method=method, name=name, options={"tau": 0.95}, downlink_pct=10.0,
+                    latency=dict(samples=[ms / 1e3] * 5, median=ms / 1e3, q25=ms / 1e3, q75=ms / 1e3))
+
+    _write(out, "tables123", "roberta-base", dict(table="tables123", preset="roberta-base", part="shared"),
+           dict(preset="roberta-base", rows=[row("fraq (tau=0.95)", "fraq", fraq_ms),
+                                             row("florist (tau=0.90)", "florist", florist_ms)]), device)
+    _write(out, "workspace", "fig3-12x768x768-r80", dict(source="fig3", modules=12, d=768, D=768, r=80, p=8),
+           dict(peak_bytes=100, analytic_bytes=100, ratio=ratio), device)
+
+
+@pytest.mark.parametrize("fraq_ms,florist_ms,ratio,words", [
+    (1.0, 20.0, 1.2, ["agrees", "agrees", "agrees"]),
+    (2.0, 20.0, 2.0, ["disagrees", "disagrees", "disagrees"]),
+])
+def test_gpu_section_judges_gpu_results_against_the_targets(tmp_path, fraq_ms, florist_ms, ratio, words):
+    import analysis
+    from analysis.sections import gpu
+
+    _gpu_results(tmp_path, "cuda:0", fraq_ms, florist_ms, ratio)
+    body = gpu.draw(analysis.load(tmp_path))[0].body
+    verdicts = re.findall(r"\*\*(agrees|disagrees|inconclusive|no verdict)\*\*", body)
+    assert verdicts == words, body
+    assert "14.3" in body and "NVIDIA H100" in body  # the paper's GH200 number beside ours, the GPU named
+
+
+def test_gpu_section_says_when_there_are_no_gpu_results(tmp_path):
+    import analysis
+    from analysis.sections import gpu
+
+    _gpu_results(tmp_path, "cpu", 1.0, 20.0, 1.2)
+    body = gpu.draw(analysis.load(tmp_path))[0].body
+    assert body.startswith("No GPU results here") and "**" not in body
