@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 
 .PHONY: setup run demo test test-slow test-all asv-check bench bench-quick bench-publish bench-pytest bench-pytest-compare bench-roofline regress \
-	bench-gpu reproduce reproduce-paper figures federated federated-smoke flower-local flower-deployment peft-example
+	bench-gpu gpu-check reproduce reproduce-paper figures federated federated-smoke flower-local flower-deployment peft-example
 
 setup:
 	python3 -m venv .venv
@@ -93,6 +93,14 @@ DEVICE ?= cuda
 bench-gpu:
 	$(PY) -m benchmarks.run fig3 table4 tables123 --size paper --device $(DEVICE) --out results/gpu/results
 	$(PY) -m analysis.reproduce --out results/gpu
+
+# Everything the suite measures on a GPU inside BUDGET seconds, in one command: the device record, the
+# CUDA tests, the paper-size experiments, the eigensolver and basis routes (docs/benchmarks.md).
+GPU_OUT ?= results/gpu-check
+BUDGET ?= 420
+gpu-check:
+	$(PY) -m benchmarks.gpu_check --out $(GPU_OUT) --device $(DEVICE) --budget-s $(BUDGET)
+	$(PY) -m analysis.reproduce --out $(GPU_OUT)
 
 # every method over the setting's seeds and rank variants, one result file per run (a rerun keeps the
 # finished runs and continues an interrupted one), then the report: results/federated/quick/report.md

@@ -7,7 +7,8 @@ DIR/results``; ``make run`` does both) and rebuilds every figure (PNG and PDF,
 ``DIR/figures/``) and table, and ``DIR/report.md``: the tables, the figures embedded, and
 our numbers beside the paper's claims, figure by figure. Captions (device, machine,
 threads, versions) come from the result files. Nothing here measures. ``DIR`` defaults
-to ``results/reproduce`` (git-ignored).
+to ``results/reproduce`` (git-ignored). A ``DIR`` holding ``results.tar.gz`` and no
+``results/`` (what ``python -m benchmarks.gpu_check --out DIR`` writes) is unpacked first.
 
 The report is one loop over :data:`SECTIONS`, the registry of its sections: each is a
 module of :mod:`analysis.sections` that says which experiments it reads and draws its
@@ -57,6 +58,7 @@ def build(out: Path, *, pdf: bool = True) -> Path:
 
 SECTIONS: dict[str, str] = {
     "tables123": "tables123",
+    "gpu": "gpu",
     "federated": "federated",
     "table4": "table4",
     "table4_steps": "table4_steps",
@@ -87,6 +89,7 @@ def _build(out: Path, pdf: bool = True) -> Path:
     from analysis.verdicts import HOW
 
     style.setup()
+    _unpack(out)
     res = load(out / "results")
     figs = out / "figures"
     parts: list[str] = []
@@ -121,6 +124,27 @@ def _build(out: Path, pdf: bool = True) -> Path:
     return report
 
 
+def _unpack(out: Path) -> None:
+    """``out/results.tar.gz`` unpacked into ``out/results/`` when that does not exist (its
+    members must be ``results/<experiment>/<key>.json``; another member is refused)."""
+    import tarfile
+
+    pack = out / "results.tar.gz"
+    if (out / "results").exists() or not pack.is_file():
+        return
+    with tarfile.open(pack) as tar:
+        members = tar.getmembers()
+        bad = [m.name for m in members if not (m.isfile() and m.name.startswith("results/") and ".." not in m.name
+                                                and m.name.endswith(".json"))]
+        if bad:
+            raise ValueError(f"{pack} holds {bad[0]!r}: only results/<experiment>/<key>.json files are unpacked")
+        for m in members:
+            target = out / m.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(tar.extractfile(m).read())
+    print(f"unpacked {pack} into {out / 'results'}")
+
+
 def _render(sec, figs: Path, made: list, pdf: bool = True) -> str:
     """A section's markdown; its figure saved under ``figs`` and listed in ``made``."""
     from analysis import style
@@ -148,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         report = build(args.out, pdf=not args.no_pdf)
-    except (NoResults, MixedResults) as exc:
+    except (NoResults, MixedResults, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a figure or the report could not be written (read-only, disk full)

@@ -31,6 +31,10 @@ _EXACT = ["fraq:cholesky", "fraq:cholesky-qr2", "fraq:polar", "fraq:newton-schul
           "fraq:newton-schulz-polar-express"]
 """FRAQ's exact backends besides the default (``fraq``, Householder on the CPU)."""
 
+_BASES = ["householder", "cholesky-qr2", "cholesky"]
+"""The bases the GPU check compares: Householder (geqrf + ormqr, per matrix on CUDA) and
+the batched Cholesky ones."""
+
 SIZES: dict[str, dict[str, dict]] = {
     "tiny": dict(
         fig3=dict(modules=2, client_rank=8, p=4, d_fixed=64, r_fixed=16, ranks=[8, 16], dims=[32, 64],
@@ -50,6 +54,9 @@ SIZES: dict[str, dict[str, dict]] = {
         backend_stages=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         eig_precision=dict(),
         peft=dict(points=[dict(model="tiny-bert", layers=None, p=4, tau=0.95, repeats=2, slow_repeats=2)]),
+        # (batch, r, D) Grams; (modules, d, D, r, p) stacks (the GPU check's alternatives)
+        eigh_routes=dict(cases=[[4, 16, 64]], repeats=3),
+        basis_routes=dict(cases=[[2, 32, 64, 16, 4]], backends=_BASES, client_rank=8, repeats=3),
     ),
     "reduced": dict(
         fig3=dict(modules=2, client_rank=8, p=8, d_fixed=768, r_fixed=80, ranks=[16, 32, 64, 128, 256],
@@ -77,6 +84,9 @@ SIZES: dict[str, dict[str, dict]] = {
         # About 30 s on 2 cores: all of MiniLM (37 modules, 4 clients) and 2 RoBERTa-base layers (10 clients).
         peft=dict(points=[dict(model="minilm", layers=None, p=8, tau=0.95, repeats=5, slow_repeats=4),
                           dict(model="roberta-base", layers=2, p=8, tau=0.95, repeats=5, slow_repeats=4)]),
+        eigh_routes=dict(cases=[[36, 80, 768]], repeats=7),
+        basis_routes=dict(cases=[[36, 768, 768, 80, 8], [4, 3072, 8192, 64, 8]], backends=_BASES, client_rank=8,
+                          repeats=5),
     ),
     "paper": dict(
         fig3=dict(modules=12, client_rank=8, p=8, d_fixed=768, r_fixed=80, ranks=[16, 32, 64, 128, 256, 512],
@@ -110,6 +120,11 @@ SIZES: dict[str, dict[str, dict]] = {
                           # peft's svd merge of one LLaMA layer (full-matrix SVDs of 8192 x 3072) takes
                           # minutes: one layer, one timed call of it (the report's table says n=1)
                           dict(model="llama-3.2-3b", layers=1, p=8, tau=0.95, repeats=3, slow_repeats=1)]),
+        # the presets' Gram batches: RoBERTa-base (36 modules, r = 80), LLaMA-3.2-3B (196, r = 64) and its
+        # heterogeneous ranks (r = 232); the bases on RoBERTa's and Table 4's stacks
+        eigh_routes=dict(cases=[[36, 80, 768], [196, 64, 3072], [196, 232, 3072]], repeats=9),
+        basis_routes=dict(cases=[[36, 768, 768, 80, 8], [56, 3072, 8192, 64, 8], [56, 3072, 8192, 232, 8]],
+                          backends=_BASES, client_rank=8, repeats=7),
     ),
 }
 

@@ -19,7 +19,7 @@ import subprocess
 
 import torch
 
-__all__ = ["machine_record", "gpu_record"]
+__all__ = ["machine_record", "gpu_record", "smi_record"]
 
 
 def _cpu_model() -> str:
@@ -89,12 +89,70 @@ def _cusolver_version() -> int | None:
     return None
 
 
+SMI_FIELDS = {"clocks.sm": "gpu_clock_sm_mhz", "clocks.mem": "gpu_clock_mem_mhz",
+              "clocks.max.sm": "gpu_clock_sm_max_mhz", "clocks.max.mem": "gpu_clock_mem_max_mhz",
+              "memory.total": "gpu_memory_total_mib", "memory.used": "gpu_memory_used_mib"}
+"""``nvidia-smi --query-gpu`` field -> the record's key (MHz, MiB)."""
+
+
+def _nvml(index: int) -> dict | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - NVML's binding absent or not initialisable
+        return None
+    try:
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+        sm, mc = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM
+        return {"gpu_clock_sm_mhz": pynvml.nvmlDeviceGetClockInfo(h, sm),
+                "gpu_clock_mem_mhz": pynvml.nvmlDeviceGetClockInfo(h, mc),
+                "gpu_clock_sm_max_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, sm),
+                "gpu_clock_mem_max_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, mc),
+                "gpu_memory_total_mib": mem.total // 2**20, "gpu_memory_used_mib": mem.used // 2**20}
+    except Exception:  # noqa: BLE001 - a query this driver refuses
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _number(text: str) -> int | None:
+    try:
+        return int(float(text))
+    except ValueError:  # "[N/A]", "[Not Supported]"
+        return None
+
+
+def smi_record(index: int = 0) -> dict:
+    """GPU ``index``'s clocks (MHz: now and the maximum) and memory (MiB: total, used), from
+    NVML where its binding is installed, else one ``nvidia-smi`` query; None where neither
+    answers. NVML numbers GPUs as the driver does (``CUDA_VISIBLE_DEVICES`` can renumber
+    them for CUDA); with one visible GPU the two agree."""
+    rec = _nvml(index)
+    if rec is not None:
+        return rec
+    rec = dict.fromkeys(SMI_FIELDS.values())
+    try:
+        out = subprocess.run(["nvidia-smi", f"--id={index}", f"--query-gpu={','.join(SMI_FIELDS)}",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return rec
+    values = [v.strip() for v in out.stdout.strip().split(",")]
+    if out.returncode == 0 and len(values) == len(SMI_FIELDS):
+        rec.update({key: _number(v) for key, v in zip(SMI_FIELDS.values(), values)})
+    return rec
+
+
 def gpu_record(device: torch.device | str) -> dict:
     """GPU name, driver, CUDA runtime and cuSOLVER versions of a CUDA ``device``."""
     device = torch.device(device)
     index = device.index if device.index is not None else torch.cuda.current_device()
     return {"gpu": torch.cuda.get_device_name(index), "gpu_driver": _driver_version(index),
-            "cuda": torch.version.cuda, "cusolver": _cusolver_version()}
+            "cuda": torch.version.cuda, "cusolver": _cusolver_version(), **smi_record(index)}
 
 
 def machine_record(device: torch.device | str = "cpu") -> dict:
@@ -114,6 +172,8 @@ def machine_record(device: torch.device | str = "cpu") -> dict:
         "platform": platform.platform(),
         "device": str(device),
         "gpu": None, "gpu_driver": None, "cuda": torch.version.cuda, "cusolver": None,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "allow_tf32": torch.backends.cuda.matmul.allow_tf32,
         "git_sha": _git_sha(),
     }
     if device.type == "cuda":

@@ -80,6 +80,7 @@ def test_peak_memory_rejects_other_devices():
         peak_memory(lambda: None, device="meta")
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_peak_of_known_pattern_cuda():
     # MiB multiples: the caching allocator rounds blocks to 512 bytes, so these are exact.
@@ -360,6 +361,7 @@ def test_machine_record_names_the_device_and_gpu_fields():
     assert rec["cuda"] == torch.version.cuda
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the record's GPU fields are read from it")
 def test_machine_record_on_cuda():
     from fraq._machine import machine_record
@@ -387,6 +389,7 @@ def test_timed_records_device_and_threads():
     assert t.q25 <= t.median <= t.q75
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: CUDA events and the allocator's counters")
 def test_cuda_timing_and_peak_memory():
     a = torch.randn(512, 512, device="cuda")

@@ -349,6 +349,7 @@ def test_ill_conditioned_float32_near_optimum(kappa):
     assert excess <= 1e-6
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none on this machine)")
 def test_cuda_matches_float64_reference():
     B, A = _problem(64, 48, [8, 8, 8], batch=(3,), dtype=F32, seed=19)

@@ -3,7 +3,8 @@
 Every section module exports
 
 - ``reads``: the experiments (result directories, :mod:`benchmarks.experiments`) it
-  draws from; the section is drawn when each of them has results;
+  draws from; the section is drawn when each of them has results (one that reads none,
+  the GPU results, is drawn in every report: it says when there is nothing to judge);
 - ``draw(res) -> list[Section]``: its part of ``report.md`` from the checked frames of
   :func:`analysis.load` (``res[experiment]``), as :class:`Section` objects: a title, the
   markdown body (tables, the verdict lines of :mod:`analysis.agreement`) and at most one

@@ -38,6 +38,10 @@ EXPERIMENTS: dict[str, str] = {
     "eig_precision": "eig_precision",
     "flexlora_precision": "flexlora_precision",
     "table4_steps": "table4_steps",
+    "eigh_routes": "eigh_routes",
+    "basis_routes": "basis_routes",
+    "workspace": "workspace",
+    "tf32": "tf32",
 }
 """Every experiment (its results' directory name) and its module here, in the runner's
 order (cheap first)."""

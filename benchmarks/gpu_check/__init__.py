@@ -1,0 +1,82 @@
+"""Everything the suite measures on a GPU, in one command that keeps to a time budget.
+
+    python -m benchmarks.gpu_check --out DIR [--device cuda] [--budget-s 420] [--size paper]
+        [--parts NAME,...]
+
+A GPU is lent rarely and briefly, so the call that uses it is prepared and tested here:
+with ``--device cpu --size tiny`` the same flow runs on any machine (the test suite runs
+it), and what needs CUDA says "not on this device". Parts, in order (:data:`PARTS`):
+
+- ``device``: the device record (:func:`fraq._machine.machine_record`: GPU, driver,
+  CUDA, cuSOLVER, float32 matmul precision, TF32, clocks and memory) and ``nvidia-smi``'s
+  own table, into ``DIR/device.json``; every result file carries the same record;
+- ``tests``: the tests marked ``cuda`` (:data:`CUDA_TESTS`), run by pytest;
+- ``tables123``, ``alternatives`` (:mod:`~benchmarks.experiments.eigh_routes`,
+  :mod:`~benchmarks.experiments.basis_routes`), ``workspace``, ``table4``, ``fig3``,
+  ``tf32``, ``fig4``, ``clients``: the runner's experiments at ``--size`` on the device,
+  one result file per point in :mod:`benchmarks.results`' format.
+
+Every part runs in its own process with a share of the budget (:class:`Part`); a share a
+part leaves unused goes to the parts after it. A part that reaches the end of its time
+starts no new point and is recorded as ``cut`` with the points it finished; one still in
+a point when the time is up is stopped and recorded the same way. A point is written
+whole or not at all, so nothing is ever half written. A point that raises is recorded
+(``failed``, with the error) and the part goes on.
+
+``DIR`` receives at most :data:`FILES` (five files, no folders), each written beside
+its name and renamed into place after every part, so that a run stopped from outside
+leaves whole files: ``results.tar.gz`` (``results/<experiment>/<key>.json``),
+``summary.md`` (printed last), ``gpu_check.log`` (every part's output), ``device.json``
+and ``tests.xml`` (pytest's JUnit report). ``python -m analysis.reproduce --out DIR``
+unpacks the results and draws them beside the paper's GH200 numbers.
+
+Only torch, numpy, pandas and pytest are needed (what a bare GPU image holds): nothing
+here or in the parts imports asv, Flower or peft; tqdm is not used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["CUDA_TESTS", "FILES", "PARTS", "Part", "part_names"]
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of the check: ``share`` of the budget (at least ``min_s`` seconds where the
+    budget allows: a process's start, torch's import and the CUDA context take seconds),
+    and the runner experiments it measures (none for ``device`` and ``tests``); ``what``
+    for the summary."""
+
+    name: str
+    share: float
+    experiments: tuple[str, ...]
+    what: str
+    min_s: float = 5.0
+
+
+PARTS: tuple[Part, ...] = (
+    Part("device", 0.02, (), "device record", min_s=8.0),
+    Part("tests", 0.12, (), "tests marked cuda", min_s=10.0),
+    Part("tables123", 0.20, ("tables123",), "Tables 1-3: every aggregator's latency on the presets"),
+    Part("alternatives", 0.12, ("eigh_routes", "basis_routes"), "the eigensolver routes and the bases"),
+    Part("workspace", 0.05, ("workspace",), "peak memory against the analytic workspace"),
+    Part("table4", 0.08, ("table4", "table4_steps"), "Table 4 and its steps"),
+    Part("fig3", 0.15, ("fig3",), "Fig. 3: the r and d sweeps"),
+    Part("tf32", 0.04, ("tf32",), "FlexLoRA and FRAQ with TF32 on and off"),
+    Part("fig4", 0.10, ("fig4_cond", "fig4_rank"), "Fig. 4: fidelity"),
+    Part("clients", 0.12, ("clients",), "the clients sweep"),
+)
+"""The parts in the order they run: the headline first. Shares add up to 1."""
+
+CUDA_TESTS = ("tests/test_measure.py", "tests/test_recompress.py", "tests/test_gpu_check.py")
+"""The test files holding tests marked ``cuda`` (``tests/test_gpu_check.py`` checks that
+no other file does): pytest collects these alone, so a file that needs Flower or asv is
+never imported on a bare GPU image."""
+
+FILES = ("results.tar.gz", "summary.md", "gpu_check.log", "device.json", "tests.xml")
+"""Everything written to ``DIR``."""
+
+
+def part_names() -> list[str]:
+    return [p.name for p in PARTS]

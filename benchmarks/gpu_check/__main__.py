@@ -1,0 +1,79 @@
+"""``python -m benchmarks.gpu_check``: see :mod:`benchmarks.gpu_check`.
+
+Every argument is checked before any work; a bad one stops the command with one line
+naming it and its value (exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from benchmarks.gpu_check import FILES, PARTS, part_names
+
+
+def _parser() -> argparse.ArgumentParser:
+    from benchmarks.sizes import SIZES
+
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check",
+                                 description="Everything the suite measures on a GPU, inside a time budget.")
+    ap.add_argument("--out", type=Path, help=f"directory for its files ({', '.join(FILES)}); required")
+    ap.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default cuda)")
+    ap.add_argument("--budget-s", type=float, default=420.0, help="seconds for every part together (default 420)")
+    ap.add_argument("--size", choices=list(SIZES), default="paper", help="the experiments' size (default paper)")
+    ap.add_argument("--parts", help=f"comma-separated subset of {','.join(part_names())} (default all)")
+    # the parent's call of one part, in its own process
+    ap.add_argument("--part", choices=part_names(), help=argparse.SUPPRESS)
+    ap.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--until", type=float, help=argparse.SUPPRESS)
+    return ap
+
+
+def _checked(args) -> tuple[list, object]:
+    """The parts and the device, or ValueError naming the bad argument."""
+    from benchmarks.device import checked
+    from fraq._files import check_dir_out
+
+    if not (math.isfinite(args.budget_s) and args.budget_s >= 10):
+        raise ValueError(f"--budget-s(={args.budget_s:g}) must be a number of seconds >= 10")
+    names = part_names() if args.parts is None else [p.strip() for p in args.parts.split(",")]
+    unknown = [p for p in names if p not in part_names()] or ([] if names else [""])
+    if unknown:
+        raise ValueError(f"--parts(={args.parts!r}): {unknown[0]!r} is not one of {', '.join(part_names())}")
+    device = checked(args.device)
+    check_dir_out(args.out, "--out")
+    if args.out.is_dir():
+        foreign = sorted(p.name for p in args.out.iterdir() if p.name not in FILES)
+        if foreign:
+            raise ValueError(f"--out(={str(args.out)!r}) holds files this command does not write "
+                             f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}): give it an empty "
+                             "or new directory")
+    return [p for p in PARTS if p.name in names], device
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    if "--part" in argv:  # one part, started by the parent: its arguments are the parent's, already checked
+        args, _ = ap.parse_known_args(argv)
+        from benchmarks.gpu_check.parent import run_child
+
+        return run_child(args.part, device=args.device, size=args.size, work=args.work, until=args.until)
+    args = ap.parse_args(argv)
+    if args.out is None:
+        ap.error("--out DIR is required")
+    try:
+        parts, device = _checked(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from benchmarks.gpu_check.parent import check
+
+    return check(args.out, parts, device=device, size=args.size, budget_s=args.budget_s)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

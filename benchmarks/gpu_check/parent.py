@@ -1,0 +1,175 @@
+"""The GPU check's driver: every part in its own process, each inside its share of the budget.
+
+Part i must end by ``start + (budget - RESERVE) x (shares of parts 0..i)``: a part that
+ends early leaves its time to the next, one that overruns is stopped there, and the
+parts after it keep their own shares. After every part the files in ``DIR`` are
+rewritten whole (beside, then renamed): the packed results, the summary, the log, the
+device record and the tests' report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import torch
+
+from benchmarks.gpu_check import CUDA_TESTS, Part
+from benchmarks.gpu_check.child import NOT_HERE
+
+__all__ = ["RESERVE_S", "check", "deadlines"]
+
+ROOT = Path(__file__).resolve().parents[2]
+"""The repository root: every part runs there (pytest reads its configuration there)."""
+
+RESERVE_S = 5.0
+"""Seconds of the budget kept for the last packing and the summary (at most a tenth of it)."""
+
+
+def deadlines(parts: list[Part], start: float, budget_s: float) -> list[float]:
+    """Each part's end, ``time.time()`` instants: its share of the budget less the reserve
+    (the chosen parts' shares scaled to add up to 1), at least its ``min_s``, added up in
+    order and never past the budget."""
+    usable = budget_s - min(RESERVE_S, budget_s / 10)
+    total = sum(p.share for p in parts)
+    out, acc = [], 0.0
+    for p in parts:
+        acc += max(p.min_s, usable * p.share / total)
+        out.append(start + min(acc, usable))
+    return out
+
+
+def _env(device: torch.device) -> dict:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", FRAQ_BENCH_DEVICE=str(device))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return env
+
+
+def _command(part: Part, *, device: torch.device, size: str, work: Path, until: float) -> list[str]:
+    if part.name == "tests":
+        return [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                f"--junitxml={work / 'tests.xml'}", *CUDA_TESTS]
+    return [sys.executable, "-m", "benchmarks.gpu_check", "--part", part.name, "--device", str(device),
+            "--size", size, "--work", str(work), "--until", repr(until)]
+
+
+def _tests_status(work: Path, returncode: int) -> dict:
+    """The pytest part's status from its JUnit report."""
+    try:
+        suite = ET.parse(work / "tests.xml").getroot()
+        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+        n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    except (OSError, ET.ParseError, AttributeError):
+        return dict(state="failed", detail=f"pytest exited {returncode} without a report")
+    ran = n["tests"] - n["skipped"]
+    bad = n["failures"] + n["errors"]
+    state = "failed" if bad else (NOT_HERE if n["tests"] and not ran else "done")
+    if not n["tests"]:
+        state = "failed"
+    return dict(state=state, measured=ran - bad, points=n["tests"], failed=[{"point": "pytest",
+                "error": f"{n['failures']} failed, {n['errors']} errors"}] if bad else [],
+                detail=f"{n['tests']} tests: {ran - bad} passed, {bad} failed or errors, {n['skipped']} skipped")
+
+
+def _status(part: Part, work: Path, returncode: int | None, seconds: float, share_s: float) -> dict:
+    """What a finished or stopped part did (``returncode`` None: stopped at the end of its time)."""
+    if part.name == "tests":
+        st = _tests_status(work, returncode) if returncode is not None else \
+            dict(state="cut", detail="stopped at the end of its time")
+    else:
+        try:
+            st = json.loads((work / "status" / f"{part.name}.json").read_text())
+        except (OSError, ValueError):
+            st = dict(state="failed", measured=0)
+        if returncode is None:
+            st.update(state="cut", detail="stopped at the end of its time, inside a point (not written)")
+        elif returncode != 0 or st.get("state") == "running":
+            st.update(state="failed", detail=f"the part's process exited {returncode} (see the log)")
+    return dict(st, part=part.name, seconds=seconds, share_s=share_s)
+
+
+def _pack(work: Path, out: Path) -> None:
+    """``work/results`` as ``out/results.tar.gz`` (``results/<experiment>/<key>.json``), renamed into place."""
+    tmp = out / ".results.tar.gz.tmp"
+    with tarfile.open(tmp, "w:gz") as tar:
+        for f in sorted((work / "results").rglob("*.json")):
+            tar.add(f, arcname=str(f.relative_to(work)))
+    os.replace(tmp, out / "results.tar.gz")
+
+
+def _publish(work: Path, out: Path, statuses: list[dict], meta: dict) -> str:
+    """Every file of ``out`` rewritten whole from ``work``; returns the summary's text."""
+    from benchmarks.gpu_check.summary import summary
+
+    _pack(work, out)
+    for name in ("gpu_check.log", "device.json", "tests.xml"):
+        if (work / name).exists():
+            tmp = out / f".{name}.tmp"
+            shutil.copyfile(work / name, tmp)
+            os.replace(tmp, out / name)
+    text = summary(work, statuses, meta)
+    tmp = out / ".summary.md.tmp"
+    tmp.write_text(text)
+    os.replace(tmp, out / "summary.md")
+    return text
+
+
+def check(out: Path, parts: list[Part], *, device: torch.device, size: str, budget_s: float) -> int:
+    """Run ``parts`` on ``device`` at ``size`` within ``budget_s`` seconds, writing ``out``;
+    prints a line per part, then the summary. Returns 0, or 1 when a part failed."""
+    start = time.time()
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="fraq-gpu-check-"))
+    statuses: list[dict] = []
+    meta = dict(device=str(device), size=size, budget_s=budget_s, start=start)
+    try:
+        log = (work / "gpu_check.log").open("a")
+        ends = deadlines(parts, start, budget_s)
+        for part, until in zip(parts, ends):
+            t0 = time.time()
+            share_s = max(0.0, until - t0)  # its share and what the parts before it left
+            if until - t0 < 1:
+                st = dict(state="cut", detail="no time left when its turn came", part=part.name, seconds=0.0,
+                          share_s=share_s)
+            else:
+                log.write(f"\n== {part.name}: until +{until - start:.0f} s of {budget_s:g} s ==\n")
+                log.flush()
+                try:
+                    rc = subprocess.run(_command(part, device=device, size=size, work=work, until=until), cwd=ROOT,
+                                        env=_env(device), stdout=log, stderr=subprocess.STDOUT,
+                                        timeout=max(1.0, until - t0)).returncode
+                except subprocess.TimeoutExpired:
+                    rc = None
+                st = _status(part, work, rc, time.time() - t0, share_s)
+            statuses.append(st)
+            line = f"{part.name:<13} {st['state']:<18} {time.time() - t0:6.1f} s of {share_s:5.1f} s allowed"
+            print(line + (f"  {st['detail']}" if st.get("detail") else ""), flush=True)
+            log.write(line + "\n")
+            log.flush()
+            meta["elapsed_s"] = time.time() - start
+            _publish(work, out, statuses, meta)
+        log.close()
+        meta["elapsed_s"] = time.time() - start
+        text = _publish(work, out, statuses, meta)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(text, flush=True)
+    return 1 if any(s["state"] == "failed" for s in statuses) else 0
+
+
+def run_child(name: str, *, device: str, size: str, work: Path, until: float) -> int:
+    """The ``--part`` side: the part's experiments (:func:`benchmarks.gpu_check.child.run_part`)."""
+    from benchmarks.gpu_check import PARTS
+    from benchmarks.gpu_check.child import run_part
+
+    part = {p.name: p for p in PARTS}[name]
+    margin = min(5.0, 0.1 * max(0.0, until - time.time()))
+    return run_part(name, part.experiments, device=torch.device(device), size=size, work=work, until=until - margin)
