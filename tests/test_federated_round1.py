@@ -29,21 +29,15 @@ def tiny_config(**over) -> dict:
     return load_config("quick", {**base, **over})
 
 
-def _run(share: bool):
+def _run(share: bool, methods):
     task = Task(tiny_config(**{"federated.rounds": 2}), log=lambda *a: None)
     task.share_round1 = share
-    out = {m: run_method(task, m, log=lambda *a: None) for m in METHODS}
+    out = {m: run_method(task, m, log=lambda *a: None) for m in methods}
     return task, out
 
 
-@pytest.fixture(scope="module")
-def both():
-    return _run(False), _run(True)
-
-
-def test_the_reuse_changes_no_number(both):
-    (_, alone), (_, shared) = both
-    for m in METHODS:
+def _same_numbers(alone, shared, methods):
+    for m in methods:
         a, b = alone[m]["rounds"], shared[m]["rounds"]
         assert len(a) == len(b) == 2
         for ra, rb in zip(a, b):
@@ -51,9 +45,20 @@ def test_the_reuse_changes_no_number(both):
                 assert ra[key] == rb[key], (m, ra["round"], key)
 
 
-def test_round1_trains_once_per_group_of_identical_inputs(both):
-    (task_alone, _), (task, shared) = both
-    assert task_alone.round1 == {}
+def test_the_reuse_changes_no_number():
+    """Three methods (two that share round 1, one that trains B alone): the numbers are those
+    of a run that trains round 1 for each, and round 1 trained twice."""
+    methods = ["flora", "florist", "lora-a2"]
+    (task_alone, alone), (task, shared) = _run(False, methods), _run(True, methods)
+    _same_numbers(alone, shared, methods)
+    assert task_alone.round1 == {} and len(task.round1) == 2
+    assert [shared[m]["rounds"][0]["train_shared"] for m in methods] == [False, True, False]
+
+
+@pytest.mark.slow
+def test_every_table1_method_round1_trained_three_times_same_numbers():
+    (_, alone), (task, shared) = _run(False, METHODS), _run(True, METHODS)
+    _same_numbers(alone, shared, METHODS)
     # FLoRA, FedEx-LoRA, FedIT, FlexLoRA, FLoRIST and FRAQ's two taus start alike; LoRA-A² trains B
     # alone in round 1 and FLoRG its own layer: three trainings for nine methods
     assert len(task.round1) == 3
@@ -77,3 +82,14 @@ def test_another_start_is_another_signature():
     other = type(state)(state.round, state.weights, head, state.starts)
     assert signature(task, method, other, "AB", True) != key
     assert signature(task, method, state, "B", True) != key
+
+
+def test_evaluating_fewer_rounds_changes_no_final_accuracy():
+    """The embedded default evaluates every other round: the last round's accuracy, which the
+    table and the verdicts read, is the one an every-round evaluation gives."""
+    every = run_method(Task(tiny_config(**{"federated.rounds": 2}), log=lambda *a: None), "fraq:tau=0.95",
+                       log=lambda *a: None)
+    other = run_method(Task(tiny_config(**{"federated.rounds": 2, "federated.eval_every": 2}), log=lambda *a: None),
+                       "fraq:tau=0.95", log=lambda *a: None)
+    assert every["rounds"][0]["accuracy"] is not None and other["rounds"][0]["accuracy"] is None
+    assert other["rounds"][1]["accuracy"] == every["rounds"][1]["accuracy"]
