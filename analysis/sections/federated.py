@@ -47,8 +47,8 @@ def _setting(df, variants: list[str]) -> str:
 
 
 def titles(df, variants: list[str]) -> dict[str, str]:
-    """variant -> its heading: what sets it apart from the others (``Dir(0.02)``, ``ranks 4,
-    16, 32, 64``, or the keys that differ), else its name."""
+    """variant -> its heading: what sets it apart from the others (``dir0.02: Dir(0.02)``, or the
+    keys that differ); ``"<variant> ranks"`` for variants that differ in their ranks alone."""
     from analysis.resultset import setting_columns
 
     differ = federated.variant_settings(df, setting_columns(df))
@@ -63,7 +63,7 @@ def titles(df, variants: list[str]) -> dict[str, str]:
                 parts.append(f"ranks {', '.join(map(str, value))}" if isinstance(value, list) else f"ranks {value}")
             else:
                 parts.append(f"{key} = {value}")
-        out[v] = f"{v}: {', '.join(parts)}" if parts else f"{v} ranks"
+        out[v] = f"{v}: {', '.join(parts)}" if set(d) - {"federated.ranks"} else f"{v} ranks"
     return out
 
 
