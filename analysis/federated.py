@@ -30,8 +30,8 @@ import pandas as pd
 
 from analysis.verdicts import Verdict
 
-__all__ = ["CLOSE_POINTS", "HOW", "compare", "curves", "display_name", "figure", "interval", "paired", "runs",
-           "table", "variants", "verdict_lines"]
+__all__ = ["CLOSE_POINTS", "HOW", "PAPER_DOWNLINK", "accuracy_interval", "compare", "curves", "display_name",
+           "figure", "interval", "paired", "runs", "table", "variant_settings", "variants", "verdict_lines"]
 
 CLOSE_POINTS = 1.0
 """"Close to" an uncompressed baseline, as tested: FRAQ's accuracy at most 1 percentage
@@ -81,6 +81,13 @@ def interval(values) -> tuple[float, float, float]:
     return m, m - half, m + half
 
 
+def accuracy_interval(values) -> tuple[float, float, float]:
+    """:func:`interval` of accuracies (%), its bounds kept inside [0, 100], where an accuracy lies
+    (three seeds at 99, 100, 100 give a t-interval reaching above 100)."""
+    mean, lo, hi = interval(values)
+    return mean, (max(lo, 0.0) if math.isfinite(lo) else lo), (min(hi, 100.0) if math.isfinite(hi) else hi)
+
+
 def runs(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (variant, method, seed): final accuracy (%), mean downlink (% FLoRA) and
     aggregation time (ms) over rounds, mean rank, ``skipped`` (the reason, or None)."""
@@ -121,12 +128,29 @@ def _order(methods) -> list[str]:
 
 
 def variants(runs_: pd.DataFrame, df: pd.DataFrame | None = None) -> list[str]:
-    """The variants, the one with the fewest distinct client ranks (uniform ranks) first."""
-    spread = {}
+    """The variants, the one with the fewest distinct client ranks (uniform ranks) first, then the
+    milder label partition (larger Dirichlet alpha) first, as the paper's columns."""
+    spread, alpha = {}, {}
     if df is not None and "federated.ranks" in df:
         for v, r in zip(df["variant"], df["federated.ranks"]):
             spread[v] = len(set(r)) if isinstance(r, list) else 0
-    return sorted(dict.fromkeys(runs_["variant"]), key=lambda v: (spread.get(v, 0), v))
+    if df is not None and "partition.alpha" in df:
+        for v, a in zip(df["variant"], pd.to_numeric(df["partition.alpha"], errors="coerce")):
+            alpha[v] = -a if math.isfinite(a) else 0.0
+    return sorted(dict.fromkeys(runs_["variant"]), key=lambda v: (spread.get(v, 0), alpha.get(v, 0.0), v))
+
+
+def variant_settings(df: pd.DataFrame, setting_columns: list[str]) -> dict[str, dict[str, object]]:
+    """variant -> {setting key: value} for the keys whose value differs between variants (each
+    variant is one setting: :func:`analysis.resultset.setting_mixes`); empty with one variant."""
+    firsts = {v: g.iloc[0] for v, g in df.groupby("variant", sort=False)}
+    out: dict[str, dict[str, object]] = {v: {} for v in firsts}
+    for c in setting_columns:
+        vals = {v: r.get(c) for v, r in firsts.items()}
+        if len({repr(x) for x in vals.values()}) > 1:
+            for v, x in vals.items():
+                out[v][c] = x
+    return out
 
 
 def table(runs_: pd.DataFrame, variant: str) -> pd.DataFrame:
@@ -148,7 +172,7 @@ def table(runs_: pd.DataFrame, variant: str) -> pd.DataFrame:
                         "Avg. agg. time (ms)": "", "Mean rank": "", "Seeds": 0})
             continue
         g = g[g["skipped"].isna()]
-        mean, lo, hi = interval(g["accuracy"])
+        mean, lo, hi = accuracy_interval(g["accuracy"])
         ms = np.concatenate([np.asarray(x, dtype=float) for x in g["agg_ms"]])
         down = float(g["downlink_pct_flora"].mean())
         if down < 100 and math.isfinite(mean):
@@ -233,8 +257,9 @@ def _diff(v: Verdict) -> str:
     return f"{v.value:+.2f} points {iv}"
 
 
-def figure(curves_: pd.DataFrame, variants: list[str]):
-    """Accuracy per round, one panel per variant: the mean over seeds, band = 95% interval."""
+def figure(curves_: pd.DataFrame, variants: list[str], titles: dict[str, str] | None = None):
+    """Accuracy per round, one panel per variant (``titles``: variant -> panel title): the mean
+    over seeds, band = 95% interval, kept inside [0, 100]."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(variants), figsize=(5.2 * len(variants), 4.2), squeeze=False, sharey=True)
@@ -253,7 +278,7 @@ def figure(curves_: pd.DataFrame, variants: list[str]):
                             color=line.get_color(), alpha=0.12, linewidth=0)  # an accuracy lies in [0, 100]
             handles.setdefault(display_name(m), line)
         ax.set_xlabel("round")
-        ax.set_title(f"{variant} ranks")
+        ax.set_title(titles.get(variant, f"{variant} ranks") if titles else f"{variant} ranks")
         ax.set_xticks(sorted(d["round"].unique()))
     axes[0][0].set_ylabel("test accuracy (%)")
     fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(len(handles), 5), frameon=False,

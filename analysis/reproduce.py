@@ -37,23 +37,25 @@ def build(out: Path, *, pdf: bool = True) -> Path:
     :class:`analysis.MixedResults` (more than one configuration: the message names them).
     Every warning raised while loading and judging (a skipped file, a point not measured,
     results of several commits) is listed in the report's *Not measured or skipped*
-    section and re-issued.
+    section and re-issued. Every figure and the report are written beside their targets
+    and renamed into place (:mod:`analysis.atomic`): one that cannot be written raises
+    OSError naming it, and the old file stays.
     """
+    from analysis.atomic import write_text
+
     caught: list = []
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            report = _build(out, pdf)
+            text = _build(out, pdf)
     finally:
         for w in caught:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
     if notes:
-        with report.open("a") as f:
-            f.write("\n## Not measured or skipped\n\nPoints not measured and files skipped (no verdict above "
-                    "rests on them), and results of more than one commit:\n\n"
-                    + "\n".join(f"- {n}" for n in notes) + "\n")
-    return report
+        text += ("\n## Not measured or skipped\n\nPoints not measured and files skipped (no verdict above "
+                 "rests on them), and results of more than one commit:\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
+    return write_text(out / "report.md", text)  # whole: beside, then renamed into place
 
 
 SECTIONS: dict[str, str] = {
@@ -83,7 +85,7 @@ def section_module(name: str) -> ModuleType:
     return importlib.import_module(f"analysis.sections.{SECTIONS[name]}")
 
 
-def _build(out: Path, pdf: bool = True) -> Path:
+def _build(out: Path, pdf: bool = True) -> str:
     from analysis import style
     from analysis.resultset import load
     from analysis.verdicts import HOW
@@ -105,6 +107,8 @@ def _build(out: Path, pdf: bool = True) -> Path:
             continue
         try:
             drawn = [_render(sec, figs, made, pdf) for sec in mod.draw(res)]
+        except OSError:  # a figure that cannot be written ends the run (main: one error line), the old one kept
+            raise
         except Exception as exc:  # one section's failure is named in the report; the others are still drawn
             warnings.warn(f"section {name!r} not drawn: {type(exc).__name__}: {exc}", stacklevel=2)
             continue
@@ -119,9 +123,7 @@ def _build(out: Path, pdf: bool = True) -> Path:
              "GPU, this run on the device named in each caption, so only ratios and trends are comparable. "
              + HOW, "", "## Figures", ""]
     head += [f"- `figures/{n}.png`: {w}" for n, w in made] + [""]
-    report = out / "report.md"
-    report.write_text("\n".join(head) + "\n" + "\n".join(parts))
-    return report
+    return "\n".join(head) + "\n" + "\n".join(parts)
 
 
 def _unpack(out: Path) -> None:
@@ -175,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     except (NoResults, MixedResults, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:  # a figure or the report could not be written (read-only, disk full)
+    except OSError as exc:  # a figure or the report could not be written (read-only, disk full, ulimit -f)
         where = f"cannot write {exc.filename}: {exc.strerror}" if exc.filename is not None else str(exc)
         print(f"error: {where}", file=sys.stderr)
         return 1

@@ -16,6 +16,11 @@ make a figure or a verdict wrong:
 - results of different configurations (``size``, ``device``, ``dtype``; the model
   ``preset`` of Fig. 1 and Fig. 4): :class:`MixedResults`, naming each configuration
   and how many files it has; ``select={"size": "reduced"}`` keeps one;
+- federated results of one variant run under different settings (another number of
+  rounds, clients, learning rate, data set, schedule: any key under :data:`SETTING_SECTIONS`),
+  which the table and the paired verdicts would mix: :class:`MixedResults` naming the
+  keys that differ and their values (variants may differ from one another: each is
+  reported apart, and the report names what differs);
 - results of different commits: kept, with a warning listing the commits.
 """
 
@@ -31,7 +36,8 @@ import pandas as pd
 from analysis.loaders import load_results
 
 __all__ = ["load", "Results", "NoResults", "MixedResults", "default_dir", "REQUIRED",
-           "IDENTITY", "ONE_PRESET", "LABELS", "LISTS", "ROWS"]
+           "IDENTITY", "ONE_PRESET", "LABELS", "LISTS", "ROWS", "SETTING_SECTIONS", "NOT_SETTINGS", "setting_columns",
+           "setting_mixes"]
 
 DEFAULT = Path("results") / "reproduce" / "results"
 """Where ``make run`` writes, relative to the repository root."""
@@ -65,6 +71,14 @@ IDENTITY = ("size", "device", "dtype")
 
 ONE_PRESET = ("fig1", "fig4_rank")
 """Experiments whose figure is captioned by one model preset."""
+
+SETTING_SECTIONS = ("model.", "dataset.", "partition.", "federated.", "train.")
+"""A federated result's setting: its config's columns under these sections. Results of one
+variant must agree on all of them to share a table row or a paired verdict."""
+
+NOT_SETTINGS = ("dataset.data_dir",)
+"""Setting columns that say where, not what: the published files are checked by sha256
+wherever they lie, so two copies are one data set."""
 
 
 class NoResults(FileNotFoundError):
@@ -189,6 +203,37 @@ def _show(v) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def setting_columns(fed: pd.DataFrame) -> list[str]:
+    """The columns of federated rows ``fed`` that are part of their setting (:data:`SETTING_SECTIONS`)."""
+    return sorted(c for c in fed.columns if c.startswith(SETTING_SECTIONS) and c not in NOT_SETTINGS)
+
+
+def _key(v) -> str:
+    """A hashable, printable form of a setting value (lists included; NaN: not set)."""
+    import json
+
+    return "unset" if _absent(v) else json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else str(v)
+
+
+def setting_mixes(fed: pd.DataFrame) -> list[str]:
+    """One description per variant of federated rows ``fed`` whose files differ in a setting
+    key: ``"variant dir0.1 mixes federated.rounds: 4 (27 files), 8 (27 files)"``; empty when
+    every variant is one setting."""
+    if fed.empty or "variant" not in fed:
+        return []
+    cols = setting_columns(fed)
+    out = []
+    for variant, g in fed.groupby("variant", sort=True):
+        diff = []
+        for c in cols:
+            counts = g[c].map(_key).value_counts()
+            if len(counts) > 1:
+                diff.append(f"{c}: " + ", ".join(f"{v} ({n} files)" for v, n in counts.items()))
+        if diff:
+            out.append(f"federated variant {variant} mixes settings, " + "; ".join(diff))
+    return out
+
+
 def load(path: str | Path | None = None, *, select: dict | None = None) -> Results:
     """The result files under ``path`` (default :func:`default_dir`) as checked frames.
 
@@ -218,6 +263,8 @@ def load(path: str | Path | None = None, *, select: dict | None = None) -> Resul
     mixes = [m for m in (_mix(rows, c, "") for c in IDENTITY) if m]
     for exp in ONE_PRESET:
         mixes += [m for m in [_mix(rows[rows["experiment"] == exp], "preset", f"({exp})")] if m]
+    fed = rows[rows["experiment"] == "federated"].dropna(axis=1, how="all")
+    mixes += setting_mixes(fed)
     if mixes:
         raise MixedResults(f"{path} holds results of more than one configuration, which one figure would mix: "
                            + "; ".join(mixes) + ". Write each run to its own --out directory, or keep one with "

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.atomic import write_together
+
 __all__ = ["NAMES", "COLORS", "MARKERS", "ORDER", "setup", "caption", "save"]
 
 NAMES = {"fraq": "FRAQ", "florist": "FLoRIST", "flexlora": "FlexLoRA", "flora": "FLoRA (stack)",
@@ -67,7 +69,10 @@ def caption(df: pd.DataFrame, extra: str = "") -> str:
 
 
 def save(fig, out: Path, name: str, cap: str, formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
-    """Write ``name``.png and .pdf (``formats``) with the caption line under the axes."""
+    """Write ``name``.png and .pdf (``formats``) with the caption line under the axes.
+
+    The files appear whole (:func:`analysis.atomic.write_together`): one that cannot be
+    written raises OSError naming it, and the old figures stay."""
     import textwrap
 
     import matplotlib.pyplot as plt
@@ -84,9 +89,8 @@ def save(fig, out: Path, name: str, cap: str, formats: tuple[str, ...] = ("png",
         engine.set(rect=(0, bottom, 1, 1 - bottom))  # (left, bottom, width, height)
     else:
         fig.tight_layout(rect=(0, bottom, 1, 1))  # (left, bottom, right, top)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{name}.{ext}" for ext in formats]
-    for p in paths:
-        fig.savefig(p, bbox_inches="tight")
-    plt.close(fig)
-    return paths
+    try:  # each written beside its target, all renamed into place once all are written (analysis.atomic)
+        return write_together([out / f"{name}.{ext}" for ext in formats],
+                              lambda tmp, target: fig.savefig(tmp, format=target.suffix[1:], bbox_inches="tight"))
+    finally:
+        plt.close(fig)

@@ -716,10 +716,11 @@ def test_report_write_failure_is_one_line_naming_the_file(tiny, tmp_path, monkey
     from analysis.reproduce import main
 
     out = _copy(tiny, tmp_path)
+    (out / "report.md").write_text("the old report")
     real = Path.write_text
 
-    def write_text(self, *a, **k):
-        if self.name == "report.md":
+    def write_text(self, *a, **k):  # the report is written beside its target, then renamed into place
+        if self.name.startswith(".report.md.tmp-"):
             raise OSError(errno.EROFS, "Read-only file system", str(self))
         return real(self, *a, **k)
 
@@ -729,6 +730,8 @@ def test_report_write_failure_is_one_line_naming_the_file(tiny, tmp_path, monkey
         assert main(["--out", str(out)]) == 1
     err = capsys.readouterr().err
     assert err == f"error: cannot write {out / 'report.md'}: Read-only file system\n"
+    assert (out / "report.md").read_text() == "the old report"
+    assert not list(out.glob(".report.md.tmp-*"))
 
 
 def test_runner_write_failure_is_one_line_naming_the_file(tmp_path, monkeypatch, capsys):

@@ -7,6 +7,13 @@ from analysis.sections import Figure, Section
 
 reads = ("federated",)
 
+PUBLISHED = {
+    "banking77": "BANKING77 (Casanueva et al., 2020, arXiv:2003.04807; CC BY 4.0)",
+    "clinc150": "CLINC150 (Larson et al., EMNLP 2019, doi:10.18653/v1/D19-1131; CC BY 3.0), in scope only: "
+                "trained on its train split, evaluated on its test split (its out-of-scope examples and val split unused)",
+}
+"""How the report names the published data sets: the publishers cited, the licences, the splits used."""
+
 
 def _setting(df, variants: list[str]) -> str:
     c = df.iloc[0]
@@ -14,15 +21,20 @@ def _setting(df, variants: list[str]) -> str:
     model = str(c.get("model.name"))
     part = c.get("partition.scheme")
     if part == "dirichlet":
-        part = f"Dirichlet({c.get('partition.alpha'):g})"
+        alphas = sorted(set(df["partition.alpha"].dropna()), reverse=True) if "partition.alpha" in df else []
+        part = f"Dirichlet({', '.join(f'{a:g}' for a in alphas)})" + (" (one per variant)" if len(alphas) > 1 else "")
     seeds = sorted(df["seed"].unique())
-    text = (f"{model} on `{data}`, {int(c['federated.clients'])} clients, {part} label partition, "
+    name = PUBLISHED.get(data, f"`{data}`")
+    text = (f"{model} on {name}, {int(c['federated.clients'])} clients, {part} label partition, "
             f"{int(c['federated.rounds'])} rounds of {int(c['train.steps'])} local steps, accuracy on the whole test "
             f"split after every round; seeds {', '.join(map(str, seeds))}; variants "
             f"{', '.join(f'`{v}`' for v in variants)}.")
     layers = c.get("model.layers_to_transform")
     where = f"LoRA on layers {', '.join(map(str, layers))}" if isinstance(layers, list) else "LoRA on every layer"
-    if data == "intents" or model.startswith("embedded:"):
+    if data in PUBLISHED and model.startswith("embedded:"):
+        text += (f" The model is all-MiniLM-L6-v2 ({where}), not the paper's RoBERTa-base, on a schedule scaled to a "
+                 "2-core CPU: the comparison between methods carries over, not the accuracy values.")
+    elif data == "intents" or model.startswith("embedded:"):
         text += (" **The corpus is generated** (`fraq.federated.intents`, 48 intents of templated sentences) **and "
                  f"the model is all-MiniLM-L6-v2** ({where}): not the paper's data sets (Banking77, "
                  "CLINC150, HWU64, 20 Newsgroups, the reasoning tasks) nor its models (RoBERTa-base, LLaMA-3.2-3B). "
@@ -34,19 +46,41 @@ def _setting(df, variants: list[str]) -> str:
     return text
 
 
+def titles(df, variants: list[str]) -> dict[str, str]:
+    """variant -> its heading: what sets it apart from the others (``dir0.02: Dir(0.02)``, or the
+    keys that differ); ``"<variant> ranks"`` for variants that differ in their ranks alone."""
+    from analysis.resultset import setting_columns
+
+    differ = federated.variant_settings(df, setting_columns(df))
+    out = {}
+    for v in variants:
+        d = differ.get(v, {})
+        parts = []
+        for key, value in d.items():
+            if key == "partition.alpha":
+                parts.append(f"Dir({value:g})")
+            elif key == "federated.ranks":
+                parts.append(f"ranks {', '.join(map(str, value))}" if isinstance(value, list) else f"ranks {value}")
+            else:
+                parts.append(f"{key} = {value}")
+        out[v] = f"{v}: {', '.join(parts)}" if set(d) - {"federated.ranks"} else f"{v} ranks"
+    return out
+
+
 def draw(res) -> list[Section]:
     df = res["federated"]
     runs = federated.runs(df)
     variants = federated.variants(runs, df)
+    heads = titles(df, variants)
     body = [_setting(df, variants), "", federated.HOW, ""]
     for v in variants:
-        body += [f"### {v} ranks", "", tables.markdown(federated.table(runs, v)), "",
+        body += [f"### {heads[v]}", "", tables.markdown(federated.table(runs, v)), "",
                  *federated.verdict_lines(runs, v), ""]
     body.append("Downlink and aggregation time are averaged over rounds (and seeds); aggregation time is this "
                 "CPU's, measured inside the training run. Bold: best accuracy among the compressed-downlink methods "
                 "(below 100% of FLoRA's downlink), underlined: second best, by the mean over seeds.")
     curves = federated.curves(df)
-    fig = Figure("federated_accuracy", federated.figure(curves, variants), df,
+    fig = Figure("federated_accuracy", federated.figure(curves, variants, heads), df,
                  "mean over seeds, band = 95% t-interval over seeds",
                  "Test accuracy after every round of federated fine-tuning, per method and rank setting.")
     return [Section("Tables 1-3: accuracy of federated fine-tuning over seeds", "\n".join(body), figure=fig)]

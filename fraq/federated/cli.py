@@ -5,6 +5,7 @@ Examples::
     python -m fraq.federated                          # embedded default: all methods, 3 seeds, both rank settings
     python -m fraq.federated --methods flora fraq:tau=0.95 --rounds 2 --clients 2 --seeds 0 1
     python -m fraq.federated --config roberta --dataset clinc150 --alpha 0.02
+    python -m fraq.federated --config banking77 --data-dir DIR   # DIR/banking77/ as published (or $FRAQ_DATA)
     python -m fraq.federated --variants heterogeneous  # only the heterogeneous-rank setting
     python -m fraq.federated --resume                 # continue an interrupted run
     python -m analysis.reproduce --out results/federated/quick   # the report: table, curves, verdicts
@@ -58,8 +59,9 @@ def _check_inputs(cfg: dict, out_dir: Path) -> None:
         inputs.append(("--config", Path(cfg["setting"])))
     if Path(cfg["model"]["name"]).is_dir():
         inputs.append(("model.name", Path(cfg["model"]["name"])))
-    if isinstance(cfg["dataset"].get("path"), str) and Path(cfg["dataset"]["path"]).is_dir():
-        inputs.append(("dataset.path", Path(cfg["dataset"]["path"])))
+    for key in ("path", "data_dir"):
+        if isinstance(cfg["dataset"].get(key), str) and Path(cfg["dataset"][key]).is_dir():
+            inputs.append((f"dataset.{key}", Path(cfg["dataset"][key])))
     out = out_dir.resolve()
     written = {p.resolve() for p in _written(cfg, out_dir)} | {out / d for d in ("results", "checkpoints", "adapters")}
     for flag, src in inputs:
@@ -219,6 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=float, help="Dirichlet concentration of the label partition")
     p.add_argument("--partition", choices=["dirichlet", "pathological", "iid"], help="partition scheme")
     p.add_argument("--dataset", help="data set: intents, banking77, clinc150, hwu64, 20newsgroups, a hub id or a directory")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="folder holding banking77/ and clinc150/ as their publishers distribute them (default: "
+                        "$FRAQ_DATA; neither: the Hugging Face hub)")
     p.add_argument("--model", help="Hugging Face model name or local path")
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--seeds", type=int, nargs="+", metavar="SEED",
@@ -232,6 +237,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace the files this run writes in --out without asking (others stay)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
+
+
+def _data_dir(flag: str | None, cfg: dict) -> str | None:
+    """The local folder of the published data sets for ``cfg``: ``--data-dir``, else ``$FRAQ_DATA``
+    when the setting's data set is one of them (:data:`~fraq.federated.published.PUBLISHED`);
+    None (the hub, or another source) otherwise. An absolute path, so a result records where
+    its data came from whatever the working directory."""
+    from fraq.federated.published import PUBLISHED
+
+    if flag is not None:
+        return str(Path(flag).absolute())
+    env = os.environ.get("FRAQ_DATA")
+    if env and cfg["dataset"].get("name") in PUBLISHED and cfg["dataset"].get("data_dir") is None:
+        return str(Path(env).absolute())
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -252,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
         over[key] = value
     try:
         cfg = load_config(args.config, over)
+        data_dir = _data_dir(args.data_dir, cfg)
+        if data_dir is not None:
+            cfg = load_config(args.config, {**over, "dataset.data_dir": data_dir})
         if args.variants is not None:
             unknown = [v for v in args.variants if v not in cfg["variants"]]
             if unknown:

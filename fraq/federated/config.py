@@ -1,6 +1,7 @@
 """Configuration as data: ``configs/defaults.json`` plus one small override file per setting.
 
 A setting is ``quick`` (the embedded default), ``smoke`` (it shrunk to under a minute),
+``banking77`` or ``clinc150`` (the published data sets, scaled to this CPU),
 ``roberta`` or ``llama`` (the paper's), or
 the path of a JSON file with the same shape; command-line flags override single keys
 (``--set train.lr=1e-3`` for any of them). :func:`load_config` merges and validates;
@@ -29,7 +30,7 @@ __all__ = ["CONFIG_DIR", "SETTINGS", "client_ranks", "load_config", "method_aggr
            "runs", "seeds_of", "set_key", "validate"]
 
 CONFIG_DIR = Path(__file__).with_name("configs")
-SETTINGS = ("quick", "smoke", "roberta", "llama")
+SETTINGS = ("quick", "smoke", "banking77", "clinc150", "roberta", "llama")
 
 
 _WHOLE = ("dataset", "variants")

@@ -5,9 +5,12 @@ Sources (``load_dataset``):
 - ``"intents"``: the generated corpus of :mod:`fraq.federated.intents` (offline default);
 - a local directory with ``train`` and ``test`` files in CSV, JSON Lines or JSON (a list
   of records), or a directory written by ``datasets.Dataset.save_to_disk``;
+- ``banking77`` or ``clinc150`` with ``data_dir``: the publisher's files in
+  ``data_dir/<name>/``, checked against their sha256 and counts
+  (:mod:`fraq.federated.published`; CLINC150 in-scope only);
 - a Hugging Face data set by name (``banking77``, ``clinc150``, ``hwu64``,
   ``20newsgroups`` or any hub id), through the ``datasets`` package, when the user has
-  network access or a local cache.
+  network access or a local cache (CLINC150's out-of-scope class is left out here too).
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ __all__ = ["HUB_DATASETS", "TextData", "check_dataset_spec", "load_dataset"]
 
 HUB_DATASETS = {
     "banking77": {"hub_id": "PolyAI/banking77", "text_column": "text", "label_column": "label"},
-    "clinc150": {"hub_id": "clinc/clinc_oos", "subset": "plus", "text_column": "text", "label_column": "intent"},
+    "clinc150": {"hub_id": "clinc/clinc_oos", "subset": "plus", "text_column": "text", "label_column": "intent",
+                 "out_of_scope": "oos"},
     "hwu64": {"hub_id": "DeepPavlov/hwu64", "text_column": "utterance", "label_column": "label"},
     "20newsgroups": {"hub_id": "SetFit/20_newsgroups", "text_column": "text", "label_column": "label"},
 }
-"""Short names of the paper's data sets -> hub id, subset and columns (override any in the config)."""
+"""Short names of the paper's data sets -> hub id, subset and columns (override any in the config);
+``out_of_scope``: a class left out of both splits (CLINC150's, as in the paper's in-scope accuracy)."""
 
 
 @dataclass(frozen=True)
@@ -56,12 +61,14 @@ class TextData:
 
 
 _INTS = ("max_train", "max_test", "train_per_intent", "test_per_intent")
-_STRS = ("text_column", "label_column", "task_column", "subset", "hub_id")
+_STRS = ("text_column", "label_column", "task_column", "subset", "hub_id", "data_dir")
 
 
 def check_dataset_spec(spec: object) -> None:
-    """Check a config's ``dataset`` section without loading anything; ValueError names the key and value.
+    """Check a config's ``dataset`` section; ValueError names the key and value.
 
+    Nothing is loaded, except that a ``data_dir`` folder's files are checked against the
+    publisher's sha256 (:func:`fraq.federated.published.check_folder`, once per folder).
     ``name`` must be ``"intents"``, a short name of :data:`HUB_DATASETS`, or a hub id
     ``owner/name`` (a legacy id without owner needs ``hub_id`` set as well); ``path`` a
     directory path (:func:`load_dataset` raises FileNotFoundError naming it when it is none).
@@ -95,13 +102,21 @@ def check_dataset_spec(spec: object) -> None:
         v = spec.get(key)
         if v is not None and (not isinstance(v, str) or not v):
             raise ValueError(f"dataset.{key}(={v!r}) must be a non-empty string or null")
+    if spec.get("data_dir") is not None:
+        from fraq.federated.published import PUBLISHED, check_folder
+
+        if name not in PUBLISHED:
+            raise ValueError(f"dataset.data_dir(={spec['data_dir']!r}) is for the published data sets "
+                             f"{sorted(PUBLISHED)}, not dataset.name(={name!r})")
+        check_folder(name, spec["data_dir"])
 
 
 def load_dataset(spec: dict) -> TextData:
     """Load the data set a config's ``dataset`` section names (see the module docstring).
 
     ``spec`` keys: ``name`` ("intents", a short name of :data:`HUB_DATASETS`, a hub id)
-    or ``path`` (a local directory); ``text_column``, ``label_column``, ``task_column``,
+    or ``path`` (a local directory); ``data_dir``, a folder holding ``banking77/`` and
+    ``clinc150/`` as published (read instead of the hub); ``text_column``, ``label_column``, ``task_column``,
     ``subset``, ``hub_id`` override the defaults; ``max_train`` / ``max_test`` cap the
     split sizes (first examples after a seeded shuffle); ``seed``; for the generated
     corpus ``train_per_intent`` and ``test_per_intent``.
@@ -117,6 +132,10 @@ def load_dataset(spec: dict) -> TextData:
         data = TextData([t for t, _, _ in tr], np.array([y for _, y, _ in tr], dtype=np.int64),
                         [t for t, _, _ in te], np.array([y for _, y, _ in te], dtype=np.int64), names,
                         [d for _, _, d in tr])
+    elif spec.get("data_dir") is not None:
+        from fraq.federated.published import load_published
+
+        data = load_published(name, spec["data_dir"])
     elif path is not None:
         data = _load_local(Path(path), spec)
     else:
@@ -192,7 +211,15 @@ def _load_hub(name: str, spec: dict) -> TextData:
                          f"at a local copy") from None
     if "test" not in dd:
         raise ValueError(f"hub dataset {spec['hub_id']!r} has no test split (splits: {list(dd)})")
-    return _from_columns({s: dd[s].to_list() for s in ("train", "test")}, spec, _class_names(dd["train"], spec))
+    names = _class_names(dd["train"], spec)
+    splits = {s: dd[s].to_list() for s in ("train", "test")}
+    oos = spec.get("out_of_scope")
+    if oos is not None and names is not None and oos in names:  # the class left out, the others renumbered
+        col, drop = spec.get("label_column", "label"), names.index(oos)
+        splits = {s: [{**r, col: r[col] - (r[col] > drop)} for r in rows if r[col] != drop]
+                  for s, rows in splits.items()}
+        names = [n for n in names if n != oos]
+    return _from_columns(splits, spec, names)
 
 
 def _from_columns(splits: dict[str, list[dict]], spec: dict, names: list[str] | None) -> TextData:

@@ -74,7 +74,8 @@ def round_line(spec: str, t: int, R: int, rec: dict) -> str:
             + (f", accuracy {100 * acc:.2f}%" if acc is not None else "")
             + f", downlink {rec['downlink_pct_flora']:.1f}% of FLoRA, mean rank {rec['rank_mean']:.1f}, "
               f"aggregation {rec['agg_ms']:.1f} ms"
-            + (f", training {train:.1f} s" if train is not None else ""))
+            + ("" if train is None else ", round 1 trained once with an earlier method" if rec.get("train_shared")
+               else f", training {train:.1f} s"))
 
 
 def method_result(task, method, records: list[dict]) -> dict:

@@ -17,7 +17,8 @@ the largest rank under component budgets (``rank_budgets``), and its state betwe
 rounds (``result.state``). Every fresh adapter (round 1 of every method, every round of
 a method that reinitializes) is peft's initialization drawn from a seed of the round
 shared by all clients, so all clients start a round from a common point and all methods
-train identically in round 1.
+train identically in round 1: a run trains it once for every group of methods whose
+clients' inputs are identical (:mod:`fraq.federated.round1`).
 
 The model evaluated after a round is W_{t+1} plus the start adapter of the client with the
 largest rank (a method may send clients different truncations; most send one global
@@ -37,6 +38,7 @@ from fraq.federated.checkpoint import load_checkpoint, save_checkpoint
 from fraq.federated.client import LocalJob, TrainSettings, local_update, lora_scale
 from fraq.federated.config import client_ranks, method_aggregator, method_label
 from fraq.federated.records import flora_downlink, jsonable, method_result, round_line, round_record
+from fraq.federated.round1 import signature
 from fraq.federated.seeding import init_lora, stable_seed
 from fraq.federated.state import RoundState, apply_round, eval_weights, merge_into
 from fraq.federated.task import Task
@@ -135,21 +137,28 @@ def run_round(task: Task, method: Method, state: RoundState, *, evaluate: bool, 
     head.load_state_dict(state.head)
     train_head = t <= f["head_rounds"]
     trains = agg.trained_factors(t)
-    t0 = time.perf_counter()
-    updates, heads, losses = [], [], []
-    it = range(K)
-    if progress:
-        from tqdm.auto import tqdm
+    key = signature(task, method, state, trains, train_head) if t == 1 and task.share_round1 else None
+    shared = key is not None and key in task.round1
+    if shared:  # the same inputs trained already for another method: the same uploads (fraq.federated.round1)
+        updates, heads, losses, train_s = task.round1[key]
+    else:
+        t0 = time.perf_counter()
+        updates, heads, losses = [], [], []
+        it = range(K)
+        if progress:
+            from tqdm.auto import tqdm
 
-        it = tqdm(it, desc=f"{method.label} round {t}/{f['rounds']}", unit="client", leave=False)
-    for k in it:
-        job = LocalJob(k, t, plan.ranks[k], plan.alphas[k], start=state.starts[k], train=trains,
-                       train_head=train_head, layer=layer, upload_rank=plan.upload_ranks[k])
-        res = local_update(bb, head, *task.clients[k], job, method.settings)
-        updates.append(res.update)
-        heads.append(res.head)
-        losses.append(res.loss)
-    train_s = time.perf_counter() - t0
+            it = tqdm(it, desc=f"{method.label} round {t}/{f['rounds']}", unit="client", leave=False)
+        for k in it:
+            job = LocalJob(k, t, plan.ranks[k], plan.alphas[k], start=state.starts[k], train=trains,
+                           train_head=train_head, layer=layer, upload_rank=plan.upload_ranks[k])
+            res = local_update(bb, head, *task.clients[k], job, method.settings)
+            updates.append(res.update)
+            heads.append(res.head)
+            losses.append(res.loss)
+        train_s = time.perf_counter() - t0
+        if key is not None:
+            task.round1[key] = (updates, heads, losses, train_s)
     t1 = time.perf_counter()
     result = capped_aggregate(agg, updates, state.agg_state)  # a fixed rank is a cap per module
     agg_ms = (time.perf_counter() - t1) * 1e3
@@ -162,6 +171,7 @@ def run_round(task: Task, method: Method, state: RoundState, *, evaluate: bool, 
         bb.set_weights(state.weights)
     rec = round_record(result, t=t, losses=losses, train_seconds=train_s, agg_ms=agg_ms, targets=bb.targets,
                        client_ranks=list(method.client_ranks), accuracy=acc)
+    rec["train_shared"] = shared  # train_seconds: of the training whose uploads these are
     return state, rec, updates
 
 

@@ -41,7 +41,12 @@ class Task:
         clients: per client, its encoded examples and labels.
         test, test_labels: the encoded test split.
         pretrained: adapted module -> its pretrained weight (m, n).
+        round1: round-1 signature -> the clients' uploads, heads, losses and training
+            seconds, shared by the methods of this partition (:mod:`fraq.federated.round1`).
+        share_round1: reuse them (True); False trains round 1 for every method.
     """
+
+    share_round1: bool = True
 
     def __init__(self, cfg: dict, *, backbone: Backbone | None = None, log=print):
         if cfg["threads"] is not None:
@@ -82,6 +87,7 @@ class Task:
         self.clients = [(Inputs(train.x[torch.from_numpy(ix)], train.mask[torch.from_numpy(ix)]),
                          labels[torch.from_numpy(ix)]) for ix in self.parts]
         self._layers: dict[type, ClientLayer] = {}
+        self.round1: dict[str, tuple] = {}
 
     def derive(self, cfg: dict, log=print) -> Task:
         """This task under ``cfg``, another seed or client setting of the same model and data:

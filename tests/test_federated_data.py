@@ -1,0 +1,141 @@
+"""The published data sets read from a local folder: the real files load with the published
+counts; a partial, damaged or other-version copy is refused with one line before any model loads.
+
+The real files come from ``$FRAQ_DATA`` (a folder holding ``banking77/`` and ``clinc150/``;
+CI sets it when the files are there); the tests that need them skip without it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fraq.federated import cli
+from fraq.federated.dataset import load_dataset
+from fraq.federated.published import PUBLISHED, check_folder
+
+DATA = os.environ.get("FRAQ_DATA")
+needs_data = pytest.mark.skipif(not DATA, reason="FRAQ_DATA is unset: no local copy of banking77/ and clinc150/")
+
+
+@needs_data
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_real_files_load_with_the_published_counts(name):
+    spec = PUBLISHED[name]
+    data = load_dataset({"name": name, "data_dir": DATA})
+    assert len(data.train_texts) == len(data.train_labels) == spec.counts["train"]
+    assert len(data.test_texts) == len(data.test_labels) == spec.counts["test"]
+    assert data.num_labels == spec.labels
+    # every label index is a class, and every class occurs in training (a partition needs them)
+    assert data.train_labels.min() == 0 and data.train_labels.max() == spec.labels - 1
+    assert set(data.test_labels.tolist()) <= set(data.train_labels.tolist())
+    assert all(isinstance(t, str) and t.strip() for t in data.train_texts + data.test_texts)
+
+
+@needs_data
+def test_clinc150_is_in_scope_only():
+    data = load_dataset({"name": "clinc150", "data_dir": DATA})
+    assert "oos" not in data.label_names
+    assert len(set(data.label_names)) == 150
+
+
+def _copy(tmp_path: Path, name: str) -> Path:
+    root = tmp_path / "data"
+    shutil.copytree(Path(DATA) / name, root / name)
+    for f in (root / name).iterdir():
+        f.chmod(0o644)
+    return root
+
+
+def _one_line(exc: pytest.ExceptionInfo) -> str:
+    msg = str(exc.value)
+    assert "\n" not in msg
+    return msg
+
+
+@needs_data
+def test_a_missing_file_is_named_with_the_folder(tmp_path):
+    root = _copy(tmp_path, "banking77")
+    (root / "banking77" / "test.csv").unlink()
+    with pytest.raises(ValueError) as exc:
+        load_dataset({"name": "banking77", "data_dir": str(root)})
+    msg = _one_line(exc)
+    assert str(root / "banking77") in msg and "missing test.csv" in msg
+
+
+@needs_data
+def test_a_truncated_file_is_refused_with_its_count(tmp_path):
+    root = _copy(tmp_path, "banking77")
+    train = root / "banking77" / "train.csv"
+    lines = train.read_text(encoding="utf-8").splitlines(keepends=True)
+    train.write_text("".join(lines[:-2]), encoding="utf-8")  # two examples lost
+    with pytest.raises(ValueError) as exc:
+        check_folder("banking77", root)
+    msg = _one_line(exc)
+    assert "train.csv" in msg and "train has 10001 examples, not 10003" in msg
+
+
+@needs_data
+def test_a_damaged_file_is_refused(tmp_path):
+    root = _copy(tmp_path, "clinc150")
+    data = root / "clinc150" / "data_full.json"
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0x20  # one byte flipped: same size, other content
+    data.write_bytes(bytes(raw))
+    with pytest.raises(ValueError) as exc:
+        check_folder("clinc150", root)
+    msg = _one_line(exc)
+    assert str(root / "clinc150") in msg and "data_full.json is not the published file" in msg
+
+
+def test_a_folder_without_the_data_set_is_named(tmp_path):
+    (tmp_path / "clinc150").mkdir()
+    with pytest.raises(ValueError, match="missing train.csv, test.csv, categories.json"):
+        check_folder("banking77", tmp_path)
+    with pytest.raises(ValueError, match=r"data_dir\(=.*nowhere.*\) is not a directory"):
+        check_folder("clinc150", tmp_path / "nowhere")
+
+
+def test_data_dir_is_only_for_the_published_sets(tmp_path):
+    with pytest.raises(ValueError, match=r"dataset.data_dir.*not dataset.name\(='intents'\)"):
+        load_dataset({"name": "intents", "data_dir": str(tmp_path)})
+
+
+def _no_model(monkeypatch):
+    """Any model or data loading fails the test: the folder must be refused before."""
+    import fraq.federated.server as server
+
+    def boom(*a, **k):
+        raise AssertionError("the model loaded before the data folder was checked")
+
+    monkeypatch.setattr(server, "Task", boom)
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_cli_refuses_a_bad_folder_in_one_line_before_any_model(tmp_path, monkeypatch, capsys, how):
+    _no_model(monkeypatch)
+    (tmp_path / "banking77").mkdir()
+    (tmp_path / "banking77" / "train.csv").write_text("text,category\nhi,card_arrival\n")
+    argv = ["--config", "banking77", "--out", str(tmp_path / "out"), "--no-progress"]
+    if how == "flag":
+        monkeypatch.delenv("FRAQ_DATA", raising=False)
+        argv += ["--data-dir", str(tmp_path)]
+    else:
+        monkeypatch.setenv("FRAQ_DATA", str(tmp_path))
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")
+    assert str(tmp_path / "banking77") in err[0] and "missing test.csv, categories.json" in err[0]
+
+
+def test_fraq_data_is_ignored_for_other_data_sets(tmp_path, monkeypatch):
+    """The environment variable points at the published sets; the generated corpus does not use it."""
+    monkeypatch.setenv("FRAQ_DATA", str(tmp_path / "nowhere"))
+    from fraq.federated.config import load_config
+
+    cfg = load_config("smoke")
+    assert cli._data_dir(None, cfg) is None
+    assert cli._data_dir(None, load_config("banking77")) == str((tmp_path / "nowhere").absolute())

@@ -1,0 +1,145 @@
+"""The federated analysis compares like with like and writes its files whole: a mix of settings
+within a variant is refused naming the keys, accuracy intervals stay in [0, 100], a figure that
+cannot be written ends the run with one ``error:`` line and keeps the old one; the committed
+report of a published data set (``analysis.federated_report``) has its parts."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pd = pytest.importorskip("pandas")
+pytest.importorskip("matplotlib")
+pytest.importorskip("scipy")
+
+from analysis import federated  # noqa: E402
+from analysis.resultset import MixedResults, load  # noqa: E402
+from fraq._results import write_result  # noqa: E402
+from fraq.federated.config import load_config  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+METHODS = ("flora", "fedex-lora", "flexlora", "florist", "fraq:tau=0.95")
+
+
+def _rounds(acc: list[float], down: float) -> list[dict]:
+    return [{"round": t + 1, "accuracy": a / 100, "train_loss": 1.0, "train_seconds": 1.0, "agg_ms": 2.0,
+             "downlink_params": [10], "downlink_params_mean": 10.0, "downlink_pct_flora": down, "ranks": {},
+             "rank_mean": 8.0, "reinitialize": False, "info": {}} for t, a in enumerate(acc)]
+
+
+def write_points(out: Path, *, variants=None, seeds=(0, 1, 2), over=None, methods=METHODS, rounds=2,
+                 acc=lambda m, v, s, t: 40 + 10 * t + s + (5 if m.startswith("fraq") else 0)) -> Path:
+    """Result files as ``python -m fraq.federated`` writes them, for the banking77 setting
+    (``over``: dotted overrides per variant, e.g. another ``federated.rounds`` for one seed)."""
+    cfg = load_config("banking77", {"federated.rounds": rounds})
+    for v, alpha in (variants or {"dir0.1": 0.1, "dir0.02": 0.02}).items():
+        for s in seeds:
+            for m in methods:
+                run = copy.deepcopy({k: x for k, x in cfg.items() if k not in ("methods", "seeds", "variants")})
+                run["partition"]["alpha"], run["seed"] = alpha, s
+                for key, value in (over or {}).get((v, s), {}).items():
+                    sec, _, name = key.partition(".")
+                    run[sec][name] = value
+                R = run["federated"]["rounds"]
+                down = 100.0 if m == "flora" else 110.0 if m == "fedex-lora" else 10.0
+                res = {"method": m, "rounds": _rounds([acc(m, v, s, t) for t in range(R)], down),
+                       "wall_seconds": 3.0}
+                write_result(out / "results", "federated", f"{v}-{m}-seed{s}",
+                             {"variant": v, "method": m, **run}, res)
+    return out
+
+
+def test_a_variant_mixing_settings_is_refused_naming_the_keys(tmp_path):
+    write_points(tmp_path, over={("dir0.1", 2): {"federated.rounds": 3, "train.lr": 0.01}})
+    with pytest.raises(MixedResults) as exc:
+        load(tmp_path / "results")
+    msg = str(exc.value)
+    assert "variant dir0.1 mixes settings" in msg and "federated.rounds" in msg and "train.lr" in msg
+    assert "dir0.02" not in msg  # the other variant is one setting
+    r = subprocess.run([sys.executable, "-m", "analysis.reproduce", "--out", str(tmp_path), "--no-pdf"],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 2
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "federated.rounds" in lines[0]
+    assert not (tmp_path / "report.md").exists()
+
+
+def test_variants_may_differ_and_are_named_apart(tmp_path):
+    from analysis.sections.federated import titles
+
+    write_points(tmp_path)
+    df = load(tmp_path / "results")["federated"]
+    vs = federated.variants(federated.runs(df), df)
+    assert vs == ["dir0.1", "dir0.02"]  # the milder partition first, as the paper's columns
+    assert titles(df, vs) == {"dir0.1": "dir0.1: Dir(0.1)", "dir0.02": "dir0.02: Dir(0.02)"}
+
+
+def test_accuracy_intervals_stay_inside_0_100():
+    rows = [{"variant": "v", "method": "flora", "seed": s, "skipped": None, "accuracy": a, "downlink_pct_flora": 100.0,
+             "agg_ms": [1.0], "rank_mean": 8.0, "rounds": 1} for s, a in enumerate([99.0, 100.0, 100.0])]
+    rows += [{**r, "method": "florist", "accuracy": a, "downlink_pct_flora": 5.0}
+             for r, a in zip(rows, [0.0, 0.0, 1.5])]
+    mean, lo, hi = federated.interval([99.0, 100.0, 100.0])
+    assert hi > 100  # the plain t-interval leaves [0, 100] here: the case is a real one
+    t = federated.table(pd.DataFrame(rows), "v").set_index("Method")["Accuracy (%)"]
+    for text in t:
+        lo_txt, hi_txt = text.rpartition("[")[2].rstrip("]").split(",")
+        assert 0.0 <= float(lo_txt) <= float(hi_txt) <= 100.0, text
+    assert t["FLoRA"].endswith("100.00]") and t["FLoRIST"].rpartition("[")[2].startswith("0.00,")
+
+
+def _limited(limit_bytes: int) -> callable:
+    def set_limit():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+    return set_limit
+
+
+def test_a_figure_that_cannot_be_written_ends_the_run_and_keeps_the_old_one(tmp_path):
+    write_points(tmp_path)
+    figs = tmp_path / "figures"
+    figs.mkdir()
+    old = figs / "federated_accuracy.png"
+    old.write_bytes(b"the old figure")
+    # the file-size limit (ulimit -f) lets the small files through and stops the figure
+    r = subprocess.run([sys.executable, "-m", "analysis.reproduce", "--out", str(tmp_path), "--no-pdf"],
+                       cwd=ROOT, capture_output=True, text=True, preexec_fn=_limited(16 * 1024))
+    assert r.returncode == 1, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.strip() and "Warning" not in x and not x.startswith(" ")]
+    assert len(lines) == 1 and lines[0].startswith("error: cannot write ") and "federated_accuracy.png" in lines[0]
+    assert old.read_bytes() == b"the old figure"
+    assert sorted(p.name for p in figs.iterdir()) == ["federated_accuracy.png"]  # no temporary left
+    assert not (tmp_path / "report.md").exists()
+
+
+def test_the_published_report_has_its_parts(tmp_path):
+    from analysis.federated_report import main
+
+    write_points(tmp_path / "run", rounds=2)
+    write_points(tmp_path / "long", rounds=8, variants={"dir0.1": 0.1}, seeds=(0,),
+                 acc=lambda m, v, s, t: 40 + 10 * min(t, 1) + 2 * max(t - 1, 0) + s + (5 if m.startswith("fraq") else 0))
+    out = tmp_path / "docs" / "banking77"
+    assert main(["--results", str(tmp_path / "run"), "--long", str(tmp_path / "long"), "--out", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    assert "Casanueva" in report and "CC BY 4.0" in report
+    assert "## dir0.1: Dir(0.1)" in report and "## dir0.02: Dir(0.02)" in report
+    assert report.index("## dir0.1") < report.index("## dir0.02")
+    # the paper's Table 1 beside ours: Banking77 Dir(0.1) FLoRA 88.30, FRAQ(0.95) downlink 48.7
+    assert "| 88.30 |" in report and "| 48.7 |" in report and "| 87.22 |" in report
+    assert "**56.00**" in report  # FRAQ best among the compressed methods: 40 + 10 + 5 + seed, over seeds 0, 1, 2
+    assert "close to FLoRA" in report and "above FLoRIST" in report
+    # the schedule comparison: round 2 against round 8 on seed 0, the scaled run's own value beside it
+    row = next(x for x in report.splitlines() if x.startswith("| FLoRA |") and "+12.00" in x)
+    assert row.split("|")[2].strip() == "50.00" and row.split("|")[5].strip() == "50.00"
+    readme = (out / "README.md").read_text()
+    assert "AMD" in readme or "Intel" in readme or "Machine:" in readme
+    assert "load average" in readme and "Commit:" in readme and "min from the first point" in readme
+    assert (out / "figures" / "federated_accuracy.png").stat().st_size > 1000
+    assert not list(out.rglob(".*tmp-*"))
