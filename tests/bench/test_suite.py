@@ -355,7 +355,9 @@ def test_asv_runner_and_pytest_benchmark_measure_the_same_points():
 
 
 def test_sweep_points_have_four_metrics_for_every_method():
-    """Every method at every r- and d-sweep point records time, peak memory, FLOPs and fidelity."""
+    """Every method at every r- and d-sweep point records time, peak memory, FLOPs and fidelity:
+    an exact method within 1e-4 of the optimum in quadrature; the randomized SVD, near-optimal by
+    design (its excess shrinks with the spectral gap at p), within 1e-2."""
     from benchmarks.experiments import fig3
 
     for config in fig3.points("tiny"):
@@ -363,7 +365,8 @@ def test_sweep_points_have_four_metrics_for_every_method():
             continue
         res = fig3.measure(config)
         assert res["timing"]["median"] > 0 and res["peak_bytes"] > 0 and res["counted_flops"] > 0
-        assert 0 <= res["excess_quadrature"] < 1e-4, (fig3.key(config), res["excess_quadrature"])
+        bound = 1e-2 if config["method"] == "rsvd" else 1e-4
+        assert 0 <= res["excess_quadrature"] < bound, (fig3.key(config), res["excess_quadrature"])
 
 
 def test_one_definition_per_figure():
