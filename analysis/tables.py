@@ -17,19 +17,26 @@ VARIANT_LABELS = {"adaptive-gram": "Adaptive + Gram", "fixed-gram": "Fixed + Gra
 
 def table4_ablation(df: pd.DataFrame) -> pd.DataFrame:
     """Table 4: per variant, median time (IQR), tensor peak memory, mean relative error
-    against the coordinate-SVD product and mean excess over the Eckart-Young optimum,
+    against the coordinate-SVD product, mean excess over the Eckart-Young optimum, the
+    largest principal-angle sine to the float64 subspaces beside the smallest Wedin bound
+    (first order; where the results carry it),
     with the paper's time and memory (:func:`analysis.loaders.paper`) and our ratios to
     Adaptive + Gram beside them."""
     from analysis.loaders import explode_per_matrix, paper
 
-    d = explode_per_matrix(df, ["gap_to_svd", "excess"])
+    cols = ["gap_to_svd", "excess"] + [c for c in ("sin_left", "sin_right", "bound_first") if c in df]
+    d = explode_per_matrix(df, cols)
+    first = "sin_left" in d
+    if first:
+        d["sin"] = d[["sin_left", "sin_right"]].max(axis=1)
     table = paper()["table4"]
     d["paper_ms"] = d["variant"].map(lambda v: table[v][0] if v in table else None)
     d["paper_mib"] = d["variant"].map(lambda v: table[v][1] if v in table else None)
     g = d.groupby("variant").agg(ms=("timing.median", "first"), q25=("timing.q25", "first"),
                                  q75=("timing.q75", "first"), peak=("peak_bytes", "first"),
                                  gap=("gap_to_svd", "mean"), excess=("excess", "mean"),
-                                 paper_ms=("paper_ms", "first"), paper_mib=("paper_mib", "first"))
+                                 paper_ms=("paper_ms", "first"), paper_mib=("paper_mib", "first"),
+                                 **({"sin": ("sin", "max"), "bound": ("bound_first", "min")} if first else {}))
     order = [v for v in VARIANT_LABELS if v in g.index]
     g = g.loc[order]
     base_ms, base_mib = g.loc["adaptive-gram", "ms"], g.loc["adaptive-gram", "peak"]
@@ -45,6 +52,7 @@ def table4_ablation(df: pd.DataFrame) -> pd.DataFrame:
             "x mem": f"{r.peak / base_mib:.2f}",
             "Rel. error vs coord. SVD": "reference" if v == "adaptive-svd" else f"{r.gap:.2e}",
             "Excess over optimum": f"{r.excess:.1e}",
+            **({"sin θ max (Wedin bound)": f"{r.sin:.1e} ({r.bound:.1e})"} if first else {}),
             "Paper ms (x)": "" if paper is None else f"{paper[0]:.2f} ({paper[0] / paper_base['paper_ms']:.2f})",
             "Paper MiB (x)": "" if paper is None else f"{paper[1]:.2f} ({paper[1] / paper_base['paper_mib']:.2f})",
         })

@@ -4,8 +4,11 @@
 ``client_rank``, output rank p, one batched call per variant
 (:mod:`benchmarks.measure.ablation`; ``library`` is :func:`fraq.recompress` itself on the
 same stacks). Per variant: latency, tensor peak memory, the relative error against the
-coordinate-SVD product (the paper's error column) and the error above the float64
-Eckart-Young optimum. Sizes: :data:`benchmarks.sizes.SIZES` ``[size]["table4"]``; the asv
+coordinate-SVD product (the paper's error column), the error above the float64
+Eckart-Young optimum and the first-order metrics (principal angles to the float64
+subspaces against the Wedin bound: :mod:`benchmarks.measure.fidelity`). The Gram
+variants are the paper's configuration (product Gram, eigensolver in the input dtype);
+``library`` is the library default (Gram form by cost, float64 eigensolver). Sizes: :data:`benchmarks.sizes.SIZES` ``[size]["table4"]``; the asv
 class ``bench_ablation.Table4`` and the pytest-benchmark checks call the same :func:`call`
 and :func:`metrics`. The paper's numbers are ``analysis/paper.json``'s, read by the analysis.
 """
@@ -59,7 +62,7 @@ def _reference(m, n, modules, clients, client_rank, p, device: str):
     c = dict(m=m, n=n, modules=modules, clients=clients, client_rank=client_rank, p=p, variant="adaptive-svd")
     B, A = _stacks(c)
     Bs, As = (t.cpu() for t in call(c, device)())
-    return reference_svd(B, A)[1], Bs, As
+    return reference_svd(B, A), Bs, As
 
 
 def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
@@ -69,12 +72,12 @@ def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
 
     c, device = config, torch.device(device)
     fn = call(c, device)
-    S, Bsvd, Asvd = _reference(c["m"], c["n"], c["modules"], c["clients"], c["client_rank"], c["p"], str(device))
+    ref, Bsvd, Asvd = _reference(c["m"], c["n"], c["modules"], c["clients"], c["client_rank"], c["p"], str(device))
     Bg, Ag = (t.cpu() for t in fn())
     B, A = _stacks(c)
-    f = fidelity(B, A, Bg, Ag, c["p"], singular_values=S)
+    f = fidelity(B, A, Bg, Ag, c["p"], reference=ref)
     return dict(peak_bytes=peak_memory(fn, device=device).peak, gap_to_svd=relative_error(Bsvd, Asvd, Bg, Ag).tolist(),
-                excess=f.excess.tolist(), excess_quadrature=f.excess_quadrature.tolist())
+                excess=f.excess.tolist(), excess_quadrature=f.excess_quadrature.tolist(), **f.first.as_dict())
 
 
 def measure(config: dict, device: torch.device | str = "cpu") -> dict:
