@@ -247,8 +247,9 @@ def test_fig4(tiny, tmp_path):
     cd = loaders.load_results(tiny / "results" / "fig4_cond")
     fig = figures.fig4_fidelity(rk, cd)
     labels, legend = _axes_text(fig)
-    assert "output rank p" in labels and r"condition number $\kappa(W)$" in labels
-    assert {"FRAQ", "FLoRIST", "FlexLoRA", "Optimal"} <= set(legend)
+    assert "output rank p" in labels and r"measured condition number $\kappa$" in labels
+    assert r"$\sin\theta_{\max}$ to the float64 subspaces" in labels  # the first-order panel
+    assert {"FRAQ", "FLoRIST", "FlexLoRA", "Optimal", "FRAQ (paper config.)", "QR-QR-SVD"} <= set(legend)
     _png_ok(style.save(fig, tmp_path, "fig4", style.caption(rk))[0])
     s = figures.fig4_summary(rk)
     assert ((s["p10"] <= s["mean"] * (1 + 1e-12)) & (s["mean"] <= s["p90"] * (1 + 1e-12))).all()

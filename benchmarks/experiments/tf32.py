@@ -65,7 +65,7 @@ def measure(config: dict, device: torch.device | str = "cpu") -> dict:
     c, device = config, torch.device(device)
     if device.type != "cuda":
         return dict(skipped="not on this device: TF32 is a CUDA matrix-product mode")
-    Bs, As, B, A = _inputs(c["m"], c["n"], c["rank"], c["kappa"], c["clients"], c["batch"])
+    Bs, As, B, A, _ = _inputs(c["m"], c["n"], c["rank"], c["kappa"], c["clients"], c["batch"])
     with tf32_mode(c["tf32"] == "on"):
         mode = dict(float32_matmul_precision=torch.get_float32_matmul_precision(),
                     allow_tf32=torch.backends.cuda.matmul.allow_tf32)
