@@ -88,3 +88,32 @@ def test_the_same_size_resumes_and_reruns(quick, tmp_path):
     assert len(quick) == n  # all there: nothing measured again
     assert run.main(["table4", "--size", "tiny", "--out", str(out), "--no-progress", "--rerun"]) == 0
     assert len(quick) == 2 * n
+
+
+# --- make bench-pytest-compare without a saved baseline ------------------------------------------
+
+def test_compare_without_a_baseline_is_one_line_before_anything_runs(tmp_path, capsys):
+    pytest.importorskip("pytest_benchmark")
+    from pytest_benchmark.utils import get_machine_id
+
+    from benchmarks import pytest_baseline
+
+    storage = tmp_path / ".benchmarks"
+    (storage / "Other-Python-9.9-64bit").mkdir(parents=True)
+    (storage / "Other-Python-9.9-64bit" / "0001_x.json").write_text("{}")
+    assert pytest_baseline.main(["--storage", str(storage)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no saved pytest-benchmark baseline" in err and "make bench-pytest SAVE=" in err
+    assert "Other-Python-9.9-64bit" in err
+    (storage / get_machine_id()).mkdir()
+    (storage / get_machine_id() / "0001_before.json").write_text("{}")
+    assert pytest_baseline.main(["--storage", str(storage)]) == 0
+
+
+def test_make_checks_the_baseline_before_pytest():
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    recipe = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(repo), "bench-pytest-compare"], capture_output=True, text=True,
+                            check=True).stdout.splitlines()
+    assert "benchmarks.pytest_baseline" in recipe[0] and "--benchmark-compare" in recipe[1]
