@@ -594,6 +594,29 @@ def test_cli_refuses_bad_input_before_any_work(argv, match, tmp_path, capsys, mo
     assert not out.exists()
 
 
+@pytest.mark.parametrize("argv", [["--clients", "2", "--rounds", "1"], ["--set", "federated.clients=3"],
+                                  ["--clients", "1"]])
+def test_cli_clients_fits_the_variants_the_user_did_not_give(argv, tmp_path, capsys, monkeypatch):
+    from fraq.federated import cli
+    from fraq.federated.experiment import points
+
+    seen = {}
+    monkeypatch.setattr(cli, "run_experiment", lambda cfg, out, **k: seen.setdefault("points", points(cfg)))
+    assert main([*argv, "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    K = seen["points"][0].cfg["federated"]["clients"]
+    hetero = {tuple(p.cfg["federated"]["ranks"]) for p in seen["points"] if p.variant == "heterogeneous"}
+    assert hetero == {tuple([4, 16, 32, 64][:1] if K == 1 else [4, 64] if K == 2 else [4, 32, 64])}
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "variants.heterogeneous" in err and "cut to" in err and f"(={K})" in err, err
+
+
+def test_a_variant_with_more_ranks_than_clients_names_the_flags_that_fix_it():
+    from fraq.federated.config import runs
+
+    with pytest.raises(ValueError, match=r"variants\.heterogeneous: .*--clients 4.*--variants homogeneous"):
+        runs(load_config("quick", {"federated.clients": 2}))
+
+
 def _no_loading(*args, **kwargs):
     raise AssertionError("the model and the data were loaded before the input was checked")
 

@@ -239,6 +239,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _spread(values: list, k: int) -> list:
+    """``k`` of ``values``, evenly spaced from the first to the last (both kept when k >= 2)."""
+    if k == 1:
+        return values[:1]
+    return [values[round(i * (len(values) - 1) / (k - 1))] for i in range(k)]
+
+
+def _fit_variants(cfg: dict, flag: str) -> list[str]:
+    """The setting's variants whose ``federated.ranks`` list more clients than ``flag`` (the
+    user's ``--clients``) gives, cut to K ranks spread from the smallest to the largest (their
+    ``federated.alphas`` alike), in place; one line per variant cut, saying so."""
+    K = cfg["federated"]["clients"]
+    notes = []
+    for name, over in cfg["variants"].items():
+        ranks = over.get("federated.ranks")
+        if isinstance(ranks, list) and len(ranks) > K:
+            over["federated.ranks"] = _spread(ranks, K)
+            if isinstance(over.get("federated.alphas"), list) and len(over["federated.alphas"]) == len(ranks):
+                over["federated.alphas"] = _spread(over["federated.alphas"], K)
+            notes.append(f"variants.{name}: federated.ranks {ranks} cut to {over['federated.ranks']} for "
+                         f"{flag}(={K}) (--variants leaves a variant out)")
+    return notes
+
+
 def _data_dir(flag: str | None, cfg: dict) -> str | None:
     """The local folder of the published data sets for ``cfg``: ``--data-dir``, else ``$FRAQ_DATA``
     when the setting's data set is one of them (:data:`~fraq.federated.published.PUBLISHED`);
@@ -281,10 +305,15 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"--variants: {unknown[0]!r} is not one of the setting's variants "
                                  f"{list(cfg['variants'])}")
             cfg["variants"] = {v: cfg["variants"][v] for v in dict.fromkeys(args.variants)}
+        given = "--clients" if args.clients is not None else \
+            "--set federated.clients" if any(k == "federated.clients" for k, _ in args.set) else None
+        notes = _fit_variants(cfg, given) if given is not None else []
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = Path(args.out or Path("results") / "federated" / Path(args.config).stem)
+    for note in notes:
+        print(note, file=sys.stderr)
 
     def ask(question: str) -> bool:
         if not sys.stdin.isatty():
