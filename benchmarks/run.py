@@ -19,10 +19,13 @@ that would is refused before it measures anything, naming the file (choose anoth
 A run is resumable: a point whose result file exists with the same config is not
 measured again (the file is written whole or not at all, so an interrupted run leaves no
 half result), so rerunning the same command after a crash or Ctrl-C continues where it
-stopped. ``--rerun`` measures every point again. A progress bar on stderr shows the
-point being measured and the time left, weighing each point by its experiment's estimate
-of its cost (``cost(config)``, :mod:`benchmarks.experiments`) scaled by the rate measured
-so far; ``--estimate`` prints the estimates without measuring.
+stopped. ``--rerun`` measures every point again. Progress on stderr (:mod:`fraq._progress`:
+a line redrawn at a terminal, one plain line per finished point at most every 10 s
+elsewhere) shows the point being measured and the time left, weighing each point by its
+experiment's estimate of its cost (``cost(config)``, :mod:`benchmarks.experiments`)
+scaled by the steady rate measured so far; ``--estimate`` prints the estimates without
+measuring. Ctrl-C stops it with one line: the results written are kept, and the same
+command goes on.
 
 ``analysis.reproduce`` draws the figures and the report from the files. The device is
 ``--device``, else ``FRAQ_BENCH_DEVICE``, else cpu; a device this machine does not have
@@ -41,6 +44,7 @@ import torch
 
 from benchmarks.experiments import DEFAULT, EXPERIMENTS
 from benchmarks.experiments import cost as registry_cost
+from fraq._progress import Progress
 
 THREADS = 1
 """Default torch threads: on 2-core machines shared with other jobs, 2-thread LAPACK calls
@@ -130,8 +134,6 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
         threads: int = THREADS, progress: bool = True, rerun: bool = False) -> dict:
     """Measure every point of ``experiments`` not yet in ``out`` (all of them with ``rerun``)
     at ``threads`` torch threads; returns ``{"measured": n, "skipped": n, "seconds": s}``."""
-    from tqdm import tqdm
-
     from benchmarks.measure import threads as torch_threads
     from benchmarks.results import result_path, write_result
 
@@ -155,17 +157,23 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
                                     f"written over; choose another --out (the default of --size {size} is "
                                     f"{default_out(size)})")
         costs = [registry_cost(name, config) for name, _, config in todo]
-        # The bar advances by each point's estimated cost (seconds on one idle core) and
-        # smoothing=0 takes the rate over the whole run: time left = elapsed x (cost left /
-        # cost done), right however the machine's speed or load scales the estimates.
-        with tqdm(total=sum(costs), desc=f"{size} on {device}", file=sys.stderr, disable=not progress, smoothing=0,
-                  bar_format="{l_bar}{bar}| [{elapsed} elapsed, {remaining} left] {postfix}") as bar:
-            for i, ((name, module, config), c) in enumerate(zip(todo, costs)):
+        # The display advances by each point's estimated cost (seconds on one idle core): time
+        # left = the steady rate (seconds per cost, the first point left out) x cost left,
+        # right however the machine's speed or load scales the estimates.
+        bar = Progress(sum(costs), desc=f"{size} on {device}", stream=sys.stderr,
+                       count=lambda n, total: f"{counts['measured']}/{len(todo)} points")
+        try:
+            for (name, module, config), c in zip(todo, costs):
                 key = module.key(config)
-                bar.set_postfix_str(f"{i + 1}/{len(todo)} {name} {key}"[:70])
+                if progress:
+                    bar.label(f"{name} {key}"[:70])
                 write_result(out, name, key, _config(config, size), module.measure(config, device), device=device)
                 counts["measured"] += 1
-                bar.update(c)
+                if progress:
+                    bar.update(c)
+        finally:
+            if progress:
+                bar.close()
     return dict(counts, seconds=time.perf_counter() - t0)
 
 
@@ -209,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         done = run(args.out, tuple(args.experiments) or DEFAULT, size=args.size, device=device,
                    threads=args.threads, progress=not args.no_progress, rerun=args.rerun)
+    except KeyboardInterrupt:
+        print(f"interrupted: the results written in {args.out} are kept; the same command without --rerun "
+              f"measures the rest", file=sys.stderr)
+        return 130
     except ForeignResult as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -691,6 +691,38 @@ def test_cli_resume_with_a_damaged_checkpoint_prints_its_path(tmp_path, capsys, 
     assert str(out / CHECKPOINT) in err and "Traceback" not in err
 
 
+def test_ctrl_c_says_what_is_kept_and_the_command_that_resumes(tmp_path, capsys, monkeypatch):
+    over = ["--methods", "fedit", "fraq", "--clients", "2", "--seeds", "42", "--variants", "homogeneous",
+            "--set", "model.name=" + TINY_MODEL]
+    cfg = load_config("quick", {"methods": ["fedit", "fraq"], "federated.clients": 2, "model.name": TINY_MODEL,
+                                "seeds": [42], "variants": {"homogeneous": {}}})
+    out = _resume_dir(tmp_path, cfg)
+
+    def ctrl_c(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("fraq.federated.server.Task", ctrl_c)
+    assert main([*over, "--out", str(out), "--resume", "--no-progress"]) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert "1 of 2 points finished" in err and str(out / CHECKPOINT) in err
+    resume = err.split("resume with: ")[1].strip()
+    assert resume.startswith("python -m fraq.federated ") and resume.endswith("--resume")
+    assert resume.count("--resume") == 1 and f"--out {out}" in resume
+    empty = tmp_path / "empty"
+    assert main([*over, "--out", str(empty), "--no-progress"]) == 130
+    assert "nothing of this run was written" in capsys.readouterr().err
+
+
+def test_progress_into_a_file_is_plain_lines(tmp_path, capsys):
+    cfg = tiny_config(**{"methods": ["fedit"], "federated.clients": 2})
+    run_experiment(cfg, tmp_path / "run", progress=True)
+    captured = capsys.readouterr()
+    for text in (captured.err, captured.out):
+        assert "\r" not in text and "\x1b[" not in text, repr(text[:500])
+    assert "2/2 rounds" in captured.err
+
+
 def test_overwrite_keeps_earlier_results_until_model_and_data_load(tmp_path, monkeypatch):
     cfg = tiny_config(**{"methods": ["fedit", "fraq"], "federated.clients": 2})
     out = _resume_dir(tmp_path, cfg)

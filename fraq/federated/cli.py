@@ -19,7 +19,8 @@ any file this run writes (a result or a checkpoint of one of its points) needs
 files of this run's points: other results, checkpoints and saved adapters in ``--out``
 stay. ``--resume`` where there is nothing of this run's to continue says so and stops.
 An input (the ``--config`` file, a local model or data set directory) is never written,
-whatever the flags.
+whatever the flags. Ctrl-C stops the run with one line: what is kept (the finished points,
+the interrupted one's last completed round) and the command that resumes it.
 """
 
 from __future__ import annotations
@@ -323,7 +324,27 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_experiment(cfg, out, resume=args.resume, overwrite=args.overwrite, ask=ask,
                        progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print(_interrupted(cfg, out, sys.argv[1:] if argv is None else argv), file=sys.stderr)
+        return 130
     except (OSError, ImportError, ValueError) as e:  # bad input: a message naming it, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _interrupted(cfg: dict, out: Path, argv: list[str]) -> str:
+    """The one line after Ctrl-C: what of the run is kept in ``out`` and the command that resumes it."""
+    import shlex
+
+    from fraq.federated.experiment import points
+
+    pts = points(cfg)
+    finished = sum(p.result_file(out).exists() for p in pts)
+    ckpts = [p for p in pts if not p.result_file(out).exists() and p.checkpoint_file(out).exists()]
+    if not finished and not ckpts:
+        return "interrupted: nothing of this run was written yet; run the same command again to start it"
+    again = [a for a in argv if a not in ("--overwrite", "--resume")] + ["--resume"]
+    kept = f"{finished} of {len(pts)} points finished" + (
+        f", {len(ckpts)} interrupted at its last completed round ({ckpts[0].checkpoint_file(out)})" if ckpts else "")
+    return f"interrupted: kept in {out}: {kept}; resume with: python -m fraq.federated {shlex.join(again)}"
