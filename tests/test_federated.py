@@ -723,6 +723,39 @@ def test_progress_into_a_file_is_plain_lines(tmp_path, capsys):
     assert "2/2 rounds" in captured.err
 
 
+@pytest.mark.parametrize("progress", [False, True])
+def test_transformers_bars_are_off_with_no_progress_or_outside_a_terminal(progress, tmp_path, monkeypatch):
+    from transformers.utils import logging as hf_logging
+
+    seen = []
+
+    def load(*a, **k):
+        seen.append(hf_logging.is_progress_bar_enabled())
+        raise KeyboardInterrupt
+
+    hf_logging.enable_progress_bar()
+    monkeypatch.setattr("fraq.federated.server.Task", load)
+    with pytest.raises(KeyboardInterrupt):  # stderr is captured here: not a terminal
+        run_experiment(tiny_config(**{"methods": ["fedit"]}), tmp_path / "run", progress=progress)
+    assert seen == [False] and hf_logging.is_progress_bar_enabled()
+
+
+def test_flower_logs_are_plain_outside_a_terminal():
+    import io
+    import logging
+
+    pytest.importorskip("flwr")
+    from flwr.supercore.logger import ConsoleHandler
+
+    from fraq.federated.flower._plain import colour_at_a_terminal_only
+
+    assert colour_at_a_terminal_only(io.StringIO()) is False
+    handlers = [h for h in logging.getLogger("flwr").handlers if isinstance(h, ConsoleHandler)]
+    assert handlers and not any(h.colored for h in handlers)
+    record = logging.LogRecord("flwr", logging.INFO, __file__, 1, "a round", None, None)
+    assert "\x1b[" not in handlers[0].format(record)
+
+
 def test_overwrite_keeps_earlier_results_until_model_and_data_load(tmp_path, monkeypatch):
     cfg = tiny_config(**{"methods": ["fedit", "fraq"], "federated.clients": 2})
     out = _resume_dir(tmp_path, cfg)

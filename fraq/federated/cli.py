@@ -26,6 +26,7 @@ the interrupted one's last completed round) and the command that resumes it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -116,6 +117,22 @@ def _read_earlier(pts: list, out_dir: Path) -> tuple[set[str], dict]:
     return finished, states
 
 
+@contextlib.contextmanager
+def _hf_bars(enabled: bool):
+    """transformers' and the hub's progress bars on only when ``enabled``, as they were afterwards."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        yield
+        return
+    before = hf_logging.is_progress_bar_enabled()
+    (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()
+    try:
+        yield
+    finally:
+        (hf_logging.enable_progress_bar if before else hf_logging.disable_progress_bar)()
+
+
 def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
                    ask=None, backbone=None, progress: bool = True, log=print) -> list[Path]:
     """Run every point of ``cfg`` (:func:`fraq.federated.experiment.points`) into ``out_dir``;
@@ -170,7 +187,8 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
 
         torch.set_num_threads(cfg["threads"])
     t0 = time.perf_counter()
-    task = Task(pts[0].cfg, backbone=backbone, log=log)
+    with _hf_bars(progress and sys.stderr.isatty()):  # transformers' weight-loading bar: at a terminal only
+        task = Task(pts[0].cfg, backbone=backbone, log=log)
     if replace:
         for p in old:
             p.unlink(missing_ok=True)
