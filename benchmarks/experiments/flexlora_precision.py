@@ -100,7 +100,7 @@ def measure(config: dict, device: torch.device | str = "cpu") -> dict:
     from benchmarks.measure.methods import get_method
 
     c = config
-    Bs, As, B, A = _inputs(c["m"], c["n"], c["rank"], c["kappa"], c["clients"], c["batch"])
+    Bs, As, B, A, _ = _inputs(c["m"], c["n"], c["rank"], c["kappa"], c["clients"], c["batch"])
     p = c["rank"]
     if c["driver"] == "-":
         Bg, Ag, _ = get_method(c["form"])(list(Bs), list(As), rank=p)
