@@ -59,8 +59,10 @@ bench-pytest:
 	$(PY) -m pytest tests/bench $(BENCH_PYTEST) $(if $(SAVE),--benchmark-save=$(SAVE))
 
 # The same against the last saved baseline; fails on a slowdown beyond BENCH_FAIL (docs/benchmarks.md).
+# Without a saved baseline it says so in one line before running anything.
 BENCH_FAIL ?= min:25%
 bench-pytest-compare:
+	@$(PY) -m benchmarks.pytest_baseline
 	$(PY) -m pytest tests/bench $(BENCH_PYTEST) --benchmark-compare --benchmark-compare-fail=$(BENCH_FAIL)
 
 # The last N commits of main recorded with asv (one machine name: asv's own for this host) and

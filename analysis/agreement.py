@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.style import NAMES
+from analysis.style import NAMES, num
 from analysis.verdicts import Verdict, exact, holds, judge, not_measured
 
 __all__ = ["fig1_lines", "fig3_lines", "fig4_lines", "table4_lines", "table5_lines", "tables123_lines",
@@ -153,7 +153,7 @@ def fig3_lines(d: pd.DataFrame) -> list[str]:
     for (sweep, x), g in pt.groupby(["sweep", "x"]):
         if set(g["method_name"]) >= {"FRAQ", "FLoRIST", "FlexLoRA"} and sweep == "d":
             t = g.set_index("method_name")["ms"]
-            lines.append(f"- At d = {x}, r = {int(g['r'].iloc[0])} (batched): FRAQ {t['FRAQ']:.1f} ms, FLoRIST "
+            lines.append(f"- At d = {num(x)}, r = {int(g['r'].iloc[0])} (batched): FRAQ {t['FRAQ']:.1f} ms, FLoRIST "
                          f"{t['FLoRIST'] / t['FRAQ']:.1f}x slower, FlexLoRA {t['FlexLoRA'] / t['FRAQ']:.0f}x slower "
                          f"(paper, GPU, whole models: 8-15x and 190-2,300x).")
     return lines

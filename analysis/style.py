@@ -8,7 +8,7 @@ import pandas as pd
 
 from analysis.atomic import write_together
 
-__all__ = ["NAMES", "COLORS", "MARKERS", "ORDER", "setup", "caption", "save"]
+__all__ = ["NAMES", "COLORS", "MARKERS", "ORDER", "setup", "caption", "save", "integers", "num"]
 
 NAMES = {"fraq": "FRAQ", "florist": "FLoRIST", "flexlora": "FlexLoRA", "flora": "FLoRA (stack)",
          "fraq-paper": "FRAQ (paper config.)", "qr-svd": "QR-QR-SVD", "rsvd": "rSVD"}
@@ -18,6 +18,31 @@ MARKERS = {"FRAQ": "o", "FLoRIST": "s", "FlexLoRA": "^", "FLoRA (stack)": "D", "
            "QR-QR-SVD": "v", "rSVD": "P"}
 ORDER = ["FRAQ", "FRAQ (paper config.)", "FLoRIST", "FlexLoRA", "QR-QR-SVD", "rSVD", "Optimal"]
 """Legend order: FRAQ (library default, then the paper's configuration), the paper's baselines, the textbook ones."""
+
+
+def num(x) -> str:
+    """A parameter as text: an integral number as an integer (``256``, not ``256.0``; a column
+    that holds a NaN somewhere is float in pandas), anything else in ``g`` notation."""
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return str(x)
+    if f != f or f in (float("inf"), -float("inf")):
+        return str(x)
+    return str(int(f)) if f == int(f) else f"{f:g}"
+
+
+def integers(df: pd.DataFrame, columns) -> pd.DataFrame:
+    """``df`` with each of ``columns`` whose values are all integral (NaN aside) as pandas'
+    nullable ``Int64``, so a table prints ``768`` rather than ``768.0``."""
+    out = df.copy()
+    for c in columns:
+        if c in out:
+            vals = pd.to_numeric(out[c], errors="coerce")
+            if vals.notna().any() and vals.dropna().eq(vals.dropna().round()).all() and \
+                    vals.notna().sum() == out[c].notna().sum():
+                out[c] = vals.round().astype("Int64")
+    return out
 
 
 def setup() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.style import NAMES
+from analysis.style import NAMES, integers
 
 __all__ = ["PRESET_TITLES", "table4_ablation", "table5_flops", "tables123_latency", "tables123_presets",
            "tables123_rows", "markdown"]
@@ -85,7 +85,7 @@ def table5_flops(df: pd.DataFrame) -> pd.DataFrame:
         "time (ms)": d["timing.median"] * 1e3,
         "GFLOP/s": d["counted_flops"] / d["timing.median"] / 1e9,
     })
-    return out.reset_index(drop=True)
+    return integers(out, ["d = D", "r", "p", "modules"]).reset_index(drop=True)
 
 
 PRESET_TITLES = {"roberta-base": "RoBERTa-base (Table 1, text classification)",
@@ -174,7 +174,7 @@ def tables123_latency(df: pd.DataFrame, preset: str) -> pd.DataFrame:
 
 
 def _fmt(v) -> str:
-    if v is None or (isinstance(v, float) and v != v):
+    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
         return "-"
     if isinstance(v, float):
         if v == 0:

@@ -1,7 +1,7 @@
 """The one runner: every point of every experiment in the registry, one JSON per result.
 
     .venv/bin/python -m benchmarks.run [EXPERIMENT ...] [--size tiny|reduced|paper]
-        [--out results/reproduce/results] [--device cpu|cuda|cuda:N] [--threads N] [--rerun]
+        [--out DIR] [--device cpu|cuda|cuda:N] [--threads N] [--rerun]
 
 Experiments are :mod:`benchmarks.experiments`' (default: what ``make run`` reproduces,
 :data:`benchmarks.experiments.DEFAULT`); sizes are :data:`benchmarks.sizes.SIZES`'
@@ -10,13 +10,22 @@ For every experiment and every point of ``points(size)`` it calls ``measure(conf
 device)`` and writes ``<out>/<experiment>/<key>.json`` in :mod:`benchmarks.results`'
 format (config with its ``size``, result, machine, versions, git sha, device, threads).
 
+Each size has its own default ``--out`` (:data:`DEFAULT_OUT`: ``results/reproduce/results``
+for ``reduced``, what ``make run`` draws; ``results/reproduce-<size>/results`` for the
+others), and a result is never written over one of another size, device or dtype: a run
+that would is refused before it measures anything, naming the file (choose another
+``--out``).
+
 A run is resumable: a point whose result file exists with the same config is not
 measured again (the file is written whole or not at all, so an interrupted run leaves no
 half result), so rerunning the same command after a crash or Ctrl-C continues where it
-stopped. ``--rerun`` measures every point again. A progress bar on stderr shows the
-point being measured and the time left, weighing each point by its experiment's estimate
-of its cost (``cost(config)``, :mod:`benchmarks.experiments`) scaled by the rate measured
-so far; ``--estimate`` prints the estimates without measuring.
+stopped. ``--rerun`` measures every point again. Progress on stderr (:mod:`fraq._progress`:
+a line redrawn at a terminal, one plain line per finished point at most every 10 s
+elsewhere) shows the point being measured and the time left, weighing each point by its
+experiment's estimate of its cost (``cost(config)``, :mod:`benchmarks.experiments`)
+scaled by the steady rate measured so far; ``--estimate`` prints the estimates without
+measuring. Ctrl-C stops it with one line: the results written are kept, and the same
+command goes on.
 
 ``analysis.reproduce`` draws the figures and the report from the files. The device is
 ``--device``, else ``FRAQ_BENCH_DEVICE``, else cpu; a device this machine does not have
@@ -35,10 +44,53 @@ import torch
 
 from benchmarks.experiments import DEFAULT, EXPERIMENTS
 from benchmarks.experiments import cost as registry_cost
+from fraq._progress import Progress
 
 THREADS = 1
 """Default torch threads: on 2-core machines shared with other jobs, 2-thread LAPACK calls
 have been seen to slow 100x."""
+
+
+DEFAULT_OUT = {"reduced": Path("results/reproduce/results"), "paper": Path("results/reproduce-paper/results"),
+               "tiny": Path("results/reproduce-tiny/results")}
+"""Each size's default results directory: ``make run`` (reduced) and ``make reproduce-paper``
+draw from these; a size of its own keeps one size's results from replacing another's."""
+
+
+class ForeignResult(ValueError):
+    """A result file the run would write already holds a result of another size, device or dtype."""
+
+
+def default_out(size: str) -> Path:
+    """The default ``--out`` of ``size``."""
+    return DEFAULT_OUT.get(size, Path(f"results/reproduce-{size}/results"))
+
+
+def _device_name(device) -> str:
+    """A device as a result records it, ``cuda`` and ``cuda:0`` alike."""
+    d = torch.device(device)
+    return f"{d.type}:{d.index or 0}" if d.type != "cpu" else "cpu"
+
+
+def _foreign(path: Path, size: str, device: torch.device, dtype: str = "float32") -> str | None:
+    """What in ``path``'s result differs from this run's size, device or dtype (None: nothing,
+    or no readable result there: a damaged file is measured again)."""
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict):
+        return None
+    theirs = {"size": (rec.get("config") or {}).get("size") if isinstance(rec.get("config"), dict) else None,
+              "device": rec.get("device"), "dtype": rec.get("dtype")}
+    mine = {"size": size, "device": _device_name(device), "dtype": dtype}
+    for what in ("size", "device", "dtype"):
+        if theirs[what] is None:
+            continue
+        other = _device_name(theirs[what]) if what == "device" else theirs[what]
+        if other != mine[what]:
+            return f"{what} {theirs[what]}, this run's is {mine[what] if what != 'device' else str(device)}"
+    return None
 
 
 def _same(path: Path, config: dict) -> bool:
@@ -82,8 +134,6 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
         threads: int = THREADS, progress: bool = True, rerun: bool = False) -> dict:
     """Measure every point of ``experiments`` not yet in ``out`` (all of them with ``rerun``)
     at ``threads`` torch threads; returns ``{"measured": n, "skipped": n, "seconds": s}``."""
-    from tqdm import tqdm
-
     from benchmarks.measure import threads as torch_threads
     from benchmarks.results import result_path, write_result
 
@@ -99,18 +149,31 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
                 counts["skipped"] += 1
             else:
                 todo.append((name, module, config))
+        for name, module, config in todo:  # before any measurement: nothing of another run is replaced
+            path = result_path(out, name, module.key(config))
+            why = _foreign(path, size, device) if path.exists() else None
+            if why is not None:
+                raise ForeignResult(f"--out(={str(out)!r}) holds {str(path)!r}, a result of {why}: it is never "
+                                    f"written over; choose another --out (the default of --size {size} is "
+                                    f"{default_out(size)})")
         costs = [registry_cost(name, config) for name, _, config in todo]
-        # The bar advances by each point's estimated cost (seconds on one idle core) and
-        # smoothing=0 takes the rate over the whole run: time left = elapsed x (cost left /
-        # cost done), right however the machine's speed or load scales the estimates.
-        with tqdm(total=sum(costs), desc=f"{size} on {device}", file=sys.stderr, disable=not progress, smoothing=0,
-                  bar_format="{l_bar}{bar}| [{elapsed} elapsed, {remaining} left] {postfix}") as bar:
-            for i, ((name, module, config), c) in enumerate(zip(todo, costs)):
+        # The display advances by each point's estimated cost (seconds on one idle core): time
+        # left = the steady rate (seconds per cost, the first point left out) x cost left,
+        # right however the machine's speed or load scales the estimates.
+        bar = Progress(sum(costs), desc=f"{size} on {device}", stream=sys.stderr,
+                       count=lambda n, total: f"{counts['measured']}/{len(todo)} points")
+        try:
+            for (name, module, config), c in zip(todo, costs):
                 key = module.key(config)
-                bar.set_postfix_str(f"{i + 1}/{len(todo)} {name} {key}"[:70])
+                if progress:
+                    bar.label(f"{name} {key}"[:70])
                 write_result(out, name, key, _config(config, size), module.measure(config, device), device=device)
                 counts["measured"] += 1
-                bar.update(c)
+                if progress:
+                    bar.update(c)
+        finally:
+            if progress:
+                bar.close()
     return dict(counts, seconds=time.perf_counter() - t0)
 
 
@@ -123,8 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
     ap.add_argument("experiments", nargs="*", metavar="EXPERIMENT",
                     help=f"any of {', '.join(EXPERIMENTS)} (default: {' '.join(DEFAULT)})")
-    ap.add_argument("--size", choices=list(SIZES), default="reduced")
-    ap.add_argument("--out", type=Path, default=Path("results/reproduce/results"), help="results directory")
+    ap.add_argument("--size", choices=list(SIZES), default="reduced", help="default reduced")
+    ap.add_argument("--out", type=Path, help="results directory (default: each size its own, " + ", ".join(
+        f"{size} {default_out(size)}" for size in SIZES) + "); a result of another size, device or dtype there "
+        "is never written over")
     ap.add_argument("--device", help="cpu, cuda or cuda:N (default: FRAQ_BENCH_DEVICE, else cpu)")
     ap.add_argument("--threads", type=int, default=THREADS, help=f"torch threads (default {THREADS})")
     ap.add_argument("--rerun", action="store_true", help="measure points whose results already exist again")
@@ -132,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--estimate", action="store_true",
                     help="print each experiment's estimated minutes on one idle core (its points' cost) and exit")
     args = ap.parse_args(argv)
+    if args.out is None:
+        args.out = default_out(args.size)
     unknown = [e for e in args.experiments if e not in EXPERIMENTS]
     if unknown:
         ap.error(f"EXPERIMENT(={unknown[0]!r}) is not one of {', '.join(EXPERIMENTS)}")
@@ -150,6 +217,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         done = run(args.out, tuple(args.experiments) or DEFAULT, size=args.size, device=device,
                    threads=args.threads, progress=not args.no_progress, rerun=args.rerun)
+    except KeyboardInterrupt:
+        print(f"interrupted: the results written in {args.out} are kept; the same command without --rerun "
+              f"measures the rest", file=sys.stderr)
+        return 130
+    except ForeignResult as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:  # a result could not be written (disk full, made read-only meanwhile)
         from fraq._files import failed_write
 

@@ -328,6 +328,13 @@ def test_report_from_files(tiny):
         assert f"figures/{name}.png" in text
         _png_ok(tiny / "figures" / f"{name}.png")
     assert "## Table 4" in text and "## Table 5" in text and "**agrees**" in text
+    import re
+
+    assert not re.search(r"At d = \d+\.0\b", text), re.search(r"At d = \S+", text)
+    t5 = text.split("## Table 5")[1].split("\n## ")[0]
+    for line in t5.splitlines():
+        if line.startswith("| ") and not line.startswith("| sweep"):
+            assert not re.search(r"\| \d+\.0 \| \d+\.0 \|", line), line  # d = D | r as integers
     steps = text.split("### Table 4 per step")[1].split("\n## ")[0]
     assert all(f"| {s} |" in steps for s in ("qr", "coordinates", "gram", "eigh", "project", "basis", "sum"))
     precision = text.split("### FlexLoRA's float32 error")[1].split("\n## ")[0]
@@ -746,3 +753,21 @@ def test_runner_write_failure_is_one_line_naming_the_file(tmp_path, monkeypatch,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: cannot write {tmp_path / 'res' / 'fig1'}")
     assert "No space left on device" in err and "Traceback" not in err
+
+
+# ----------------------------------------------------------------------------- integers print as integers
+
+def test_num_prints_integral_parameters_as_integers():
+    assert [style.num(v) for v in (256.0, 256, 16.0, 0.95, 1e-6, float("nan"), "x")] == \
+        ["256", "256", "16", "0.95", "1e-06", "nan", "x"]
+
+
+def test_table5_integer_columns_print_as_integers():
+    rows = [dict(mode="batched", backend="householder", sweep="d", d=768.0, r=16.0, p=8.0, modules=2.0, method="fraq",
+                 analytic_flops_table5=1e9, analytic_flops_full=1e9, counted_flops=1e9, **{"timing.median": 0.01}),
+            dict(mode="batched", backend="householder", sweep="r", d=256.0, r=8.0, p=float("nan"), modules=2.0, method="florist",
+                 analytic_flops_table5=2e9, analytic_flops_full=2e9, counted_flops=2e9, **{"timing.median": 0.02})]
+    t5 = tables.table5_flops(pd.DataFrame(rows))
+    text = tables.markdown(t5)
+    assert "| 768 | 16 | 8 | 2 |" in text and "| 256 | 8 | - | 2 |" in text, text
+    assert "768.0" not in text and "16.0 " not in text and "<NA>" not in text

@@ -594,6 +594,29 @@ def test_cli_refuses_bad_input_before_any_work(argv, match, tmp_path, capsys, mo
     assert not out.exists()
 
 
+@pytest.mark.parametrize("argv", [["--clients", "2", "--rounds", "1"], ["--set", "federated.clients=3"],
+                                  ["--clients", "1"]])
+def test_cli_clients_fits_the_variants_the_user_did_not_give(argv, tmp_path, capsys, monkeypatch):
+    from fraq.federated import cli
+    from fraq.federated.experiment import points
+
+    seen = {}
+    monkeypatch.setattr(cli, "run_experiment", lambda cfg, out, **k: seen.setdefault("points", points(cfg)))
+    assert main([*argv, "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    K = seen["points"][0].cfg["federated"]["clients"]
+    hetero = {tuple(p.cfg["federated"]["ranks"]) for p in seen["points"] if p.variant == "heterogeneous"}
+    assert hetero == {tuple([4, 16, 32, 64][:1] if K == 1 else [4, 64] if K == 2 else [4, 32, 64])}
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "variants.heterogeneous" in err and "cut to" in err and f"(={K})" in err, err
+
+
+def test_a_variant_with_more_ranks_than_clients_names_the_flags_that_fix_it():
+    from fraq.federated.config import runs
+
+    with pytest.raises(ValueError, match=r"variants\.heterogeneous: .*--clients 4.*--variants homogeneous"):
+        runs(load_config("quick", {"federated.clients": 2}))
+
+
 def _no_loading(*args, **kwargs):
     raise AssertionError("the model and the data were loaded before the input was checked")
 
@@ -666,6 +689,71 @@ def test_cli_resume_with_a_damaged_checkpoint_prints_its_path(tmp_path, capsys, 
     assert main([*over, "--out", str(out), "--resume", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert str(out / CHECKPOINT) in err and "Traceback" not in err
+
+
+def test_ctrl_c_says_what_is_kept_and_the_command_that_resumes(tmp_path, capsys, monkeypatch):
+    over = ["--methods", "fedit", "fraq", "--clients", "2", "--seeds", "42", "--variants", "homogeneous",
+            "--set", "model.name=" + TINY_MODEL]
+    cfg = load_config("quick", {"methods": ["fedit", "fraq"], "federated.clients": 2, "model.name": TINY_MODEL,
+                                "seeds": [42], "variants": {"homogeneous": {}}})
+    out = _resume_dir(tmp_path, cfg)
+
+    def ctrl_c(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("fraq.federated.server.Task", ctrl_c)
+    assert main([*over, "--out", str(out), "--resume", "--no-progress"]) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert "1 of 2 points finished" in err and str(out / CHECKPOINT) in err
+    resume = err.split("resume with: ")[1].strip()
+    assert resume.startswith("python -m fraq.federated ") and resume.endswith("--resume")
+    assert resume.count("--resume") == 1 and f"--out {out}" in resume
+    empty = tmp_path / "empty"
+    assert main([*over, "--out", str(empty), "--no-progress"]) == 130
+    assert "nothing of this run was written" in capsys.readouterr().err
+
+
+def test_progress_into_a_file_is_plain_lines(tmp_path, capsys):
+    cfg = tiny_config(**{"methods": ["fedit"], "federated.clients": 2})
+    run_experiment(cfg, tmp_path / "run", progress=True)
+    captured = capsys.readouterr()
+    for text in (captured.err, captured.out):
+        assert "\r" not in text and "\x1b[" not in text, repr(text[:500])
+    assert "2/2 rounds" in captured.err
+
+
+@pytest.mark.parametrize("progress", [False, True])
+def test_transformers_bars_are_off_with_no_progress_or_outside_a_terminal(progress, tmp_path, monkeypatch):
+    from transformers.utils import logging as hf_logging
+
+    seen = []
+
+    def load(*a, **k):
+        seen.append(hf_logging.is_progress_bar_enabled())
+        raise KeyboardInterrupt
+
+    hf_logging.enable_progress_bar()
+    monkeypatch.setattr("fraq.federated.server.Task", load)
+    with pytest.raises(KeyboardInterrupt):  # stderr is captured here: not a terminal
+        run_experiment(tiny_config(**{"methods": ["fedit"]}), tmp_path / "run", progress=progress)
+    assert seen == [False] and hf_logging.is_progress_bar_enabled()
+
+
+def test_flower_logs_are_plain_outside_a_terminal():
+    import io
+    import logging
+
+    pytest.importorskip("flwr")
+    from flwr.supercore.logger import ConsoleHandler
+
+    from fraq.federated.flower._plain import colour_at_a_terminal_only
+
+    assert colour_at_a_terminal_only(io.StringIO()) is False
+    handlers = [h for h in logging.getLogger("flwr").handlers if isinstance(h, ConsoleHandler)]
+    assert handlers and not any(h.colored for h in handlers)
+    record = logging.LogRecord("flwr", logging.INFO, __file__, 1, "a round", None, None)
+    assert "\x1b[" not in handlers[0].format(record)
 
 
 def test_overwrite_keeps_earlier_results_until_model_and_data_load(tmp_path, monkeypatch):

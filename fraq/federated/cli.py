@@ -19,12 +19,14 @@ any file this run writes (a result or a checkpoint of one of its points) needs
 files of this run's points: other results, checkpoints and saved adapters in ``--out``
 stay. ``--resume`` where there is nothing of this run's to continue says so and stops.
 An input (the ``--config`` file, a local model or data set directory) is never written,
-whatever the flags.
+whatever the flags. Ctrl-C stops the run with one line: what is kept (the finished points,
+the interrupted one's last completed round) and the command that resumes it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -115,6 +117,22 @@ def _read_earlier(pts: list, out_dir: Path) -> tuple[set[str], dict]:
     return finished, states
 
 
+@contextlib.contextmanager
+def _hf_bars(enabled: bool):
+    """transformers' and the hub's progress bars on only when ``enabled``, as they were afterwards."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        yield
+        return
+    before = hf_logging.is_progress_bar_enabled()
+    (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()
+    try:
+        yield
+    finally:
+        (hf_logging.enable_progress_bar if before else hf_logging.disable_progress_bar)()
+
+
 def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
                    ask=None, backbone=None, progress: bool = True, log=print) -> list[Path]:
     """Run every point of ``cfg`` (:func:`fraq.federated.experiment.points`) into ``out_dir``;
@@ -169,7 +187,8 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
 
         torch.set_num_threads(cfg["threads"])
     t0 = time.perf_counter()
-    task = Task(pts[0].cfg, backbone=backbone, log=log)
+    with _hf_bars(progress and sys.stderr.isatty()):  # transformers' weight-loading bar: at a terminal only
+        task = Task(pts[0].cfg, backbone=backbone, log=log)
     if replace:
         for p in old:
             p.unlink(missing_ok=True)
@@ -239,6 +258,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _spread(values: list, k: int) -> list:
+    """``k`` of ``values``, evenly spaced from the first to the last (both kept when k >= 2)."""
+    if k == 1:
+        return values[:1]
+    return [values[round(i * (len(values) - 1) / (k - 1))] for i in range(k)]
+
+
+def _fit_variants(cfg: dict, flag: str) -> list[str]:
+    """The setting's variants whose ``federated.ranks`` list more clients than ``flag`` (the
+    user's ``--clients``) gives, cut to K ranks spread from the smallest to the largest (their
+    ``federated.alphas`` alike), in place; one line per variant cut, saying so."""
+    K = cfg["federated"]["clients"]
+    notes = []
+    for name, over in cfg["variants"].items():
+        ranks = over.get("federated.ranks")
+        if isinstance(ranks, list) and len(ranks) > K:
+            over["federated.ranks"] = _spread(ranks, K)
+            if isinstance(over.get("federated.alphas"), list) and len(over["federated.alphas"]) == len(ranks):
+                over["federated.alphas"] = _spread(over["federated.alphas"], K)
+            notes.append(f"variants.{name}: federated.ranks {ranks} cut to {over['federated.ranks']} for "
+                         f"{flag}(={K}) (--variants leaves a variant out)")
+    return notes
+
+
 def _data_dir(flag: str | None, cfg: dict) -> str | None:
     """The local folder of the published data sets for ``cfg``: ``--data-dir``, else ``$FRAQ_DATA``
     when the setting's data set is one of them (:data:`~fraq.federated.published.PUBLISHED`);
@@ -281,10 +324,15 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"--variants: {unknown[0]!r} is not one of the setting's variants "
                                  f"{list(cfg['variants'])}")
             cfg["variants"] = {v: cfg["variants"][v] for v in dict.fromkeys(args.variants)}
+        given = "--clients" if args.clients is not None else \
+            "--set federated.clients" if any(k == "federated.clients" for k, _ in args.set) else None
+        notes = _fit_variants(cfg, given) if given is not None else []
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = Path(args.out or Path("results") / "federated" / Path(args.config).stem)
+    for note in notes:
+        print(note, file=sys.stderr)
 
     def ask(question: str) -> bool:
         if not sys.stdin.isatty():
@@ -294,7 +342,27 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_experiment(cfg, out, resume=args.resume, overwrite=args.overwrite, ask=ask,
                        progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print(_interrupted(cfg, out, sys.argv[1:] if argv is None else argv), file=sys.stderr)
+        return 130
     except (OSError, ImportError, ValueError) as e:  # bad input: a message naming it, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _interrupted(cfg: dict, out: Path, argv: list[str]) -> str:
+    """The one line after Ctrl-C: what of the run is kept in ``out`` and the command that resumes it."""
+    import shlex
+
+    from fraq.federated.experiment import points
+
+    pts = points(cfg)
+    finished = sum(p.result_file(out).exists() for p in pts)
+    ckpts = [p for p in pts if not p.result_file(out).exists() and p.checkpoint_file(out).exists()]
+    if not finished and not ckpts:
+        return "interrupted: nothing of this run was written yet; run the same command again to start it"
+    again = [a for a in argv if a not in ("--overwrite", "--resume")] + ["--resume"]
+    kept = f"{finished} of {len(pts)} points finished" + (
+        f", {len(ckpts)} interrupted at its last completed round ({ckpts[0].checkpoint_file(out)})" if ckpts else "")
+    return f"interrupted: kept in {out}: {kept}; resume with: python -m fraq.federated {shlex.join(again)}"

@@ -295,7 +295,11 @@ def runs(cfg: dict) -> list[tuple[str, int, dict]]:
                 set_key(base, key, value)
             validate(base)
         except ValueError as e:
-            raise ValueError(f"variants.{name}: {e}") from None
+            hint = ""
+            if "federated.ranks" in over and "entries for federated.clients" in str(e):
+                hint = (f"; give more clients (--clients {len(over['federated.ranks'])}) or leave the variant out "
+                        f"(--variants {' '.join(v for v in cfg['variants'] if v != name) or 'NAME'})")
+            raise ValueError(f"variants.{name}: {e}{hint}") from None
         for seed in seeds_of(cfg):
             out.append((name, seed, {**copy.deepcopy(base), "seed": seed}))
     return out

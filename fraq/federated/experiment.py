@@ -15,7 +15,8 @@ written, so an interrupted experiment continues where it stopped (``--resume``).
 
 The data and the model are loaded and encoded once for the whole experiment
 (:meth:`~fraq.federated.task.Task.derive`); a point only draws its partition again.
-One progress bar counts the rounds of every point and estimates the time left.
+One progress display (:mod:`fraq._progress`) counts the rounds of every point and estimates the time
+left from the steady rounds.
 """
 
 from __future__ import annotations
@@ -131,18 +132,16 @@ def run_points(task, todo: list[Point], out: Path, *, states: dict | None = None
     total = sum(rounds_of(p) for p in todo) + done if total is None else total
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from fraq._progress import Progress
 
-        bar = tqdm(total=total, initial=done, unit="round", desc="federated", dynamic_ncols=True,
-                   bar_format="{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} rounds "
-                              "[{elapsed} elapsed, {remaining} left]")
+        bar = Progress(total, done=done, desc="federated", unit="rounds")
         log = bar.write
     drawn, run_task = None, None  # the (variant, seed) whose partition run_task holds
     written = []
     try:
         for p in todo:
             if bar is not None:
-                bar.set_description_str(p.key[:60])
+                bar.label(p.key[:60])
             if drawn != (p.variant, p.seed):  # points come seed by seed: one partition per seed
                 drawn, run_task = (p.variant, p.seed), task.derive(p.cfg, log=lambda *a: None)
             ckpt = p.checkpoint_file(out)

@@ -22,7 +22,7 @@ under ``--out`` (default ``results/flower-local/<time>``): ``flwr-home/``, the l
 never reported as this run's); a summary (accuracy, downlink, aggregation time) is printed
 at the end.
 
-Sets ``FLWR_HOME``, ``FLWR_TELEMETRY_ENABLED=0`` and
+Sets ``FLWR_HOME``, ``FLWR_TELEMETRY_ENABLED=0``, ``NO_COLOR=1`` (the logs are files) and
 ``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1`` (Flower would otherwise ``uv sync`` the
 App's dependencies, e.g. a CUDA build of torch) and puts this interpreter's ``bin/`` first
 on ``PATH`` (the SuperLink starts ``flower-superexec`` by name).
@@ -194,7 +194,8 @@ def run_local(out: Path, *, app_dir: Path | None = None, run_config: str = "", c
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0",
            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_DISABLE_UPDATE_CHECK": "1",
-           "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1"}
+           "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1",
+           "NO_COLOR": "1"}  # their output goes into log files
     env.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     rc_items = [run_config.strip(), f"results-dir={_quote(str(out))}"]
     rc = " ".join(x for x in rc_items if x)

@@ -1,0 +1,119 @@
+"""The runner's results directory: each size its own by default, and a result of another size,
+device or dtype is never written over (one line naming the file, before any measurement)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import run
+from benchmarks.experiments import get
+
+
+@pytest.fixture
+def quick(monkeypatch, tmp_path):
+    """table4 measured in no time, the runner run from an empty directory."""
+    calls = []
+
+    def measure(config, device):
+        calls.append(config)
+        return {"seconds": 1.0}
+
+    monkeypatch.setattr(get("table4"), "measure", measure)
+    monkeypatch.chdir(tmp_path)
+    return calls
+
+
+def records(d: Path) -> dict[str, dict]:
+    return {p.name: json.loads(p.read_text()) for p in sorted(d.glob("table4/*.json"))}
+
+
+def test_each_size_has_its_own_default_directory_and_neither_is_overwritten(quick, tmp_path, capsys):
+    assert run.main(["table4", "--size", "tiny", "--no-progress"]) == 0
+    tiny = records(tmp_path / run.default_out("tiny"))
+    assert tiny and {r["config"]["size"] for r in tiny.values()} == {"tiny"}
+    assert run.main(["table4", "--size", "reduced", "--no-progress"]) == 0
+    reduced = records(tmp_path / run.default_out("reduced"))
+    assert reduced and {r["config"]["size"] for r in reduced.values()} == {"reduced"}
+    assert records(tmp_path / run.default_out("tiny")) == tiny  # the tiny run's files are untouched
+    assert run.default_out("tiny") != run.default_out("reduced") != run.default_out("paper")
+
+
+def test_the_help_names_each_default(capsys):
+    with pytest.raises(SystemExit):
+        run.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for size in ("tiny", "reduced", "paper"):
+        assert f"{size} {run.default_out(size)}" in text.replace("- ", "-")
+
+
+@pytest.mark.parametrize("flag", [[], ["--rerun"]])
+def test_a_result_of_another_size_is_refused_naming_the_file(quick, tmp_path, capsys, flag):
+    out = tmp_path / "mine"
+    assert run.main(["table4", "--size", "tiny", "--out", str(out), "--no-progress"]) == 0
+    before = records(out)
+    quick.clear()
+    capsys.readouterr()
+    assert run.main(["table4", "--size", "reduced", "--out", str(out), "--no-progress", *flag]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "size tiny" in err and "--out" in err, err
+    assert str(out / "table4") in err
+    assert records(out) == before and not quick  # nothing measured, nothing replaced
+
+
+def test_a_result_of_another_device_or_dtype_is_refused(quick, tmp_path, capsys):
+    out = tmp_path / "mine"
+    assert run.main(["table4", "--size", "tiny", "--out", str(out), "--no-progress"]) == 0
+    first = sorted((out / "table4").glob("*.json"))[0]
+    for field, value in (("device", "cuda:0"), ("dtype", "float64")):
+        rec = json.loads(first.read_text())
+        rec[field] = value
+        first.write_text(json.dumps(rec))
+        capsys.readouterr()
+        assert run.main(["table4", "--size", "tiny", "--out", str(out), "--no-progress", "--rerun"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(first) in err and f"{field} {value}" in err, err
+        assert json.loads(first.read_text())[field] == value
+        rec[field] = {"device": "cpu", "dtype": "float32"}[field]
+        first.write_text(json.dumps(rec))
+
+
+def test_the_same_size_resumes_and_reruns(quick, tmp_path):
+    out = tmp_path / "mine"
+    assert run.main(["table4", "--size", "tiny", "--out", str(out), "--no-progress"]) == 0
+    n = len(quick)
+    assert run.main(["table4", "--size", "tiny", "--out", str(out), "--no-progress"]) == 0
+    assert len(quick) == n  # all there: nothing measured again
+    assert run.main(["table4", "--size", "tiny", "--out", str(out), "--no-progress", "--rerun"]) == 0
+    assert len(quick) == 2 * n
+
+
+# --- make bench-pytest-compare without a saved baseline ------------------------------------------
+
+def test_compare_without_a_baseline_is_one_line_before_anything_runs(tmp_path, capsys):
+    pytest.importorskip("pytest_benchmark")
+    from pytest_benchmark.utils import get_machine_id
+
+    from benchmarks import pytest_baseline
+
+    storage = tmp_path / ".benchmarks"
+    (storage / "Other-Python-9.9-64bit").mkdir(parents=True)
+    (storage / "Other-Python-9.9-64bit" / "0001_x.json").write_text("{}")
+    assert pytest_baseline.main(["--storage", str(storage)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no saved pytest-benchmark baseline" in err and "make bench-pytest SAVE=" in err
+    assert "Other-Python-9.9-64bit" in err
+    (storage / get_machine_id()).mkdir()
+    (storage / get_machine_id() / "0001_before.json").write_text("{}")
+    assert pytest_baseline.main(["--storage", str(storage)]) == 0
+
+
+def test_make_checks_the_baseline_before_pytest():
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    recipe = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(repo), "bench-pytest-compare"], capture_output=True, text=True,
+                            check=True).stdout.splitlines()
+    assert "benchmarks.pytest_baseline" in recipe[0] and "--benchmark-compare" in recipe[1]
