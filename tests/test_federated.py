@@ -747,7 +747,7 @@ def test_flower_logs_are_plain_outside_a_terminal():
     pytest.importorskip("flwr")
     from flwr.supercore.logger import ConsoleHandler
 
-    from fraq.federated.flower._plain import colour_at_a_terminal_only
+    from fraq.federated.flower.console import colour_at_a_terminal_only
 
     assert colour_at_a_terminal_only(io.StringIO()) is False
     handlers = [h for h in logging.getLogger("flwr").handlers if isinstance(h, ConsoleHandler)]

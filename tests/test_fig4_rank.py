@@ -13,7 +13,7 @@ def test_one_decomposition_per_group_gives_every_rank_bit_for_bit(monkeypatch):
     points = [c for c in fig4_rank.points("tiny")]
     c0 = points[0]
     group = c0["group"]
-    Bs, As, B, A, S, _, _ = fig4_rank._modules(c0["preset"], c0["size_layers"])[group]
+    Bs, As, B, A, ref, _, _ = fig4_rank._modules(c0["preset"], c0["size_layers"])[group]
     calls = []
     real = get_method("flexlora")
 
@@ -28,8 +28,9 @@ def test_one_decomposition_per_group_gives_every_rank_bit_for_bit(monkeypatch):
         config = dict(c0, method="flexlora", p=p, p_max=max(ranks))
         got = fig4_rank.measure(config)
         Bg, Ag, rank = real(Bs, As, rank=p)  # the method called at p itself
-        want = fidelity(B, A, Bg, Ag, rank, singular_values=S)
+        want = fidelity(B, A, Bg, Ag, rank, reference=ref)
         assert got["relative_error"] == want.relative_error.tolist(), p
         assert got["optimal_error"] == want.optimal_error.tolist(), p
         assert got["orthogonality"] == want.orthogonality.tolist(), p
+        assert got["sin_left"] == want.first.sin_left.tolist() or p == max(ranks), p
     assert calls == [max(ranks)]  # one decomposition for the whole sweep

@@ -22,7 +22,7 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from fraq.federated.client import LocalJob, local_update
-from fraq.federated.flower import _plain  # noqa: F401  (flwr's log lines plain outside a terminal)
+from fraq.federated.flower import console  # noqa: F401  (flwr's log lines plain outside a terminal)
 from fraq.federated.flower.run_config import from_run_config
 from fraq.federated.flower.strategy import decode_downlink, encode_update
 from fraq.federated.server import Method

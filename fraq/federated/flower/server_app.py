@@ -22,7 +22,7 @@ from flwr.app import ArrayRecord, Context, Message, MessageType, MetricRecord, R
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
-from fraq.federated.flower import _plain  # noqa: F401  (flwr's log lines plain outside a terminal)
+from fraq.federated.flower import console  # noqa: F401  (flwr's log lines plain outside a terminal)
 from fraq.federated.flower.run_config import from_run_config
 from fraq.federated.flower.strategy import LoraStrategy
 from fraq.federated.records import jsonable, method_result, round_line
