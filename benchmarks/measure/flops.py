@@ -33,9 +33,10 @@ by the batch size. The counts are those of the routines torch calls on the CPU
 (:mod:`fraq._routine_flops`): ``syevd`` and ``gesdd``, divide and conquer, whose merges
 are counted at their no-deflation bound (nominal), so a rate credited with them is an
 upper bound; they change the constants on the r^3 terms, never the d r^2 and D r^2
-terms the paper's model keeps. Elementwise work (scaling, masking, copies) is not counted, by either
-the counter or the model. Operators that look like linear algebra but have no formula
-here are reported in :attr:`FlopCount.uncounted`, so a zero is never silent.
+terms the paper's model keeps. Elementwise work (scaling, masking, copies) is not
+counted, by either the counter or the model. Operators that look like linear algebra but
+have no formula here are reported in :attr:`FlopCount.uncounted`, so a zero is never
+silent.
 
 Dispatch modes are per thread, so the call is counted at one torch thread: work that
 ``fraq._parallel.batch_map`` would fan out to Python threads then runs on the calling
