@@ -119,7 +119,7 @@ def fig3_lines(d: pd.DataFrame) -> list[str]:
         v = not_measured("FRAQ is the fastest method", absent)
         lines.append(f"- Paper: FRAQ is the fastest method across both sweeps. {_ours(v, '')}")
     elif points:
-        v = judge(groups, margin, above=1.0, claim="FRAQ is the fastest method")
+        v = judge(groups, margin, above=1.0, claim="FRAQ is the fastest method", machine=d)
         lines.append(f"- Paper: FRAQ is the fastest method across both sweeps. "
                      + _ours(v, f"{v.value:.2f}x", ".2f", "x", test=f"the fastest other method's time over FRAQ's "
                              f"above 1 at each of the {total} points, the smallest ratio")
@@ -142,7 +142,7 @@ def fig3_lines(d: pd.DataFrame) -> list[str]:
         lfl, lfr = np.log(fl["x"].to_numpy(float)), np.log(fr["x"].to_numpy(float))
         kfl, kfr = [f"FlexLoRA d={int(x)}" for x in fl["x"]], [f"FRAQ d={int(x)}" for x in fr["x"]]
         v = judge(g, lambda g: _slope_rows(lfl, [g[k] for k in kfl]) - _slope_rows(lfr, [g[k] for k in kfr]),
-                  above=1.0, claim="FlexLoRA's time grows faster with d")
+                  above=1.0, claim="FlexLoRA's time grows faster with d", machine=pd.concat([fl, fr]))
         lines.append(f"- Paper: FlexLoRA's runtime and memory grow rapidly with d (dense d x D aggregate and SVD), "
                      f"FRAQ's do not. "
                      f"{_ours(v, f'{v.value:.2f}', '.2f', test=EXP)}; FlexLoRA's time grows as "
@@ -321,9 +321,9 @@ def table4_lines(df: pd.DataFrame) -> list[str]:
     t = {n: _ms(rows[n]) for n in need}
     mib = {n: float(rows[n]["peak_bytes"]) / 2**20 for n in need}
     orient = judge({"fixed": t["fixed-gram"], "adaptive": t["adaptive-gram"]}, lambda g: g["fixed"] / g["adaptive"],
-                   above=1.0, claim="adaptive orientation is faster than fixed")
+                   above=1.0, claim="adaptive orientation is faster than fixed", machine=df)
     gram = judge({"svd": t["adaptive-svd"], "gram": t["adaptive-gram"]}, lambda g: g["svd"] / g["gram"], above=2.0,
-                 claim="Gram recovery is faster than coordinate SVD")
+                 claim="Gram recovery is faster than coordinate SVD", machine=df)
     gaps = {"adaptive": _arr(a["gap_to_svd"]), "fixed": _arr(f["gap_to_svd"])}
     gap = judge(gaps, lambda g: np.maximum(g["adaptive"], g["fixed"]), below=1e-3, center=np.mean,
                 claim="Gram variants within 0.1% of coordinate SVD")

@@ -178,7 +178,8 @@ def lines(df: pd.DataFrame, dense: str = "flexlora") -> list[str]:
                 dx = (lk - lk.mean()).reshape((-1,) + (1,) * (ly.ndim - 1))
                 return (dx * (ly - ly.mean(axis=0))).sum(axis=0) / (dx ** 2).sum()
 
-            v = judge(groups, slope, below=GROWTH, claim=f"FRAQ's time linear in K past r = d on {shape}")
+            v = judge(groups, slope, below=GROWTH, claim=f"FRAQ's time linear in K past r = d on {shape}",
+                      machine=above)
             out.append(f"  - Paper (appendix): past r = d FRAQ's cost is linear in r (s = min(d, r) = d). Ours {v.bold()} "
                        f"(tested: exponent below {GROWTH}): K^{v.value:.2f} {v.interval('.2f')} over K = "
                        f"{int(above['K'].min())}..{int(above['K'].max())}.")
@@ -201,7 +202,8 @@ def lines(df: pd.DataFrame, dense: str = "flexlora") -> list[str]:
                 def worst(g):
                     return np.max(np.stack([g[f"FRAQ K={k}"] / g[f"{label(dense)} K={k}"] for k in past]), axis=0)
 
-                v = judge(groups, worst, below=1.0, claim=f"FRAQ no slower than {label(dense)} past r = d on {shape}")
+                v = judge(groups, worst, below=1.0, claim=f"FRAQ no slower than {label(dense)} past r = d on {shape}",
+                          machine=sub)
                 out.append(f"  - The appendix's costs put FRAQ below the dense path past r = d (which forms the d x D "
                            f"update, O(d D r), before its SVD). "
                            f"Ours {v.bold()} (tested: the largest FRAQ / {label(dense)} time at r >= d below 1): "

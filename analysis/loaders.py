@@ -93,7 +93,8 @@ def load_results(paths: str | Path | Iterable, experiment: str | None = None, *,
 
     Columns: ``experiment``, ``file``, the config's keys, the result's keys (nested dicts
     flattened with dots: ``timing.median``), ``machine.*``, ``versions.*``, ``device``,
-    ``dtype``, ``threads``, ``git_sha``, ``loadavg``, ``created``. A JSON file without
+    ``dtype``, ``threads``, ``git_sha``, ``loadavg``, ``steal`` (None where a file
+    does not record it), ``created``. A JSON file without
     the format's keys (:data:`RESULT_KEYS`) is skipped with a warning naming it and the
     missing keys, and so is one whose config, result, machine or versions is not an object;
     ``current=True`` also skips, naming it, a file in an older format (without
@@ -121,7 +122,7 @@ def load_results(paths: str | Path | Iterable, experiment: str | None = None, *,
         row.update(_flat("", rec["result"]))
         row.update(_flat("machine", rec.get("machine")))
         row.update(_flat("versions", rec.get("versions")))
-        for k in ("device", "dtype", "threads", "git_sha", "loadavg", "created"):
+        for k in ("device", "dtype", "threads", "git_sha", "loadavg", "steal", "created"):
             row[k] = rec.get(k)
         rows.append(row)
     return pd.DataFrame(rows)

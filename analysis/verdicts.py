@@ -2,70 +2,176 @@
 
 A claim is tested as a statistic of measured samples against a threshold ("the ratio of
 fixed to adaptive time is above 1"). The samples come in groups: the repeats of one
-timing, or the per-matrix errors of one method at one point. The interval is the
-**central 95% of the statistic over single draws**: each of :data:`DRAWS` draws takes one
-sample from every group at random (a seeded generator, so a rerun of the analysis gives
-the same interval) and recomputes the statistic. It is the range in which the statistic
-of a single repeat falls, wider than an interval for the median, so that the verdict of
-one run predicts the verdict of the next:
+timing, or the per-matrix errors of one method at one point. The interval depends on
+whether the samples are paired.
+
+**Paired** (``paired=True``: every group's sample k comes from round k of one round-robin
+run, :func:`benchmarks.measure.timing.round_robin`). The statistic is computed round by
+round (``a_k / b_k``), so a drift of the machine's speed between rounds, which slows
+every call of a round alike, cancels. The value is the median of the per-round
+statistics and the interval is the **sign-test (order-statistic) interval for that
+median**: [x_(j), x_(n+1-j)] with the largest j whose coverage
+1 - 2 P(Bin(n, 1/2) <= j - 1) is at least 95%. Why this one: its coverage is exact for
+any continuous distribution of the per-round statistic, with no symmetry assumed (a
+Wilcoxon signed-rank interval assumes a symmetric one; ratios of timings are skewed by
+load spikes), and an outlier moves it by one order statistic at most (from n = 9 rounds
+on, one outlier on either side is outside it). A bootstrap over rounds was not used: at
+the few rounds a slow method allows (n = 3 has 10 distinct resamples) its percentile
+interval is a handful of order statistics with no stated coverage (Efron and Tibshirani,
+*An Introduction to the Bootstrap*, 1993, for the method). Below :data:`MIN_ROUNDS` rounds no
+interval reaches 95% (n = 5: 94%): the verdict is "inconclusive" with [min, max].
+References: Hollander, Wolfe and Chicken, *Nonparametric Statistical Methods*, 3rd ed.
+(Wiley 2014), Sec. 3.6; Conover, *Practical Nonparametric Statistics*, 3rd ed. (1999),
+Sec. 3.2.
+
+**Not paired** (separate runs, per-matrix errors, or groups of unequal length; a paired
+request on such groups falls back with a warning). The interval is the **central 95% of
+the statistic over single draws**: each of :data:`DRAWS` draws takes one sample from
+every group at random (a seeded generator, so a rerun of the analysis gives the same
+interval) and recomputes the statistic. It is the range in which the statistic of a
+single repeat falls, wider than an interval for the median, so that the verdict of one
+run predicts the verdict of the next.
+
+The words:
 
 - **agrees**: the whole interval is on the claim's side of the threshold;
 - **disagrees**: none of it is;
 - **inconclusive**: it straddles the threshold;
-- **no verdict**: a point the claim covers was not measured (NaN, missing, failed); the
-  point is named, and a warning says so.
+- **no verdict**: a point the claim covers was not measured (NaN, missing, failed), or
+  the machine was busy while it was measured (:func:`busy`: load average or steal time
+  above :data:`BUSY_LOAD` / :data:`BUSY_STEAL`); the point or the reason is named, and a
+  warning says so.
 
 Counts (downlink parameters, FLOPs) are exact: their interval is the value itself.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DRAWS", "HOW", "Verdict", "judge", "exact", "holds", "not_measured"]
+__all__ = ["BUSY_LOAD", "BUSY_STEAL", "DRAWS", "HOW", "MIN_ROUNDS", "Verdict", "busy", "judge", "exact", "holds",
+           "not_measured", "sign_interval"]
 
 DRAWS = 2000
-"""Draws per interval: the 2.5th and 97.5th percentiles of 2,000 draws move by well under
-the width of the interval between seeds."""
+"""Draws per unpaired interval: the 2.5th and 97.5th percentiles of 2,000 draws move by well
+under the width of the interval between seeds."""
 
-HOW = ("Every verdict carries the interval it rests on, in brackets: the central 95% of the "
-       "statistic recomputed over 2,000 draws that each take one repeat of every timing (or one matrix "
-       "or module of every error) at random. **agrees**: the whole interval satisfies the paper's claim "
-       "as tested; **disagrees**: none of it does; **inconclusive**: it straddles the claim's threshold; "
-       "**no verdict**: a point the claim covers was not measured (listed under *Not measured*). "
-       "Counts (parameters, FLOPs) are exact and carry no interval.")
+LEVEL = 0.95
+"""Coverage of every interval."""
+
+MIN_ROUNDS = 6
+"""The fewest paired rounds with a sign-test interval of 95%: n = 6 gives [min, max] at
+1 - 2 / 2^6 = 96.9%; n = 5 reaches only 93.8%."""
+
+BUSY_LOAD = 0.5
+"""A run is busy when its 1-minute load average exceeds its own torch threads by more than
+this: something else was runnable beside the timed threads for at least half of the last
+minute, on a machine whose cores the run does not own."""
+
+BUSY_STEAL = 0.05
+"""A run is busy when more than this share of the CPU time went to other guests (KVM steal,
+``/proc/stat``): the timed thread waited for its core, by more than the few per cent the
+intervals resolve."""
+
+HOW = ("Every verdict carries the interval it rests on, in brackets. Timings taken round-robin in one "
+       "process are paired: the statistic is computed round by round and the interval is the sign-test "
+       "95% interval of its median over rounds (order statistics; exact for any distribution, one outlier "
+       "moves it by one rank). Other samples (separate runs, per-matrix errors) are not: the interval is the "
+       "central 95% of the statistic recomputed over 2,000 draws that each take one repeat of every timing "
+       "(or one matrix or module of every error) at random. **agrees**: the whole interval satisfies the "
+       "paper's claim as tested; **disagrees**: none of it does; **inconclusive**: it straddles the claim's "
+       "threshold (or fewer than 6 paired rounds); **no verdict**: a point the claim covers was not measured "
+       "(listed under *Not measured*), or the machine was busy (load average above the run's threads + 0.5, "
+       "or steal time above 5%). Counts (parameters, FLOPs) are exact and carry no interval.")
 """The paragraph the report prints once, above the verdicts."""
 
 
 @dataclass(frozen=True)
 class Verdict:
     """One claim's outcome: ``word`` (agrees / disagrees / inconclusive / no verdict), the
-    statistic at the groups' centres (``value``) and its interval (``lo``, ``hi``), and the
-    points that were not measured (``missing``)."""
+    statistic's value (``value``) and its interval (``lo``, ``hi``), the points that were not
+    measured (``missing``), why a verdict was withheld (``withheld``) and how the interval
+    was computed (``method``: ``"paired"``, ``"unpaired"`` or ``"exact"``; ``rounds`` for
+    paired samples)."""
 
     word: str
     value: float = float("nan")
     lo: float = float("nan")
     hi: float = float("nan")
     missing: tuple[str, ...] = ()
+    withheld: str = ""
+    method: str = "exact"
+    rounds: int = 0
 
     def bold(self) -> str:
         return f"**{self.word}**"
 
     def interval(self, fmt: str = ".3g", unit: str = "") -> str:
-        """``[lo, hi]`` formatted, or the missing points for a verdict not given."""
+        """``[lo, hi]`` formatted, or why there is no verdict."""
         if self.missing:
             return f"not measured: {', '.join(self.missing)}"
+        if self.withheld:
+            return f"withheld: {self.withheld}"
         if self.lo == self.hi:
             return "exact"
-        return f"[{self.lo:{fmt}}{unit}, {self.hi:{fmt}}{unit}]"
+        text = f"[{self.lo:{fmt}}{unit}, {self.hi:{fmt}}{unit}]"
+        return f"{text}, paired over {self.rounds} rounds" if self.method == "paired" else text
 
     def __str__(self) -> str:
         return f"{self.bold()} ({self.interval()})"
+
+
+def sign_interval(x, level: float = LEVEL) -> tuple[float, float, float]:
+    """The sign-test interval for the median of ``x``: ``(lo, hi, coverage)``.
+
+    [x_(j), x_(n+1-j)] (order statistics, 1-based) for the largest j with coverage
+    1 - 2 P(Bin(n, 1/2) <= j - 1) >= ``level``; with fewer than :data:`MIN_ROUNDS` samples
+    (for 95%) no j qualifies and [min, max] is returned with its own, lower, coverage.
+    """
+    x = np.sort(np.asarray(x, dtype=float).ravel())
+    n = x.size
+    if n == 0:
+        raise ValueError("sign_interval needs at least one sample")
+    cdf = np.cumsum([math.comb(n, i) for i in range(n + 1)]) / 2.0**n  # P(Bin(n, 1/2) <= i)
+    j = 1
+    while j + 1 <= (n + 1) // 2 and 1 - 2 * cdf[j] >= level:
+        j += 1
+    return float(x[j - 1]), float(x[n - j]), float(1 - 2 * cdf[j - 1])
+
+
+def busy(machine) -> str:
+    """Why the machine was busy during a run, or "" when it was not.
+
+    ``machine``: one record or several (dicts or DataFrame rows) with ``loadavg`` (1-minute
+    load average when the result was written), ``threads`` (the run's torch threads) and,
+    where recorded, ``steal`` (the share of CPU time stolen since the previous record). A
+    missing field is not evidence of a busy machine."""
+    if machine is None:
+        return ""
+    if hasattr(machine, "to_dict") and hasattr(machine, "columns"):  # a DataFrame: its rows
+        machine = machine.to_dict("records")
+    records = [machine] if isinstance(machine, Mapping) else list(machine)
+    reasons = []
+    for rec in records:
+        load, threads, steal = (_number(rec.get(k)) for k in ("loadavg", "threads", "steal"))
+        threads = 1.0 if math.isnan(threads) else threads
+        if load > threads + BUSY_LOAD:
+            reasons.append(f"load average {load:.2f} above {threads:g} thread(s) + {BUSY_LOAD:g}")
+        if steal > BUSY_STEAL:
+            reasons.append(f"steal time {100 * steal:.1f}% above {100 * BUSY_STEAL:g}%")
+    return "; ".join(dict.fromkeys(reasons))
+
+
+def _number(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return float("nan")
 
 
 def _side(x, above: float | None, below: float | None) -> bool:
@@ -73,15 +179,25 @@ def _side(x, above: float | None, below: float | None) -> bool:
 
 
 def judge(groups: Mapping[str, object], statistic: Callable[[dict], np.ndarray], *, above: float | None = None,
-          below: float | None = None, center: Callable = np.median, claim: str = "", seed: int = 0) -> Verdict:
+          below: float | None = None, center: Callable = np.median, claim: str = "", seed: int = 0,
+          paired: bool = False, machine=None) -> Verdict:
     """The verdict on "``statistic`` > ``above``" (and/or "< ``below``") over ``groups``.
 
     ``groups`` maps a point's name to its samples (repeats or per-matrix values);
-    ``statistic`` takes ``{name: array}`` and returns an array (it is called once with each
-    group's ``center`` and once with ``(DRAWS,)`` arrays of single draws, so it must be
-    elementwise: ``g["a"] / g["b"]``, ``np.minimum``, ``np.max(np.stack(...), axis=0)``).
-    A group that is empty or holds a non-finite sample is not measured: the verdict is
-    "no verdict", naming it, with a warning (``claim`` names the claim in it).
+    ``statistic`` takes ``{name: array}`` and returns an array, elementwise
+    (``g["a"] / g["b"]``, ``np.minimum``, ``np.max(np.stack(...), axis=0)``).
+
+    ``paired=True``: sample k of every group comes from round k of one round-robin run;
+    the statistic is computed per round, its value is the median over rounds and its
+    interval the sign-test interval (module docstring). Groups of unequal length cannot be
+    paired: a warning says so and the unpaired interval is used. ``paired=False``: the
+    statistic of the groups' ``center`` is the value, and the interval is over
+    :data:`DRAWS` single draws.
+
+    A group that is empty or holds a non-finite sample is not measured: the verdict is "no
+    verdict", naming it, with a warning (``claim`` names the claim in it). ``machine``:
+    the records of the runs the samples come from (see :func:`busy`); if they say the
+    machine was busy, the verdict is withheld ("no verdict", with the reason).
     """
     if above is None and below is None:
         raise ValueError("judge needs a threshold: above= or below=")
@@ -93,18 +209,39 @@ def judge(groups: Mapping[str, object], statistic: Callable[[dict], np.ndarray],
         arrays[name] = a
     if missing:
         return not_measured(claim, missing)
+    reason = busy(machine)
+    if reason:
+        warnings.warn(f"no verdict on '{claim}': the machine was busy: {reason}", stacklevel=2)
+        return Verdict("no verdict", withheld=f"machine busy ({reason})")
+    if paired:
+        sizes = {a.size for a in arrays.values()}
+        if len(sizes) == 1:
+            return _paired(arrays, statistic, above, below)
+        warnings.warn(f"'{claim}': samples of unequal length {sorted(sizes)} are not paired; "
+                      "the unpaired interval is used", stacklevel=2)
     value = float(statistic({k: np.asarray(center(a)) for k, a in arrays.items()}))
     rng = np.random.default_rng(seed)
     draws = {k: a[rng.integers(0, a.size, DRAWS)] for k, a in arrays.items()}
     stats = np.asarray(statistic(draws), dtype=float)
     lo, hi = (float(v) for v in np.percentile(stats, [2.5, 97.5]))
+    return Verdict(_word(value, lo, hi, above, below), value, lo, hi, method="unpaired")
+
+
+def _paired(arrays: dict, statistic: Callable, above, below) -> Verdict:
+    per_round = np.asarray(statistic(arrays), dtype=float).ravel()
+    n = per_round.size
+    value = float(np.median(per_round))
+    lo, hi, _ = sign_interval(per_round)
+    word = _word(value, lo, hi, above, below) if n >= MIN_ROUNDS else "inconclusive"
+    return Verdict(word, value, lo, hi, method="paired", rounds=n)
+
+
+def _word(value, lo, hi, above, below) -> str:
     if _side(lo, above, below) and _side(hi, above, below):
-        word = "agrees"
-    elif not (_side(lo, above, below) or _side(hi, above, below)) and not _side(value, above, below):
-        word = "disagrees"
-    else:
-        word = "inconclusive"
-    return Verdict(word, value, lo, hi)
+        return "agrees"
+    if not (_side(lo, above, below) or _side(hi, above, below)) and not _side(value, above, below):
+        return "disagrees"
+    return "inconclusive"
 
 
 def exact(value: float, *, above: float | None = None, below: float | None = None) -> Verdict:

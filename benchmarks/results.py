@@ -4,7 +4,7 @@
 
     {"experiment": ..., "key": ..., "config": {...}, "result": {...},
      "machine": {...}, "versions": {...}, "git_sha": ..., "device": "cpu" | "cuda:0",
-     "dtype": "float32", "threads": 1, "loadavg": 0.4, "created": "2026-11-22T14:00:00"}
+     "dtype": "float32", "threads": 1, "loadavg": 0.4, "steal": 0.0, "created": "2026-11-22T14:00:00"}
 
 ``config`` says what was measured (the case and the method), ``result`` what came out;
 ``machine`` is :func:`fraq._machine.machine_record` (GPU name, driver, CUDA and cuSOLVER

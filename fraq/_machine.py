@@ -19,7 +19,9 @@ import subprocess
 
 import torch
 
-__all__ = ["machine_record", "gpu_record", "smi_record"]
+__all__ = ["machine_record", "gpu_record", "smi_record", "steal_share"]
+
+_PROC_STAT = "/proc/stat"
 
 
 def _cpu_model() -> str:
@@ -31,6 +33,39 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def _cpu_times() -> tuple[int, int] | None:
+    """(steal, total) jiffies summed over CPUs since boot, from /proc/stat; None where unreadable."""
+    try:
+        with open(_PROC_STAT) as f:
+            for line in f:
+                if line.startswith("cpu "):
+                    fields = [int(x) for x in line.split()[1:]]
+                    # user nice system idle iowait irq softirq steal [guest guest_nice]: guest time is
+                    # already inside user and nice, so the total stops at steal
+                    if len(fields) < 8:
+                        return None
+                    return fields[7], sum(fields[:8])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+_last_times = _cpu_times()
+
+
+def steal_share() -> float | None:
+    """The share of CPU time stolen by the hypervisor since the previous call (or import).
+
+    None where /proc/stat has no steal column or cannot be read, and where no time passed.
+    """
+    global _last_times
+    now = _cpu_times()
+    before, _last_times = _last_times, now
+    if now is None or before is None or now[1] <= before[1]:
+        return None
+    return (now[0] - before[0]) / (now[1] - before[1])
 
 
 def _blas() -> str:

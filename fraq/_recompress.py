@@ -142,7 +142,7 @@ def recompress(
     Flops, leading order per matrix (Eq. 12, Gram by a general GEMM here), r < d:
     2 d r^2 (QR) + 2 D r^2 (H) + 2 D r^2 (G) + O(r^3) + 4 d r p + 2 D r p through H;
     factored, 2 D r^2 (Y Y^T) + O(r^3) replace H and G. r >= d: 2 d r D (H = X Y) +
-    2 d^2 D (G) + 9 d^3 (eigenproblem) + 2 d p D, at most the dense product B @ A plus
+    2 d^2 D (G) + 14 d^3 / 3 (eigenproblem, ``syevd``) + 2 d p D, at most the dense product B @ A plus
     its Gram and a d x d eigenproblem (:func:`fraq.flops.fraq_flops`).
 
     References: the FRAQ paper (``shared/paper/fraq-paper.tex``), Eckart and Young (1936),

@@ -4,10 +4,13 @@
 
     {"experiment": ..., "key": ..., "config": {...}, "result": {...},
      "machine": {...}, "versions": {...}, "git_sha": ..., "device": "cpu" | "cuda:0",
-     "dtype": "float32", "threads": 1, "loadavg": 0.4, "created": "2026-11-22T14:00:00"}
+     "dtype": "float32", "threads": 1, "loadavg": 0.4, "steal": 0.0, "created": "2026-11-22T14:00:00"}
 
 ``config`` says what was measured, ``result`` what came out; ``machine`` is
-:func:`fraq._machine.machine_record`. The writers in ``benchmarks/`` reach it as
+:func:`fraq._machine.machine_record`; ``loadavg`` the 1-minute load average and ``steal``
+the share of CPU time stolen by the hypervisor since the previous result
+(:func:`fraq._machine.steal_share`; null where not readable), both when the result was
+written. The writers in ``benchmarks/`` reach it as
 :mod:`benchmarks.results`; the federated harness (:mod:`fraq.federated`), which may not
 import ``benchmarks``, writes through it here, so there is one writer and one shape.
 :func:`analysis.loaders.load_results` is the one reader. A rerun replaces the file
@@ -57,13 +60,13 @@ def versions(packages: tuple[str, ...] = ()) -> dict:
 def result_record(experiment: str, key: str, config: dict, result: dict, *, device: torch.device | str = "cpu",
                   dtype: torch.dtype | str = torch.float32, packages: tuple[str, ...] = ()) -> dict:
     """The record :func:`write_result` writes (``packages``: more versions to record)."""
-    from fraq._machine import machine_record
+    from fraq._machine import machine_record, steal_share
 
     machine = machine_record(device)
     return dict(experiment=experiment, key=key, config=config, result=result, machine=machine,
                 versions=versions(packages), git_sha=machine.get("git_sha"), device=str(torch.device(device)),
                 dtype=str(dtype).removeprefix("torch."), threads=torch.get_num_threads(),
-                loadavg=os.getloadavg()[0], created=time.strftime("%Y-%m-%dT%H:%M:%S"))
+                loadavg=os.getloadavg()[0], steal=steal_share(), created=time.strftime("%Y-%m-%dT%H:%M:%S"))
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]+")

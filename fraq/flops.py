@@ -14,13 +14,15 @@ Gram X^T X, X a x r     2 a r^2 as a GEMM (``gram="gemm"``, what the code runs),
 Householder QR a x r    4ark - 2(a + r)k^2 + 4k^3/3, k = min(a, r) (= 2ar^2 - 2r^3/3); LAWN 41
 reflectors onto a x c   4ack - 2ck^2 (LAPACK ``ormqr``); LAWN 41
 Q's first q columns     4aqk - 2(a + q)k^2 + 4k^3/3 (``orgqr``); LAWN 41
-Cholesky n x n          n^3 / 3;  triangular solve with c right-hand sides: n^2 c
-symmetric eig n x n     9 n^3 with vectors, 4 n^3 / 3 values only (GVL Sec. 8.3)
-SVD a x b, a >= b       the cheaper of Golub-Reinsch and R-SVD (GVL Fig. 8.6.1)
+Cholesky n x n          n^3 / 3;  triangular solve with c right-hand sides: n^2 c; LAWN 41
+symmetric eig n x n     ``syevd`` (divide and conquer): 14n^3/3 with vectors, 4n^3/3 of it
+                        nominal; 4n^3/3 values only
+SVD a x b, a >= b       ``gesdd`` on LAPACK's own path: thin 8ab^2 + 4b^3/3, or 6ab^2 + 8b^3
+                        once a >= 11b/6 (QR first); 8b^3/3 of it nominal
 ======================  ====================================================================
 
 **FRAQ** (:func:`fraq_flops`) is the pipeline around a backend (:func:`fraq.recompress`):
-H = C Y (2 s r D), the Gram H H^T, the eigenproblem (9 s^3) and R_p = U_p^T H (2 p s D),
+H = C Y (2 s r D), the Gram H H^T, the eigenproblem (14 s^3 / 3) and R_p = U_p^T H (2 p s D),
 plus the backend's own cost, the basis of X and Q applied to U_p, which the backend
 registry holds (:func:`fraq.backends.register_backend`'s ``flops``). With Householder and
 a SYRK Gram this is the paper's :math:`(2d + 3D) r^2 + O((d + D) r p + r^3)`; the code's
@@ -35,7 +37,7 @@ the **identity** basis Q = I_d, C = X (``identity=True``: no basis work at all).
 col(X) is all of R^d, every orthonormal basis of it is a d x d rotation of I_d, and the
 coordinate space has s = min(d, r) = d dimensions whatever the backend (the paper's
 Appendix, general rank): through H, H = X Y is the aggregate itself, formed once at
-2 d r D, its Gram costs 2 d^2 D and the eigenproblem 9 d^3, linear in r or independent
+2 d r D, its Gram costs 2 d^2 D and the eigenproblem 14 d^3 / 3, linear in r or independent
 of it. The factored form's r x r Gram :math:`YY^\top` grows as r^2: it costs more
 than the product form once r is above about D / 2 (a square matrix: before r reaches
 d), and for D >> d from about r = 1.25 d on (768 x 3072); the comparison finds each
@@ -45,15 +47,19 @@ crossing without a rule of its own.
 exactly (leading terms, SYRK Gram; :func:`fraq_table5`, :func:`florist_table5`,
 :func:`flexlora_table5`); ``model="full"`` is what the code runs, with the routines'
 constants and the lower-order terms (FRAQ from :func:`fraq_flops`, FLoRIST's and
-FlexLoRA's SVDs at GVL's counts). :func:`model_flops` sums either over a model's
+FlexLoRA's SVDs at ``gesdd``'s counts). :func:`model_flops` sums either over a model's
 modules (Eq. 14).
 
 Data-dependent work is not modelled: a Cholesky-QR2 fallback adds Householder's count for
 that matrix, and Newton-Schulz's step count comes from its tolerance (pass ``steps``,
 e.g. from ``result.info["steps"]``).
 
-References: the FRAQ paper, Appendix A.3 and Table 5; Golub and Van Loan, *Matrix
-Computations*, 4th ed. (GVL); LAPACK Working Note 41 (LAWN 41).
+The routines' counts, the LAPACK paths torch takes and which part of them is nominal
+(divide and conquer's data-dependent merges, counted without deflation) are
+:mod:`fraq._routine_flops`'s.
+
+References: the FRAQ paper, Appendix A.3 and Table 5; LAPACK Working Note 41 (LAWN 41);
+Demmel, *Applied Numerical Linear Algebra* (SIAM 1997), Sec. 5.3.3.
 """
 
 from __future__ import annotations
@@ -183,12 +189,12 @@ def fraq_flops(d: int, D: int, r: int, p: int, backend: str = "householder", *, 
         FLOPs as a float.
 
     Examples:
-        The paper's (2d + 3D) r^2, plus the QR's -2 r^3 / 3 and the eigenproblem's 9 r^3:
+        The paper's (2d + 3D) r^2, plus the QR's -2 r^3 / 3 and the eigenproblem's 14 r^3 / 3:
 
         >>> round(fraq_flops(768, 3072, 64, 0, gram="syrk") - (2 * 768 + 3 * 3072) * 64**2)
-        2184533
-        >>> round((9 - 2 / 3) * 64**3)
-        2184533
+        1048576
+        >>> round((14 / 3 - 2 / 3) * 64**3)
+        1048576
     """
     _check_dims(d, D, r, p, gram)
     if identity and r < d:
@@ -269,7 +275,7 @@ def flexlora_table5(d: int, D: int, r: int, p: int) -> float:
 
 
 def _florist_full(d: int, D: int, r: int, p: int) -> float:
-    # thin SVDs with vectors of the d x r and r x D stacks (R-SVD, 6 a r^2 + 20 r^3 each; Table 5's
+    # thin SVDs with vectors of the d x r and r x D stacks (gesdd's QR path, 6 a r^2 + 8 r^3 each; Table 5's
     # 4 a r^2 is the values-only cost), the r x r core product and its SVD, the two recovery products
     s = min(d, r)
     return float(svd_flops(d, s) + svd_flops(s, D) + 2 * s**3 + svd_flops(s, s) + 2 * (d + D) * s * p)
@@ -295,7 +301,7 @@ def analytic_flops(method: str, d: int, D: int, r: int, p: int, *, backend: str 
             Gram, (2d + 3D) r^2); ``"full"``, the same pipelines with the constants of what
             the code runs and the lower-order terms: FRAQ from :func:`fraq_flops` (GEMM
             Gram, every registered backend), FLoRIST and FlexLoRA with their SVDs with
-            singular vectors at GVL's counts.
+            singular vectors at ``gesdd``'s counts (:func:`svd_flops`).
         steps: Newton-Schulz step count, for those backends.
         factored: FRAQ's Gram formed factored (``recompress(gram="factored")``, or
             ``gram="auto"`` when ``info["product_gram_count"]`` is 0), ``model="full"`` only.

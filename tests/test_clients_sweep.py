@@ -84,6 +84,17 @@ def test_roofline_clients_refuses_a_shape_not_in_the_sweep(capsys):
 # ----------------------------------------------------------------------------- the report
 
 
+@pytest.fixture
+def quiet_machine(monkeypatch):
+    """Result files written as on an idle machine: the report's verdicts are withheld when the
+    recorded load average or steal time says the machine was busy (analysis.verdicts.busy), and
+    this machine's own load is no part of these tests."""
+    import fraq._machine
+
+    monkeypatch.setattr("os.getloadavg", lambda: (0.1, 0.1, 0.1))
+    monkeypatch.setattr(fraq._machine, "steal_share", lambda: 0.0)
+
+
 def _write(out, rows):
     from benchmarks.results import write_result
 
@@ -98,7 +109,7 @@ def _write(out, rows):
                           optimal_error=0.1))
 
 
-def test_report_states_exponents_on_each_side_of_d_and_the_crossing(tmp_path):
+def test_report_states_exponents_on_each_side_of_d_and_the_crossing(tmp_path, quiet_machine):
     """FRAQ's time K^1 up to r = d (K = 8) and K^2 past it, the dense path flat at 16 ms:
     they cross between K = 16 (FRAQ 8 ms) and K = 32 (32 ms), at K = 16 * 2^(1/2)."""
     pytest.importorskip("pandas")
@@ -120,7 +131,7 @@ def test_report_states_exponents_on_each_side_of_d_and_the_crossing(tmp_path):
 
 
 
-def test_report_of_a_partial_sweep_compares_the_clients_both_methods_reached(tmp_path):
+def test_report_of_a_partial_sweep_compares_the_clients_both_methods_reached(tmp_path, quiet_machine):
     """An interrupted run: the dense path reached K = 2..8, FRAQ K = 2..32; the report is
     drawn from the K they share (FRAQ faster at each: "never" crosses), no traceback."""
     pytest.importorskip("pandas")

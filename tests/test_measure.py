@@ -110,10 +110,14 @@ def test_textbook_counts():
     assert geqrf_flops(8, 50) == pytest.approx(2 * 50 * 64 - 2 * 512 / 3)
     assert geqrf_flops(8, 8) == pytest.approx(4 * 512 / 3)
     assert ormqr_flops(50, 4, 8) == 4 * 50 * 4 * 8 - 2 * 4 * 64
-    assert eigh_flops(10) == 9000 and eigh_flops(9, vectors=False) == pytest.approx(972)
-    # Tall thin: the R-SVD is cheaper (6ab^2 + 20b^3 < 14ab^2 + 8b^3 iff a > 1.5 b).
-    assert svd_flops(100, 10) == 6 * 100 * 100 + 20 * 1000
-    assert svd_flops(10, 10) == 14 * 1000 + 8 * 1000
+    # syevd: tridiagonalization 4n^3/3, divide and conquer 4n^3/3 (nominal), back-transformation 2n^3.
+    assert eigh_flops(9) == pytest.approx(4 * 729 / 3 + 4 * 729 / 3 + 2 * 729)
+    assert eigh_flops(9, vectors=False) == pytest.approx(972)
+    # gesdd: QR first from a >= 11b/6 on (6ab^2 + 8b^3 thin), bidiagonalization directly below it.
+    assert svd_flops(100, 10) == pytest.approx(6 * 100 * 100 + 8 * 1000)
+    assert svd_flops(10, 100) == svd_flops(100, 10)
+    assert svd_flops(10, 10) == pytest.approx(8 * 1000 + 4 * 1000 / 3)
+    assert svd_flops(18, 10) == pytest.approx(8 * 18 * 100 + 4 * 1000 / 3)  # 18 < 110/6: no QR
 
 
 @pytest.mark.parametrize("batch", [(), (3,), (2, 3)])
@@ -125,10 +129,10 @@ def test_counted_lapack_calls(batch):
     S = S @ S.mT + 8 * torch.eye(8)
     cases = [
         (lambda: torch.geqrf(X), nb * (2 * 50 * 64 - 2 * 512 / 3)),
-        (lambda: torch.linalg.eigh(S), nb * 9 * 512),
+        (lambda: torch.linalg.eigh(S), nb * 14 * 512 / 3),
         (lambda: torch.linalg.cholesky(S), nb * 512 / 3),
         (lambda: torch.linalg.solve_triangular(S, X.mT, upper=True), nb * 64 * 50),
-        (lambda: torch.linalg.svd(X, full_matrices=False), nb * (6 * 50 * 64 + 20 * 512)),
+        (lambda: torch.linalg.svd(X, full_matrices=False), nb * (6 * 50 * 64 + 8 * 512)),
         (lambda: X.mT @ X, nb * 2 * 8 * 8 * 50),
     ]
     for fn, expected in cases:

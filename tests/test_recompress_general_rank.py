@@ -106,8 +106,8 @@ def test_past_d_the_cost_is_linear_in_r_and_below_the_dense_route(m, n):
     assert c2 - c1 == pytest.approx(2 * d * D * (r2 - r1), rel=1e-9)
     assert c3 - c2 == pytest.approx(2 * d * D * (r3 - r2), rel=1e-9)
     for r, c in counted.items():
-        dense = 2 * d * r * D + 2 * d * d * D + 9 * d**3 + 2 * p * d * D
-        assert c <= dense * (1 + 1e-9)
+        dense = 2 * d * r * D + 2 * d * d * D + 14 * d**3 / 3 + 2 * p * d * D
+        assert c <= dense * (1 + 1e-9) + 1  # counts are rounded to whole FLOPs per call
 
 
 # ---------------------------------------------------------------- the result, past d

@@ -11,7 +11,7 @@ import pytest
 pd = pytest.importorskip("pandas")
 
 from analysis import agreement  # noqa: E402
-from analysis.verdicts import Verdict, exact, judge  # noqa: E402
+from analysis.verdicts import Verdict, busy, exact, judge, sign_interval  # noqa: E402
 
 OPPOSITE = {"agrees", "disagrees"}
 
@@ -83,3 +83,91 @@ def test_interval_is_reproducible():
     g = {"a": [1.0, 1.2, 0.9, 1.1], "b": [1.0, 1.05, 0.95]}
     assert judge(g, _ratio, above=1.0) == judge(g, _ratio, above=1.0)
     assert isinstance(judge(g, _ratio, above=1.0), Verdict)
+
+
+# ------------------------------------------------------------------ paired samples (round-robin)
+
+
+def _drifting_rounds(rng, n, ratio, noise=0.03):
+    """Round-robin timings of two calls whose true ratio is ``ratio``: each round's speed drifts
+    (a factor 0.5-2 shared by both calls of the round, as a shared machine's load does) and each
+    call has its own ``noise`` (lognormal)."""
+    drift = np.exp(rng.uniform(np.log(0.5), np.log(2.0), n))
+    b = 10.0 * drift * np.exp(noise * rng.standard_normal(n))
+    a = ratio * 10.0 * drift * np.exp(noise * rng.standard_normal(n))
+    return {"a": a, "b": b}
+
+
+def test_a_constant_paired_ratio_under_drift_is_decisive():
+    """Ratio 2.5 with the machine's speed drifting 4x between rounds: paired, the verdict on
+    "above 2" is decided at 10 rounds for every seed; unpaired, the drift swamps it."""
+    for seed in range(50):
+        g = _drifting_rounds(np.random.default_rng(seed), 10, 2.5)
+        v = judge(g, _ratio, above=2.0, paired=True)
+        assert v.word == "agrees" and v.method == "paired" and v.rounds == 10
+        assert 2.0 < v.lo <= v.value <= v.hi < 3.0  # 3% noise per call: the interval is within 20% of 2.5
+        assert judge(g, _ratio, below=2.0, paired=True).word == "disagrees"
+    g = _drifting_rounds(np.random.default_rng(0), 10, 2.5)
+    assert judge(g, _ratio, above=2.0).word == "inconclusive"  # the same samples, pairing thrown away
+
+
+def test_identical_methods_are_never_called_different():
+    """Two identical calls under drift, 10 paired rounds, 400 seeds: against a 10% difference
+    either way, never decided in the wrong direction; at the truth (ratio 1), decided in at most
+    3% of seeds (the sign interval's one-sided error at n = 10 is 11/1024 = 1.1% each side)."""
+    decided = 0
+    for seed in range(400):
+        g = _drifting_rounds(np.random.default_rng(seed), 10, 1.0)
+        assert judge(g, _ratio, above=1.1, paired=True).word != "agrees"
+        assert judge(g, _ratio, below=0.9, paired=True).word != "agrees"
+        decided += judge(g, _ratio, above=1.0, paired=True).word != "inconclusive"
+    assert decided <= 0.03 * 400
+
+
+@pytest.mark.parametrize("where", [0, 4, 9])
+@pytest.mark.parametrize("outlier", [0.1, 50.0])
+def test_one_outlier_among_few_rounds_does_not_flip_the_verdict(where, outlier):
+    """10 rounds at ratio 2.5, one of them replaced by a load spike (one call 10x slower or
+    faster in that round): the verdict on "above 2" stays "agrees"."""
+    g = _drifting_rounds(np.random.default_rng(3), 10, 2.5)
+    assert judge(g, _ratio, above=2.0, paired=True).word == "agrees"
+    g["a"][where] *= outlier / 2.5
+    v = judge(g, _ratio, above=2.0, paired=True)
+    assert v.word == "agrees", v
+
+
+def test_too_few_rounds_are_inconclusive_and_unpaired_samples_fall_back():
+    g = _drifting_rounds(np.random.default_rng(0), 5, 2.5)
+    v = judge(g, _ratio, above=2.0, paired=True)
+    assert v.word == "inconclusive" and v.rounds == 5 and (v.lo, v.hi) == (min(_ratio(g)), max(_ratio(g)))
+    uneven = {"a": [25.0, 26.0, 24.0], "b": [10.0, 10.5]}
+    with pytest.warns(UserWarning, match=r"not paired.*unpaired interval"):
+        v = judge(uneven, _ratio, above=2.0, paired=True, claim="c")
+    assert v.method == "unpaired" and v.word == "agrees"
+
+
+def test_sign_interval_matches_the_binomial():
+    # n = 10: [x_(2), x_(9)], coverage 1 - 2 * 11/1024; n = 6: [min, max], 1 - 2/64; n = 5: [min, max], 1 - 2/32
+    lo, hi, cover = sign_interval(np.arange(10.0)[::-1])
+    assert (lo, hi) == (1.0, 8.0) and cover == pytest.approx(1 - 22 / 1024)
+    assert sign_interval(np.arange(6.0)) == (0.0, 5.0, pytest.approx(1 - 2 / 64))
+    assert sign_interval(np.arange(5.0)) == (0.0, 4.0, pytest.approx(1 - 2 / 32))
+    assert 1 - 2 / 32 < 0.95 <= 1 - 2 / 64  # MIN_ROUNDS = 6
+    # coverage checked by simulation: skewed (lognormal) samples, true median 1, n = 12, 4000 trials
+    rng = np.random.default_rng(5)
+    hits = sum(lo <= 1.0 <= hi for lo, hi, _ in (sign_interval(np.exp(rng.standard_normal(12))) for _ in range(4000)))
+    assert hits / 4000 >= 0.95 - 3 * np.sqrt(0.95 * 0.05 / 4000)
+
+
+def test_a_busy_machine_withholds_the_verdict():
+    g = _drifting_rounds(np.random.default_rng(0), 10, 2.5)
+    quiet = [{"loadavg": 1.2, "threads": 1, "steal": 0.01}, {"loadavg": 0.3, "threads": 1, "steal": None}]
+    assert judge(g, _ratio, above=2.0, paired=True, machine=quiet).word == "agrees"
+    assert busy(quiet) == "" and busy(None) == "" and busy({"loadavg": None}) == ""
+    for rec, why in (({"loadavg": 2.6, "threads": 2}, r"load average 2.60 above 2 thread"),
+                     ({"loadavg": 0.2, "threads": 1, "steal": 0.12}, r"steal time 12.0% above 5%")):
+        with pytest.warns(UserWarning, match="machine was busy"):
+            v = judge(g, _ratio, above=2.0, paired=True, machine=quiet + [rec], claim="c")
+        assert v.word == "no verdict" and re.search(why, v.interval())
+    df = pd.DataFrame(quiet + [{"loadavg": 3.0, "threads": 1, "steal": 0.0}])
+    assert "load average 3.00" in busy(df)

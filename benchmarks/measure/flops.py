@@ -12,13 +12,16 @@ geqrf (torch.geqrf)            4mnk - 2(m + n)k^2 + 4k^3/3 (= 2mn^2 - 2n^3/3, m>
 ormqr (torch.ormqr)            4 m c k - 2 c k^2, Q m x m from k reflectors, C m x c LAWN 41
 linalg_householder_product     4 m q k - 2(m + q)k^2 + 4k^3/3, Q m x q               LAWN 41
 linalg_qr                      geqrf + householder_product for Q (none in mode 'r')  LAWN 41
-_linalg_eigh (eigh, eigvalsh)  9 n^3 with vectors, 4 n^3 / 3 values only            GVL 8.3
-_linalg_svd (svd, svdvals)     min(Golub-Reinsch, R-SVD) of GVL Fig. 8.6.1, a>=b:   GVL 8.6
-                               values 4ab^2-4b^3/3 | 2ab^2+2b^3;
-                               thin U,V 14ab^2+8b^3 | 6ab^2+20b^3;
-                               full U,V 4a^2b+8ab^2+9b^3 | 4a^2b+22b^3
-linalg_cholesky_ex             n^3 / 3                                              GVL 4.2
-linalg_solve_triangular,       n^2 c (n x n triangle, c right-hand sides)           GVL 3.1
+_linalg_eigh (eigh, eigvalsh)  syevd: sytrd + stedc + ormtr = 14 n^3 / 3 with       LAWN 41,
+                               vectors (stedc's 4n^3/3 nominal), 4 n^3 / 3 values   Demmel
+                               only                                                 5.3.3
+_linalg_svd (svd, svdvals)     gesdd on LAPACK's path, a >= b; a < 11b/6 | QR       LAWN 41,
+                               first: values 4ab^2-4b^3/3 | 2ab^2+2b^3;             dgesdd.f
+                               thin U,V 8ab^2+4b^3/3 | 6ab^2+8b^3;
+                               full U,V 4a^2b+2ab^2+10b^3/3 | 4a^2b+10b^3
+                               (bdsdc's 8b^3/3 nominal)
+linalg_cholesky_ex             n^3 / 3                                              LAWN 41
+linalg_solve_triangular,       n^2 c (n x n triangle, c right-hand sides)           LAWN 41
 triangular_solve
 cholesky_solve                 2 n^2 c                                              GVL 4.2
 linalg_lu_factor_ex            m n k - (m + n)k^2/2 + k^3/3 (= 2n^3/3 square)       GVL 3.2
@@ -26,11 +29,14 @@ _linalg_solve_ex               2n^3/3 + 2 n^2 c                                 
 =============================  ===================================================  ==========
 
 A multiply-add is 2 FLOPs, as in FlopCounterMode's ``mm`` (2mnk). Batched inputs multiply
-by the batch size. LAPACK's own choice of algorithm (divide and conquer in ``syevd`` and
-``gesdd``) changes the constants on the r^3 terms, never the d r^2 and D r^2 terms the
-paper's model keeps. Elementwise work (scaling, masking, copies) is not counted, by either
-the counter or the model. Operators that look like linear algebra but have no formula
-here are reported in :attr:`FlopCount.uncounted`, so a zero is never silent.
+by the batch size. The counts are those of the routines torch calls on the CPU
+(:mod:`fraq._routine_flops`): ``syevd`` and ``gesdd``, divide and conquer, whose merges
+are counted at their no-deflation bound (nominal), so a rate credited with them is an
+upper bound; they change the constants on the r^3 terms, never the d r^2 and D r^2
+terms the paper's model keeps. Elementwise work (scaling, masking, copies) is not
+counted, by either the counter or the model. Operators that look like linear algebra but
+have no formula here are reported in :attr:`FlopCount.uncounted`, so a zero is never
+silent.
 
 Dispatch modes are per thread, so the call is counted at one torch thread: work that
 ``fraq._parallel.batch_map`` would fan out to Python threads then runs on the calling
@@ -43,11 +49,17 @@ FRAQ with each backend, the baselines, Table 5), so counted FLOPs and
 :func:`fraq.flops.analytic_flops` with ``model="full"`` agree to the r^3 constants;
 ``model="table5"`` differs from them by the Gram convention (SYRK there, GEMM in the
 code: 3D r^2 against 4D r^2) and the SVD constants (the paper's 4 a r^2 thin SVD is
-GVL's values-only count; with singular vectors the R-SVD costs 6 a r^2).
+a values-only count; with singular vectors ``gesdd``'s QR path costs 6 a r^2).
 
-References: Golub and Van Loan, *Matrix Computations*, 4th ed. (GVL); LAPACK Working
-Note 41 (LAWN 41), "Installation guide", operation counts table; the FRAQ paper,
-Appendix A.3 and Table 5.
+The check that counted and analytic FLOPs agree is a check of the plumbing (every
+routine a call runs has a formula); the formulas themselves are checked against LAWN 41's
+polynomials and a divide-and-conquer recursion in ``tests/test_routine_flops.py``, and
+each routine's credited rate against the GEMM rate measured in the same process.
+
+References: LAPACK Working Note 41 (LAWN 41), "Installation guide", operation counts
+table (the formulas MAGMA's ``testing/flops.h`` transcribes); Golub and Van Loan, *Matrix
+Computations*, 4th ed. (GVL) for LU and its solves; Demmel, *Applied Numerical Linear
+Algebra*, Sec. 5.3.3; the FRAQ paper, Appendix A.3 and Table 5.
 """
 
 from __future__ import annotations
@@ -73,21 +85,22 @@ def _batch(shape) -> int:
 
 # ------------------------------------------------- FlopCounterMode formulas (shapes in)
 # FlopCounterMode calls each formula with the op's arguments, tensors replaced by their
-# shapes, and out_shape= the output's shape(s).
+# shapes, and out_shape= the output's shape(s). Counts with thirds (4k^3/3, 14n^3/3) are
+# rounded to the nearest integer, so a sum of calls stays within half a FLOP per call.
 
 
 def _geqrf(a, *args, out_shape=None, **kwargs) -> int:
-    return int(_batch(a) * analytic.qr_flops(a[-2], a[-1]))
+    return round(_batch(a) * analytic.qr_flops(a[-2], a[-1]))
 
 
 def _ormqr(a, tau, other, left=True, transpose=False, *args, out_shape=None, **kwargs) -> int:
     k = tau[-1]
     m, c = (other[-2], other[-1]) if left else (other[-1], other[-2])
-    return int(_batch(other) * analytic.reflector_flops(m, c, k))
+    return round(_batch(other) * analytic.reflector_flops(m, c, k))
 
 
 def _householder_product(a, tau, *args, out_shape=None, **kwargs) -> int:
-    return int(_batch(a) * analytic.orgqr_flops(a[-2], a[-1], tau[-1]))
+    return round(_batch(a) * analytic.orgqr_flops(a[-2], a[-1], tau[-1]))
 
 
 def _linalg_qr(a, mode="reduced", *args, out_shape=None, **kwargs) -> int:
@@ -98,47 +111,47 @@ def _linalg_qr(a, mode="reduced", *args, out_shape=None, **kwargs) -> int:
         f += analytic.orgqr_flops(m, k, k)
     elif mode == "complete":
         f += analytic.orgqr_flops(m, m, k)
-    return int(_batch(a) * f)
+    return round(_batch(a) * f)
 
 
 def _linalg_eigh(a, uplo="L", compute_v=True, *args, out_shape=None, **kwargs) -> int:
-    return int(_batch(a) * analytic.eigh_flops(a[-1], vectors=compute_v))
+    return round(_batch(a) * analytic.eigh_flops(a[-1], vectors=compute_v))
 
 
 def _linalg_svd(a, full_matrices=False, compute_uv=True, *args, out_shape=None, **kwargs) -> int:
-    return int(_batch(a) * analytic.svd_flops(a[-2], a[-1], compute_uv=compute_uv, full_matrices=full_matrices))
+    return round(_batch(a) * analytic.svd_flops(a[-2], a[-1], compute_uv=compute_uv, full_matrices=full_matrices))
 
 
 def _cholesky(a, *args, out_shape=None, **kwargs) -> int:
-    return int(_batch(a) * a[-1] ** 3 / 3)
+    return round(_batch(a) * analytic.cholesky_flops(a[-1]))
 
 
 def _solve_triangular(a, b, *args, upper=None, left=True, unitriangular=False, out_shape=None, **kwargs) -> int:
     # linalg_solve_triangular(A, B, *, upper, left=True): A is n x n.
     n = a[-1]
     c = b[-1] if left else b[-2]
-    return int(max(_batch(a), _batch(b)) * n * n * c)
+    return round(max(_batch(a), _batch(b)) * n * n * c)
 
 
 def _triangular_solve(b, a, *args, out_shape=None, **kwargs) -> int:
     # triangular_solve(B, A): solves A X = B with A n x n, B n x c.
-    return int(max(_batch(a), _batch(b)) * a[-1] ** 2 * b[-1])
+    return round(max(_batch(a), _batch(b)) * a[-1] ** 2 * b[-1])
 
 
 def _cholesky_solve(b, l, *args, out_shape=None, **kwargs) -> int:
-    return int(max(_batch(b), _batch(l)) * 2 * l[-1] ** 2 * b[-1])
+    return round(max(_batch(b), _batch(l)) * 2 * l[-1] ** 2 * b[-1])
 
 
 def _lu_factor(a, *args, out_shape=None, **kwargs) -> int:
     m, n = a[-2], a[-1]
     k = min(m, n)
-    return int(_batch(a) * (m * n * k - (m + n) * k**2 / 2 + k**3 / 3))
+    return round(_batch(a) * (m * n * k - (m + n) * k**2 / 2 + k**3 / 3))
 
 
 def _solve_ex(a, b, *args, left=True, out_shape=None, **kwargs) -> int:
     n = a[-1]
     c = (b[-1] if len(b) >= 2 and b[-2] == n else 1) if left else b[-2]
-    return int(max(_batch(a), _batch(b) if len(b) >= 2 else 1) * (2 * n**3 / 3 + 2 * n * n * c))
+    return round(max(_batch(a), _batch(b) if len(b) >= 2 else 1) * (2 * n**3 / 3 + 2 * n * n * c))
 
 
 LAPACK_FORMULAS: dict = {

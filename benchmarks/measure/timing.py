@@ -5,11 +5,17 @@ asynchronous kernel launches are not mistaken for finished work. On the CPU it i
 ``time.perf_counter``. The thread count is recorded with every measurement: on a
 2-core machine a 2-thread LAPACK call has been seen to slow 100x for minutes, so a
 surprising number should be checked at 1 thread before it is believed.
+
+The garbage collector is off while samples are taken (:func:`gc_off`, as the standard
+library's ``timeit`` does): a collection triggered by one call's allocations would
+otherwise land in whichever sample crosses the threshold. It runs once before timing,
+so garbage left by the set-up is not collected inside a sample either.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-__all__ = ["Timing", "timed", "gemm_rate", "threads"]
+__all__ = ["Timing", "timed", "gemm_rate", "gc_off", "round_robin", "threads"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,19 @@ def threads(n: int | None) -> Iterator[int]:
         torch.set_num_threads(before)
 
 
+@contextlib.contextmanager
+def gc_off() -> Iterator[None]:
+    """Collect once, then run the block with the garbage collector disabled; restore its state."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -104,6 +123,12 @@ def timed(
     for _ in range(warmup):
         fn()
     _sync(device)
+    with gc_off():
+        samples = _samples(fn, repeats, min_time, device)
+    return Timing(tuple(samples), torch.get_num_threads(), str(device))
+
+
+def _samples(fn: Callable[[], object], repeats: int, min_time: float, device: torch.device) -> list[float]:
     samples: list[float] = []
     while len(samples) < repeats or sum(samples) < min_time:
         if device.type == "cuda":
@@ -119,24 +144,28 @@ def timed(
             t0 = time.perf_counter()
             fn()
             samples.append(time.perf_counter() - t0)
-    return Timing(tuple(samples), torch.get_num_threads(), str(device))
+    return samples
 
 
 def round_robin(calls: dict, repeats: int, device: torch.device | str = "cpu") -> dict:
     """Time each call ``repeats`` times in turn (order rotated each round), after one warm-up each.
 
     Interleaving makes a machine whose speed drifts (shared or virtual cores) slow every
-    call alike, so ratios between the calls hold where separate runs would not.
-    Returns ``{key: Timing}``.
+    call alike, so ratios between the calls hold where separate runs would not. Sample k
+    of every key comes from round k: the samples are paired, and a verdict on their ratio
+    should be judged per round (``analysis.verdicts.judge(..., paired=True)``). The
+    garbage collector is off for all rounds. Returns ``{key: Timing}``.
     """
     keys = list(calls)
     for fn in calls.values():
         fn()
     samples = {k: [] for k in keys}
     device = torch.device(device)
-    for rep in range(repeats):
-        for k in keys[rep % len(keys):] + keys[:rep % len(keys)]:
-            samples[k].append(timed(calls[k], repeats=1, warmup=0, device=device).samples[0])
+    _sync(device)
+    with gc_off():
+        for rep in range(repeats):
+            for k in keys[rep % len(keys):] + keys[:rep % len(keys)]:
+                samples[k].append(_samples(calls[k], 1, 0.0, device)[0])
     return {k: Timing(tuple(v), torch.get_num_threads(), str(device)) for k, v in samples.items()}
 
 

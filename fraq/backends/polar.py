@@ -42,7 +42,7 @@ Non-finite input gives non-finite coordinates, which :func:`fraq.recompress` rep
 naming the factor (LAPACK's SVD would refuse it with a less helpful error).
 
 Flops, leading order per matrix: Householder's 2 d r^2 - 2 r^3 / 3, then about
-22 r^3 float64 flops for the r x r SVD with vectors and 4 r^3 for S and the rotation;
+28 r^3 / 3 float64 flops for the r x r SVD with vectors (``gesdd``) and 4 r^3 for S and the rotation;
 applying Q to r x p coordinates is 2 r^2 p plus the reflectors' 4 d r p - 2 r^2 p. It
 costs more than Householder by its O(r^3) terms and is kept as the mathematically
 canonical alternative basis (S symmetric instead of R triangular), not for speed.
