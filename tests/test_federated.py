@@ -888,3 +888,28 @@ def test_smoke_setting_to_report(tmp_path):
         verdicts = re.findall(r"ours \*\*(agrees|disagrees|inconclusive)\*\*", section)
         assert len(verdicts) == (4 if v == "homogeneous" else 3), section  # FedEx-LoRA skipped with mixed ranks
     assert "skipped: fedex-lora needs one rank" in report and (tmp_path / "figures" / "federated_accuracy.png").exists()
+
+
+@pytest.mark.parametrize("argv, variants", [
+    (["--ranks", "8"], {"homogeneous": (8,)}),
+    (["--set", "federated.ranks=[4,8]"], {"homogeneous": (4, 8)}),
+    (["--ranks", "8", "--variants", "heterogeneous"], {"heterogeneous": (8,)}),
+    (["--ranks", "4,16", "--clients", "2", "--variants", "homogeneous", "heterogeneous"],
+     {"homogeneous": (4, 16), "heterogeneous": (4, 16)}),
+])
+def test_cli_ranks_apply_to_the_variants(argv, variants, tmp_path, capsys, monkeypatch):
+    """The user's ranks are the ranks every point runs with; a variant that only set its own
+    ranks is left out (it would run the homogeneous one again), one line saying so."""
+    from fraq.federated import cli
+    from fraq.federated.experiment import points
+
+    seen = {}
+    monkeypatch.setattr(cli, "run_experiment", lambda cfg, out, **k: seen.setdefault("points", points(cfg)))
+    assert main([*argv, "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    got = {p.variant: tuple(p.cfg["federated"]["ranks"]) for p in seen["points"]}
+    assert got == variants
+    err = capsys.readouterr().err
+    if "heterogeneous" in variants:
+        assert "variants.heterogeneous: federated.ranks [4, 16, 32, 64] replaced by" in err, err
+    else:
+        assert err.count("\n") == 1 and "variants.heterogeneous: left out" in err and "--variants heterogeneous" in err
