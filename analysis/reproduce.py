@@ -114,14 +114,18 @@ def _build(out: Path, pdf: bool = True) -> str:
             continue
         parts += drawn
 
-    head = ["# FRAQ server-side reproduction", ""]
+    from analysis.federated import SMOKE, is_smoke
+
+    smoke = is_smoke(res.all)
+    head = ["# FRAQ smoke run: no verdicts" if smoke else "# FRAQ server-side reproduction", ""]
     size = res.configuration.get("size")
     head.append(f"Measured on {style.caption(res.all)}" + (f"; size `{size}`" if size else "") + ". ")
-    head += ["Every figure and table below is rebuilt from the JSON files under `results/` by "
-             "`python -m analysis.reproduce --out <this directory>`. Statements marked "
-             "**agrees**/**disagrees** compare our numbers with the paper's text; the paper measured on a GH200 "
-             "GPU, this run on the device named in each caption, so only ratios and trends are comparable. "
-             + HOW, "", "## Figures", ""]
+    rebuilt = ("Every figure and table below is rebuilt from the JSON files under `results/` by "
+               "`python -m analysis.reproduce --out <this directory>`. ")
+    head += [rebuilt + (SMOKE if smoke else
+                        "Statements marked **agrees**/**disagrees** compare our numbers with the paper's text; the "
+                        "paper measured on a GH200 GPU, this run on the device named in each caption, so only ratios "
+                        "and trends are comparable. " + HOW), "", "## Figures", ""]
     head += [f"- `figures/{n}.png`: {w}" for n, w in made] + [""]
     return "\n".join(head) + "\n" + "\n".join(parts)
 

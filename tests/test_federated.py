@@ -871,7 +871,9 @@ def test_an_input_is_never_written_even_with_overwrite(tmp_path, monkeypatch, ca
 
 def test_smoke_setting_to_report(tmp_path):
     """The smoke setting (both variants, two seeds, the compared methods) on the tiny model, then the
-    analysis' report from its result files: the table with intervals and a verdict per claim."""
+    analysis' report from its result files: the table with intervals; the report says it is a
+    smoke run and gives no verdict (its accuracies mean nothing), its figure no band; the
+    verdicts computed from the same files find one per claim."""
     pytest.importorskip("pandas")
     pytest.importorskip("matplotlib")
     from analysis.reproduce import build
@@ -880,13 +882,28 @@ def test_smoke_setting_to_report(tmp_path):
                                 "federated.rounds": 1})
     files = run_experiment(cfg, tmp_path, progress=False, log=lambda *a: None)
     assert len(files) == 2 * 2 * len(cfg["methods"]) and all(f.exists() for f in files)
-    report = build(tmp_path).read_text()
+    import matplotlib
+
+    from analysis import federated
+    from analysis.resultset import load
+
+    drawn = []
+    figure = federated.figure
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(federated, "figure", lambda *a, **k: drawn.append(figure(*a, **k)) or drawn[-1])
+        report = build(tmp_path).read_text()
+    assert report.startswith("# FRAQ smoke run: no verdicts") and federated.SMOKE in report
+    assert not re.search(r"\*\*(agrees|disagrees|inconclusive)\*\*", report), report
+    assert "band" not in report and not any(isinstance(c, matplotlib.collections.PolyCollection)
+                                            for ax in drawn[0].axes for c in ax.collections)
+    runs = federated.runs(load(tmp_path / "results")["federated"])
     for v in ("homogeneous", "heterogeneous"):
         section = report.split(f"### {v} ranks")[1].split("###")[0]
         assert re.search(r"\| FRAQ \(τ=0\.95\) \| (\*\*|<u>)?\d+\.\d\d(\*\*|</u>)? \[-?\d+\.\d\d, \d+\.\d\d\] \|",
                          section), section
-        verdicts = re.findall(r"ours \*\*(agrees|disagrees|inconclusive)\*\*", section)
-        assert len(verdicts) == (4 if v == "homogeneous" else 3), section  # FedEx-LoRA skipped with mixed ranks
+        lines = "\n".join(federated.verdict_lines(runs, v))
+        verdicts = re.findall(r"ours \*\*(agrees|disagrees|inconclusive)\*\*", lines)
+        assert len(verdicts) == (4 if v == "homogeneous" else 3), v  # FedEx-LoRA skipped with mixed ranks
     assert "skipped: fedex-lora needs one rank" in report and (tmp_path / "figures" / "federated_accuracy.png").exists()
 
 
