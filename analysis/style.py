@@ -122,12 +122,14 @@ def caption(df: pd.DataFrame, extra: str = "") -> str:
     """Device, machine, dtype, thread count and versions of the rows behind a figure, one line,
     all read from the rows (the result files)."""
     sha = _first(df, "git_sha", _first(df, "machine.git_sha"))
+    # a run from a source archive (no git) has no commit: its package version names the source
+    fraq_v = str(sha)[:10] if sha != "?" else f"{_first(df, 'versions.fraq')} (no git commit recorded)"
     threads = _first(df, "threads", _first(df, "machine.threads"))
     torch_v = _first(df, "versions.torch", _first(df, "machine.torch"))
     dtype = _first(df, "dtype", "float32")
     line = (f"{_device(df)}; {_first(df, 'machine.cpu')} ({_first(df, 'machine.cores')} cores, "
             f"BLAS {_first(df, 'machine.blas')}); {dtype}; {threads} torch thread(s); torch {torch_v}, "
-            f"python {_first(df, 'machine.python')}; fraq {str(sha)[:10]}")
+            f"python {_first(df, 'machine.python')}; fraq {fraq_v}")
     if "loadavg" in df and pd.to_numeric(df["loadavg"], errors="coerce").notna().any():
         la = pd.to_numeric(df["loadavg"], errors="coerce")
         line += f"; 1-min load average {la.min():.1f}-{la.max():.1f}"

@@ -818,3 +818,15 @@ def test_markdown_prints_one_notation_per_column():
     rows = [line.split(" | ") for line in md.splitlines()[2:]]
     assert [r[0].strip("| ") for r in rows] == ["5", "100", "-"]
     assert [r[1].strip("| ") for r in rows] == ["1.00e-06", "5.00e-01", "2.00e+00"]
+
+
+def test_a_result_without_a_commit_is_captioned_with_its_version(tmp_path):
+    """A run from a source archive (no git) records no commit: the caption names fraq's version."""
+    import fraq
+
+    rec = write_result(tmp_path, "e", "k", {"a": 1}, {"v": 1})
+    data = json.loads(rec.read_text())
+    data["git_sha"] = data["machine"]["git_sha"] = None
+    rec.write_text(json.dumps(data))
+    cap = style.caption(loaders.load_results(tmp_path))
+    assert "fraq ?" not in cap and f"fraq {fraq.__version__} (no git commit recorded)" in cap, cap
