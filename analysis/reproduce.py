@@ -26,6 +26,8 @@ import warnings
 from pathlib import Path
 from types import ModuleType
 
+from fraq._help import plain
+
 __all__ = ["SECTIONS", "build", "main", "section_module"]
 
 
@@ -166,7 +168,7 @@ def _render(sec, figs: Path, made: list, pdf: bool = True) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m analysis.reproduce", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m analysis.reproduce", description=plain(__doc__.split("\n")[0]))
     ap.add_argument("--out", type=Path, default=Path("results/reproduce"),
                     help="directory holding results/ (figures/ and report.md are written there)")
     ap.add_argument("--no-pdf", action="store_true", help="PNG figures only, and no PDF links (a report to commit)")

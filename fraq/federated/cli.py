@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from fraq._help import plain
+
 __all__ = ["main", "run_experiment"]
 
 
@@ -229,7 +231,7 @@ def _assignment(text: str) -> tuple[str, object]:
 def build_parser() -> argparse.ArgumentParser:
     from fraq.federated.config import SETTINGS
 
-    p = argparse.ArgumentParser(prog="python -m fraq.federated", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m fraq.federated", description=plain(__doc__.split("\n\n")[0]),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="quick", help=f"setting: {', '.join(SETTINGS)} or a JSON file (default quick)")
     p.add_argument("--methods", nargs="+", metavar="METHOD", help="aggregators, e.g. fedit flora fraq:tau=0.80")
