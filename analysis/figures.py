@@ -180,7 +180,8 @@ def fig3_scalability(df: pd.DataFrame):
     names = [n for n in ["FRAQ", "FLoRIST", "FlexLoRA"] if n in set(d["method_name"])]
     handles = [Line2D([], [], color=COLORS[n], marker=MARKERS[n], label=n) for n in names]
     handles += [Line2D([], [], color="k", linestyle="-", marker="o", label="batched"),
-                Line2D([], [], color="k", linestyle="--", marker="o", markerfacecolor="white", label="unbatched")]
+                Line2D([], [], color="k", linestyle="--", marker="o", markerfacecolor="white", label="unbatched"),
+                Line2D([], [], color="#999999", linestyle=":", linewidth=1, label="float32 eps")]
     _legend_top(fig, handles, [h.get_label() for h in handles], len(handles))
     return fig
 
