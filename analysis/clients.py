@@ -164,7 +164,7 @@ def lines(df: pd.DataFrame, dense: str = "flexlora") -> list[str]:
         if len(fr) < 2:
             out.append(f"{head} FRAQ measured at fewer than two K.")
             continue
-        exps = ", ".join(f"{label(m)} K^{_a(growth(s, 'below'))} / K^{_a(growth(s, 'above'))}"
+        exps = ", ".join(f"{label(m)} {_k(growth(s, 'below'))} / {_k(growth(s, 'above'))}"
                          for m, s in sub.groupby("method", sort=False))
         out.append(f"{head} time ~ K^a up to r = d / from r = d: {exps}.")
         above = fr[fr["r"] >= dd]
@@ -225,6 +225,11 @@ def lines(df: pd.DataFrame, dense: str = "flexlora") -> list[str]:
         out.append(f"- The energy rule: at {len(short)} point(s) a rank keeps less than tau = {d['tau'].iloc[0]:g} of "
                    f"the float64 energy (its float32 total misses part of the spectrum): " + "; ".join(pts) + ".")
     return out
+
+
+def _k(x: float) -> str:
+    """``K^a`` of a fitted exponent; where there was nothing to fit (fewer than two K), says so."""
+    return f"K^{_a(x)}" if np.isfinite(x) else "no fit (fewer than two K)"
 
 
 def _a(x: float) -> str:

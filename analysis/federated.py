@@ -31,7 +31,7 @@ import pandas as pd
 from analysis.verdicts import Verdict
 
 __all__ = ["CLOSE_POINTS", "HOW", "PAPER_DOWNLINK", "accuracy_interval", "compare", "curves", "display_name",
-           "figure", "interval", "paired", "runs", "table", "variant_settings", "variants", "verdict_lines"]
+           "figure", "interval", "is_smoke", "paired", "runs", "table", "variant_settings", "variants", "verdict_lines"]
 
 CLOSE_POINTS = 1.0
 """"Close to" an uncompressed baseline, as tested: FRAQ's accuracy at most 1 percentage
@@ -51,6 +51,16 @@ _COLORS = {"FRAQ": "#6A3D9A", "FLoRIST": "#1B9E77", "FlexLoRA": "#E66101", "FLoR
            "FedEx-LoRA": "#999999", "FedIT": "#377EB8", "LoRA-A²": "#A6761D", "FLoRG": "#E7298A"}
 _MARKERS = {"FRAQ": "o", "FLoRIST": "s", "FlexLoRA": "^", "FLoRA": "D", "FedEx-LoRA": "P", "FedIT": "v",
             "LoRA-A²": "X", "FLoRG": "<"}
+
+
+SMOKE = ("A smoke run (`--config smoke`): a few steps on a tiny schedule that check every piece of the "
+         "pipeline runs. Its accuracies mean nothing, so it gives no verdict on the paper's claims.")
+"""What a report of the smoke setting says in place of its verdicts."""
+
+
+def is_smoke(df: pd.DataFrame) -> bool:
+    """Whether ``df`` (result rows) holds a run of the smoke setting."""
+    return "setting" in df and bool((df["setting"] == "smoke").any())
 
 
 def display_name(spec: str) -> str:
@@ -257,9 +267,9 @@ def _diff(v: Verdict) -> str:
     return f"{v.value:+.2f} points {iv}"
 
 
-def figure(curves_: pd.DataFrame, variants: list[str], titles: dict[str, str] | None = None):
+def figure(curves_: pd.DataFrame, variants: list[str], titles: dict[str, str] | None = None, bands: bool = True):
     """Accuracy per round, one panel per variant (``titles``: variant -> panel title): the mean
-    over seeds, band = 95% interval, kept inside [0, 100]."""
+    over seeds, band = 95% interval, kept inside [0, 100] (``bands=False``: no band)."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(variants), figsize=(5.2 * len(variants), 4.2), squeeze=False, sharey=True)
@@ -274,8 +284,9 @@ def figure(curves_: pd.DataFrame, variants: list[str], titles: dict[str, str] | 
             style = "--" if fam == "FRAQ" and len(fraqs) > 1 and m != fraqs[-1] else "-"
             (line,) = ax.plot(stats_.index, stats_["mean"], marker=_MARKERS.get(fam, "."), linestyle=style,
                               color=_COLORS.get(fam), label=display_name(m), markersize=4)
-            ax.fill_between(stats_.index, stats_["lo"].clip(0, 100), stats_["hi"].clip(0, 100),
-                            color=line.get_color(), alpha=0.12, linewidth=0)  # an accuracy lies in [0, 100]
+            if bands:
+                ax.fill_between(stats_.index, stats_["lo"].clip(0, 100), stats_["hi"].clip(0, 100),
+                                color=line.get_color(), alpha=0.12, linewidth=0)  # an accuracy lies in [0, 100]
             handles.setdefault(display_name(m), line)
         ax.set_xlabel("round")
         ax.set_title(titles.get(variant, f"{variant} ranks") if titles else f"{variant} ranks")

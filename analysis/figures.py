@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.style import COLORS, MARKERS, NAMES, ORDER
+from analysis.style import COLORS, MARKERS, NAMES, ORDER, num
 
-__all__ = ["fig1_downlink", "fig3_scalability", "fig4_fidelity", "fig_backends", "fig4_summary", "fig3_summary"]
+__all__ = ["fig1_downlink", "fig1_table", "fig3_scalability",
+           "fig4_fidelity", "fig_backends", "fig4_summary", "fig3_summary"]
 
 FLOOR = 1e-17
 """Errors below this (exact zeros in float64) are drawn at it on log axes."""
@@ -42,14 +43,32 @@ def _legend_top(fig, handles, labels, ncol) -> None:
 # ----------------------------------------------------------------------------- Fig. 1
 
 
-def fig1_downlink(df: pd.DataFrame):
-    """Per-client downlink (M parameters, whole model) against the number of clients
-    (at the middle local rank) and the local rank (at 8 clients, or the nearest)."""
-    plt = _plt()
+def _fig1_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Fig. 1's rows with ``label`` (the legend's) and ``M`` (downlink, M parameters)."""
     d = df.copy()
     d["label"] = np.where(d["method"] == "flora", "FLoRA (exact stack)",
                           "FRAQ, " + (100 * d["tau"].fillna(0)).round().astype(int).astype(str) + "% energy")
     d["M"] = d["downlink_params_full"] / 1e6
+    return d
+
+
+def fig1_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Fig. 1's numbers: per-client downlink (parameters, whole model), one row per (clients,
+    local rank), one column per line of the figure (no column for a pair never measured)."""
+    d = _fig1_rows(df)
+    t = d.pivot_table(index=["clients", "client_rank"], columns="label", values="downlink_params_full")
+    t = t[[c for c in ["FLoRA (exact stack)", *sorted(c for c in t.columns if c.startswith("FRAQ"))]
+           if c in t.columns]]
+    t.columns.name = None
+    t.index = pd.MultiIndex.from_tuples([tuple(int(x) for x in i) for i in t.index], names=["clients", "local rank"])
+    return t.round().astype("Int64")
+
+
+def fig1_downlink(df: pd.DataFrame):
+    """Per-client downlink (M parameters, whole model) against the number of clients
+    (at the middle local rank) and the local rank (at 8 clients, or the nearest)."""
+    plt = _plt()
+    d = _fig1_rows(df)
     ranks = sorted(d["client_rank"].unique())
     clients = sorted(d["clients"].unique())
     r_fix = 8 if 8 in ranks else ranks[len(ranks) // 2]
@@ -67,10 +86,10 @@ def fig1_downlink(df: pd.DataFrame):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(sorted(sub[x].unique()))
-        ax.set_xticklabels([str(v) for v in sorted(sub[x].unique())])
+        ax.set_xticklabels([num(v) for v in sorted(sub[x].unique())])
         ax.set_xlabel(xlabel)
         ax.set_ylabel("downlink per client (M parameters)")
-        fixname = f"$r_k$ = {fixval}" if fixed == "client_rank" else f"K = {fixval}"
+        fixname = f"$r_k$ = {num(fixval)}" if fixed == "client_rank" else f"K = {num(fixval)}"
         ax.set_title(f"LLaMA-3.2-3B, {fixname}")
     h, lab = axes[0].get_legend_handles_labels()
     _legend_top(fig, h, lab, len(lab))
@@ -161,7 +180,8 @@ def fig3_scalability(df: pd.DataFrame):
     names = [n for n in ["FRAQ", "FLoRIST", "FlexLoRA"] if n in set(d["method_name"])]
     handles = [Line2D([], [], color=COLORS[n], marker=MARKERS[n], label=n) for n in names]
     handles += [Line2D([], [], color="k", linestyle="-", marker="o", label="batched"),
-                Line2D([], [], color="k", linestyle="--", marker="o", markerfacecolor="white", label="unbatched")]
+                Line2D([], [], color="k", linestyle="--", marker="o", markerfacecolor="white", label="unbatched"),
+                Line2D([], [], color="#999999", linestyle=":", linewidth=1, label="float32 eps")]
     _legend_top(fig, handles, [h.get_label() for h in handles], len(handles))
     return fig
 

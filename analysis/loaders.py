@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["load_results", "load_asv", "load_pytest_benchmark", "explode_per_matrix", "paper"]
+__all__ = ["load_results", "load_asv", "load_pytest_benchmark", "explode_per_matrix", "paper", "integral"]
 
 RESULT_KEYS = ("experiment", "config", "result", "machine")
 """Keys a project result file must have (see :mod:`benchmarks.results`)."""
@@ -100,7 +100,7 @@ def load_results(paths: str | Path | Iterable, experiment: str | None = None, *,
     ``current=True`` also skips, naming it, a file in an older format (without
     :data:`FORMAT_KEYS`). ``experiment`` filters.
     """
-    rows = []
+    rows, kinds = [], {}
     for f, rec in _records(paths):
         missing = [k for k in RESULT_KEYS if k not in rec]
         if missing:
@@ -120,12 +120,32 @@ def load_results(paths: str | Path | Iterable, experiment: str | None = None, *,
         row = {"experiment": rec.get("experiment"), "key": rec.get("key"), "file": str(f)}
         row.update(_flat("", rec["config"]))
         row.update(_flat("", rec["result"]))
+        for k, v in row.items():
+            if v is not None:
+                kinds[k] = kinds.get(k, True) and isinstance(v, int) and not isinstance(v, bool)
         row.update(_flat("machine", rec.get("machine")))
         row.update(_flat("versions", rec.get("versions")))
         for k in ("device", "dtype", "threads", "git_sha", "loadavg", "steal", "created"):
             row[k] = rec.get(k)
         rows.append(row)
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    # the config's and result's keys written as JSON integers in every file that has them:
+    # a column that is float only for the NaN of the files without it (Results[...] and
+    # integral() turn them back into integers)
+    df.attrs["integer_columns"] = sorted(k for k, ok in kinds.items() if ok)
+    return df
+
+
+def integral(df: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
+    """``df`` with each of ``columns`` that has no missing value as int64 (a parameter
+    prints ``768``, not ``768.0``, in a table, a pivot's header and a tick label)."""
+    out = df
+    for c in columns:
+        if c in df and df[c].dtype.kind == "f" and df[c].notna().all() and (df[c] == df[c].round()).all():
+            if out is df:
+                out = df.copy()
+            out[c] = df[c].astype("int64")
+    return out
 
 
 def explode_per_matrix(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:

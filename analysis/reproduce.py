@@ -26,6 +26,8 @@ import warnings
 from pathlib import Path
 from types import ModuleType
 
+from fraq._help import plain
+
 __all__ = ["SECTIONS", "build", "main", "section_module"]
 
 
@@ -114,14 +116,18 @@ def _build(out: Path, pdf: bool = True) -> str:
             continue
         parts += drawn
 
-    head = ["# FRAQ server-side reproduction", ""]
+    from analysis.federated import SMOKE, is_smoke
+
+    smoke = is_smoke(res.all)
+    head = ["# FRAQ smoke run: no verdicts" if smoke else "# FRAQ server-side reproduction", ""]
     size = res.configuration.get("size")
     head.append(f"Measured on {style.caption(res.all)}" + (f"; size `{size}`" if size else "") + ". ")
-    head += ["Every figure and table below is rebuilt from the JSON files under `results/` by "
-             "`python -m analysis.reproduce --out <this directory>`. Statements marked "
-             "**agrees**/**disagrees** compare our numbers with the paper's text; the paper measured on a GH200 "
-             "GPU, this run on the device named in each caption, so only ratios and trends are comparable. "
-             + HOW, "", "## Figures", ""]
+    rebuilt = ("Every figure and table below is rebuilt from the JSON files under `results/` by "
+               "`python -m analysis.reproduce --out <this directory>`. ")
+    head += [rebuilt + (SMOKE if smoke else
+                        "Statements marked **agrees**/**disagrees** compare our numbers with the paper's text; the "
+                        "paper measured on a GH200 GPU, this run on the device named in each caption, so only ratios "
+                        "and trends are comparable. " + HOW), "", "## Figures", ""]
     head += [f"- `figures/{n}.png`: {w}" for n, w in made] + [""]
     return "\n".join(head) + "\n" + "\n".join(parts)
 
@@ -162,7 +168,7 @@ def _render(sec, figs: Path, made: list, pdf: bool = True) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m analysis.reproduce", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m analysis.reproduce", description=plain(__doc__.split("\n")[0]))
     ap.add_argument("--out", type=Path, default=Path("results/reproduce"),
                     help="directory holding results/ (figures/ and report.md are written there)")
     ap.add_argument("--no-pdf", action="store_true", help="PNG figures only, and no PDF links (a report to commit)")

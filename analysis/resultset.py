@@ -29,11 +29,12 @@ from __future__ import annotations
 import numbers
 import os
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
 
-from analysis.loaders import load_results
+from analysis.loaders import integral, load_results
 
 __all__ = ["load", "Results", "NoResults", "MixedResults", "default_dir", "REQUIRED",
            "IDENTITY", "ONE_PRESET", "LABELS", "LISTS", "ROWS", "SETTING_SECTIONS", "NOT_SETTINGS", "setting_columns",
@@ -112,16 +113,17 @@ class Results:
     ``res.all``, ``res.experiments``, ``res.path`` and ``res.configuration``
     (``{column: value}`` shared by every row)."""
 
-    def __init__(self, path: Path, rows: pd.DataFrame):
+    def __init__(self, path: Path, rows: pd.DataFrame, integer_columns: Iterable[str] = ()):
         self.path = path
         self.all = rows
+        self.integer_columns = list(integer_columns)
         self.experiments = sorted(rows["experiment"].dropna().unique()) if not rows.empty else []
         self.configuration = {c: rows[c].dropna().iloc[0] for c in (*IDENTITY, "git_sha")
                               if c in rows and rows[c].notna().any()}
 
     def __getitem__(self, experiment: str) -> pd.DataFrame:
         rows = self.all[self.all["experiment"] == experiment]
-        return rows.dropna(axis=1, how="all").reset_index(drop=True)
+        return integral(rows.dropna(axis=1, how="all").reset_index(drop=True), self.integer_columns)
 
     def __contains__(self, experiment: str) -> bool:
         return experiment in self.experiments
@@ -250,6 +252,7 @@ def load(path: str | Path | None = None, *, select: dict | None = None) -> Resul
     if not path.exists() or (path.is_dir() and not any(path.rglob("*.json"))):
         raise NoResults(f"no result files under {path}: {_hint(path)}")
     rows = load_results(path, current=True)
+    integer_columns = rows.attrs.get("integer_columns", [])
     if not rows.empty:
         rows = _valid(rows)
     if rows.empty:
@@ -273,4 +276,4 @@ def load(path: str | Path | None = None, *, select: dict | None = None) -> Resul
         counts = rows["git_sha"].map(lambda s: _label(s)[:10]).value_counts()
         warnings.warn(f"{path} holds results of {len(counts)} commits: "
                       + ", ".join(f"{s} ({n} files)" for s, n in counts.items()), stacklevel=2)
-    return Results(path, rows.reset_index(drop=True))
+    return Results(path, rows.reset_index(drop=True), integer_columns)

@@ -8,7 +8,7 @@ import pandas as pd
 
 from analysis.atomic import write_together
 
-__all__ = ["NAMES", "COLORS", "MARKERS", "ORDER", "setup", "caption", "save", "integers", "num"]
+__all__ = ["NAMES", "COLORS", "MARKERS", "ORDER", "setup", "caption", "save", "integers", "num", "formatted"]
 
 NAMES = {"fraq": "FRAQ", "florist": "FLoRIST", "flexlora": "FlexLoRA", "flora": "FLoRA (stack)",
          "fraq-paper": "FRAQ (paper config.)", "qr-svd": "QR-QR-SVD", "rsvd": "rSVD"}
@@ -30,6 +30,47 @@ def num(x) -> str:
     if f != f or f in (float("inf"), -float("inf")):
         return str(x)
     return str(int(f)) if f == int(f) else f"{f:g}"
+
+
+def _column_format(values: pd.Series):
+    """One notation for a column of numbers: integers as integers, scientific (``1.23e-06``)
+    when a value is below 1e-3 or from 1e5 up, else 4 significant digits, never in e-notation."""
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    v = v[v.abs() != float("inf")]
+    if v.empty or (v == v.round()).all() and v.abs().max() < 1e15:
+        return num
+    nz = v[v != 0].abs()
+    if not nz.empty and (nz.min() < 1e-3 or nz.max() >= 1e5):
+        return lambda x: "0" if x == 0 else f"{x:.2e}"
+    return lambda x: f"{x:.4g}"
+
+
+def formatted(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` as text for display: each number column in one notation (:func:`_column_format`),
+    a missing value as an empty cell, the index and column labels' numbers through :func:`num`
+    (``d 768``, not ``d 768.0``)."""
+    out = pd.DataFrame(index=df.index, columns=df.columns, dtype=object)
+    for i in range(df.shape[1]):
+        col = df.iloc[:, i]
+        if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
+            fmt = _column_format(col)
+            out.iloc[:, i] = [("" if x is pd.NA or x != x else fmt(x)) for x in col]
+        else:
+            out.iloc[:, i] = ["" if x is None or x is pd.NA or (isinstance(x, float) and x != x) else str(x)
+                              for x in col]
+
+    def label(x):
+        if not isinstance(x, float):
+            return x
+        return f"{x:g}" if abs(x) >= 1e6 else num(x)  # kappa 1e+10, not 10000000000
+
+    def labels(index: pd.Index) -> pd.Index:
+        if isinstance(index, pd.MultiIndex):
+            return pd.MultiIndex.from_tuples([tuple(label(x) for x in t) for t in index], names=index.names)
+        return pd.Index([label(x) for x in index], name=index.name)
+
+    out.index, out.columns = labels(df.index), labels(df.columns)
+    return out
 
 
 def integers(df: pd.DataFrame, columns) -> pd.DataFrame:
@@ -81,12 +122,14 @@ def caption(df: pd.DataFrame, extra: str = "") -> str:
     """Device, machine, dtype, thread count and versions of the rows behind a figure, one line,
     all read from the rows (the result files)."""
     sha = _first(df, "git_sha", _first(df, "machine.git_sha"))
+    # a run from a source archive (no git) has no commit: its package version names the source
+    fraq_v = str(sha)[:10] if sha != "?" else f"{_first(df, 'versions.fraq')} (no git commit recorded)"
     threads = _first(df, "threads", _first(df, "machine.threads"))
     torch_v = _first(df, "versions.torch", _first(df, "machine.torch"))
     dtype = _first(df, "dtype", "float32")
     line = (f"{_device(df)}; {_first(df, 'machine.cpu')} ({_first(df, 'machine.cores')} cores, "
             f"BLAS {_first(df, 'machine.blas')}); {dtype}; {threads} torch thread(s); torch {torch_v}, "
-            f"python {_first(df, 'machine.python')}; fraq {str(sha)[:10]}")
+            f"python {_first(df, 'machine.python')}; fraq {fraq_v}")
     if "loadavg" in df and pd.to_numeric(df["loadavg"], errors="coerce").notna().any():
         la = pd.to_numeric(df["loadavg"], errors="coerce")
         line += f"; 1-min load average {la.min():.1f}-{la.max():.1f}"

@@ -187,10 +187,26 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _column_fmt(values: pd.Series):
+    """The formatter of one column: every value in one notation. Integral floats (a count
+    made float by a missing value) as integers, a column where one value needs e-notation
+    all in e-notation, else :func:`_fmt`."""
+    floats = [v for v in values if isinstance(v, float) and v == v and abs(v) != float("inf")]
+    if not floats:
+        return _fmt
+    if all(v == int(v) for v in floats) and max(abs(v) for v in floats) < 1e4:
+        return lambda v: _fmt(v) if not isinstance(v, float) or v != v else str(int(v))
+    if any("e" in _fmt(v) for v in floats):
+        return lambda v: _fmt(v) if not isinstance(v, float) or v != v or v == 0 else f"{v:.2e}"
+    return _fmt
+
+
 def markdown(df: pd.DataFrame) -> str:
-    """A GitHub-flavoured markdown table of ``df`` (floats to 3 significant digits)."""
+    """A GitHub-flavoured markdown table of ``df`` (floats to 3 significant digits, one
+    notation per column)."""
     cols = list(df.columns)
+    fmts = {c: _column_fmt(df[c]) for c in cols}
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for _, r in df.iterrows():
-        lines.append("| " + " | ".join(_fmt(r[c]) for c in cols) + " |")
+        lines.append("| " + " | ".join(fmts[c](r[c]) for c in cols) + " |")
     return "\n".join(lines)

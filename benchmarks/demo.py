@@ -31,6 +31,7 @@ from benchmarks.device import checked, to_device
 from benchmarks.measure import timed
 from fraq.presets import PRESETS, get_preset
 from benchmarks.measure.gram_error import gram_errors
+from fraq._help import plain
 
 __all__ = ["main", "run_preset"]
 
@@ -83,12 +84,12 @@ def _print(rows) -> None:
     print(tabulate([[r["preset"], f"{r['tau']:.2f}", f"{r['latency_ms']:.1f} ± {r['latency_iqr_ms']:.1f}",
                      f"{r['rank_min']}/{r['rank_median']:g}/{r['rank_max']}", f"{r['downlink_pct_flora']:.1f}",
                      f"{r['rel_error_median']:.3e}", f"{r['excess_over_optimum_max']:.1e}"] for r in rows],
-                   headers=["preset", "tau", "latency ms", "rank min/med/max", "downlink %FLoRA", "rel err (med)",
-                            "excess vs opt"], disable_numparse=True, colalign=("left",) + ("right",) * 6))
+                   headers=["preset", "tau", "latency ms (median ± IQR)", "rank min/med/max", "downlink %FLoRA",
+                            "rel err (med)", "excess vs opt"], disable_numparse=True, colalign=("left",) + ("right",) * 6))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.demo", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.demo", description=plain(__doc__.split("\n\n")[0]))
     parser.add_argument("--preset", action="append", choices=sorted(PRESETS),
                         help=f"preset to run (repeatable; default: {', '.join(DEFAULT_PRESETS)})")
     parser.add_argument("--tau", type=float, action="append", help="energy threshold (repeatable; default 0.8 and 0.95)")
@@ -128,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
 
     machine = machine_record(device)
     print(f"fraq {fraq.__version__} | torch {machine['torch']} | {machine['gpu'] or machine['cpu']} | "
-          f"{machine['threads']} threads | BLAS {machine['blas']} | float32, synthetic LoRA-like clients")
+          f"{machine['threads']} thread{'s' if machine['threads'] != 1 else ''} | BLAS {machine['blas']} | "
+          "float32, synthetic LoRA-like clients")
     rows, t0 = [], time.perf_counter()
 
     def log(line: str) -> None:

@@ -96,6 +96,26 @@ def vendor(html_dir: str) -> None:
     os.replace(tmp, index)
 
 
+def swap_in(new: str, html_dir: str) -> None:
+    """Move the dashboard published into ``new`` into ``html_dir``, entry by entry, and remove
+    ``new``: ``html_dir`` itself stays the same directory, so a server started in it (``asv
+    preview`` serves from its working directory) serves the new pages instead of failing on
+    a deleted working directory."""
+    import shutil
+
+    os.makedirs(html_dir, exist_ok=True)
+    trash = tempfile.mkdtemp(dir=html_dir, prefix=".old-")
+    try:
+        for name in os.listdir(html_dir):
+            if os.path.join(html_dir, name) != trash:
+                os.replace(os.path.join(html_dir, name), os.path.join(trash, name))
+        for name in os.listdir(new):
+            os.replace(os.path.join(new, name), os.path.join(html_dir, name))
+    finally:
+        shutil.rmtree(trash, ignore_errors=True)
+        shutil.rmtree(new, ignore_errors=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.publish", description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default=os.path.join(ROOT, "asv.conf.json"), help="asv configuration file")
@@ -107,11 +127,16 @@ def main(argv=None) -> int:
     from asv.config import Config
 
     html_dir = os.path.abspath(args.html_dir) if args.html_dir else os.path.join(ROOT, Config.load(args.config).html_dir)
-    cmd = [sys.executable, "-m", "asv", "publish", "--config", args.config, "--html-dir", html_dir]
+    # published beside it and swapped in (swap_in): a preview serving html_dir keeps working
+    os.makedirs(os.path.dirname(html_dir), exist_ok=True)
+    fresh = tempfile.mkdtemp(dir=os.path.dirname(html_dir), prefix=f".{os.path.basename(html_dir)}-new-")
+    cmd = [sys.executable, "-m", "asv", "publish", "--config", args.config, "--html-dir", fresh]
     print("$", " ".join(cmd), flush=True)
     if subprocess.run(cmd, cwd=ROOT).returncode != 0:
+        shutil.rmtree(fresh, ignore_errors=True)
         return 2
-    vendor(html_dir)
+    vendor(fresh)
+    swap_in(fresh, html_dir)
     print(f"{html_dir}: renders offline (scripts and styles in vendor/); view it with "
           f"`.venv/bin/asv preview` or `python -m http.server -d {os.path.relpath(html_dir)}`")
     return 0

@@ -55,6 +55,7 @@ from benchmarks import cases
 from benchmarks.measure import gemm_rate, threads, timed
 from benchmarks.results import check_out_dir, write_result
 from benchmarks.sizes import SIZES
+from fraq._help import plain
 
 PRESETS = ("roberta-base", "llama-3.2-3b")
 THREAD_COUNTS = (1, 2)
@@ -284,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     from fraq._gram import GRAMS
     from fraq._machine import machine_record
 
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.roofline", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.roofline", description=plain(__doc__.split("\n")[0]))
     ap.add_argument("--backend", default=os.environ.get("FRAQ_BENCH_BACKEND") or None,
                     help="FRAQ backend to measure (default: FRAQ_BENCH_BACKEND, else recompress's default)")
     ap.add_argument("--gram", default=None, choices=list(GRAMS),

@@ -44,6 +44,7 @@ import torch
 
 from benchmarks.experiments import DEFAULT, EXPERIMENTS
 from benchmarks.experiments import cost as registry_cost
+from fraq._help import plain
 from fraq._progress import Progress
 
 THREADS = 1
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.sizes import SIZES
     from fraq._files import check_dir_out
 
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=plain(__doc__.split("\n")[0]))
     ap.add_argument("experiments", nargs="*", metavar="EXPERIMENT",
                     help=f"any of {', '.join(EXPERIMENTS)} (default: {' '.join(DEFAULT)})")
     ap.add_argument("--size", choices=list(SIZES), default="reduced", help="default reduced")

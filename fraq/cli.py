@@ -32,12 +32,36 @@ commands:
   fraq aggregate CLIENT_DIR... -o OUT_DIR [--weights N...] [--tau T] [--report]
                                      aggregate peft LoRA adapters into one (fraq aggregate --help)
   fraq example-adapters DIR          write a tiny model and 3 client adapters to try aggregate on
+  fraq --version                     the installed version
 """
 
 
+def cli_words(err: Exception) -> str:
+    """A library error as a command-line user reads it: "pass overwrite=True (--overwrite)"
+    becomes "pass --overwrite"."""
+    import re
+
+    return re.sub(r"\b\w+=True \((--[\w-]+)\)", r"\1", str(err))
+
+
+def version() -> str:
+    """fraq's version, without importing torch."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("fraq")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch ``aggregate`` and ``example-adapters``; print the commands for none or ``--help``."""
+    """Dispatch ``aggregate`` and ``example-adapters``; print the commands for none or ``--help``,
+    the version for ``--version``."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["-V"], ["--version"]):
+        print(f"fraq {version()}")
+        return 0
     if argv[:1] == ["aggregate"]:
         return aggregate_main(argv[1:])
     if argv[:1] == ["example-adapters"]:
@@ -108,7 +132,7 @@ def _aggregate(args: argparse.Namespace) -> int:
     from fraq.peft.writer import check_file_out, write_json
 
     def fail(err: Exception, code: int) -> int:
-        print(f"fraq aggregate: error: {err}", file=sys.stderr)
+        print(f"fraq aggregate: error: {cli_words(err)}", file=sys.stderr)
         return code
 
     to_file = args.json is not None and str(args.json) != "-"

@@ -11,6 +11,7 @@ import inspect
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -232,7 +233,7 @@ def test_fig3(tiny, tmp_path):
     labels, legend = _axes_text(fig)
     assert {"runtime (ms)", "tensor peak memory (MiB)", "counted GFLOP (batched)", "total stacked rank r"} <= set(labels)
     assert any("error above" in label for label in labels)  # fidelity, its own row
-    assert {"FRAQ", "FLoRIST", "FlexLoRA", "batched", "unbatched"} <= set(legend)
+    assert {"FRAQ", "FLoRIST", "FlexLoRA", "batched", "unbatched", "float32 eps"} <= set(legend)  # (g)/(h)'s dotted
     # every method has all four metrics at every point of both sweeps
     for _, ax in enumerate(fig.axes):
         assert len(ax.get_lines()) >= 3
@@ -582,9 +583,10 @@ print("OVERLAPS" + _json.dumps([[n, *o] for n in _plt.get_fignums() for o in tex
 """)
 
 
-def _execute(path: Path, cwd: Path, results: Path, overlaps: list | None = None):
-    """Run a notebook as Jupyter does; its displayed figures' PNG outputs, and in ``overlaps``
-    (if given) every pair of overlapping texts in its figures as displayed."""
+def _execute(path: Path, cwd: Path, results: Path, overlaps: list | None = None, frames: list | None = None):
+    """Run a notebook as Jupyter does; its displayed figures' PNG outputs, in ``overlaps``
+    (if given) every pair of overlapping texts in its figures as displayed, and in ``frames``
+    (if given) the plain text of every table it displays."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
@@ -604,6 +606,8 @@ def _execute(path: Path, cwd: Path, results: Path, overlaps: list | None = None)
     if overlaps is not None:
         report = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("output_type") == "stream")
         overlaps += json.loads(report.split("OVERLAPS", 1)[1])
+    if frames is not None:
+        frames += [o["data"]["text/plain"] for o in outputs if "text/html" in o.get("data", {})]
     return [o for o in outputs if "image/png" in o.get("data", {})]
 
 
@@ -624,10 +628,19 @@ def test_notebook_runs_from_its_directory_and_shows_figures(tiny, tmp_path, path
     """Every notebook runs from its directory, shows figures, and no text of a figure as
     displayed inline overlaps another (a panel title and the x label above it, a y label
     and the neighbouring panel, crowded tick labels)."""
-    overlaps = []
-    images = _execute(path, path.parent, _with_backends(tiny, tmp_path) / "results", overlaps)
+    overlaps, frames = [], []
+    images = _execute(path, path.parent, _with_backends(tiny, tmp_path) / "results", overlaps, frames)
     assert images, f"{path.name} displayed no figure"
     assert not overlaps, f"{path.name}: overlapping texts (figure, text, text): {overlaps}"
+    for text in frames:  # a parameter in a header as an integer (no "clients 2.0"), no column of NaN alone
+        heads = [t for line in text.splitlines() for t in line.split()[:2]]
+        assert not [t for t in heads if re.fullmatch(r"\d+\.0", t)], text
+        assert "NaN  NaN" not in text, text
+    for text in frames:  # one notation per column: e-notation in all of a column's cells or none
+        rows = [line.split() for line in text.splitlines()[1:] if line.strip()]
+        for col in zip(*[r[-3:] for r in rows if len(r) >= 3 and re.fullmatch(r"[-\d.e+]+", r[-1])]):
+            sci = [bool(re.fullmatch(r"-?\d\.\d+e[-+]\d+", v)) for v in col if v != "0"]
+            assert all(sci) or not any(sci), (path.name, col)
 
 
 def test_notebook_runs_from_the_root(tiny):
@@ -771,3 +784,49 @@ def test_table5_integer_columns_print_as_integers():
     text = tables.markdown(t5)
     assert "| 768 | 16 | 8 | 2 |" in text and "| 256 | 8 | - | 2 |" in text, text
     assert "768.0" not in text and "16.0 " not in text and "<NA>" not in text
+
+
+def test_fig1_ticks_titles_and_table_are_integers(tiny):
+    """Loaded with the other experiments, Fig. 1's parameters are float columns (NaN in the
+    other experiments' rows): the ticks, titles and table print them as integers, and the
+    table has a column per line of the figure, none empty."""
+    style.setup()
+    f1 = analysis.load(tiny / "results")["fig1"]
+    assert f1["clients"].dtype.kind == "i" and f1["client_rank"].dtype.kind == "i"
+    for df in (f1, f1.astype({"clients": float, "client_rank": float})):
+        fig = figures.fig1_downlink(df)
+        ticks = [t.get_text() for ax in fig.axes for t in ax.get_xticklabels()]
+        assert ticks and all(re.fullmatch(r"\d+", t) for t in ticks), ticks
+        assert not any(".0" in ax.get_title() for ax in fig.axes), [ax.get_title() for ax in fig.axes]
+        t = figures.fig1_table(df)
+        assert list(t.columns) == ["FLoRA (exact stack)", *(f"FRAQ, {p}% energy" for p in (80, 90, 95))]
+        assert t.notna().all().all() and list(t.index.names) == ["clients", "local rank"]
+        assert ".0" not in t.to_string()
+
+
+def test_formatted_prints_one_notation_per_column_and_integer_labels():
+    df = pd.DataFrame({"err": [0.8, 1e-6, 0.0], "ms": [0.5, 12.25, 3.0], "n": [2.0, 4.0, float("nan")]},
+                      index=pd.Index([2.0, 8.0, 1e10], name="p"))
+    out = style.formatted(df)
+    assert list(out["err"]) == ["8.00e-01", "1.00e-06", "0"]
+    assert list(out["ms"]) == ["0.5", "12.25", "3"] and list(out["n"]) == ["2", "4", ""]
+    assert list(out.index) == ["2", "8", "1e+10"] and out.index.name == "p"
+
+
+def test_markdown_prints_one_notation_per_column():
+    md = tables.markdown(pd.DataFrame({"Downlink %": [5.0, 100.0, float("nan")], "err": [1e-6, 0.5, 2.0]}))
+    rows = [line.split(" | ") for line in md.splitlines()[2:]]
+    assert [r[0].strip("| ") for r in rows] == ["5", "100", "-"]
+    assert [r[1].strip("| ") for r in rows] == ["1.00e-06", "5.00e-01", "2.00e+00"]
+
+
+def test_a_result_without_a_commit_is_captioned_with_its_version(tmp_path):
+    """A run from a source archive (no git) records no commit: the caption names fraq's version."""
+    import fraq
+
+    rec = write_result(tmp_path, "e", "k", {"a": 1}, {"v": 1})
+    data = json.loads(rec.read_text())
+    data["git_sha"] = data["machine"]["git_sha"] = None
+    rec.write_text(json.dumps(data))
+    cap = style.caption(loaders.load_results(tmp_path))
+    assert "fraq ?" not in cap and f"fraq {fraq.__version__} (no git commit recorded)" in cap, cap

@@ -871,7 +871,9 @@ def test_an_input_is_never_written_even_with_overwrite(tmp_path, monkeypatch, ca
 
 def test_smoke_setting_to_report(tmp_path):
     """The smoke setting (both variants, two seeds, the compared methods) on the tiny model, then the
-    analysis' report from its result files: the table with intervals and a verdict per claim."""
+    analysis' report from its result files: the table with intervals; the report says it is a
+    smoke run and gives no verdict (its accuracies mean nothing), its figure no band; the
+    verdicts computed from the same files find one per claim."""
     pytest.importorskip("pandas")
     pytest.importorskip("matplotlib")
     from analysis.reproduce import build
@@ -880,11 +882,51 @@ def test_smoke_setting_to_report(tmp_path):
                                 "federated.rounds": 1})
     files = run_experiment(cfg, tmp_path, progress=False, log=lambda *a: None)
     assert len(files) == 2 * 2 * len(cfg["methods"]) and all(f.exists() for f in files)
-    report = build(tmp_path).read_text()
+    import matplotlib
+
+    from analysis import federated
+    from analysis.resultset import load
+
+    drawn = []
+    figure = federated.figure
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(federated, "figure", lambda *a, **k: drawn.append(figure(*a, **k)) or drawn[-1])
+        report = build(tmp_path).read_text()
+    assert report.startswith("# FRAQ smoke run: no verdicts") and federated.SMOKE in report
+    assert not re.search(r"\*\*(agrees|disagrees|inconclusive)\*\*", report), report
+    assert "band" not in report and not any(isinstance(c, matplotlib.collections.PolyCollection)
+                                            for ax in drawn[0].axes for c in ax.collections)
+    runs = federated.runs(load(tmp_path / "results")["federated"])
     for v in ("homogeneous", "heterogeneous"):
         section = report.split(f"### {v} ranks")[1].split("###")[0]
         assert re.search(r"\| FRAQ \(τ=0\.95\) \| (\*\*|<u>)?\d+\.\d\d(\*\*|</u>)? \[-?\d+\.\d\d, \d+\.\d\d\] \|",
                          section), section
-        verdicts = re.findall(r"ours \*\*(agrees|disagrees|inconclusive)\*\*", section)
-        assert len(verdicts) == (4 if v == "homogeneous" else 3), section  # FedEx-LoRA skipped with mixed ranks
+        lines = "\n".join(federated.verdict_lines(runs, v))
+        verdicts = re.findall(r"ours \*\*(agrees|disagrees|inconclusive)\*\*", lines)
+        assert len(verdicts) == (4 if v == "homogeneous" else 3), v  # FedEx-LoRA skipped with mixed ranks
     assert "skipped: fedex-lora needs one rank" in report and (tmp_path / "figures" / "federated_accuracy.png").exists()
+
+
+@pytest.mark.parametrize("argv, variants", [
+    (["--ranks", "8"], {"homogeneous": (8,)}),
+    (["--set", "federated.ranks=[4,8]"], {"homogeneous": (4, 8)}),
+    (["--ranks", "8", "--variants", "heterogeneous"], {"heterogeneous": (8,)}),
+    (["--ranks", "4,16", "--clients", "2", "--variants", "homogeneous", "heterogeneous"],
+     {"homogeneous": (4, 16), "heterogeneous": (4, 16)}),
+])
+def test_cli_ranks_apply_to_the_variants(argv, variants, tmp_path, capsys, monkeypatch):
+    """The user's ranks are the ranks every point runs with; a variant that only set its own
+    ranks is left out (it would run the homogeneous one again), one line saying so."""
+    from fraq.federated import cli
+    from fraq.federated.experiment import points
+
+    seen = {}
+    monkeypatch.setattr(cli, "run_experiment", lambda cfg, out, **k: seen.setdefault("points", points(cfg)))
+    assert main([*argv, "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    got = {p.variant: tuple(p.cfg["federated"]["ranks"]) for p in seen["points"]}
+    assert got == variants
+    err = capsys.readouterr().err
+    if "heterogeneous" in variants:
+        assert "variants.heterogeneous: federated.ranks [4, 16, 32, 64] replaced by" in err, err
+    else:
+        assert err.count("\n") == 1 and "variants.heterogeneous: left out" in err and "--variants heterogeneous" in err

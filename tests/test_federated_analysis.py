@@ -125,3 +125,14 @@ def test_one_round_curves_have_integer_round_ticks(tmp_path):
     assert ticks and all(float(t).is_integer() for t in ticks), ticks
     line = fig.axes[0].get_lines()[0]
     assert list(line.get_ydata()) == [51.0]  # the mean over seeds
+
+
+@pytest.mark.parametrize("layers, says", [([5], "LoRA on layer 5)"), ([1, 2], "LoRA on layers 1, 2)"),
+                                          (None, "LoRA on every layer)")])
+def test_setting_names_one_layer_in_the_singular(layers, says):
+    from analysis.sections.federated import _setting
+
+    df = pd.DataFrame([{"dataset.name": "intents", "model.name": "embedded:minilm", "partition.scheme": "iid",
+                        "seed": 0, "federated.clients": 3, "federated.rounds": 2, "train.steps": 3,
+                        "model.layers_to_transform": layers}])
+    assert says in _setting(df, ["homogeneous"])

@@ -30,7 +30,8 @@ def _setting(df, variants: list[str]) -> str:
             f"split after every round; seeds {', '.join(map(str, seeds))}; variants "
             f"{', '.join(f'`{v}`' for v in variants)}.")
     layers = c.get("model.layers_to_transform")
-    where = f"LoRA on layers {', '.join(map(str, layers))}" if isinstance(layers, list) else "LoRA on every layer"
+    where = (f"LoRA on layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}" if isinstance(layers, list)
+             else "LoRA on every layer")
     if data in PUBLISHED and model.startswith("embedded:"):
         text += (f" The model is all-MiniLM-L6-v2 ({where}), not the paper's RoBERTa-base, on a schedule scaled to a "
                  "2-core CPU: the comparison between methods carries over, not the accuracy values.")
@@ -72,15 +73,16 @@ def draw(res) -> list[Section]:
     runs = federated.runs(df)
     variants = federated.variants(runs, df)
     heads = titles(df, variants)
-    body = [_setting(df, variants), "", federated.HOW, ""]
+    smoke = federated.is_smoke(df)
+    body = [_setting(df, variants), "", federated.SMOKE if smoke else federated.HOW, ""]
     for v in variants:
         body += [f"### {heads[v]}", "", tables.markdown(federated.table(runs, v)), "",
-                 *federated.verdict_lines(runs, v), ""]
+                 *([] if smoke else [*federated.verdict_lines(runs, v), ""])]
     body.append("Downlink and aggregation time are averaged over rounds (and seeds); aggregation time is this "
                 "CPU's, measured inside the training run. Bold: best accuracy among the compressed-downlink methods "
                 "(below 100% of FLoRA's downlink), underlined: second best, by the mean over seeds.")
     curves = federated.curves(df)
-    fig = Figure("federated_accuracy", federated.figure(curves, variants, heads), df,
-                 "mean over seeds, band = 95% t-interval over seeds",
+    fig = Figure("federated_accuracy", federated.figure(curves, variants, heads, bands=not smoke), df,
+                 "mean over seeds" + ("" if smoke else ", band = 95% t-interval over seeds"),
                  "Test accuracy after every round of federated fine-tuning, per method and rank setting.")
     return [Section("Tables 1-3: accuracy of federated fine-tuning over seeds", "\n".join(body), figure=fig)]

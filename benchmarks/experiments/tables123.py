@@ -221,8 +221,8 @@ def method_job(name: str, model: Model, method: Method, *, quick: bool) -> Job |
         return f"not applicable: {problem}"
     plan = dense_plan(model.preset, quick=quick) if _aggregator(method).dense_factorization else "full"
     if plan == "skip":
-        return (f"quick mode: a dense per-module factorization of {name}'s modules takes about a minute per "
-                "sample even on one module per shape; --size paper times it on one module per shape")
+        return (f"measured at --size paper only: a dense per-module factorization of {name}'s modules takes "
+                "about a minute per sample even on one module per shape; --size paper times it on one module per shape")
     return prepare(model, method, subset=plan == "per-shape")
 
 

@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from fraq._help import plain
+
 __all__ = ["main", "run_experiment"]
 
 
@@ -229,14 +231,15 @@ def _assignment(text: str) -> tuple[str, object]:
 def build_parser() -> argparse.ArgumentParser:
     from fraq.federated.config import SETTINGS
 
-    p = argparse.ArgumentParser(prog="python -m fraq.federated", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m fraq.federated", description=plain(__doc__.split("\n\n")[0]),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="quick", help=f"setting: {', '.join(SETTINGS)} or a JSON file (default quick)")
     p.add_argument("--methods", nargs="+", metavar="METHOD", help="aggregators, e.g. fedit flora fraq:tau=0.80")
     p.add_argument("--rounds", type=int, help="communication rounds")
     p.add_argument("--clients", type=int, help="number of clients K")
     p.add_argument("--steps", type=int, help="local optimizer steps per round")
-    p.add_argument("--ranks", type=_ranks, help="client LoRA ranks, repeated to K clients (alpha = 2 r)")
+    p.add_argument("--ranks", type=_ranks, help="client LoRA ranks, repeated to K clients (alpha = 2 r); they replace a "
+                   "variant's own ranks")
     p.add_argument("--alpha", type=float, help="Dirichlet concentration of the label partition")
     p.add_argument("--partition", choices=["dirichlet", "pathological", "iid"], help="partition scheme")
     p.add_argument("--dataset", help="data set: intents, banking77, clinc150, hwu64, 20newsgroups, a hub id or a directory")
@@ -282,6 +285,30 @@ def _fit_variants(cfg: dict, flag: str) -> list[str]:
     return notes
 
 
+def _rank_variants(cfg: dict, flag: str, chosen: bool) -> list[str]:
+    """Apply the user's ranks (``flag``: ``--ranks`` or ``--set federated.ranks``) to every
+    variant, in place: a variant's own ``federated.ranks`` (and ``federated.alphas``) gives
+    way to them. A variant that then runs as another one does is left out, unless the user
+    named it with ``--variants`` (``chosen``); one line per variant changed, saying so."""
+    notes, seen = [], []
+    for name in list(cfg["variants"]):
+        over = cfg["variants"][name]
+        own = over.get("federated.ranks")
+        if own is None:
+            seen.append(over)
+            continue
+        rest = {k: v for k, v in over.items() if k not in ("federated.ranks", "federated.alphas")}
+        if not chosen and rest in seen:
+            del cfg["variants"][name]
+            notes.append(f"variants.{name}: left out, as {flag} gives every client's rank (its own ranks {own}: "
+                         f"--variants {name} without {flag})")
+            continue
+        cfg["variants"][name] = rest
+        seen.append(rest)
+        notes.append(f"variants.{name}: federated.ranks {own} replaced by {flag}(={cfg['federated']['ranks']})")
+    return notes
+
+
 def _data_dir(flag: str | None, cfg: dict) -> str | None:
     """The local folder of the published data sets for ``cfg``: ``--data-dir``, else ``$FRAQ_DATA``
     when the setting's data set is one of them (:data:`~fraq.federated.published.PUBLISHED`);
@@ -324,9 +351,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"--variants: {unknown[0]!r} is not one of the setting's variants "
                                  f"{list(cfg['variants'])}")
             cfg["variants"] = {v: cfg["variants"][v] for v in dict.fromkeys(args.variants)}
-        given = "--clients" if args.clients is not None else \
-            "--set federated.clients" if any(k == "federated.clients" for k, _ in args.set) else None
-        notes = _fit_variants(cfg, given) if given is not None else []
+        ranks = "--set federated.ranks" if any(k == "federated.ranks" for k, _ in args.set) else \
+            "--ranks" if args.ranks is not None else None
+        notes = _rank_variants(cfg, ranks, args.variants is not None) if ranks is not None else []
+        given = "--set federated.clients" if any(k == "federated.clients" for k, _ in args.set) else \
+            "--clients" if args.clients is not None else None
+        notes += _fit_variants(cfg, given) if given is not None else []
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

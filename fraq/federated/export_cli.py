@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from fraq._files import leftovers_as_lines
+from fraq.cli import cli_words
 from fraq.federated.export import export_peft
 
 __all__ = ["main"]
@@ -30,10 +31,10 @@ def main(argv: list[str] | None = None) -> int:
             dirs = export_peft(args.file, args.out_dir, overwrite=args.overwrite,
                                allow_later_round=args.allow_later_round, base_model=args.base_model)
     except (FileNotFoundError, ImportError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {cli_words(err)}", file=sys.stderr)
         return 2
     except OSError as err:  # a failure while writing: the earlier export, if any, is left whole
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {cli_words(err)}", file=sys.stderr)
         return 1
     weights = json.loads((Path(args.out_dir) / "export.json").read_text())["weights"]
     print(f"wrote {len(dirs)} peft adapters to {args.out_dir}/ (data weights in export.json); aggregate with\n"

@@ -1,0 +1,75 @@
+"""What the command lines print: ``fraq --version``, ``--help`` without reStructuredText
+markup, library errors in a command-line user's words, the demo's labels."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fraq.cli import cli_words, main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_fraq_version(capsys):
+    import fraq
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"fraq {fraq.__version__}"
+    assert "--version" in subprocess.run([sys.executable, "-m", "fraq", "--help"], capture_output=True, text=True,
+                                         cwd=ROOT).stdout
+
+
+def test_library_errors_name_the_flag_not_the_keyword():
+    err = ValueError("out(='x') exists; pass overwrite=True (--overwrite) to replace it")
+    assert cli_words(err) == "out(='x') exists; pass --overwrite to replace it"
+    assert cli_words(ValueError("export round 1, or pass allow_later_round=True (--allow-later-round) if")) == \
+        "export round 1, or pass --allow-later-round if"
+
+
+@pytest.mark.parametrize("module", ["fraq.federated", "benchmarks.demo", "benchmarks.roofline", "benchmarks.run",
+                                    "analysis.reproduce"])
+def test_help_has_no_rst_markup(module):
+    done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    for mark in ("``", ":func:", ":mod:", ":data:"):
+        assert mark not in done.stdout, (module, done.stdout)
+
+
+def test_demo_labels_its_spread(capsys):
+    pytest.importorskip("tabulate")
+    from benchmarks import demo
+
+    demo._print([dict(preset="p", tau=0.95, latency_ms=1.0, latency_iqr_ms=0.1, rank_min=1, rank_median=2.0,
+                      rank_max=3, downlink_pct_flora=10.0, rel_error_median=1e-3, excess_over_optimum_max=1e-7)])
+    assert "latency ms (median ± IQR)" in capsys.readouterr().out
+
+
+def test_notebook_checkpoints_are_ignored():
+    assert ".ipynb_checkpoints/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def test_republishing_keeps_the_served_directory(tmp_path, monkeypatch):
+    """asv preview serves from its working directory, html_dir: republishing swaps the new
+    pages into that same directory, so its working directory stays and serves them."""
+    import os
+
+    from benchmarks.publish import swap_in
+
+    html = tmp_path / "html"
+    (html / "graphs").mkdir(parents=True)
+    (html / "index.html").write_text("old")
+    (html / "graphs" / "gone.json").write_text("{}")
+    new = tmp_path / "new"
+    (new / "graphs").mkdir(parents=True)
+    (new / "index.html").write_text("new")
+    (new / "graphs" / "a.json").write_text("{}")
+    inode = html.stat().st_ino
+    monkeypatch.chdir(html)  # as asv preview does
+    swap_in(str(new), str(html))
+    assert os.getcwd() == str(html) and html.stat().st_ino == inode
+    assert sorted(p.relative_to(html).as_posix() for p in html.rglob("*")) == ["graphs", "graphs/a.json", "index.html"]
+    assert (html / "index.html").read_text() == "new" and not new.exists()
