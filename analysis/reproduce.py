@@ -26,7 +26,6 @@ import warnings
 from pathlib import Path
 from types import ModuleType
 
-from fraq._help import plain
 
 __all__ = ["SECTIONS", "build", "main", "section_module"]
 
@@ -168,7 +167,7 @@ def _render(sec, figs: Path, made: list, pdf: bool = True) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m analysis.reproduce", description=plain(__doc__.split("\n")[0]))
+    ap = argparse.ArgumentParser(prog="python -m analysis.reproduce", description=__doc__.split("\n")[0].replace("``", ""))
     ap.add_argument("--out", type=Path, default=Path("results/reproduce"),
                     help="directory holding results/ (figures/ and report.md are written there)")
     ap.add_argument("--no-pdf", action="store_true", help="PNG figures only, and no PDF links (a report to commit)")

@@ -59,19 +59,12 @@ def table4_ablation(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _has_flop_model(method: str) -> bool:
-    """Whether the library has an analytic FLOP model of ``method`` (:data:`fraq.flops.METHODS`;
-    the textbook baselines have none, so Table 5 leaves them out)."""
-    from fraq.flops import METHODS
-
-    return method.split(":", 1)[0] in METHODS
-
-
 def table5_flops(df: pd.DataFrame) -> pd.DataFrame:
     """Table 5: analytic FLOPs (the paper's leading-order formulas, and the same pipelines
     with the code's constants) next to counted FLOPs next to measured time, for the batched
     points of the Fig. 3 sweeps (all modules of one call)."""
-    d = df[(df["mode"] == "batched") & df["method"].map(_has_flop_model)].copy()
+    model = df["analytic_flops_full"].notna() if "analytic_flops_full" in df else True
+    d = df[(df["mode"] == "batched") & model].copy()  # the textbook baselines have no FLOP model: left out
     d = d.sort_values(["sweep", "d", "r", "method"], key=lambda s: s.map({"r": 0, "d": 1}) if s.name == "sweep" else s)
     backend = d["backend"] if "backend" in d else pd.Series(None, index=d.index)
     out = pd.DataFrame({
