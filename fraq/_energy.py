@@ -80,8 +80,9 @@ def noise_floor(n_sum, d: int, r: int, eps: float):
     k = max(min(d, r), math.sqrt(d + r))
     if isinstance(n_sum, torch.Tensor):
         return torch.where(torch.isfinite(n_sum), torch.square(k * eps * n_sum), torch.zeros_like(n_sum))
-    with np.errstate(invalid="ignore", over="ignore"):
-        return np.where(np.isfinite(n_sum), np.square(k * eps * np.asarray(n_sum, dtype=np.float64)), 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        floor = np.square(k * eps * np.asarray(n_sum, dtype=np.float64))
+        return floor if np.isfinite(floor).all() else np.where(np.isfinite(floor), floor, 0.0)
 
 
 def gram_budget(total, s: int, eps: float, n_sum=None):
@@ -143,15 +144,21 @@ def energy_rule(lam: np.ndarray, tau: float | None, rank: int | None,
     nb = lam.shape[0]
     cums = lam.cumsum(-1)
     total = cums[:, -1]
-    rest = total[:, None] - (cums - lam)  # rest[:, j]: the energy from direction j on
-    q = (rest > np.asarray(budget, dtype=np.float64).reshape(-1, 1)).sum(-1)
+    # q: the directions j whose remainder from j on exceeds the budget, i.e. whose energy before j
+    # is below total - budget; the last cumulative sum is the total itself, so that count is
+    # the count of cumulative sums below it, plus the first direction where it is positive.
+    thr = total - budget
+    q = (cums < thr[:, None]).sum(-1) + (thr > 0)
     zero = q == 0  # the whole Gram lies within its rounding: the aggregate is zero to the dtype's accuracy
-    short = np.zeros(nb, dtype=bool)
     if tau is not None:
-        p_tau = (cums < tau * total[:, None]).sum(-1) + (total > 0)
+        p_tau = (cums < (tau * total)[:, None]).sum(-1) + (total > 0)
         p = np.minimum(p_tau, q)
-        short = (q < p_tau) & ~zero
+        short = (q < p_tau) & (q > 0)
     else:
         p = np.full(nb, rank, dtype=np.int64)
-    kept = cums[np.arange(nb), np.maximum(p - 1, 0)] * (p > 0)
-    return p, np.where(zero, 1.0, kept / np.maximum(total, _TINY64)), short, q
+        short = np.zeros(nb, dtype=bool)
+    kept = np.where(p > 0, cums[np.arange(nb), p - 1], 0.0)
+    energy = kept / np.maximum(total, _TINY64)
+    if zero.any():
+        energy[zero] = 1.0
+    return p, energy, short, q

@@ -414,7 +414,7 @@ def _pipeline(plan: Plan, whole: tuple, batch: tuple, B: torch.Tensor, A: torch.
     info = {"rescaled": at.rescaled, "gram": plan.gram, "product_gram_count": 0 if at.factored else nb,
             "below_tau": int(short.sum()), "graded_basis": nb if plan.identity and "basis" not in at.basis.info else 0,
             **at.basis.info}
-    lam = np.where(np.arange(s) < q[:, None], rd.lam, 0.0)  # the spectrum past the numerical rank is rounding
+    lam = rd.lam if (q >= s).all() else np.where(np.arange(s) < q[:, None], rd.lam, 0.0)  # past q: rounding
     return _finish(plan, batch, B, A, p, energy, lam, rd.e, info, transposed)
 
 
