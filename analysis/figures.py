@@ -243,12 +243,18 @@ def fig4_fidelity(rank_df: pd.DataFrame, cond_df: pd.DataFrame):
     for m, sub in s.groupby("method"):
         name = NAMES[m]
         sub = sub.sort_values("p")
-        ax1.plot(sub["p"], sub["mean"].clip(lower=FLOOR), color=COLORS[name], marker=MARKERS[name], label=name)
-        ax1.fill_between(sub["p"], sub["p10"].clip(lower=FLOOR), sub["p90"].clip(lower=FLOOR), color=COLORS[name],
-                         alpha=0.2, linewidth=0)
+        # The ranks that truncate form the curve; a rank with nothing left to truncate (optimum 0)
+        # is a marker of its own, so no line crosses the ranks between, where nothing was measured.
+        trunc, whole = sub[sub["optimum"] > 1e-15], sub[sub["optimum"] <= 1e-15]
+        ax1.plot(trunc["p"], trunc["mean"].clip(lower=FLOOR), color=COLORS[name], marker=MARKERS[name], label=name)
+        ax1.fill_between(trunc["p"], trunc["p10"].clip(lower=FLOOR), trunc["p90"].clip(lower=FLOOR),
+                         color=COLORS[name], alpha=0.2, linewidth=0)
+        ax1.plot(whole["p"], whole["mean"].clip(lower=FLOOR), color=COLORS[name], marker=MARKERS[name],
+                 linestyle="none")
     opt = s.groupby("p")["optimum"].mean()
     opt = opt[opt > 1e-15]  # at p = stacked rank the optimum is 0, which a log axis cannot show
-    ax1.plot(opt.index, opt.values, color="#666666", linestyle="--", linewidth=1.4, label="Optimal")
+    ax1.plot(opt.index, opt.values, color="#222222", linestyle="--", linewidth=1.6, label="Optimal",
+             zorder=5)  # drawn over the method curves, which lie on it
     ax1.set_yscale("log")
     ax1.set_xlabel("output rank p")
     ax1.set_ylabel(r"relative error $\|M - B_gA_g\|_F / \|M\|_F$")

@@ -251,6 +251,13 @@ def test_fig4(tiny, tmp_path):
     assert "output rank p" in labels and r"measured condition number $\kappa$" in labels
     assert r"$\sin\theta_{\max}$ to the float64 subspaces" in labels  # the first-order panel
     assert {"FRAQ", "FLoRIST", "FlexLoRA", "Optimal", "FRAQ (paper config.)", "QR-QR-SVD"} <= set(legend)
+    ax1 = fig.axes[0]
+    optimal = [ln for ln in ax1.get_lines() if ln.get_label() == "Optimal"]
+    assert optimal and all(optimal[0].get_zorder() > ln.get_zorder() for ln in ax1.get_lines() if ln is not optimal[0])
+    full = set(figures.fig4_summary(rk).query("optimum <= 1e-15")["p"])
+    for ln in ax1.get_lines():  # no drawn segment reaches a rank with nothing to truncate
+        if ln.get_linestyle() not in ("None", "none", "") and ln.get_label() != "Optimal":
+            assert not set(ln.get_xdata()) & full, ln.get_label()
     _png_ok(style.save(fig, tmp_path, "fig4", style.caption(rk))[0])
     s = figures.fig4_summary(rk)
     assert ((s["p10"] <= s["mean"] * (1 + 1e-12)) & (s["mean"] <= s["p90"] * (1 + 1e-12))).all()
