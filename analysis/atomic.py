@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["write_text", "write_together"]
+__all__ = ["cannot_write", "write_text", "write_together"]
 
 
 def _tmp(path: Path) -> Path:
@@ -53,3 +53,9 @@ def write_text(path: Path, text: str) -> Path:
     """``text`` (UTF-8) at ``path``, whole (:func:`write_together`)."""
     write_together([path], lambda tmp, _: tmp.write_text(text, encoding="utf-8"))
     return Path(path)
+
+
+def cannot_write(exc: OSError) -> str:
+    """The one ``error:`` line's text for a file that could not be written (read-only folder,
+    full disk, file-size limit): the file and the reason, or the error itself when it names no file."""
+    return f"cannot write {exc.filename}: {exc.strerror}" if exc.filename is not None else str(exc)

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.atomic import cannot_write
+
 __all__ = ["LONG_FACTOR", "build", "main"]
 
 LONG_FACTOR = 4
@@ -202,8 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        where = f"cannot write {exc.filename}: {exc.strerror}" if exc.filename is not None else str(exc)
-        print(f"error: {where}", file=sys.stderr)
+        print(f"error: {cannot_write(exc)}", file=sys.stderr)
         return 1
     print(f"report: {report}")
     return 0

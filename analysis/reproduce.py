@@ -26,6 +26,7 @@ import warnings
 from pathlib import Path
 from types import ModuleType
 
+from analysis.atomic import cannot_write
 
 __all__ = ["SECTIONS", "build", "main", "section_module"]
 
@@ -183,8 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a figure or the report could not be written (read-only, disk full, ulimit -f)
-        where = f"cannot write {exc.filename}: {exc.strerror}" if exc.filename is not None else str(exc)
-        print(f"error: {where}", file=sys.stderr)
+        print(f"error: {cannot_write(exc)}", file=sys.stderr)
         return 1
     print(f"figures: {args.out / 'figures'}\nreport:  {report}")
     return 0
