@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from analysis.style import NAMES, integers
@@ -77,8 +78,15 @@ def table5_flops(df: pd.DataFrame) -> pd.DataFrame:
         "counted / model": d["counted_flops"] / d["analytic_flops_full"],
         "time (ms)": d["timing.median"] * 1e3,
         "GFLOP/s": d["counted_flops"] / d["timing.median"] / 1e9,
+        "% of GEMM bound": 100 * _column(d, "gemm_bound_s") / d["timing.median"],
+        "% of roofline": 100 * _column(d, "roof_s") / d["timing.median"],
     })
     return integers(out, ["d = D", "r", "p", "modules"]).reset_index(drop=True)
+
+
+def _column(d: pd.DataFrame, name: str) -> pd.Series:
+    """Column ``name`` of ``d``, NaN where the results do not have it."""
+    return pd.to_numeric(d[name], errors="coerce") if name in d else pd.Series(np.nan, index=d.index)
 
 
 PRESET_TITLES = {"roberta-base": "RoBERTa-base (Table 1, text classification)",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+
+import pytest
 import torch
 
 from fraq.synthetic import lora_clients  # noqa: F401  (re-exported for the tests)
@@ -41,3 +44,11 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     rec = machine_record(device)
     machine_info["fraq"] = {k: rec[k] for k in ("torch", "blas", "threads", "cpu", "cores", "device", "gpu",
                                                 "gpu_driver", "cuda", "cusolver", "git_sha") if k in rec}
+
+
+@pytest.fixture(autouse=True)
+def _kernel_table(tmp_path_factory, monkeypatch):
+    """The per-machine kernel table (benchmarks.measure.kernels) in a temporary file: tests
+    never write the user's cache."""
+    if "FRAQ_KERNEL_TABLE" not in os.environ:
+        monkeypatch.setenv("FRAQ_KERNEL_TABLE", str(tmp_path_factory.getbasetemp() / "kernels.json"))

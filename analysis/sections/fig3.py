@@ -20,7 +20,12 @@ def draw(res) -> list[Section]:
     table5 = ("Batched points of the Fig. 3 sweeps, all modules of one call. *Table 5 GFLOP*: the paper's "
               "leading-order formulas; *model (code)*: the same pipelines with the constants of what the code runs "
               "(`fraq.flops.analytic_flops(model='full')`); *counted*: FlopCounterMode with LAPACK formulas "
-              f"(`benchmarks.measure.count_flops`). {style.caption(f3)}.\n\n" + tables.markdown(t5) + "\n\n"
+              "(`benchmarks.measure.count_flops`). *% of GEMM bound*: the counted FLOPs at the rate of a 2048^3 "
+              "float32 GEMM measured in the same process, over the time: a bound only as far as every kernel could "
+              "run at GEMM's rate, which LAPACK's reductions cannot; *% of roofline*: the call's roofline (every kernel "
+              "it runs timed alone at its own shapes, the larger of its FLOP time and its bytes at the copy bandwidth "
+              "of its size, summed; `benchmarks.measure.kernels`, one torch thread) over the time. "
+              f"{style.caption(f3)}.\n\n" + tables.markdown(t5) + "\n\n"
               + "\n".join(agreement.table5_lines(t5)))
     return [Section("Figure 3: runtime and peak memory",
                     "\n".join(agreement.fig3_lines(figures.fig3_summary(f3))), fig),

@@ -11,6 +11,9 @@ job at every point. At each point:
 - ``peak_bytes``: tensor peak memory above the inputs;
 - ``counted_flops`` (batched; LAPACK included), ``analytic_flops_table5`` (the paper's
   formula) and ``analytic_flops_full`` (the pipeline the code runs);
+- the limits (batched, one torch thread; :mod:`benchmarks.measure.kernels`): ``roof_s``,
+  the call's roofline (each kernel alone at its shapes, the larger of its FLOP and bytes
+  terms, summed), and ``gemm_bound_s``, the counted FLOPs at the large-GEMM rate;
 - fidelity: the float32 result's relative Frobenius error against a float64 reference of
   the same stack, the float64 Eckart-Young optimum at p, and the error above it
   (``excess``, and ``excess_quadrature`` = sqrt(rel^2 - opt^2), the part a truncating
@@ -59,20 +62,22 @@ def points(size: str) -> list[dict]:
 def cost(config: dict) -> float:
     """The method's analytic FLOPs (:func:`fraq.flops.analytic_flops`) per call at about
     :data:`~benchmarks.experiments.DENSE_RATE`, times its calls: the timed ones, a warm-up,
-    and the metrics' three (result, peak memory, FLOP count), plus 50 ms of overhead each."""
+    and the metrics' three (result, peak memory, FLOP count), plus 50 ms of overhead each; a
+    batched point adds its roofs (each kernel replayed up to three times more, and about 10 ms
+    of looped samples per kernel for some 60 kernels)."""
     from benchmarks.experiments import DENSE_RATE
     from benchmarks.measure.methods import spec
     from fraq.flops import analytic_flops
 
     c = config
     t = spec(c["method"]).timing(c["repeats"])
-    calls = t["repeats"] + t["warmup"] + 3
+    calls = t["repeats"] + t["warmup"] + 3 + (4 if c["mode"] == "batched" else 0)
     name = c["method"].split(":", 1)[0]
     try:
         flops = c["modules"] * analytic_flops(name, c["d"], c["D"], c["r"], c["p"], model="table5")
     except ValueError:  # a method without a FLOP model (the textbook baselines): FRAQ's order
         flops = c["modules"] * analytic_flops("fraq", c["d"], c["D"], c["r"], c["p"], model="table5")
-    return calls * (0.05 + flops / DENSE_RATE)
+    return calls * (0.05 + flops / DENSE_RATE) + (0.6 if c["mode"] == "batched" else 0.0)
 
 
 def key(config: dict) -> str:
@@ -144,9 +149,30 @@ def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
                excess_quadrature_max=float(f.excess_quadrature.max()))
     if c["mode"] == "batched":
         fc = count_flops(fn)
-        out.update(counted_flops=fc.total, uncounted=list(fc.uncounted))
+        out.update(counted_flops=fc.total, uncounted=list(fc.uncounted), **_roofs(fn, device))
     out.update(_analytic(c, ranks, device))
     return out
+
+
+def _roofs(fn, device: torch.device) -> dict:
+    """The call's limits at one torch thread (:func:`benchmarks.measure.kernels.kernel_roofs`,
+    the kernel table of this machine): ``roof_s`` (its roofline), its FLOP and bytes terms,
+    and ``gemm_bound_s`` (counted FLOPs over the large-GEMM rate measured once per process)."""
+    from benchmarks.measure import threads
+    from benchmarks.measure.kernels import RateTable, kernel_roofs, table_path
+
+    with threads(1):
+        r = kernel_roofs(fn, device, table=RateTable(table_path(device)), gemm_rate=_gemm_rate(str(device)))
+    return dict(roof_s=r.roof, flop_roof_s=r.flop_roof, bytes_roof_s=r.bytes_roof, gemm_bound_s=r.gemm_bound,
+                gemm_rate=r.gemm_rate, kernel_count=len(r.kernels), roof_threads=1)
+
+
+@functools.lru_cache(maxsize=4)
+def _gemm_rate(device: str) -> float:
+    from benchmarks.measure import gemm_rate, threads
+
+    with threads(1):
+        return gemm_rate(2048, device=device)
 
 
 def _analytic(c: dict, ranks: list[int], device: torch.device) -> dict:

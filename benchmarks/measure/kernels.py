@@ -1,0 +1,348 @@
+r"""Roofs that are limits: each kernel a call runs, timed alone at its own shapes and data.
+
+A roofline that divides a model's FLOPs by the rate of a large GEMM is a bound only for a
+call made of large GEMMs. A recompression is a few GEMMs and then LAPACK reductions
+(``geqrf``, ``syevd``, ``gesdd``) that are half BLAS-2, on small r x r problems where a
+kernel's fixed cost is its cost. This module measures the limits the call's own kernels
+set, on this machine:
+
+- **Kernels.** :func:`kernel_roofs` runs the call once under a dispatch mode that sees
+  every aten op (one kernel on the CPU, one or a few launches on a GPU) with its real
+  arguments. Right after each op it times that op again, alone, on the same inputs (a
+  copy of any argument the op writes, made outside the timed region): the best of
+  several samples, each a loop long enough to read a clock (:data:`MIN_SAMPLE`). That
+  time is the op's FLOPs over its own rate at its own shapes, the **per-kernel FLOP
+  term**; the FLOPs come from the formulas of :mod:`benchmarks.measure.flops` (LAPACK
+  counted at the routines torch calls).
+- **Bytes.** Each op's bytes moved: every distinct tensor it reads or writes, once
+  (``numel * element_size``; views move nothing). The **bytes term** is those bytes over
+  the copy bandwidth measured at that working-set size (:func:`copy_bandwidth`: a
+  ``copy_`` between two buffers of a power-of-two size, read + write counted, the best
+  rate at any ladder size at or above the op's size rounded down, so a working set that
+  fits a cache level is credited with that level's speed, never DRAM's).
+- **The roof** of the call is the sum over its kernels of the larger of the two terms:
+  the call runs its kernels one after another, and none can run faster than it runs
+  alone, warm, at its own shapes, nor move its bytes faster than a copy of that size.
+  It is a limit in that sense. It leaves out what happens between kernels (Python,
+  dispatch of views, allocation), which is the call's overhead above the roof.
+- **The GEMM-rate bound**, kept beside it: the counted FLOPs over the rate of a large
+  float32 GEMM (:func:`benchmarks.measure.gemm_rate`) measured in the same process. It is
+  the classic roofline's compute roof, and a bound only in the sense that no kernel
+  beats GEMM's rate; for a reduction-heavy call it is far below the roof above.
+
+Kernel times are kept in a per-machine table (:class:`RateTable`, a JSON file keyed by
+op, shapes, strides, dtype, device and threads), and a remeasured kernel keeps the best
+time ever seen: a floor stays a floor when a later run is loaded, and tightens when one
+is idle. Data-dependent kernels (``syevd``'s deflation, ``gesdd``) are keyed by shape, so
+the table's time is the fastest data of that shape measured here (a looser floor, never a
+tighter one than the data allow). ``FRAQ_KERNEL_TABLE`` names the file; the default is
+``$XDG_CACHE_HOME/fraq/kernels/<machine>.json``.
+
+Random ops are replayed with their generators' states saved and restored, so timing
+never changes what the call computes.
+
+References: Williams, Waterman and Patterson, "Roofline: an insightful visual performance
+model", CACM 52(4), 2009 (doi:10.1145/1498765.1498785), where each roof is a measured
+ceiling of the machine; McCalpin's STREAM ``copy`` for the bandwidth.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+__all__ = ["Kernel", "RateTable", "Roofs", "copy_bandwidth", "kernel_roofs", "table_path"]
+
+MIN_SAMPLE = 2e-3
+"""Seconds one timed sample lasts at least (a loop of calls of a short kernel)."""
+
+SAMPLES = 5
+"""Samples per kernel; the best is kept (a floor)."""
+
+SLOW = 0.25
+"""A kernel that takes longer than this once is sampled twice more, not looped."""
+
+LADDER = tuple(4**k * 4096 for k in range(9))
+"""Copy sizes (bytes) of the bandwidth ladder: 4 KiB to 256 MiB by factors of 4."""
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One aten op of a call: FLOPs, bytes moved, its best time alone (s), and its terms."""
+
+    op: str
+    shapes: tuple
+    dtype: str
+    flops: float
+    bytes: int
+    seconds: float
+    flop_term: float
+    bytes_term: float
+
+    @property
+    def roof(self) -> float:
+        return max(self.flop_term, self.bytes_term)
+
+
+@dataclass(frozen=True)
+class Roofs:
+    """A call's limits (seconds) on this machine: see the module docstring.
+
+    Attributes:
+        kernels: every non-view op dispatched, in order.
+        views: view and metadata ops dispatched (no kernel, no bytes).
+        flops: counted FLOPs (LAPACK included).
+        bytes: bytes moved, summed over kernels.
+        flop_roof: sum of the per-kernel FLOP terms (each op's FLOPs over its own rate).
+        bytes_roof: sum of the bytes terms.
+        roof: sum over kernels of the larger term: the call's roof.
+        isolated: sum of every kernel's time alone (FLOP-free ones included).
+        gemm_rate: FLOP/s of the large GEMM measured in this process.
+        gemm_bound: ``flops / gemm_rate``.
+    """
+
+    kernels: tuple
+    views: int
+    flops: float
+    bytes: int
+    flop_roof: float
+    bytes_roof: float
+    roof: float
+    isolated: float
+    gemm_rate: float
+    gemm_bound: float
+
+    def as_dict(self, kernels: bool = False) -> dict:
+        """The result-file payload (seconds); ``kernels=True`` adds one row per kernel."""
+        out = {k: getattr(self, k) for k in ("views", "flops", "bytes", "flop_roof", "bytes_roof", "roof", "isolated",
+                                             "gemm_rate", "gemm_bound")}
+        out["kernel_count"] = len(self.kernels)
+        if kernels:
+            out["kernels"] = [dict(asdict(k), shapes=[list(s) for s in k.shapes]) for k in self.kernels]
+        return out
+
+
+def _slug(device: torch.device) -> str:
+    from fraq._machine import machine_record
+
+    m = machine_record(device)
+    text = json.dumps({k: m.get(k) for k in ("cpu", "cores", "blas", "torch", "gpu", "cuda")}, sort_keys=True)
+    name = "".join(c if c.isalnum() else "-" for c in (m.get("gpu") or m.get("cpu") or "machine"))[:40].strip("-")
+    return f"{name}-{hashlib.sha1(text.encode()).hexdigest()[:10]}"
+
+
+def table_path(device: torch.device | str = "cpu") -> Path:
+    """The per-machine kernel table's file (``FRAQ_KERNEL_TABLE`` when set)."""
+    env = os.environ.get("FRAQ_KERNEL_TABLE")
+    if env:
+        return Path(env)
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "fraq" / "kernels" / f"{_slug(torch.device(device))}.json"
+
+
+class RateTable:
+    """Best kernel and copy times seen on this machine: ``key -> seconds``, kept at their minimum.
+
+    ``path=None`` keeps the table in memory only. :meth:`save` writes beside and swaps the
+    file in whole; a table that cannot be read is started afresh (it only holds floors).
+    """
+
+    def __init__(self, path: Path | str | None = None):
+        self.path = None if path is None else Path(path)
+        self.best: dict[str, float] = {}
+        if self.path is not None and self.path.is_file():
+            try:
+                self.best = {k: float(v) for k, v in json.loads(self.path.read_text())["best"].items()}
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                self.best = {}
+
+    def get(self, key: str) -> float | None:
+        return self.best.get(key)
+
+    def put(self, key: str, seconds: float) -> float:
+        best = min(seconds, self.best.get(key, math.inf))
+        self.best[key] = best
+        return best
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"best": self.best}, sort_keys=True))
+        os.replace(tmp, self.path)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _best(run: Callable[[], object], device: torch.device, prepare: Callable[[], object] | None = None) -> float:
+    """Best seconds of one ``run()`` (already warm): looped samples of at least :data:`MIN_SAMPLE`,
+    or, when each run needs fresh inputs from ``prepare()``, single runs after it."""
+    def once(arg) -> float:
+        _sync(device)
+        t0 = time.perf_counter()
+        run() if arg is None else run(arg)
+        _sync(device)
+        return time.perf_counter() - t0
+
+    if prepare is not None:
+        return min(once(prepare()) for _ in range(SAMPLES))
+    first = once(None)
+    if first >= SLOW:
+        return min(first, once(None), once(None))
+    loops = max(1, math.ceil(MIN_SAMPLE / max(first, 1e-7)))
+    best = first
+    for _ in range(SAMPLES):
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(loops):
+            run()
+        _sync(device)
+        best = min(best, (time.perf_counter() - t0) / loops)
+    return best
+
+
+def copy_bandwidth(nbytes: int, device: torch.device | str = "cpu", table: RateTable | None = None) -> float:
+    """Bytes per second a copy achieves for a working set of ``nbytes`` here: the best rate
+    over the :data:`LADDER` sizes at or above ``nbytes`` rounded down to the ladder (read and
+    write both counted). The rate never falls as the set shrinks, so a kernel is credited
+    with the cache level its data could sit in."""
+    device = torch.device(device)
+    table = table if table is not None else RateTable()
+    floor = max([s for s in LADDER if s <= max(nbytes, LADDER[0])])
+    best = 0.0
+    for size in (s for s in LADDER if s >= floor):
+        key = f"copy|{size}|{device.type}|{torch.get_num_threads()}"
+        t = table.get(key)
+        if t is None:
+            src = torch.ones(size // 4, dtype=torch.float32, device=device)
+            dst = torch.empty_like(src)
+            dst.copy_(src)
+            t = table.put(key, _best(lambda: dst.copy_(src), device))
+            del src, dst
+        best = max(best, 2 * size / t)
+    return best
+
+
+def _tensors(tree) -> list[torch.Tensor]:
+    return [x for x in tree_leaves(tree) if isinstance(x, torch.Tensor)]
+
+
+def _moved(args, kwargs, out) -> int:
+    seen, total = set(), 0
+    for t in _tensors((args, kwargs)) + _tensors(out):
+        key = (t.device, t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype)
+        if key not in seen:
+            seen.add(key)
+            total += t.numel() * t.element_size()
+    return total
+
+
+def _written(func) -> list[int]:
+    """Positions (in the schema's argument list) of the arguments ``func`` writes."""
+    return [i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+
+
+class _Recorder(TorchDispatchMode):
+    """Runs each op, then times it again alone on its own inputs (see the module docstring)."""
+
+    def __init__(self, device: torch.device, table: RateTable, formulas: dict):
+        super().__init__()
+        self.device, self.table, self.formulas = device, table, formulas
+        self.kernels: list[tuple] = []
+        self.views = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func.is_view or not _tensors(out) and func.overloadpacket is not torch.ops.aten._local_scalar_dense:
+            self.views += 1
+            return out
+        flops = 0.0
+        f = self.formulas.get(func.overloadpacket)
+        if f is not None:
+            flops = float(f(*args, **kwargs, out_val=out))
+        inputs = _tensors((args, kwargs))
+        shapes = tuple(tuple(t.shape) for t in inputs)
+        dtype = str(inputs[0].dtype) if inputs else str(_tensors(out)[0].dtype)
+        key = "|".join([str(func), str(shapes), str(tuple(tuple(t.stride()) for t in inputs)), dtype,
+                        self.device.type, str(torch.get_num_threads())])
+        seconds = self._time(func, args, kwargs)
+        self.kernels.append((str(func.overloadpacket), shapes, dtype, flops, _moved(args, kwargs, out),
+                             self.table.put(key, seconds)))
+        return out
+
+    def _time(self, func, args, kwargs) -> float:
+        gens = [g for g in tree_leaves((args, kwargs)) if isinstance(g, torch.Generator)]
+        seeded = torch.Tag.nondeterministic_seeded in func.tags
+        states = ([g.get_state() for g in gens], torch.random.get_rng_state(),
+                  torch.cuda.get_rng_state_all() if seeded and torch.cuda.is_initialized() else None)
+        try:
+            written = _written(func)
+            if not written:
+                return _best(lambda: func(*args, **kwargs), self.device)
+            names = [func._schema.arguments[i].name for i in written]
+
+            def prepare():
+                a = [x.clone() if i in written and isinstance(x, torch.Tensor) else x for i, x in enumerate(args)]
+                k = {n: (v.clone() if n in names and isinstance(v, torch.Tensor) else v) for n, v in kwargs.items()}
+                return a, k
+
+            return _best(lambda ak: func(*ak[0], **ak[1]), self.device, prepare)
+        finally:
+            for g, s in zip(gens, states[0]):
+                g.set_state(s)
+            torch.random.set_rng_state(states[1])
+            if states[2] is not None:
+                torch.cuda.set_rng_state_all(states[2])
+
+
+def kernel_roofs(fn: Callable[[], object], device: torch.device | str = "cpu", table: RateTable | None = None,
+                 gemm_rate: float | None = None) -> Roofs:
+    """Run ``fn()`` once (warm: call it once before), timing each of its kernels alone, and
+    return its :class:`Roofs` at the current torch thread count.
+
+    ``table``: the per-machine :class:`RateTable` (default: an in-memory one); saved at the
+    end. ``gemm_rate``: FLOP/s of a large float32 GEMM measured in this process (measured
+    here when not given). The dispatch mode sees the calling thread only: a call that fans
+    its batch out over Python threads (:mod:`fraq._parallel`) should be measured at one
+    torch thread, where it does not.
+    """
+    from torch.utils.flop_counter import flop_registry, shape_wrapper
+
+    from benchmarks.measure.flops import LAPACK_FORMULAS
+    from benchmarks.measure.timing import gc_off
+    from benchmarks.measure.timing import gemm_rate as measure_gemm
+
+    device = torch.device(device)
+    table = table if table is not None else RateTable()
+    formulas = {**flop_registry, **{k: shape_wrapper(v) for k, v in LAPACK_FORMULAS.items()}}
+    rec = _Recorder(device, table, formulas)
+    with gc_off():
+        with rec:
+            fn()
+        _sync(device)
+        kernels = []
+        for op, shapes, dtype, flops, moved, seconds in rec.kernels:
+            bytes_term = moved / copy_bandwidth(moved, device, table) if moved else 0.0
+            kernels.append(Kernel(op, shapes, dtype, flops, moved, seconds, seconds if flops > 0 else 0.0, bytes_term))
+    rate = gemm_rate if gemm_rate is not None else measure_gemm(2048, device=device)
+    table.save()
+    total = sum(k.flops for k in kernels)
+    return Roofs(kernels=tuple(kernels), views=rec.views, flops=total, bytes=sum(k.bytes for k in kernels),
+                 flop_roof=sum(k.flop_term for k in kernels), bytes_roof=sum(k.bytes_term for k in kernels),
+                 roof=sum(k.roof for k in kernels), isolated=sum(k.seconds for k in kernels), gemm_rate=rate,
+                 gemm_bound=total / rate)

@@ -1,0 +1,111 @@
+"""The per-kernel roofs (benchmarks.measure.kernels): what they see, that timing them changes
+nothing the call computes, that their FLOPs are the counter's, and that the roof is a limit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import fraq
+from benchmarks.measure import count_flops, threads
+from benchmarks.measure.kernels import LADDER, RateTable, copy_bandwidth, kernel_roofs
+from fraq.synthetic import lora_clients
+
+GEMM = 1e11  # a stated GEMM rate, so these tests do not measure one
+
+
+def test_each_kernel_is_seen_with_its_flops_and_bytes():
+    a, b, c = torch.randn(64, 32), torch.randn(32, 48), torch.randn(64, 48)
+
+    def call():
+        x = a @ b            # mm: 2 * 64 * 32 * 48 FLOPs, reads a and b, writes x
+        x.add_(c)            # in place: reads x and c, writes x
+        return x.t()         # a view: no kernel
+
+    r = kernel_roofs(call, table=RateTable(), gemm_rate=GEMM)
+    ops = [k.op for k in r.kernels]
+    assert ops == ["aten.mm", "aten.add_"]
+    assert r.views == 1
+    mm, add = r.kernels
+    assert mm.flops == 2 * 64 * 32 * 48
+    assert mm.bytes == 4 * (64 * 32 + 32 * 48 + 64 * 48)
+    assert add.flops == 0 and add.bytes == 4 * (64 * 48 * 2)  # x read and written once, c read
+    assert add.flop_term == 0.0 and add.bytes_term > 0.0
+    assert mm.flop_term == mm.seconds > 0.0
+    assert r.roof == pytest.approx(sum(max(k.flop_term, k.bytes_term) for k in r.kernels))
+    assert r.gemm_bound == pytest.approx(r.flops / GEMM)
+
+
+def test_timing_the_kernels_changes_nothing_the_call_computes():
+    """In-place ops are replayed on copies and random ops with their generators restored: the
+    call's outputs are bit for bit those of the same call without the recorder."""
+    def call():
+        torch.manual_seed(3)
+        x = torch.randn(40, 40)
+        y = torch.randn(40, 40, generator=torch.Generator().manual_seed(5))
+        x.mul_(2.0).add_(y)
+        q, _ = torch.linalg.qr(x)
+        return q, torch.rand(3)
+
+    want = call()
+    state = torch.random.get_rng_state()
+    seen = []
+    r = kernel_roofs(lambda: seen.append(call()), table=RateTable(), gemm_rate=GEMM)
+    assert all(torch.equal(w, g) for w, g in zip(want, seen[0]))
+    assert torch.equal(torch.random.get_rng_state(), state)  # the global generator left where the call leaves it
+    assert len(r.kernels) >= 5
+
+
+def test_flops_are_the_counters_on_a_recompression():
+    """The roofs' FLOPs are the dispatch counter's (the same formulas on the same ops): a
+    check of the plumbing, the formulas being checked in test_routine_flops."""
+    B, A = fraq.stack(*lora_clients(96, 80, [4, 4, 6], batch=(3,), seed=0))
+    with threads(1):
+        call = lambda: fraq.recompress(B, A, tau=0.9)  # noqa: E731
+        call()
+        r = kernel_roofs(call, table=RateTable(), gemm_rate=GEMM)
+        c = count_flops(call)
+    assert r.flops == pytest.approx(c.total, rel=1e-9, abs=len(r.kernels))
+    assert {k.op for k in r.kernels} >= {"aten.geqrf", "aten._linalg_eigh"}
+
+
+def test_copy_bandwidth_never_falls_as_the_working_set_shrinks():
+    table = RateTable()
+    rates = [copy_bandwidth(s, table=table) for s in LADDER[:5]]
+    assert all(x >= y for x, y in zip(rates, rates[1:]))
+    assert copy_bandwidth(1, table=table) == rates[0]  # below the ladder: its first rung
+
+
+def test_the_table_keeps_the_best_time_and_swaps_its_file_in_whole(tmp_path):
+    path = tmp_path / "k" / "machine.json"
+    t = RateTable(path)
+    assert t.put("a", 2.0) == 2.0 and t.put("a", 3.0) == 2.0 and t.put("a", 1.0) == 1.0
+    t.save()
+    assert json.loads(path.read_text()) == {"best": {"a": 1.0}}
+    assert [p.name for p in path.parent.iterdir()] == ["machine.json"]
+    assert RateTable(path).get("a") == 1.0
+    path.write_text("{not json")
+    assert RateTable(path).best == {}  # a table only holds floors: an unreadable one starts afresh
+
+
+@pytest.mark.slow
+def test_the_roof_is_below_the_call():
+    """Each kernel alone, warm, at its own shapes, is no slower than inside the call, so the
+    roof stays under the call's best time: for FRAQ, FLoRIST and a dense SVD of the product.
+    The margin 5% allows a kernel whose lone samples all met a busy moment."""
+    from benchmarks.measure import timed
+    from fraq.aggregators.florist import florist_recompress
+
+    B, A = fraq.stack(*lora_clients(384, 512, [8] * 6, batch=(8,), seed=0))
+    calls = {"fraq": lambda: fraq.recompress(B, A, tau=0.95),
+             "florist": lambda: florist_recompress(B, A, tau=0.95),
+             "dense": lambda: torch.linalg.svd(B @ A, full_matrices=False)}
+    with threads(1):
+        for name, call in calls.items():
+            call()
+            r = kernel_roofs(call, table=RateTable(), gemm_rate=GEMM)
+            best = timed(call, repeats=7, warmup=1).min
+            assert r.roof <= 1.05 * best, (name, r.roof, best)
+            assert r.flop_roof > 0 and r.bytes_roof > 0
