@@ -28,6 +28,7 @@ def table4_ablation(df: pd.DataFrame) -> pd.DataFrame:
     cols = ["gap_to_svd", "excess"] + [c for c in ("sin_left", "sin_right", "bound_first") if c in df]
     d = explode_per_matrix(df, cols)
     first = "sin_left" in d
+    rss = "rss_warm" in d and pd.to_numeric(d["rss_warm"], errors="coerce").notna().any()
     if first:
         d["sin"] = d[["sin_left", "sin_right"]].max(axis=1)
     table = paper()["table4"]
@@ -37,7 +38,8 @@ def table4_ablation(df: pd.DataFrame) -> pd.DataFrame:
                                  q75=("timing.q75", "first"), peak=("peak_bytes", "first"),
                                  gap=("gap_to_svd", "mean"), excess=("excess", "mean"),
                                  paper_ms=("paper_ms", "first"), paper_mib=("paper_mib", "first"),
-                                 **({"sin": ("sin", "max"), "bound": ("bound_first", "min")} if first else {}))
+                                 **({"sin": ("sin", "max"), "bound": ("bound_first", "min")} if first else {}),
+                                 **({"warm": ("rss_warm", "first"), "cold": ("rss_cold", "first")} if rss else {}))
     order = [v for v in VARIANT_LABELS if v in g.index]
     g = g.loc[order]
     base_ms, base_mib = g.loc["adaptive-gram", "ms"], g.loc["adaptive-gram", "peak"]
@@ -51,6 +53,7 @@ def table4_ablation(df: pd.DataFrame) -> pd.DataFrame:
             "x time": f"{r.ms / base_ms:.2f}",
             "Memory (MiB)": f"{r.peak / 2**20:.1f}",
             "x mem": f"{r.peak / base_mib:.2f}",
+            **({"RSS growth MiB, warm (cold)": f"{r.warm / 2**20:.2f} ({r.cold / 2**20:.2f})"} if rss else {}),
             "Rel. error vs coord. SVD": "reference" if v == "adaptive-svd" else f"{r.gap:.2e}",
             "Excess over optimum": f"{r.excess:.1e}",
             **({"sin θ max (Wedin bound)": f"{r.sin:.1e} ({r.bound:.1e})"} if first else {}),
@@ -87,6 +90,23 @@ def table5_flops(df: pd.DataFrame) -> pd.DataFrame:
 def _column(d: pd.DataFrame, name: str) -> pd.Series:
     """Column ``name`` of ``d``, NaN where the results do not have it."""
     return pd.to_numeric(d[name], errors="coerce") if name in d else pd.Series(np.nan, index=d.index)
+
+
+def memory_crosscheck(df: pd.DataFrame) -> pd.DataFrame:
+    """The tensor peak beside the resident set's growth over one call in a fresh process
+    (``rss_warm``: a second call; ``rss_cold``: the first, libraries' set-up included), for
+    the points that carry both (Fig. 3's batched d sweep); empty where none do."""
+    if "rss_warm" not in df:
+        return pd.DataFrame()
+    d = df[pd.to_numeric(df["rss_warm"], errors="coerce").notna()].sort_values(["d", "method"])
+    out = pd.DataFrame({
+        "Method": d["method"].map(lambda m: NAMES.get(m, m)), "d = D": d["d"], "r": d["r"],
+        "tensor peak (MiB)": d["peak_bytes"] / 2**20,
+        "RSS growth, warm (MiB)": d["rss_warm"] / 2**20,
+        "RSS growth, cold (MiB)": d["rss_cold"] / 2**20,
+        "warm / tensor": d["rss_warm"] / d["peak_bytes"],
+    })
+    return integers(out, ["d = D", "r"]).reset_index(drop=True)
 
 
 PRESET_TITLES = {"roberta-base": "RoBERTa-base (Table 1, text classification)",

@@ -27,6 +27,13 @@ def draw(res) -> list[Section]:
               "of its size, summed; `benchmarks.measure.kernels`, one torch thread) over the time. "
               f"{style.caption(f3)}.\n\n" + tables.markdown(t5) + "\n\n"
               + "\n".join(agreement.table5_lines(t5)))
+    mem = tables.memory_crosscheck(f3)
+    cross = ("" if mem.empty else
+             "\n\nThe tensor peak (torch's allocator, above the inputs) cross-checked by the process's resident set: its "
+             "growth over one call in a fresh process at one thread, a second call (*warm*, after freed heap memory is "
+             "handed back) and the first (*cold*, the libraries' own set-up included; "
+             "`benchmarks.measure.rss`). Warm growth well above the tensor peak would be memory the libraries "
+             "allocate outside torch.\n\n" + tables.markdown(mem))
     return [Section("Figure 3: runtime and peak memory",
-                    "\n".join(agreement.fig3_lines(figures.fig3_summary(f3))), fig),
+                    "\n".join(agreement.fig3_lines(figures.fig3_summary(f3))) + cross, fig),
             Section("Table 5: FLOPs, analytic next to counted next to measured time", table5)]

@@ -13,7 +13,9 @@ def draw(res) -> list[Section]:
     c = t4.iloc[0]
     intro = (f"{int(c['modules'])} LLaMA-3.2-3B gate/up projections ({int(c['m'])} x {int(c['n'])}), "
              f"{int(c['clients'])} clients of rank {int(c['client_rank'])}, output rank {int(c['p'])}, one batched "
-             f"call. Time: median [IQR] of {int(c['repeats'])} repeats; memory: tensor peak above the inputs. "
+             f"call. Time: median [IQR] of {int(c['repeats'])} repeats; memory: tensor peak above the inputs, "
+             "and the resident set's growth over a second (first) call in a fresh process at one thread, its "
+             "cross-check (`benchmarks.measure.rss`; the first call includes the libraries' set-up). "
              "The Gram rows are the paper's configuration (product Gram, eigensolver in float32); the library row "
              "is fraq.recompress's default (Gram form by cost, float64 eigensolver). "
              f"{style.caption(t4)}.")

@@ -14,6 +14,9 @@ job at every point. At each point:
 - the limits (batched, one torch thread; :mod:`benchmarks.measure.kernels`): ``roof_s``,
   the call's roofline (each kernel alone at its shapes, the larger of its FLOP and bytes
   terms, summed), and ``gemm_bound_s``, the counted FLOPs at the large-GEMM rate;
+- ``rss_cold`` / ``rss_warm`` (batched points of the d sweep, CPU): the resident set's
+  growth over a first and a second call in a fresh process
+  (:func:`benchmarks.measure.rss.rss_growth`), the cross-check of ``peak_bytes``;
 - fidelity: the float32 result's relative Frobenius error against a float64 reference of
   the same stack, the float64 Eckart-Young optimum at p, and the error above it
   (``excess``, and ``excess_quadrature`` = sqrt(rel^2 - opt^2), the part a truncating
@@ -77,7 +80,8 @@ def cost(config: dict) -> float:
         flops = c["modules"] * analytic_flops(name, c["d"], c["D"], c["r"], c["p"], model="table5")
     except ValueError:  # a method without a FLOP model (the textbook baselines): FRAQ's order
         flops = c["modules"] * analytic_flops("fraq", c["d"], c["D"], c["r"], c["p"], model="table5")
-    return calls * (0.05 + flops / DENSE_RATE) + (0.6 if c["mode"] == "batched" else 0.0)
+    rss = 3.0 + 2 * flops / DENSE_RATE if c["mode"] == "batched" and c["sweep"] == "d" else 0.0  # a fresh process
+    return calls * (0.05 + flops / DENSE_RATE) + (0.6 if c["mode"] == "batched" else 0.0) + rss
 
 
 def key(config: dict) -> str:
@@ -150,6 +154,10 @@ def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
     if c["mode"] == "batched":
         fc = count_flops(fn)
         out.update(counted_flops=fc.total, uncounted=list(fc.uncounted), **_roofs(fn, device))
+        if c["sweep"] == "d":  # the memory row of the figure: the tensor peak cross-checked by the resident set
+            from benchmarks.measure.rss import rss_growth
+
+            out.update(rss_growth("fig3", c, str(device)))
     out.update(_analytic(c, ranks, device))
     return out
 

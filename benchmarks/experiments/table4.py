@@ -3,7 +3,9 @@
 ``modules`` LLaMA-3.2-3B-shaped gate/up projections (m x n), ``clients`` clients of rank
 ``client_rank``, output rank p, one batched call per variant
 (:mod:`benchmarks.measure.ablation`; ``library`` is :func:`fraq.recompress` itself on the
-same stacks). Per variant: latency, tensor peak memory, the relative error against the
+same stacks). Per variant: latency, tensor peak memory and the resident set's growth over
+a first and a second call in a fresh process (its cross-check,
+:func:`benchmarks.measure.rss.rss_growth`), the relative error against the
 coordinate-SVD product (the paper's error column), the error above the float64
 Eckart-Young optimum and the first-order metrics (principal angles to the float64
 subspaces against the Wedin bound: :mod:`benchmarks.measure.fidelity`). The Gram
@@ -34,9 +36,10 @@ def points(size: str) -> list[dict]:
 
 
 def cost(config: dict) -> float:
-    """About 20 ms per 8192 x 3072 module and repeat (7.5 s for 56 modules x 7 at paper size)."""
+    """About 20 ms per 8192 x 3072 module and call (the repeats, a warm-up, the metrics' calls
+    and two in the fresh process of the resident-set check, which adds 3 s of start-up)."""
     c = config
-    return 0.02 * c["modules"] * (c["repeats"] + 2) * c["m"] * c["n"] / (8192 * 3072)
+    return 3.0 + 0.02 * c["modules"] * (c["repeats"] + 4) * c["m"] * c["n"] / (8192 * 3072)
 
 
 def key(config: dict) -> str:
@@ -76,7 +79,9 @@ def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
     Bg, Ag = (t.cpu() for t in fn())
     B, A = _stacks(c)
     f = fidelity(B, A, Bg, Ag, c["p"], reference=ref)
-    return dict(peak_bytes=peak_memory(fn, device=device).peak, gap_to_svd=relative_error(Bsvd, Asvd, Bg, Ag).tolist(),
+    from benchmarks.measure.rss import rss_growth
+
+    return dict(peak_bytes=peak_memory(fn, device=device).peak, **rss_growth("table4", c, str(device)), gap_to_svd=relative_error(Bsvd, Asvd, Bg, Ag).tolist(),
                 excess=f.excess.tolist(), excess_quadrature=f.excess_quadrature.tolist(), **f.first.as_dict())
 
 

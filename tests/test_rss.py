@@ -1,0 +1,36 @@
+"""The resident-set cross-check (benchmarks.measure.rss) against the tensor peak it checks."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from benchmarks.experiments import table4
+from benchmarks.measure import peak_memory, threads
+from benchmarks.measure.rss import rss_growth
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self (Linux)")
+
+
+def test_the_resident_set_holds_at_least_the_tensor_peak():
+    """Tensors the call writes are resident: a warm call's growth is at least its tensor peak
+    (less 3% for pages a tensor's allocation rounds or leaves untouched), and a cold call's at
+    least the warm one's (it also maps the libraries' code and buffers). The reduced point
+    (some 27 MiB of tensors) keeps the peak far above a page."""
+    point = next(p for p in table4.points("reduced") if p["variant"] == "adaptive-svd")
+    with threads(1):
+        peak = peak_memory(table4.call(point)).peak
+    g = rss_growth("table4", point)
+    assert peak > 16 * 2**20
+    assert g["rss_warm"] >= 0.97 * peak, (g, peak)
+    assert g["rss_cold"] >= g["rss_warm"] - 2**20
+
+
+def test_a_failing_measurement_names_the_experiment():
+    with pytest.raises(RuntimeError, match="rss_growth\\('table4'\\)"):
+        rss_growth("table4", {"variant": "no-such-variant"})
+
+
+def test_no_resident_set_on_a_gpu():
+    assert rss_growth("table4", {}, device="cuda") == {"rss_cold": None, "rss_warm": None}
