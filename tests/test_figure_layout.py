@@ -101,9 +101,9 @@ def layout_problems(fig) -> list[str]:
     """What a reviewer would object to in ``fig`` as drawn now (see the module's docstring)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.collections import PathCollection
-    from matplotlib.legend import Legend
     from matplotlib.lines import Line2D
     from matplotlib.patches import Rectangle
+    from matplotlib.transforms import Bbox
 
     canvas = FigureCanvasAgg(fig)
     fig.canvas = canvas
@@ -120,7 +120,7 @@ def layout_problems(fig) -> list[str]:
     above = fig_box.frozen()
     for lg in fig.legends:  # the figure legend is drawn above the panels, inside the saved file
         b = lg.get_window_extent(renderer)
-        above = above.union([above, b]) if b.y0 >= fig_box.y1 - SLACK else above
+        above = Bbox.union([above, b]) if b.y0 >= fig_box.y1 - SLACK else above
     for t, box in texts:
         name = repr(t.get_text())
         lg = owner_legend(t)
@@ -158,23 +158,23 @@ def layout_problems(fig) -> list[str]:
             label = c.get_label()
             if label and not label.startswith("_") and label not in labels:
                 problems.append(f"{where}: {type(c).__name__} {label!r} not in a legend")
-        marks = []  # display boxes / points of what is plotted
+        points, bars = [], []  # what is plotted and in view, in display coordinates
         for line in ax.get_lines():
             if line.get_marker() not in (None, "", "None", "none") and len(line.get_xdata()):
-                marks += [("point", p) for p in line.get_transform().transform(line.get_xydata())]
+                points += list(line.get_transform().transform(line.get_xydata()))
         for c in ax.collections:
             if isinstance(c, PathCollection):
-                marks += [("point", p) for p in c.get_offset_transform().transform(c.get_offsets())]
+                points += list(c.get_offset_transform().transform(c.get_offsets()))
+        points = [("point", p) for p in points if ax.bbox.contains(*p)]
         for p in ax.patches:
             if isinstance(p, Rectangle) and p.get_height() and p.get_width():
-                marks.append(("bar", p.get_window_extent(renderer)))
+                seen = Bbox.intersection(p.get_window_extent(renderer), ax.bbox)
+                bars += [("bar", seen)] if seen is not None else []
         for lg, lbox in legend_boxes:
-            for kind, m in marks:
-                hit = (lbox.contains(*m) if kind == "point" else _overlap(lbox, m.intersection(m, ax.bbox) or m))
-                if hit:
+            for kind, m in points + bars:
+                if lbox.contains(*m) if kind == "point" else _overlap(lbox, m):
                     problems.append(f"{where}: its legend covers a plotted {kind}")
                     break
-    assert isinstance(legends, list) and all(isinstance(lg, Legend) for lg in legends)
     return list(dict.fromkeys(problems))
 
 
@@ -252,7 +252,8 @@ def test_the_federated_figure_is_laid_out_for_a_reviewer(tmp_path):
 
 def test_the_checks_find_what_they_look_for():
     """Each check fails on the defect it names: a label past its panel's edge, two texts on
-    each other, an unlabelled line and a labelled one outside the legend, a legend on a bar."""
+    each other, a text past the figure, an unlabelled line and a labelled one outside the legend, a
+    legend on a bar."""
     import matplotlib.pyplot as plt
 
     style.setup()
@@ -263,8 +264,10 @@ def test_the_checks_find_what_they_look_for():
     ax.text(0.98, 0.5, "a label that runs off", transform=ax.transAxes)
     ax.set_xticks([0, 0.02], ["crowded", "ticks"])
     ax.legend(handles=[bars], loc="upper left")
+    fig.text(0.99, 0.5, "past the edge")
     found = " | ".join(layout_problems(fig))
-    for what in ("reaches past its edge", "texts overlap: 'crowded' and 'ticks'", "unlabelled line",
+    for what in ("reaches past its edge", "'past the edge' outside the figure",
+                 "texts overlap: 'crowded' and 'ticks'", "unlabelled line",
                  "line 'named' not in a legend", "legend covers a plotted bar"):
         assert what in found, (what, found)
     plt.close(fig)
@@ -276,8 +279,11 @@ def test_the_checks_find_what_they_look_for():
 def test_every_figure_of_a_committed_run_is_laid_out_for_a_reviewer(pack, tmp_path):
     """The committed runs' results (the paper's and reduced shapes: more ticks, longer labels,
     more clients) drawn and checked as the tiny run's."""
-    with tarfile.open(pack) as tar:
-        tar.extractall(tmp_path, filter="data")
+    with tarfile.open(pack) as tar:  # results/<experiment>/<key>.json files only (analysis.reproduce unpacks so)
+        for m in tar.getmembers():
+            if m.isfile() and m.name.startswith("results/") and ".." not in m.name:
+                (tmp_path / m.name).parent.mkdir(parents=True, exist_ok=True)
+                (tmp_path / m.name).write_bytes(tar.extractfile(m).read())
     figs = saved_figures(tmp_path / "results", tmp_path / "figures")
     assert figs
     found = {name: layout_problems(fig) for name, fig in figs.items()}
