@@ -47,7 +47,9 @@ bench-quick:
 	$(ASV) run --python=$(ASV_PYTHON) --show-stderr --quick --set-commit-hash $$(git rev-parse HEAD)
 
 # asv's dashboard in .asv/html, with the scripts and styles it loads from CDNs served from
-# there (benchmarks/vendor): it renders offline. View it with `.venv/bin/asv preview`.
+# there (benchmarks/vendor): it needs no network. Its pages load JSON, so view it through a
+# local server (`.venv/bin/asv preview`, or `python -m http.server -d .asv/html`), not file://.
+# Published beside .asv/html and swapped in whole: a running preview keeps serving.
 bench-publish:
 	$(PY) -m benchmarks.publish
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.figures import measured_columns
-from analysis.style import COLORS, MARKERS, NAMES
+from analysis.style import COLORS, MARKERS, NAMES, log_labels
 from analysis.verdicts import exact, judge
 
 __all__ = ["MODELS_TITLE", "TITLE", "WHAT", "crossings", "detail", "figure", "growth", "label", "lines", "models_lines",
@@ -36,6 +36,11 @@ ROWS = [("ms", "runtime (ms)"), ("peak_mib", "tensor peak memory (MiB)"), ("gflo
 
 FLOOR = 1e-17
 """Errors below this (exact zeros) are drawn at it on the log axis."""
+
+CROSS, EPS = "#777777", "#999999"
+"""Colours of the r = d line (dashed) and of float32's eps (dotted), both in the legend: a
+label written at the line would run past the panel's edge where r = d falls near the
+largest K."""
 
 
 def label(method: str) -> str:
@@ -66,7 +71,7 @@ def _style(name: str) -> dict:
 def figure(df: pd.DataFrame):
     """Runtime, tensor peak memory, counted FLOPs and the float32 error above the float64
     optimum (in quadrature, as Fig. 3 draws it; dotted: float32 eps) against K (log axes),
-    one column per shape, r = d marked."""
+    one column per shape, r = d dashed; both reference lines are in the legend."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
@@ -86,14 +91,12 @@ def figure(df: pd.DataFrame):
                 ax.plot(s["K"], values, linewidth=1.5, **_style(name))
                 if y == "ms" and name in COLORS:
                     ax.fill_between(s["K"], s["q25_ms"], s["q75_ms"], color=COLORS[name], alpha=0.15, linewidth=0)
-            ax.axvline(dd / rk, color="#777777", linestyle="--", linewidth=1)
-            if row == 0:
-                ax.text(dd / rk, 0.97, " r = d", transform=ax.get_xaxis_transform(), fontsize=9, color="#555555",
-                        va="top")
+            ax.axvline(dd / rk, color=CROSS, linestyle="--", linewidth=1)
             if y == "excess":
-                ax.axhline(np.finfo(np.float32).eps, color="#999999", linestyle=":", linewidth=1)
+                ax.axhline(np.finfo(np.float32).eps, color=EPS, linestyle=":", linewidth=1)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
+            log_labels(ax.yaxis)
             ks = sorted(sub["K"].unique())
             ax.set_xticks(ks)
             ax.set_xticklabels([str(int(k)) for k in ks], rotation=90 if len(ks) > 8 else 0)
@@ -103,7 +106,10 @@ def figure(df: pd.DataFrame):
             ax.set_title(f"({'abcdefghijkl'[row * len(shapes) + col]}) {what}, {shape.replace('x', ' x ')}")
     names = sorted(dict.fromkeys(d["label"]), key=lambda n: (not n.startswith("FRAQ"), n != "FRAQ", n))
     handles = [Line2D([], [], linewidth=1.5, label=n, **_style(n)) for n in names]
-    fig.legend(handles, names, loc="lower center", ncol=min(len(names), 5), frameon=False, bbox_to_anchor=(0.5, 1.0))
+    handles += [Line2D([], [], color=CROSS, linestyle="--", linewidth=1, label="r = K r_k reaches d"),
+                Line2D([], [], color=EPS, linestyle=":", linewidth=1, label="float32 eps")]
+    fig.legend(handles, [h.get_label() for h in handles], loc="lower center", ncol=min(len(handles), 5),
+               frameon=False, bbox_to_anchor=(0.5, 1.0))
     return fig
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.style import COLORS, MARKERS, NAMES, ORDER, num
+from analysis.style import COLORS, MARKERS, NAMES, ORDER, log_labels, num
 
 __all__ = ["fig1_downlink", "fig1_table", "fig3_scalability",
            "fig4_fidelity", "fig_backends", "fig4_summary", "fig3_summary"]
@@ -172,12 +172,13 @@ def fig3_scalability(df: pd.DataFrame):
                 ax.axhline(np.finfo(np.float32).eps, color="#999999", linestyle=":", linewidth=1)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
+            log_labels(ax.yaxis)
             _octave_ticks(ax, sorted(sub["x"].unique()))
             ax.set_xlabel("total stacked rank r" if sweep == "r" else "hidden size d (square d x d modules)")
             ax.set_ylabel(ylabel)
             label = "error above optimum" if y == "excess" else ylabel.split(" (")[0]  # titles fit their panel
             ax.set_title(f"({'abcdefgh'[2 * row + col]}) {label} vs {sweep} at {fixed}")
-    names = [n for n in ["FRAQ", "FLoRIST", "FlexLoRA"] if n in set(d["method_name"])]
+    names = [n for n in ORDER if n in set(d["method_name"])]  # every method drawn, the textbook ones too
     handles = [Line2D([], [], color=COLORS[n], marker=MARKERS[n], label=n) for n in names]
     handles += [Line2D([], [], color="k", linestyle="-", marker="o", label="batched"),
                 Line2D([], [], color="k", linestyle="--", marker="o", markerfacecolor="white", label="unbatched"),
@@ -334,6 +335,11 @@ def _two_log_ticks(ax) -> None:
     ax.set_xlim(lo, hi)
 
 
+BACKEND_EXACT = 1e-6
+"""The error above the optimum drawn dotted on the backends figure (in its legend): the
+exact backends lie below it, the inexact ones (open markers) above."""
+
+
 def fig_backends(df: pd.DataFrame, cases: list[str] | None = None):
     """Accuracy-latency of FRAQ's basis backends (``python -m benchmarks.run backends``):
     1-thread median latency against the error above the float64 optimum, one panel per case."""
@@ -356,7 +362,7 @@ def fig_backends(df: pd.DataFrame, cases: list[str] | None = None):
             ax.errorbar(r["ms_1t"], max(r["gap_to_optimum"], FLOOR), xerr=r.get("iqr_ms_1t", 0) / 2,
                         color=palette[r["backend"]], marker=markers[r["backend"]], markersize=7, capsize=2,
                         linestyle="none", label=r["backend"], markerfacecolor="white" if not r["exact"] else None)
-        ax.axhline(1e-6, color="#999999", linestyle=":", linewidth=1)
+        ax.axhline(BACKEND_EXACT, color="#999999", linestyle=":", linewidth=1, label=f"error {BACKEND_EXACT:g}")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.xaxis.set_major_formatter(ScalarFormatter())

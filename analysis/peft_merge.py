@@ -32,7 +32,9 @@ SERIES = {("peft-cat", "exact"): "peft cat (exact)", ("peft-svd", "rank"): "peft
 
 
 def _model(r) -> str:
-    layers = "" if pd.isna(r["layers"]) else f", {int(r['layers'])} layers"
+    # every layer: ``layers`` is null, and a column null in every file is not loaded at all
+    n = r.get("layers")
+    layers = "" if pd.isna(n) else f", {int(n)} layer{'' if int(n) == 1 else 's'}"
     return f"{MODEL_NAMES.get(r['model'], r['model'])}{layers}, p={int(r['p'])}"
 
 
@@ -144,10 +146,19 @@ def figure(df: pd.DataFrame):
         axes[1].scatter(x[shown], opt[shown], marker="_", s=120, color="black", zorder=3,
                         label="float64 optimum" if j == 1 else None)
     for ax, ylabel in zip(axes, ["merge time (ms)", "rel. error vs exact (mean over modules)"]):
-        ax.set_xticks(np.arange(len(models)), [m.replace(", ", "\n", 1) for m in models], fontsize=9)
+        ax.set_xticks(np.arange(len(models)), [_tick(m) for m in models], fontsize=9)
         ax.set_yscale("log")
         ax.set_ylabel(ylabel)
-    axes[1].legend(loc="center right", frameon=False)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=min(len(labels), 5), frameon=False,
-               bbox_to_anchor=(0.5, 1.0))  # above the figure, as analysis.figures' legends
+    # one legend above the figure (as analysis.figures' legends), the optimum's tick in it: a
+    # legend inside a panel sits on a bar whichever corner it takes
+    handles, names = axes[0].get_legend_handles_labels()
+    extra, extra_names = axes[1].get_legend_handles_labels()
+    fig.legend(handles + extra, names + extra_names, loc="lower center", ncol=min(len(names) + len(extra), 3),
+               frameon=False, bbox_to_anchor=(0.5, 1.0))
     return fig
+
+
+def _tick(model_label: str) -> str:
+    """A model's tick label, one part a line (name, "(random)", layers and p): four models
+    side by side on a panel half a page wide do not fit their names on one line."""
+    return model_label.replace(" (", "\n(", 1).replace(", ", "\n")

@@ -8,7 +8,8 @@ import pandas as pd
 
 from analysis.atomic import write_together
 
-__all__ = ["NAMES", "COLORS", "MARKERS", "ORDER", "setup", "caption", "save", "integers", "num", "formatted"]
+__all__ = ["NAMES", "COLORS", "MARKERS", "ORDER", "setup", "caption", "save", "integers", "num", "formatted",
+           "log_labels"]
 
 NAMES = {"fraq": "FRAQ", "florist": "FLoRIST", "flexlora": "FlexLoRA", "flora": "FLoRA (stack)",
          "fraq-paper": "FRAQ (paper config.)", "qr-svd": "QR-QR-SVD", "rsvd": "rSVD"}
@@ -84,6 +85,23 @@ def integers(df: pd.DataFrame, columns) -> pd.DataFrame:
                     vals.notna().sum() == out[c].notna().sum():
                 out[c] = vals.round().astype("Int64")
     return out
+
+
+def log_labels(axis) -> None:
+    """Label the minor ticks of a log axis (``ax.yaxis``) at 2 and 5 times a power of ten
+    where matplotlib labels 2, 3, 4 and 6 times it (a view holding at most one power of ten
+    and spanning over 0.4 decade): 3 and 4 lie 0.12 decade apart, closer than a label's
+    height on a panel a few inches tall. A view of more powers of ten keeps only those
+    labelled, one of under 0.4 decade every integer multiple (far enough apart there)."""
+    from matplotlib.ticker import LogFormatterSciNotation
+
+    class TwoFive(LogFormatterSciNotation):
+        def set_locs(self, locs=None):
+            super().set_locs(locs)
+            if self._sublabels is not None and 1 < len(self._sublabels) < 9:  # matplotlib's subset
+                self._sublabels = {1, 2, 5}
+
+    axis.set_minor_formatter(TwoFive(labelOnlyBase=False))
 
 
 def setup() -> None:

@@ -1,4 +1,4 @@
-"""asv's dashboard, published so that it renders offline.
+"""asv's dashboard, published self-contained: it needs no network, only a local server.
 
     python -m benchmarks.publish                  # = make bench-publish: .asv/results -> .asv/html
     python -m benchmarks.publish --html-dir DIR --config asv.conf.json
@@ -12,9 +12,12 @@ benchmark. This runs ``asv publish``, copies the same libraries from
 ``index.html`` at its copy, so the directory is self-contained. A tag this module does not
 know (a newer asv template) stops it with the URL named, before anything is rewritten.
 
-The page reads its data with XMLHttpRequest, which browsers refuse from ``file://``:
-view it through a local server, ``asv preview`` (http://127.0.0.1:8080) or
-``python -m http.server -d .asv/html``.
+The page reads its data (``index.json``, ``graphs/*.json``) with XMLHttpRequest, which
+browsers refuse from ``file://`` (the page then shows "Error fetching content"): view it
+through a local server, ``asv preview`` (http://127.0.0.1:8080) or ``python -m
+http.server -d .asv/html``. It is published into a fresh directory beside ``html_dir`` and
+swapped in only when complete (:func:`publish`), so a failed publish keeps the old
+dashboard and a running ``asv preview`` goes on serving the new one.
 """
 
 from __future__ import annotations
@@ -97,12 +100,17 @@ def vendor(html_dir: str) -> None:
 
 
 def swap_in(new: str, html_dir: str) -> None:
-    """Move the dashboard published into ``new`` into ``html_dir``, entry by entry, and remove
-    ``new``: ``html_dir`` itself stays the same directory, so a server started in it (``asv
-    preview`` serves from its working directory) serves the new pages instead of failing on
-    a deleted working directory."""
-    import shutil
+    """Replace the contents of ``html_dir`` whole by the dashboard published into ``new``,
+    and remove ``new``.
 
+    ``asv preview`` serves from its working directory, which it sets to ``html_dir``
+    (``os.chdir`` at start): renaming a fresh directory over ``html_dir`` would leave the
+    server in the old, deleted one (``FileNotFoundError`` from ``os.getcwd()`` on the next
+    request), as ``asv publish`` itself does by deleting ``html_dir`` first. So
+    ``html_dir`` stays the same directory: its old entries are moved into a trash directory
+    inside it, the new ones renamed in, then the trash removed. Every step is a rename
+    within one file system, so the pages change in one short window, and nothing of the
+    old dashboard is left beside the new one."""
     os.makedirs(html_dir, exist_ok=True)
     trash = tempfile.mkdtemp(dir=html_dir, prefix=".old-")
     try:
@@ -116,6 +124,30 @@ def swap_in(new: str, html_dir: str) -> None:
         shutil.rmtree(new, ignore_errors=True)
 
 
+def publish(config: str, html_dir: str) -> None:
+    """``asv publish`` into a fresh directory beside ``html_dir``, made self-contained
+    (:func:`vendor`), then swapped into ``html_dir`` (:func:`swap_in`).
+
+    Nothing in ``html_dir`` changes until the new dashboard is complete: a failing ``asv
+    publish`` (RuntimeError with its exit status) or a template this module cannot vendor
+    (ValueError naming the URL) leaves the old dashboard as it was, and the fresh directory
+    is removed."""
+    parent = os.path.dirname(html_dir)
+    os.makedirs(parent, exist_ok=True)
+    fresh = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(html_dir)}-new-")
+    try:
+        cmd = [sys.executable, "-m", "asv", "publish", "--config", config, "--html-dir", fresh]
+        print("$", " ".join(cmd), flush=True)
+        rc = subprocess.run(cmd, cwd=ROOT).returncode
+        if rc != 0:
+            raise RuntimeError(f"asv publish exited with status {rc}; {html_dir} is unchanged")
+        vendor(fresh)
+    except BaseException:
+        shutil.rmtree(fresh, ignore_errors=True)
+        raise
+    swap_in(fresh, html_dir)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.publish", description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default=os.path.join(ROOT, "asv.conf.json"), help="asv configuration file")
@@ -124,21 +156,19 @@ def main(argv=None) -> int:
     if not os.path.isfile(args.config):
         ap.error(f"--config(={args.config!r}) is not a file")
     args.config = os.path.abspath(args.config)
-    from asv.config import Config
+    if args.html_dir:
+        html_dir = os.path.abspath(args.html_dir)
+    else:
+        from asv.config import Config
 
-    html_dir = os.path.abspath(args.html_dir) if args.html_dir else os.path.join(ROOT, Config.load(args.config).html_dir)
-    # published beside it and swapped in (swap_in): a preview serving html_dir keeps working
-    os.makedirs(os.path.dirname(html_dir), exist_ok=True)
-    fresh = tempfile.mkdtemp(dir=os.path.dirname(html_dir), prefix=f".{os.path.basename(html_dir)}-new-")
-    cmd = [sys.executable, "-m", "asv", "publish", "--config", args.config, "--html-dir", fresh]
-    print("$", " ".join(cmd), flush=True)
-    if subprocess.run(cmd, cwd=ROOT).returncode != 0:
-        shutil.rmtree(fresh, ignore_errors=True)
+        html_dir = os.path.join(ROOT, Config.load(args.config).html_dir)
+    try:
+        publish(args.config, html_dir)
+    except (RuntimeError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
-    vendor(fresh)
-    swap_in(fresh, html_dir)
-    print(f"{html_dir}: renders offline (scripts and styles in vendor/); view it with "
-          f"`.venv/bin/asv preview` or `python -m http.server -d {os.path.relpath(html_dir)}`")
+    print(f"{html_dir}: self-contained (scripts and styles in vendor/); its pages load JSON, so view it through "
+          f"a local server: `.venv/bin/asv preview` or `python -m http.server -d {os.path.relpath(html_dir)}`")
     return 0
 
 

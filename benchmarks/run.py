@@ -5,7 +5,8 @@
 
 Experiments are :mod:`benchmarks.experiments`' (default: what ``make run`` reproduces,
 :data:`benchmarks.experiments.DEFAULT`); sizes are :data:`benchmarks.sizes.SIZES`'
-(``reduced`` about 2 minutes on 2 cores, ``paper`` the paper's sizes where feasible).
+(``reduced`` minutes on 2 cores, ``paper`` the paper's sizes where feasible; ``--estimate``
+says how long a run should take, docs/performance.md what runs took).
 For every experiment and every point of ``points(size)`` it calls ``measure(config,
 device)`` and writes ``<out>/<experiment>/<key>.json`` in :mod:`benchmarks.results`'
 format (config with its ``size``, result, machine, versions, git sha, device, threads).

@@ -5,7 +5,8 @@
 
 - ``tiny``: seconds; small shapes for the tests, the pytest-benchmark quick checks
   (``tests/bench``) and the notebooks' CI run. Not the paper's shapes.
-- ``reduced``: what ``make run`` reproduces (about 2 minutes on 2 cores) and what the asv
+- ``reduced``: what ``make run`` reproduces (minutes on 2 cores; measured times in
+  docs/performance.md, "Command times") and what the asv
   suite tracks.
 - ``paper``: the paper's sizes where this machine allows (``make reproduce-paper``).
 
@@ -61,7 +62,7 @@ SIZES: dict[str, dict[str, dict]] = {
     "reduced": dict(
         fig3=dict(modules=2, client_rank=8, p=8, d_fixed=768, r_fixed=80, ranks=[16, 32, 64, 128, 256],
                   dims=[256, 512, 768, 1536, 3072], methods=_SWEEP_METHODS + ["qr-svd", "rsvd"], repeats=5),
-        # About a minute on 2 cores: r = d/24 to 4d at 768 x 768, to 2d at 768 x 3072.
+        # r = d/24 to 4d at 768 x 768, to 2d at 768 x 3072: past r = d on both shapes within minutes.
         clients=dict(shapes=[[768, 768, [4, 16, 48, 96, 192, 384]], [768, 3072, [8, 48, 96, 192]]], client_rank=8,
                      tau=0.95, modules=1, methods=_SWEEP_METHODS + ["fraq:cholesky"], repeats=3),
         # One layer of each model, latency extrapolated to every layer (labelled).
@@ -81,7 +82,7 @@ SIZES: dict[str, dict[str, dict]] = {
         backends=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         backend_stages=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         eig_precision=dict(),
-        # About 30 s on 2 cores: all of MiniLM (37 modules, 4 clients) and 2 RoBERTa-base layers (10 clients).
+        # All of MiniLM (37 modules, 4 clients) and 2 RoBERTa-base layers (10 clients): under a minute.
         peft=dict(points=[dict(model="minilm", layers=None, p=8, tau=0.95, repeats=5, slow_repeats=4),
                           dict(model="roberta-base", layers=2, p=8, tau=0.95, repeats=5, slow_repeats=4)]),
         eigh_routes=dict(cases=[[36, 80, 768]], repeats=7),

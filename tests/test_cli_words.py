@@ -50,26 +50,3 @@ def test_demo_labels_its_spread(capsys):
 
 def test_notebook_checkpoints_are_ignored():
     assert ".ipynb_checkpoints/" in (ROOT / ".gitignore").read_text().splitlines()
-
-
-def test_republishing_keeps_the_served_directory(tmp_path, monkeypatch):
-    """asv preview serves from its working directory, html_dir: republishing swaps the new
-    pages into that same directory, so its working directory stays and serves them."""
-    import os
-
-    from benchmarks.publish import swap_in
-
-    html = tmp_path / "html"
-    (html / "graphs").mkdir(parents=True)
-    (html / "index.html").write_text("old")
-    (html / "graphs" / "gone.json").write_text("{}")
-    new = tmp_path / "new"
-    (new / "graphs").mkdir(parents=True)
-    (new / "index.html").write_text("new")
-    (new / "graphs" / "a.json").write_text("{}")
-    inode = html.stat().st_ino
-    monkeypatch.chdir(html)  # as asv preview does
-    swap_in(str(new), str(html))
-    assert os.getcwd() == str(html) and html.stat().st_ino == inode
-    assert sorted(p.relative_to(html).as_posix() for p in html.rglob("*")) == ["graphs", "graphs/a.json", "index.html"]
-    assert (html / "index.html").read_text() == "new" and not new.exists()

@@ -63,6 +63,21 @@ def test_readme_is_a_doorway():
         assert (ROOT / link).exists(), link
 
 
+def test_every_readme_command_has_a_row_in_the_one_table_of_times():
+    """How long each command takes is kept in one dated table (docs/performance.md, "Command
+    times"); every ``make`` target of the README's table has a row there, measured or marked
+    as not yet measured on an idle machine."""
+    commands = (ROOT / "README.md").read_text().split("## Commands", 1)[1].split("\n## ", 1)[0]
+    targets = set(re.findall(r"`make ([\w-]+)", commands))
+    page = (ROOT / "docs" / "performance.md").read_text()
+    table = page.split("## Command times", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    assert rows[0] == "| command | measured wall time | machine | load | date |"
+    have = {t for line in rows for t in re.findall(r"`make ([\w-]+)", line.split(" | ")[0])}
+    assert targets and not targets - have, sorted(targets - have)
+    assert not re.search(r"\b\d{4} tests\b", page + (ROOT / "README.md").read_text())  # counted, not typed
+
+
 @pytest.mark.parametrize("code", _ids(("python",)))
 def test_python_block_runs(code):
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,

@@ -198,3 +198,49 @@ def test_published_dashboard_renders_offline_in_a_browser(tmp_path):
     finally:
         driver.quit()
         server.shutdown()
+
+
+@pytest.mark.slow
+def test_republishing_while_asv_preview_serves_keeps_it_serving(tmp_path):
+    """``asv preview`` serves from ``html_dir`` as its working directory; ``make bench-publish``
+    run again while it serves swaps the new pages into that directory, so the same server
+    goes on answering (``asv publish`` alone deletes the directory: the server then fails
+    every request on ``os.getcwd()``)."""
+    import socket
+    import time
+    import urllib.request
+
+    html = _record_and_publish(tmp_path)
+    path = os.path.join(tmp_path, "asv.conf.json")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, HOME=str(tmp_path), PYTHONPATH=ROOT)
+    preview = subprocess.Popen([sys.executable, "-m", "asv", "preview", "--config", path, "--port", str(port)],
+                               cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def get(name: str) -> bytes:
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/{name}", timeout=5) as r:
+                    return r.read()
+            except ConnectionError:
+                time.sleep(0.1)
+            except urllib.error.URLError as e:
+                if not isinstance(e.reason, ConnectionError):
+                    raise
+                time.sleep(0.1)
+        raise AssertionError("asv preview did not answer")
+
+    try:
+        before = json.loads(get("index.json"))
+        pub = subprocess.run([sys.executable, "-m", "benchmarks.publish", "--config", path], cwd=ROOT, env=env,
+                             capture_output=True, text=True)
+        assert pub.returncode == 0, pub.stdout[-3000:] + pub.stderr[-3000:]
+        after = json.loads(get("index.json"))
+        assert after["benchmarks"].keys() == before["benchmarks"].keys()
+        assert b"vendor/jquery-3.3.1/jquery.min.js" in get("index.html")
+        assert preview.poll() is None
+    finally:
+        preview.terminate()
+        preview.wait(timeout=10)
