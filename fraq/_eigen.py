@@ -1,0 +1,84 @@
+r"""The r x r Gram eigenproblem, by route: where the batch of small symmetric eigenproblems is solved.
+
+FRAQ solves one r x r symmetric eigenproblem per matrix (r the stacked rank: 80 for
+RoBERTa-base's ten clients of rank 8, 64 or 232 for LLaMA-3.2-3B's presets), in float64
+by default. On the CPU every route is LAPACK's ``syevd`` (through ``torch.linalg.eigh``,
+the batch split over threads by :func:`fraq._parallel.batch_map`). On CUDA the route
+matters: torch's batched ``eigh`` runs cuSOLVER's batched Jacobi solver only for small
+matrices and otherwise loops over the batch one ``syevd`` at a time, each with its own
+launches and synchronisations. Routes (``eigensolver=``):
+
+- ``"device"``: ``torch.linalg.eigh`` where the Gram lives;
+- ``"host"``: the Grams copied to the host, solved there by LAPACK, the results copied
+  back. The pipeline reads its eigenvalues on the host once anyway (the energy rule's
+  rank), so the solve costs a transfer of r x r matrices, not a new stall. On the CPU
+  it is ``"device"``;
+- ``"cupy"``: CuPy's batched ``cupy.linalg.eigh`` on the same device memory, handed over
+  through DLPack with no copy, on torch's current stream (CUDA only; CuPy must import);
+- ``"auto"``: ``"device"`` on every device. A route becomes a device's default only from
+  an end-to-end measurement of ``fraq.recompress`` on that device (``python -m
+  benchmarks.gpu_check``, part ``eigensolver``), never from the eigensolver alone.
+
+Every route reads the lower triangle (the Gram may hold only it) and returns ascending
+eigenvalues with orthonormal eigenvectors in the requested dtype, on the Gram's device.
+A route that refuses a non-finite Gram returns None (the caller then takes its rescaled
+path, which names the NaN or Inf in the input); CuPy returns NaN instead of raising, so
+its result is checked and a non-finite one is taken as that refusal.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fraq._parallel import batch_map
+
+__all__ = ["EIGENSOLVERS", "check_eigensolver", "eigh"]
+
+EIGENSOLVERS = ("auto", "device", "host", "cupy")
+"""The routes of :func:`eigh` (module docstring)."""
+
+
+def check_eigensolver(eigensolver: object, device: torch.device | None = None) -> str:
+    """``eigensolver`` if it names a route that can run on ``device`` (None: any device),
+    else a ValueError naming the argument and the value."""
+    if eigensolver not in EIGENSOLVERS:
+        raise ValueError(f"eigensolver(={eigensolver!r}) must be one of {', '.join(map(repr, EIGENSOLVERS))}")
+    if eigensolver == "cupy":
+        if device is not None and device.type != "cuda":
+            raise ValueError(f"eigensolver(={eigensolver!r}) solves on a CUDA GPU; the factors are on {device}")
+        try:
+            import cupy  # noqa: F401
+        except Exception as exc:  # noqa: BLE001 - absent, or built for another CUDA
+            raise ValueError(f"eigensolver(={eigensolver!r}) needs CuPy, which does not import here "
+                             f"({type(exc).__name__}: {exc})") from None
+    return eigensolver
+
+
+def eigh(G: torch.Tensor, dtype: torch.dtype, eigensolver: str = "auto") -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(lam, U)`` of each symmetric ``G`` (``(*, r, r)``, lower triangle read) in ``dtype``,
+    ascending, on ``G``'s device, by route ``eigensolver`` (checked by
+    :func:`check_eigensolver`); None when the solver refuses a non-finite Gram."""
+    Gd = G.to(dtype)
+    route = "device" if eigensolver == "auto" or (eigensolver == "host" and not Gd.is_cuda) else eigensolver
+    try:
+        if route == "device":
+            return batch_map(torch.linalg.eigh, Gd)
+        if route == "host":
+            lam, U = batch_map(torch.linalg.eigh, Gd.cpu())
+            return lam.to(G.device, non_blocking=True), U.to(G.device, non_blocking=True)
+    except torch.linalg.LinAlgError:
+        return None
+    return _cupy(Gd)
+
+
+def _cupy(G: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    import cupy
+
+    index = G.device.index if G.device.index is not None else torch.cuda.current_device()
+    stream = torch.cuda.current_stream(index)
+    with cupy.cuda.Device(index), cupy.cuda.ExternalStream(stream.cuda_stream, index):
+        w, V = cupy.linalg.eigh(cupy.from_dlpack(G.contiguous()), UPLO="L")
+        lam, U = torch.from_dlpack(w), torch.from_dlpack(V)
+    if not bool(torch.isfinite(lam).all()):
+        return None
+    return lam, U
