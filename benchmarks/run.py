@@ -163,11 +163,15 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
         # right however the machine's speed or load scales the estimates.
         bar = Progress(sum(costs), desc=f"{size} on {device}", stream=sys.stderr,
                        count=lambda n, total: f"{counts['measured']}/{len(todo)} points")
+        prepared: set[str] = set()
         try:
             for (name, module, config), c in zip(todo, costs):
                 key = module.key(config)
                 if progress:
                     bar.label(f"{name} {key}"[:70])
+                if name not in prepared and hasattr(module, "prepare"):  # measurements spanning its points
+                    prepared.add(name)
+                    module.prepare([cf for n, _, cf in todo if n == name], device)
                 write_result(out, name, key, _config(config, size), module.measure(config, device), device=device)
                 counts["measured"] += 1
                 if progress:

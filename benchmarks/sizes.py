@@ -38,16 +38,16 @@ the batched Cholesky ones."""
 SIZES: dict[str, dict[str, dict]] = {
     "tiny": dict(
         fig3=dict(modules=2, client_rank=8, p=4, d_fixed=64, r_fixed=16, ranks=[8, 16], dims=[32, 64],
-                  methods=_SWEEP_METHODS + ["qr-svd", "rsvd"], repeats=3),
+                  methods=_SWEEP_METHODS + ["qr-svd", "rsvd"], rounds=6, launches=1),
         # r = 8K from d/4 to 4d on a square and a wide shape; every exact backend.
         clients=dict(shapes=[[32, 32, [1, 4, 8, 16]], [32, 64, [2, 8]]], client_rank=8, tau=0.95, modules=2,
-                     methods=_SWEEP_METHODS + _EXACT, repeats=3),
+                     methods=_SWEEP_METHODS + _EXACT, rounds=6, launches=1),
         clients_models=dict(jobs=[dict(preset="roberta-base", clients=4, layers=1)], client_rank=8, tau=0.95,
                             methods=_SWEEP_METHODS, repeats=2, budget_s=5.0),
         fig4_rank=dict(preset="roberta-base", layers=1, ranks=[2, 8, 40, 80], methods=["fraq", "florist", "fraq-paper", "qr-svd"]),
         fig4_cond=dict(shape=[64, 64], rank=16, clients=4, batch=2, kappas=[1.0, 1e5, 1e10],
                        methods=_SWEEP_METHODS + _ANALYST),
-        table4=dict(m=256, n=128, modules=2, clients=4, client_rank=4, p=4, repeats=3),
+        table4=dict(m=256, n=128, modules=2, clients=4, client_rank=4, p=4, rounds=6, launches=1),
         fig1=dict(preset="roberta-base", layers=1, clients=[2, 4], client_ranks=[4, 8], taus=[0.80, 0.90, 0.95]),
         tables123=dict(presets=["roberta-base"], quick=True, repeats=3, slow_repeats=2),
         backends=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
@@ -60,10 +60,11 @@ SIZES: dict[str, dict[str, dict]] = {
     ),
     "reduced": dict(
         fig3=dict(modules=2, client_rank=8, p=8, d_fixed=768, r_fixed=80, ranks=[16, 32, 64, 128, 256],
-                  dims=[256, 512, 768, 1536, 3072], methods=_SWEEP_METHODS + ["qr-svd", "rsvd"], repeats=5),
+                  dims=[256, 512, 768, 1536, 3072], methods=_SWEEP_METHODS + ["qr-svd", "rsvd"], rounds=4,
+                  launches=3),
         # About a minute on 2 cores: r = d/24 to 4d at 768 x 768, to 2d at 768 x 3072.
         clients=dict(shapes=[[768, 768, [4, 16, 48, 96, 192, 384]], [768, 3072, [8, 48, 96, 192]]], client_rank=8,
-                     tau=0.95, modules=1, methods=_SWEEP_METHODS + ["fraq:cholesky"], repeats=3),
+                     tau=0.95, modules=1, methods=_SWEEP_METHODS + ["fraq:cholesky"], rounds=4, launches=3),
         # One layer of each model, latency extrapolated to every layer (labelled).
         clients_models=dict(jobs=[dict(preset="roberta-base", clients=128, layers=1),
                                   dict(preset="roberta-base", clients=512, layers=1),
@@ -73,7 +74,7 @@ SIZES: dict[str, dict[str, dict]] = {
                        methods=_SWEEP_METHODS + _ANALYST),
         fig4_cond=dict(shape=[768, 768], rank=64, clients=8, batch=2, kappas=[1.0, 1e2, 1e4, 1e6, 1e8, 1e10],
                        methods=_SWEEP_METHODS + _ANALYST),
-        table4=dict(m=8192, n=3072, modules=4, clients=8, client_rank=8, p=8, repeats=7),
+        table4=dict(m=8192, n=3072, modules=4, clients=8, client_rank=8, p=8, rounds=4, launches=3),
         fig1=dict(preset="llama-3.2-3b", layers=1, clients=[2, 4, 8, 16], client_ranks=[4, 8, 16],
                   taus=[0.80, 0.90, 0.95]),
         tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=True, repeats=3,
@@ -90,13 +91,14 @@ SIZES: dict[str, dict[str, dict]] = {
     ),
     "paper": dict(
         fig3=dict(modules=12, client_rank=8, p=8, d_fixed=768, r_fixed=80, ranks=[16, 32, 64, 128, 256, 512],
-                  dims=[256, 512, 768, 1024, 2048, 4096], methods=_SWEEP_METHODS + ["qr-svd", "rsvd"], repeats=7),
+                  dims=[256, 512, 768, 1024, 2048, 4096], methods=_SWEEP_METHODS + ["qr-svd", "rsvd"], rounds=4,
+                  launches=3),
         # K from 2 clients to r = 4d (RoBERTa-sized, and an MLP-shaped 768 x 3072), and to r = 1.5d on a
         # LLaMA-3.2-3B down projection's shape.
         clients=dict(shapes=[[768, 768, [2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384]],
                              [768, 3072, [2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384]],
                              [3072, 8192, [8, 48, 192, 384, 576]]], client_rank=8, tau=0.95, modules=1,
-                     methods=_SWEEP_METHODS + ["fraq:cholesky"], repeats=3),
+                     methods=_SWEEP_METHODS + ["fraq:cholesky"], rounds=4, launches=3),
         clients_models=dict(jobs=[dict(preset="roberta-base", clients=128, layers=None),
                                   dict(preset="roberta-base", clients=512, layers=None),
                                   dict(preset="llama-3.2-3b", clients=64, layers=None)],
@@ -105,7 +107,7 @@ SIZES: dict[str, dict[str, dict]] = {
                        methods=_SWEEP_METHODS + _ANALYST),
         fig4_cond=dict(shape=[768, 768], rank=64, clients=8, batch=8, kappas=[10.0**k for k in range(11)],
                        methods=_SWEEP_METHODS),
-        table4=dict(m=8192, n=3072, modules=56, clients=8, client_rank=8, p=8, repeats=7),
+        table4=dict(m=8192, n=3072, modules=56, clients=8, client_rank=8, p=8, rounds=4, launches=3),
         fig1=dict(preset="llama-3.2-3b", layers=4, clients=[2, 4, 8, 16, 32], client_ranks=[4, 8, 16, 32],
                   taus=[0.80, 0.90, 0.95]),
         # FlexLoRA and FLoRG on LLaMA (one module per shape) take about a minute per sample: 2 samples each.

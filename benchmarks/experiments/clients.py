@@ -38,7 +38,7 @@ import torch
 from benchmarks.experiments import fig3
 from benchmarks.sizes import size_config
 
-__all__ = ["call", "cost", "energy_check", "growth", "key", "measure", "metrics", "points", "ratios"]
+__all__ = ["call", "cost", "energy_check", "growth", "key", "measure", "metrics", "points", "prepare", "ratios"]
 
 call = fig3.call
 """The timed call of a point (:func:`benchmarks.experiments.fig3.call`; the config's
@@ -54,11 +54,18 @@ def points(size: str) -> list[dict]:
         if m > n:
             raise ValueError(f"clients shape {m} x {n}: list it as m <= n (d = m, D = n)")
         for K in ks:
-            for method in c["methods"]:
+            compared = [x for x in c["methods"] if x not in c.get("dense", []) or K * c["client_rank"] <= c["dense_max_r"] * m]
+            for method in compared:
                 out.append(dict(figure="clients", sweep="K", method=method, mode="batched", d=m, D=n, K=K,
                                 r=K * c["client_rank"], p=None, tau=c["tau"], modules=c["modules"],
-                                client_rank=c["client_rank"], repeats=c["repeats"]))
+                                client_rank=c["client_rank"], rounds=c["rounds"], launches=c["launches"],
+                                compared=compared))
     return out
+
+
+prepare = fig3.prepare
+"""The paired timings of the points' groups: the methods at one (shape, K), interleaved
+round by round over ``launches`` fresh processes (:func:`benchmarks.experiments.fig3.prepare`)."""
 
 
 def key(config: dict) -> str:
@@ -73,12 +80,12 @@ def cost(config: dict) -> float:
     rule can keep, min(d, r), at :data:`~benchmarks.experiments.DENSE_RATE`, times its calls
     (the timed ones, a warm-up, the metrics' three), plus 50 ms of overhead each."""
     from benchmarks.experiments import DENSE_RATE
-    from benchmarks.measure.methods import default_path, runs_backend, spec
+    from benchmarks.measure.methods import default_path, runs_backend
     from fraq.flops import analytic_flops
 
     c = config
-    t = spec(c["method"]).timing(c["repeats"])
-    calls = t["repeats"] + t["warmup"] + 3
+    calls = fig3.timed_calls(c) + 3
+    starts = fig3.LAUNCH_SECONDS * c["launches"] if c["launches"] > 1 and c["method"] == c["compared"][0] else 0.0
     name, _, backend = c["method"].partition(":")
     d, D, r = c["d"], c["D"], c["r"]
     p = min(d, r)
@@ -87,7 +94,7 @@ def cost(config: dict) -> float:
         flops = analytic_flops(name, d, D, r, p, model="full", backend=backend or "householder", **path)
     except ValueError:  # a backend without a FLOP model (or one that needs its step count)
         flops = analytic_flops(name, d, D, r, p, model="full", **path)
-    return calls * (0.05 + c["modules"] * flops / DENSE_RATE)
+    return starts + calls * (0.05 + c["modules"] * flops / DENSE_RATE)
 
 
 def energy_check(S: torch.Tensor, ranks: list[int], tau: float) -> dict:
@@ -113,12 +120,9 @@ def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
 
 
 def measure(config: dict, device: torch.device | str = "cpu") -> dict:
-    """One point's result: ``timing`` (:meth:`benchmarks.measure.Timing.as_dict`) and :func:`metrics`."""
-    from benchmarks.measure import timed
-    from benchmarks.measure.methods import spec
-
-    timing = timed(call(config, device), device=device, **spec(config["method"]).timing(config["repeats"]))
-    return dict(timing=timing.as_dict(), **metrics(config, device))
+    """One point's result: ``timing`` (the paired timing of its group,
+    :func:`benchmarks.experiments.fig3.paired_timing`) and :func:`metrics`."""
+    return dict(timing=fig3.paired_timing(config, device), **metrics(config, device))
 
 
 # ----------------------------------------------------------------------------- interleaved ratios

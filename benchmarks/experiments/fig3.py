@@ -7,7 +7,10 @@ stacked rank r at d = ``d_fixed`` (``sweep="r"``, Fig. 3a) and along the hidden 
 at r = ``r_fixed`` (``sweep="d"``, Fig. 3b). p is fixed, so every method does the same
 job at every point. At each point:
 
-- ``timing``: latency of the call (:func:`benchmarks.measure.timed`);
+- ``timing``: latency of the call, the methods of one (sweep, d, r, mode) timed together
+  in paired rounds over ``launches`` fresh processes (:mod:`benchmarks.measure.paired`:
+  ``round``, ``launch``, ``loops`` and a ``group`` id per result, so that the analysis
+  judges each ratio round by round);
 - ``peak_bytes``: tensor peak memory above the inputs;
 - ``counted_flops`` (batched; LAPACK included), ``analytic_flops_table5`` (the paper's
   formula) and ``analytic_flops_full`` (the pipeline the code runs);
@@ -33,7 +36,8 @@ from benchmarks import cases
 from benchmarks.device import to_device
 from benchmarks.sizes import size_config
 
-__all__ = ["call", "key", "measure", "metrics", "points", "reference"]
+__all__ = ["GROUP", "call", "cost", "group", "group_calls", "key", "measure", "metrics", "paired_timing", "points",
+           "prepare", "reference", "timed_calls"]
 
 MODES = ("batched", "unbatched")
 
@@ -46,33 +50,79 @@ def points(size: str) -> list[dict]:
     grid = [("r", c["d_fixed"], r) for r in c["ranks"]] + [("d", d, c["r_fixed"]) for d in c["dims"]]
     out = []
     for sweep, d, r in grid:
-        for method in c["methods"]:
-            if spec(method).skip_reason(d) is not None:
-                continue
-            for mode in MODES:
+        compared = [m for m in c["methods"] if spec(m).skip_reason(d) is None]
+        for mode in MODES:  # one group's points in a row: the runner measures the group once
+            for method in compared:
                 out.append(dict(figure="fig3", sweep=sweep, method=method, mode=mode, d=d, D=d, r=r,
                                 p=min(c["p"], r, d), modules=c["modules"], client_rank=c["client_rank"],
-                                repeats=c["repeats"]))
+                                rounds=c["rounds"], launches=c["launches"], compared=compared))
     return out
+
+
+GROUP = "benchmarks.experiments.fig3:group_calls"
+"""The builder of a group's calls in every launch (:func:`benchmarks.measure.paired.launched`)."""
+
+
+def group(config: dict) -> dict:
+    """The point's group: its config without the method (the methods are ``compared``)."""
+    return {k: v for k, v in config.items() if k != "method"}
+
+
+def group_calls(group: dict, device: torch.device | str = "cpu") -> dict:
+    """Every compared method's timed call (:func:`call`) at the group's point."""
+    return {m: call(dict(group, method=m), device) for m in group["compared"]}
+
+
+def prepare(configs: list[dict], device: torch.device | str = "cpu", target: str = GROUP) -> None:
+    """The paired timings of every group of ``configs``, in ``launches`` launches for all of them."""
+    from benchmarks.measure.paired import measure_groups
+
+    for (rounds, launches), groups in _by_plan(configs).items():
+        measure_groups(target, groups, rounds=rounds, launches=launches, device=device)
+
+
+def _by_plan(configs: list[dict]) -> dict:
+    out: dict = {}
+    for c in configs:
+        out.setdefault((c["rounds"], c["launches"]), []).append(group(c))
+    return out
+
+
+def paired_timing(config: dict, device: torch.device | str = "cpu", target: str = GROUP) -> dict:
+    """The point's method's share of its group's paired timing (measured now if not prepared)."""
+    from benchmarks.measure.paired import cached
+
+    return cached(target, group(config), config["method"], rounds=config["rounds"], launches=config["launches"],
+                  device=device)
+
+
+def timed_calls(config: dict) -> int:
+    """Calls of the point's method for its timing: a warm-up per launch and one per round."""
+    return config["launches"] * (config["rounds"] + 1)
+
+
+LAUNCH_SECONDS = 2.5
+"""An interpreter's start with torch and the suite imported, on one idle core."""
 
 
 def cost(config: dict) -> float:
     """The method's analytic FLOPs (:func:`fraq.flops.analytic_flops`) per call at about
-    :data:`~benchmarks.experiments.DENSE_RATE`, times its calls: the timed ones, a warm-up,
-    and the metrics' three (result, peak memory, FLOP count), plus 50 ms of overhead each."""
+    :data:`~benchmarks.experiments.DENSE_RATE`, times its calls: the paired timing's
+    (:func:`timed_calls`; a call under 1 ms is looped to 1 ms, counted here as 50 ms of
+    overhead per call) and the metrics' three (result, peak memory, FLOP count); the
+    group's first method pays for its launches' interpreter starts."""
     from benchmarks.experiments import DENSE_RATE
-    from benchmarks.measure.methods import spec
     from fraq.flops import analytic_flops
 
     c = config
-    t = spec(c["method"]).timing(c["repeats"])
-    calls = t["repeats"] + t["warmup"] + 3
+    calls = timed_calls(c) + 3
+    starts = LAUNCH_SECONDS * c["launches"] if c["launches"] > 1 and c["method"] == c["compared"][0] else 0.0
     name = c["method"].split(":", 1)[0]
     try:
         flops = c["modules"] * analytic_flops(name, c["d"], c["D"], c["r"], c["p"], model="table5")
     except ValueError:  # a method without a FLOP model (the textbook baselines): FRAQ's order
         flops = c["modules"] * analytic_flops("fraq", c["d"], c["D"], c["r"], c["p"], model="table5")
-    return calls * (0.05 + flops / DENSE_RATE)
+    return starts + calls * (0.05 + flops / DENSE_RATE)
 
 
 def key(config: dict) -> str:
@@ -176,10 +226,5 @@ def _analytic(c: dict, ranks: list[int], device: torch.device) -> dict:
 
 
 def measure(config: dict, device: torch.device | str = "cpu") -> dict:
-    """One point's result: ``timing`` (:meth:`benchmarks.measure.Timing.as_dict`) and :func:`metrics`."""
-    from benchmarks.measure import timed
-    from benchmarks.measure.methods import spec
-
-    fn = call(config, device)
-    timing = timed(fn, device=device, **spec(config["method"]).timing(config["repeats"]))
-    return dict(timing=timing.as_dict(), **metrics(config, device))
+    """One point's result: ``timing`` (:func:`paired_timing`) and :func:`metrics`."""
+    return dict(timing=paired_timing(config, device), **metrics(config, device))
