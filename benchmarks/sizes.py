@@ -49,7 +49,7 @@ SIZES: dict[str, dict[str, dict]] = {
                        methods=_SWEEP_METHODS + _ANALYST),
         table4=dict(m=256, n=128, modules=2, clients=4, client_rank=4, p=4, rounds=6, launches=1),
         fig1=dict(preset="roberta-base", layers=1, clients=[2, 4], client_ranks=[4, 8], taus=[0.80, 0.90, 0.95]),
-        tables123=dict(presets=["roberta-base"], quick=True, repeats=3, slow_repeats=2),
+        tables123=dict(presets=["roberta-base"], quick=True, rounds=6, launches=1, slow_rounds=2),
         backends=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         backend_stages=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         eig_precision=dict(),
@@ -77,8 +77,8 @@ SIZES: dict[str, dict[str, dict]] = {
         table4=dict(m=8192, n=3072, modules=4, clients=8, client_rank=8, p=8, rounds=4, launches=3),
         fig1=dict(preset="llama-3.2-3b", layers=1, clients=[2, 4, 8, 16], client_ranks=[4, 8, 16],
                   taus=[0.80, 0.90, 0.95]),
-        tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=True, repeats=3,
-                       slow_repeats=2),
+        tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=True, rounds=4,
+                       launches=3, slow_rounds=2),
         backends=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         backend_stages=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         eig_precision=dict(),
@@ -95,9 +95,16 @@ SIZES: dict[str, dict[str, dict]] = {
                   launches=3),
         # K from 2 clients to r = 4d (RoBERTa-sized, and an MLP-shaped 768 x 3072), and to r = 1.5d on a
         # LLaMA-3.2-3B down projection's shape.
+        # On the LLaMA shape a call takes 20 s to minutes from r = d/2 on (FLoRIST's and FRAQ's work grows as
+        # (d + D) r^2) and FlexLoRA's dense SVD 20-30 s at every K: 2 rounds per launch there (6 in all, the
+        # fewest with a 95% sign interval), up to r = d/2 (K = 192) for FRAQ and K = 48 for FLoRIST and the
+        # Cholesky backend; FlexLoRA not at all. The regime past r = d and the comparison with the dense path
+        # are the 768-wide shapes', measured to r = 4d.
         clients=dict(shapes=[[768, 768, [2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384]],
                              [768, 3072, [2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384]],
-                             [3072, 8192, [8, 48, 192, 384, 576]]], client_rank=8, tau=0.95, modules=1,
+                             [3072, 8192, [8, 48, 192],
+                              dict(rounds=2, only={"florist": [8, 48], "flexlora": [], "fraq:cholesky": [8, 48]})]],
+                     client_rank=8, tau=0.95, modules=1,
                      methods=_SWEEP_METHODS + ["fraq:cholesky"], rounds=4, launches=3),
         clients_models=dict(jobs=[dict(preset="roberta-base", clients=128, layers=None),
                                   dict(preset="roberta-base", clients=512, layers=None),
@@ -110,9 +117,12 @@ SIZES: dict[str, dict[str, dict]] = {
         table4=dict(m=8192, n=3072, modules=56, clients=8, client_rank=8, p=8, rounds=4, launches=3),
         fig1=dict(preset="llama-3.2-3b", layers=4, clients=[2, 4, 8, 16, 32], client_ranks=[4, 8, 16, 32],
                   taus=[0.80, 0.90, 0.95]),
-        # FlexLoRA and FLoRG on LLaMA (one module per shape) take about a minute per sample: 2 samples each.
-        tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=False, repeats=5,
-                       slow_repeats=2),
+        # 2 rounds in each of 3 launches: 6, the fewest with a 95% sign interval (whole-model calls of every
+        # method take seconds here). FlexLoRA and FLoRG on LLaMA (one module per shape) take about a minute per
+        # sample: 2 samples each, after a warm-up. The heterogeneous preset's stacked rank 232 makes a whole-model call of every method
+        # minutes: it is built on 4 of its 28 layers (latency x 7, stated in every row).
+        tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=False, rounds=2,
+                       launches=3, slow_rounds=2, layers={"llama-3.2-3b-hetero": 4}),
         backends=dict(layers=None, repeats=7, diag_matrices=4, threads=[1, 2], stage_repeats=7),
         backend_stages=dict(layers=None, repeats=7, diag_matrices=4, threads=[1, 2], stage_repeats=7),
         eig_precision=dict(),

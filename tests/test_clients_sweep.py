@@ -20,7 +20,7 @@ def test_points_stack_clients_of_one_rank_past_d(size):
     assert len({clients.key(p) for p in pts}) == len(pts)
     for p in pts:
         assert p["r"] == p["K"] * c["client_rank"] and p["d"] <= p["D"] and p["tau"] == c["tau"]
-    for m, n, ks in c["shapes"]:
+    for m, n, ks, *_ in c["shapes"]:
         # every shape reaches past r = d, so the sweep has a regime on each side of it
         assert max(ks) * c["client_rank"] > m and min(ks) * c["client_rank"] < m
 

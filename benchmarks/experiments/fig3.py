@@ -102,27 +102,37 @@ def timed_calls(config: dict) -> int:
 
 
 LAUNCH_SECONDS = 2.5
-"""An interpreter's start with torch and the suite imported, on one idle core."""
+"""An interpreter's start with torch and the suite imported, on one idle core: paid
+``launches`` times per experiment (every group of a run is measured in the same launches),
+so left out of the points' costs."""
+
+
+def call_seconds(seconds: float, config: dict, metric_calls: int = 3) -> float:
+    """A point's estimated seconds from its method's seconds per call: each timed round at
+    least :data:`~benchmarks.measure.paired.MIN_SAMPLE` (a faster call is looped to it) plus
+    5 ms, each warm-up, and each of the metrics' ``metric_calls`` calls (result, peak
+    memory, FLOP count: traced, so 50 ms of overhead each)."""
+    from benchmarks.measure.paired import MIN_SAMPLE
+
+    c = config
+    rounds = c["launches"] * c["rounds"]
+    return rounds * (max(seconds, MIN_SAMPLE) + 0.005) + c["launches"] * (seconds + 0.005) + \
+        metric_calls * (seconds + 0.05)
 
 
 def cost(config: dict) -> float:
     """The method's analytic FLOPs (:func:`fraq.flops.analytic_flops`) per call at about
-    :data:`~benchmarks.experiments.DENSE_RATE`, times its calls: the paired timing's
-    (:func:`timed_calls`; a call under 1 ms is looped to 1 ms, counted here as 50 ms of
-    overhead per call) and the metrics' three (result, peak memory, FLOP count); the
-    group's first method pays for its launches' interpreter starts."""
+    :data:`~benchmarks.experiments.DENSE_RATE`, over its calls (:func:`call_seconds`)."""
     from benchmarks.experiments import DENSE_RATE
     from fraq.flops import analytic_flops
 
     c = config
-    calls = timed_calls(c) + 3
-    starts = LAUNCH_SECONDS * c["launches"] if c["launches"] > 1 and c["method"] == c["compared"][0] else 0.0
     name = c["method"].split(":", 1)[0]
     try:
         flops = c["modules"] * analytic_flops(name, c["d"], c["D"], c["r"], c["p"], model="table5")
     except ValueError:  # a method without a FLOP model (the textbook baselines): FRAQ's order
         flops = c["modules"] * analytic_flops("fraq", c["d"], c["D"], c["r"], c["p"], model="table5")
-    return starts + calls * (0.05 + flops / DENSE_RATE)
+    return call_seconds(flops / DENSE_RATE, c)
 
 
 def key(config: dict) -> str:

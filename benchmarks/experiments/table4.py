@@ -61,12 +61,9 @@ def prepare(configs: list[dict], device: torch.device | str = "cpu") -> None:
 
 def cost(config: dict) -> float:
     """About 20 ms per 8192 x 3072 module and call: the paired timing's (a warm-up per launch
-    and one per round) and the metrics' two; the first variant pays the launches' starts."""
-    from benchmarks.experiments.fig3 import LAUNCH_SECONDS
-
+    and one per round) and the metrics' two."""
     c = config
-    starts = LAUNCH_SECONDS * c["launches"] if c["launches"] > 1 and c["variant"] == c["compared"][0] else 0.0
-    return starts + 0.02 * c["modules"] * (c["launches"] * (c["rounds"] + 1) + 2) * c["m"] * c["n"] / (8192 * 3072)
+    return 0.02 * c["modules"] * (c["launches"] * (c["rounds"] + 1) + 2) * c["m"] * c["n"] / (8192 * 3072)
 
 
 def key(config: dict) -> str:

@@ -53,7 +53,7 @@ import torch
 
 from benchmarks.measure.timing import Timing, _sync, gc_off
 
-__all__ = ["MAX_LOOPS", "MIN_SAMPLE", "Weighted", "cached", "launched", "measure_groups", "paired_rounds"]
+__all__ = ["MAX_LOOPS", "MIN_SAMPLE", "Weighted", "cached", "launched", "measure_groups", "merged", "paired_rounds"]
 
 MIN_SAMPLE = 1e-3
 """Shortest sample, seconds: perf_counter's resolution (well under a microsecond) and a
@@ -66,7 +66,15 @@ MAX_LOOPS = 10_000
 class Weighted(list):
     """A sample made of several calls weighted and summed: ``[(fn, weight), ...]``, the
     sample being sum(weight x time of fn). One module per shape, each shape's time times
-    its number of modules, is timed this way (:mod:`benchmarks.experiments.tables123`)."""
+    its number of modules, is timed this way (:mod:`benchmarks.experiments.tables123`).
+
+    ``seconds``: each call's time in a warm-up the caller has already run (None: not run):
+    :func:`paired_rounds` then sets the loop counts from it and makes no calibration call
+    of its own, which for a call of a minute is a minute saved per launch."""
+
+    def __init__(self, pairs=(), seconds: list[float] | None = None):
+        super().__init__(pairs)
+        self.seconds = seconds
 
 
 def _parts(call) -> list[tuple[Callable, float]]:
@@ -94,7 +102,8 @@ def paired_rounds(calls: dict, rounds: int, *, device: torch.device | str = "cpu
                   launch: int = 0) -> dict[str, dict]:
     """``rounds`` rounds of every call in ``calls`` (key -> zero-argument callable, or a
     :class:`Weighted` list), the order rotated each round, after one untimed call of each
-    (a second for a call under ``min_sample``, whose time sets its loop count
+    (none where a Weighted list carries its warm-up's ``seconds``; a second for a call
+    under ``min_sample``, whose time sets its loop count
     k = ceil(min_sample / time), at most :data:`MAX_LOOPS`).
 
     Returns ``{key: {"samples": [...], "loops": [k, ...], "round": [...], "launch": [...]}}``,
@@ -106,9 +115,10 @@ def paired_rounds(calls: dict, rounds: int, *, device: torch.device | str = "cpu
     loops: dict[str, list[int]] = {}
     for k in keys:
         loops[k] = []
-        for fn, _ in _parts(calls[k]):
+        known = getattr(calls[k], "seconds", None)
+        for i, (fn, _) in enumerate(_parts(calls[k])):
             _sync(device)
-            t = _loop_time(fn, 1, device)
+            t = known[i] if known is not None else _loop_time(fn, 1, device)
             if t < min_sample:  # the warm-up's own time is inflated by first-call costs: calibrate on a second
                 t = _loop_time(fn, 1, device)
             loops[k].append(1 if t >= min_sample else min(MAX_LOOPS, math.ceil(min_sample / max(t, 1e-9))))
@@ -165,18 +175,20 @@ def launched(target: str, groups: list[dict], *, rounds: int, launches: int, dev
     device = str(torch.device(device))
     runs = [(_one_launch if launches == 1 else _fresh)(target, groups, rounds, device, min_sample, i)
             for i in range(launches)]
-    out = []
-    for g in range(len(groups)):
-        gid, keys = uuid.uuid4().hex[:12], list(runs[0][g])
-        merged = {}
-        for k in keys:
-            samples = [s for run in runs for s in run[g][k]["samples"]]
-            timing = Timing(tuple(samples), torch.get_num_threads(), device).as_dict()
-            merged[k] = dict(timing, round=list(range(len(samples))),
-                             launch=[x for run in runs for x in run[g][k]["launch"]],
-                             loops=[run[g][k]["loops"] for run in runs], min_sample=min_sample, launches=launches,
-                             compared=keys, group=gid)
-        out.append(merged)
+    return [merged([run[g] for run in runs], device=device, min_sample=min_sample) for g in range(len(groups))]
+
+
+def merged(runs: list[dict], *, device: torch.device | str = "cpu", min_sample: float = MIN_SAMPLE) -> dict:
+    """One group's :func:`paired_rounds` outputs, one per launch, as ``{key: timing}`` (the
+    module docstring's fields, one new group id)."""
+    gid, keys = uuid.uuid4().hex[:12], list(runs[0])
+    out = {}
+    for k in keys:
+        samples = [s for run in runs for s in run[k]["samples"]]
+        timing = Timing(tuple(samples), torch.get_num_threads(), str(torch.device(device))).as_dict()
+        out[k] = dict(timing, round=list(range(len(samples))), launch=[x for run in runs for x in run[k]["launch"]],
+                      loops=[run[k]["loops"] for run in runs], min_sample=min_sample, launches=len(runs),
+                      compared=keys, group=gid)
     return out
 
 
