@@ -77,8 +77,9 @@ SIZES: dict[str, dict[str, dict]] = {
         table4=dict(m=8192, n=3072, modules=4, clients=8, client_rank=8, p=8, rounds=4, launches=3),
         fig1=dict(preset="llama-3.2-3b", layers=1, clients=[2, 4, 8, 16], client_ranks=[4, 8, 16],
                   taus=[0.80, 0.90, 0.95]),
+        # The heterogeneous preset (stacked rank 232) on 1 of its layers (latency x 28, stated in every row).
         tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=True, rounds=4,
-                       launches=3, slow_rounds=2),
+                       launches=3, slow_rounds=2, layers={"llama-3.2-3b-hetero": 1}),
         backends=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         backend_stages=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         eig_precision=dict(),
@@ -97,12 +98,12 @@ SIZES: dict[str, dict[str, dict]] = {
         # LLaMA-3.2-3B down projection's shape.
         # On the LLaMA shape a call takes 20 s to minutes from r = d/2 on (FLoRIST's and FRAQ's work grows as
         # (d + D) r^2) and FlexLoRA's dense SVD 20-30 s at every K: 2 rounds per launch there (6 in all, the
-        # fewest with a 95% sign interval), up to r = d/2 (K = 192) for FRAQ and K = 48 for FLoRIST and the
-        # Cholesky backend; FlexLoRA not at all. The regime past r = d and the comparison with the dense path
-        # are the 768-wide shapes', measured to r = 4d.
+        # fewest with a 95% sign interval); FRAQ at every K (to r = 1.5d), FLoRIST and the Cholesky backend up
+        # to K = 48, FlexLoRA not at all. The comparison with the dense path past r = d is the 768-wide shapes',
+        # measured to r = 4d.
         clients=dict(shapes=[[768, 768, [2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384]],
                              [768, 3072, [2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384]],
-                             [3072, 8192, [8, 48, 192],
+                             [3072, 8192, [8, 48, 192, 576],
                               dict(rounds=2, only={"florist": [8, 48], "flexlora": [], "fraq:cholesky": [8, 48]})]],
                      client_rank=8, tau=0.95, modules=1,
                      methods=_SWEEP_METHODS + ["fraq:cholesky"], rounds=4, launches=3),

@@ -34,7 +34,7 @@ def test_dense_plan_follows_the_dense_work(name):
 @pytest.mark.parametrize("size", ["tiny", "reduced", "paper"])
 def test_points_time_every_row_once(size):
     """Every row of every preset is in exactly one point; a dense method timed on one module per shape at full
-    size is a point of its own (resumable between methods), with the size's slow_repeats."""
+    size is a point of its own (resumable between methods), with the size's slow_rounds in one launch."""
     points = tables123.points(size)
     keys = [tables123.key(c) for c in points]
     assert len(set(keys)) == len(keys)
@@ -48,7 +48,7 @@ def test_points_time_every_row_once(size):
             if alone:
                 assert c["methods"] == [c["part"]] and get_aggregator(c["part"]).dense_factorization
                 assert tables123.dense_plan(preset, quick=c["quick"]) == "per-shape" and not c["quick"]
-                assert c["repeats"] == 2 and tables123.key(c) == f"{name}-{c['part']}"
+                assert c["rounds"] == 2 and c["launches"] == 1 and tables123.key(c) == f"{name}-{c['part']}"
             else:
                 assert tables123.key(c) == name
 
@@ -64,7 +64,7 @@ def test_rows_say_how_many_modules_were_timed():
     full = tables123.prepare(model, method, subset=False).row
     assert (part["modules_measured"], part["modules_total"]) == (2, 5) and "from 2 of 5 modules" in part["extrapolated"]
     assert (full["modules_measured"], full["modules_total"]) == (5, 5) and "extrapolated" not in full
-    rec = tables123.run_preset("roberta-base", quick=True, repeats=2, methods=["fedit", "fraq (tau=0.95)"],
+    rec = tables123.run_preset("roberta-base", quick=True, rounds=2, methods=["fedit", "fraq (tau=0.95)"],
                                log=lambda s: None)
     assert [r["method"] for r in rec["rows"]] == ["fedit", "fraq (tau=0.95)"]
     assert all(len(r["latency"]["samples"]) == 2 for r in rec["rows"])

@@ -372,27 +372,37 @@ def cost(config: dict) -> float:
     call for LLaMA's 196 modules at r = 64, minutes at the heterogeneous preset's r = 232),
     plus the dense methods where they run on the whole model, plus a model build
     (:data:`BUILD_SECONDS`) here and in each fresh process."""
-    from benchmarks.experiments import dense_seconds
-
     c = config
     preset = get_preset(c["preset"])
     n = calls(c)
+    shapes = {(g.m, g.n) for g in preset.groups}
     if c.get("part", "shared") != "shared":
-        return BUILD_SECONDS + n * sum(dense_seconds(m, n_) for m, n_ in {(g.m, g.n) for g in preset.groups})
+        return BUILD_SECONDS + n * sum(_dense_seconds(c["part"], m, n_) for m, n_ in shapes)
     full = max(g.count for g in preset.groups)
     layers = _layers(c["preset"], c["quick"], c.get("layers"))
     fraction = 1.0 if layers is None else min(layers, full) / full
     builds = 1 + (c["launches"] if c["launches"] > 1 else 0)
     out = builds * BUILD_SECONDS + n * fraction * 2.4e-9 * sum(g.count * (g.m + g.n) for g in preset.groups) * \
         sum(preset.ranks) ** 2
-    dense = sum(_aggregator(m).dense_factorization for m in _methods(preset)
-                if m.label in c["methods"] and _applicable(m, preset) is None)
+    dense = [m.name for m in _methods(preset) if _aggregator(m).dense_factorization and m.label in c["methods"]
+             and _applicable(m, preset) is None]
     plan = dense_plan(preset, quick=c["quick"])
-    if plan == "per-shape":
-        out += dense * n * sum(dense_seconds(m, n_) for m, n_ in {(g.m, g.n) for g in preset.groups})
-    elif plan == "full":
-        out += dense * n * fraction * sum(dense_seconds(g.m, g.n, g.count) for g in preset.groups)
+    for name in dense:
+        if plan == "per-shape":
+            out += n * sum(_dense_seconds(name, m, n_) for m, n_ in shapes)
+        elif plan == "full":
+            out += n * fraction * sum(g.count * _dense_seconds(name, g.m, g.n) for g in preset.groups)
     return out
+
+
+def _dense_seconds(name: str, m: int, n: int) -> float:
+    """One module's dense factorization, on one idle core: FlexLoRA's SVD of the m x n
+    aggregate (:func:`~benchmarks.experiments.dense_seconds`), FLoRG's eigensolver of its
+    n x n Gram (syevd with vectors, 14 n^3 / 3 FLOPs, :mod:`fraq._routine_flops`) at
+    :data:`~benchmarks.experiments.DENSE_RATE`."""
+    from benchmarks.experiments import DENSE_RATE, dense_seconds
+
+    return 14 * n**3 / 3 / DENSE_RATE if name == "florg" else dense_seconds(m, n)
 
 
 def key(config: dict) -> str:
