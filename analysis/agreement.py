@@ -387,9 +387,11 @@ def tables123_lines(df: pd.DataFrame, preset: str) -> list[str]:
                 continue
             o = [k for k in groups if not k.startswith("FRAQ")]
             f = [k for k in groups if k.startswith("FRAQ")]
+            compared = pd.concat([other, fraq])
             v = judge({k: v * 1e3 for k, v in groups.items()},
                       lambda g: np.min(np.stack([g[k] for k in o]), axis=0) / np.max(np.stack([g[k] for k in f]), axis=0),
-                      above=thr, claim=f"{preset}: FRAQ faster than {label}")
+                      above=thr, claim=f"{preset}: FRAQ faster than {label}", machine=compared,
+                      paired=paired(compared))
             parts.append(_ours(v, f"{v.value:.3g}x", ".3g", "x", test=f"{label} / FRAQ time above {thr:g}x"))
         ms = ", ".join(f"{r.method} {r.median_s * 1e3:.4g} ms" for r in fraq.itertuples() if pd.notna(r.median_s))
         lines.append(f"- Paper: {claim}. " + "; ".join(parts) + (f". Here: {ms}." if ms else "."))

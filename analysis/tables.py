@@ -93,8 +93,9 @@ ROW_ORDER = ("flora", "fedex-lora", "fedit", "lora-a2", "flexlora", "florg", "fl
 def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (preset, method) of the ``tables123`` results (a preset's rows may come
     from several files: the round-robin point and the methods timed on one module per
-    shape), in the paper's order, with the paper's numbers (:func:`analysis.loaders.paper`)
-    and the latency samples (seconds)."""
+    shape), in the paper's order, with the paper's numbers (:func:`analysis.loaders.paper`),
+    the latency samples (seconds; also as ``timing.samples`` with the pairing's
+    ``timing.group``) and the record's ``loadavg``, ``steal`` and ``threads``."""
     from analysis.loaders import paper as paper_numbers
 
     numbers = paper_numbers()["tables123"]
@@ -110,7 +111,10 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
                          "median_s": lat.get("median"), "q25_s": lat.get("q25"), "q75_s": lat.get("q75"),
                          "modules_measured": r.get("modules_measured"), "modules_total": r.get("modules_total"),
                          "extrapolated": r.get("extrapolated"), "skipped": r.get("skipped"),
-                         "paper_pct": paper[0], "paper_ms": paper[1]})
+                         "paper_pct": paper[0], "paper_ms": paper[1],
+                         # what the verdicts need: the pairing and the machine's state when it was measured
+                         "timing.samples": list(lat.get("samples", [])), "timing.group": lat.get("group"),
+                         "loadavg": rec.get("loadavg"), "steal": rec.get("steal"), "threads": rec.get("threads")})
     out = pd.DataFrame(rows)
     if out.empty:
         return out

@@ -169,9 +169,9 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
                 key = module.key(config)
                 if progress:
                     bar.label(f"{name} {key}"[:70])
-                if name not in prepared and hasattr(module, "prepare"):  # measurements spanning its points
+                if name not in prepared and hasattr(module, "prepare_points"):  # measurements spanning its points
                     prepared.add(name)
-                    module.prepare([cf for n, _, cf in todo if n == name], device)
+                    module.prepare_points([cf for n, _, cf in todo if n == name], device)
                 write_result(out, name, key, _config(config, size), module.measure(config, device), device=device)
                 counts["measured"] += 1
                 if progress:

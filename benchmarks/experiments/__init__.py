@@ -6,7 +6,7 @@ Every experiment module exports
   :data:`benchmarks.sizes.SIZES` (``tiny``, ``reduced``, ``paper``);
 - ``key(config) -> str``: the result's file name (``<out>/<experiment>/<key>.json``);
 - ``measure(config, device) -> dict``: one result;
-- optionally ``prepare(configs, device)``: a measurement spanning several points, run
+- optionally ``prepare_points(configs, device)``: a measurement spanning several points, run
   once before the first of ``configs`` (the points this run measures) is measured: the
   paired timings of the methods compared at a point (:mod:`benchmarks.measure.paired`),
   whose samples must come from the same rounds, while each method keeps its own result

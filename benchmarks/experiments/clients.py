@@ -42,7 +42,7 @@ import torch
 from benchmarks.experiments import fig3
 from benchmarks.sizes import size_config
 
-__all__ = ["call", "cost", "energy_check", "growth", "key", "measure", "metrics", "points", "prepare", "ratios"]
+__all__ = ["call", "cost", "energy_check", "growth", "key", "measure", "metrics", "points", "prepare_points", "ratios"]
 
 call = fig3.call
 """The timed call of a point (:func:`benchmarks.experiments.fig3.call`; the config's
@@ -68,9 +68,9 @@ def points(size: str) -> list[dict]:
     return out
 
 
-prepare = fig3.prepare
+prepare_points = fig3.prepare_points
 """The paired timings of the points' groups: the methods at one (shape, K), interleaved
-round by round over ``launches`` fresh processes (:func:`benchmarks.experiments.fig3.prepare`)."""
+round by round over ``launches`` fresh processes (:func:`benchmarks.experiments.fig3.prepare_points`)."""
 
 
 def key(config: dict) -> str:

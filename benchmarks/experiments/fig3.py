@@ -37,7 +37,7 @@ from benchmarks.device import to_device
 from benchmarks.sizes import size_config
 
 __all__ = ["GROUP", "call", "cost", "group", "group_calls", "key", "measure", "metrics", "paired_timing", "points",
-           "prepare", "reference", "timed_calls"]
+           "prepare_points", "reference", "timed_calls"]
 
 MODES = ("batched", "unbatched")
 
@@ -73,7 +73,7 @@ def group_calls(group: dict, device: torch.device | str = "cpu") -> dict:
     return {m: call(dict(group, method=m), device) for m in group["compared"]}
 
 
-def prepare(configs: list[dict], device: torch.device | str = "cpu", target: str = GROUP) -> None:
+def prepare_points(configs: list[dict], device: torch.device | str = "cpu", target: str = GROUP) -> None:
     """The paired timings of every group of ``configs``, in ``launches`` launches for all of them."""
     from benchmarks.measure.paired import measure_groups
 

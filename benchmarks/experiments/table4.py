@@ -24,7 +24,7 @@ from benchmarks import cases
 from benchmarks.device import to_device
 from benchmarks.sizes import size_config
 
-__all__ = ["GROUP", "call", "cost", "group", "group_calls", "key", "measure", "metrics", "points", "prepare"]
+__all__ = ["GROUP", "call", "cost", "group", "group_calls", "key", "measure", "metrics", "points", "prepare_points"]
 
 
 def points(size: str) -> list[dict]:
@@ -51,7 +51,7 @@ def group_calls(group: dict, device: torch.device | str = "cpu") -> dict:
     return {v: calls[v] for v in group["compared"]}
 
 
-def prepare(configs: list[dict], device: torch.device | str = "cpu") -> None:
+def prepare_points(configs: list[dict], device: torch.device | str = "cpu") -> None:
     """The variants' paired timing (every variant in the same rounds, ``launches`` fresh processes)."""
     from benchmarks.measure.paired import measure_groups
 
