@@ -95,12 +95,22 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     from several files: the round-robin point and the methods timed on one module per
     shape), in the paper's order, with the paper's numbers (:func:`analysis.loaders.paper`),
     the latency samples (seconds; also as ``timing.samples`` with the pairing's
-    ``timing.group``) and the record's ``loadavg``, ``steal`` and ``threads``."""
+    ``timing.group``) and the record's ``loadavg``, ``steal`` and ``threads``. A record's
+    ``served`` rows (a dense method timed for one preset, serving another of the same shapes)
+    are the other preset's."""
     from analysis.loaders import paper as paper_numbers
 
     numbers = paper_numbers()["tables123"]
     rows = []
+    records = []
     for _, rec in df.iterrows():
+        records.append(rec)
+        for col in [c for c in rec.index if str(c).startswith("served.")]:  # tables123.SHAPE_ONLY's rows
+            if isinstance(rec[col], list):
+                copy = rec.copy()
+                copy["preset"], copy["rows"] = col.split(".", 1)[1], rec[col]
+                records.append(copy)
+    for rec in records:
         table = numbers.get(rec["preset"], {})
         for r in rec["rows"]:
             lat = r.get("latency") or {}
@@ -140,7 +150,8 @@ def _how(r) -> str:
 
 def tables123_presets(df: pd.DataFrame) -> list[str]:
     """The presets of the ``tables123`` results, in the paper's table order."""
-    have = set(df["preset"])
+    have = set(df["preset"]) | {str(c).split(".", 1)[1] for c in df.columns
+                                if str(c).startswith("served.") and df[c].map(lambda v: isinstance(v, list)).any()}
     return [p for p in PRESET_TITLES if p in have] + sorted(have - set(PRESET_TITLES))
 
 

@@ -236,6 +236,6 @@ def test_every_point_has_a_cost_growing_with_the_clients():
         pts = clients.points(size)
         assert all(clients.cost(c) > 0 for c in pts)
         for method in ("fraq", "flexlora"):
-            for m, n, _ in SIZES[size]["clients"]["shapes"]:
+            for m, n, *_ in SIZES[size]["clients"]["shapes"]:
                 line = [clients.cost(c) for c in pts if (c["method"], c["d"], c["D"]) == (method, m, n)]
                 assert line == sorted(line), (size, method, m, n)

@@ -338,7 +338,7 @@ def points(size: str) -> list[dict]:
     (:func:`dense_plan`), ``slow_rounds`` rounds in this process: a call of it takes a
     minute, and each launch would add a warm-up call."""
     c = size_config(size, "tables123")
-    out = []
+    out, timed = [], {}  # (method label, module shapes) -> the point that times it on one module per shape
     for name in c["presets"]:
         preset = get_preset(name)
         alone = []
@@ -349,9 +349,29 @@ def points(size: str) -> list[dict]:
         base = dict(table="tables123", preset=name, quick=c["quick"], seed=0)
         out.append(dict(base, methods=shared, rounds=c["rounds"], launches=c["launches"], part="shared",
                         layers=c.get("layers", {}).get(name)))
-        out += [dict(base, methods=[m.label], rounds=c["slow_rounds"], launches=1, part=m.name, layers=None)
-                for m in alone]
+        for m in alone:
+            same = timed.get((m.label, _shapes(preset)))
+            if same is not None and m.name in SHAPE_ONLY:  # the same work: timed once, serving both tables
+                same["serves"].append(name)
+                continue
+            point = dict(base, methods=[m.label], rounds=c["slow_rounds"], launches=1, part=m.name, layers=None,
+                         serves=[])
+            timed[(m.label, _shapes(preset))] = point
+            out.append(point)
     return out
+
+
+SHAPE_ONLY = ("flexlora",)
+"""Dense methods whose time on one module depends on its shape alone, not on the client
+ranks: FlexLoRA forms the m x n aggregate (2 m n sum r_k FLOPs, under 2% of its SVD's
+~10 m n min(m, n) at LLaMA's shapes and ranks up to 232) and decomposes it. Timed on one
+module per shape for one preset, it serves every later preset with the same shapes
+(Table 3's heterogeneous ranks take Table 2's timing, each row saying so). FLoRG is not
+here: its Procrustes step and Gram follow the ranks."""
+
+
+def _shapes(preset: Preset) -> tuple:
+    return tuple(sorted({(g.m, g.n) for g in preset.groups}))
 
 
 BUILD_SECONDS = 10.0
@@ -377,7 +397,8 @@ def cost(config: dict) -> float:
     n = calls(c)
     shapes = {(g.m, g.n) for g in preset.groups}
     if c.get("part", "shared") != "shared":
-        return BUILD_SECONDS + n * sum(_dense_seconds(c["part"], m, n_) for m, n_ in shapes)
+        served = len(c.get("serves") or [])  # a build and one call (the downlink) per preset served
+        return (1 + served) * BUILD_SECONDS + (n + served) * sum(_dense_seconds(c["part"], m, n_) for m, n_ in shapes)
     full = max(g.count for g in preset.groups)
     layers = _layers(c["preset"], c["quick"], c.get("layers"))
     fraction = 1.0 if layers is None else min(layers, full) / full
@@ -413,5 +434,21 @@ def key(config: dict) -> str:
 def measure(config: dict, device: torch.device | str = "cpu") -> dict:
     """The downlink and latency of the point's rows on its preset (:func:`run_preset`)."""
     c = config
-    return run_preset(c["preset"], quick=c["quick"], seed=c["seed"], rounds=c["rounds"], launches=c["launches"],
-                      methods=c["methods"], log=lambda s: None, device=device, layers=c.get("layers"))
+    rec = run_preset(c["preset"], quick=c["quick"], seed=c["seed"], rounds=c["rounds"], launches=c["launches"],
+                     methods=c["methods"], log=lambda s: None, device=device, layers=c.get("layers"))
+    served = {}
+    for other in c.get("serves") or []:  # :data:`SHAPE_ONLY`: the other preset's row, this latency
+        model = model_for(other, quick=c["quick"], seed=c["seed"], device=device)
+        rows_of = {m.label: m for m in _methods(model.preset)}
+        served[other] = []
+        for r in rec["rows"]:
+            job = method_job(other, model, rows_of[r["method"]], quick=c["quick"])  # one call: its downlink
+            row = dict(job.row, latency=r["latency"], timed_on=c["preset"])
+            row["extrapolated"] = (f"{row['extrapolated']}; latency timed on {c['preset']}'s modules of the same "
+                                   "shapes (the dense factorization's time does not depend on the client ranks)")
+            served[other].append(row)
+        del model
+        gc.collect()
+    if served:
+        rec["served"] = served
+    return rec
