@@ -119,9 +119,10 @@ SIZES: dict[str, dict[str, dict]] = {
         fig1=dict(preset="llama-3.2-3b", layers=4, clients=[2, 4, 8, 16, 32], client_ranks=[4, 8, 16, 32],
                   taus=[0.80, 0.90, 0.95]),
         # 2 rounds in each of 3 launches: 6, the fewest with a 95% sign interval (whole-model calls of every
-        # method take seconds here). FlexLoRA and FLoRG on LLaMA (one module per shape) take about a minute per
-        # sample: 2 samples each, after a warm-up. The heterogeneous preset's stacked rank 232 makes a whole-model call of every method
-        # minutes: it is built on 4 of its 28 layers (latency x 7, stated in every row).
+        # method take seconds here). FlexLoRA and FLoRG on LLaMA (one module per shape) take about a minute
+        # per sample: 2 samples each, after a warm-up; Table 3's FlexLoRA row takes Table 2's (same shapes).
+        # The heterogeneous preset's stacked rank 232 makes a whole-model call of every method minutes: it is
+        # built on 4 of its 28 layers (latency x 7, stated in every row).
         tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=False, rounds=2,
                        launches=3, slow_rounds=2, layers={"llama-3.2-3b-hetero": 4}),
         backends=dict(layers=None, repeats=7, diag_matrices=4, threads=[1, 2], stage_repeats=7),

@@ -22,7 +22,7 @@ def draw(res) -> list[Section]:
 
 
 def _rounds(c) -> str:
-    """How the samples were taken: paired rounds over launches, or (older results) repeats."""
+    """How the samples were taken: paired rounds over launches, or (results without rounds) repeats."""
     if "rounds" in c and c["rounds"] == c["rounds"]:
         return (f"{int(c['rounds']) * int(c['launches'])} paired rounds ({int(c['rounds'])} in each of "
                 f"{int(c['launches'])} launches, every variant once per round)")

@@ -89,7 +89,7 @@ def _by_plan(configs: list[dict]) -> dict:
 
 
 def paired_timing(config: dict, device: torch.device | str = "cpu", target: str = GROUP) -> dict:
-    """The point's method's share of its group's paired timing (measured now if not prepared)."""
+    """The point's method's share of its group's paired timing (its group measured here if not prepared)."""
     from benchmarks.measure.paired import cached
 
     return cached(target, group(config), config["method"], rounds=config["rounds"], launches=config["launches"],
