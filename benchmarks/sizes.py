@@ -5,7 +5,7 @@
 
 - ``tiny``: seconds; small shapes for the tests, the pytest-benchmark quick checks
   (``tests/bench``) and the notebooks' CI run. Not the paper's shapes.
-- ``reduced``: what ``make run`` reproduces (about 2 minutes on 2 cores) and what the asv
+- ``reduced``: what ``make run`` reproduces (``--estimate`` gives its minutes) and what the asv
   suite tracks.
 - ``paper``: the paper's sizes where this machine allows (``make reproduce-paper``).
 
