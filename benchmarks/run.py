@@ -5,7 +5,8 @@
 
 Experiments are :mod:`benchmarks.experiments`' (default: what ``make run`` reproduces,
 :data:`benchmarks.experiments.DEFAULT`); sizes are :data:`benchmarks.sizes.SIZES`'
-(``reduced`` what ``make run`` reproduces, ``paper`` the paper's sizes where feasible; ``--estimate`` gives each one's minutes).
+(``reduced`` what ``make run`` reproduces, ``paper`` the paper's sizes where feasible;
+``--estimate`` gives each one's minutes).
 For every experiment and every point of ``points(size)`` it calls ``measure(config,
 device)`` and writes ``<out>/<experiment>/<key>.json`` in :mod:`benchmarks.results`'
 format (config with its ``size``, result, machine, versions, git sha, device, threads).
