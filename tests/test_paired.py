@@ -96,7 +96,7 @@ def test_every_compared_point_shares_its_groups_rounds():
                 assert len(t["samples"]) == n and t["round"] == list(range(n)) and len(t["launch"]) == n
 
 
-def test_tables123_rows_are_paired_and_carry_the_machine():
+def test_tables123_rows_are_paired_over_fresh_launches_and_carry_the_machine():
     pytest.importorskip("pandas")
     from analysis.tables import tables123_rows
     from analysis.verdicts import paired
@@ -104,11 +104,12 @@ def test_tables123_rows_are_paired_and_carry_the_machine():
     from benchmarks.measure.timing import threads
     import pandas as pd
 
-    with threads(1):
-        rec = tables123.run_preset("roberta-base", quick=True, rounds=6, methods=["fedit", "fraq (tau=0.95)"],
-                                   log=lambda s: None)
+    with threads(1):  # two fresh launches, each building the preset and timing its Weighted samples
+        rec = tables123.run_preset("roberta-base", quick=True, rounds=3, launches=2,
+                                   methods=["fedit", "fraq (tau=0.95)"], log=lambda s: None)
     lat = [r["latency"] for r in rec["rows"]]
     assert len({t["group"] for t in lat}) == 1 and all(t["round"] == list(range(6)) for t in lat)
+    assert all(t["launch"] == [0, 0, 0, 1, 1, 1] for t in lat)
     rows = tables123_rows(pd.DataFrame([dict(rec, loadavg=0.2, steal=0.0, threads=1)]))
     assert paired(rows) and set(rows["loadavg"]) == {0.2} and set(rows["steal"]) == {0.0}
 

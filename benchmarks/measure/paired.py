@@ -228,4 +228,7 @@ def _main() -> None:
 
 
 if __name__ == "__main__":
-    _main()
+    # The module itself, not this ``__main__`` copy of it: the experiments' Weighted is its class.
+    from benchmarks.measure.paired import _main as main
+
+    main()
