@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.style import NAMES, num
-from analysis.verdicts import Verdict, exact, holds, judge, not_measured
+from analysis.verdicts import Verdict, exact, holds, judge, not_measured, paired
 
 __all__ = ["fig1_lines", "fig3_lines", "fig4_lines", "table4_lines", "table5_lines", "tables123_lines",
            "backends_lines"]
@@ -89,7 +89,7 @@ EXP = "FlexLoRA's exponent of d minus FRAQ's above 1"
 def fig3_lines(d: pd.DataFrame) -> list[str]:
     """``d``: :func:`analysis.figures.fig3_summary` rows (with ``timing.samples``)."""
     lines = []
-    groups, points, slower, absent = {}, [], [], []
+    groups, points, slower, absent, sets = {}, [], [], [], []
     lowest = total = 0
     for (sweep, x, mode), g in d.groupby(["sweep", "x", "mode"]):
         name = f"{sweep}={int(x)} {mode}"
@@ -99,6 +99,7 @@ def fig3_lines(d: pd.DataFrame) -> list[str]:
         if len(g) < 2:
             continue
         total += 1
+        sets.append(g)
         keys = {}
         for _, r in g.iterrows():
             keys[r["method_name"]] = f"{name} {r['method_name']}"
@@ -119,7 +120,7 @@ def fig3_lines(d: pd.DataFrame) -> list[str]:
         v = not_measured("FRAQ is the fastest method", absent)
         lines.append(f"- Paper: FRAQ is the fastest method across both sweeps. {_ours(v, '')}")
     elif points:
-        v = judge(groups, margin, above=1.0, claim="FRAQ is the fastest method", machine=d)
+        v = judge(groups, margin, above=1.0, claim="FRAQ is the fastest method", machine=d, paired=paired(*sets))
         lines.append(f"- Paper: FRAQ is the fastest method across both sweeps. "
                      + _ours(v, f"{v.value:.2f}x", ".2f", "x", test=f"the fastest other method's time over FRAQ's "
                              f"above 1 at each of the {total} points, the smallest ratio")
@@ -142,7 +143,9 @@ def fig3_lines(d: pd.DataFrame) -> list[str]:
         lfl, lfr = np.log(fl["x"].to_numpy(float)), np.log(fr["x"].to_numpy(float))
         kfl, kfr = [f"FlexLoRA d={int(x)}" for x in fl["x"]], [f"FRAQ d={int(x)}" for x in fr["x"]]
         v = judge(g, lambda g: _slope_rows(lfl, [g[k] for k in kfl]) - _slope_rows(lfr, [g[k] for k in kfr]),
-                  above=1.0, claim="FlexLoRA's time grows faster with d", machine=pd.concat([fl, fr]))
+                  above=1.0, claim="FlexLoRA's time grows faster with d", machine=pd.concat([fl, fr]),
+                  paired=list(fl["x"]) == list(fr["x"]) and paired(*[pd.concat([fl[fl["x"] == x], fr[fr["x"] == x]])
+                                                                    for x in fl["x"]]))
         lines.append(f"- Paper: FlexLoRA's runtime and memory grow rapidly with d (dense d x D aggregate and SVD), "
                      f"FRAQ's do not. "
                      f"{_ours(v, f'{v.value:.2f}', '.2f', test=EXP)}; FlexLoRA's time grows as "
@@ -320,10 +323,11 @@ def table4_lines(df: pd.DataFrame) -> list[str]:
     a, f, s = (rows[n] for n in need)
     t = {n: _ms(rows[n]) for n in need}
     mib = {n: float(rows[n]["peak_bytes"]) / 2**20 for n in need}
+    same = paired(df[df["variant"].isin(need)])
     orient = judge({"fixed": t["fixed-gram"], "adaptive": t["adaptive-gram"]}, lambda g: g["fixed"] / g["adaptive"],
-                   above=1.0, claim="adaptive orientation is faster than fixed", machine=df)
+                   above=1.0, claim="adaptive orientation is faster than fixed", machine=df, paired=same)
     gram = judge({"svd": t["adaptive-svd"], "gram": t["adaptive-gram"]}, lambda g: g["svd"] / g["gram"], above=2.0,
-                 claim="Gram recovery is faster than coordinate SVD", machine=df)
+                 claim="Gram recovery is faster than coordinate SVD", machine=df, paired=same)
     gaps = {"adaptive": _arr(a["gap_to_svd"]), "fixed": _arr(f["gap_to_svd"])}
     gap = judge(gaps, lambda g: np.maximum(g["adaptive"], g["fixed"]), below=1e-3, center=np.mean,
                 claim="Gram variants within 0.1% of coordinate SVD")
@@ -383,9 +387,11 @@ def tables123_lines(df: pd.DataFrame, preset: str) -> list[str]:
                 continue
             o = [k for k in groups if not k.startswith("FRAQ")]
             f = [k for k in groups if k.startswith("FRAQ")]
+            compared = pd.concat([other, fraq])
             v = judge({k: v * 1e3 for k, v in groups.items()},
                       lambda g: np.min(np.stack([g[k] for k in o]), axis=0) / np.max(np.stack([g[k] for k in f]), axis=0),
-                      above=thr, claim=f"{preset}: FRAQ faster than {label}")
+                      above=thr, claim=f"{preset}: FRAQ faster than {label}", machine=compared,
+                      paired=paired(compared))
             parts.append(_ours(v, f"{v.value:.3g}x", ".3g", "x", test=f"{label} / FRAQ time above {thr:g}x"))
         ms = ", ".join(f"{r.method} {r.median_s * 1e3:.4g} ms" for r in fraq.itertuples() if pd.notna(r.median_s))
         lines.append(f"- Paper: {claim}. " + "; ".join(parts) + (f". Here: {ms}." if ms else "."))

@@ -121,13 +121,24 @@ ROW_ORDER = ("flora", "fedex-lora", "fedit", "lora-a2", "flexlora", "florg", "fl
 def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (preset, method) of the ``tables123`` results (a preset's rows may come
     from several files: the round-robin point and the methods timed on one module per
-    shape), in the paper's order, with the paper's numbers (:func:`analysis.loaders.paper`)
-    and the latency samples (seconds)."""
+    shape), in the paper's order, with the paper's numbers (:func:`analysis.loaders.paper`),
+    the latency samples (seconds; also as ``timing.samples`` with the pairing's
+    ``timing.group``) and the record's ``loadavg``, ``steal`` and ``threads``. A record's
+    ``served`` rows (a dense method timed for one preset, serving another of the same shapes)
+    are the other preset's."""
     from analysis.loaders import paper as paper_numbers
 
     numbers = paper_numbers()["tables123"]
     rows = []
+    records = []
     for _, rec in df.iterrows():
+        records.append(rec)
+        for col in [c for c in rec.index if str(c).startswith("served.")]:  # tables123.SHAPE_ONLY's rows
+            if isinstance(rec[col], list):
+                copy = rec.copy()
+                copy["preset"], copy["rows"] = col.split(".", 1)[1], rec[col]
+                records.append(copy)
+    for rec in records:
         table = numbers.get(rec["preset"], {})
         for r in rec["rows"]:
             lat = r.get("latency") or {}
@@ -138,7 +149,10 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
                          "median_s": lat.get("median"), "q25_s": lat.get("q25"), "q75_s": lat.get("q75"),
                          "modules_measured": r.get("modules_measured"), "modules_total": r.get("modules_total"),
                          "extrapolated": r.get("extrapolated"), "skipped": r.get("skipped"),
-                         "paper_pct": paper[0], "paper_ms": paper[1]})
+                         "paper_pct": paper[0], "paper_ms": paper[1],
+                         # what the verdicts need: the pairing and the machine's state when it was measured
+                         "timing.samples": list(lat.get("samples", [])), "timing.group": lat.get("group"),
+                         "loadavg": rec.get("loadavg"), "steal": rec.get("steal"), "threads": rec.get("threads")})
     out = pd.DataFrame(rows)
     if out.empty:
         return out
@@ -164,7 +178,8 @@ def _how(r) -> str:
 
 def tables123_presets(df: pd.DataFrame) -> list[str]:
     """The presets of the ``tables123`` results, in the paper's table order."""
-    have = set(df["preset"])
+    have = set(df["preset"]) | {str(c).split(".", 1)[1] for c in df.columns
+                                if str(c).startswith("served.") and df[c].map(lambda v: isinstance(v, list)).any()}
     return [p for p in PRESET_TITLES if p in have] + sorted(have - set(PRESET_TITLES))
 
 

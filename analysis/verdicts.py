@@ -55,7 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["BUSY_LOAD", "BUSY_STEAL", "DRAWS", "HOW", "MIN_ROUNDS", "Verdict", "busy", "judge", "exact", "holds",
-           "not_measured", "sign_interval"]
+           "not_measured", "paired", "sign_interval"]
 
 DRAWS = 2000
 """Draws per unpaired interval: the 2.5th and 97.5th percentiles of 2,000 draws move by well
@@ -165,6 +165,27 @@ def busy(machine) -> str:
         if steal > BUSY_STEAL:
             reasons.append(f"steal time {100 * steal:.1f}% above {100 * BUSY_STEAL:g}%")
     return "; ".join(dict.fromkeys(reasons))
+
+
+def paired(*sets, group: str = "timing.group", samples: str = "timing.samples") -> bool:
+    """Whether the samples of compared results can be judged round by round (``paired=True``).
+
+    ``sets``: the results compared at each point (DataFrames, or lists of dicts with the
+    flattened ``group`` and ``samples`` fields of :mod:`benchmarks.measure.paired`). They
+    pair when every set's results carry one and the same group id (measured together in
+    the same rounds: results of separate runs never share one) and every sample list, over
+    all sets, has the same length, so that round k exists for every group. A statistic that
+    combines several points (the smallest ratio over points) is then computed round by
+    round: each point's ratio in round k is paired, whatever the other points' rounds."""
+    lengths = set()
+    for rows in sets:
+        if hasattr(rows, "to_dict") and hasattr(rows, "columns"):
+            rows = rows.to_dict("records")
+        ids = {r.get(group) for r in rows}
+        if len(ids) != 1 or not isinstance(next(iter(ids)), str):
+            return False
+        lengths |= {len(r.get(samples) or []) for r in rows}
+    return len(lengths) == 1 and lengths != {0}
 
 
 def _number(v) -> float:

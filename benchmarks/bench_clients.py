@@ -20,8 +20,8 @@ from benchmarks.sizes import ASV, size_config
 
 _C = size_config(ASV, "clients")
 METHODS = list(_C["methods"])
-SHAPES = [f"{m}x{n}" for m, n, _ in _C["shapes"]]
-KS = sorted({k for _, _, ks in _C["shapes"] for k in ks})
+SHAPES = [f"{m}x{n}" for m, n, *_ in _C["shapes"]]
+KS = sorted({k for _, _, ks, *_ in _C["shapes"] for k in ks})
 
 
 def point_config(method: str, shape: str, K: int) -> dict:

@@ -5,8 +5,8 @@
 
 Experiments are :mod:`benchmarks.experiments`' (default: what ``make run`` reproduces,
 :data:`benchmarks.experiments.DEFAULT`); sizes are :data:`benchmarks.sizes.SIZES`'
-(``reduced`` minutes on 2 cores, ``paper`` the paper's sizes where feasible; ``--estimate``
-says how long a run should take, docs/performance.md what runs took).
+(``reduced`` what ``make run`` reproduces, ``paper`` the paper's sizes where feasible;
+``--estimate`` gives each one's minutes).
 For every experiment and every point of ``points(size)`` it calls ``measure(config,
 device)`` and writes ``<out>/<experiment>/<key>.json`` in :mod:`benchmarks.results`'
 format (config with its ``size``, result, machine, versions, git sha, device, threads).
@@ -164,11 +164,15 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
         # right however the machine's speed or load scales the estimates.
         bar = Progress(sum(costs), desc=f"{size} on {device}", stream=sys.stderr,
                        count=lambda n, total: f"{counts['measured']}/{len(todo)} points")
+        prepared: set[str] = set()
         try:
             for (name, module, config), c in zip(todo, costs):
                 key = module.key(config)
                 if progress:
                     bar.label(f"{name} {key}"[:70])
+                if name not in prepared and hasattr(module, "prepare_points"):  # measurements spanning its points
+                    prepared.add(name)
+                    module.prepare_points([cf for n, _, cf in todo if n == name], device)
                 write_result(out, name, key, _config(config, size), module.measure(config, device), device=device)
                 counts["measured"] += 1
                 if progress:

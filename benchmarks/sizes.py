@@ -5,8 +5,7 @@
 
 - ``tiny``: seconds; small shapes for the tests, the pytest-benchmark quick checks
   (``tests/bench``) and the notebooks' CI run. Not the paper's shapes.
-- ``reduced``: what ``make run`` reproduces (minutes on 2 cores; measured times in
-  docs/performance.md, "Command times") and what the asv
+- ``reduced``: what ``make run`` reproduces (``--estimate`` gives its minutes) and what the asv
   suite tracks.
 - ``paper``: the paper's sizes where this machine allows (``make reproduce-paper``).
 
@@ -39,18 +38,18 @@ the batched Cholesky ones."""
 SIZES: dict[str, dict[str, dict]] = {
     "tiny": dict(
         fig3=dict(modules=2, client_rank=8, p=4, d_fixed=64, r_fixed=16, ranks=[8, 16], dims=[32, 64],
-                  methods=_SWEEP_METHODS + ["qr-svd", "rsvd"], repeats=3),
+                  methods=_SWEEP_METHODS + ["qr-svd", "rsvd"], rounds=6, launches=1),
         # r = 8K from d/4 to 4d on a square and a wide shape; every exact backend.
         clients=dict(shapes=[[32, 32, [1, 4, 8, 16]], [32, 64, [2, 8]]], client_rank=8, tau=0.95, modules=2,
-                     methods=_SWEEP_METHODS + _EXACT, repeats=3),
+                     methods=_SWEEP_METHODS + _EXACT, rounds=6, launches=1),
         clients_models=dict(jobs=[dict(preset="roberta-base", clients=4, layers=1)], client_rank=8, tau=0.95,
                             methods=_SWEEP_METHODS, repeats=2, budget_s=5.0),
         fig4_rank=dict(preset="roberta-base", layers=1, ranks=[2, 8, 40, 80], methods=["fraq", "florist", "fraq-paper", "qr-svd"]),
         fig4_cond=dict(shape=[64, 64], rank=16, clients=4, batch=2, kappas=[1.0, 1e5, 1e10],
                        methods=_SWEEP_METHODS + _ANALYST),
-        table4=dict(m=256, n=128, modules=2, clients=4, client_rank=4, p=4, repeats=3),
+        table4=dict(m=256, n=128, modules=2, clients=4, client_rank=4, p=4, rounds=6, launches=1),
         fig1=dict(preset="roberta-base", layers=1, clients=[2, 4], client_ranks=[4, 8], taus=[0.80, 0.90, 0.95]),
-        tables123=dict(presets=["roberta-base"], quick=True, repeats=3, slow_repeats=2),
+        tables123=dict(presets=["roberta-base"], quick=True, rounds=6, launches=1, slow_rounds=2),
         backends=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         backend_stages=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         eig_precision=dict(),
@@ -61,10 +60,11 @@ SIZES: dict[str, dict[str, dict]] = {
     ),
     "reduced": dict(
         fig3=dict(modules=2, client_rank=8, p=8, d_fixed=768, r_fixed=80, ranks=[16, 32, 64, 128, 256],
-                  dims=[256, 512, 768, 1536, 3072], methods=_SWEEP_METHODS + ["qr-svd", "rsvd"], repeats=5),
+                  dims=[256, 512, 768, 1536, 3072], methods=_SWEEP_METHODS + ["qr-svd", "rsvd"], rounds=4,
+                  launches=3),
         # r = d/24 to 4d at 768 x 768, to 2d at 768 x 3072: past r = d on both shapes within minutes.
         clients=dict(shapes=[[768, 768, [4, 16, 48, 96, 192, 384]], [768, 3072, [8, 48, 96, 192]]], client_rank=8,
-                     tau=0.95, modules=1, methods=_SWEEP_METHODS + ["fraq:cholesky"], repeats=3),
+                     tau=0.95, modules=1, methods=_SWEEP_METHODS + ["fraq:cholesky"], rounds=4, launches=3),
         # One layer of each model, latency extrapolated to every layer (labelled).
         clients_models=dict(jobs=[dict(preset="roberta-base", clients=128, layers=1),
                                   dict(preset="roberta-base", clients=512, layers=1),
@@ -74,11 +74,12 @@ SIZES: dict[str, dict[str, dict]] = {
                        methods=_SWEEP_METHODS + _ANALYST),
         fig4_cond=dict(shape=[768, 768], rank=64, clients=8, batch=2, kappas=[1.0, 1e2, 1e4, 1e6, 1e8, 1e10],
                        methods=_SWEEP_METHODS + _ANALYST),
-        table4=dict(m=8192, n=3072, modules=4, clients=8, client_rank=8, p=8, repeats=7),
+        table4=dict(m=8192, n=3072, modules=4, clients=8, client_rank=8, p=8, rounds=4, launches=3),
         fig1=dict(preset="llama-3.2-3b", layers=1, clients=[2, 4, 8, 16], client_ranks=[4, 8, 16],
                   taus=[0.80, 0.90, 0.95]),
-        tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=True, repeats=3,
-                       slow_repeats=2),
+        # The heterogeneous preset (stacked rank 232) on 1 of its layers (latency x 28, stated in every row).
+        tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=True, rounds=4,
+                       launches=3, slow_rounds=2, layers={"llama-3.2-3b-hetero": 1}),
         backends=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         backend_stages=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         eig_precision=dict(),
@@ -91,13 +92,21 @@ SIZES: dict[str, dict[str, dict]] = {
     ),
     "paper": dict(
         fig3=dict(modules=12, client_rank=8, p=8, d_fixed=768, r_fixed=80, ranks=[16, 32, 64, 128, 256, 512],
-                  dims=[256, 512, 768, 1024, 2048, 4096], methods=_SWEEP_METHODS + ["qr-svd", "rsvd"], repeats=7),
+                  dims=[256, 512, 768, 1024, 2048, 4096], methods=_SWEEP_METHODS + ["qr-svd", "rsvd"], rounds=4,
+                  launches=3),
         # K from 2 clients to r = 4d (RoBERTa-sized, and an MLP-shaped 768 x 3072), and to r = 1.5d on a
         # LLaMA-3.2-3B down projection's shape.
+        # On the LLaMA shape a call takes 20 s to minutes from r = d/2 on (FLoRIST's and FRAQ's work grows as
+        # (d + D) r^2) and FlexLoRA's dense SVD 20-30 s at every K: 2 rounds per launch there (6 in all, the
+        # fewest with a 95% sign interval); FRAQ at every K (to r = 1.5d), FLoRIST and the Cholesky backend up
+        # to K = 48, FlexLoRA not at all. The comparison with the dense path past r = d is the 768-wide shapes',
+        # measured to r = 4d.
         clients=dict(shapes=[[768, 768, [2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384]],
                              [768, 3072, [2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384]],
-                             [3072, 8192, [8, 48, 192, 384, 576]]], client_rank=8, tau=0.95, modules=1,
-                     methods=_SWEEP_METHODS + ["fraq:cholesky"], repeats=3),
+                             [3072, 8192, [8, 48, 192, 576],
+                              dict(rounds=2, only={"florist": [8, 48], "flexlora": [], "fraq:cholesky": [8, 48]})]],
+                     client_rank=8, tau=0.95, modules=1,
+                     methods=_SWEEP_METHODS + ["fraq:cholesky"], rounds=4, launches=3),
         clients_models=dict(jobs=[dict(preset="roberta-base", clients=128, layers=None),
                                   dict(preset="roberta-base", clients=512, layers=None),
                                   dict(preset="llama-3.2-3b", clients=64, layers=None)],
@@ -106,12 +115,16 @@ SIZES: dict[str, dict[str, dict]] = {
                        methods=_SWEEP_METHODS + _ANALYST),
         fig4_cond=dict(shape=[768, 768], rank=64, clients=8, batch=8, kappas=[10.0**k for k in range(11)],
                        methods=_SWEEP_METHODS),
-        table4=dict(m=8192, n=3072, modules=56, clients=8, client_rank=8, p=8, repeats=7),
+        table4=dict(m=8192, n=3072, modules=56, clients=8, client_rank=8, p=8, rounds=4, launches=3),
         fig1=dict(preset="llama-3.2-3b", layers=4, clients=[2, 4, 8, 16, 32], client_ranks=[4, 8, 16, 32],
                   taus=[0.80, 0.90, 0.95]),
-        # FlexLoRA and FLoRG on LLaMA (one module per shape) take about a minute per sample: 2 samples each.
-        tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=False, repeats=5,
-                       slow_repeats=2),
+        # 2 rounds in each of 3 launches: 6, the fewest with a 95% sign interval (whole-model calls of every
+        # method take seconds here). FlexLoRA and FLoRG on LLaMA (one module per shape) take about a minute
+        # per sample: 2 samples each, after a warm-up; Table 3's FlexLoRA row takes Table 2's (same shapes).
+        # The heterogeneous preset's stacked rank 232 makes a whole-model call of every method minutes: it is
+        # built on 4 of its 28 layers (latency x 7, stated in every row).
+        tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=False, rounds=2,
+                       launches=3, slow_rounds=2, layers={"llama-3.2-3b-hetero": 4}),
         backends=dict(layers=None, repeats=7, diag_matrices=4, threads=[1, 2], stage_repeats=7),
         backend_stages=dict(layers=None, repeats=7, diag_matrices=4, threads=[1, 2], stage_repeats=7),
         eig_precision=dict(),

@@ -20,7 +20,7 @@ def test_points_stack_clients_of_one_rank_past_d(size):
     assert len({clients.key(p) for p in pts}) == len(pts)
     for p in pts:
         assert p["r"] == p["K"] * c["client_rank"] and p["d"] <= p["D"] and p["tau"] == c["tau"]
-    for m, n, ks in c["shapes"]:
+    for m, n, ks, *_ in c["shapes"]:
         # every shape reaches past r = d, so the sweep has a regime on each side of it
         assert max(ks) * c["client_rank"] > m and min(ks) * c["client_rank"] < m
 
@@ -236,6 +236,6 @@ def test_every_point_has_a_cost_growing_with_the_clients():
         pts = clients.points(size)
         assert all(clients.cost(c) > 0 for c in pts)
         for method in ("fraq", "flexlora"):
-            for m, n, _ in SIZES[size]["clients"]["shapes"]:
+            for m, n, *_ in SIZES[size]["clients"]["shapes"]:
                 line = [clients.cost(c) for c in pts if (c["method"], c["d"], c["D"]) == (method, m, n)]
                 assert line == sorted(line), (size, method, m, n)

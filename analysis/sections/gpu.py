@@ -33,7 +33,7 @@ def _gpu_name(res) -> str:
 
 def _latency_lines(res, targets: dict) -> tuple[str, list[str]]:
     from analysis import tables
-    from analysis.verdicts import judge, not_measured
+    from analysis.verdicts import judge, not_measured, paired
 
     agg = res["tables123"]
     if agg.empty:
@@ -60,7 +60,8 @@ def _latency_lines(res, targets: dict) -> tuple[str, list[str]]:
             lo = targets["florist_over_fraq_min"]
             groups = {"florist": np.asarray(florist["samples"].iloc[0]), "fraq": np.asarray(fraq["samples"].iloc[-1])}
             v = judge(groups, lambda g: g["florist"] / g["fraq"], above=lo,
-                      claim=f"{preset}: FLoRIST at least {lo:g}x FRAQ's time")
+                      claim=f"{preset}: FLoRIST at least {lo:g}x FRAQ's time",
+                      paired=paired(pd.concat([florist.iloc[:1], fraq.iloc[-1:]])))
             lines.append(f"- {preset}: FLoRIST / FRAQ ({fraq['method'].iloc[-1]}) time {v.value:.3g}x, target >= "
                          f"{lo:g}x: {v.bold()} ({v.interval('.3g', 'x')})")
     from analysis.tables import markdown

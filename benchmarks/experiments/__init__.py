@@ -6,6 +6,11 @@ Every experiment module exports
   :data:`benchmarks.sizes.SIZES` (``tiny``, ``reduced``, ``paper``);
 - ``key(config) -> str``: the result's file name (``<out>/<experiment>/<key>.json``);
 - ``measure(config, device) -> dict``: one result;
+- optionally ``prepare_points(configs, device)``: a measurement spanning several points, run
+  once before the first of ``configs`` (the points this run measures) is measured: the
+  paired timings of the methods compared at a point (:mod:`benchmarks.measure.paired`),
+  whose samples must come from the same rounds, while each method keeps its own result
+  file. ``measure`` of a point not prepared measures its group itself;
 - optionally ``cost(config) -> float``: the point's estimated seconds on one idle core.
   The runner's progress bar advances by it and rescales it by the rate measured so far,
   so only the ratios between points matter; without it a point counts 1 s.

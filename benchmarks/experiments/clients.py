@@ -21,7 +21,11 @@ modules in one batched call:
   the method's rank holds (a method whose float32 total misses part of the spectrum stops
   early and keeps less than ``tau``).
 
-Sizes: :data:`benchmarks.sizes.SIZES` ``[size]["clients"]``: ``shapes`` as ``[m, n, Ks]``.
+Sizes: :data:`benchmarks.sizes.SIZES` ``[size]["clients"]``: ``shapes`` as ``[m, n, Ks]``
+or ``[m, n, Ks, options]``, the options of that shape: ``rounds`` (per launch, in place of
+the size's) and ``only`` (method -> the Ks it runs at, where a call of it takes a minute
+or more; the sizes say why each cap is where it is). The methods of one K are timed
+together in paired rounds over ``launches`` fresh processes (:mod:`benchmarks.measure.paired`).
 FlexLoRA's largest-d limit of the 12-module Fig. 3 sweeps is not applied: the dense path
 is the comparison this sweep exists for, and its points hold one or two modules.
 :func:`ratios` times FRAQ against the dense path interleaved along the same points and fits
@@ -38,7 +42,7 @@ import torch
 from benchmarks.experiments import fig3
 from benchmarks.sizes import size_config
 
-__all__ = ["call", "cost", "energy_check", "growth", "key", "measure", "metrics", "points", "ratios"]
+__all__ = ["call", "cost", "energy_check", "growth", "key", "measure", "metrics", "points", "prepare_points", "ratios"]
 
 call = fig3.call
 """The timed call of a point (:func:`benchmarks.experiments.fig3.call`; the config's
@@ -50,15 +54,23 @@ def points(size: str) -> list[dict]:
     so :func:`call` and :func:`metrics` read them as they read Fig. 3's)."""
     c = size_config(size, "clients")
     out = []
-    for m, n, ks in c["shapes"]:
+    for m, n, ks, *options in c["shapes"]:
         if m > n:
             raise ValueError(f"clients shape {m} x {n}: list it as m <= n (d = m, D = n)")
+        opt = options[0] if options else {}
         for K in ks:
-            for method in c["methods"]:
+            compared = [x for x in c["methods"] if K in opt.get("only", {}).get(x, [K])]
+            for method in compared:
                 out.append(dict(figure="clients", sweep="K", method=method, mode="batched", d=m, D=n, K=K,
                                 r=K * c["client_rank"], p=None, tau=c["tau"], modules=c["modules"],
-                                client_rank=c["client_rank"], repeats=c["repeats"]))
+                                client_rank=c["client_rank"], rounds=opt.get("rounds", c["rounds"]),
+                                launches=c["launches"], compared=compared))
     return out
+
+
+prepare_points = fig3.prepare_points
+"""The paired timings of the points' groups: the methods at one (shape, K), interleaved
+round by round over ``launches`` fresh processes (:func:`benchmarks.experiments.fig3.prepare_points`)."""
 
 
 def key(config: dict) -> str:
@@ -70,15 +82,13 @@ def cost(config: dict) -> float:
     """The point's estimated seconds on one idle core (the runner's progress and
     ``--estimate``): the method's analytic FLOPs on the path it takes
     (:func:`fraq.flops.analytic_flops`, ``model="full"``) at the largest rank the energy
-    rule can keep, min(d, r), at :data:`~benchmarks.experiments.DENSE_RATE`, times its calls
-    (the timed ones, a warm-up, the metrics' three), plus 50 ms of overhead each."""
+    rule can keep, min(d, r), at :data:`~benchmarks.experiments.DENSE_RATE`, over its calls
+    (:func:`benchmarks.experiments.fig3.call_seconds`)."""
     from benchmarks.experiments import DENSE_RATE
-    from benchmarks.measure.methods import default_path, runs_backend, spec
+    from benchmarks.measure.methods import default_path, runs_backend
     from fraq.flops import analytic_flops
 
     c = config
-    t = spec(c["method"]).timing(c["repeats"])
-    calls = t["repeats"] + t["warmup"] + 3
     name, _, backend = c["method"].partition(":")
     d, D, r = c["d"], c["D"], c["r"]
     p = min(d, r)
@@ -87,7 +97,7 @@ def cost(config: dict) -> float:
         flops = analytic_flops(name, d, D, r, p, model="full", backend=backend or "householder", **path)
     except ValueError:  # a backend without a FLOP model (or one that needs its step count)
         flops = analytic_flops(name, d, D, r, p, model="full", **path)
-    return calls * (0.05 + c["modules"] * flops / DENSE_RATE)
+    return fig3.call_seconds(c["modules"] * flops / DENSE_RATE, c)
 
 
 def energy_check(S: torch.Tensor, ranks: list[int], tau: float) -> dict:
@@ -113,12 +123,9 @@ def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
 
 
 def measure(config: dict, device: torch.device | str = "cpu") -> dict:
-    """One point's result: ``timing`` (:meth:`benchmarks.measure.Timing.as_dict`) and :func:`metrics`."""
-    from benchmarks.measure import timed
-    from benchmarks.measure.methods import spec
-
-    timing = timed(call(config, device), device=device, **spec(config["method"]).timing(config["repeats"]))
-    return dict(timing=timing.as_dict(), **metrics(config, device))
+    """One point's result: ``timing`` (the paired timing of its group,
+    :func:`benchmarks.experiments.fig3.paired_timing`) and :func:`metrics`."""
+    return dict(timing=fig3.paired_timing(config, device), **metrics(config, device))
 
 
 # ----------------------------------------------------------------------------- interleaved ratios
@@ -150,7 +157,7 @@ def ratios(size: str = "reduced", *, repeats: int = 5, method: str = "fraq", den
     from benchmarks.measure import round_robin
 
     c = size_config(size, "clients")
-    chosen = [(m, n, ks) for m, n, ks in c["shapes"] if shapes is None or f"{m}x{n}" in shapes]
+    chosen = [(m, n, ks) for m, n, ks, *_ in c["shapes"] if shapes is None or f"{m}x{n}" in shapes]
     rows, summary = [], []
     for m, n, ks in chosen:
         for K in ks:

@@ -7,7 +7,10 @@ stacked rank r at d = ``d_fixed`` (``sweep="r"``, Fig. 3a) and along the hidden 
 at r = ``r_fixed`` (``sweep="d"``, Fig. 3b). p is fixed, so every method does the same
 job at every point. At each point:
 
-- ``timing``: latency of the call (:func:`benchmarks.measure.timed`);
+- ``timing``: latency of the call, the methods of one (sweep, d, r, mode) timed together
+  in paired rounds over ``launches`` fresh processes (:mod:`benchmarks.measure.paired`:
+  ``round``, ``launch``, ``loops`` and a ``group`` id per result, so that the analysis
+  judges each ratio round by round);
 - ``peak_bytes``: tensor peak memory above the inputs;
 - ``counted_flops`` (batched; LAPACK included), ``analytic_flops_table5`` (the paper's
   formula) and ``analytic_flops_full`` (the pipeline the code runs);
@@ -39,7 +42,8 @@ from benchmarks import cases
 from benchmarks.device import to_device
 from benchmarks.sizes import size_config
 
-__all__ = ["call", "key", "measure", "metrics", "points", "reference"]
+__all__ = ["GROUP", "call", "cost", "group", "group_calls", "key", "measure", "metrics", "paired_timing", "points",
+           "prepare_points", "reference", "timed_calls"]
 
 MODES = ("batched", "unbatched")
 
@@ -52,36 +56,95 @@ def points(size: str) -> list[dict]:
     grid = [("r", c["d_fixed"], r) for r in c["ranks"]] + [("d", d, c["r_fixed"]) for d in c["dims"]]
     out = []
     for sweep, d, r in grid:
-        for method in c["methods"]:
-            if spec(method).skip_reason(d) is not None:
-                continue
-            for mode in MODES:
+        compared = [m for m in c["methods"] if spec(m).skip_reason(d) is None]
+        for mode in MODES:  # one group's points in a row: the runner measures the group once
+            for method in compared:
                 out.append(dict(figure="fig3", sweep=sweep, method=method, mode=mode, d=d, D=d, r=r,
                                 p=min(c["p"], r, d), modules=c["modules"], client_rank=c["client_rank"],
-                                repeats=c["repeats"]))
+                                rounds=c["rounds"], launches=c["launches"], compared=compared))
     return out
+
+
+GROUP = "benchmarks.experiments.fig3:group_calls"
+"""The builder of a group's calls in every launch (:func:`benchmarks.measure.paired.launched`)."""
+
+
+def group(config: dict) -> dict:
+    """The point's group: its config without the method (the methods are ``compared``)."""
+    return {k: v for k, v in config.items() if k != "method"}
+
+
+def group_calls(group: dict, device: torch.device | str = "cpu") -> dict:
+    """Every compared method's timed call (:func:`call`) at the group's point."""
+    return {m: call(dict(group, method=m), device) for m in group["compared"]}
+
+
+def prepare_points(configs: list[dict], device: torch.device | str = "cpu", target: str = GROUP) -> None:
+    """The paired timings of every group of ``configs``, in ``launches`` launches for all of them."""
+    from benchmarks.measure.paired import measure_groups
+
+    for (rounds, launches), groups in _by_plan(configs).items():
+        measure_groups(target, groups, rounds=rounds, launches=launches, device=device)
+
+
+def _by_plan(configs: list[dict]) -> dict:
+    out: dict = {}
+    for c in configs:
+        out.setdefault((c["rounds"], c["launches"]), []).append(group(c))
+    return out
+
+
+def paired_timing(config: dict, device: torch.device | str = "cpu", target: str = GROUP) -> dict:
+    """The point's method's share of its group's paired timing (its group measured here if not prepared)."""
+    from benchmarks.measure.paired import cached
+
+    return cached(target, group(config), config["method"], rounds=config["rounds"], launches=config["launches"],
+                  device=device)
+
+
+def timed_calls(config: dict) -> int:
+    """Calls of the point's method for its timing: a warm-up per launch and one per round."""
+    return config["launches"] * (config["rounds"] + 1)
+
+
+LAUNCH_SECONDS = 2.5
+"""An interpreter's start with torch and the suite imported, on one idle core: paid
+``launches`` times per experiment (every group of a run is measured in the same launches),
+so left out of the points' costs."""
+
+
+def call_seconds(seconds: float, config: dict, metric_calls: int = 3) -> float:
+    """A point's estimated seconds from its method's seconds per call: each timed round at
+    least :data:`~benchmarks.measure.paired.MIN_SAMPLE` (a faster call is looped to it) plus
+    5 ms, each warm-up, and each of the metrics' ``metric_calls`` calls (result, peak
+    memory, FLOP count: traced, so 50 ms of overhead each)."""
+    from benchmarks.measure.paired import MIN_SAMPLE
+
+    c = config
+    rounds = c["launches"] * c["rounds"]
+    return rounds * (max(seconds, MIN_SAMPLE) + 0.005) + c["launches"] * (seconds + 0.005) + \
+        metric_calls * (seconds + 0.05)
 
 
 def cost(config: dict) -> float:
     """The method's analytic FLOPs (:func:`fraq.flops.analytic_flops`) per call at about
-    :data:`~benchmarks.experiments.DENSE_RATE`, times its calls: the timed ones, a warm-up,
-    and the metrics' three (result, peak memory, FLOP count), plus 50 ms of overhead each; a
-    batched point adds its roofs (each kernel replayed up to three times more, and about 10 ms
-    of looped samples per kernel for some 60 kernels)."""
+    :data:`~benchmarks.experiments.DENSE_RATE`, over its calls (:func:`call_seconds`); a batched
+    point adds its roofs (each kernel replayed up to three times more, and about 10 ms of
+    looped samples per kernel for some 60 kernels), and a batched point of the d sweep the
+    resident-set check's fresh process (3 s of start-up and two calls)."""
     from benchmarks.experiments import DENSE_RATE
-    from benchmarks.measure.methods import spec
     from fraq.flops import analytic_flops
 
     c = config
-    t = spec(c["method"]).timing(c["repeats"])
-    calls = t["repeats"] + t["warmup"] + 3 + (4 if c["mode"] == "batched" else 0)
     name = c["method"].split(":", 1)[0]
     try:
         flops = c["modules"] * analytic_flops(name, c["d"], c["D"], c["r"], c["p"], model="table5")
     except ValueError:  # a method without a FLOP model (the textbook baselines): FRAQ's order
         flops = c["modules"] * analytic_flops("fraq", c["d"], c["D"], c["r"], c["p"], model="table5")
-    rss = 3.0 + 2 * flops / DENSE_RATE if c["mode"] == "batched" and c["sweep"] == "d" else 0.0  # a fresh process
-    return calls * (0.05 + flops / DENSE_RATE) + (0.6 if c["mode"] == "batched" else 0.0) + rss
+    seconds = flops / DENSE_RATE
+    roofs = 4 * seconds + 0.6 if c["mode"] == "batched" else 0.0
+    rss = 3.0 + 2 * seconds if c["mode"] == "batched" and c["sweep"] == "d" else 0.0
+    return call_seconds(seconds, c) + roofs + rss
 
 
 def key(config: dict) -> str:
@@ -210,10 +273,5 @@ def _analytic(c: dict, ranks: list[int], device: torch.device) -> dict:
 
 
 def measure(config: dict, device: torch.device | str = "cpu") -> dict:
-    """One point's result: ``timing`` (:meth:`benchmarks.measure.Timing.as_dict`) and :func:`metrics`."""
-    from benchmarks.measure import timed
-    from benchmarks.measure.methods import spec
-
-    fn = call(config, device)
-    timing = timed(fn, device=device, **spec(config["method"]).timing(config["repeats"]))
-    return dict(timing=timing.as_dict(), **metrics(config, device))
+    """One point's result: ``timing`` (:func:`paired_timing`) and :func:`metrics`."""
+    return dict(timing=paired_timing(config, device), **metrics(config, device))

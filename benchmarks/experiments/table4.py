@@ -3,8 +3,9 @@
 ``modules`` LLaMA-3.2-3B-shaped gate/up projections (m x n), ``clients`` clients of rank
 ``client_rank``, output rank p, one batched call per variant
 (:mod:`benchmarks.measure.ablation`; ``library`` is :func:`fraq.recompress` itself on the
-same stacks). Per variant: latency, tensor peak memory and the resident set's growth over
-a first and a second call in a fresh process (its cross-check,
+same stacks). Per variant: latency (every variant in the same paired rounds over ``launches`` fresh
+processes, :mod:`benchmarks.measure.paired`), tensor peak memory and the resident set's growth
+over a first and a second call in a fresh process (its cross-check,
 :func:`benchmarks.measure.rss.rss_growth`), the relative error against the
 coordinate-SVD product (the paper's error column), the error above the float64
 Eckart-Young optimum and the first-order metrics (principal angles to the float64
@@ -25,21 +26,47 @@ from benchmarks import cases
 from benchmarks.device import to_device
 from benchmarks.sizes import size_config
 
-__all__ = ["call", "key", "measure", "metrics", "points"]
+__all__ = ["GROUP", "call", "cost", "group", "group_calls", "key", "measure", "metrics", "points", "prepare_points"]
 
 
 def points(size: str) -> list[dict]:
     from benchmarks.measure.ablation import VARIANT_NAMES
 
     c = size_config(size, "table4")
-    return [dict(figure="table4", variant=v, **c) for v in VARIANT_NAMES]
+    return [dict(figure="table4", variant=v, compared=list(VARIANT_NAMES), **c) for v in VARIANT_NAMES]
+
+
+GROUP = "benchmarks.experiments.table4:group_calls"
+"""The builder of the variants' calls in every launch (:func:`benchmarks.measure.paired.launched`)."""
+
+
+def group(config: dict) -> dict:
+    """The point's group: its config without the variant (the variants are ``compared``)."""
+    return {k: v for k, v in config.items() if k != "variant"}
+
+
+def group_calls(group: dict, device: torch.device | str = "cpu") -> dict:
+    """Every compared variant's call on the same stacks."""
+    from benchmarks.measure.ablation import variant_calls
+
+    calls = variant_calls(*to_device(_stacks(group), torch.device(device)), group["p"])
+    return {v: calls[v] for v in group["compared"]}
+
+
+def prepare_points(configs: list[dict], device: torch.device | str = "cpu") -> None:
+    """The variants' paired timing (every variant in the same rounds, ``launches`` fresh processes)."""
+    from benchmarks.measure.paired import measure_groups
+
+    for c in configs:
+        measure_groups(GROUP, [group(c)], rounds=c["rounds"], launches=c["launches"], device=device)
 
 
 def cost(config: dict) -> float:
-    """About 20 ms per 8192 x 3072 module and call (the repeats, a warm-up, the metrics' calls
-    and two in the fresh process of the resident-set check, which adds 3 s of start-up)."""
+    """About 20 ms per 8192 x 3072 module and call: the paired timing's (a warm-up per launch
+    and one per round), the metrics' two and the resident-set check's two (in a fresh process,
+    3 s of start-up)."""
     c = config
-    return 3.0 + 0.02 * c["modules"] * (c["repeats"] + 4) * c["m"] * c["n"] / (8192 * 3072)
+    return 3.0 + 0.02 * c["modules"] * (c["launches"] * (c["rounds"] + 1) + 4) * c["m"] * c["n"] / (8192 * 3072)
 
 
 def key(config: dict) -> str:
@@ -86,7 +113,9 @@ def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
 
 
 def measure(config: dict, device: torch.device | str = "cpu") -> dict:
-    from benchmarks.measure import timed
+    """One variant's result: its share of the variants' paired timing and :func:`metrics`."""
+    from benchmarks.measure.paired import cached
 
-    timing = timed(call(config, device), repeats=config["repeats"], warmup=1, device=device)
-    return dict(timing=timing.as_dict(), **metrics(config, device))
+    c = config
+    timing = cached(GROUP, group(c), c["variant"], rounds=c["rounds"], launches=c["launches"], device=device)
+    return dict(timing=timing, **metrics(c, device))

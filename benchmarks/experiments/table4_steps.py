@@ -5,7 +5,9 @@ projections, m > n), adaptive orientation runs the QR on the n = 3072 side and c
 the 8192 side in matrix products; fixed runs the QR on the 8192-long B. Both are timed
 per step of the Gram pipeline (:data:`benchmarks.measure.ablation.STEPS`), each step on
 the previous steps' results, the two orientations alternating call by call so that load
-drift hits both alike. One point; per step and orientation the samples (seconds).
+drift hits both alike, Table 4's rounds times its launches of them in this one process
+(the steps are a diagnosis of the orientations' difference, not a claim of their own).
+One point; per step and orientation the samples (seconds).
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ def key(config: dict) -> str:
 def cost(config: dict) -> float:
     """Twice a Table 4 variant's calls (each step of both orientations)."""
     c = config
-    return 2 * 0.02 * c["modules"] * (c["repeats"] + 2) * c["m"] * c["n"] / (8192 * 3072)
+    return 2 * 0.02 * c["modules"] * (_repeats(c) + 2) * c["m"] * c["n"] / (8192 * 3072)
+
+
+def _repeats(c: dict) -> int:
+    return c["rounds"] * c["launches"]
 
 
 def measure(config: dict, device: torch.device | str = "cpu") -> dict:
@@ -46,7 +52,7 @@ def measure(config: dict, device: torch.device | str = "cpu") -> dict:
     for step in STEPS:
         for o in ORIENTATIONS:  # warm-up
             calls[o][step]()
-        for _ in range(c["repeats"]):
+        for _ in range(_repeats(c)):
             for o in ORIENTATIONS:
                 samples[o][step].append(timed(calls[o][step], repeats=1, warmup=0, device=device).samples[0])
     return dict(steps=list(STEPS), samples=samples, threads=torch.get_num_threads())

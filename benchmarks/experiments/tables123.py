@@ -19,8 +19,16 @@ and skips the rest (LLaMA), and runs the LLaMA presets on 2 of their 28 layers (
 times 14). Every extrapolated row says from how many of how many modules
 (``modules_measured``, ``modules_total``). Its downlink is exact: it depends only on
 shapes and ranks. Timed on one module per shape, such a method is its own point
-(``<preset>-<method>.json``), timed ``slow_repeats`` times (the size's), so a long run
-resumes between methods and the table says how many samples each row has.
+(``<preset>-<method>.json``), timed ``slow_rounds`` times (the size's) after a warm-up
+call, so a long run resumes between methods and the table says how many samples each row
+has. A size may build a preset on fewer layers (``layers``, latency times the layers'
+ratio, stated in each row's ``extrapolated``): the heterogeneous preset's stacked rank
+(232) makes one whole-model call of every method minutes.
+
+The rows of a point are timed in paired rounds over ``launches`` fresh processes
+(:mod:`benchmarks.measure.paired`): each row's latency carries ``round``, ``launch``,
+``loops`` and the point's ``group`` id, and the analysis judges ratios between rows of
+one point round by round.
 
 Run: ``.venv/bin/python -m benchmarks.run tables123 [--size paper]``. Inputs come from
 :func:`benchmarks.cases.build_model`; one result file per preset,
@@ -130,6 +138,14 @@ class Job:
     row: dict
     first_s: float
     samples: list[float] = field(default_factory=list)
+    first_parts: list[float] = field(default_factory=list)
+
+    def timed_calls(self):
+        """The calls as one paired sample (:class:`~benchmarks.measure.paired.Weighted`), with
+        the warm-up's times: the warm-up is the calibration call."""
+        from benchmarks.measure.paired import Weighted
+
+        return Weighted(self.calls, seconds=self.first_parts or None)
 
 
 def prepare(model: Model, method: Method, *, subset: bool) -> Job:
@@ -159,12 +175,13 @@ def prepare(model: Model, method: Method, *, subset: bool) -> Job:
             row["extrapolated"] = (f"from {model.layers} of {full_layers} layers ({len(model.shapes)} of {total} "
                                    f"modules), times {scale:g}")
     row["modules_total"] = total
-    calls, params, params_max, nbytes, first_s, ranks = [], 0.0, 0.0, 0.0, 0.0, []
+    calls, params, params_max, nbytes, first_s, ranks, parts_s = [], 0.0, 0.0, 0.0, 0.0, [], []
     for names, count, _ in pieces:
         ups, state = _inputs(model, agg, method, names)
         t0 = time.perf_counter()
         res = agg.aggregate(ups, state)
-        first_s += time.perf_counter() - t0
+        parts_s.append(time.perf_counter() - t0)
+        first_s += parts_s[-1]
         if agg.partial_first_round:
             state = res.state
         per_client = res.downlink_params()
@@ -181,7 +198,7 @@ def prepare(model: Model, method: Method, *, subset: bool) -> Job:
     if ranks and not subset:
         row["rank_mean"] = statistics.mean(ranks)
         row["rank_range"] = [min(ranks), max(ranks)]
-    return Job(method, calls, row, first_s)
+    return Job(method, calls, row, first_s, first_parts=parts_s)
 
 
 def sample(job: Job, device: torch.device | str = "cpu") -> None:
@@ -207,10 +224,18 @@ def _applicable(method: Method, preset: Preset) -> str | None:
     return None
 
 
-def model_for(name: str, *, quick: bool, seed: int = 0, device: torch.device | str = "cpu") -> Model:
-    """Preset ``name``'s uploads as measured: the LLaMA presets on 2 of their layers when ``quick``."""
-    return build_model(get_preset(name), layers=2 if (quick and name.startswith("llama")) else None, seed=seed,
-                       device=device)
+def _layers(name: str, quick: bool, layers: int | None = None) -> int | None:
+    """The layers a preset is built on: ``layers`` when given, else 2 of a LLaMA preset when
+    ``quick``, else all (None)."""
+    if layers is not None:
+        return layers
+    return 2 if (quick and name.startswith("llama")) else None
+
+
+def model_for(name: str, *, quick: bool, seed: int = 0, device: torch.device | str = "cpu",
+              layers: int | None = None) -> Model:
+    """Preset ``name``'s uploads as measured: on ``layers`` layers (:func:`_layers`)."""
+    return build_model(get_preset(name), layers=_layers(name, quick, layers), seed=seed, device=device)
 
 
 def method_job(name: str, model: Model, method: Method, *, quick: bool) -> Job | str:
@@ -226,26 +251,50 @@ def method_job(name: str, model: Model, method: Method, *, quick: bool) -> Job |
     return prepare(model, method, subset=plan == "per-shape")
 
 
-def run_preset(name: str, *, quick: bool, seed: int = 0, repeats: int | None = None, methods=None, log=print,
-               device: torch.device | str = "cpu") -> dict:
+GROUP = "benchmarks.experiments.tables123:group_calls"
+"""The builder of a point's timed calls in every launch (:func:`benchmarks.measure.paired.launched`)."""
+
+
+def group_calls(group: dict, device: torch.device | str = "cpu") -> dict:
+    """Row label -> its timed calls (a :class:`~benchmarks.measure.paired.Weighted` list: one
+    sample is the calls' times weighted by their modules), for every measured row of ``group``
+    (``preset``, ``quick``, ``seed``, ``methods``, ``layers``), on a model built here."""
+    preset = get_preset(group["preset"])
+    rows_of = {m.label: m for m in _methods(preset)}
+    model = model_for(group["preset"], quick=group["quick"], seed=group["seed"], device=device,
+                      layers=group.get("layers"))
+    out = {}
+    for label in group["methods"]:
+        job = method_job(group["preset"], model, rows_of[label], quick=group["quick"])
+        if not isinstance(job, str):
+            out[label] = job.timed_calls()
+    return out
+
+
+def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = None, launches: int = 1, methods=None,
+               log=print, device: torch.device | str = "cpu", layers: int | None = None) -> dict:
     """Measure ``methods`` (row labels; default every row) on preset ``name``; returns the
     JSON-ready record.
 
-    Methods are timed round-robin, one call of each per round, ``repeats`` rounds, so that
-    a change in the machine's load during the run hits every method alike and the ratios
-    between them stay meaningful.
+    Methods are timed in paired rounds, one sample of each per round (a call under 1 ms
+    looped to 1 ms), ``rounds`` rounds in each of ``launches`` launches (fresh processes
+    beyond the first: :mod:`benchmarks.measure.paired`), so that a change in the machine's
+    load hits every method of a round alike and the ratios between them are judged round by
+    round. Every row's ``latency`` carries the rounds, launches and group id, the record
+    the load average before and after. ``layers``: build the preset on this many layers
+    (latency extrapolated to all, stated in each row).
     """
+    from benchmarks.measure.paired import launched, merged, paired_rounds
     preset = get_preset(name)
     rows_of = {m.label: m for m in _methods(preset)}
     methods = list(rows_of) if methods is None else list(methods)
     unknown = [m for m in methods if m not in rows_of]
     if unknown:
         raise ValueError(f"methods(={unknown}) are not rows of {name}'s table: {list(rows_of)}")
-    llama = name.startswith("llama")
-    layers = 2 if (quick and llama) else None
-    repeats = repeats or (3 if quick else 5)
+    layers = _layers(name, quick, layers)
+    rounds = rounds or (3 if quick else 5)
     t0 = time.perf_counter()
-    model = model_for(name, quick=quick, seed=seed, device=device)
+    model = model_for(name, quick=quick, seed=seed, device=device, layers=layers)
     log(f"  built {len(model.shapes)} modules x {preset.clients} clients in {time.perf_counter() - t0:.1f} s")
     rows: list[dict] = []
     jobs: list[Job] = []
@@ -260,28 +309,36 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, repeats: int | None = N
         jobs.append(job)
         log(f"  {method.label:<22} {job.row['downlink_pct']:7.2f}%  warm-up {job.first_s:.2f} s")
     load = [os.getloadavg()[0]]
-    for i in range(repeats if jobs else 0):
-        t0 = time.perf_counter()
+    if jobs and launches == 1:  # this process: the jobs built above
+        timing = merged([paired_rounds({j.method.label: j.timed_calls() for j in jobs}, rounds, device=device)],
+                        device=device)
+    elif jobs:  # fresh processes, each building the model again; this one's is freed first
+        group = dict(preset=name, quick=quick, seed=seed, methods=[j.method.label for j in jobs], layers=layers)
         for job in jobs:
-            sample(job, device)
-        load.append(os.getloadavg()[0])
-        log(f"  round {i + 1}/{repeats}: {time.perf_counter() - t0:.0f} s, load average {load[-1]:.1f}")
+            job.calls = []
+        del model
+        gc.collect()
+        timing = launched(GROUP, [group], rounds=rounds, launches=launches, device=device)[0]
+    load.append(os.getloadavg()[0])
+    log(f"  {rounds} rounds x {launches} launch(es), load average {load[-1]:.1f}")
     for job in jobs:
-        job.row["latency"] = Timing(tuple(job.samples), torch.get_num_threads(), str(device)).as_dict()
-    del model, jobs
+        job.row["latency"] = timing[job.method.label]
+    del jobs
     gc.collect()
     return {"preset": name, "clients": preset.clients, "ranks": list(preset.ranks), "alphas": list(preset.alphas),
             "modules": preset.modules, "quick": quick, "seed": seed, "layers": layers or "all",
-            "dtype": "float32", "batched": True, "repeats": repeats, "load_average_1min": load, "rows": rows,
-            "device": str(device)}
+            "dtype": "float32", "batched": True, "rounds": rounds, "launches": launches, "load_average_1min": load,
+            "rows": rows, "device": str(device)}
 
 
 def points(size: str) -> list[dict]:
-    """Per preset of the ``size`` configuration: one point with every row timed round-robin,
-    and one point per dense method timed on one module per shape (:func:`dense_plan`),
-    with the size's ``slow_repeats``."""
+    """Per preset of the ``size`` configuration: one point with every row timed in paired
+    rounds (``rounds`` per launch, ``launches`` launches; ``layers`` of the preset where the
+    size gives them), and one point per dense method timed on one module per shape
+    (:func:`dense_plan`), ``slow_rounds`` rounds in this process: a call of it takes a
+    minute, and each launch would add a warm-up call."""
     c = size_config(size, "tables123")
-    out = []
+    out, timed = [], {}  # (method label, module shapes) -> the point that times it on one module per shape
     for name in c["presets"]:
         preset = get_preset(name)
         alone = []
@@ -290,34 +347,83 @@ def points(size: str) -> list[dict]:
                      if _aggregator(m).dense_factorization and _applicable(m, preset) is None]
         shared = [m.label for m in _methods(preset) if m not in alone]
         base = dict(table="tables123", preset=name, quick=c["quick"], seed=0)
-        out.append(dict(base, methods=shared, repeats=c["repeats"], part="shared"))
-        out += [dict(base, methods=[m.label], repeats=c["slow_repeats"], part=m.name) for m in alone]
+        out.append(dict(base, methods=shared, rounds=c["rounds"], launches=c["launches"], part="shared",
+                        layers=c.get("layers", {}).get(name)))
+        for m in alone:
+            same = timed.get((m.label, _shapes(preset)))
+            if same is not None and m.name in SHAPE_ONLY:  # the same work: timed once, serving both tables
+                same["serves"].append(name)
+                continue
+            point = dict(base, methods=[m.label], rounds=c["slow_rounds"], launches=1, part=m.name, layers=None,
+                         serves=[])
+            timed[(m.label, _shapes(preset))] = point
+            out.append(point)
     return out
+
+
+SHAPE_ONLY = ("flexlora",)
+"""Dense methods whose time on one module depends on its shape alone, not on the client
+ranks: FlexLoRA forms the m x n aggregate (2 m n sum r_k FLOPs, under 2% of its SVD's
+~10 m n min(m, n) at LLaMA's shapes and ranks up to 232) and decomposes it. Timed on one
+module per shape for one preset, it serves every later preset with the same shapes
+(Table 3's heterogeneous ranks take Table 2's timing, each row saying so). FLoRG is not
+here: its Procrustes step and Gram follow the ranks."""
+
+
+def _shapes(preset: Preset) -> tuple:
+    return tuple(sorted({(g.m, g.n) for g in preset.groups}))
+
+
+BUILD_SECONDS = 10.0
+"""Building a preset's client factors, on one idle core (the largest, LLaMA's)."""
+
+
+def calls(config: dict) -> int:
+    """Calls of each row per point: a warm-up here (the downlink; it calibrates the loops of
+    this process's rounds), the rounds, and a warm-up in each fresh process."""
+    c = config
+    return 1 + c["launches"] * c["rounds"] + (c["launches"] if c["launches"] > 1 else 0)
 
 
 def cost(config: dict) -> float:
-    """A dense method on one module per shape: its SVDs per sample (warm-up and
-    ``repeats``); a round-robin point: every method's work per round, about 2.4e-9 s per
-    unit of (m + n) r^2 summed over the measured modules (r the stacked rank: FLoRIST's
-    and FRAQ's QRs and products; 15 s a round for LLaMA's 196 modules at r = 64, minutes
-    at the heterogeneous preset's r = 232), plus the dense methods where they run on the
-    whole model."""
-    from benchmarks.experiments import dense_seconds
-
+    """A dense method on one module per shape: its SVDs per call (:func:`calls`); a paired
+    point: every method's work per call, about 2.4e-9 s per unit of (m + n) r^2 summed over
+    the measured modules (r the stacked rank: FLoRIST's and FRAQ's QRs and products; 15 s a
+    call for LLaMA's 196 modules at r = 64, minutes at the heterogeneous preset's r = 232),
+    plus the dense methods where they run on the whole model, plus a model build
+    (:data:`BUILD_SECONDS`) here and in each fresh process."""
     c = config
     preset = get_preset(c["preset"])
-    calls = c["repeats"] + 1
+    n = calls(c)
+    shapes = {(g.m, g.n) for g in preset.groups}
     if c.get("part", "shared") != "shared":
-        return calls * sum(dense_seconds(m, n) for m, n in {(g.m, g.n) for g in preset.groups})
-    fraction = 2 / max(g.count for g in preset.groups) if (c["quick"] and c["preset"].startswith("llama")) else 1.0
-    out = 10.0 + calls * fraction * 2.4e-9 * sum(g.count * (g.m + g.n) for g in preset.groups) * sum(preset.ranks) ** 2
-    dense = sum(_aggregator(m).dense_factorization for m in _methods(preset) if m.label in c["methods"])
+        served = len(c.get("serves") or [])  # a build and one call (the downlink) per preset served
+        return (1 + served) * BUILD_SECONDS + (n + served) * sum(_dense_seconds(c["part"], m, n_) for m, n_ in shapes)
+    full = max(g.count for g in preset.groups)
+    layers = _layers(c["preset"], c["quick"], c.get("layers"))
+    fraction = 1.0 if layers is None else min(layers, full) / full
+    builds = 1 + (c["launches"] if c["launches"] > 1 else 0)
+    out = builds * BUILD_SECONDS + n * fraction * 2.4e-9 * sum(g.count * (g.m + g.n) for g in preset.groups) * \
+        sum(preset.ranks) ** 2
+    dense = [m.name for m in _methods(preset) if _aggregator(m).dense_factorization and m.label in c["methods"]
+             and _applicable(m, preset) is None]
     plan = dense_plan(preset, quick=c["quick"])
-    if plan == "per-shape":
-        out += dense * calls * sum(dense_seconds(m, n) for m, n in {(g.m, g.n) for g in preset.groups})
-    elif plan == "full":
-        out += dense * calls * sum(dense_seconds(g.m, g.n, g.count) for g in preset.groups)
+    for name in dense:
+        if plan == "per-shape":
+            out += n * sum(_dense_seconds(name, m, n_) for m, n_ in shapes)
+        elif plan == "full":
+            out += n * fraction * sum(g.count * _dense_seconds(name, g.m, g.n) for g in preset.groups)
     return out
+
+
+def _dense_seconds(name: str, m: int, n: int) -> float:
+    """One module's dense factorization, on one idle core: FlexLoRA's SVD of the m x n
+    aggregate (:func:`~benchmarks.experiments.dense_seconds`), FLoRG's eigensolver of its
+    n x n Gram (syevd with vectors, 14 n^3 / 3 FLOPs, :mod:`fraq._routine_flops`) at
+    :data:`~benchmarks.experiments.DENSE_RATE`."""
+    from benchmarks.experiments import DENSE_RATE, dense_seconds
+
+    return 14 * n**3 / 3 / DENSE_RATE if name == "florg" else dense_seconds(m, n)
 
 
 def key(config: dict) -> str:
@@ -327,5 +433,22 @@ def key(config: dict) -> str:
 
 def measure(config: dict, device: torch.device | str = "cpu") -> dict:
     """The downlink and latency of the point's rows on its preset (:func:`run_preset`)."""
-    return run_preset(config["preset"], quick=config["quick"], seed=config["seed"], repeats=config["repeats"],
-                      methods=config["methods"], log=lambda s: None, device=device)
+    c = config
+    rec = run_preset(c["preset"], quick=c["quick"], seed=c["seed"], rounds=c["rounds"], launches=c["launches"],
+                     methods=c["methods"], log=lambda s: None, device=device, layers=c.get("layers"))
+    served = {}
+    for other in c.get("serves") or []:  # :data:`SHAPE_ONLY`: the other preset's row, this latency
+        model = model_for(other, quick=c["quick"], seed=c["seed"], device=device)
+        rows_of = {m.label: m for m in _methods(model.preset)}
+        served[other] = []
+        for r in rec["rows"]:
+            job = method_job(other, model, rows_of[r["method"]], quick=c["quick"])  # one call: its downlink
+            row = dict(job.row, latency=r["latency"], timed_on=c["preset"])
+            row["extrapolated"] = (f"{row['extrapolated']}; latency timed on {c['preset']}'s modules of the same "
+                                   "shapes (the dense factorization's time does not depend on the client ranks)")
+            served[other].append(row)
+        del model
+        gc.collect()
+    if served:
+        rec["served"] = served
+    return rec

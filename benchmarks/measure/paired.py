@@ -1,0 +1,234 @@
+"""Paired timings: the compared calls interleaved round by round, in several fresh processes.
+
+A claim about a ratio of two methods' times ("FRAQ is faster than FlexLoRA") is only as
+good as the pairing of their samples. This module builds every such measurement the same
+way:
+
+- **Rounds.** One round is one sample of every compared call, in an order rotated each
+  round (:func:`paired_rounds`). A drift of the machine's speed (shared or virtual cores,
+  frequency scaling) slows the calls of one round alike, so the per-round ratio cancels it;
+  :func:`analysis.verdicts.judge` with ``paired=True`` takes the sign-test interval of the
+  median of that ratio over rounds.
+- **Loop calibration.** A call shorter than ``min_sample`` (:data:`MIN_SAMPLE`, 1 ms) is
+  timed as a loop of k calls and the sample is the loop's time over k, with k fixed per
+  call from its warm-up time (``loops`` in the result). Timer resolution and the
+  per-sample overhead (a few microseconds) stay below 1% of every sample, and a fast
+  method costs about ``min_sample`` per round while a slow one (a dense SVD, seconds)
+  runs once per round: one round is one sample of each, never hundreds of the fast one
+  to match the slow one's time.
+- **Warm-up.** Every call runs once untimed before the rounds (the calibration call): a
+  first call pays for lazy initialisation (MKL's thread pools and workspaces, allocator
+  growth), which is not the steady state the claim is about.
+- **GC off** while the rounds run (:func:`benchmarks.measure.timing.gc_off`).
+- **Launches.** Samples from one process carry none of the run-to-run variance between
+  processes (memory layout, which core, the allocator's state); docs/performance.md
+  records 10-20% drift between runs. :func:`launched` runs the rounds in ``launches``
+  fresh interpreters, one after another, and concatenates them; every sample records its
+  ``launch`` and its ``round`` (0..n-1 over all launches), so the analysis pairs sample k
+  of every call. One launch runs in this process (the ``tiny`` size of the tests).
+
+Each launch measures every group of a list (a group is one point's compared calls: the
+methods at one (sweep, d, r, mode) of Fig. 3), so one experiment pays for ``launches``
+interpreter starts, not one per point. The result of each call is
+:meth:`~benchmarks.measure.timing.Timing.as_dict` plus ``round``, ``launch``, ``loops``
+(k per launch), ``min_sample``, ``launches``, ``compared`` (the keys measured together)
+and ``group`` (a random id shared by the calls of one measurement: the analysis pairs
+samples only of results with the same id, so results of two runs are never paired).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from benchmarks.measure.timing import Timing, _sync, gc_off
+
+__all__ = ["MAX_LOOPS", "MIN_SAMPLE", "Weighted", "cached", "launched", "measure_groups", "merged", "paired_rounds"]
+
+MIN_SAMPLE = 1e-3
+"""Shortest sample, seconds: perf_counter's resolution (well under a microsecond) and a
+loop's overhead (microseconds) stay below 1% of it."""
+
+MAX_LOOPS = 10_000
+"""Most calls in one loop: a call that fast is timed over 10,000 calls, enough for the 1%."""
+
+
+class Weighted(list):
+    """A sample made of several calls weighted and summed: ``[(fn, weight), ...]``, the
+    sample being sum(weight x time of fn). One module per shape, each shape's time times
+    its number of modules, is timed this way (:mod:`benchmarks.experiments.tables123`).
+
+    ``seconds``: each call's time in a warm-up the caller has already run (None: not run):
+    :func:`paired_rounds` then sets the loop counts from it and makes no calibration call
+    of its own, which for a call of a minute is a minute saved per launch."""
+
+    def __init__(self, pairs=(), seconds: list[float] | None = None):
+        super().__init__(pairs)
+        self.seconds = seconds
+
+
+def _parts(call) -> list[tuple[Callable, float]]:
+    return list(call) if isinstance(call, Weighted) else [(call, 1.0)]
+
+
+def _loop_time(fn: Callable, loops: int, device: torch.device) -> float:
+    """Seconds of ``loops`` calls of ``fn`` over ``loops`` (CUDA: events, then a synchronize)."""
+    if device.type == "cuda":
+        stream = torch.cuda.current_stream(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        for _ in range(loops):
+            fn()
+        end.record(stream)
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / loops
+    t0 = time.perf_counter()
+    for _ in range(loops):
+        fn()
+    return (time.perf_counter() - t0) / loops
+
+
+def paired_rounds(calls: dict, rounds: int, *, device: torch.device | str = "cpu", min_sample: float = MIN_SAMPLE,
+                  launch: int = 0) -> dict[str, dict]:
+    """``rounds`` rounds of every call in ``calls`` (key -> zero-argument callable, or a
+    :class:`Weighted` list), the order rotated each round, after one untimed call of each
+    (none where a Weighted list carries its warm-up's ``seconds``; a second for a call
+    under ``min_sample``, whose time sets its loop count
+    k = ceil(min_sample / time), at most :data:`MAX_LOOPS`).
+
+    Returns ``{key: {"samples": [...], "loops": [k, ...], "round": [...], "launch": [...]}}``,
+    sample j of every key from round j (``loops`` one k per part of a Weighted call)."""
+    if rounds < 1:
+        raise ValueError(f"rounds(={rounds}) must be >= 1")
+    device = torch.device(device)
+    keys = list(calls)
+    loops: dict[str, list[int]] = {}
+    for k in keys:
+        loops[k] = []
+        known = getattr(calls[k], "seconds", None)
+        for i, (fn, _) in enumerate(_parts(calls[k])):
+            _sync(device)
+            t = known[i] if known is not None else _loop_time(fn, 1, device)
+            if t < min_sample:  # the warm-up's own time is inflated by first-call costs: calibrate on a second
+                t = _loop_time(fn, 1, device)
+            loops[k].append(1 if t >= min_sample else min(MAX_LOOPS, math.ceil(min_sample / max(t, 1e-9))))
+    samples: dict[str, list[float]] = {k: [] for k in keys}
+    _sync(device)
+    with gc_off():
+        for j in range(rounds):
+            for k in keys[j % len(keys):] + keys[:j % len(keys)]:
+                samples[k].append(sum(w * _loop_time(fn, n, device)
+                                      for (fn, w), n in zip(_parts(calls[k]), loops[k])))
+    return {k: dict(samples=samples[k], loops=loops[k], round=list(range(rounds)), launch=[launch] * rounds)
+            for k in keys}
+
+
+def _target(name: str) -> Callable:
+    """``"package.module:function"`` -> the function."""
+    module, _, fn = name.partition(":")
+    return getattr(importlib.import_module(module), fn)
+
+
+def _one_launch(target: str, groups: list[dict], rounds: int, device: str, min_sample: float,
+                launch: int) -> list[dict]:
+    """Every group's rounds in this process: ``target(group, device)`` gives the group's calls."""
+    build = _target(target)
+    out = []
+    for group in groups:
+        calls = build(group, device)
+        out.append(paired_rounds(calls, rounds, device=device, min_sample=min_sample, launch=launch))
+        del calls
+    return out
+
+
+def _fresh(target: str, groups: list[dict], rounds: int, device: str, min_sample: float, launch: int) -> list[dict]:
+    """:func:`_one_launch` in a fresh interpreter at this process's torch threads."""
+    root = Path(__file__).resolve().parents[2]
+    job = dict(target=target, groups=groups, rounds=rounds, device=device, min_sample=min_sample, launch=launch,
+               threads=torch.get_num_threads())
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    done = subprocess.run([sys.executable, "-m", "benchmarks.measure.paired"], input=json.dumps(job), text=True,
+                          capture_output=True, cwd=root, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"launch {launch} of {target} failed (exit status {done.returncode}): "
+                           f"{done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def launched(target: str, groups: list[dict], *, rounds: int, launches: int, device: torch.device | str = "cpu",
+             min_sample: float = MIN_SAMPLE) -> list[dict[str, dict]]:
+    """Per group, ``{key: timing}``: ``rounds`` paired rounds of the group's calls in each of
+    ``launches`` launches (fresh interpreters, one after another; one launch: this process),
+    concatenated (module docstring for the fields)."""
+    if launches < 1:
+        raise ValueError(f"launches(={launches}) must be >= 1")
+    device = str(torch.device(device))
+    runs = [(_one_launch if launches == 1 else _fresh)(target, groups, rounds, device, min_sample, i)
+            for i in range(launches)]
+    return [merged([run[g] for run in runs], device=device, min_sample=min_sample) for g in range(len(groups))]
+
+
+def merged(runs: list[dict], *, device: torch.device | str = "cpu", min_sample: float = MIN_SAMPLE) -> dict:
+    """One group's :func:`paired_rounds` outputs, one per launch, as ``{key: timing}`` (the
+    module docstring's fields, one new group id)."""
+    gid, keys = uuid.uuid4().hex[:12], list(runs[0])
+    out = {}
+    for k in keys:
+        samples = [s for run in runs for s in run[k]["samples"]]
+        timing = Timing(tuple(samples), torch.get_num_threads(), str(torch.device(device))).as_dict()
+        out[k] = dict(timing, round=list(range(len(samples))), launch=[x for run in runs for x in run[k]["launch"]],
+                      loops=[run[k]["loops"] for run in runs], min_sample=min_sample, launches=len(runs),
+                      compared=keys, group=gid)
+    return out
+
+
+_CACHE: dict[tuple, dict] = {}
+
+
+def _cache_key(target: str, group: dict, device) -> tuple:
+    return target, json.dumps(group, sort_keys=True, default=str), str(torch.device(device))
+
+
+def measure_groups(target: str, groups: list[dict], *, rounds: int, launches: int, device: torch.device | str = "cpu",
+                   min_sample: float = MIN_SAMPLE) -> None:
+    """Measure ``groups`` (:func:`launched`) and keep each group's timings for :func:`cached`.
+    Groups already kept are not measured again; repeated groups are measured once."""
+    todo = list({json.dumps(g, sort_keys=True, default=str): g for g in groups
+                 if _cache_key(target, g, device) not in _CACHE}.values())
+    if not todo:
+        return
+    for group, timing in zip(todo, launched(target, todo, rounds=rounds, launches=launches, device=device,
+                                            min_sample=min_sample)):
+        _CACHE[_cache_key(target, group, device)] = timing
+
+
+def cached(target: str, group: dict, key: str, *, rounds: int, launches: int, device: torch.device | str = "cpu",
+           min_sample: float = MIN_SAMPLE) -> dict:
+    """Call ``key``'s timing in ``group``, measuring the group first when it is not kept yet
+    (a point measured on its own, as asv or a test does)."""
+    measure_groups(target, [group], rounds=rounds, launches=launches, device=device, min_sample=min_sample)
+    return _CACHE[_cache_key(target, group, device)][key]
+
+
+def _main() -> None:
+    job = json.loads(sys.stdin.read())
+    torch.set_num_threads(job["threads"])
+    out = _one_launch(job["target"], job["groups"], job["rounds"], job["device"], job["min_sample"], job["launch"])
+    sys.stdout.write("\n" + json.dumps(out) + "\n")
+
+
+if __name__ == "__main__":
+    # The module itself, not this ``__main__`` copy of it: the experiments' Weighted is its class.
+    from benchmarks.measure.paired import _main as main
+
+    main()

@@ -1,0 +1,160 @@
+"""Paired timings (benchmarks.measure.paired) and the verdicts that rest on them.
+
+The samples of methods compared at one point must come from the same rounds (one sample of
+each per round), carry their round and launch, and be judged round by round; results of
+separate measurements must never be paired.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from benchmarks.measure.paired import MIN_SAMPLE, Weighted, launched, paired_rounds
+
+
+def _counter():
+    calls = []
+    return calls, (lambda: calls.append(1))
+
+
+def test_rounds_pair_every_call_and_loop_the_fast_ones():
+    """A call far under 1 ms is looped to at least MIN_SAMPLE per sample (and its sample is per call);
+    a 3 ms call runs once per round; every key has one sample per round."""
+    fast_calls, fast = _counter()
+    slow_calls = []
+
+    def slow():
+        slow_calls.append(1)
+        time.sleep(0.003)
+
+    out = paired_rounds({"fast": fast, "slow": slow}, 7, launch=2)
+    assert out["fast"]["round"] == out["slow"]["round"] == list(range(7))
+    assert out["fast"]["launch"] == out["slow"]["launch"] == [2] * 7
+    assert len(out["fast"]["samples"]) == len(out["slow"]["samples"]) == 7
+    k = out["fast"]["loops"][0]
+    assert k > 1 and len(fast_calls) == 2 + 7 * k  # warm-up, calibration, then k per round
+    assert out["slow"]["loops"] == [1] and len(slow_calls) == 1 + 7  # one warm-up (also the calibration)
+    assert all(s < MIN_SAMPLE for s in out["fast"]["samples"])  # per call, not per loop
+    assert all(s >= 0.003 for s in out["slow"]["samples"])
+
+
+def test_a_weighted_sample_with_its_warm_up_times_makes_no_calibration_call():
+    calls, fn = _counter()
+    out = paired_rounds({"w": Weighted([(fn, 3.0), (fn, 1.0)], seconds=[1.0, 1.0])}, 4)
+    assert len(calls) == 2 * 4 and out["w"]["loops"] == [1, 1]
+
+
+def test_rounds_refuse_zero():
+    with pytest.raises(ValueError, match=r"rounds\(=0\)"):
+        paired_rounds({"a": lambda: None}, 0)
+
+
+def test_launches_in_fresh_processes_concatenate_rounds_with_their_launch():
+    """Two fresh interpreters, 3 rounds each: 6 samples per method, launch 0 then 1, rounds 0..5,
+    one group id shared by the methods and new for every measurement."""
+    from benchmarks.experiments import fig3
+    from benchmarks.measure.timing import threads
+    from analysis.verdicts import paired
+
+    config = next(c for c in fig3.points("tiny") if c["mode"] == "batched")
+    group = fig3.group(config)
+    with threads(1):
+        first = launched(fig3.GROUP, [group], rounds=3, launches=2)[0]
+        second = launched(fig3.GROUP, [group], rounds=3, launches=1)[0]
+    assert set(first) == set(config["compared"])
+    for t in first.values():
+        assert t["launch"] == [0, 0, 0, 1, 1, 1] and t["round"] == list(range(6)) and len(t["samples"]) == 6
+        assert t["launches"] == 2 and len(t["loops"]) == 2 and t["compared"] == config["compared"]
+    assert len({t["group"] for t in first.values()}) == 1
+    assert {t["group"] for t in first.values()} != {t["group"] for t in second.values()}
+    rows = lambda ts: [{"timing.group": t["group"], "timing.samples": t["samples"]} for t in ts.values()]  # noqa: E731
+    assert paired(rows(first)) and paired(rows(second)[:1])
+    assert not paired(rows(first)[:1] + rows(second)[1:])  # two measurements: never paired
+    assert not paired(rows(first), rows(second))  # equal ids within each, but 6 against 3 rounds
+
+
+def test_every_compared_point_shares_its_groups_rounds():
+    """fig3, clients and table4 at tiny size: the results of one point's methods have the same group id,
+    the same number of samples (rounds x launches) and their launch and round indices."""
+    from benchmarks.experiments import clients, fig3, table4
+    from benchmarks.measure.timing import threads
+
+    with threads(1):
+        for module, pick in ((fig3, lambda c: (c["sweep"], c["d"], c["r"], c["mode"]) == ("r", 64, 8, "batched")),
+                             (clients, lambda c: (c["d"], c["D"], c["K"]) == (32, 32, 4)),
+                             (table4, lambda c: True)):
+            configs = [c for c in module.points("tiny") if pick(c)]
+            assert len(configs) == len(configs[0]["compared"]) >= 2
+            module.prepare_points(configs)
+            got = [module.measure(c)["timing"] for c in configs]
+            n = configs[0]["rounds"] * configs[0]["launches"]
+            assert n >= 6  # the fewest rounds with a 95% sign interval
+            assert len({t["group"] for t in got}) == 1
+            for t in got:
+                assert len(t["samples"]) == n and t["round"] == list(range(n)) and len(t["launch"]) == n
+
+
+def test_tables123_rows_are_paired_over_fresh_launches_and_carry_the_machine():
+    pytest.importorskip("pandas")
+    from analysis.tables import tables123_rows
+    from analysis.verdicts import paired
+    from benchmarks.experiments import tables123
+    from benchmarks.measure.timing import threads
+    import pandas as pd
+
+    with threads(1):  # two fresh launches, each building the preset and timing its Weighted samples
+        rec = tables123.run_preset("roberta-base", quick=True, rounds=3, launches=2,
+                                   methods=["fedit", "fraq (tau=0.95)"], log=lambda s: None)
+    lat = [r["latency"] for r in rec["rows"]]
+    assert len({t["group"] for t in lat}) == 1 and all(t["round"] == list(range(6)) for t in lat)
+    assert all(t["launch"] == [0, 0, 0, 1, 1, 1] for t in lat)
+    rows = tables123_rows(pd.DataFrame([dict(rec, loadavg=0.2, steal=0.0, threads=1)]))
+    assert paired(rows) and set(rows["loadavg"]) == {0.2} and set(rows["steal"]) == {0.0}
+
+
+def _quiet(monkeypatch):
+    import fraq._machine
+
+    monkeypatch.setattr("os.getloadavg", lambda: (0.1, 0.1, 0.1))
+    monkeypatch.setattr(fraq._machine, "steal_share", lambda: 0.0)
+
+
+def test_a_report_from_tiny_results_judges_the_ratios_round_by_round(tmp_path, monkeypatch):
+    """The runner at tiny size (fig3 and table4), written as on an idle machine: the report's
+    timing verdicts on fig3 and Table 4 are paired over the rounds (6 at tiny size)."""
+    pytest.importorskip("pandas")
+    pytest.importorskip("seaborn")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from analysis.reproduce import build
+    from benchmarks import run
+
+    _quiet(monkeypatch)
+    run.run(tmp_path / "results", ("table4", "fig3"), size="tiny", progress=False)
+    text = build(tmp_path).read_text()
+    fig3 = next(x for x in text.splitlines() if "FRAQ is the fastest method across both sweeps" in x)
+    assert "paired over 6 rounds" in fig3
+    t4 = [x for x in text.splitlines() if "faster than fixed" in x or "faster than coordinate SVD" in x]
+    assert len(t4) == 2 and all("paired over 6 rounds" in x for x in t4)
+
+
+def test_a_busy_machine_withholds_the_tables123_verdicts(tmp_path, monkeypatch):
+    pytest.importorskip("pandas")
+    import fraq._machine
+    from analysis.reproduce import build
+    from benchmarks import run
+
+    monkeypatch.setattr("os.getloadavg", lambda: (9.0, 9.0, 9.0))
+    monkeypatch.setattr(fraq._machine, "steal_share", lambda: 0.0)
+    monkeypatch.setattr("benchmarks.experiments.tables123.points",
+                        lambda size: [dict(table="tables123", preset="roberta-base", quick=True, seed=0,
+                                           methods=["florist (tau=0.90)", "fraq (tau=0.95)"], rounds=6, launches=1,
+                                           part="shared", layers=None)])
+    run.run(tmp_path / "results", ("tables123",), size="tiny", progress=False)
+    with pytest.warns(UserWarning, match="machine was busy"):
+        text = build(tmp_path).read_text()
+    line = next(x for x in text.splitlines() if "faster than FLoRIST" in x)
+    assert "withheld: machine busy (load average 9.00" in line
