@@ -123,7 +123,9 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     from several files: the round-robin point and the methods timed on one module per
     shape), in the paper's order, with the paper's numbers (:func:`analysis.loaders.paper`),
     the latency samples (seconds; also as ``timing.samples`` with the pairing's
-    ``timing.group``) and the record's ``loadavg``, ``steal`` and ``threads``. A record's
+    ``timing.group``), the analytic FLOPs of one aggregation (``flops_table5``: the paper's
+    formulas; ``flops_full``: the routines the code calls) and the record's ``loadavg``,
+    ``steal``, ``threads`` and ``device``. A record's
     ``served`` rows (a dense method timed for one preset, serving another of the same shapes)
     are the other preset's."""
     from analysis.loaders import paper as paper_numbers
@@ -152,7 +154,9 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
                          "paper_pct": paper[0], "paper_ms": paper[1],
                          # what the verdicts need: the pairing and the machine's state when it was measured
                          "timing.samples": list(lat.get("samples", [])), "timing.group": lat.get("group"),
-                         "loadavg": rec.get("loadavg"), "steal": rec.get("steal"), "threads": rec.get("threads")})
+                         "loadavg": rec.get("loadavg"), "steal": rec.get("steal"), "threads": rec.get("threads"),
+                         "device": rec.get("device"), "flops_table5": r.get("flops_table5"),
+                         "flops_full": r.get("flops_full")})
     out = pd.DataFrame(rows)
     if out.empty:
         return out

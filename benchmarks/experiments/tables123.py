@@ -176,6 +176,7 @@ def prepare(model: Model, method: Method, *, subset: bool) -> Job:
                                    f"modules), times {scale:g}")
     row["modules_total"] = total
     calls, params, params_max, nbytes, first_s, ranks, parts_s = [], 0.0, 0.0, 0.0, 0.0, [], []
+    flops = {"table5": 0.0, "full": 0.0}
     for names, count, _ in pieces:
         ups, state = _inputs(model, agg, method, names)
         t0 = time.perf_counter()
@@ -190,15 +191,41 @@ def prepare(model: Model, method: Method, *, subset: bool) -> Job:
         params_max += mult * max(per_client)
         nbytes += mult * statistics.mean(res.downlink_bytes())
         ranks += [r for r in res.ranks.values() if isinstance(r, int)]
+        for m in flops:
+            flops[m] += count * _model_flops(method.name, model, res.ranks, m)
         del res
         calls.append((lambda agg=agg, ups=ups, state=state: agg.aggregate(ups, state), count))
     row.update(modules=len(model.shapes), downlink_params=params, downlink_params_max=params_max,
                downlink_bytes=nbytes, flora_params=flora, downlink_pct=100.0 * params / flora,
-               downlink_pct_max=100.0 * params_max / flora, first_call_s=first_s)
+               downlink_pct_max=100.0 * params_max / flora, first_call_s=first_s,
+               flops_table5=flops["table5"], flops_full=flops["full"])
     if ranks and not subset:
         row["rank_mean"] = statistics.mean(ranks)
         row["rank_range"] = [min(ranks), max(ranks)]
     return Job(method, calls, row, first_s, first_parts=parts_s)
+
+
+def _model_flops(name: str, model: Model, ranks: dict, which: str) -> float:
+    """The analytic FLOPs (:func:`fraq.flops.analytic_flops`, ``which`` = ``"table5"``, the
+    paper's formulas, or ``"full"``, the routines the code calls) of one aggregation of the
+    modules in ``ranks`` (module -> output rank; a fixed-rank method's tuple of client ranks
+    counts as their sum), each at its shape and the preset's stacked rank; NaN for a
+    method without a FLOP model. FRAQ's full model follows the path ``recompress`` takes
+    (:func:`benchmarks.measure.methods.default_path`)."""
+    from benchmarks.measure.methods import default_path
+    from fraq.flops import METHODS as MODELLED
+    from fraq.flops import analytic_flops
+
+    if name not in MODELLED:
+        return float("nan")
+    r = sum(model.preset.ranks)
+    total = 0.0
+    for module, p in ranks.items():
+        m, n = model.shapes[module]
+        p = sum(p) if isinstance(p, tuple) else int(p)
+        path = default_path(m, n, r, p) if name == "fraq" and which == "full" else {}
+        total += analytic_flops(name, m, n, r, min(p, r, m, n), model=which, **path)
+    return total
 
 
 def sample(job: Job, device: torch.device | str = "cpu") -> None:
