@@ -3,41 +3,38 @@ r"""Coordinate-space recompression of a stacked aggregate (the paper's Section 3
 The pipeline, one function per step, top to bottom in :func:`_pipeline`: orient, basis,
 coordinates and Gram, eigenproblem, energy rule, map back, unorient. Which basis and
 which Gram form a call runs is fixed once, from the FLOP counts of :mod:`fraq.flops` at
-the call's (d, D, r) (:class:`Plan`, :func:`fraq.flops.cheapest_path`): with r >= d the
-basis is the identity and the coordinate space has d dimensions (the paper's Appendix,
-general rank), so the cost is linear in r there. The mechanisms
-around it live beside it, each in one module: the CPU chunk and thread schedule
+the call's (d, D, r) (:class:`fraq._plan.Plan`, :func:`fraq.flops.cheapest_path`): with
+r >= d the basis is the identity and the coordinate space has d dimensions (the paper's
+Appendix, general rank), so the cost is linear in r there. The mechanisms around it
+live beside it, each in one module: the checked options and the plan
+(:mod:`fraq._plan`), the CPU chunk and thread schedule
 (:func:`fraq._parallel.over_chunks`), the range verdict and rescue (:mod:`fraq._range`),
-the Gram forms and their cancellation guard (:mod:`fraq._gram`). The pipeline reads the
-device once: the eigenvalues and a few numbers per matrix come back together
-(:func:`_read`), and the energy rule, the noise floor and every verdict are decided on
-the host from them. A verdict that fails takes the first applicable entry of
-:data:`FALLBACKS` and the pass is run again; the common case (finite, in range, no
-cancelling clients) runs the math once.
+the Gram forms and their cancellation guard (:mod:`fraq._gram`), and the verdicts on a
+pass with the fallback each failed one takes (:mod:`fraq._fallbacks`). The pipeline
+reads the device once per pass (:func:`fraq._fallbacks.read`), and the energy rule, the
+noise floor and every verdict are decided on the host from that read; the common case
+(finite, in range, no cancelling clients) runs the math once.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
 import torch
 
 from fraq import _gram, _range
-from fraq._energy import energy_rule, gram_budget, noise_floor, rounding_eps, select_rank
-from fraq._gram import CANCEL_LIMIT, GRAMS
+from fraq._energy import energy_rule, gram_budget, rounding_eps
+from fraq._fallbacks import Pass, settle
 from fraq._orient import orient, unorient
 from fraq._parallel import batch_map, over_chunks
-from fraq._validation import check_eig_dtype, check_pair, check_rank, check_tau, compute_dtype
-from fraq.backends import AUTO, REGISTRY, resolve_backend
-from fraq.backends.base import Backend, Basis, identity_basis
-from fraq.flops import cheapest_path
+from fraq._plan import Plan, check_options
+from fraq._validation import check_pair
+from fraq.backends import REGISTRY
 from fraq.result import RecompressResult, empty_result, join_results
 
-__all__ = ["CANCEL_LIMIT", "GRAMS", "Options", "Plan", "check_options", "recompress", "select_rank", "noise_floor"]
+__all__ = ["recompress"]
 
 INFO_RULES = {"rescaled": "sum", "product_gram_count": "sum", "below_tau": "sum", "graded_basis": "sum"}
 """How recompress's own ``info`` keys combine over chunks (see :func:`fraq.backends.base.merge_info`)."""
@@ -130,7 +127,7 @@ def recompress(
         ``info["product_gram_count"]`` counts the matrices whose Gram went through H,
         ``info["rescaled"]`` those that took the rescaled path, ``info["graded_basis"]`` those
         whose identity basis (r >= d) was replaced by the backend's because the kept
-        spectrum reached below 8 sqrt(eps) sigma_1 (:func:`_ungraded`), ``info["below_tau"]`` those
+        spectrum reached below 8 sqrt(eps) sigma_1 (:func:`fraq._fallbacks._ungraded`), ``info["below_tau"]`` those
         whose kept energy is below ``tau`` because the rest is rounding (see the energy
         rule above), and ``info["basis"]`` is
         ``"identity"`` where r >= d made the basis the identity (then ``backend`` ran nothing).
@@ -172,107 +169,6 @@ def recompress(
     return _recompress_impl(Plan.of(options, B, A), B, A)
 
 
-@dataclass(frozen=True)
-class Options:
-    """What a caller asks of :func:`recompress`, checked, before any shape is known.
-
-    The whole-model aggregator (:class:`fraq.aggregators.Fraq`) checks its options with
-    :func:`check_options` once, at construction, and hands them to every call.
-
-    Attributes:
-        tau, rank: the energy threshold or the fixed rank (exactly one is set).
-        backend: a registered name or ``"auto"`` (resolved per device by :class:`Plan`).
-        eig_dtype: the eigensolver's dtype.
-        gram: the requested Gram form (:data:`GRAMS`).
-    """
-
-    tau: float | None
-    rank: int | None
-    backend: str = AUTO
-    eig_dtype: torch.dtype = torch.float64
-    gram: str = "auto"
-
-    def kwargs(self) -> dict:
-        """These options as :func:`recompress`'s keyword arguments."""
-        return dict(tau=self.tau, rank=self.rank, backend=self.backend, eig_dtype=self.eig_dtype, gram=self.gram)
-
-
-def check_options(*, tau=None, rank=None, backend: str = AUTO, eig_dtype=None, gram: str = "auto",
-                  limit: int | None = None) -> Options:
-    """:class:`Options` from :func:`recompress`'s arguments, or the error naming the argument
-    and its value; ``limit`` caps a fixed rank (min(d, r) of a call; None: any rank >= 1)."""
-    if (tau is None) == (rank is None):
-        raise ValueError(f"pass exactly one of tau and rank, got tau={tau!r}, rank={rank!r}")
-    if tau is not None:
-        tau = check_tau(tau)
-    else:
-        rank = check_rank(rank, limit)
-    if backend != AUTO:
-        resolve_backend(backend, "cpu")  # the name's check and message; "auto" resolves per device
-    if not isinstance(gram, str) or gram not in GRAMS:
-        raise ValueError(f"gram(={gram!r}) must be one of {list(GRAMS)}")
-    edt = torch.float64 if eig_dtype is None else check_eig_dtype(eig_dtype)
-    return Options(tau=tau, rank=rank, backend=backend, eig_dtype=edt, gram=gram)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What a call computes, fixed once from its checked options and its shapes.
-
-    Attributes:
-        tau, rank: the energy threshold or the fixed rank (exactly one is set).
-        backend: the basis backend's resolved name (``result.backend``).
-        basis_fn: the basis of X this call runs: the backend's, or the identity (r >= d).
-        fast_basis_fn: the same with its verdict left pending (the backend's registered
-            ``deferred``), else ``basis_fn``: the first pass's basis.
-        identity: the basis is I_d (:func:`fraq.flops.cheapest_path`).
-        factored: the first pass forms the Gram factored.
-        guard: a factored Gram is checked for cancelling clients (``gram="auto"``).
-        equilibrate: X's columns are equilibrated against Y's rows before the basis
-            (:func:`fraq._range.equilibrate`): a backend not invariant to column scaling.
-        gram: the requested Gram form (:data:`GRAMS`), recorded in ``info``.
-        out_dtype, cdt, edt: the result's dtype, the compute dtype, the eigensolver's.
-    """
-
-    tau: float | None
-    rank: int | None
-    backend: str
-    basis_fn: Backend
-    fast_basis_fn: Backend
-    identity: bool
-    factored: bool
-    guard: bool
-    equilibrate: bool
-    gram: str
-    out_dtype: torch.dtype
-    cdt: torch.dtype
-    edt: torch.dtype
-
-    @classmethod
-    def of(cls, options: Options, B: torch.Tensor, A: torch.Tensor) -> Plan:
-        """The plan of checked ``options`` on factors B (*, m, r), A (*, r, n): the path of
-        fewer FLOPs at (d, D, r) (:func:`fraq.flops.cheapest_path`; ``p`` is the fixed rank,
-        or 0 under the energy rule, which enters only the O(p) terms)."""
-        m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
-        d, D = min(m, n), max(m, n)
-        name = resolve_backend(options.backend, B.device)
-        path = cheapest_path(d, D, r, min(options.rank or 0, d, r), form=options.gram)
-        spec = REGISTRY[name]
-        basis_fn = identity_basis if path.identity else spec.fn
-        fast = basis_fn if path.identity or spec.deferred is None else spec.deferred
-        return cls(tau=options.tau, rank=options.rank, backend=name, basis_fn=basis_fn, fast_basis_fn=fast,
-                   identity=path.identity, factored=path.factored, guard=options.gram == "auto" and path.factored,
-                   equilibrate=not (path.identity or spec.scale_invariant),
-                   gram=options.gram, out_dtype=B.dtype, cdt=compute_dtype(B.dtype), edt=options.eig_dtype)
-
-    def workspace_bytes(self, d: int, D: int, r: int) -> int:
-        """Bytes one matrix's pass holds beside its inputs, what the CPU chunks are sized by:
-        the oriented factor and its basis (2 d r), H^T (D s) or Y Y^T (r^2), in the compute dtype."""
-        s = min(d, r)
-        work = (d * r if self.identity else 2 * d * r) + (r * r if self.factored else D * s)
-        return (torch.finfo(self.cdt).bits // 8) * work
-
-
 def _recompress_impl(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> RecompressResult:
     """Validated arguments -> result: the batch flattened, applied whole or chunk by chunk."""
     batch = B.shape[:-2]
@@ -285,110 +181,6 @@ def _recompress_impl(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> Recompress
         return join_results(parts, bounds, batch, {**REGISTRY[plan.backend].info_rules, **INFO_RULES})
 
     return over_chunks(run, join, plan.workspace_bytes(d, D, r), B.reshape(nb, m, r), A.reshape(nb, r, n))
-
-
-@dataclass(frozen=True)
-class _Pass:
-    """What one pass of the pipeline runs with; a fallback returns a changed copy.
-
-    ``X``/``Y`` are the oriented factors (scaled by 2^-e per matrix once rescaled),
-    ``factored`` the Gram form, ``e`` (nb,) int64 the scale exponents or None,
-    ``rescaled`` the number of matrices that took the rescaled path.
-    """
-
-    basis: Basis
-    X: torch.Tensor
-    Y: torch.Tensor
-    factored: bool
-    e: torch.Tensor | None = None
-    rescaled: int = 0
-
-
-@dataclass(frozen=True)
-class _Reading:
-    """The pass's one host read, per matrix (numpy): ``lam`` (nb, s) the Gram's eigenvalues,
-    descending, zero at or below the product's noise floor (and where negative); ``n_sum``
-    N = sum_k ||c_k|| ||y_k|| (:func:`fraq._gram.scale_sum`); ``ok`` in range; ``cancels`` (factored Gram under the guard, else None); ``rejected`` (a deferred
-    basis, else None); ``lam1`` the Gram's largest eigenvalue (NaN where the solver refused
-    it); ``e`` the scale exponents (None before rescaling)."""
-
-    lam: np.ndarray
-    n_sum: np.ndarray
-    ok: np.ndarray
-    cancels: np.ndarray | None
-    rejected: np.ndarray | None
-    lam1: np.ndarray
-    e: np.ndarray | None
-
-
-@dataclass(frozen=True)
-class _Fallback:
-    """A way out of a failed verdict: ``needed(reading, pass, plan)``, then ``apply(pass, reading, plan, whole)``."""
-
-    name: str
-    needed: Callable[[_Reading, _Pass, Plan], bool]
-    apply: Callable[[_Pass, _Reading, Plan, tuple], _Pass]
-
-
-def _rescale(at: _Pass, rd: _Reading, plan: Plan, whole: tuple) -> _Pass:
-    """The matrices out of range redone from exactly scaled factors (:func:`fraq._range.rescaled`)."""
-    bad = torch.from_numpy(~rd.ok).to(at.X.device)
-    X, Y, e = _range.rescaled(whole, at.X, at.Y, bad)  # an equilibrated X stays so: one scale per factor
-    return replace(at, basis=plan.basis_fn(X), X=X, Y=Y, e=e, rescaled=int((~rd.ok).sum()))
-
-
-GRADED = 64.0
-"""The identity basis is refused when a kept eigenvalue lies below GRADED * eps * lambda_1
-(sigma_p / sigma_1 below 8 sqrt(eps)): see :func:`_ungraded`."""
-
-
-def _ungraded(rd: _Reading, at: _Pass, plan: Plan) -> bool:
-    """Whether an identity-basis pass keeps a direction its Gram cannot resolve to first order.
-
-    With Q = I_d the Gram is that of the aggregate itself, rounded normwise: each
-    eigenvalue is only eps * lambda_1 accurate, so a kept direction with
-    sigma_p / sigma_1 near sqrt(eps) comes back with its subspace and singular value
-    wrong at first order (measured: sin of the largest principal angle 0.99 and sigma_p
-    70% off at kappa 1e6, p = 48 of 64, float32). A Householder basis makes C upper
-    triangular, the Gram graded like the spectrum and its small eigenvalues accurate in
-    relative terms (sin 4e-4 on the same input, as the textbook QR-QR-SVD), at the cost
-    of one QR of X (2 d^2 r): the pass is redone with it where the rank the rule keeps
-    (or the fixed rank) reaches below :data:`GRADED` * eps * lambda_1."""
-    if at.basis.info.get("basis") != "identity" or plan.identity is False:
-        return False
-    eps = rounding_eps(plan.cdt)
-    lam = rd.lam
-    if plan.tau is not None:
-        p, _, _, _ = energy_rule(lam, plan.tau, None, gram_budget(lam.sum(-1), lam.shape[-1], eps))
-    else:
-        p = np.full(lam.shape[0], plan.rank)
-    p = np.clip(p, 1, lam.shape[-1])
-    kept = lam[np.arange(lam.shape[0]), p - 1]
-    return bool(((lam[:, 0] > 0) & (kept < GRADED * eps * lam[:, 0])).any())
-
-
-def _graded(at: _Pass, rd: _Reading, plan: Plan, whole: tuple) -> _Pass:
-    """The pass redone on the backend's own basis of X (Householder by default; X equilibrated
-    first for a backend that is not column-scale invariant)."""
-    X, Y = at.X, at.Y
-    if not REGISTRY[plan.backend].scale_invariant:
-        X, Y = _range.equilibrate(X, Y)
-    return replace(at, basis=REGISTRY[plan.backend].fn(X), X=X, Y=Y)
-
-
-FALLBACKS = (
-    _Fallback("deferred basis completed", lambda rd, at, plan: rd.rejected is not None and bool(rd.rejected.any()),
-              lambda at, rd, plan, whole: replace(at, basis=at.basis.complete())),
-    _Fallback("rescaled", lambda rd, at, plan: at.e is None and not rd.ok.all(), _rescale),
-    _Fallback("product Gram", lambda rd, at, plan: rd.cancels is not None and bool(rd.cancels.any()),
-              lambda at, rd, plan, whole: replace(at, factored=False)),
-    _Fallback("graded basis", _ungraded, _graded),
-)
-"""The fallbacks, in the order they are tried after a pass: a deferred basis that rejected
-some matrix is completed; matrices out of range are rescaled (once); a factored Gram
-whose clients cancel is formed through H; an identity basis that would keep directions
-its Gram cannot resolve is replaced by the backend's (:func:`_ungraded`). Each entry
-applies at most once per call."""
 
 
 def _pipeline(plan: Plan, whole: tuple, batch: tuple, B: torch.Tensor, A: torch.Tensor,
@@ -404,8 +196,8 @@ def _pipeline(plan: Plan, whole: tuple, batch: tuple, B: torch.Tensor, A: torch.
     if plan.equilibrate:  # a basis that is not column-scale invariant sees col(X), not the factors' scales
         X, Y = _range.equilibrate(X, Y)
     # 2. basis: the identity (r >= d), or the backend's, a deferred one leaving its verdict to the host read
-    at = _Pass(basis=plan.fast_basis_fn(X), X=X, Y=Y, factored=plan.factored)
-    at, coords, eig, rd = _settle(plan, whole, at, s)  # 3. coordinates and Gram, 4. eigenproblem
+    at = Pass(basis=plan.fast_basis_fn(X), X=X, Y=Y, factored=plan.factored)
+    at, coords, eig, rd = settle(plan, whole, at, s, partial(_coordinates_and_eigen, plan))  # 3. and 4.
     if rd.e is not None or plan.out_dtype != plan.cdt:  # in range otherwise (see fraq._range.verdict)
         _range.check_representable(whole, rd.lam[:, 0], rd.e, plan.out_dtype, partial(_name_matrix, batch, offset))
     budget = gram_budget(rd.lam.sum(-1), s, rounding_eps(plan.cdt, plan.edt), rd.n_sum if at.factored else None)
@@ -418,26 +210,15 @@ def _pipeline(plan: Plan, whole: tuple, batch: tuple, B: torch.Tensor, A: torch.
     return _finish(plan, batch, B, A, p, energy, lam, rd.e, info, transposed)
 
 
-def _settle(plan: Plan, whole: tuple, at: _Pass, s: int):
-    """Passes of steps 3 and 4 until no fallback applies: (pass, coordinates, (lam, U), reading)."""
-    while True:
-        coords = _gram.coordinates(at.basis.C, at.Y, at.factored)
-        eig = _eigen(coords.G, plan.edt)
-        if eig is None and at.e is not None:
-            raise RuntimeError(f"backend {plan.backend!r}: the eigensolver failed on finite, unit-scaled factors")
-        rd = _read(plan, at, coords, eig, s)
-        if at.e is not None and not np.isfinite(rd.lam1).all():
-            raise RuntimeError(f"backend {plan.backend!r} returned non-finite coordinates for finite, "
-                               "unit-scaled factors")
-        fallback = next((f for f in FALLBACKS if f.needed(rd, at, plan)), None)
-        if fallback is None:
-            return at, coords, eig, rd
-        at = fallback.apply(at, rd, plan, whole)
-
-
 def _name_matrix(batch: tuple, offset: int, k: int) -> str:
     """Matrix k of a chunk starting at ``offset``, by its index in the caller's batch, for messages."""
     return f" (matrix {tuple(int(i) for i in np.unravel_index(k + offset, batch))} of the batch)" if batch else ""
+
+
+def _coordinates_and_eigen(plan: Plan, at: Pass) -> tuple[_gram.Coordinates, tuple | None]:
+    """3. coordinates C and H = C Y (or W_Y) and the Gram, 4. its eigenproblem (None when refused)."""
+    coords = _gram.coordinates(at.basis.C, at.Y, at.factored)
+    return coords, _eigen(coords.G, plan.edt)
 
 
 def _eigen(G: torch.Tensor, edt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -450,53 +231,8 @@ def _eigen(G: torch.Tensor, edt: torch.dtype) -> tuple[torch.Tensor, torch.Tenso
         return None
 
 
-def _read(plan: Plan, at: _Pass, coords: _gram.Coordinates, eig, s: int) -> _Reading:
-    """The pass's verdicts, decided on the host from its one read (:func:`_to_host`): the
-    eigenvalues, max|C| (:func:`fraq._range.stats`), N = sum_k ||c_k|| ||y_k|| (the
-    factors' scale, invariant to rescaling C's columns against Y's rows: the product's
-    noise floor and the Gram guard), a deferred basis's rejections, the scale exponents
-    and the diagonal of W_Y."""
-    device = {"c_max": _range.stats(at.basis.C), "n_sum": _gram.scale_sum(at.basis.C, at.Y)}
-    guard = plan.guard and at.factored
-    if eig is not None:
-        device["lam"] = eig[0]
-    if at.basis.rejected is not None:
-        device["rejected"] = at.basis.rejected
-    if at.e is not None:
-        device["e"] = at.e
-    if coords.WY is not None:
-        device["w_diag"] = coords.WY.diagonal(dim1=-2, dim2=-1)
-    host = _to_host(device)
-    lam = host["lam"] if eig is not None else np.full((host["c_max"].shape[0], s), np.nan)
-    w_diag = host.get("w_diag")
-    with np.errstate(over="ignore", invalid="ignore"):  # a sum of a matrix out of range may overflow: it fails
-        w_max = None if w_diag is None else w_diag.max(-1).tolist()
-        g_trace = lam.sum(-1).tolist() if guard else None
-    n_sum = host["n_sum"]
-    ok = _range.verdict(host["c_max"].tolist(), lam[:, -1].tolist(), w_max, plan.cdt, plan.edt)
-    cancels = ok & _gram.cancels(n_sum.tolist(), g_trace, s) if guard else None
-    lam = lam[:, ::-1]
-    d, r = at.X.shape[-2], at.X.shape[-1]
-    floor = noise_floor(n_sum, d, r, rounding_eps(plan.cdt, plan.edt))[:, None]
-    return _Reading(lam=np.where(lam > floor, lam, 0.0), n_sum=n_sum, ok=ok, cancels=cancels,
-                    rejected=host["rejected"] > 0 if "rejected" in host else None, lam1=lam[:, 0],
-                    e=host["e"].astype(np.int64) if "e" in host else None)
 
-
-def _to_host(device: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
-    """The one host synchronization: per-matrix values ((nb,) or (nb, k), any real or bool
-    dtype) read as one float64 array and handed back by name, each in its own shape."""
-    columns = [t.unsqueeze(-1) if t.dim() == 1 else t for t in device.values()]
-    host = torch.cat(columns, -1) if len(columns) > 1 else columns[0]
-    host = (host if host.device.type == "cpu" else host.cpu()).numpy().astype(np.float64, copy=False)
-    out, k = {}, 0
-    for (name, t), c in zip(device.items(), columns):  # slices: np.split costs ~20 us a call here
-        out[name] = host[:, k] if t.dim() == 1 else host[:, k:k + c.shape[-1]]
-        k += c.shape[-1]
-    return out
-
-
-def _map_back(plan: Plan, at: _Pass, coords: _gram.Coordinates, U: torch.Tensor, p: np.ndarray,
+def _map_back(plan: Plan, at: Pass, coords: _gram.Coordinates, U: torch.Tensor, p: np.ndarray,
               transposed: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """The retained directions mapped back: L_p = Q U_p (orthonormal columns) and R_p = U_p^T H,
     columns past each matrix's own rank exact zeros, the scale 2^e on R_p; then unoriented."""

@@ -105,7 +105,7 @@ def _like(t: torch.Tensor, shape: tuple[int, int, int]) -> torch.Tensor:
 def empty_result(plan, batch: tuple, m: int, n: int, s: int, transposed: bool,
                  device: torch.device) -> RecompressResult:
     """No matrices (an empty batch) or no directions (r, m or n zero, s = 0), for a call's
-    :class:`fraq._recompress.Plan` (its rank or tau, dtypes and backend).
+    :class:`fraq._plan.Plan` (its rank or tau, dtypes and backend).
 
     With s = 0 the aggregate is the zero m x n matrix, and its best approximation of any
     rank is itself, of rank 0: zero-width factors in both modes (a fixed rank p cannot be

@@ -12,7 +12,6 @@ import torch
 from conftest import eps
 
 import fraq
-import fraq._recompress as _rc
 from fraq import _gram
 from fraq.reference import optimal_error, relative_error
 from fraq.synthetic import lora_clients

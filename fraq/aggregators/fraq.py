@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 
 import fraq
-from fraq._recompress import check_options
+from fraq._plan import check_options
 from fraq._validation import NonFiniteError
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.payload import REINITIALIZE, Downlink, Factors
@@ -43,7 +43,7 @@ class Fraq(Aggregator):
         gram: the Gram's form, one of :data:`fraq._gram.GRAMS` (default: recompress's).
 
     The options are checked once, here, by :func:`fraq.recompress`'s own
-    :func:`~fraq._recompress.check_options` (same rules, same messages), and held as
+    :func:`~fraq._plan.check_options` (same rules, same messages), and held as
     :attr:`options`.
     """
 

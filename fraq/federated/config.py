@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import copy
 import json
-import math
-import numbers
 import re
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-__all__ = ["CONFIG_DIR", "SETTINGS", "client_ranks", "load_config", "method_aggregator", "method_label", "parse_method",
+from fraq.federated.sections import Federated, Model, Partition, Train, check_index_list, check_int
+
+__all__ = ["CONFIG_DIR", "SETTINGS", "Config", "client_ranks", "load_config", "method_aggregator", "method_label", "parse_method",
            "runs", "seeds_of", "set_key", "validate"]
 
 CONFIG_DIR = Path(__file__).with_name("configs")
@@ -160,121 +161,79 @@ def method_label(spec: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", spec.strip().replace("=", "")).strip("-")
 
 
-def _pos_int(cfg: dict, key: str, minimum: int = 1, allow_none: bool = False) -> None:
-    sec, _, name = key.partition(".")
-    v = cfg[sec][name] if name else cfg[sec]
-    if v is None and allow_none:
-        return
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise ValueError(f"{key}(={v!r}) must be an int >= {minimum}" + (" or null" if allow_none else ""))
+_SECTIONS = {"model": Model, "partition": Partition, "federated": Federated, "train": Train}
 
 
-def _pos_real(cfg: dict, key: str, zero_ok: bool = False) -> None:
-    sec, _, name = key.partition(".")
-    v = cfg[sec][name]
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or \
-            not (v >= 0 if zero_ok else v > 0):
-        raise ValueError(f"{key}(={v!r}) must be a finite {'non-negative' if zero_ok else 'positive'} number")
+@dataclass(frozen=True)
+class Config:
+    """A setting's configuration, checked: every key a run reads, each section a frozen value.
+
+    Built from the merged dictionary (:meth:`of`); its defaults are ``configs/defaults.json``
+    alone, so a key has one default wherever it is read. Checks run in the order of the
+    fields, so the first bad key is the one reported.
+    """
+
+    seed: int
+    seeds: list | None
+    variants: dict
+    threads: int | None
+    model: Model
+    partition: Partition
+    federated: Federated
+    train: Train
+    methods: list
+    dataset: dict
+
+    @classmethod
+    def of(cls, cfg: dict) -> Config:
+        """The checked configuration of a merged dictionary (sections as dictionaries);
+        ValueError naming the key and its value."""
+        return cls(**{f.name: cfg[f.name] for f in fields(cls)})
+
+    def __post_init__(self):
+        from fraq.federated.dataset import check_dataset_spec
+
+        check_int("seed", self.seed, 0)
+        seeds = self.seeds
+        if seeds is not None and (not check_index_list(seeds, 0) or len(set(seeds)) != len(seeds)):
+            raise ValueError(f"seeds(={seeds!r}) must be null (the one seed) or a non-empty list of distinct "
+                             f"ints >= 0")
+        variants = self.variants
+        if not isinstance(variants, dict) or not variants or \
+                not all(isinstance(k, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", k) for k in variants):
+            raise ValueError(f"variants(={variants!r}) must be a non-empty object of named overrides, names of "
+                             f"letters, digits, '.', '_' and '-', e.g. {{\"homogeneous\": {{}}}}")
+        for name, over in variants.items():
+            if not isinstance(over, dict) or any(k.split(".")[0] in ("seed", "seeds", "variants", "methods")
+                                                 for k in over):
+                raise ValueError(f"variants.{name}(={over!r}) must be an object of dotted config keys (not seed, "
+                                 f"seeds, variants or methods), e.g. {{\"federated.ranks\": [4, 16, 32, 64]}}")
+        check_int("threads", self.threads, 1, allow_none=True)
+        for key, section in _SECTIONS.items():  # a section given as a dictionary is checked here, in order
+            value = getattr(self, key)
+            if isinstance(value, dict):
+                object.__setattr__(self, key, section(**value))
+        methods = self.methods
+        if not isinstance(methods, list) or not methods:
+            raise ValueError(f"methods(={methods!r}) must be a non-empty list")
+        labels = set()
+        for spec in methods:
+            method_aggregator(spec)
+            label = method_label(spec)
+            if label in labels:
+                raise ValueError(f"methods lists {spec!r} twice")
+            labels.add(label)
+        check_dataset_spec(self.dataset)
 
 
-def validate(cfg: dict) -> None:
-    """Check every key a run reads; raise ValueError naming the key and its value.
+def validate(cfg: dict) -> Config:
+    """Check every key a run reads (:class:`Config`); raise ValueError naming the key and its value.
 
     Runs before any model or data is loaded: every method is built with its options
     (:func:`method_aggregator`), numbers must be finite and in range, ``model.device``
     must exist on this machine and the ``dataset`` section must name a loadable source.
     """
-    from fraq.federated.dataset import check_dataset_spec
-    from fraq.federated.model import resolve_device
-
-    _pos_int(cfg, "seed", 0)
-    seeds = cfg["seeds"]
-    if seeds is not None and (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds) or
-                              not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)):
-        raise ValueError(f"seeds(={seeds!r}) must be null (the one seed) or a non-empty list of distinct ints >= 0")
-    variants = cfg["variants"]
-    if not isinstance(variants, dict) or not variants or \
-            not all(isinstance(k, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", k) for k in variants):
-        raise ValueError(f"variants(={variants!r}) must be a non-empty object of named overrides, names of letters, "
-                         f"digits, '.', '_' and '-', e.g. {{\"homogeneous\": {{}}}}")
-    for name, over in variants.items():
-        if not isinstance(over, dict) or any(k.split(".")[0] in ("seed", "seeds", "variants", "methods")
-                                             for k in over):
-            raise ValueError(f"variants.{name}(={over!r}) must be an object of dotted config keys (not seed, seeds, "
-                             f"variants or methods), e.g. {{\"federated.ranks\": [4, 16, 32, 64]}}")
-    _pos_int(cfg, "threads", 1, allow_none=True)
-    m = cfg["model"]
-    if not isinstance(m["name"], str) or not m["name"]:
-        raise ValueError(f"model.name(={m['name']!r}) must be a model name or path")
-    if not isinstance(m["target_modules"], list) or not m["target_modules"] or \
-            not all(isinstance(t, str) for t in m["target_modules"]):
-        raise ValueError(f"model.target_modules(={m['target_modules']!r}) must be a non-empty list of names")
-    lt = m["layers_to_transform"]
-    if lt is not None and (not isinstance(lt, list) or not lt or
-                           not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in lt)):
-        raise ValueError(f"model.layers_to_transform(={lt!r}) must be null or a list of layer indices >= 0")
-    if m["pooling"] not in ("mean", "first", "last"):
-        raise ValueError(f"model.pooling(={m['pooling']!r}) must be 'mean', 'first' or 'last'")
-    _pos_int(cfg, "model.max_length", 2)
-    if m["dtype"] not in ("float32", "bfloat16", "float16", "float64"):
-        raise ValueError(f"model.dtype(={m['dtype']!r}) must be float32, bfloat16, float16 or float64")
-    if m["layers_pattern"] is not None and (not isinstance(m["layers_pattern"], str) or not m["layers_pattern"]):
-        raise ValueError(f"model.layers_pattern(={m['layers_pattern']!r}) must be null or a module name, e.g. 'layer'")
-    resolve_device(m["device"])
-    if not isinstance(m["cache_prefix"], bool):
-        raise ValueError(f"model.cache_prefix(={m['cache_prefix']!r}) must be true or false")
-    if m["cache_prefix"] and lt is None:
-        raise ValueError("model.cache_prefix needs model.layers_to_transform (the layers below the first one are cached)")
-    p = cfg["partition"]
-    if p["scheme"] not in ("dirichlet", "pathological", "iid"):
-        raise ValueError(f"partition.scheme(={p['scheme']!r}) must be 'dirichlet', 'pathological' or 'iid'")
-    _pos_real(cfg, "partition.alpha")
-    if isinstance(p["min_size"], bool) or not isinstance(p["min_size"], int) or p["min_size"] < 1:
-        raise ValueError(f"partition.min_size(={p['min_size']!r}) must be an int >= 1: every client trains on its "
-                         f"own examples each round, so a client without any cannot take part (a Dirichlet draw "
-                         f"with min_size 0 leaves some clients empty)")
-    f = cfg["federated"]
-    _pos_int(cfg, "federated.clients")
-    _pos_int(cfg, "federated.rounds")
-    _pos_int(cfg, "federated.head_rounds", 0)
-    _pos_int(cfg, "federated.eval_every")
-    _pos_int(cfg, "federated.save_adapters_round", 1, allow_none=True)
-    if f["save_adapters_round"] is not None and f["save_adapters_round"] > f["rounds"]:
-        raise ValueError(f"federated.save_adapters_round(={f['save_adapters_round']}) exceeds "
-                         f"federated.rounds(={f['rounds']})")
-    K = f["clients"]
-    ranks = f["ranks"]
-    if not isinstance(ranks, list) or not ranks or \
-            not all(isinstance(r, int) and not isinstance(r, bool) and r >= 1 for r in ranks):
-        raise ValueError(f"federated.ranks(={ranks!r}) must be a non-empty list of ints >= 1")
-    if len(ranks) > K:
-        raise ValueError(f"federated.ranks has {len(ranks)} entries for federated.clients(={K}): give at most K "
-                         f"(a shorter list repeats: clients 0, 1, ... take ranks[k % len(ranks)])")
-    alphas = f["alphas"]
-    if alphas is not None and (not isinstance(alphas, list) or len(alphas) != len(ranks) or
-                               not all(isinstance(a, numbers.Real) and not isinstance(a, bool) and math.isfinite(a)
-                                       and a > 0 for a in alphas)):
-        raise ValueError(f"federated.alphas(={alphas!r}) must be null (alpha = 2 r) or one finite positive number per "
-                         f"entry of federated.ranks(={ranks})")
-    t = cfg["train"]
-    _pos_int(cfg, "train.steps", 0)
-    _pos_int(cfg, "train.batch_size")
-    _pos_real(cfg, "train.lr")
-    _pos_real(cfg, "train.head_lr")
-    _pos_real(cfg, "train.weight_decay", zero_ok=True)
-    if not isinstance(t["use_rslora"], bool):
-        raise ValueError(f"train.use_rslora(={t['use_rslora']!r}) must be true or false")
-    methods = cfg["methods"]
-    if not isinstance(methods, list) or not methods:
-        raise ValueError(f"methods(={methods!r}) must be a non-empty list")
-    labels = set()
-    for spec in methods:
-        method_aggregator(spec)
-        label = method_label(spec)
-        if label in labels:
-            raise ValueError(f"methods lists {spec!r} twice")
-        labels.add(label)
-    check_dataset_spec(cfg["dataset"])
+    return Config.of(cfg)
 
 
 def seeds_of(cfg: dict) -> list[int]:

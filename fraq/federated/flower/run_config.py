@@ -6,7 +6,7 @@ applied. :func:`from_run_config` turns it into a :func:`fraq.federated.config.lo
 dictionary, a method spec and the results directory. Every key is checked once; errors
 name the run-config key and its value.
 
-Keys (:data:`DEFAULTS` repeats the App's defaults):
+Keys (:class:`RunConfig` holds them, with the App's defaults):
 
 ``setting``            ``quick``, ``roberta``, ``llama`` or a JSON file (harness settings)
 ``method``             one method spec, e.g. ``fraq:tau=0.95``, checked with its options by
@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import json
 import numbers
+from dataclasses import dataclass, fields
 
 from fraq.federated.config import client_ranks, load_config, method_aggregator
 
-__all__ = ["DEFAULTS", "KEYS", "from_run_config", "parse_overrides"]
+__all__ = ["DEFAULTS", "KEYS", "RunConfig", "from_run_config", "parse_overrides"]
 
 # run-config key -> harness key, for the integer keys (-1 keeps the setting's value)
 KEYS = {
@@ -47,22 +48,66 @@ KEYS = {
     "eval-every": "federated.eval_every",
     "threads": "threads",
 }
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The App's run configuration, checked: its fields are the run-config keys in snake case,
+    their defaults the App's (``apps/flower/pyproject.toml`` declares the same, as Flower
+    requires; :data:`DEFAULTS` is this class's, in kebab case). ``__post_init__`` checks each
+    key's type, naming the run-config key and its value."""
+
+    setting: str = "quick"
+    method: str = "fraq:tau=0.95"
+    num_server_rounds: int = 2
+    clients: int = 2
+    local_steps: int = 5
+    batch_size: int = -1
+    lora_rank: int = -1
+    seed: int = -1
+    eval_every: int = 1
+    threads: int = 1
+    overrides: str = "dataset.train_per_intent=20 dataset.test_per_intent=5"
+    results_dir: str = "results/flower"
+
+    @classmethod
+    def of(cls, run_config: dict) -> RunConfig:
+        """The checked run configuration of a Flower ``run_config``: every key of :data:`DEFAULTS`
+        must be present (Flower fuses the App's defaults with ``--run-config``); unknown keys are refused."""
+        rc = dict(run_config)
+        unknown = sorted(set(rc) - set(DEFAULTS))
+        if unknown:
+            raise ValueError(f"unknown run config key(s) {unknown}; known: {sorted(DEFAULTS)}")
+        missing = sorted(set(DEFAULTS) - set(rc))
+        if missing:
+            raise ValueError(f"run config lacks {missing}; declare them under [tool.flwr.app.config]")
+        return cls(**{_field(key): value for key, value in rc.items()})
+
+    def __post_init__(self):
+        for key in _STRINGS:
+            if not isinstance(self[key], str):
+                raise ValueError(f"run config {key!r}(={self[key]!r}) must be a string")
+        for key in ("setting", "method", "results-dir"):
+            if not self[key].strip():
+                raise ValueError(f"run config {key!r}(={self[key]!r}) must not be empty")
+        for key in KEYS:
+            v = self[key]
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or (v < 0 and v != -1):
+                raise ValueError(f"run config {key!r}(={v!r}) must be an int >= 0, or -1 for the setting's value")
+
+    def __getitem__(self, key: str):
+        """The value of a run-config key, in its kebab-case spelling."""
+        return getattr(self, _field(key))
+
+
+def _field(key: str) -> str:
+    return key.replace("-", "_")
+
+
 _STRINGS = ("setting", "method", "overrides", "results-dir")
 
-DEFAULTS = {
-    "setting": "quick",
-    "method": "fraq:tau=0.95",
-    "num-server-rounds": 2,
-    "clients": 2,
-    "local-steps": 5,
-    "batch-size": -1,
-    "lora-rank": -1,
-    "seed": -1,
-    "eval-every": 1,
-    "threads": 1,
-    "overrides": "dataset.train_per_intent=20 dataset.test_per_intent=5",
-    "results-dir": "results/flower",
-}
+DEFAULTS = {f.name.replace("_", "-"): f.default for f in fields(RunConfig)}
+"""The App's run-config keys and defaults (:class:`RunConfig`'s, in kebab case)."""
 
 
 def parse_overrides(text: str) -> dict:
@@ -91,25 +136,11 @@ def from_run_config(run_config: dict) -> tuple[dict, str, str]:
     Every key of :data:`DEFAULTS` must be present (Flower fuses the App's defaults with
     ``--run-config``); unknown keys are refused.
     """
-    rc = dict(run_config)
-    unknown = sorted(set(rc) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"unknown run config key(s) {unknown}; known: {sorted(DEFAULTS)}")
-    missing = sorted(set(DEFAULTS) - set(rc))
-    if missing:
-        raise ValueError(f"run config lacks {missing}; declare them under [tool.flwr.app.config]")
-    for key in _STRINGS:
-        if not isinstance(rc[key], str):
-            raise ValueError(f"run config {key!r}(={rc[key]!r}) must be a string")
-    for key in ("setting", "method", "results-dir"):
-        if not rc[key].strip():
-            raise ValueError(f"run config {key!r}(={rc[key]!r}) must not be empty")
+    rc = RunConfig.of(run_config)
     over: dict = {}
     source: dict[str, str] = {}
     for key, target in KEYS.items():
         v = rc[key]
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or (v < 0 and v != -1):
-            raise ValueError(f"run config {key!r}(={v!r}) must be an int >= 0, or -1 for the setting's value")
         if v == -1:
             continue
         over[target] = [int(v)] if key == "lora-rank" else int(v)
