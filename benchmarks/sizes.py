@@ -56,6 +56,7 @@ SIZES: dict[str, dict[str, dict]] = {
         peft=dict(points=[dict(model="tiny-bert", layers=None, p=4, tau=0.95, repeats=2, slow_repeats=2)]),
         # (batch, r, D) Grams; (modules, d, D, r, p) stacks (the GPU check's alternatives)
         eigh_routes=dict(cases=[[4, 16, 64]], repeats=3),
+        eigensolver=dict(presets=["roberta-base"], layers=1, repeats=3),
         basis_routes=dict(cases=[[2, 32, 64, 16, 4]], backends=_BASES, client_rank=8, repeats=3),
     ),
     "reduced": dict(
@@ -87,6 +88,7 @@ SIZES: dict[str, dict[str, dict]] = {
         peft=dict(points=[dict(model="minilm", layers=None, p=8, tau=0.95, repeats=5, slow_repeats=4),
                           dict(model="roberta-base", layers=2, p=8, tau=0.95, repeats=5, slow_repeats=4)]),
         eigh_routes=dict(cases=[[36, 80, 768]], repeats=7),
+        eigensolver=dict(presets=["roberta-base", "llama-3.2-3b"], layers=2, repeats=7),
         basis_routes=dict(cases=[[36, 768, 768, 80, 8], [4, 3072, 8192, 64, 8]], backends=_BASES, client_rank=8,
                           repeats=5),
     ),
@@ -137,6 +139,7 @@ SIZES: dict[str, dict[str, dict]] = {
         # the presets' Gram batches: RoBERTa-base (36 modules, r = 80), LLaMA-3.2-3B (196, r = 64) and its
         # heterogeneous ranks (r = 232); the bases on RoBERTa's and Table 4's stacks
         eigh_routes=dict(cases=[[36, 80, 768], [196, 64, 3072], [196, 232, 3072]], repeats=9),
+        eigensolver=dict(presets=["roberta-base", "llama-3.2-3b"], layers=None, repeats=9),
         basis_routes=dict(cases=[[36, 768, 768, 80, 8], [56, 3072, 8192, 64, 8], [56, 3072, 8192, 232, 8]],
                           backends=_BASES, client_rank=8, repeats=7),
     ),

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fraq._eigen import check_eigensolver
 from fraq._gram import GRAMS
 from fraq._validation import check_eig_dtype, check_rank, check_tau, compute_dtype
 from fraq.backends import AUTO, REGISTRY, resolve_backend
@@ -34,6 +35,7 @@ class Options:
         backend: a registered name or ``"auto"`` (resolved per device by :class:`Plan`).
         eig_dtype: the eigensolver's dtype.
         gram: the requested Gram form (:data:`GRAMS`).
+        eigensolver: the eigenproblem's route (:data:`fraq._eigen.EIGENSOLVERS`).
     """
 
     tau: float | None
@@ -41,14 +43,16 @@ class Options:
     backend: str = AUTO
     eig_dtype: torch.dtype = torch.float64
     gram: str = "auto"
+    eigensolver: str = "auto"
 
     def kwargs(self) -> dict:
         """These options as :func:`recompress`'s keyword arguments."""
-        return dict(tau=self.tau, rank=self.rank, backend=self.backend, eig_dtype=self.eig_dtype, gram=self.gram)
+        return dict(tau=self.tau, rank=self.rank, backend=self.backend, eig_dtype=self.eig_dtype, gram=self.gram,
+                    eigensolver=self.eigensolver)
 
 
 def check_options(*, tau=None, rank=None, backend: str = AUTO, eig_dtype=None, gram: str = "auto",
-                  limit: int | None = None) -> Options:
+                  eigensolver: str = "auto", limit: int | None = None) -> Options:
     """:class:`Options` from :func:`recompress`'s arguments, or the error naming the argument
     and its value; ``limit`` caps a fixed rank (min(d, r) of a call; None: any rank >= 1)."""
     if (tau is None) == (rank is None):
@@ -62,7 +66,8 @@ def check_options(*, tau=None, rank=None, backend: str = AUTO, eig_dtype=None, g
     if not isinstance(gram, str) or gram not in GRAMS:
         raise ValueError(f"gram(={gram!r}) must be one of {list(GRAMS)}")
     edt = torch.float64 if eig_dtype is None else check_eig_dtype(eig_dtype)
-    return Options(tau=tau, rank=rank, backend=backend, eig_dtype=edt, gram=gram)
+    return Options(tau=tau, rank=rank, backend=backend, eig_dtype=edt, gram=gram,
+                   eigensolver=check_eigensolver(eigensolver))
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,7 @@ class Plan:
             (:func:`fraq._range.equilibrate`): a backend not invariant to column scaling.
         gram: the requested Gram form (:data:`GRAMS`), recorded in ``info``.
         out_dtype, cdt, edt: the result's dtype, the compute dtype, the eigensolver's.
+        eigensolver: the eigenproblem's route, checked against the factors' device.
     """
 
     tau: float | None
@@ -97,6 +103,7 @@ class Plan:
     out_dtype: torch.dtype
     cdt: torch.dtype
     edt: torch.dtype
+    eigensolver: str = "auto"
 
     @classmethod
     def of(cls, options: Options, B: torch.Tensor, A: torch.Tensor) -> Plan:
@@ -113,7 +120,8 @@ class Plan:
         return cls(tau=options.tau, rank=options.rank, backend=name, basis_fn=basis_fn, fast_basis_fn=fast,
                    identity=path.identity, factored=path.factored, guard=options.gram == "auto" and path.factored,
                    equilibrate=not (path.identity or spec.scale_invariant),
-                   gram=options.gram, out_dtype=B.dtype, cdt=compute_dtype(B.dtype), edt=options.eig_dtype)
+                   gram=options.gram, out_dtype=B.dtype, cdt=compute_dtype(B.dtype), edt=options.eig_dtype,
+                   eigensolver=check_eigensolver(options.eigensolver, B.device))
 
     def workspace_bytes(self, d: int, D: int, r: int) -> int:
         """Bytes one matrix's pass holds beside its inputs, what the CPU chunks are sized by:

@@ -25,10 +25,11 @@ import numpy as np
 import torch
 
 from fraq import _gram, _range
+from fraq._eigen import eigh
 from fraq._energy import energy_rule, gram_budget, rounding_eps
 from fraq._fallbacks import Pass, settle
 from fraq._orient import orient, unorient
-from fraq._parallel import batch_map, over_chunks
+from fraq._parallel import over_chunks
 from fraq._plan import Plan, check_options
 from fraq._validation import check_pair
 from fraq.backends import REGISTRY
@@ -49,6 +50,7 @@ def recompress(
     backend: str = "auto",
     eig_dtype: torch.dtype | None = None,
     gram: str = "auto",
+    eigensolver: str = "auto",
 ) -> RecompressResult:
     r"""Best rank-p adapter of the aggregate ``B @ A``, without forming the m x n matrix.
 
@@ -121,6 +123,13 @@ def recompress(
             form of fewer FLOPs at this shape (:func:`fraq.flops.cheapest_path`:
             factored for LoRA stacks, through H once r passes about D / 2 or d), and a
             factored batch whose clients cancel is redone through H (see :mod:`fraq._gram`).
+        eigensolver: where the r x r eigenproblems are solved (:mod:`fraq._eigen`):
+            ``"device"`` (``torch.linalg.eigh`` where the factors are), ``"host"`` (LAPACK
+            on the CPU, the Grams copied there and back), ``"cupy"`` (CuPy's batched
+            solver on a CUDA device, through DLPack), or ``"auto"`` (the default:
+            ``"device"``; a route becomes a device's default only from an end-to-end
+            measurement on that device). The result does not depend on the route beyond
+            the eigensolver's rounding.
 
     Returns:
         :class:`fraq.RecompressResult`; ``info["gram"]`` is the requested form,
@@ -165,7 +174,7 @@ def recompress(
     m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
     s = min(m, n, r)
     options = check_options(tau=tau, rank=rank, backend=backend, eig_dtype=eig_dtype, gram=gram,
-                            limit=s if s > 0 else None)
+                            eigensolver=eigensolver, limit=s if s > 0 else None)
     return _recompress_impl(Plan.of(options, B, A), B, A)
 
 
@@ -218,17 +227,7 @@ def _name_matrix(batch: tuple, offset: int, k: int) -> str:
 def _coordinates_and_eigen(plan: Plan, at: Pass) -> tuple[_gram.Coordinates, tuple | None]:
     """3. coordinates C and H = C Y (or W_Y) and the Gram, 4. its eigenproblem (None when refused)."""
     coords = _gram.coordinates(at.basis.C, at.Y, at.factored)
-    return coords, _eigen(coords.G, plan.edt)
-
-
-def _eigen(G: torch.Tensor, edt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(lam, U) of each Gram (lower triangle) in ``edt``, ascending; None when the solver
-    refuses a non-finite Gram (every matrix then takes the rescaled path, which names a
-    NaN or Inf in the input)."""
-    try:
-        return batch_map(torch.linalg.eigh, G.to(edt))
-    except torch.linalg.LinAlgError:
-        return None
+    return coords, eigh(coords.G, plan.edt, plan.eigensolver)
 
 
 

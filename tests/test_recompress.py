@@ -364,6 +364,38 @@ def test_cuda_matches_float64_reference():
     assert (err <= truncation_error(S, cpu.rank) + EXCESS_FACTOR * eps(F32) * 24**0.5 * fro(M)).all()
 
 
+def _cuda_routes() -> list[str]:
+    from fraq._eigen import check_eigensolver
+
+    out = []
+    for route in ("device", "host", "cupy"):
+        try:
+            check_eigensolver(route, torch.device("cuda"))
+        except ValueError:
+            continue
+        out.append(route)
+    return out
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none on this machine)")
+@pytest.mark.parametrize("r", [24, 80, 232])
+def test_every_cuda_eigensolver_route_matches_float64_reference(r):
+    """Each route this device offers (torch on the device, LAPACK on the host, CuPy's batched
+    solver): the ranks of the CPU run and the error within the float32 bound of the
+    Eckart-Young optimum, at stacked ranks that take cuSOLVER's Jacobi and syevd paths."""
+    B, A = _problem(256, 320, [r // 4] * 4, batch=(5,), dtype=F32, seed=23)
+    cpu = fraq.recompress(B, A, tau=0.9)
+    M = B.double() @ A.double()
+    _, S, _ = dense_svd(M)
+    bound = truncation_error(S, cpu.rank) + EXCESS_FACTOR * eps(F32) * r**0.5 * fro(M)
+    for route in _cuda_routes():
+        res = fraq.recompress(B.cuda(), A.cuda(), tau=0.9, eigensolver=route)
+        assert torch.equal(res.rank.cpu(), cpu.rank), route
+        got = res.B.cpu().double() @ res.A.cpu().double()
+        assert (fro(M - got) <= bound).all(), route
+
+
 @pytest.mark.parametrize("m,n,ranks", SHAPES)
 def test_factored_gram_gives_the_optimum(m, n, ranks):
     """gram="factored" (H never formed) on inputs without cancellation between clients."""

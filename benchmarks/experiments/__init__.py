@@ -44,6 +44,7 @@ EXPERIMENTS: dict[str, str] = {
     "flexlora_precision": "flexlora_precision",
     "table4_steps": "table4_steps",
     "eigh_routes": "eigh_routes",
+    "eigensolver": "eigensolver",
     "basis_routes": "basis_routes",
     "workspace": "workspace",
     "tf32": "tf32",

@@ -65,6 +65,23 @@ def _tables123(work: Path) -> list[str]:
     return ["| preset | method | latency (median) |", "|---|---|---|", *lines] if lines else []
 
 
+def _eigensolver(work: Path) -> list[str]:
+    """FRAQ end to end per eigensolver route, the fastest marked: the default's evidence."""
+    lines = []
+    for rec in _results(work, "eigensolver"):
+        r = rec["result"]
+        routes = r.get("routes", {})
+        best = min(routes, key=lambda k: routes[k]["timing"]["median"]) if routes else None
+        for name, x in routes.items():
+            mark = " (fastest)" if name == best and len(routes) > 1 else ""
+            lines.append(f"| {rec['config']['preset']} | {name}{mark} | {_ms(x['timing'])} | "
+                         f"{'yes' if x['same_ranks'] else 'NO'} | {x['max_product_gap']:.1e} |")
+        for name, why in r.get("skipped", {}).items():
+            lines.append(f"| {rec['config']['preset']} | {name} | {why} | | |")
+    return (["| preset | route | FRAQ latency (median, paired) | ranks as device's | product gap |",
+             "|---|---|---|---|---|", *lines] if lines else [])
+
+
 def _routes(work: Path) -> list[str]:
     lines = []
     for rec in _results(work, "eigh_routes"):
@@ -105,7 +122,8 @@ def summary(work: Path, statuses: list[dict], meta: dict) -> str:
         head.append(f"| {st['part']} | {st['state']} | {points} | {st['seconds']:.0f} ({st['share_s']:.0f}) | "
                     f"{_note(st)} |")
     body = []
-    for title, lines in (("Tables 1-3", _tables123(work)), ("Alternatives", _routes(work)),
+    for title, lines in (("Eigensolver routes, end to end", _eigensolver(work)), ("Tables 1-3", _tables123(work)),
+                         ("Alternatives", _routes(work)),
                          ("Memory and TF32", _others(work))):
         if lines:
             body += ["", f"## {title}", "", *lines]

@@ -41,6 +41,7 @@ class Fraq(Aggregator):
             device's default (:data:`fraq.backends.DEVICE_DEFAULTS`).
         eig_dtype: dtype of the r x r eigenproblem, float32 or float64 (see :func:`fraq.recompress`).
         gram: the Gram's form, one of :data:`fraq._gram.GRAMS` (default: recompress's).
+        eigensolver: the eigenproblem's route (:mod:`fraq._eigen`; default ``"auto"``).
 
     The options are checked once, here, by :func:`fraq.recompress`'s own
     :func:`~fraq._plan.check_options` (same rules, same messages), and held as
@@ -53,23 +54,25 @@ class Fraq(Aggregator):
     basis_backend = True
 
     def __init__(self, *, tau: float | None = None, rank: int | None = None, backend: str = AUTO,
-                 eig_dtype: torch.dtype | None = None, gram: str | None = None):
+                 eig_dtype: torch.dtype | None = None, gram: str | None = None, eigensolver: str = "auto"):
         if tau is None and rank is None:
             tau = DEFAULT_TAU
         self.options = check_options(tau=tau, rank=rank, backend=backend, eig_dtype=eig_dtype,
-                                     gram="auto" if gram is None else gram)
+                                     gram="auto" if gram is None else gram, eigensolver=eigensolver)
         self.tau = self.options.tau
         self.rank = self.options.rank
         self.gram = gram
         self.backend = backend
         self.eig_dtype = eig_dtype
+        self.eigensolver = eigensolver
 
     def capped(self, limit: int) -> Fraq:
         """A fixed ``rank`` above ``limit`` is capped there: a module whose stack or shape
         allows fewer components keeps min(rank, limit) (``tau`` needs no cap)."""
         if self.rank is None or self.rank <= limit:
             return self
-        return Fraq(rank=limit, backend=self.backend, eig_dtype=self.eig_dtype, gram=self.gram)
+        return Fraq(rank=limit, backend=self.backend, eig_dtype=self.eig_dtype, gram=self.gram,
+                    eigensolver=self.eigensolver)
 
     def _group(self, group: Group, state) -> GroupOutput:
         # One host read per group: recompress's own check finds a NaN or Inf in the stacks,
