@@ -38,7 +38,7 @@ the batched Cholesky ones."""
 SIZES: dict[str, dict[str, dict]] = {
     "tiny": dict(
         fig3=dict(modules=2, client_rank=8, p=4, d_fixed=64, r_fixed=16, ranks=[8, 16], dims=[32, 64],
-                  methods=_SWEEP_METHODS + ["qr-svd", "rsvd"], rounds=6, launches=1),
+                  methods=_SWEEP_METHODS + ["qr-svd", "rsvd"], rounds=6, launches=1, rss=False, roof_sample=2e-4),
         # r = 8K from d/4 to 4d on a square and a wide shape; every exact backend.
         clients=dict(shapes=[[32, 32, [1, 4, 8, 16]], [32, 64, [2, 8]]], client_rank=8, tau=0.95, modules=2,
                      methods=_SWEEP_METHODS + _EXACT, rounds=6, launches=1),
@@ -47,7 +47,7 @@ SIZES: dict[str, dict[str, dict]] = {
         fig4_rank=dict(preset="roberta-base", layers=1, ranks=[2, 8, 40, 80], methods=["fraq", "florist", "fraq-paper", "qr-svd"]),
         fig4_cond=dict(shape=[64, 64], rank=16, clients=4, batch=2, kappas=[1.0, 1e5, 1e10],
                        methods=_SWEEP_METHODS + _ANALYST),
-        table4=dict(m=256, n=128, modules=2, clients=4, client_rank=4, p=4, rounds=6, launches=1),
+        table4=dict(m=256, n=128, modules=2, clients=4, client_rank=4, p=4, rounds=6, launches=1, rss=False),
         fig1=dict(preset="roberta-base", layers=1, clients=[2, 4], client_ranks=[4, 8], taus=[0.80, 0.90, 0.95]),
         tables123=dict(presets=["roberta-base"], quick=True, rounds=6, launches=1, slow_rounds=2),
         backends=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),

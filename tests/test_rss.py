@@ -34,3 +34,14 @@ def test_a_failing_measurement_names_the_experiment():
 
 def test_no_resident_set_on_a_gpu():
     assert rss_growth("table4", {}, device="cuda") == {"rss_cold": None, "rss_warm": None}
+
+
+def test_a_fig3_point_carries_the_check_beside_its_tensor_peak():
+    """The d sweep's batched points record both (the tiny size switches the check off, so the
+    flow's tests stay short: switched on here for one point)."""
+    from benchmarks.experiments import fig3
+
+    point = next(p for p in fig3.points("tiny") if p["mode"] == "batched" and p["sweep"] == "d")
+    out = fig3.metrics(dict(point, rss=True))
+    assert out["rss_warm"] is not None and out["rss_cold"] >= out["rss_warm"] >= 0
+    assert out["roof_s"] > 0 and out["gemm_bound_s"] > 0 and "rss_warm" not in fig3.metrics(point)

@@ -61,9 +61,16 @@ def points(size: str) -> list[dict]:
             for method in compared:
                 out.append(dict(figure="fig3", sweep=sweep, method=method, mode=mode, d=d, D=d, r=r,
                                 p=min(c["p"], r, d), modules=c["modules"], client_rank=c["client_rank"],
-                                rounds=c["rounds"], launches=c["launches"], compared=compared))
+                                rounds=c["rounds"], launches=c["launches"], compared=compared,
+                                rss=c.get("rss", True), roof_sample=c.get("roof_sample", ROOF_SAMPLE)))
     return out
 
+
+ROOF_SAMPLE = 2e-3
+"""Seconds of one looped sample of a kernel timed alone for the roofs
+(:data:`benchmarks.measure.kernels.MIN_SAMPLE`); the ``tiny`` size, a test of the flow,
+takes a tenth. The resident-set check (``rss``) is off at ``tiny``: it starts a process
+per point, and ``tests/test_rss.py`` checks it on its own."""
 
 GROUP = "benchmarks.experiments.fig3:group_calls"
 """The builder of a group's calls in every launch (:func:`benchmarks.measure.paired.launched`)."""
@@ -143,7 +150,7 @@ def cost(config: dict) -> float:
         flops = c["modules"] * analytic_flops("fraq", c["d"], c["D"], c["r"], c["p"], model="table5")
     seconds = flops / DENSE_RATE
     roofs = 4 * seconds + 0.6 if c["mode"] == "batched" else 0.0
-    rss = 3.0 + 2 * seconds if c["mode"] == "batched" and c["sweep"] == "d" else 0.0
+    rss = 3.0 + 2 * seconds if c["mode"] == "batched" and c["sweep"] == "d" and c.get("rss", True) else 0.0
     return call_seconds(seconds, c) + roofs + rss
 
 
@@ -216,8 +223,9 @@ def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
                excess_quadrature_max=float(f.excess_quadrature.max()))
     if c["mode"] == "batched":
         fc = count_flops(fn)
-        out.update(counted_flops=fc.total, uncounted=list(fc.uncounted), **_roofs(fn, device))
-        if c["sweep"] == "d":  # the memory row of the figure: the tensor peak cross-checked by the resident set
+        out.update(counted_flops=fc.total, uncounted=list(fc.uncounted),
+                   **_roofs(fn, device, c.get("roof_sample", ROOF_SAMPLE)))
+        if c["sweep"] == "d" and c.get("rss", True):  # the memory row of the figure: the tensor peak cross-checked by the resident set
             from benchmarks.measure.rss import rss_growth
 
             out.update(rss_growth("fig3", c, str(device)))
@@ -225,7 +233,7 @@ def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
     return out
 
 
-def _roofs(fn, device: torch.device) -> dict:
+def _roofs(fn, device: torch.device, sample: float = ROOF_SAMPLE) -> dict:
     """The call's limits at one torch thread (:func:`benchmarks.measure.kernels.kernel_roofs`,
     the kernel table of this machine): ``roof_s`` (its roofline), its FLOP and bytes terms,
     and ``gemm_bound_s`` (counted FLOPs over the large-GEMM rate measured once per process)."""
@@ -233,7 +241,8 @@ def _roofs(fn, device: torch.device) -> dict:
     from benchmarks.measure.kernels import RateTable, kernel_roofs, table_path
 
     with threads(1):
-        r = kernel_roofs(fn, device, table=RateTable(table_path(device)), gemm_rate=_gemm_rate(str(device)))
+        r = kernel_roofs(fn, device, table=RateTable(table_path(device)), gemm_rate=_gemm_rate(str(device)),
+                         min_sample=sample)
     return dict(roof_s=r.roof, flop_roof_s=r.flop_roof, bytes_roof_s=r.bytes_roof, gemm_bound_s=r.gemm_bound,
                 gemm_rate=r.gemm_rate, kernel_count=len(r.kernels), roof_threads=1)
 

@@ -66,7 +66,7 @@ def cost(config: dict) -> float:
     and one per round), the metrics' two and the resident-set check's two (in a fresh process,
     3 s of start-up)."""
     c = config
-    return 3.0 + 0.02 * c["modules"] * (c["launches"] * (c["rounds"] + 1) + 4) * c["m"] * c["n"] / (8192 * 3072)
+    return 3.0 * c.get("rss", True) + 0.02 * c["modules"] * (c["launches"] * (c["rounds"] + 1) + 4) * c["m"] * c["n"] / (8192 * 3072)
 
 
 def key(config: dict) -> str:
@@ -108,7 +108,8 @@ def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
     f = fidelity(B, A, Bg, Ag, c["p"], reference=ref)
     from benchmarks.measure.rss import rss_growth
 
-    return dict(peak_bytes=peak_memory(fn, device=device).peak, **rss_growth("table4", c, str(device)), gap_to_svd=relative_error(Bsvd, Asvd, Bg, Ag).tolist(),
+    rss = rss_growth("table4", c, str(device)) if c.get("rss", True) else {}
+    return dict(peak_bytes=peak_memory(fn, device=device).peak, **rss, gap_to_svd=relative_error(Bsvd, Asvd, Bg, Ag).tolist(),
                 excess=f.excess.tolist(), excess_quadrature=f.excess_quadrature.tolist(), **f.first.as_dict())
 
 

@@ -188,8 +188,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _best(run: Callable[[], object], device: torch.device, prepare: Callable[[], object] | None = None) -> float:
-    """Best seconds of one ``run()`` (already warm): looped samples of at least :data:`MIN_SAMPLE`,
+def _best(run: Callable[[], object], device: torch.device, prepare: Callable[[], object] | None = None,
+          min_sample: float = MIN_SAMPLE) -> float:
+    """Best seconds of one ``run()`` (already warm): looped samples of at least ``min_sample``,
     or, when each run needs fresh inputs from ``prepare()``, single runs after it."""
     def once(arg) -> float:
         _sync(device)
@@ -203,7 +204,7 @@ def _best(run: Callable[[], object], device: torch.device, prepare: Callable[[],
     first = once(None)
     if first >= SLOW:
         return min(first, once(None), once(None))
-    loops = max(1, math.ceil(MIN_SAMPLE / max(first, 1e-7)))
+    loops = max(1, math.ceil(min_sample / max(first, 1e-7)))
     best = first
     for _ in range(SAMPLES):
         _sync(device)
@@ -259,9 +260,9 @@ def _written(func) -> list[int]:
 class _Recorder(TorchDispatchMode):
     """Runs each op, then times it again alone on its own inputs (see the module docstring)."""
 
-    def __init__(self, device: torch.device, table: RateTable, formulas: dict):
+    def __init__(self, device: torch.device, table: RateTable, formulas: dict, min_sample: float = MIN_SAMPLE):
         super().__init__()
-        self.device, self.table, self.formulas = device, table, formulas
+        self.device, self.table, self.formulas, self.min_sample = device, table, formulas, min_sample
         self.kernels: list[tuple] = []
         self.views = 0
 
@@ -293,7 +294,7 @@ class _Recorder(TorchDispatchMode):
         try:
             written = _written(func)
             if not written:
-                return _best(lambda: func(*args, **kwargs), self.device)
+                return _best(lambda: func(*args, **kwargs), self.device, min_sample=self.min_sample)
             names = [func._schema.arguments[i].name for i in written]
 
             def prepare():
@@ -311,13 +312,14 @@ class _Recorder(TorchDispatchMode):
 
 
 def kernel_roofs(fn: Callable[[], object], device: torch.device | str = "cpu", table: RateTable | None = None,
-                 gemm_rate: float | None = None) -> Roofs:
+                 gemm_rate: float | None = None, min_sample: float = MIN_SAMPLE) -> Roofs:
     """Run ``fn()`` once (warm: call it once before), timing each of its kernels alone, and
     return its :class:`Roofs` at the current torch thread count.
 
     ``table``: the per-machine :class:`RateTable` (default: an in-memory one); saved at the
     end. ``gemm_rate``: FLOP/s of a large float32 GEMM measured in this process (measured
-    here when not given). The dispatch mode sees the calling thread only: a call that fans
+    here when not given). ``min_sample``: seconds of one looped sample (shorter is quicker
+    and noisier: the clock's resolution and the loop's own overhead weigh more). The dispatch mode sees the calling thread only: a call that fans
     its batch out over Python threads (:mod:`fraq._parallel`) should be measured at one
     torch thread, where it does not.
     """
@@ -330,7 +332,7 @@ def kernel_roofs(fn: Callable[[], object], device: torch.device | str = "cpu", t
     device = torch.device(device)
     table = table if table is not None else RateTable()
     formulas = {**flop_registry, **{k: shape_wrapper(v) for k, v in LAPACK_FORMULAS.items()}}
-    rec = _Recorder(device, table, formulas)
+    rec = _Recorder(device, table, formulas, min_sample)
     with gc_off():
         with rec:
             fn()
