@@ -161,7 +161,7 @@ def test_overwrite_failure_at_each_step_leaves_old_or_new_adapter(example, tmp_p
 def test_an_old_version_that_cannot_be_removed_is_named(example, tmp_path, monkeypatch, capsys):
     """``chattr +i out/adapter_config.json``, as the kernel has it: the directory is
     swapped whole, so the new adapter goes in (exit 0), but the old copy, whose config cannot be
-    unlinked, stayed behind silently as a hidden directory; now one warning line names it."""
+    unlinked, stays behind as a hidden directory: one warning line names it, never silence."""
     root, dirs, versions = example
     out = tmp_path / "merged"
     aggregate_adapters(dirs, out, tau=0.5)
