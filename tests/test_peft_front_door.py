@@ -422,3 +422,18 @@ def test_example_adapters_load_from_any_directory(tmp_path, monkeypatch):
     for d in (tmp_path / "work" / "ex" / "client0", tmp_path / "merged"):
         model = peft.AutoPeftModel.from_pretrained(d)
         assert isinstance(model, peft.PeftModel)
+
+
+def test_method_options_in_the_spec_equal_the_flags(example, capsys):
+    """``--method fraq:tau=0.9,backend=householder`` is ``--tau 0.9`` with that backend; a key set
+    both ways is refused, naming both."""
+    _, dirs, _ = example
+    assert cli.main(["aggregate", *map(str, dirs), "--tau", "0.9", "--json", "-"]) == 0
+    flags = json.loads(capsys.readouterr().out)["rows"]
+    assert cli.main(["aggregate", *map(str, dirs), "--method", "fraq:tau=0.9,backend=householder", "--json", "-"]) == 0
+    spec = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["rank"] for r in spec] == [r["rank"] for r in flags]
+    rc, err = run_cli([*dirs, "--method", "fraq:tau=0.9", "--tau", "0.8", "--json", "-"], capsys)
+    refused(rc, err, "--tau(=0.8)", "--method(='fraq:tau=0.9')")
+    rc, err = run_cli([*dirs, "--method", "fraq:cholesky", "--json", "-"], capsys)
+    refused(rc, err, "write 'fraq:backend=cholesky'")
