@@ -64,8 +64,9 @@ class MethodSpec:
                 raise ValueError(f"option {key}(={raw!r}): a value has no ',' and no blanks at its ends")
 
     @classmethod
-    def parse(cls, text: str) -> MethodSpec:
-        """The spec ``text`` names (module docstring); ValueError echoing ``text`` otherwise."""
+    def parse(cls, text: str | MethodSpec) -> MethodSpec:
+        """The spec ``text`` names (module docstring), or ``text`` itself when it is a spec
+        already; ValueError echoing ``text`` otherwise."""
         if isinstance(text, MethodSpec):
             return text
         if not isinstance(text, str) or not text.strip():
