@@ -10,7 +10,7 @@ make a figure or a verdict wrong:
 
 - no result files: :class:`NoResults`, saying what to run;
 - a file that is not JSON, not a result object, in an older format (without the keys
-  every result now has), without the fields its experiment's figure needs or with one of
+  every result of this format has), without the fields its experiment's figure needs or with one of
   them of the wrong type (a name where a number belongs): skipped with a warning naming
   the file and what is wrong;
 - results of different configurations (``size``, ``device``, ``dtype``; the model

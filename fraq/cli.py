@@ -92,7 +92,8 @@ def aggregate_main(argv: list[str]) -> int:
     parser.add_argument("--weights", type=float, nargs="+", metavar="N",
                         help="one data weight per client, normalized inside (default: equal)")
     parser.add_argument("--method", default="fraq", metavar="METHOD",  # checked by the registry: any registered one
-                        help=f"aggregator: {', '.join(METHODS)} or one registered in-process (default fraq)")
+                        help=f"aggregator: {', '.join(METHODS)} or one registered in-process, with options as "
+                             f"NAME:KEY=VALUE,... (e.g. fraq:backend=cholesky,tau=0.9; default fraq)")
     parser.add_argument("--tau", type=float, help="energy threshold in (0, 1] (fraq, florist; default: the method's)")
     parser.add_argument("--rank", type=int, help="fixed rank per module instead of --tau (fraq)")
     parser.add_argument("--delta", action="store_true",
@@ -127,6 +128,7 @@ def _aggregate(args: argparse.Namespace) -> int:
     import torch
 
     from fraq._files import check_file_target
+    from fraq.methods import MethodSpec
     from fraq.peft import CONFIG, WEIGHTS, aggregate_adapters
     from fraq.peft.aggregate import client_paths
     from fraq.peft.writer import check_file_out, write_json
@@ -137,16 +139,25 @@ def _aggregate(args: argparse.Namespace) -> int:
 
     to_file = args.json is not None and str(args.json) != "-"
     try:  # everything is checked before any work: the JSON path here, the rest in aggregate_adapters
+        method = MethodSpec.parse(args.method)
         paths = client_paths(args.clients)
         if to_file:
             check_file_target(args.json, "--json", dash=True)
             taken = [] if args.out is None else [args.out] if args.delta else \
                 [args.out, args.out / CONFIG, args.out / WEIGHTS]
             check_file_out(args.json, args.overwrite, paths, "--json", taken)
-        agg = aggregate_adapters(paths, args.out, weights=args.weights, method=args.method, tau=args.tau,
-                                 rank=args.rank, delta=args.delta, dtype=getattr(torch, args.dtype),
+        options = method.kwargs
+        for flag in ("tau", "rank"):
+            if getattr(args, flag) is not None and flag in options:
+                raise ValueError(f"--{flag}(={getattr(args, flag)!r}) and --method(={args.method!r}) both set "
+                                 f"{flag}; give it once")
+        tau = args.tau if args.tau is not None else options.pop("tau", None)
+        rank = args.rank if args.rank is not None else options.pop("rank", None)
+        agg = aggregate_adapters(paths, args.out, weights=args.weights, method=method.name, tau=tau,
+                                 rank=rank, delta=args.delta, dtype=getattr(torch, args.dtype),
                                  compute_dtype=getattr(torch, args.compute_dtype), uniform_rank=args.uniform_rank,
-                                 overwrite=args.overwrite, report=bool(args.report or args.json), base=args.base)
+                                 overwrite=args.overwrite, report=bool(args.report or args.json), base=args.base,
+                                 **options)
     except (ValueError, TypeError) as e:
         return fail(e, 2)
     except OSError as e:  # a failure while writing (disk full, permissions changed): the old output is intact

@@ -43,7 +43,6 @@ __all__ = [
     "span_residual",
     "reconstruction_error",
     "update_gap",
-    "optimality_gap",
     "oriented_factor",
     "diagnose",
 ]
@@ -94,11 +93,6 @@ def reconstruction_error(X: torch.Tensor, basis: Basis) -> torch.Tensor:
 def update_gap(result: RecompressResult, reference: RecompressResult) -> torch.Tensor:
     """||B_g A_g - B_ref A_ref||_F / ||B_ref A_ref||_F per matrix, float64."""
     return relative_error(reference.B, reference.A, result.B, result.A)
-
-
-def optimality_gap(B: torch.Tensor, A: torch.Tensor, result: RecompressResult) -> torch.Tensor:
-    """Relative error of ``result`` minus the float64 Eckart-Young optimum at its rank."""
-    return relative_error(B, A, result.B, result.A) - optimal_error(B, A, result.rank)
 
 
 @dataclass(frozen=True)

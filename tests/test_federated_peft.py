@@ -206,7 +206,7 @@ def test_refuses_later_rounds_florg_and_occupied_out_dir(saved, tmp_path):
         export_peft(saved, tmp_path / "a")
     stamp = (tmp_path / "a" / "export.json").read_text()
     export_peft(saved, tmp_path / "a", overwrite=True)
-    assert (tmp_path / "a" / "export.json").read_text() != stamp  # round 1 now
+    assert (tmp_path / "a" / "export.json").read_text() != stamp  # round 1's export replaces it
     (tmp_path / "a" / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="notes.txt.*even with overwrite"):
         export_peft(saved, tmp_path / "a", overwrite=True)

@@ -125,6 +125,19 @@ def registered(monkeypatch):
         register_aggregator(cls)
 
 
+def test_a_taken_name_is_refused_naming_both_classes():
+    class Impostor(StackedStart):
+        name = "fraq"
+        state_type = None
+
+    before = dict(AGGREGATORS)
+    with pytest.raises(ValueError, match=r"aggregator name 'fraq' is taken by fraq\.aggregators\.fraq\.Fraq; give "
+                                         r".*Impostor another `name`"):
+        register_aggregator(Impostor)
+    assert AGGREGATORS == before  # nothing replaced
+    assert register_aggregator(StackedStart) is StackedStart and AGGREGATORS == before  # the same class: no change
+
+
 def tiny_config(**over) -> dict:
     base = {"dataset": {"name": "intents", "train_per_intent": 8, "test_per_intent": 2},
             "federated.clients": 2, "federated.rounds": 2, "federated.head_rounds": 1, "federated.eval_every": 1,

@@ -161,7 +161,7 @@ def test_overwrite_failure_at_each_step_leaves_old_or_new_adapter(example, tmp_p
 def test_an_old_version_that_cannot_be_removed_is_named(example, tmp_path, monkeypatch, capsys):
     """``chattr +i out/adapter_config.json``, as the kernel has it: the directory is
     swapped whole, so the new adapter goes in (exit 0), but the old copy, whose config cannot be
-    unlinked, stayed behind silently as a hidden directory; now one warning line names it."""
+    unlinked, stays behind as a hidden directory: one warning line names it, never silence."""
     root, dirs, versions = example
     out = tmp_path / "merged"
     aggregate_adapters(dirs, out, tau=0.5)
@@ -422,3 +422,18 @@ def test_example_adapters_load_from_any_directory(tmp_path, monkeypatch):
     for d in (tmp_path / "work" / "ex" / "client0", tmp_path / "merged"):
         model = peft.AutoPeftModel.from_pretrained(d)
         assert isinstance(model, peft.PeftModel)
+
+
+def test_method_options_in_the_spec_equal_the_flags(example, capsys):
+    """``--method fraq:tau=0.9,backend=householder`` is ``--tau 0.9`` with that backend; a key set
+    both ways is refused, naming both."""
+    _, dirs, _ = example
+    assert cli.main(["aggregate", *map(str, dirs), "--tau", "0.9", "--json", "-"]) == 0
+    flags = json.loads(capsys.readouterr().out)["rows"]
+    assert cli.main(["aggregate", *map(str, dirs), "--method", "fraq:tau=0.9,backend=householder", "--json", "-"]) == 0
+    spec = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["rank"] for r in spec] == [r["rank"] for r in flags]
+    rc, err = run_cli([*dirs, "--method", "fraq:tau=0.9", "--tau", "0.8", "--json", "-"], capsys)
+    refused(rc, err, "--tau(=0.8)", "--method(='fraq:tau=0.9')")
+    rc, err = run_cli([*dirs, "--method", "fraq:cholesky", "--json", "-"], capsys)
+    refused(rc, err, "write 'fraq:backend=cholesky'")

@@ -122,7 +122,7 @@ def test_named_case_float64_1e_160_refused_with_a_clear_error():
 @pytest.mark.parametrize("backend,gram", METHODS)
 def test_named_case_float32_both_about_1e_minus_20(backend, gram):
     """Both factors ~1e-20 in float32 with a representable (coherent) aggregate, sigma_1 ~ 2^-122:
-    the old code scaled C by 2^(-e) with e ~ -130 computed in float32 (inf), and eigh failed."""
+    the scale 2^(-e) with e ~ -130 must not be computed in float32 (it is inf there, and eigh fails)."""
     g = torch.Generator().manual_seed(13)
     B = (1 + 0.1 * torch.randn(256, 16, generator=g, dtype=F64)) / 2
     A = (1 + 0.1 * torch.randn(16, 200, generator=g, dtype=F64)) / 2
@@ -155,7 +155,7 @@ def test_named_case_fully_subnormal_factor(backend, dtype):
 @pytest.mark.parametrize("backend,gram", METHODS)
 @pytest.mark.parametrize("m,n,kb,ka", [(24, 40, 127, -30), (40, 24, 124, -10)])
 def test_named_case_float32_large_B_with_representable_aggregate(backend, gram, m, n, kb, ka):
-    """B ~1e37..1e38 in float32, A small, sigma_1 ~ 2^100: the old code failed inside eigh."""
+    """B ~1e37..1e38 in float32, A small, sigma_1 ~ 2^100: the Gram overflows unless rescaled, and eigh fails on it."""
     B, A, _ = _unit_problem(m, n, seed=9)
     Bd, Ad = _scaled(B, A, kb, ka, F32)
     assert Bd.abs().max() > 1e37 and torch.isfinite(Bd).all()

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["BASELINES", "PAPER_CONFIG", "TEXTBOOK", "MethodSpec", "SPECS", "clients_as_batch", "default_backend", "fraq_method_names",
-           "get_method", "method_names", "runs_backend", "spec"]
+__all__ = ["BASELINES", "PAPER_CONFIG", "TEXTBOOK", "MethodSpec", "SPECS", "clients_as_batch", "default_backend",
+           "get_method", "runs_backend", "spec"]
 
 
 @dataclass(frozen=True)
@@ -149,17 +149,6 @@ def ran_path(res) -> dict:
 def _flags(factored: bool, identity: bool) -> dict:
     """Only the flags a fraq of any commit accepts: ``identity`` is passed when set."""
     return {"factored": factored, "identity": True} if identity else {"factored": factored}
-
-
-def fraq_method_names() -> list[str]:
-    """``fraq`` (the default backend) and ``fraq:<backend>`` for every registered backend."""
-    import fraq
-
-    return ["fraq"] + [f"fraq:{name}" for name in sorted(fraq.BACKENDS)]
-
-
-def method_names() -> list[str]:
-    return fraq_method_names() + list(BASELINES)
 
 
 def _fraq(backend: str | None, **options) -> Callable:

@@ -106,7 +106,12 @@ def get_aggregator(name: str, **options) -> Aggregator:
 
 
 def register_aggregator(cls: type[Aggregator]) -> type[Aggregator]:
-    """Add an :class:`Aggregator` subclass to :data:`AGGREGATORS` under ``cls.name``."""
+    """Add an :class:`Aggregator` subclass to :data:`AGGREGATORS` under ``cls.name``.
+
+    A name names one method: registering a different class under a taken name is a
+    ValueError naming both (a method would otherwise replace another silently, and every
+    table, result and Flower run would show the wrong one under its name). Registering the
+    same class again changes nothing."""
     if not (isinstance(cls, type) and issubclass(cls, Aggregator)):
         raise TypeError(f"cls(={cls!r}) must be an Aggregator subclass")
     if not isinstance(getattr(cls, "name", None), str):
@@ -115,5 +120,9 @@ def register_aggregator(cls: type[Aggregator]) -> type[Aggregator]:
     if st is not None and not (isinstance(st, type) and issubclass(st, AggregatorState) and st.aggregator == cls.name):
         raise ValueError(f"{cls.__name__}.state_type(={st!r}) must be an AggregatorState subclass whose "
                          f"`aggregator` is {cls.name!r}")
+    taken = AGGREGATORS.get(cls.name)
+    if taken is not None and taken is not cls:
+        raise ValueError(f"aggregator name {cls.name!r} is taken by {taken.__module__}.{taken.__qualname__}; "
+                         f"give {cls.__module__}.{cls.__qualname__} another `name`")
     AGGREGATORS[cls.name] = cls
     return cls

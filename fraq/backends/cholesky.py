@@ -67,9 +67,9 @@ from __future__ import annotations
 import torch
 
 from fraq._routine_flops import cholesky_flops, gemm_flops, gram_flops, trsm_flops
-from fraq.backends.base import Basis, identity_basis
+from fraq.backends.base import Basis
 from fraq.backends.householder import householder
-from fraq.backends.safeguards import check_basis_input, flatten, unflatten, with_householder_fallback
+from fraq.backends.safeguards import check_basis_input, over_batch, with_householder_fallback
 
 __all__ = ["cholesky", "cholesky_deferred", "wide_dtype", "CONDITION_MARGIN", "cholesky_basis_flops"]
 
@@ -107,32 +107,29 @@ def cholesky_deferred(X: torch.Tensor) -> Basis:
     return _cholesky_impl(X)
 
 
-def _cholesky_impl(X: torch.Tensor) -> Basis:
-    d, r = X.shape[-2], X.shape[-1]
-    Xb, batch = flatten(X)
-    info = {"backend": "cholesky"}
-    if r >= d:
-        return unflatten(identity_basis(Xb, dict(info, fallback=None, fallback_count=0)), batch)
-    wide = wide_dtype(X.dtype)
+@over_batch("cholesky")
+def _cholesky_impl(Xb: torch.Tensor, info: dict) -> Basis:
+    r = Xb.shape[-1]
+    wide = wide_dtype(Xb.dtype)
     if wide is None or Xb.shape[0] == 0 or r == 0:
         hh = householder(Xb)
         count = Xb.shape[0] if wide is None else 0
         reason = {"fallback_reason": "float64"} if wide is None else {}
         extra = dict(fallback="householder" if count else None, fallback_count=count, **reason)
-        return unflatten(Basis(C=hh.C, apply=hh.apply, info=dict(info, **extra)), batch)
+        return Basis(C=hh.C, apply=hh.apply, info=dict(info, **extra))
 
     Xw = Xb.to(wide)
     W = torch.matmul(Xw.mT, Xw)
     L, failed = torch.linalg.cholesky_ex(W)  # W = L L^T, R = L^T
-    eye = torch.eye(r, dtype=wide, device=X.device)
+    eye = torch.eye(r, dtype=wide, device=Xb.device)
     Rinv = torch.linalg.solve_triangular(L.mT, eye.expand_as(W), upper=True)
     kappa = torch.linalg.matrix_norm(L) * torch.linalg.matrix_norm(Rinv)  # NaN if W was
-    limit = torch.finfo(X.dtype).eps / (CONDITION_MARGIN * torch.finfo(wide).eps)
+    limit = torch.finfo(Xb.dtype).eps / (CONDITION_MARGIN * torch.finfo(wide).eps)
     bad = (failed != 0) | ~(kappa.square() <= limit)
     # A failed factorization leaves NaN/garbage in L: keep the pending basis finite.
     L = torch.where(bad.view(-1, 1, 1), eye, L)
     Rinv = torch.where(bad.view(-1, 1, 1), eye, Rinv)
-    C = L.mT.to(X.dtype)
+    C = L.mT.to(Xb.dtype)
 
     def apply(U: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
         Ri = Rinv if index is None else Rinv.index_select(0, index)
@@ -140,11 +137,10 @@ def _cholesky_impl(X: torch.Tensor) -> Basis:
         return torch.matmul(Xi, torch.matmul(Ri, U.to(wide))).to(U.dtype)
 
     def complete() -> Basis:
-        return unflatten(with_householder_fallback(Xb, C, apply, bad, info), batch)
+        return with_householder_fallback(Xb, C, apply, bad, info)
 
-    fast = Basis(C=C, apply=lambda U: apply(U, None), info=dict(info, fallback=None, fallback_count=0),
+    return Basis(C=C, apply=lambda U: apply(U, None), info=dict(info, fallback=None, fallback_count=0),
                  rejected=bad, complete=complete)
-    return unflatten(fast, batch)
 
 
 def cholesky_basis_flops(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:

@@ -53,14 +53,13 @@ from __future__ import annotations
 import torch
 
 from fraq._routine_flops import cholesky_flops, gemm_flops, gram_flops, trsm_flops
-from fraq.backends.base import Basis, identity_basis
+from fraq.backends.base import Basis
 from fraq.backends.householder import householder
 from fraq.backends.safeguards import (
     check_basis_input,
-    flatten,
+    over_batch,
     rescale,
     scaled_gram,
-    unflatten,
     with_householder_fallback,
 )
 
@@ -82,15 +81,12 @@ def cholesky_qr2(X: torch.Tensor) -> Basis:
     return _cholesky_qr2_impl(X)
 
 
-def _cholesky_qr2_impl(X: torch.Tensor) -> Basis:
-    d, r = X.shape[-2], X.shape[-1]
-    Xb, batch = flatten(X)
-    info = {"backend": "cholesky-qr2"}
-    if r >= d:
-        return unflatten(identity_basis(Xb, dict(info, fallback=None, fallback_count=0)), batch)
+@over_batch("cholesky-qr2")
+def _cholesky_qr2_impl(Xb: torch.Tensor, info: dict) -> Basis:
+    r = Xb.shape[-1]
     if Xb.shape[0] == 0 or r == 0:  # nothing to factor: Householder handles empty shapes
         hh = householder(Xb)
-        return unflatten(Basis(C=hh.C, apply=hh.apply, info=dict(info, fallback=None, fallback_count=0)), batch)
+        return Basis(C=hh.C, apply=hh.apply, info=dict(info, fallback=None, fallback_count=0))
 
     Xs, W1, e = scaled_gram(Xb)
     L1, info1 = torch.linalg.cholesky_ex(W1)  # W1 = L1 L1^T, R1 = L1^T
@@ -109,7 +105,7 @@ def _cholesky_qr2_impl(X: torch.Tensor) -> Basis:
         L2i = L2 if index is None else L2.index_select(0, index)
         return torch.matmul(Q1i, torch.linalg.solve_triangular(L2i.mT, U, upper=True))
 
-    return unflatten(with_householder_fallback(Xb, C, apply, bad, info), batch)
+    return with_householder_fallback(Xb, C, apply, bad, info)
 
 
 def cholesky_qr2_flops(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:

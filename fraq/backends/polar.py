@@ -59,7 +59,7 @@ import torch
 from fraq._routine_flops import gemm_flops, qr_flops, reflector_flops, svd_flops
 from fraq.backends.base import Basis
 from fraq.backends.householder import householder
-from fraq.backends.safeguards import check_basis_input, flatten, unflatten
+from fraq.backends.safeguards import check_basis_input, over_batch
 
 __all__ = ["polar", "polar_flops"]
 
@@ -73,27 +73,26 @@ def polar(X: torch.Tensor) -> Basis:
     return _polar_impl(X)
 
 
-def _polar_impl(X: torch.Tensor) -> Basis:
-    d, r = X.shape[-2], X.shape[-1]
-    Xb, batch = flatten(X)
-    info = {"backend": "polar"}
+@over_batch("polar", identity_when_wide=False)  # a wide X keeps its own basis Q_h W_R (see Wide X above)
+def _polar_impl(Xb: torch.Tensor, info: dict) -> Basis:
+    d, r = Xb.shape[-2], Xb.shape[-1]
     hh = householder(Xb)  # X = Q_h R, R (nb, s, r)
     R = hh.C.to(torch.float64)
     if not bool(torch.isfinite(R).all()):  # propagate, as the QR does, instead of raising from the SVD
-        return unflatten(Basis(C=torch.full_like(hh.C, float("nan")), apply=hh.apply, info=info), batch)
+        return Basis(C=torch.full_like(hh.C, float("nan")), apply=hh.apply, info=info)
     Wr, sig, Vh = torch.linalg.svd(R, full_matrices=False)  # Wr (nb, s, s), sig (nb, s), Vh (nb, s, r)
     if d >= r:
         S = torch.matmul(Vh.mT, sig.unsqueeze(-1) * Vh)  # V Sigma V^T
-        C = (0.5 * (S + S.mT)).to(X.dtype)  # exactly symmetric, as S is
-        rot = torch.matmul(Wr, Vh).to(X.dtype)  # Q_pol = Q_h (W_R V^T)
+        C = (0.5 * (S + S.mT)).to(Xb.dtype)  # exactly symmetric, as S is
+        rot = torch.matmul(Wr, Vh).to(Xb.dtype)  # Q_pol = Q_h (W_R V^T)
     else:
-        C = (sig.unsqueeze(-1) * Vh).to(X.dtype)  # X = (Q_h W_R)(Sigma V^T)
-        rot = Wr.to(X.dtype)
+        C = (sig.unsqueeze(-1) * Vh).to(Xb.dtype)  # X = (Q_h W_R)(Sigma V^T)
+        rot = Wr.to(Xb.dtype)
 
     def apply(U: torch.Tensor) -> torch.Tensor:
         return hh.apply(torch.matmul(rot, U))
 
-    return unflatten(Basis(C=C, apply=apply, info=info), batch)
+    return Basis(C=C, apply=apply, info=info)
 
 
 def polar_flops(d: int, r: int, p: int, *, steps: int | None = None, gram: str = "gemm") -> float:

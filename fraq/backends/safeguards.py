@@ -15,24 +15,28 @@ from the data, never assumed away:
   Householder QR (exact whatever the rank) and stitches the two bases together.
 
 Every basis here holds a flattened batch (nb, d, r); :func:`flatten` and :func:`unflatten`
-move between that and the caller's (*, d, r).
+move between that and the caller's (*, d, r), and :func:`over_batch` applies a backend
+written for one flattened batch to the caller's shape, from outside (as scipy's
+``_apply_over_batch``), with the exact basis of a wide X taken there once.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
 
 from fraq._range import exponent, scale_pow2
 from fraq._validation import check_factor
-from fraq.backends.base import Basis
+from fraq.backends.base import Basis, identity_basis
 from fraq.backends.householder import householder
 
 __all__ = [
     "check_basis_input",
     "flatten",
     "unflatten",
+    "over_batch",
     "scaled_gram",
     "rescale",
     "with_householder_fallback",
@@ -54,8 +58,8 @@ def flatten(X: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
 
 
 def unflatten(basis: Basis, batch: tuple[int, ...]) -> Basis:
-    """Give a flattened basis the caller's batch shape back (C and ``apply``; a pending
-    verdict stays flat, (nb,), and ``complete`` returns the caller's shape itself)."""
+    """Give a flattened basis the caller's batch shape back (C, ``apply`` and the basis
+    ``complete`` returns; a pending verdict stays flat, (nb,))."""
     C = basis.C.reshape(*batch, *basis.C.shape[-2:])
     inner = basis.apply
 
@@ -63,7 +67,29 @@ def unflatten(basis: Basis, batch: tuple[int, ...]) -> Basis:
         out = inner(U.reshape(C.shape[:-2].numel(), *U.shape[-2:]))
         return out.reshape(*U.shape[:-2], *out.shape[-2:])
 
-    return Basis(C=C, apply=apply, info=basis.info, rejected=basis.rejected, complete=basis.complete)
+    done = basis.complete
+    complete = None if done is None else (lambda: unflatten(done(), batch))
+    return Basis(C=C, apply=apply, info=basis.info, rejected=basis.rejected, complete=complete)
+
+
+def over_batch(name: str, *, identity_when_wide: bool = True) -> Callable:
+    """Decorator: a backend body written for one flattened batch, applied to X (*, d, r).
+
+    The body is called as ``body(Xb, info)`` with Xb (nb, d, r) and ``info`` the dictionary
+    ``{"backend": name}`` to extend, and returns the flat basis; the wrapper gives it the
+    caller's batch shape (:func:`unflatten`). With ``identity_when_wide``, a wide X (r >= d)
+    never reaches the body: col(X) is all of R^d, so Q = I_d, C = X is exact and costs
+    nothing (:func:`fraq.backends.base.identity_basis`, no fallback)."""
+    def wrap(body: Callable[[torch.Tensor, dict], Basis]) -> Callable[[torch.Tensor], Basis]:
+        @functools.wraps(body)
+        def run(X: torch.Tensor) -> Basis:
+            Xb, batch = flatten(X)
+            info = {"backend": name}
+            if identity_when_wide and X.shape[-1] >= X.shape[-2]:
+                return unflatten(identity_basis(Xb, dict(info, fallback=None, fallback_count=0)), batch)
+            return unflatten(body(Xb, info), batch)
+        return run
+    return wrap
 
 
 def scaled_gram(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:

@@ -7,8 +7,9 @@ the path of a JSON file with the same shape; command-line flags override single 
 (``--set train.lr=1e-3`` for any of them). :func:`load_config` merges and validates;
 every error names the key and the value.
 
-Methods are registry names of :mod:`fraq.aggregators` with optional keyword options:
-``"fraq:tau=0.80"``, ``"florist:tau=0.85"``, ``"fraq:rank=8,tau=null"``.
+Methods are registry names of :mod:`fraq.aggregators` with optional keyword options, in
+the grammar of :class:`fraq.methods.MethodSpec`: ``"fraq:tau=0.80"``, ``"florist:tau=0.85"``,
+``"fraq:rank=8,tau=null"``, ``"fraq:backend=cholesky,tau=0.9"``.
 
 A setting is run over ``seeds`` (null: the one ``seed``) and over its ``variants``:
 named sets of dotted overrides of the same experiment, e.g. ``{"homogeneous": {},
@@ -26,6 +27,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from fraq.federated.sections import Federated, Model, Partition, Train, check_index_list, check_int
+from fraq.methods import MethodSpec
 
 __all__ = ["CONFIG_DIR", "SETTINGS", "Config", "client_ranks", "load_config", "method_aggregator", "method_label", "parse_method",
            "runs", "seeds_of", "set_key", "validate"]
@@ -113,25 +115,14 @@ def load_config(setting: str = "quick", overrides: dict | None = None) -> dict:
     return cfg
 
 
-def parse_method(spec: str) -> tuple[str, dict]:
-    """``"fraq:tau=0.80,backend=householder"`` -> ``("fraq", {"tau": 0.8, "backend": "householder"})``."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"method(={spec!r}) must be a non-empty string like 'fraq' or 'fraq:tau=0.80'")
-    name, _, rest = spec.strip().partition(":")
-    options = {}
-    for item in filter(None, (s.strip() for s in rest.split(","))):
-        key, eq, raw = item.partition("=")
-        if not eq or not re.fullmatch(r"[A-Za-z_]\w*", key.strip()):
-            raise ValueError(f"method(={spec!r}): option {item!r} must be key=value")
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw.strip()
-        options[key.strip()] = value
-    return name, options
+def parse_method(spec: str | MethodSpec) -> tuple[str, dict]:
+    """``"fraq:tau=0.80,backend=householder"`` -> ``("fraq", {"tau": 0.8, "backend": "householder"})``
+    (:meth:`fraq.methods.MethodSpec.parse`, the one grammar)."""
+    parsed = MethodSpec.parse(spec)
+    return parsed.name, parsed.kwargs
 
 
-def method_aggregator(spec: str, where: str = "method"):
+def method_aggregator(spec: str | MethodSpec, where: str = "method"):
     """The :class:`~fraq.aggregators.Aggregator` a method spec names, built with its options.
 
     The one check of a method spec, shared by the harness's :func:`validate`, its
@@ -142,6 +133,8 @@ def method_aggregator(spec: str, where: str = "method"):
     """
     from fraq.aggregators import AGGREGATORS, get_aggregator
 
+    if isinstance(spec, MethodSpec):
+        spec = str(spec)  # messages echo the spec as written
     try:
         name, options = parse_method(spec)  # its errors read "method(=...): ..."
     except ValueError as e:
@@ -156,9 +149,9 @@ def method_aggregator(spec: str, where: str = "method"):
         raise ValueError(f"{where}(={spec!r}): {e}") from None
 
 
-def method_label(spec: str) -> str:
+def method_label(spec: str | MethodSpec) -> str:
     """A file-name-safe label of a method spec: ``fraq:tau=0.80`` -> ``fraq-tau0.80``."""
-    return re.sub(r"[^A-Za-z0-9.]+", "-", spec.strip().replace("=", "")).strip("-")
+    return re.sub(r"[^A-Za-z0-9.]+", "-", str(spec).strip().replace("=", "")).strip("-")
 
 
 _SECTIONS = {"model": Model, "partition": Partition, "federated": Federated, "train": Train}

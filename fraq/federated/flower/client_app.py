@@ -57,8 +57,8 @@ def _partition(context: Context, K: int) -> int:
     return int(pid)
 
 
-def _register(app: ClientApp, resolve: Callable[[Context], tuple[dict, str]]) -> ClientApp:
-    """Add the query and train handlers; ``resolve(context)`` gives (cfg, method spec)."""
+def _register(app: ClientApp, resolve: Callable[[Context], tuple[dict, Method]]) -> ClientApp:
+    """Add the query and train handlers; ``resolve(context)`` gives (cfg, method), built once per run."""
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
@@ -68,9 +68,8 @@ def _register(app: ClientApp, resolve: Callable[[Context], tuple[dict, str]]) ->
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        cfg, method = resolve(context)
+        cfg, m = resolve(context)
         task = _task(cfg)
-        m = Method.make(method, cfg)
         layer = task.client_layer(m.agg)
         c = msg.content["config"]
         k = int(c["client"])
@@ -102,12 +101,27 @@ def _register(app: ClientApp, resolve: Callable[[Context], tuple[dict, str]]) ->
 def make_client_app(cfg: dict, method: str) -> ClientApp:
     """A ``ClientApp`` for configuration ``cfg`` (a :func:`fraq.federated.config.load_config` dict)
     and method spec ``method`` (for the local-training settings)."""
-    return _register(ClientApp(), lambda context: (cfg, method))
+    made: list[Method] = []  # the method is built on the first message, once
+
+    def resolve(context: Context) -> tuple[dict, Method]:
+        if not made:
+            made.append(Method.make(method, cfg))
+        return cfg, made[0]
+
+    return _register(ClientApp(), resolve)
 
 
-def _from_run_config(context: Context) -> tuple[dict, str]:
-    cfg, method, _ = from_run_config(context.run_config)
-    return cfg, method
+_RUNS: dict[str, tuple[dict, Method]] = {}
+"""Run config (as JSON) -> (cfg, method): each run's configuration is parsed and checked once
+per process, not on every message."""
+
+
+def _from_run_config(context: Context) -> tuple[dict, Method]:
+    key = json.dumps(dict(context.run_config), sort_keys=True)
+    if key not in _RUNS:
+        cfg, method, _ = from_run_config(context.run_config)
+        _RUNS[key] = cfg, Method.make(method, cfg)
+    return _RUNS[key]
 
 
 # ``flwr run``'s component: the configuration comes from ``context.run_config``
