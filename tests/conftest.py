@@ -52,3 +52,33 @@ def _kernel_table(tmp_path_factory, monkeypatch):
     never write the user's cache."""
     if "FRAQ_KERNEL_TABLE" not in os.environ:
         monkeypatch.setenv("FRAQ_KERNEL_TABLE", str(tmp_path_factory.getbasetemp() / "kernels.json"))
+
+
+TINY_RUNS = ("table4", "table4_steps", "fig4_cond", "flexlora_precision", "fig4_rank", "fig1", "fig3", "clients", "peft")
+"""The experiments :func:`tiny_runs` measures (peft where peft and transformers import)."""
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(tmp_path_factory):
+    """The runner's results at the tiny size (real measurements) for every experiment the
+    analysis and figure tests draw, measured once per session. Read-only: a module takes its
+    experiments with :func:`tiny_copy` before changing or adding files."""
+    import importlib.util
+
+    from benchmarks import run
+
+    peft = all(importlib.util.find_spec(m) is not None for m in ("peft", "transformers"))
+    out = tmp_path_factory.mktemp("tiny-runs") / "results"
+    run.run(out, tuple(e for e in TINY_RUNS if peft or e != "peft"), size="tiny", progress=False)
+    return out
+
+
+def tiny_copy(results, dest, experiments) -> None:
+    """Copy ``experiments``' result folders (those that exist) from ``results`` into ``dest``."""
+    import shutil
+    from pathlib import Path
+
+    Path(dest).mkdir(parents=True, exist_ok=True)
+    for e in experiments:
+        if (Path(results) / e).is_dir():
+            shutil.copytree(Path(results) / e, Path(dest) / e)

@@ -33,11 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """The tiny sweep's results directory (every sweep experiment, real measurements)."""
+def tiny(tmp_path_factory, tiny_runs):
+    """The tiny sweep's results directory (every sweep experiment, real measurements: the
+    session's :func:`conftest.tiny_runs`, this module's experiments copied)."""
+    from conftest import tiny_copy
+
     out = tmp_path_factory.mktemp("tiny")
-    run.run(out / "results", ("table4", "table4_steps", "fig4_cond", "flexlora_precision", "fig4_rank", "fig1", "fig3"),
-            size="tiny", progress=False)
+    tiny_copy(tiny_runs, out / "results",
+              ("table4", "table4_steps", "fig4_cond", "flexlora_precision", "fig4_rank", "fig1", "fig3"))
     return out
 
 
@@ -718,11 +721,13 @@ def test_one_notebook_per_question():
     assert {p.stem for p in NOTEBOOKS} == {"explore_results", "fraq_vs_baselines", "fidelity"}
 
 
-@pytest.mark.parametrize("where, field, value, why", [
+@pytest.mark.parametrize("where, field, value, why", [  # each builds the whole report: one in the default run
     ("result", "timing", {"median": "fast", "samples": [1.0]}, "is not a number"),
-    ("result", "peak_bytes", [None], "is not a number"), ("config", "mode", 3, "is not a name"),
-    ("config", "d", "big", "is not a number"), ("result", "timing", {"median": 1.0, "samples": ["a"]}, "is not a"),
-    ("", "versions", "new", "versions not a JSON object")])
+    pytest.param("result", "peak_bytes", [None], "is not a number", marks=pytest.mark.slow),
+    pytest.param("config", "mode", 3, "is not a name", marks=pytest.mark.slow),
+    pytest.param("config", "d", "big", "is not a number", marks=pytest.mark.slow),
+    pytest.param("result", "timing", {"median": 1.0, "samples": ["a"]}, "is not a", marks=pytest.mark.slow),
+    pytest.param("", "versions", "new", "versions not a JSON object", marks=pytest.mark.slow)])
 def test_a_damaged_field_is_named_and_the_file_skipped(tiny, tmp_path, where, field, value, why):
     """A field of the wrong type (a string where the median belongs, a list of nothing
     measured, a number where a name belongs, versions that are not an object): the file is

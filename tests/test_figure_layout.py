@@ -27,7 +27,6 @@ pytest.importorskip("pandas")
 pytest.importorskip("seaborn")
 
 from analysis import reproduce, style  # noqa: E402
-from benchmarks import run  # noqa: E402
 from benchmarks.results import write_result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -210,13 +209,14 @@ def saved_figures(results: Path, tmp: Path) -> dict[str, object]:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """The tiny runner's results of every experiment a figure draws (real measurements), with
-    a backends and a federated experiment written as their runs write them (measuring them
-    takes minutes)."""
+def tiny(tmp_path_factory, tiny_runs):
+    """The tiny runner's results of every experiment a figure draws (real measurements: the
+    session's :func:`conftest.tiny_runs`, copied), with a backends and a federated experiment
+    written as their runs write them (measuring them takes minutes)."""
+    from conftest import tiny_copy
+
     out = tmp_path_factory.mktemp("layout") / "results"
-    run.run(out, ("fig4_cond", "fig4_rank", "fig1", "fig3", "clients") + (("peft",) if PEFT else ()), size="tiny",
-            progress=False)
+    tiny_copy(tiny_runs, out, ("fig4_cond", "fig4_rank", "fig1", "fig3", "clients") + (("peft",) if PEFT else ()))
     for i in range(6):
         for case, ms in (("roberta-base", 60.0 * 1.3**i), ("llama-3.2-3b", 210.0 + 70 * i)):
             write_result(out, "backends", f"{case}-{i}",

@@ -75,6 +75,7 @@ def test_launches_in_fresh_processes_concatenate_rounds_with_their_launch():
     assert not paired(rows(first), rows(second))  # equal ids within each, but 6 against 3 rounds
 
 
+@pytest.mark.slow  # measures fig3, clients and table4 groups again; the report test below reads the session's run
 def test_every_compared_point_shares_its_groups_rounds():
     """fig3, clients and table4 at tiny size: the results of one point's methods have the same group id,
     the same number of samples (rounds x launches) and their launch and round indices."""
@@ -114,26 +115,25 @@ def test_tables123_rows_are_paired_over_fresh_launches_and_carry_the_machine():
     assert paired(rows) and set(rows["loadavg"]) == {0.2} and set(rows["steal"]) == {0.0}
 
 
-def _quiet(monkeypatch):
-    import fraq._machine
-
-    monkeypatch.setattr("os.getloadavg", lambda: (0.1, 0.1, 0.1))
-    monkeypatch.setattr(fraq._machine, "steal_share", lambda: 0.0)
-
-
-def test_a_report_from_tiny_results_judges_the_ratios_round_by_round(tmp_path, monkeypatch):
-    """The runner at tiny size (fig3 and table4), written as on an idle machine: the report's
-    timing verdicts on fig3 and Table 4 are paired over the rounds (6 at tiny size)."""
+def test_a_report_from_tiny_results_judges_the_ratios_round_by_round(tmp_path, tiny_runs):
+    """The runner's tiny results (fig3 and table4, the session's run), their records set to
+    an idle machine's load: the report's timing verdicts on fig3 and Table 4 are paired over
+    the rounds (6 at tiny size)."""
     pytest.importorskip("pandas")
     pytest.importorskip("seaborn")
+    import json
+
     import matplotlib
 
     matplotlib.use("Agg")
     from analysis.reproduce import build
-    from benchmarks import run
+    from conftest import tiny_copy
 
-    _quiet(monkeypatch)
-    run.run(tmp_path / "results", ("table4", "fig3"), size="tiny", progress=False)
+    tiny_copy(tiny_runs, tmp_path / "results", ("table4", "fig3"))
+    for f in (tmp_path / "results").rglob("*.json"):
+        rec = json.loads(f.read_text())
+        rec.update(loadavg=0.1, steal=0.0)
+        f.write_text(json.dumps(rec))
     text = build(tmp_path).read_text()
     fig3 = next(x for x in text.splitlines() if "FRAQ is the fastest method across both sweeps" in x)
     assert "paired over 6 rounds" in fig3
