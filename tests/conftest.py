@@ -46,12 +46,18 @@ def pytest_benchmark_update_machine_info(config, machine_info):
                                                 "gpu_driver", "cuda", "cusolver", "git_sha") if k in rec}
 
 
-@pytest.fixture(autouse=True)
-def _kernel_table(tmp_path_factory, monkeypatch):
-    """The per-machine kernel table (benchmarks.measure.kernels) in a temporary file: tests
-    never write the user's cache."""
-    if "FRAQ_KERNEL_TABLE" not in os.environ:
-        monkeypatch.setenv("FRAQ_KERNEL_TABLE", str(tmp_path_factory.getbasetemp() / "kernels.json"))
+@pytest.fixture(autouse=True, scope="session")
+def _kernel_table(tmp_path_factory):
+    """The per-machine kernel table (benchmarks.measure.kernels) in a temporary file for the
+    whole session, session fixtures and the processes tests start included: tests never
+    write the user's cache."""
+    if "FRAQ_KERNEL_TABLE" in os.environ:
+        yield
+        return
+    mp = pytest.MonkeyPatch()
+    mp.setenv("FRAQ_KERNEL_TABLE", str(tmp_path_factory.getbasetemp() / "kernels.json"))
+    yield
+    mp.undo()
 
 
 TINY_RUNS = ("table4", "table4_steps", "fig4_cond", "flexlora_precision", "fig4_rank", "fig1", "fig3", "clients", "peft")
