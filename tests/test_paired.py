@@ -75,7 +75,7 @@ def test_launches_in_fresh_processes_concatenate_rounds_with_their_launch():
     assert not paired(rows(first), rows(second))  # equal ids within each, but 6 against 3 rounds
 
 
-@pytest.mark.slow  # measures fig3, clients and table4 groups again; the report test below reads the session's run
+@pytest.mark.slow  # measures fig3, clients and table4 groups; the report test below reads the shared tiny results
 def test_every_compared_point_shares_its_groups_rounds():
     """fig3, clients and table4 at tiny size: the results of one point's methods have the same group id,
     the same number of samples (rounds x launches) and their launch and round indices."""
@@ -116,7 +116,7 @@ def test_tables123_rows_are_paired_over_fresh_launches_and_carry_the_machine():
 
 
 def test_a_report_from_tiny_results_judges_the_ratios_round_by_round(tmp_path, tiny_runs):
-    """The runner's tiny results (fig3 and table4, the session's run), their records set to
+    """The runner's tiny results of fig3 and table4 (``tiny_runs``), their records set to
     an idle machine's load: the report's timing verdicts on fig3 and Table 4 are paired over
     the rounds (6 at tiny size)."""
     pytest.importorskip("pandas")
