@@ -15,9 +15,17 @@ launches and synchronisations. Routes (``eigensolver=``):
   it is ``"device"``;
 - ``"cupy"``: CuPy's batched ``cupy.linalg.eigh`` on the same device memory, handed over
   through DLPack with no copy, on torch's current stream (CUDA only; CuPy must import);
-- ``"auto"``: ``"device"`` on every device. A route becomes a device's default only from
-  an end-to-end measurement of ``fraq.recompress`` on that device (``python -m
-  benchmarks.gpu_check``, part ``eigensolver``), never from the eigensolver alone.
+- ``"auto"``: ``"cupy"`` on CUDA where CuPy imports, else ``"device"``. A route becomes a
+  device's default only from an end-to-end measurement of ``fraq.recompress`` on that
+  device (``python -m benchmarks.gpu_check``, part ``eigensolver``), never from the
+  eigensolver alone. On an H100 (docs/results/gpu/h100-routes) ``"cupy"`` was the fastest
+  route end to end on both presets with the same ranks as ``"device"`` and products equal
+  to float32 rounding; no such measurement exists for other devices, so they keep
+  ``"device"``.
+
+CuPy's workspace comes from CuPy's own memory pool, which torch's peak-memory counters do
+not see: on the ``"cupy"`` route the measured tensor peak leaves out the solver's
+workspace (a few r x r matrices per batch entry).
 
 Every route reads the lower triangle (the Gram may hold only it) and returns ascending
 eigenvalues with orthonormal eigenvectors in the requested dtype, on the Gram's device.
@@ -28,11 +36,14 @@ its result is checked and a non-finite one is taken as that refusal.
 
 from __future__ import annotations
 
+import functools
+import warnings
+
 import torch
 
 from fraq._parallel import batch_map
 
-__all__ = ["EIGENSOLVERS", "check_eigensolver", "eigh"]
+__all__ = ["EIGENSOLVERS", "check_eigensolver", "eigh", "resolve"]
 
 EIGENSOLVERS = ("auto", "device", "host", "cupy")
 """The routes of :func:`eigh` (module docstring)."""
@@ -54,12 +65,32 @@ def check_eigensolver(eigensolver: object, device: torch.device | None = None) -
     return eigensolver
 
 
+def resolve(eigensolver: str, device: torch.device) -> str:
+    """The route ``eigensolver`` (checked) takes on ``device``: ``"auto"`` is ``"cupy"`` on
+    CUDA where CuPy imports, else ``"device"``; ``"host"`` on the CPU is ``"device"``."""
+    if eigensolver == "auto":
+        return "cupy" if device.type == "cuda" and _cupy_imports() else "device"
+    if eigensolver == "host" and device.type != "cuda":
+        return "device"
+    return eigensolver
+
+
+@functools.cache
+def _cupy_imports() -> bool:
+    """True when CuPy imports here (asked once per process: the answer cannot change)."""
+    try:
+        import cupy  # noqa: F401
+    except Exception:  # noqa: BLE001 - absent, or built for another CUDA
+        return False
+    return True
+
+
 def eigh(G: torch.Tensor, dtype: torch.dtype, eigensolver: str = "auto") -> tuple[torch.Tensor, torch.Tensor] | None:
     """``(lam, U)`` of each symmetric ``G`` (``(*, r, r)``, lower triangle read) in ``dtype``,
     ascending, on ``G``'s device, by route ``eigensolver`` (checked by
     :func:`check_eigensolver`); None when the solver refuses a non-finite Gram."""
     Gd = G.to(dtype)
-    route = "device" if eigensolver == "auto" or (eigensolver == "host" and not Gd.is_cuda) else eigensolver
+    route = resolve(eigensolver, Gd.device)
     try:
         if route == "device":
             return batch_map(torch.linalg.eigh, Gd)
@@ -76,9 +107,14 @@ def _cupy(G: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
 
     index = G.device.index if G.device.index is not None else torch.cuda.current_device()
     stream = torch.cuda.current_stream(index)
-    with cupy.cuda.Device(index), cupy.cuda.ExternalStream(stream.cuda_stream, index):
-        w, V = cupy.linalg.eigh(cupy.from_dlpack(G.contiguous()), UPLO="L")
-        lam, U = torch.from_dlpack(w), torch.from_dlpack(V)
+    with warnings.catch_warnings():
+        # The device's CuPy deprecates ExternalStream for Stream.from_external; ExternalStream
+        # is the form that ran on a GPU (docs/results/gpu/h100-routes), so it stays until the
+        # other has run there too. Only that message is silenced.
+        warnings.filterwarnings("ignore", "ExternalStream is deprecated", DeprecationWarning)
+        with cupy.cuda.Device(index), cupy.cuda.ExternalStream(stream.cuda_stream, index):
+            w, V = cupy.linalg.eigh(cupy.from_dlpack(G.contiguous()), UPLO="L")
+            lam, U = torch.from_dlpack(w), torch.from_dlpack(V)
     if not bool(torch.isfinite(lam).all()):
         return None
     return lam, U

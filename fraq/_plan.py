@@ -112,7 +112,7 @@ class Plan:
         or 0 under the energy rule, which enters only the O(p) terms)."""
         m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
         d, D = min(m, n), max(m, n)
-        name = resolve_backend(options.backend, B.device)
+        name = resolve_backend(options.backend, B.device, B.dtype)
         path = cheapest_path(d, D, r, min(options.rank or 0, d, r), form=options.gram)
         spec = REGISTRY[name]
         basis_fn = identity_basis if path.identity else spec.fn

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from fraq import _gram, _range
-from fraq._eigen import eigh
+from fraq._eigen import eigh, resolve
 from fraq._energy import energy_rule, gram_budget, rounding_eps
 from fraq._fallbacks import Pass, settle
 from fraq._orient import orient, unorient
@@ -127,12 +127,13 @@ def recompress(
             ``"device"`` (``torch.linalg.eigh`` where the factors are), ``"host"`` (LAPACK
             on the CPU, the Grams copied there and back), ``"cupy"`` (CuPy's batched
             solver on a CUDA device, through DLPack), or ``"auto"`` (the default:
-            ``"device"``; a route becomes a device's default only from an end-to-end
-            measurement on that device). The result does not depend on the route beyond
-            the eigensolver's rounding.
+            ``"cupy"`` on CUDA where CuPy imports, else ``"device"``; a route becomes a
+            device's default only from an end-to-end measurement on that device). The
+            result does not depend on the route beyond the eigensolver's rounding.
 
     Returns:
         :class:`fraq.RecompressResult`; ``info["gram"]`` is the requested form,
+        ``info["eigensolver"]`` the route the eigenproblems took,
         ``info["product_gram_count"]`` counts the matrices whose Gram went through H,
         ``info["rescaled"]`` those that took the rescaled path, ``info["graded_basis"]`` those
         whose identity basis (r >= d) was replaced by the backend's because the kept
@@ -212,7 +213,8 @@ def _pipeline(plan: Plan, whole: tuple, batch: tuple, B: torch.Tensor, A: torch.
     budget = gram_budget(rd.lam.sum(-1), s, rounding_eps(plan.cdt, plan.edt), rd.n_sum if at.factored else None)
     p, energy, short, q = energy_rule(rd.lam, plan.tau, plan.rank, budget)  # 5. energy rule, on the host
     B, A = _map_back(plan, at, coords, eig[1], p, transposed)  # 6. map back and 7. unorient
-    info = {"rescaled": at.rescaled, "gram": plan.gram, "product_gram_count": 0 if at.factored else nb,
+    info = {"rescaled": at.rescaled, "gram": plan.gram, "eigensolver": resolve(plan.eigensolver, B.device),
+            "product_gram_count": 0 if at.factored else nb,
             "below_tau": int(short.sum()), "graded_basis": nb if plan.identity and "basis" not in at.basis.info else 0,
             **at.basis.info}
     lam = rd.lam if (q >= s).all() else np.where(np.arange(s) < q[:, None], rd.lam, 0.0)  # past q: rounding

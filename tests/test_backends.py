@@ -396,3 +396,16 @@ def test_benchmark_case_rows():
     assert all(r["ms_1t"] > 0 and r["gflop"] > 0 for r in rows)
     lines = summary([dict(r, section="condition") for r in rows])
     assert lines[0].startswith("worst exact-backend error") and "met" in lines[0]
+
+
+def test_auto_resolves_per_device_and_float64_data_to_householder():
+    from fraq.backends import resolve_backend
+
+    assert resolve_backend("auto", "cpu") == "householder"
+    assert resolve_backend("auto", "cuda") == "cholesky"  # measured on an H100 (DEVICE_DEFAULTS)
+    assert resolve_backend("auto", "cuda", torch.float32) == "cholesky"
+    for device in ("cpu", "cuda"):  # cholesky has no wider dtype for a float64 Gram
+        assert resolve_backend("auto", device, torch.float64) == "householder"
+    assert resolve_backend("cholesky", "cpu", torch.float64) == "cholesky"  # a name is kept as given
+    with pytest.raises(ValueError, match=r"backend\(='qr'\)"):
+        resolve_backend("qr", "cpu")

@@ -50,3 +50,24 @@ def test_a_route_that_cannot_run_is_refused_by_name():
         check_eigensolver("cupy", torch.device("cpu"))
     for route in ("auto", "device", "host"):
         assert check_eigensolver(route, torch.device("cpu")) == route
+
+
+def test_auto_takes_cupy_on_cuda_only_where_cupy_imports(monkeypatch):
+    import fraq._eigen as eigen
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
+    for imports in (True, False):
+        monkeypatch.setattr(eigen, "_cupy_imports", lambda imports=imports: imports)
+        assert eigen.resolve("auto", cpu) == "device"  # no CPU measurement favours another route
+        assert eigen.resolve("auto", cuda) == ("cupy" if imports else "device")
+        assert eigen.resolve("host", cpu) == "device" and eigen.resolve("host", cuda) == "host"
+        assert eigen.resolve("device", cuda) == "device"
+
+
+def test_the_route_taken_is_in_the_results_info():
+    import fraq
+
+    g = torch.Generator().manual_seed(3)
+    B, A = torch.randn(2, 40, 12, generator=g), torch.randn(2, 12, 30, generator=g)
+    for route in ("auto", "device", "host"):
+        assert fraq.recompress(B, A, tau=0.9, eigensolver=route).info["eigensolver"] == "device"

@@ -233,8 +233,10 @@ AUTO = "auto"
 """``recompress(..., backend="auto")``: the backend :data:`DEVICE_DEFAULTS` names for the
 input's device, recorded resolved in ``result.backend``."""
 
-DEVICE_DEFAULTS: dict[str, str] = {"cpu": "householder", "cuda": "householder"}
-"""Device type -> the backend ``"auto"`` runs there (``householder`` for any other type).
+DEVICE_DEFAULTS: dict[str, str] = {"cpu": "householder", "cuda": "cholesky"}
+"""Device type -> the backend ``"auto"`` runs there (``householder`` for any other type,
+and for float64 data everywhere: ``cholesky`` has no wider dtype for their Gram and
+would hand every matrix to Householder anyway).
 
 * CPU: ``householder``. Once a large batch runs chunk by chunk (each LAPACK call on one
   thread, the chunks shared by the threads) and the Gram is formed factored, Householder's
@@ -243,16 +245,25 @@ DEVICE_DEFAULTS: dict[str, str] = {"cpu": "householder", "cuda": "householder"}
   presets is in docs/performance.md. ``cholesky`` (exact, same accuracy) stays one name
   away; re-measure on another CPU with ``python -m benchmarks.roofline --compare
   householder:auto cholesky:auto``.
-* CUDA: ``householder``, the paper's reference, until ``cholesky`` is measured on a GPU.
-  There ``cholesky`` is the candidate (torch runs geqrf for d > 256 and ormqr as
-  per-matrix loops, cholesky_ex batched), but on GPUs whose float64 rate is 1/32 to 1/64
-  of float32 the float64 Gram could cost more than the loop saves.
+* CUDA: ``cholesky``. torch runs geqrf (d > 256) and ormqr as per-matrix loops on CUDA,
+  ``cholesky_ex`` and the GEMMs batched. Measured end to end on an H100
+  (docs/results/gpu/h100-routes, part ``alternatives``): ``fraq.recompress`` with
+  ``cholesky`` took 41.9 ms against Householder's 82.7 ms on RoBERTa-base's 36 modules
+  (768 x 768, r = 80) and 48.6 against 65.1 ms on LLaMA-3.2-3B's 56 gate/up projections
+  (r = 64), with excess over the float64 optimum 4e-14 to 2e-13 for both. On GPUs whose
+  float64 rate is 1/64 of float32 (about 1 TFLOP/s) the float64 Gram and application
+  of R^-1 at these shapes (2 d r^2 + 2 d r p per matrix: 0.4 GFLOP for RoBERTa-base's 36
+  modules, 1.5 for the 56 projections) add well under the loops' cost, but no such GPU
+  has measured it (``python -m benchmarks.gpu_check --parts alternatives``).
 """
 
 
-def resolve_backend(name: str, device: torch.device | str) -> str:
-    """``name``, or for ``"auto"`` the default of ``device``'s type (:data:`DEVICE_DEFAULTS`)."""
+def resolve_backend(name: str, device: torch.device | str, dtype: torch.dtype | None = None) -> str:
+    """``name``, or for ``"auto"`` the default of ``device``'s type (:data:`DEVICE_DEFAULTS`),
+    ``householder`` for float64 data (``dtype``; None: not known yet)."""
     if name == AUTO:
+        if dtype == torch.float64:
+            return "householder"
         return DEVICE_DEFAULTS.get(torch.device(device).type, "householder")
     if not isinstance(name, str) or name not in REGISTRY:
         raise ValueError(f"backend(={name!r}) is not one of {[AUTO, *sorted(REGISTRY)]}")
