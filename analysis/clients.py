@@ -44,9 +44,14 @@ largest K."""
 
 
 def label(method: str) -> str:
-    """"FRAQ", "FLoRIST", "FlexLoRA", or "FRAQ (<backend>)" for ``fraq:<backend>``."""
-    if method.startswith("fraq:"):
-        return f"FRAQ ({method.split(':', 1)[1]})"
+    """"FRAQ", "FLoRIST", "FlexLoRA", or "FRAQ (<backend>)" for ``fraq:backend=<backend>``.
+
+    Result files whose method reads ``fraq:<backend>`` (the key-less spelling the archives
+    under ``docs/results`` record) get the same label, so an archive and a fresh run draw
+    alike."""
+    name, _, options = method.partition(":")
+    if name == "fraq" and options:
+        return f"FRAQ ({options.removeprefix('backend=')})"
     return NAMES.get(method, method)
 
 

@@ -37,9 +37,9 @@ def sweep_config(sweep: str, method: str, value: int, mode: str) -> dict:
     for c in fig3.points(ASV):
         if (c["sweep"], c["method"], c["d"], c["r"], c["mode"]) == (sweep, method, d, r, mode):
             return c
-    from benchmarks.measure.methods import spec
+    from benchmarks.measure.methods import traits
 
-    skip(spec(method).skip_reason(d) or f"{method} is not measured at d={d}, r={r}")
+    skip(traits(method).skip_reason(d) or f"{method} is not measured at d={d}, r={r}")
 
 
 def _track(key: str, unit: str, doc: str):
