@@ -114,7 +114,7 @@ def _read_earlier(pts: list, out_dir: Path) -> tuple[set[str], dict]:
         if rec is not None:
             finished.add(p.key)
         elif ckpt.exists():
-            states[p.key] = load_checkpoint(ckpt, {"method": p.method, "config": jsonable(p.cfg)})
+            states[p.key] = load_checkpoint(ckpt, {"method": str(p.method), "config": jsonable(p.cfg)})
             check_records(states[p.key].records, f"--resume: checkpoint {str(ckpt)!r}")
     return finished, states
 
@@ -163,7 +163,7 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
 
     if resume and overwrite:
         raise ValueError("resume and overwrite exclude each other")
-    validate(cfg)
+    cfg = {**cfg, "methods": list(validate(cfg).methods)}  # text parsed once here, the specs carried
     pts = points(cfg)
     out_dir = Path(out_dir)
     _check_out_dir(out_dir)
