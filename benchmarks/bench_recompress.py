@@ -20,7 +20,8 @@ from benchmarks.experiments import fig3
 from benchmarks.sizes import ASV, size_config
 
 _C = size_config(ASV, "fig3")
-METHODS = list(_C["methods"])
+SWEEP_METHODS = list(_C["methods"])
+"""The method names Fig. 3's sweeps compare (the size's), the asv ``method`` parameter."""
 MODES = list(fig3.MODES)
 
 
@@ -91,7 +92,7 @@ class RankSweep(_Sweep):
     """Fig. 3a: against the total stacked rank r, at d = D fixed."""
 
     sweep = "r"
-    params = [METHODS, list(_C["ranks"]), MODES]
+    params = [SWEEP_METHODS, list(_C["ranks"]), MODES]
     param_names = ["method", "r", "mode"]
 
     def setup_cache(self):
@@ -102,7 +103,7 @@ class HiddenSweep(_Sweep):
     """Fig. 3b: against the hidden size d (square d x d modules), at r fixed."""
 
     sweep = "d"
-    params = [METHODS, list(_C["dims"]), MODES]
+    params = [SWEEP_METHODS, list(_C["dims"]), MODES]
     param_names = ["method", "d", "mode"]
 
     def setup_cache(self):

@@ -704,15 +704,15 @@ def test_roberta_preset_all_methods_run():
 def test_measurement_rows_on_a_tiny_preset():
     """The measurement command's pieces: downlink % by rule, exact one-module-per-shape counts."""
     from benchmarks.cases import build_model
-    from benchmarks.experiments.tables123 import Method, prepare, sample
+    from benchmarks.experiments.tables123 import TableRow, prepare, sample
     from fraq.presets import ModuleGroup, Preset
 
     tiny = Preset("tiny", (ModuleGroup("q", 12, 12, 3), ModuleGroup("up", 20, 12, 2)), ranks=(2, 2, 2),
                   alphas=(4.0, 4.0, 4.0))
     model = build_model(tiny, seed=1)
     rows = []
-    for method in (Method("fedit", "fedit"), Method("lora-a2 (B round)", "lora-a2", {"round": 1}),
-                   Method("flexlora", "flexlora"), Method("fraq (tau=0.95)", "fraq", {"tau": 0.95})):
+    for method in (TableRow("fedit", "fedit"), TableRow("lora-a2 (B round)", "lora-a2", {"round": 1}),
+                   TableRow("flexlora", "flexlora"), TableRow("fraq (tau=0.95)", "fraq", {"tau": 0.95})):
         full = prepare(model, method, subset=False)
         sample(full)
         assert len(full.samples) == 1 and full.samples[0] > 0

@@ -54,12 +54,12 @@ from benchmarks.sizes import size_config
 from fraq.aggregators import ClientUpdate, get_aggregator
 from fraq.presets import Preset, get_preset
 
-__all__ = ["DENSE_WORK", "METHODS", "QUICK_DENSE_WORK", "dense_plan", "key", "measure", "method_job", "model_for",
-           "points", "run_preset"]
+__all__ = ["DENSE_WORK", "QUICK_DENSE_WORK", "TableRow", "dense_plan", "key", "measure", "method_job", "model_for",
+           "points", "run_preset", "table_rows"]
 
 
 @dataclass(frozen=True)
-class Method:
+class TableRow:
     """One table row: a registry name, its options, and the preset rule for special cases."""
 
     label: str
@@ -67,24 +67,24 @@ class Method:
     options: dict = field(default_factory=dict)
 
 
-def _methods(preset: Preset) -> list[Method]:
+def _methods(preset: Preset) -> list[TableRow]:
     hetero = len(set(preset.ranks)) > 1
     florist_tau = 0.85 if hetero else 0.90  # the FLoRIST paper's thresholds
     return [
-        Method("flora", "flora"),
-        Method("fedex-lora", "fedex-lora"),
-        Method("fedit", "fedit"),
-        Method("lora-a2 (B round)", "lora-a2", {"round": 1}),
-        Method("lora-a2 (A round)", "lora-a2", {"round": 2}),
-        Method("flexlora", "flexlora"),
-        Method("florg", "florg"),
-        Method(f"florist (tau={florist_tau:.2f})", "florist", {"tau": florist_tau}),
-        Method("fraq (tau=0.80)", "fraq", {"tau": 0.80}),
-        Method("fraq (tau=0.95)", "fraq", {"tau": 0.95}),
+        TableRow("flora", "flora"),
+        TableRow("fedex-lora", "fedex-lora"),
+        TableRow("fedit", "fedit"),
+        TableRow("lora-a2 (B round)", "lora-a2", {"round": 1}),
+        TableRow("lora-a2 (A round)", "lora-a2", {"round": 2}),
+        TableRow("flexlora", "flexlora"),
+        TableRow("florg", "florg"),
+        TableRow(f"florist (tau={florist_tau:.2f})", "florist", {"tau": florist_tau}),
+        TableRow("fraq (tau=0.80)", "fraq", {"tau": 0.80}),
+        TableRow("fraq (tau=0.95)", "fraq", {"tau": 0.95}),
     ]
 
 
-METHODS = _methods
+table_rows = _methods
 """preset -> the rows measured for it."""
 
 DENSE_WORK = 1e12
@@ -109,12 +109,12 @@ def dense_plan(preset: Preset, *, quick: bool) -> str:
     return "full" if whole <= DENSE_WORK else "per-shape"
 
 
-def _aggregator(method: Method):
+def _aggregator(method: TableRow):
     """The row's aggregator (``round`` is the table's option: which LoRA-A^2 round is timed)."""
     return get_aggregator(method.name, **{k: v for k, v in method.options.items() if k != "round"})
 
 
-def _inputs(model: Model, agg, method: Method, names):
+def _inputs(model: Model, agg, method: TableRow, names):
     """The uploads of modules ``names`` as the method's clients send them, and the state
     the timed round starts from."""
     if agg.single_matrix:
@@ -133,7 +133,7 @@ class Job:
     that shape. ``row`` holds the downlink figures from the first (warm-up) calls.
     """
 
-    method: Method
+    method: TableRow
     calls: list[tuple[object, float]]
     row: dict
     first_s: float
@@ -148,7 +148,7 @@ class Job:
         return Weighted(self.calls, seconds=self.first_parts or None)
 
 
-def prepare(model: Model, method: Method, *, subset: bool) -> Job:
+def prepare(model: Model, method: TableRow, *, subset: bool) -> Job:
     """Inputs, the warm-up call (its result gives the downlink), and the calls to time.
 
     For FLoRG the warm-up's state is passed on, so the timed calls include the
@@ -236,7 +236,7 @@ def sample(job: Job, device: torch.device | str = "cpu") -> None:
     job.samples.append(total)
 
 
-def _applicable(method: Method, preset: Preset) -> str | None:
+def _applicable(method: TableRow, preset: Preset) -> str | None:
     """The aggregator's own error for the preset's client ranks, found on 4 x 4 stand-ins
     named after the preset's first module."""
     agg = _aggregator(method)
@@ -265,7 +265,7 @@ def model_for(name: str, *, quick: bool, seed: int = 0, device: torch.device | s
     return build_model(get_preset(name), layers=_layers(name, quick, layers), seed=seed, device=device)
 
 
-def method_job(name: str, model: Model, method: Method, *, quick: bool) -> Job | str:
+def method_job(name: str, model: Model, method: TableRow, *, quick: bool) -> Job | str:
     """The prepared :class:`Job` of one row on preset ``name`` (one warm-up call), or the
     reason it is not measured."""
     problem = _applicable(method, model.preset)
