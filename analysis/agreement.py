@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.loaders import paper
 from analysis.style import NAMES, num
 from analysis.verdicts import Verdict, exact, holds, judge, not_measured, paired
 
@@ -351,28 +352,15 @@ def table4_lines(df: pd.DataFrame) -> list[str]:
 # ----------------------------------------------------------------------------- Tables 1-3
 
 
-SPEEDUPS = {
-    "roberta-base": ("FRAQ requires 14.2 ms per aggregation, 8-15x faster than FLoRIST and 190-2,300x faster than "
-                     "FlexLoRA", (("florist", 8.0), ("flexlora", 190.0))),
-    "llama-3.2-3b": ("FRAQ requires 86.7 ms per aggregation, 8-15x faster than FLoRIST and 190-2,300x faster than "
-                     "FlexLoRA", (("florist", 8.0), ("flexlora", 190.0))),
-    "llama-3.2-3b-hetero": ("both FRAQ variants require about 0.37 s, around 12x faster than FLoRIST and more than "
-                            "900x faster than FlexLoRA", (("florist", 8.0), ("flexlora", 900.0))),
-}
-"""Per preset, the paper's latency claim (Section 5, server-side efficiency) and what is
-tested on a GPU: the method's time over FRAQ's (the slower of its two variants) above the
-paper's lower end (8 of "8-15x", also for "around 12x"; 190 of "190-2,300x"; 900). These
-are GH200 wall-clock ratios: a CPU cannot test them (see :data:`MODEL_BAND`)."""
+def _speedups() -> dict:
+    """Per preset, the paper's latency claim and the ratios a GPU run tests
+    (``analysis/paper.json``'s ``speedups``, whose ``_about`` gives the rule)."""
+    return {k: v for k, v in paper()["speedups"].items() if not k.startswith("_")}
 
-MODEL_BAND = (0.5, 2.0)
-"""On a CPU the speed-ups are judged against what the FLOP models predict, the paper's own
-(Table 5's formulas) and the routines the code calls (``fraq.flops``, ``model="full"``):
-the measured ratio over the model's ratio within this band. On one core both methods run
-the same BLAS and LAPACK, so their time ratio follows their FLOP ratio up to the rates of
-their kernels, which differ by up to about 2x between a large dense SVD and FRAQ's small
-QR and eigenproblems (``benchmarks.measure.kernels``; Table 5's "% of GEMM bound"). The
-paper's GPU ratio exceeding its own FLOP model (190x against about 80x) is a GPU's
-launch and synchronisation overheads, which only a GPU measures."""
+
+MODEL_BAND = (paper()["cpu_model_band"]["low"], paper()["cpu_model_band"]["high"])
+"""On a CPU, the band the measured speed-up over a FLOP model's must fall in
+(``analysis/paper.json``'s ``cpu_model_band``, whose ``_about`` gives the reason)."""
 
 
 def tables123_lines(df: pd.DataFrame, preset: str) -> list[str]:
@@ -383,7 +371,8 @@ def tables123_lines(df: pd.DataFrame, preset: str) -> list[str]:
     rows = rows[rows["preset"] == preset]
     lines = []
     fraq = rows[rows["name"] == "fraq"]
-    claim, tests = SPEEDUPS.get(preset, (None, ()))
+    claimed = _speedups().get(preset)
+    claim, tests = (None, ()) if claimed is None else (claimed["claim"], tuple(claimed["over_fraq_min"].items()))
     if claim is not None:
         parts = []
         for name, thr in tests:

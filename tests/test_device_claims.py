@@ -50,3 +50,19 @@ def test_a_cpu_ratio_far_from_the_models_disagrees():
 def test_on_a_gpu_the_papers_wall_clock_ratio_is_judged(ratio, word):
     line = _line(_rows(ratio, "cuda:0"))
     assert f"**{word}**" in line and "above 190" in line and "not judged" not in line
+
+
+def test_the_claims_and_their_thresholds_are_the_papers_file(monkeypatch):
+    """The quoted claim and the ratio a GPU tests come from ``analysis/paper.json``
+    (``speedups``), and the CPU's band is its ``cpu_model_band``: no number typed in the code."""
+    import analysis.agreement as agreement
+    from analysis.loaders import paper
+
+    stored = paper()
+    assert MODEL_BAND == (stored["cpu_model_band"]["low"], stored["cpu_model_band"]["high"])
+    assert stored["speedups"]["roberta-base"]["over_fraq_min"] == {"florist": 8.0, "flexlora": 190.0}
+    changed = {**stored, "speedups": {"roberta-base": {"claim": "FRAQ requires a test claim",
+                                                       "over_fraq_min": {"flexlora": 300.0}}}}
+    monkeypatch.setattr(agreement, "paper", lambda: changed)
+    line = _line(_rows(250.0, "cuda:0"))
+    assert "FRAQ requires a test claim" in line and "above 300" in line and "**disagrees**" in line, line
