@@ -243,18 +243,30 @@ def seeds_of(cfg: dict) -> list[int]:
     return list(cfg["seeds"]) if cfg.get("seeds") is not None else [cfg["seed"]]
 
 
+def _check_variant(cfg: dict) -> None:
+    """The checks of :class:`Config` on every key a variant may override: all but ``seed``,
+    ``seeds``, ``variants`` and ``methods``, which :class:`Config` refuses in a variant (the
+    methods were checked with the setting, and are carried as they are)."""
+    from fraq.federated.dataset import check_dataset_spec
+
+    check_int("threads", cfg["threads"], 1, allow_none=True)
+    for key, section in _SECTIONS.items():
+        section(**cfg[key])
+    check_dataset_spec(cfg["dataset"])
+
+
 def runs(cfg: dict) -> list[tuple[str, int, dict]]:
     """(variant, seed, configuration) of every run of the validated setting ``cfg``, variants
     in their order, seeds in theirs. A run's configuration is ``cfg`` with the variant's
-    overrides applied and ``seed`` set; it is validated (a bad override raises ValueError
-    naming the variant)."""
+    overrides applied and ``seed`` set; what a variant overrides is validated (a bad override
+    raises ValueError naming the variant)."""
     out = []
     for name, over in cfg["variants"].items():
         base = copy.deepcopy(cfg)
         try:
             for key, value in over.items():
                 set_key(base, key, value)
-            validate(base)
+            _check_variant(base)
         except ValueError as e:
             hint = ""
             if "federated.ranks" in over and "entries for federated.clients" in str(e):
