@@ -329,8 +329,8 @@ def test_skipped_method_is_a_result(tmp_path):
 def test_a_method_is_parsed_once_where_the_config_is_loaded(tmp_path, method_parses, monkeypatch):
     """One harness run in process, two variants, two seeds, two methods: each method's text is
     parsed once, by load_config; the variants' checks, the points, the runs, their checkpoints
-    and result files carry the spec and never read its text again, and the run checks each
-    method once (with the setting), not again per variant."""
+    and result files carry the spec and never read its text a second time, and the run checks each
+    method once (with the setting), not once more per variant."""
     from fraq.federated.experiment import points
 
     texts = method_parses
@@ -345,7 +345,7 @@ def test_a_method_is_parsed_once_where_the_config_is_loaded(tmp_path, method_par
     monkeypatch.setattr(config, "method_aggregator", lambda spec, *a, **k: checks.append(spec) or real(spec, *a, **k))
     files = run_experiment(cfg, tmp_path, progress=False, log=lambda *a: None)
     assert len(files) == len(points(cfg)) == 8 and texts == []
-    assert checks == cfg["methods"]  # checked with the setting, once: not again per variant
+    assert checks == cfg["methods"]  # checked with the setting, once: not per variant
     assert {json.loads(f.read_text())["config"]["method"] for f in files} == set(methods)
 
 

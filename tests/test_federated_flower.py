@@ -363,7 +363,7 @@ def test_strategy_and_harness_build_the_same_round_record():
 
 def test_a_flower_run_parses_its_method_once(method_parses):
     """The run config's method is parsed once, by RunConfig; the ServerApp, the ClientApp, the
-    method set-up and a round of the strategy carry the spec and never read its text again."""
+    method set-up and a round of the strategy carry the spec and never read its text a second time."""
     from fraq.federated.flower.client_app import make_client_app
     from fraq.federated.flower.server_app import make_server_app
 

@@ -13,7 +13,7 @@ the grammar of :class:`fraq.methods.MethodSpec`: ``"fraq:tau=0.80"``, ``"florist
 the configuration is checked (:class:`Config`); the dictionary :func:`load_config` returns
 holds the parsed :class:`~fraq.methods.MethodSpec` values under ``methods``, and everything
 after it (the variants' and points' checks, the runs, the Flower apps) carries those values
-and never reads the text again.
+and never reads the text a second time.
 
 A setting is run over ``seeds`` (null: the one ``seed``) and over its ``variants``:
 named sets of dotted overrides of the same experiment, e.g. ``{"homogeneous": {},
