@@ -8,8 +8,7 @@ Every section module exports
 - ``draw(res) -> list[Section]``: its part of ``report.md`` from the checked frames of
   :func:`analysis.load` (``res[experiment]``), as :class:`Section` objects: a title, the
   markdown body (tables, the verdict lines of :mod:`analysis.agreement` or the section's
-  own) and at most one
-  :class:`Figure`.
+  own) and at most one :class:`Figure`.
 
 :func:`analysis.reproduce.build` is one loop over :data:`analysis.reproduce.SECTIONS`:
 it saves each figure (PNG and PDF, with its caption line) and writes the sections in the
