@@ -305,10 +305,14 @@ def test_a_backend_is_named_in_the_method_grammar():
     assert ref.info["backend"] == "cholesky"
     with pytest.raises(ValueError, match=r"method\(='fraq:cholesky'\): .* write 'fraq:backend=cholesky'"):
         get_method("fraq:cholesky")
-    with pytest.raises(ValueError, match=r"method\(='qr-svd:rank=3'\): qr-svd takes no options"):
-        get_method("qr-svd:rank=3")
+    with pytest.raises(ValueError, match=r"method\(='qr-svd:p=3'\): qr-svd takes no options"):
+        get_method("qr-svd:p=3")
     with pytest.raises(TypeError, match=r"'florist' does not take options \['nope'\]"):
         get_method("florist:nope=1")
+    with pytest.raises(ValueError, match=r"method\(='fraq:tau=0.9'\): tau and rank are the call's"):
+        get_method("fraq:tau=0.9")
+    with pytest.raises(NotImplementedError, match="has no 'no-such-method'"):
+        get_method("no-such-method")
 
 
 def test_every_case_name_is_a_method_spec_that_prints_back():

@@ -11,7 +11,7 @@ to the float64 subspaces, singular-value errors, their Wedin / Davis-Kahan bound
 Sizes: :data:`benchmarks.sizes.SIZES` ``[size]["fig4_rank"]``; the asv class
 ``bench_fidelity.RankFidelity`` reads the same :func:`measure`.
 
-A method whose results are nested truncations (``MethodSpec.nested``: FlexLoRA's dense
+A method whose results are nested truncations (``MethodTraits.nested``: FlexLoRA's dense
 SVD) is run once per group at the sweep's largest p (``p_max``) and cut to each p: one
 dense SVD per module for every output rank, bit for bit the result of a call at p.
 """

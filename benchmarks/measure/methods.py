@@ -25,8 +25,9 @@ shape). Names:
 
 A name is read by :class:`fraq.methods.MethodSpec` (:func:`split_method`), the grammar of
 every front door, so ``fraq:cholesky`` (a backend without its key) is refused with the
-spelling to use. Every call goes through fraq's public API, so the suite measures whatever fraq the
-process imports (:mod:`benchmarks.regress` points it at each commit's own checkout).
+spelling to use; ``tau`` and ``rank`` are the call's (the experiment's), never a name's
+options. Every call goes through fraq's public API, so the suite measures whatever fraq
+the process imports (:mod:`benchmarks.regress` points it at each commit's own checkout).
 A name the imported fraq does not have raises NotImplementedError naming it, which asv
 reports as a skipped benchmark and pytest as a skip.
 """
@@ -193,19 +194,19 @@ def _fraq(**chosen) -> Callable:
 def _aggregator(name: str, **options) -> Callable:
     """The baseline ``name``'s ``aggregate_batch`` (the aggregator built with ``options``),
     on this module's convention."""
-    from fraq.aggregators import get_aggregator
+    from fraq.aggregators import AGGREGATORS, get_aggregator
 
-    try:
-        agg = get_aggregator(name, **options)
-    except (KeyError, ValueError) as exc:
-        raise NotImplementedError(f"fraq.aggregators has no {name!r}: {exc}") from None
-    return agg.aggregate_batch
+    if name not in AGGREGATORS:
+        raise NotImplementedError(f"fraq.aggregators has no {name!r} (it has {sorted(AGGREGATORS)})")
+    return get_aggregator(name, **options).aggregate_batch
 
 
 def get_method(name: str) -> Callable:
     """The callable for method ``name`` (see the module docstring); ValueError for a name
     outside the grammar (:func:`split_method`), before anything is built."""
     base, options = split_method(name)
+    if {"tau", "rank"} & set(options):
+        raise ValueError(f"method(={name!r}): tau and rank are the call's (the experiment's), not the method's")
     if base == "fraq":
         return _fraq(**options)
     if base in (PAPER_CONFIG, *TEXTBOOK) and options:
