@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, over)
         data_dir = _data_dir(args.data_dir, cfg)
         if data_dir is not None:
-            cfg = load_config(args.config, {**over, "dataset.data_dir": data_dir})
+            cfg = load_config(args.config, {**over, "methods": cfg["methods"], "dataset.data_dir": data_dir})
         if args.variants is not None:
             unknown = [v for v in args.variants if v not in cfg["variants"]]
             if unknown:
