@@ -9,6 +9,7 @@ model, fidelity against exact truncations, and the ablation variants against
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 import torch
@@ -102,6 +103,65 @@ def test_peak_of_known_pattern_cuda():
 
 
 # ------------------------------------------------------------------ FLOP formulas
+
+
+def test_cupys_pool_is_added_to_the_cuda_peak(monkeypatch):
+    """The CUDA peak counts what CuPy's pool held after the call (it keeps every block
+    until released, so at least its peak) on top of torch's counters, and nothing when
+    CuPy is not imported. Driven by stand-ins for torch.cuda's counters and CuPy's pool:
+    the arithmetic and the release before the call are what is checked here; the CUDA
+    test above checks torch's counters on a GPU."""
+    import contextlib
+    import types
+
+    import benchmarks.measure.memory as memory
+
+    torch_bytes = {"now": 1000, "max": 1000, "churn": 0}
+
+    def alloc(n):
+        torch_bytes["now"] += n
+        torch_bytes["max"] = max(torch_bytes["max"], torch_bytes["now"])
+        torch_bytes["churn"] += n
+
+    fake_cuda = types.SimpleNamespace(
+        synchronize=lambda device=None: None, memory_allocated=lambda device=None: torch_bytes["now"],
+        max_memory_allocated=lambda device=None: torch_bytes["max"], current_device=lambda: 0,
+        memory_stats=lambda device=None: {"allocated_bytes.all.allocated": torch_bytes["churn"]},
+        reset_peak_memory_stats=lambda device=None: torch_bytes.update(max=torch_bytes["now"]))
+    monkeypatch.setattr(memory.torch, "cuda", fake_cuda)
+
+    class Pool:
+        def __init__(self):
+            self.held, self.used, self.released = 4096, 512, 0  # a block left free by an earlier call
+
+        def free_all_blocks(self):
+            self.released += 1
+            self.held = self.used
+
+        def total_bytes(self):
+            return self.held
+
+        def used_bytes(self):
+            return self.used
+
+    pool = Pool()
+    fake_cupy = types.SimpleNamespace(get_default_memory_pool=lambda: pool,
+                                      cuda=types.SimpleNamespace(Device=lambda i: contextlib.nullcontext()))
+
+    def call():  # torch: 300 B temporary, 100 B kept; CuPy: 2000 B at once, 200 B kept
+        alloc(300)
+        alloc(-300)
+        alloc(100)
+        pool.held += 2000
+        pool.used += 200
+
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    m = memory.peak_memory(call, device="cuda:0")
+    assert (m.peak, m.net, m.outside) == (300, 100, 0) and pool.released == 0
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    m = memory.peak_memory(call, device="cuda:0")
+    assert pool.released == 1  # the earlier call's free block is not charged to this one
+    assert m.outside == 2000 and m.peak == 300 + 2000 and m.net == 100 + 200
 
 
 def test_textbook_counts():
