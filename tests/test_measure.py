@@ -427,6 +427,29 @@ def test_machine_record_names_the_device_and_gpu_fields():
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the record's GPU fields are read from it")
+def test_the_git_sha_is_asked_once_per_process(monkeypatch):
+    """A run records the commit it started from: HEAD moving during the run (commits made
+    beside it) does not change the sha later records carry."""
+    import subprocess
+
+    import fraq._machine as machine
+
+    heads = iter(["a" * 40, "b" * 40])
+    asked = []
+
+    def run(*args, **kwargs):
+        asked.append(args)
+        return subprocess.CompletedProcess(args, 0, stdout=next(heads) + "\n")
+
+    monkeypatch.setattr(machine.subprocess, "run", run)
+    machine._git_sha.cache_clear()
+    try:
+        assert machine._git_sha() == "a" * 40 and machine._git_sha() == "a" * 40
+        assert len(asked) == 1
+    finally:
+        machine._git_sha.cache_clear()
+
+
 def test_machine_record_on_cuda():
     from fraq._machine import machine_record
 
