@@ -102,9 +102,6 @@ def test_peak_of_known_pattern_cuda():
     assert m.allocated == 7 * mib
 
 
-# ------------------------------------------------------------------ FLOP formulas
-
-
 def test_cupys_pool_is_added_to_the_cuda_peak(monkeypatch):
     """The CUDA peak counts what CuPy's pool held after the call (it keeps every block
     until released, so at least its peak) on top of torch's counters, and nothing when
@@ -162,6 +159,9 @@ def test_cupys_pool_is_added_to_the_cuda_peak(monkeypatch):
     m = memory.peak_memory(call, device="cuda:0")
     assert pool.released == 1  # the earlier call's free block is not charged to this one
     assert m.outside == 2000 and m.peak == 300 + 2000 and m.net == 100 + 200
+
+
+# ------------------------------------------------------------------ FLOP formulas
 
 
 def test_textbook_counts():
@@ -425,8 +425,6 @@ def test_machine_record_names_the_device_and_gpu_fields():
     assert rec["cuda"] == torch.version.cuda
 
 
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the record's GPU fields are read from it")
 def test_the_git_sha_is_asked_once_per_process(monkeypatch):
     """A run records the commit it started from: HEAD moving during the run (commits made
     beside it) does not change the sha later records carry."""
@@ -450,6 +448,8 @@ def test_the_git_sha_is_asked_once_per_process(monkeypatch):
         machine._git_sha.cache_clear()
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the record's GPU fields are read from it")
 def test_machine_record_on_cuda():
     from fraq._machine import machine_record
 
