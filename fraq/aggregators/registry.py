@@ -100,40 +100,47 @@ AGGREGATORS: dict[str, type[Aggregator]] = _Registry(
 """Registry: name -> aggregator class, in the order of registration (the package's first,
 then the methods from outside it). The paper's order is each class's ``paper_order``."""
 
-_loaded: set[str] = set()
-"""The entry points and modules loaded so far (``"entry point <name>"``, ``"module <name>"``)."""
+_loaded = False
+"""Whether the methods from outside the package are loaded (:func:`load_outside_methods`)."""
 
 
 def load_outside_methods() -> None:
     """Import the methods named by entry points (:data:`ENTRY_POINT_GROUP`) and by
-    :data:`ENV`, each once per process; every read of :data:`AGGREGATORS` calls this.
+    :data:`ENV`, once per process: every read of :data:`AGGREGATORS` calls this, and only
+    the first does any work (the entry points and the variable are read then; a failed
+    load leaves it to the next read, which tries again and raises again).
 
     Raises:
         ImportError: naming the entry point or module and the exception it raised.
     """
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True  # before loading: a module's own register_aggregator, or any read of it, reads the registry
+    try:
+        _load()
+    except BaseException:
+        _loaded = False
+        raise
+
+
+def _load() -> None:
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        where = f"entry point {ep.name}={ep.value}"
-        if where in _loaded:
-            continue
-        _loaded.add(where)  # before loading: the module's own register_aggregator reads the registry
         try:
             obj = ep.load()
             if inspect.isclass(obj):
                 register_aggregator(obj)
         except Exception as exc:
-            _loaded.discard(where)
-            raise ImportError(f"{ENTRY_POINT_GROUP} {where} failed to load: {type(exc).__name__}: {exc}") from exc
+            raise ImportError(f"{ENTRY_POINT_GROUP} entry point {ep.name} = {ep.value!r} failed to load: "
+                              f"{type(exc).__name__}: {exc}") from exc
     for module in (m.strip() for m in os.environ.get(ENV, "").split(",")):
-        where = f"module {module}"
-        if not module or where in _loaded:
+        if not module:
             continue
-        _loaded.add(where)
         try:
             importlib.import_module(module)
         except Exception as exc:
-            _loaded.discard(where)
             raise ImportError(f"{ENV}={os.environ[ENV]!r}: module {module!r} failed to import: "
                               f"{type(exc).__name__}: {exc}") from exc
 
