@@ -10,7 +10,6 @@ subspace (Davis-Kahan).
 from __future__ import annotations
 
 import itertools
-
 import re
 
 import pytest
