@@ -147,7 +147,7 @@ def test_a_module_that_fails_is_named_with_its_error_at_every_read(outside, monk
     if source is not None:
         (outside / "broken_method.py").write_text(source)
     monkeypatch.setenv(ENV, modules)
-    for _ in range(2):  # not marked loaded: the next read tries again, and says so again
+    for _ in range(2):  # not marked loaded: each read repeats the load and names the error
         with pytest.raises(ImportError, match=match):
             get_aggregator("fraq")
     sys.modules.pop("broken_method", None)

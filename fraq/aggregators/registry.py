@@ -21,7 +21,8 @@ finds the same methods as its parent):
   would not.
 
 A module or entry point that fails to load is an ImportError naming it and the
-exception, raised by the read that triggered the load; the next read tries again.
+exception, raised by the read that triggered the load; the registry is marked loaded only
+once a load succeeds, so every later read tries the load and reports the error.
 """
 
 from __future__ import annotations
@@ -107,8 +108,9 @@ _loaded = False
 def load_outside_methods() -> None:
     """Import the methods named by entry points (:data:`ENTRY_POINT_GROUP`) and by
     :data:`ENV`, once per process: every read of :data:`AGGREGATORS` calls this, and only
-    the first does any work (the entry points and the variable are read then; a failed
-    load leaves it to the next read, which tries again and raises again).
+    the first that succeeds does any work (the entry points and the variable are read then;
+    after a failed load the registry is not marked loaded, so each later read repeats the
+    load and its error).
 
     Raises:
         ImportError: naming the entry point or module and the exception it raised.
@@ -165,7 +167,7 @@ def register_aggregator(cls: type[Aggregator]) -> type[Aggregator]:
     A name names one method: registering a different class under a taken name is a
     ValueError naming both (a method would otherwise replace another silently, and every
     table, result and Flower run would show the wrong one under its name). Registering the
-    same class again changes nothing. The class's description (:meth:`Aggregator.describe`:
+    same class a second time changes nothing. The class's description (:meth:`Aggregator.describe`:
     display name, paper order, downlink rule, FLOP model) is checked here, so a bad one is
     refused where it is registered, not in a report."""
     if not (isinstance(cls, type) and issubclass(cls, Aggregator)):
