@@ -172,7 +172,7 @@ def lines(df: pd.DataFrame, dense: str = "flexlora") -> list[str]:
         if len(fr) < 2:
             out.append(f"{head} FRAQ measured at fewer than two K.")
             continue
-        exps = ", ".join(f"{label(m)} {_k(growth(s, 'below'))} / {_k(growth(s, 'above'))}"
+        exps = ", ".join(f"{s['label'].iloc[0]} {_k(growth(s, 'below'))} / {_k(growth(s, 'above'))}"
                          for m, s in sub.groupby("method", sort=False))
         out.append(f"{head} time ~ K^a up to r = d / from r = d: {exps}.")
         above = fr[fr["r"] >= dd]
