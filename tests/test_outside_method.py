@@ -280,3 +280,24 @@ def test_tables_fig3_clients_and_report_show_it(outside, tmp_path):
     report = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert f"| {NAME} |" in report  # Tables 1-3's row
     assert f"| {DISPLAY} |" in report  # Table 5's row (it has a FLOP model)
+
+
+def test_the_analysis_shows_a_method_by_its_result_fields_without_knowing_it():
+    """analysis.style reads names, families and order from the rows; files without them fall
+    back to the paper's names; an unknown method gets a colour no paper method has."""
+    import pandas as pd
+
+    from analysis.style import COLORS, described, styles
+
+    rows = pd.DataFrame([
+        {"method": NAME, "display_name": DISPLAY, "family": DISPLAY, "paper_order": None},
+        {"method": "fraq:cholesky", "display_name": "FRAQ (cholesky)", "family": "FRAQ", "paper_order": 8},
+        {"method": "florist"},  # a file written without the fields
+        {"method": "fraq"},
+    ])
+    d = described(rows)
+    assert list(d["method_name"]) == [DISPLAY, "FRAQ (cholesky)", "FLoRIST", "FRAQ"]
+    look = styles(d)
+    assert list(look) == ["FRAQ", "FRAQ (cholesky)", "FLoRIST", DISPLAY]  # legend: the paper's method first
+    assert look["FRAQ (cholesky)"] == dict(color=COLORS["FRAQ"], marker=".", variant=True)
+    assert look[DISPLAY]["color"] not in COLORS.values() and not look[DISPLAY]["variant"]
