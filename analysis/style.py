@@ -9,8 +9,8 @@ import pandas as pd
 
 from analysis.atomic import write_together
 
-__all__ = ["COLORS", "MARKERS", "NAMES", "PAPER_ORDER", "described", "display_name", "legend_key", "styles",
-           "setup", "caption", "save", "integers", "num", "formatted", "log_labels"]
+__all__ = ["COLORS", "EXTRA_COLORS", "EXTRA_MARKERS", "MARKERS", "NAMES", "PAPER_ORDER", "described", "display_name",
+           "legend_key", "styles", "setup", "caption", "save", "integers", "num", "formatted", "log_labels"]
 
 # A method is shown by what its result files say of it (benchmarks.measure.described: the
 # runner writes ``display_name``, ``family`` and ``paper_order`` from the aggregator's class).
