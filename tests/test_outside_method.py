@@ -241,6 +241,7 @@ def test_tables_fig3_clients_and_report_show_it(outside, tmp_path):
     """Tables 1-3 get its row (after the paper's), Fig. 3 and the clients sweep compare it at
     every point, the results carry its class's fields, and the report and figures show it by
     its display name."""
+    from analysis.clients import figure as clients_figure
     from analysis.figures import fig3_scalability
     from analysis.loaders import load_results
     from analysis.reproduce import main as reproduce
@@ -274,6 +275,8 @@ def test_tables_fig3_clients_and_report_show_it(outside, tmp_path):
     mine = f3_rows[f3_rows["method"] == NAME].iloc[0]
     assert mine["display_name"] == DISPLAY and mine["analytic_flops_full"] > 0
     legend = fig3_scalability(f3_rows).legends[0]
+    assert DISPLAY in [t.get_text() for t in legend.get_texts()]
+    legend = clients_figure(load_results(out / "clients")).legends[0]
     assert DISPLAY in [t.get_text() for t in legend.get_texts()]
 
     assert reproduce(["--out", str(tmp_path), "--no-pdf"]) == 0
