@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.figures import measured_columns
-from analysis.style import COLORS, MARKERS, NAMES, log_labels
+from analysis.style import described, display_name, log_labels, styles
 from analysis.verdicts import exact, judge, paired
 
 __all__ = ["MODELS_TITLE", "TITLE", "WHAT", "crossings", "detail", "figure", "growth", "label", "lines", "models_lines",
@@ -44,15 +44,9 @@ largest K."""
 
 
 def label(method: str) -> str:
-    """"FRAQ", "FLoRIST", "FlexLoRA", or "FRAQ (<backend>)" for ``fraq:backend=<backend>``.
-
-    Result files whose method reads ``fraq:<backend>`` (the key-less spelling the archives
-    under ``docs/results`` record) get the same label, so an archive and a fresh run draw
-    alike."""
-    name, _, options = method.partition(":")
-    if name == "fraq" and options:
-        return f"FRAQ ({options.removeprefix('backend=')})"
-    return NAMES.get(method, method)
+    """"FRAQ", "FLoRIST", "FlexLoRA", or "FRAQ (<backend>)" for ``fraq:<backend>``
+    (:func:`analysis.style.display_name`, for a method of a result without ``display_name``)."""
+    return display_name(method)
 
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -60,17 +54,19 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     with ``q25_ms``/``q75_ms``, ``peak_mib``, ``gflop`` (counted), ``excess`` (in
     quadrature, mean over modules; ``excess_plain``: relative error minus the optimum),
     ``energy_kept_min``, ``r_over_d``."""
-    d = measured_columns(df)
+    d = described(measured_columns(df))
     d["shape"] = d["d"].astype(int).astype(str) + "x" + d["D"].astype(int).astype(str)
-    d["label"] = d["method"].map(label)
+    d["label"] = d["method_name"]
     d["r_over_d"] = d["r"] / d["d"]
     return d.sort_values(["d", "D", "method", "K"]).reset_index(drop=True)
 
 
-def _style(name: str) -> dict:
-    if name in COLORS:
-        return dict(color=COLORS[name], marker=MARKERS[name], linestyle="-")
-    return dict(color=COLORS["FRAQ"], marker=".", linestyle=":", alpha=0.7)  # FRAQ's other backends
+def _style(look: dict) -> dict:
+    """Line keywords of one method (:func:`analysis.style.styles`): a variant of a known
+    method (FRAQ's other backends) dotted and lighter in its family's colour."""
+    if look["variant"]:
+        return dict(color=look["color"], marker=look["marker"], linestyle=":", alpha=0.7)
+    return dict(color=look["color"], marker=look["marker"], linestyle="-")
 
 
 def figure(df: pd.DataFrame):
@@ -81,6 +77,7 @@ def figure(df: pd.DataFrame):
     from matplotlib.lines import Line2D
 
     d = summary(df)
+    look = styles(d)
     shapes = list(dict.fromkeys(d["shape"]))
     fig, axes = plt.subplots(len(ROWS), len(shapes), figsize=(4.6 * len(shapes), 3.2 * len(ROWS)), squeeze=False)
     for col, shape in enumerate(shapes):
@@ -93,9 +90,10 @@ def figure(df: pd.DataFrame):
                 if s.empty:
                     continue
                 values = s[y].clip(lower=FLOOR) if y == "excess" else s[y]
-                ax.plot(s["K"], values, linewidth=1.5, **_style(name))
-                if y == "ms" and name in COLORS:
-                    ax.fill_between(s["K"], s["q25_ms"], s["q75_ms"], color=COLORS[name], alpha=0.15, linewidth=0)
+                ax.plot(s["K"], values, linewidth=1.5, **_style(look[name]))
+                if y == "ms" and not look[name]["variant"]:
+                    ax.fill_between(s["K"], s["q25_ms"], s["q75_ms"], color=look[name]["color"], alpha=0.15,
+                                    linewidth=0)
             ax.axvline(dd / rk, color=CROSS, linestyle="--", linewidth=1)
             if y == "excess":
                 ax.axhline(np.finfo(np.float32).eps, color=EPS, linestyle=":", linewidth=1)
@@ -109,8 +107,7 @@ def figure(df: pd.DataFrame):
             ax.set_ylabel(ylabel)
             what = "error above optimum" if y == "excess" else ylabel.split(" (")[0]
             ax.set_title(f"({'abcdefghijkl'[row * len(shapes) + col]}) {what}, {shape.replace('x', ' x ')}")
-    names = sorted(dict.fromkeys(d["label"]), key=lambda n: (not n.startswith("FRAQ"), n != "FRAQ", n))
-    handles = [Line2D([], [], linewidth=1.5, label=n, **_style(n)) for n in names]
+    handles = [Line2D([], [], linewidth=1.5, label=n, **_style(v)) for n, v in look.items()]
     handles += [Line2D([], [], color=CROSS, linestyle="--", linewidth=1, label="r = K r_k reaches d"),
                 Line2D([], [], color=EPS, linestyle=":", linewidth=1, label="float32 eps")]
     fig.legend(handles, [h.get_label() for h in handles], loc="lower center", ncol=min(len(handles), 5),
@@ -175,7 +172,7 @@ def lines(df: pd.DataFrame, dense: str = "flexlora") -> list[str]:
         if len(fr) < 2:
             out.append(f"{head} FRAQ measured at fewer than two K.")
             continue
-        exps = ", ".join(f"{label(m)} {_k(growth(s, 'below'))} / {_k(growth(s, 'above'))}"
+        exps = ", ".join(f"{s['label'].iloc[0]} {_k(growth(s, 'below'))} / {_k(growth(s, 'above'))}"
                          for m, s in sub.groupby("method", sort=False))
         out.append(f"{head} time ~ K^a up to r = d / from r = d: {exps}.")
         above = fr[fr["r"] >= dd]

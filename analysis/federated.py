@@ -28,6 +28,8 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from analysis.style import PAPER_ORDER, described, styles
+from analysis.style import display_name as _shown
 from analysis.verdicts import Verdict
 
 __all__ = ["CLOSE_POINTS", "HOW", "PAPER_DOWNLINK", "accuracy_interval", "compare", "curves", "display_name",
@@ -45,14 +47,6 @@ HOW = ("Accuracy: the mean over seeds with its 95% Student-t interval, mean ± t
        "**disagrees**: none of it is; **inconclusive**: it straddles the threshold; **no verdict**: fewer than "
        "two common seeds.")
 
-_NAMES = {"fraq": "FRAQ", "flora": "FLoRA", "fedex-lora": "FedEx-LoRA", "fedit": "FedIT", "lora-a2": "LoRA-A²",
-          "flexlora": "FlexLoRA", "florg": "FLoRG", "florist": "FLoRIST"}
-_COLORS = {"FRAQ": "#6A3D9A", "FLoRIST": "#1B9E77", "FlexLoRA": "#E66101", "FLoRA": "#555555",
-           "FedEx-LoRA": "#999999", "FedIT": "#377EB8", "LoRA-A²": "#A6761D", "FLoRG": "#E7298A"}
-_MARKERS = {"FRAQ": "o", "FLoRIST": "s", "FlexLoRA": "^", "FLoRA": "D", "FedEx-LoRA": "P", "FedIT": "v",
-            "LoRA-A²": "X", "FLoRG": "<"}
-
-
 SMOKE = ("A smoke run (`--config smoke`): a few steps on a tiny schedule that check every piece of the "
          "pipeline runs. Its accuracies mean nothing, so it gives no verdict on the paper's claims.")
 """What a report of the smoke setting says in place of its verdicts."""
@@ -64,15 +58,15 @@ def is_smoke(df: pd.DataFrame) -> bool:
 
 
 def display_name(spec: str) -> str:
-    """``"fraq:tau=0.95"`` -> ``"FRAQ (τ=0.95)"``; a registry name -> the paper's name."""
+    """``"fraq:tau=0.95"`` -> ``"FRAQ (τ=0.95)"``; a registry name -> its display name
+    (:func:`analysis.style.display_name`; a method it does not know by its registry name)."""
     name, _, opts = str(spec).partition(":")
-    base = _NAMES.get(name, name)
     opts = opts.replace("tau=", "τ=").replace(",", ", ")
-    return f"{base} ({opts})" if opts else base
+    return f"{_family(name)} ({opts})" if opts else _family(name)
 
 
 def _family(spec: str) -> str:
-    return _NAMES.get(str(spec).partition(":")[0], str(spec))
+    return _shown(str(spec).partition(":")[0])
 
 
 def interval(values) -> tuple[float, float, float]:
@@ -127,14 +121,12 @@ def curves(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["variant", "method", "seed", "round", "accuracy"])
 
 
-_PAPER_ORDER = ("flora", "fedex-lora", "fedit", "lora-a2", "flexlora", "florg", "florist", "fraq")
-"""Table 1's row order: the uncompressed baselines, the compressed ones, FRAQ."""
-
-
 def _order(methods) -> list[str]:
-    """``methods`` in Table 1's row order (others after them), options in sorted order."""
-    rank = {name: i for i, name in enumerate(_PAPER_ORDER)}
-    return sorted(dict.fromkeys(methods), key=lambda m: (rank.get(str(m).partition(":")[0], len(rank)), str(m)))
+    """``methods`` in Table 1's row order (:data:`analysis.style.PAPER_ORDER`: the
+    uncompressed baselines, the compressed ones, FRAQ; others after them), options in
+    sorted order."""
+    last = max(PAPER_ORDER.values()) + 1
+    return sorted(dict.fromkeys(methods), key=lambda m: (PAPER_ORDER.get(str(m).partition(":")[0], last), str(m)))
 
 
 def variants(runs_: pd.DataFrame, df: pd.DataFrame | None = None) -> list[str]:
@@ -273,6 +265,8 @@ def figure(curves_: pd.DataFrame, variants: list[str], titles: dict[str, str] | 
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(variants), figsize=(5.2 * len(variants), 4.2), squeeze=False, sharey=True)
+    families = sorted({str(m).partition(":")[0] for m in curves_["method"].unique()})
+    look = styles(described(pd.DataFrame({"method": families})))  # by family: FRAQ's settings share its colour
     handles: dict[str, object] = {}
     for ax, variant in zip(axes[0], variants):
         d = curves_[curves_["variant"] == variant]
@@ -282,8 +276,8 @@ def figure(curves_: pd.DataFrame, variants: list[str], titles: dict[str, str] | 
             stats_ = g.apply(lambda s: pd.Series(interval(s), index=["mean", "lo", "hi"])).unstack()
             fam = _family(m)
             style = "--" if fam == "FRAQ" and len(fraqs) > 1 and m != fraqs[-1] else "-"
-            (line,) = ax.plot(stats_.index, stats_["mean"], marker=_MARKERS.get(fam, "."), linestyle=style,
-                              color=_COLORS.get(fam), label=display_name(m), markersize=4)
+            (line,) = ax.plot(stats_.index, stats_["mean"], marker=look[fam]["marker"], linestyle=style,
+                              color=look[fam]["color"], label=display_name(m), markersize=4)
             if bands:
                 ax.fill_between(stats_.index, stats_["lo"].clip(0, 100), stats_["hi"].clip(0, 100),
                                 color=line.get_color(), alpha=0.12, linewidth=0)  # an accuracy lies in [0, 100]

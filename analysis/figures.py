@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.style import COLORS, MARKERS, NAMES, ORDER, log_labels, num
+from analysis.style import described, log_labels, num, styles
 
 __all__ = ["fig1_downlink", "fig1_table", "fig3_scalability",
            "fig4_fidelity", "fig_backends", "fig4_summary", "fig3_summary"]
@@ -117,8 +117,7 @@ def measured_columns(df: pd.DataFrame) -> pd.DataFrame:
 def fig3_summary(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (sweep, method, mode, d, r): median and IQR time (ms), peak MiB, counted
     GFLOP (batched points) and the error above the float64 optimum (``excess``)."""
-    d = measured_columns(df)
-    d["method_name"] = d["method"].map(NAMES)
+    d = described(measured_columns(df))
     d["x"] = np.where(d["sweep"] == "r", d["r"], d["d"])
     return d.sort_values(["sweep", "method_name", "mode", "x"])
 
@@ -150,6 +149,7 @@ def fig3_scalability(df: pd.DataFrame):
 
     plt = _plt()
     d = fig3_summary(df)
+    look = styles(d)
     fig, axes = plt.subplots(len(FIG3_ROWS), 2, figsize=(10, 3.4 * len(FIG3_ROWS)), squeeze=False)
     for col, sweep in enumerate(["r", "d"]):
         sub = d[d["sweep"] == sweep]
@@ -164,10 +164,11 @@ def fig3_scalability(df: pd.DataFrame):
                     continue
                 batched = mode == "batched"
                 values = s[y].clip(lower=FLOOR) if y == "excess" else s[y]
-                ax.plot(s["x"], values, color=COLORS[name], marker=MARKERS[name], linestyle="-" if batched else "--",
-                        markerfacecolor=COLORS[name] if batched else "white", linewidth=1.6)
+                color, marker = look[name]["color"], look[name]["marker"]
+                ax.plot(s["x"], values, color=color, marker=marker, linestyle="-" if batched else "--",
+                        markerfacecolor=color if batched else "white", linewidth=1.6)
                 if y == "ms":
-                    ax.fill_between(s["x"], s["q25_ms"], s["q75_ms"], color=COLORS[name], alpha=0.15, linewidth=0)
+                    ax.fill_between(s["x"], s["q25_ms"], s["q75_ms"], color=color, alpha=0.15, linewidth=0)
             if y == "excess":
                 ax.axhline(np.finfo(np.float32).eps, color="#999999", linestyle=":", linewidth=1)
             ax.set_xscale("log", base=2)
@@ -178,8 +179,8 @@ def fig3_scalability(df: pd.DataFrame):
             ax.set_ylabel(ylabel)
             label = "error above optimum" if y == "excess" else ylabel.split(" (")[0]  # titles fit their panel
             ax.set_title(f"({'abcdefgh'[2 * row + col]}) {label} vs {sweep} at {fixed}")
-    names = [n for n in ORDER if n in set(d["method_name"])]  # every method drawn, the textbook ones too
-    handles = [Line2D([], [], color=COLORS[n], marker=MARKERS[n], label=n) for n in names]
+    # every method drawn, the textbook ones and any registered from outside the package too
+    handles = [Line2D([], [], color=v["color"], marker=v["marker"], label=n) for n, v in look.items()]
     handles += [Line2D([], [], color="k", linestyle="-", marker="o", label="batched"),
                 Line2D([], [], color="k", linestyle="--", marker="o", markerfacecolor="white", label="unbatched"),
                 Line2D([], [], color="#999999", linestyle=":", linewidth=1, label="float32 eps")]
@@ -197,10 +198,17 @@ def fig4_summary(rank_df: pd.DataFrame) -> pd.DataFrame:
 
     e = explode_per_matrix(rank_df, ["relative_error", "optimal_error", "orthogonality"])
     g = e.groupby(["method", "p"])
-    return pd.DataFrame({
+    out = pd.DataFrame({
         "mean": g["relative_error"].mean(), "p10": g["relative_error"].quantile(0.1),
         "p90": g["relative_error"].quantile(0.9), "optimum": g["optimal_error"].mean(),
         "modules": g["relative_error"].size()}).reset_index()
+    for col in [c for c in _FIELDS if c in rank_df]:  # how each method is shown (analysis.style.described)
+        out[col] = out["method"].map(rank_df.groupby("method")[col].first())
+    return out
+
+
+_FIELDS = ("display_name", "family", "paper_order")
+"""The result fields that say how a method is shown (:func:`analysis.style.described`)."""
 
 
 def full_rank(cond_df: pd.DataFrame) -> pd.DataFrame:
@@ -241,16 +249,19 @@ def fig4_fidelity(rank_df: pd.DataFrame, cond_df: pd.DataFrame):
     fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.2))
     ax1, ax2 = axes[0], axes[1]
     s = fig4_summary(rank_df)
-    for m, sub in s.groupby("method"):
-        name = NAMES[m]
+    full = full_rank(cond_df).copy()
+    look = styles(described(pd.concat([s[["method"] + [c for c in _FIELDS if c in s]],
+                                       full[["method"] + [c for c in _FIELDS if c in full]]])))
+    for name, sub in described(s).groupby("method_name"):
+        color, marker = look[name]["color"], look[name]["marker"]
         sub = sub.sort_values("p")
         # The ranks that truncate form the curve; a rank with nothing left to truncate (optimum 0)
         # is a marker of its own, so no line crosses the ranks between, where nothing was measured.
         trunc, whole = sub[sub["optimum"] > 1e-15], sub[sub["optimum"] <= 1e-15]
-        ax1.plot(trunc["p"], trunc["mean"].clip(lower=FLOOR), color=COLORS[name], marker=MARKERS[name], label=name)
+        ax1.plot(trunc["p"], trunc["mean"].clip(lower=FLOOR), color=color, marker=marker, label=name)
         ax1.fill_between(trunc["p"], trunc["p10"].clip(lower=FLOOR), trunc["p90"].clip(lower=FLOOR),
-                         color=COLORS[name], alpha=0.2, linewidth=0)
-        ax1.plot(whole["p"], whole["mean"].clip(lower=FLOOR), color=COLORS[name], marker=MARKERS[name],
+                         color=color, alpha=0.2, linewidth=0)
+        ax1.plot(whole["p"], whole["mean"].clip(lower=FLOOR), color=color, marker=marker,
                  linestyle="none")
     opt = s.groupby("p")["optimum"].mean()
     opt = opt[opt > 1e-15]  # at p = stacked rank the optimum is 0, which a log axis cannot show
@@ -262,16 +273,15 @@ def fig4_fidelity(rank_df: pd.DataFrame, cond_df: pd.DataFrame):
     n_mod = int(s["modules"].max()) if not s.empty else 0
     ax1.set_title(f"LLaMA-3.2-3B-shaped updates ({n_mod} modules)")
 
-    full = full_rank(cond_df).copy()
     full["kappa_axis"] = _kappa_axis(full)
-    c = explode_per_matrix(full, ["relative_error"])
-    c = c.groupby(["method", "kappa_axis"])["relative_error"].agg(["mean", "min", "max"]).reset_index()
-    for m, sub in c.groupby("method"):
-        name = NAMES[m]
+    c = explode_per_matrix(described(full), ["relative_error"])
+    c = c.groupby(["method_name", "kappa_axis"])["relative_error"].agg(["mean", "min", "max"]).reset_index()
+    for name, sub in c.groupby("method_name"):
         sub = sub.sort_values("kappa_axis")
         mean = sub["mean"].clip(lower=FLOOR)
         err = np.vstack([mean - sub["min"].clip(lower=FLOOR), sub["max"].clip(lower=FLOOR) - mean])
-        ax2.errorbar(sub["kappa_axis"], mean, yerr=err, color=COLORS[name], marker=MARKERS[name], label=name,
+        ax2.errorbar(sub["kappa_axis"], mean, yerr=err, color=look[name]["color"], marker=look[name]["marker"],
+                     label=name,
                      capsize=2)
     ax2.axhline(np.finfo(np.float32).eps, color="#999999", linestyle=":", linewidth=1)
     ax2.text(1.3, np.finfo(np.float32).eps * 1.05, "float32 eps", fontsize=9, color="#666666", va="bottom")
@@ -284,20 +294,19 @@ def fig4_fidelity(rank_df: pd.DataFrame, cond_df: pd.DataFrame):
                       f"{int(cond_df['m'].iloc[0])} x {int(cond_df['n'].iloc[0])}")
     if panels == 3:
         ax3 = axes[2]
-        cut = cut.copy()
+        cut = described(cut)
         cut["kappa_axis"] = _kappa_axis(cut)
         rows = []
         for _, r in cut.iterrows():
             sins = [max(a, b) for a, b in zip(r["sin_left"], r["sin_right"]) if a == a and b == b]
             bounds = [b for b in r["bound_first"] if b == b]
-            rows.append(dict(method=r["method"], kappa_axis=r["kappa_axis"],
+            rows.append(dict(method_name=r["method_name"], kappa_axis=r["kappa_axis"],
                              sin=max(sins) if sins else np.nan, bound=max(bounds) if bounds else np.nan))
         d = pd.DataFrame(rows)
         d = d[d["bound"] < 1]  # where the bound reaches 1 the subspace is too ill-separated to test
-        for m, sub in d.groupby("method"):
-            name = NAMES[m]
+        for name, sub in d.groupby("method_name"):
             sub = sub.sort_values("kappa_axis").dropna(subset=["sin"])
-            ax3.plot(sub["kappa_axis"], sub["sin"].clip(lower=FLOOR), color=COLORS[name], marker=MARKERS[name],
+            ax3.plot(sub["kappa_axis"], sub["sin"].clip(lower=FLOOR), color=look[name]["color"], marker=look[name]["marker"],
                      label=name)
         bound = d.groupby("kappa_axis")["bound"].max().dropna()
         ax3.plot(bound.index, bound.values, color="#999999", linestyle=":", linewidth=1.2,
@@ -313,7 +322,7 @@ def fig4_fidelity(rank_df: pd.DataFrame, cond_df: pd.DataFrame):
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    order = [labels.index(n) for n in [*ORDER, "Wedin bound, float32"] if n in labels]
+    order = [labels.index(n) for n in [*look, "Optimal", "Wedin bound, float32"] if n in labels]
     _legend_top(fig, [handles[i] for i in order], [labels[i] for i in order], min(len(order), 5))
     return fig
 

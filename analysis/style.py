@@ -1,4 +1,5 @@
-"""The paper's method names, colours and markers, the house plot style, and caption lines."""
+"""How methods are shown (names, order, colours and markers, read from the result files), the house
+plot style, and caption lines."""
 
 from __future__ import annotations
 
@@ -8,17 +9,103 @@ import pandas as pd
 
 from analysis.atomic import write_together
 
-__all__ = ["NAMES", "COLORS", "MARKERS", "ORDER", "setup", "caption", "save", "integers", "num", "formatted",
-           "log_labels"]
+__all__ = ["COLORS", "EXTRA_COLORS", "EXTRA_MARKERS", "MARKERS", "NAMES", "PAPER_ORDER", "described", "display_name",
+           "legend_key", "styles", "setup", "caption", "save", "integers", "num", "formatted", "log_labels"]
 
-NAMES = {"fraq": "FRAQ", "florist": "FLoRIST", "flexlora": "FlexLoRA", "flora": "FLoRA (stack)",
-         "fraq-paper": "FRAQ (paper config.)", "qr-svd": "QR-QR-SVD", "rsvd": "rSVD"}
-COLORS = {"FRAQ": "#6A3D9A", "FLoRIST": "#1B9E77", "FlexLoRA": "#E66101", "FLoRA (stack)": "#555555",
-          "FRAQ (paper config.)": "#CAB2D6", "QR-QR-SVD": "#1F78B4", "rSVD": "#B15928"}
-MARKERS = {"FRAQ": "o", "FLoRIST": "s", "FlexLoRA": "^", "FLoRA (stack)": "D", "FRAQ (paper config.)": "o",
-           "QR-QR-SVD": "v", "rSVD": "P"}
-ORDER = ["FRAQ", "FRAQ (paper config.)", "FLoRIST", "FlexLoRA", "QR-QR-SVD", "rSVD", "Optimal"]
-"""Legend order: FRAQ (library default, then the paper's configuration), the paper's baselines, the textbook ones."""
+# A method is shown by what its result files say of it (benchmarks.measure.described: the
+# runner writes ``display_name``, ``family`` and ``paper_order`` from the aggregator's class).
+# NAMES and PAPER_ORDER answer for result files that carry no description (the committed
+# docs/results/** and the federated harness's), by registry name; any other name is shown
+# as it is written.
+NAMES = {"fraq": "FRAQ", "florist": "FLoRIST", "flexlora": "FlexLoRA", "flora": "FLoRA",
+         "fraq-paper": "FRAQ (paper config.)", "qr-svd": "QR-QR-SVD", "rsvd": "rSVD", "fedex-lora": "FedEx-LoRA",
+         "fedit": "FedIT", "lora-a2": "LoRA-A²", "florg": "FLoRG"}
+"""Display names of the methods of result files without ``display_name``, by registry name
+(in legend order: analysis.agreement lists methods in this order)."""
+PAPER_ORDER = {"flora": 1, "fedex-lora": 2, "fedit": 3, "lora-a2": 4, "flexlora": 5, "florg": 6, "florist": 7,
+               "fraq": 8, "fraq-paper": 8}
+"""Rows in the paper's Tables 1-3 of the methods of result files without ``paper_order``."""
+
+COLORS = {"FRAQ": "#6A3D9A", "FLoRIST": "#1B9E77", "FlexLoRA": "#E66101", "FLoRA": "#555555",
+          "FRAQ (paper config.)": "#CAB2D6", "QR-QR-SVD": "#1F78B4", "rSVD": "#B15928", "FedEx-LoRA": "#999999",
+          "FedIT": "#377EB8", "LoRA-A²": "#A6761D", "FLoRG": "#E7298A"}
+MARKERS = {"FRAQ": "o", "FLoRIST": "s", "FlexLoRA": "^", "FLoRA": "D", "FRAQ (paper config.)": "o",
+           "QR-QR-SVD": "v", "rSVD": "P", "FedEx-LoRA": "P", "FedIT": "v", "LoRA-A²": "X", "FLoRG": "<"}
+"""The paper's methods' fixed colours and markers, by display name. A method not here is drawn
+in its family's colour (a variant: ``FRAQ (cholesky)``) or, with no known family, in the
+next of :data:`EXTRA_COLORS` (:func:`styles`)."""
+EXTRA_COLORS = ["#D62728", "#17BECF", "#BCBD22", "#8C564B", "#FF7F0E", "#2CA02C", "#7F7F7F", "#E377C2"]
+EXTRA_MARKERS = ["*", "h", "p", "d", "8", ">", "H", "x"]
+"""Colours and markers of methods outside :data:`COLORS`, assigned in legend order."""
+
+
+def display_name(method: str, recorded=None) -> str:
+    """The name a method is shown by: ``recorded`` (the result's ``display_name``) when
+    given, else :data:`NAMES`'s for its registry name, followed by the options of
+    ``name:options`` in parentheses (``fraq:cholesky`` -> ``FRAQ (cholesky)``); a name
+    :data:`NAMES` lacks is shown as it is written."""
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    method = str(method)
+    if method in NAMES:
+        return NAMES[method]
+    name, _, options = method.partition(":")
+    base = NAMES.get(name, name)
+    return f"{base} ({options})" if options else base
+
+
+def _base(method: str) -> str:
+    """The registry name of ``name:options`` (a name :data:`NAMES` holds whole stays whole)."""
+    return method if method in NAMES else method.partition(":")[0]
+
+
+def _column(df: pd.DataFrame, col: str) -> pd.Series:
+    return df[col] if col in df else pd.Series(None, index=df.index, dtype=object)
+
+
+def described(df: pd.DataFrame, method: str = "method") -> pd.DataFrame:
+    """``df`` with ``method_name`` (:func:`display_name`), ``method_family`` (the display
+    name of the method without its options) and ``method_order`` (its row in the paper's
+    Tables 1-3, NaN for a method the paper does not compare), each from the result's own
+    ``display_name``, ``family`` and ``paper_order`` where it carries them."""
+    out = df.copy()
+    names = out[method].astype(str)
+    out["method_name"] = [display_name(m, r) for m, r in zip(names, _column(out, "display_name"))]
+    out["method_family"] = [f if isinstance(f, str) and f else display_name(_base(m))
+                            for m, f in zip(names, _column(out, "family"))]
+    recorded = pd.to_numeric(_column(out, "paper_order"), errors="coerce")
+    fallback = names.map(lambda m: PAPER_ORDER.get(_base(m)))
+    out["method_order"] = recorded.where(recorded.notna(), pd.to_numeric(fallback, errors="coerce"))
+    return out
+
+
+def legend_key(name: str, order) -> tuple:
+    """Legends list the paper's methods first in the reverse of its tables' order (FRAQ, the
+    paper's method, then FLoRIST, FlexLoRA, ...), then the others by name."""
+    known = order is not None and order == order
+    return (0, -float(order), name) if known else (1, 0.0, name)
+
+
+def styles(d: pd.DataFrame) -> dict[str, dict]:
+    """Display name -> ``color``, ``marker`` and ``variant`` (True for a variant of a known
+    method, drawn dotted in its family's colour) for every method of ``d`` (a frame from
+    :func:`described`), in legend order (:func:`legend_key`): the paper's methods keep
+    their colours (:data:`COLORS`), any other takes the next of :data:`EXTRA_COLORS`, so a
+    method the analysis has never heard of is still drawn and labelled."""
+    seen = d.drop_duplicates("method_name")
+    rows = sorted(zip(seen["method_name"], seen["method_family"], seen["method_order"]),
+                  key=lambda t: legend_key(t[0], t[2]))
+    out, extra = {}, 0
+    for name, family, _ in rows:
+        if name in COLORS:
+            out[name] = dict(color=COLORS[name], marker=MARKERS[name], variant=False)
+        elif family in COLORS:
+            out[name] = dict(color=COLORS[family], marker=".", variant=True)
+        else:
+            out[name] = dict(color=EXTRA_COLORS[extra % len(EXTRA_COLORS)],
+                             marker=EXTRA_MARKERS[extra % len(EXTRA_MARKERS)], variant=False)
+            extra += 1
+    return out
 
 
 def num(x) -> str:

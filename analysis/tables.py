@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.style import NAMES, integers
+from analysis.style import PAPER_ORDER, described, integers
 
 __all__ = ["PRESET_TITLES", "table4_ablation", "table5_flops", "tables123_latency", "tables123_presets",
            "tables123_rows", "markdown"]
@@ -72,7 +72,7 @@ def table5_flops(df: pd.DataFrame) -> pd.DataFrame:
     d = d.sort_values(["sweep", "d", "r", "method"], key=lambda s: s.map({"r": 0, "d": 1}) if s.name == "sweep" else s)
     backend = d["backend"] if "backend" in d else pd.Series(None, index=d.index)
     out = pd.DataFrame({
-        "sweep": d["sweep"], "Method": d["method"].map(NAMES), "backend": backend.fillna("-"),
+        "sweep": d["sweep"], "Method": described(d)["method_name"], "backend": backend.fillna("-"),
         "d = D": d["d"], "r": d["r"], "p": d["p"],
         "modules": d["modules"],
         "Table 5 GFLOP": d["analytic_flops_table5"] / 1e9,
@@ -100,7 +100,7 @@ def memory_crosscheck(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     d = df[pd.to_numeric(df["rss_warm"], errors="coerce").notna()].sort_values(["d", "method"])
     out = pd.DataFrame({
-        "Method": d["method"].map(lambda m: NAMES.get(m, m)), "d = D": d["d"], "r": d["r"],
+        "Method": described(d)["method_name"], "d = D": d["d"], "r": d["r"],
         "tensor peak (MiB)": d["peak_bytes"] / 2**20,
         "RSS growth, warm (MiB)": d["rss_warm"] / 2**20,
         "RSS growth, cold (MiB)": d["rss_cold"] / 2**20,
@@ -113,10 +113,6 @@ PRESET_TITLES = {"roberta-base": "RoBERTa-base (Table 1, text classification)",
                  "llama-3.2-3b": "LLaMA-3.2-3B (Table 2, reasoning)",
                  "llama-3.2-3b-hetero": "LLaMA-3.2-3B, heterogeneous ranks 4..64 (Table 3)"}
 """The paper's table of each preset's downlink and latency columns."""
-
-ROW_ORDER = ("flora", "fedex-lora", "fedit", "lora-a2", "flexlora", "florg", "florist", "fraq")
-"""Methods in the order of the paper's tables."""
-
 
 def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (preset, method) of the ``tables123`` results (a preset's rows may come
@@ -156,11 +152,15 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
                          "timing.samples": list(lat.get("samples", [])), "timing.group": lat.get("group"),
                          "loadavg": rec.get("loadavg"), "steal": rec.get("steal"), "threads": rec.get("threads"),
                          "device": rec.get("device"), "flops_table5": r.get("flops_table5"),
-                         "flops_full": r.get("flops_full")})
+                         "flops_full": r.get("flops_full"), "display_name": r.get("display_name"),
+                         "paper_order": r.get("paper_order", PAPER_ORDER.get(r["name"]))})
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    out["_order"] = out["name"].map(lambda n: ROW_ORDER.index(n) if n in ROW_ORDER else len(ROW_ORDER))
+    # the paper's order (each row's paper_order, written from its aggregator's class); the
+    # methods the paper does not compare after, in the order measured
+    order = pd.to_numeric(out["paper_order"], errors="coerce")
+    out["_order"] = order.fillna(order.max() + 1 if order.notna().any() else 0)
     presets = tables123_presets(df)
     out["_preset"] = out["preset"].map(presets.index)
     return out.sort_values(["_preset", "_order"], kind="stable").drop(columns=["_order", "_preset"])

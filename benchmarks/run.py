@@ -132,6 +132,25 @@ def estimate(experiments=DEFAULT, size: str = "reduced") -> str:
     return "\n".join(lines + [f"{'total':<16} {'':>4}         {total:6.1f} min (estimated, one idle core)"])
 
 
+def described(config: dict, result: dict) -> dict:
+    """``result`` with the fields the analysis shows its method by
+    (:func:`benchmarks.measure.described.describe`: ``display_name``, ``family``,
+    ``paper_order``, ...) when the point measures one compared method (``config["method"]``);
+    a field the experiment's own result holds is kept. A point of several methods
+    (tables123) describes each of its rows itself; a ``method`` that names no compared
+    method (an experiment's own variant) adds nothing."""
+    from benchmarks.measure.described import describe
+
+    method = config.get("method")
+    if not isinstance(method, str):
+        return result
+    try:
+        fields = describe(method)
+    except ValueError:  # not a compared method: the analysis shows it by its name
+        return result
+    return {**fields, **result}
+
+
 def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.device = torch.device("cpu"),
         threads: int = THREADS, progress: bool = True, rerun: bool = False) -> dict:
     """Measure every point of ``experiments`` not yet in ``out`` (all of them with ``rerun``)
@@ -173,7 +192,8 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
                 if name not in prepared and hasattr(module, "prepare_points"):  # measurements spanning its points
                     prepared.add(name)
                     module.prepare_points([cf for n, _, cf in todo if n == name], device)
-                write_result(out, name, key, _config(config, size), module.measure(config, device), device=device)
+                write_result(out, name, key, _config(config, size), described(config, module.measure(config, device)),
+                             device=device)
                 counts["measured"] += 1
                 if progress:
                     bar.update(c)

@@ -12,6 +12,7 @@ loaded). A field that cannot be read is None, never a guess.
 from __future__ import annotations
 
 import ctypes
+import functools
 import glob
 import os
 import platform
@@ -76,7 +77,11 @@ def _blas() -> str:
     return "unknown"
 
 
+@functools.cache
 def _git_sha() -> str | None:
+    """HEAD of the checkout fraq is imported from, asked once per process: the code a
+    process runs is what it imported, so a run during which HEAD moves records the commit
+    it started from, not each commit it passes."""
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
                              cwd=os.path.dirname(os.path.abspath(__file__)))

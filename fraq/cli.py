@@ -18,11 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-__all__ = ["METHODS", "main"]
-
-METHODS = ("fedit", "lora-a2", "flora", "fedex-lora", "flexlora", "florg", "florist", "fraq")
-"""The names of :data:`fraq.aggregators.AGGREGATORS`, spelled out so that parsing the
-arguments does not import torch (a test keeps the two equal)."""
+__all__ = ["main"]
 
 _USAGE = """usage: fraq COMMAND ...
 
@@ -92,8 +88,9 @@ def aggregate_main(argv: list[str]) -> int:
     parser.add_argument("--weights", type=float, nargs="+", metavar="N",
                         help="one data weight per client, normalized inside (default: equal)")
     parser.add_argument("--method", default="fraq", metavar="METHOD",  # checked by the registry: any registered one
-                        help=f"aggregator: {', '.join(METHODS)} or one registered in-process, with options as "
-                             f"NAME:KEY=VALUE,... (e.g. fraq:backend=cholesky,tau=0.9; default fraq)")
+                        help="a registered aggregator (fraq.aggregators.AGGREGATORS: the package's, and those named "
+                             "by the fraq.aggregators entry points or FRAQ_METHODS), with options as "
+                             "NAME:KEY=VALUE,... (e.g. fraq:backend=cholesky,tau=0.9; default fraq)")
     parser.add_argument("--tau", type=float, help="energy threshold in (0, 1] (fraq, florist; default: the method's)")
     parser.add_argument("--rank", type=int, help="fixed rank per module instead of --tau (fraq)")
     parser.add_argument("--delta", action="store_true",

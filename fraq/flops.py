@@ -43,12 +43,14 @@ than the product form once r is above about D / 2 (a square matrix: before r rea
 d), and for D >> d from about r = 1.25 d on (768 x 3072); the comparison finds each
 crossing without a rule of its own.
 
-**Models of a method** (:func:`analytic_flops`): ``model="table5"`` is the paper's Table 5
-exactly (leading terms, SYRK Gram; :func:`fraq_table5`, :func:`florist_table5`,
-:func:`flexlora_table5`); ``model="full"`` is what the code runs, with the routines'
-constants and the lower-order terms (FRAQ from :func:`fraq_flops`, FLoRIST's and
-FlexLoRA's SVDs at ``gesdd``'s counts). :func:`model_flops` sums either over a model's
-modules (Eq. 14).
+**Models of a method** (:func:`analytic_flops`): a method's FLOP model is its aggregator
+class's ``flop_model`` (:class:`fraq.aggregators.Aggregator`), one of the functions here for
+the paper's methods (:func:`fraq_model`, :func:`florist_model`, :func:`flexlora_model`).
+``model="table5"`` is the paper's Table 5 exactly (leading terms, SYRK Gram;
+:func:`fraq_table5`, :func:`florist_table5`, :func:`flexlora_table5`); ``model="full"`` is
+what the code runs, with the routines' constants and the lower-order terms (FRAQ from
+:func:`fraq_flops`, FLoRIST's and FlexLoRA's SVDs at ``gesdd``'s counts).
+:func:`model_flops` sums either over a model's modules (Eq. 14).
 
 Data-dependent work is not modelled: a Cholesky-QR2 fallback adds Householder's count for
 that matrix, and Newton-Schulz's step count comes from its tolerance (pass ``steps``,
@@ -81,7 +83,6 @@ from fraq.backends.polar import polar_flops
 __all__ = [
     "GRAMS",
     "MODELS",
-    "METHODS",
     "gemm_flops",
     "gram_flops",
     "qr_flops",
@@ -104,13 +105,15 @@ __all__ = [
     "fraq_table5",
     "florist_table5",
     "flexlora_table5",
+    "fraq_model",
+    "florist_model",
+    "flexlora_model",
     "analytic_flops",
     "model_flops",
 ]
 
 GRAMS = ("gemm", "syrk")
 MODELS = ("table5", "full")
-METHODS = ("fraq", "florist", "flexlora")
 
 
 # The routines' counts live in fraq._routine_flops and each backend's model beside the
@@ -285,8 +288,25 @@ def _flexlora_full(d: int, D: int, r: int, p: int) -> float:
     return float(2 * d * D * r + svd_flops(D, d))
 
 
-_TABLE5 = {"fraq": fraq_table5, "florist": florist_table5, "flexlora": flexlora_table5}
-_FULL_BASELINES = {"florist": _florist_full, "flexlora": _flexlora_full}
+def fraq_model(d: int, D: int, r: int, p: int, *, model: str, backend: str = "householder",
+               steps: int | None = None, factored: bool = False, identity: bool = False) -> float:
+    """FRAQ's FLOP model (``Fraq.flop_model``): :func:`fraq_table5` or :func:`fraq_flops`
+    (GEMM Gram, the backend and path given)."""
+    if model == "table5":
+        if backend != "householder":
+            raise ValueError(f"Table 5 models the Householder backend only, not backend(={backend!r})")
+        return fraq_table5(d, D, r, p)
+    return fraq_flops(d, D, r, p, backend, steps=steps, gram="gemm", factored=factored, identity=identity)
+
+
+def florist_model(d: int, D: int, r: int, p: int, *, model: str) -> float:
+    """FLoRIST's FLOP model (``FLoRIST.flop_model``): Table 5's, or its SVDs at ``gesdd``'s counts."""
+    return florist_table5(d, D, r, p) if model == "table5" else _florist_full(d, D, r, p)
+
+
+def flexlora_model(d: int, D: int, r: int, p: int, *, model: str) -> float:
+    """FlexLoRA's FLOP model (``FlexLoRA.flop_model``): Table 5's, or its SVD at ``gesdd``'s count."""
+    return flexlora_table5(d, D, r, p) if model == "table5" else _flexlora_full(d, D, r, p)
 
 
 def analytic_flops(method: str, d: int, D: int, r: int, p: int, *, backend: str = "householder",
@@ -295,8 +315,11 @@ def analytic_flops(method: str, d: int, D: int, r: int, p: int, *, backend: str 
     """Analytic FLOPs of one d x D module with stacked rank r and output rank p.
 
     Args:
-        method: ``fraq``, ``florist`` or ``flexlora`` (:data:`METHODS`).
-        backend: FRAQ's basis backend (``model="full"`` only).
+        method: a registered aggregator (:data:`fraq.aggregators.AGGREGATORS`) with a FLOP
+            model, its class's ``flop_model`` (``fraq``, ``florist``, ``flexlora`` in the
+            package).
+        backend: FRAQ's basis backend (``model="full"`` only; a method whose class has
+            ``basis_backend``).
         model: ``"table5"``, the paper's leading-order formulas exactly (FRAQ with a SYRK
             Gram, (2d + 3D) r^2); ``"full"``, the same pipelines with the constants of what
             the code runs and the lower-order terms: FRAQ from :func:`fraq_flops` (GEMM
@@ -309,23 +332,28 @@ def analytic_flops(method: str, d: int, D: int, r: int, p: int, *, backend: str 
             ``model="full"`` only.
 
     Shapes are oriented here: d and D may come in either order.
+
+    Raises:
+        ValueError: a method that is not registered or has no FLOP model, naming it and
+            those that have one.
     """
+    from fraq.aggregators import AGGREGATORS
+
     if model not in MODELS:
         raise ValueError(f"model(={model!r}) must be one of {MODELS}")
-    if method not in METHODS:
-        raise ValueError(f"method(={method!r}) is not one of {list(METHODS)}")
+    cls = AGGREGATORS.get(method) if isinstance(method, str) else None
+    if cls is None or cls.flop_model is None:
+        modelled = [n for n, c in AGGREGATORS.items() if c.flop_model is not None]
+        raise ValueError(f"method(={method!r}) has no FLOP model: the methods with one are {modelled}")
     d, D = min(d, D), max(d, D)
     for flag, value in (("factored", factored), ("identity", identity)):
-        if value and (model != "full" or method != "fraq"):
+        if value and (model != "full" or not cls.basis_backend):
             raise ValueError(f"{flag}=True models a path of FRAQ (model='full'), not method(={method!r}) "
                              f"with model(={model!r})")
-    if model == "table5":
-        if method == "fraq" and backend != "householder":
-            raise ValueError(f"Table 5 models the Householder backend only, not backend(={backend!r})")
-        return _TABLE5[method](d, D, r, p)
-    if method == "fraq":
-        return fraq_flops(d, D, r, p, backend, steps=steps, gram="gemm", factored=factored, identity=identity)
-    return _FULL_BASELINES[method](d, D, r, p)
+    if cls.basis_backend:
+        return float(cls.flop_model(d, D, r, p, model=model, backend=backend, steps=steps, factored=factored,
+                                    identity=identity))
+    return float(cls.flop_model(d, D, r, p, model=model))
 
 
 def model_flops(modules: Iterable[tuple[int, int, int]], method: str, r: int,

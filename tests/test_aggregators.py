@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-
 import re
 
 import pytest
@@ -31,6 +30,7 @@ from fraq.aggregators import (
     FlorgState,
     LoraA2State,
     get_aggregator,
+    register_aggregator,
 )
 from fraq.aggregators.florg import florg_delta, projections
 from fraq.aggregators.lora_a2 import budget_mask
@@ -104,6 +104,41 @@ def test_registry_has_every_method():
     for name, cls in AGGREGATORS.items():
         assert cls.name == name
         assert cls.client_init in (WARM_START, REINITIALIZE)
+
+
+def test_paper_order_is_the_paper_tables_rows_and_the_analysis_fallback_agrees():
+    """Each method's ``paper_order`` is its row in the paper's Tables 1-3 (FLoRA, FedEx-LoRA,
+    FedIT, LoRA-A², FlexLoRA, FLoRG, FLoRIST, FRAQ); the analysis, which reads the fields
+    from result files, shows files without them by the same names and order."""
+    from analysis.style import NAMES, PAPER_ORDER
+
+    rows = sorted(AGGREGATORS.values(), key=lambda c: c.paper_order)
+    assert [c.display_name for c in rows] == ["FLoRA", "FedEx-LoRA", "FedIT", "LoRA-A²", "FlexLoRA", "FLoRG",
+                                              "FLoRIST", "FRAQ"]
+    assert [c.paper_order for c in rows] == list(range(1, 9))
+    for name, cls in AGGREGATORS.items():
+        assert cls.describe() == {"name": name, "display_name": NAMES[name], "paper_order": PAPER_ORDER[name],
+                                  "downlink_rule": cls.downlink_rule, "flop_model": cls.flop_model is not None}
+        assert isinstance(cls.downlink_rule, str) and "m" in cls.downlink_rule
+
+
+def test_flop_models_are_the_classes_and_a_method_without_one_is_named():
+    from fraq.flops import analytic_flops, florist_table5
+
+    assert {n for n, c in AGGREGATORS.items() if c.flop_model is not None} == {"fraq", "florist", "flexlora"}
+    assert analytic_flops("florist", 3072, 768, 64, 8, model="table5") == florist_table5(768, 3072, 64, 8)
+    with pytest.raises(ValueError, match=r"method\(='fedit'\) has no FLOP model: the methods with one are "
+                                         r"\['flexlora', 'florist', 'fraq'\]"):
+        analytic_flops("fedit", 8, 8, 2, 1)
+
+
+@pytest.mark.parametrize("attr, value", [("display_name", 3), ("paper_order", "first"), ("paper_order", True),
+                                         ("downlink_rule", ["(m + n) p"]), ("flop_model", 1.5)])
+def test_a_bad_description_is_refused_at_registration(attr, value):
+    bad = type("Bad", (AGGREGATORS["flora"],), {"name": "bad-description", attr: value})
+    with pytest.raises(TypeError, match=re.escape(f"Bad.{attr}(={value!r}) must be None or ")):
+        register_aggregator(bad)
+    assert "bad-description" not in AGGREGATORS
 
 
 def test_client_init_per_method():

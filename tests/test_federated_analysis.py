@@ -136,3 +136,24 @@ def test_setting_names_one_layer_in_the_singular(layers, says):
                         "seed": 0, "federated.clients": 3, "federated.rounds": 2, "train.steps": 3,
                         "model.layers_to_transform": layers}])
     assert says in _setting(df, ["homogeneous"])
+
+
+def test_a_method_the_analysis_does_not_know_is_drawn_labelled_and_ordered_after_the_paper():
+    """Names, order and colours come from analysis.style: a registry name it has no entry for
+    is shown as written, placed after the paper's methods, in a colour of its own."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    from analysis.style import COLORS
+
+    rows = [{"variant": "uniform", "method": m, "seed": s, "round": 1, "accuracy": 50.0 + s}
+            for m in ("outside-core:tau=1.0", "fraq:tau=0.95", "flora") for s in (0, 1)]
+    assert federated._order(["outside-core:tau=1.0", "fraq:tau=0.95", "flora"]) == \
+        ["flora", "fraq:tau=0.95", "outside-core:tau=1.0"]
+    assert federated.display_name("outside-core:tau=1.0") == "outside-core (τ=1.0)"
+    fig = federated.figure(pd.DataFrame(rows), ["uniform"])
+    lines = {line.get_label(): line.get_color() for line in fig.axes[0].get_lines()}
+    assert set(lines) == {"FLoRA", "FRAQ (τ=0.95)", "outside-core (τ=1.0)"}
+    assert lines["FRAQ (τ=0.95)"] == COLORS["FRAQ"] and lines["outside-core (τ=1.0)"] not in COLORS.values()

@@ -9,6 +9,7 @@ model, fidelity against exact truncations, and the ablation variants against
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 import torch
@@ -99,6 +100,65 @@ def test_peak_of_known_pattern_cuda():
     assert m.peak == 6 * mib
     assert m.net == 4 * mib
     assert m.allocated == 7 * mib
+
+
+def test_cupys_pool_is_added_to_the_cuda_peak(monkeypatch):
+    """The CUDA peak counts what CuPy's pool held after the call (it keeps every block
+    until released, so at least its peak) on top of torch's counters, and nothing when
+    CuPy is not imported. Driven by stand-ins for torch.cuda's counters and CuPy's pool:
+    the arithmetic and the release before the call are what is checked here; the CUDA
+    test above checks torch's counters on a GPU."""
+    import contextlib
+    import types
+
+    import benchmarks.measure.memory as memory
+
+    torch_bytes = {"now": 1000, "max": 1000, "churn": 0}
+
+    def alloc(n):
+        torch_bytes["now"] += n
+        torch_bytes["max"] = max(torch_bytes["max"], torch_bytes["now"])
+        torch_bytes["churn"] += n
+
+    fake_cuda = types.SimpleNamespace(
+        synchronize=lambda device=None: None, memory_allocated=lambda device=None: torch_bytes["now"],
+        max_memory_allocated=lambda device=None: torch_bytes["max"], current_device=lambda: 0,
+        memory_stats=lambda device=None: {"allocated_bytes.all.allocated": torch_bytes["churn"]},
+        reset_peak_memory_stats=lambda device=None: torch_bytes.update(max=torch_bytes["now"]))
+    monkeypatch.setattr(memory.torch, "cuda", fake_cuda)
+
+    class Pool:
+        def __init__(self):
+            self.held, self.used, self.released = 4096, 512, 0  # a block left free by an earlier call
+
+        def free_all_blocks(self):
+            self.released += 1
+            self.held = self.used
+
+        def total_bytes(self):
+            return self.held
+
+        def used_bytes(self):
+            return self.used
+
+    pool = Pool()
+    fake_cupy = types.SimpleNamespace(get_default_memory_pool=lambda: pool,
+                                      cuda=types.SimpleNamespace(Device=lambda i: contextlib.nullcontext()))
+
+    def call():  # torch: 300 B temporary, 100 B kept; CuPy: 2000 B at once, 200 B kept
+        alloc(300)
+        alloc(-300)
+        alloc(100)
+        pool.held += 2000
+        pool.used += 200
+
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    m = memory.peak_memory(call, device="cuda:0")
+    assert (m.peak, m.net, m.outside) == (300, 100, 0) and pool.released == 0
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    m = memory.peak_memory(call, device="cuda:0")
+    assert pool.released == 1  # the earlier call's free block is not charged to this one
+    assert m.outside == 2000 and m.peak == 300 + 2000 and m.net == 100 + 200
 
 
 # ------------------------------------------------------------------ FLOP formulas
@@ -331,13 +391,15 @@ def test_every_case_name_is_a_method_spec_that_prints_back():
         assert set(options) <= {"backend"} and (not options or base == "fraq"), name
 
 
-def test_clients_labels_read_both_backend_spellings():
-    """A fresh result (``fraq:backend=cholesky``) and an archived one (``fraq:cholesky``) draw
-    under one label."""
-    from analysis.clients import label
+def test_a_backend_spec_keeps_the_label_the_archives_hold():
+    """A fresh result (``fraq:backend=cholesky``, its recorded display name) and an archived
+    one (``fraq:cholesky``, without one) draw under one label; other options show as written."""
+    from analysis.style import display_name
+    from benchmarks.measure.described import describe
 
-    assert label("fraq:backend=cholesky") == label("fraq:cholesky") == "FRAQ (cholesky)"
-    assert label("fraq") == "FRAQ"
+    assert describe("fraq:backend=cholesky")["display_name"] == display_name("fraq:cholesky") == "FRAQ (cholesky)"
+    assert describe("fraq:backend=cholesky,gram=product")["display_name"] == "FRAQ (backend=cholesky,gram=product)"
+    assert describe("fraq")["display_name"] == "FRAQ"
 
 
 def test_time_call_records_threads():
@@ -409,6 +471,29 @@ def test_machine_record_names_the_device_and_gpu_fields():
         assert key in rec, key
     assert rec["gpu"] is None and rec["gpu_driver"] is None and rec["cusolver"] is None
     assert rec["cuda"] == torch.version.cuda
+
+
+def test_the_git_sha_is_asked_once_per_process(monkeypatch):
+    """A run records the commit it started from: HEAD moving during the run (commits made
+    beside it) does not change the sha later records carry."""
+    import subprocess
+
+    import fraq._machine as machine
+
+    heads = iter(["a" * 40, "b" * 40])
+    asked = []
+
+    def run(*args, **kwargs):
+        asked.append(args)
+        return subprocess.CompletedProcess(args, 0, stdout=next(heads) + "\n")
+
+    monkeypatch.setattr(machine.subprocess, "run", run)
+    machine._git_sha.cache_clear()
+    try:
+        assert machine._git_sha() == "a" * 40 and machine._git_sha() == "a" * 40
+        assert len(asked) == 1
+    finally:
+        machine._git_sha.cache_clear()
 
 
 @pytest.mark.cuda

@@ -242,10 +242,14 @@ def test_example_adapters_under_a_file_is_one_line(tmp_path, capsys):
     assert str(f) in err and "not a directory" in err and f.read_text() == "mine"
 
 
-def test_methods_list_is_the_aggregator_registry():
+def test_an_unknown_method_is_refused_naming_the_registry(capsys, tmp_path):
+    """The command keeps no list of its own: the registry answers, with every method it holds."""
     from fraq.aggregators import AGGREGATORS
 
-    assert cli.METHODS == tuple(AGGREGATORS)
+    assert cli.main(["aggregate", str(tmp_path), "--method", "nosuch", "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    one_line(err, "aggregator(='nosuch') is not one of", *AGGREGATORS)
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_demo_stub_is_gone_and_an_unknown_command_is_one_line(capsys):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["DEFAULT", "DENSE_RATE", "EXPERIMENTS", "cost", "dense_seconds", "get"]
+__all__ = ["DEFAULT", "DENSE_RATE", "EXPERIMENTS", "cost", "dense_seconds", "get", "with_registered"]
 
 EXPERIMENTS: dict[str, str] = {
     "table4": "table4",
@@ -78,3 +78,19 @@ def cost(name: str, config: dict) -> float:
     """The estimated seconds of one point of experiment ``name`` (its module's ``cost``, else 1)."""
     fn = getattr(get(name), "cost", None)
     return float(fn(config)) if fn is not None else 1.0
+
+
+def with_registered(methods) -> list[str]:
+    """``methods`` (a sweep's compared methods, :mod:`benchmarks.sizes`) followed by every
+    registered aggregator they do not name that has the per-module entry the sweeps time,
+    ``aggregate_batch(Bs, As, *, rank, tau, weights, scales) -> (B_g, A_g, p)``
+    (:mod:`benchmarks.measure.methods`), in registration order. The package's such methods
+    (FRAQ, FLoRIST, FlexLoRA) are named at every size, so what this adds is a method
+    registered from outside the package (:mod:`fraq.aggregators.registry`): Fig. 3 and the
+    clients sweep compare it with no change to the sizes."""
+    from fraq.aggregators import AGGREGATORS
+
+    methods = list(methods)
+    named = {m.partition(":")[0] for m in methods}
+    return methods + [name for name, cls in AGGREGATORS.items()
+                      if name not in named and callable(getattr(cls, "aggregate_batch", None))]

@@ -39,7 +39,7 @@ import math
 
 import torch
 
-from benchmarks.experiments import fig3
+from benchmarks.experiments import fig3, with_registered
 from benchmarks.sizes import size_config
 
 __all__ = ["call", "cost", "energy_check", "growth", "key", "measure", "metrics", "points", "prepare_points", "ratios"]
@@ -59,7 +59,7 @@ def points(size: str) -> list[dict]:
             raise ValueError(f"clients shape {m} x {n}: list it as m <= n (d = m, D = n)")
         opt = options[0] if options else {}
         for K in ks:
-            compared = [x for x in c["methods"] if K in opt.get("only", {}).get(x, [K])]
+            compared = [x for x in with_registered(c["methods"]) if K in opt.get("only", {}).get(x, [K])]
             for method in compared:
                 out.append(dict(figure="clients", sweep="K", method=method, mode="batched", d=m, D=n, K=K,
                                 r=K * c["client_rank"], p=None, tau=c["tau"], modules=c["modules"],
@@ -96,8 +96,8 @@ def cost(config: dict) -> float:
     path = default_path(d, D, r, p) if runs_backend(c["method"]) else {}
     try:
         flops = analytic_flops(name, d, D, r, p, model="full", backend=backend or "householder", **path)
-    except ValueError:  # a backend without a FLOP model (or one that needs its step count)
-        flops = analytic_flops(name, d, D, r, p, model="full", **path)
+    except ValueError:  # a backend without a FLOP model (or one that needs its step count), a method without one
+        flops = analytic_flops(name if runs_backend(c["method"]) else "fraq", d, D, r, p, model="full", **path)
     return fig3.call_seconds(c["modules"] * flops / DENSE_RATE, c)
 
 

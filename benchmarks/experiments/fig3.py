@@ -40,6 +40,7 @@ import torch
 
 from benchmarks import cases
 from benchmarks.device import to_device
+from benchmarks.experiments import with_registered
 from benchmarks.sizes import size_config
 
 __all__ = ["GROUP", "call", "cost", "group", "group_calls", "key", "measure", "metrics", "paired_timing", "points",
@@ -56,7 +57,7 @@ def points(size: str) -> list[dict]:
     grid = [("r", c["d_fixed"], r) for r in c["ranks"]] + [("d", d, c["r_fixed"]) for d in c["dims"]]
     out = []
     for sweep, d, r in grid:
-        compared = [m for m in c["methods"] if traits(m).skip_reason(d) is None]
+        compared = [m for m in with_registered(c["methods"]) if traits(m).skip_reason(d) is None]
         for mode in MODES:  # one group's points in a row: the runner measures the group once
             for method in compared:
                 out.append(dict(figure="fig3", sweep=sweep, method=method, mode=mode, d=d, D=d, r=r,

@@ -54,8 +54,8 @@ from benchmarks.sizes import size_config
 from fraq.aggregators import ClientUpdate, get_aggregator
 from fraq.presets import Preset, get_preset
 
-__all__ = ["DENSE_WORK", "QUICK_DENSE_WORK", "TableRow", "dense_plan", "key", "measure", "method_job", "model_for",
-           "points", "run_preset", "table_rows"]
+__all__ = ["DENSE_WORK", "PAPER_SETTINGS", "QUICK_DENSE_WORK", "TableRow", "dense_plan", "key", "measure",
+           "method_job", "model_for", "points", "run_preset", "table_rows"]
 
 
 @dataclass(frozen=True)
@@ -67,21 +67,37 @@ class TableRow:
     options: dict = field(default_factory=dict)
 
 
+PAPER_SETTINGS = {"florist": lambda hetero: [{"tau": 0.85 if hetero else 0.90}],  # the FLoRIST paper's thresholds
+                  "fraq": lambda hetero: [{"tau": 0.80}, {"tau": 0.95}]}
+"""The options of the paper's rows, by registry name: preset heterogeneity -> one options
+dict per row. A method not named here has one row with its default options."""
+
+
+def _label(name: str, options: dict) -> str:
+    """A row's label: ``fraq (tau=0.80)``; the name alone for default options."""
+    text = ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in options.items())
+    return f"{name} ({text})" if text else name
+
+
 def _methods(preset: Preset) -> list[TableRow]:
+    """The rows of ``preset``'s table: every registered aggregator (the package's and those
+    from outside it, :mod:`fraq.aggregators.registry`) in the paper's order (its class's
+    ``paper_order``; the others after, in registration order), with the paper's options
+    (:data:`PAPER_SETTINGS`); a method whose clients alternate the trained factor
+    (``alternating_freeze``) has a row for each round, B's and A's."""
+    from fraq.aggregators import AGGREGATORS
+
     hetero = len(set(preset.ranks)) > 1
-    florist_tau = 0.85 if hetero else 0.90  # the FLoRIST paper's thresholds
-    return [
-        TableRow("flora", "flora"),
-        TableRow("fedex-lora", "fedex-lora"),
-        TableRow("fedit", "fedit"),
-        TableRow("lora-a2 (B round)", "lora-a2", {"round": 1}),
-        TableRow("lora-a2 (A round)", "lora-a2", {"round": 2}),
-        TableRow("flexlora", "flexlora"),
-        TableRow("florg", "florg"),
-        TableRow(f"florist (tau={florist_tau:.2f})", "florist", {"tau": florist_tau}),
-        TableRow("fraq (tau=0.80)", "fraq", {"tau": 0.80}),
-        TableRow("fraq (tau=0.95)", "fraq", {"tau": 0.95}),
-    ]
+    classes = sorted(AGGREGATORS.values(), key=lambda c: (c.paper_order is None, c.paper_order or 0))
+    rows = []
+    for cls in classes:
+        for options in PAPER_SETTINGS.get(cls.name, lambda h: [{}])(hetero):
+            if cls.alternating_freeze:
+                rows += [TableRow(f"{_label(cls.name, options)} ({part} round)", cls.name, {**options, "round": rnd})
+                         for part, rnd in (("B", 1), ("A", 2))]
+            else:
+                rows.append(TableRow(_label(cls.name, options), cls.name, dict(options)))
+    return rows
 
 
 table_rows = _methods
@@ -156,7 +172,7 @@ def prepare(model: Model, method: TableRow, *, subset: bool) -> Job:
     """
     agg = _aggregator(method)
     full_layers = max(g.count for g in model.preset.groups)
-    row = {"method": method.label, "name": method.name, "options": method.options,
+    row = {"method": method.label, "name": method.name, "options": method.options, **_described(method),
            "threads": torch.get_num_threads()}
     total = model.preset.modules
     if subset:
@@ -205,6 +221,16 @@ def prepare(model: Model, method: TableRow, *, subset: bool) -> Job:
     return Job(method, calls, row, first_s, first_parts=parts_s)
 
 
+def _described(method: TableRow) -> dict:
+    """The row's fields for the analysis (:func:`benchmarks.measure.described.describe`),
+    its display name carrying the row's options as its label does: ``FRAQ (tau=0.80)``."""
+    from benchmarks.measure.described import describe
+
+    fields = describe(method.name)
+    suffix = method.label[len(method.name):]
+    return dict(fields, display_name=fields["display_name"] + suffix)
+
+
 def _model_flops(name: str, model: Model, ranks: dict, which: str) -> float:
     """The analytic FLOPs (:func:`fraq.flops.analytic_flops`, ``which`` = ``"table5"``, the
     paper's formulas, or ``"full"``, the routines the code calls) of one aggregation of the
@@ -213,17 +239,17 @@ def _model_flops(name: str, model: Model, ranks: dict, which: str) -> float:
     method without a FLOP model. FRAQ's full model follows the path ``recompress`` takes
     (:func:`benchmarks.measure.methods.default_path`)."""
     from benchmarks.measure.methods import default_path
-    from fraq.flops import METHODS as MODELLED
+    from fraq.aggregators import AGGREGATORS
     from fraq.flops import analytic_flops
 
-    if name not in MODELLED:
+    if AGGREGATORS[name].flop_model is None:
         return float("nan")
     r = sum(model.preset.ranks)
     total = 0.0
     for module, p in ranks.items():
         m, n = model.shapes[module]
         p = sum(p) if isinstance(p, tuple) else int(p)
-        path = default_path(m, n, r, p) if name == "fraq" and which == "full" else {}
+        path = default_path(m, n, r, p) if AGGREGATORS[name].basis_backend and which == "full" else {}
         total += analytic_flops(name, m, n, r, min(p, r, m, n), model=which, **path)
     return total
 
@@ -329,7 +355,7 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = No
         method = rows_of[label]
         job = method_job(name, model, method, quick=quick)
         if isinstance(job, str):
-            rows.append({"method": method.label, "name": method.name, "skipped": job})
+            rows.append({"method": method.label, "name": method.name, **_described(method), "skipped": job})
             log(f"  {method.label:<22} skipped: {job[:60]}")
             continue
         rows.append(job.row)

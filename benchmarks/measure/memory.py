@@ -8,6 +8,12 @@ workspace under a 400 MiB baseline. Here only tensor storage counts.
 - CUDA: ``torch.cuda.reset_peak_memory_stats`` before the call, then
   ``max_memory_allocated - memory_allocated(before)``. The caching allocator's counters
   are exact for tensor storage; cuBLAS/cuSOLVER workspaces that bypass it are not seen.
+  CuPy (``fraq.recompress``'s ``eigensolver="cupy"`` route, CUDA's default where CuPy
+  imports) allocates from its own pool, which torch does not count: when CuPy is
+  imported, its default pool's free blocks are released before the call and the bytes
+  the pool holds after it are added (``outside``). A pool keeps every block it allocated
+  until released, so that is at least CuPy's peak within the call; added to torch's peak
+  it bounds the two together from above (their peaks need not coincide).
 - CPU: the profiler with ``profile_memory=True`` records one ``[memory]`` event per
   allocation and free of torch's CPU allocator, with a signed byte count. Summing them in
   time order and taking the running maximum gives the exact peak. The aggregated
@@ -52,19 +58,23 @@ class MemoryPeak:
         net: still allocated when the call returned (its outputs, and anything cached).
         allocated: total of all allocations (churn), >= peak.
         device: "cpu" or "cuda:i".
+        outside: of ``peak``, the bytes held by CuPy's memory pool after the call (CUDA
+            with CuPy imported; module docstring), 0 elsewhere.
     """
 
     peak: int
     net: int
     allocated: int
     device: str
+    outside: int = 0
 
     @property
     def peak_mib(self) -> float:
         return mib(self.peak)
 
     def as_dict(self) -> dict:
-        return {"peak": self.peak, "net": self.net, "allocated": self.allocated, "device": self.device}
+        return {"peak": self.peak, "net": self.net, "allocated": self.allocated, "device": self.device,
+                "outside": self.outside}
 
 
 def mib(nbytes: float) -> float:
@@ -99,6 +109,10 @@ def peak_memory(fn: Callable[[], object], *, device: torch.device | str = "cpu",
 
 def _peak_cuda(fn, device: torch.device) -> MemoryPeak:
     torch.cuda.synchronize(device)
+    pool = _cupy_pool(device)
+    if pool is not None:
+        pool.free_all_blocks()
+        used0 = pool.used_bytes()
     base = torch.cuda.memory_allocated(device)
     churn0 = torch.cuda.memory_stats(device).get("allocated_bytes.all.allocated", 0)
     torch.cuda.reset_peak_memory_stats(device)
@@ -107,8 +121,24 @@ def _peak_cuda(fn, device: torch.device) -> MemoryPeak:
     peak = torch.cuda.max_memory_allocated(device) - base
     net = torch.cuda.memory_allocated(device) - base
     churn = torch.cuda.memory_stats(device).get("allocated_bytes.all.allocated", 0) - churn0
+    outside = 0
+    if pool is not None:
+        outside = max(int(pool.total_bytes()) - int(used0), 0)
+        net += int(pool.used_bytes()) - int(used0)
     del out
-    return MemoryPeak(peak=int(peak), net=int(net), allocated=int(churn), device=str(device))
+    return MemoryPeak(peak=int(peak) + outside, net=int(net), allocated=int(churn) + outside, device=str(device),
+                      outside=outside)
+
+
+def _cupy_pool(device: torch.device):
+    """CuPy's default memory pool on ``device`` when CuPy is imported already (a call that
+    uses it imported it), else None."""
+    cupy = sys.modules.get("cupy")
+    if cupy is None:
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with cupy.cuda.Device(index):
+        return cupy.get_default_memory_pool()
 
 
 def _memory_deltas(prof) -> list[int]:

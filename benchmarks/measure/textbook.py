@@ -27,7 +27,11 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["OVERSAMPLE", "POWER_ITERATIONS", "qr_svd", "rsvd"]
+__all__ = ["DISPLAY_NAMES", "OVERSAMPLE", "POWER_ITERATIONS", "qr_svd", "rsvd"]
+
+DISPLAY_NAMES = {"qr-svd": "QR-QR-SVD", "rsvd": "rSVD"}
+"""The names reports show for the two baselines (:func:`benchmarks.measure.described.describe`
+writes them into each result): the textbook names of the two recompressions."""
 
 OVERSAMPLE = 10
 """rsvd's extra columns beyond p (torch.svd_lowrank's default q is 6; Halko et al. advise 5-10)."""

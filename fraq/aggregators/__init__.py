@@ -13,12 +13,16 @@ and bytes. Stateful methods (``lora-a2``, ``florg``) return ``result.state`` to 
 the next round. ``shared/reference/baselines.md`` describes each method.
 
 A new method is a subclass of :class:`Aggregator` in its own module and one call,
-``register_aggregator(MyMethod)``; the harness, the Flower strategy, ``fraq aggregate``
+``register_aggregator(MyMethod)``; a method outside the package is found through the
+``fraq.aggregators`` entry point group or ``FRAQ_METHODS`` (:mod:`fraq.aggregators.registry`;
+docs/library.md, "Adding a method"). The harness, the Flower strategy, ``fraq aggregate``
 and the checkpoints then run it, asking the class (never its name) for what is
 peculiar to it: its clients' layer (:meth:`Aggregator.client_layer`), what they train
 each round (:meth:`Aggregator.trained_factors`), what its result can be written as
 (``not_an_adapter``, ``no_delta``), its rank cap (:meth:`Aggregator.capped`) and its
-state's record (``state_type``, an :class:`AggregatorState`).
+state's record (``state_type``, an :class:`AggregatorState`). What a report shows of it
+(display name, paper order, downlink rule, FLOP model) is its class's too
+(:meth:`Aggregator.describe`), written into every result by the benchmarks.
 
 =============  ==========================  ============  ===================  ==========
 name           server math                 mixed ranks   downlink / module    next round
@@ -35,8 +39,6 @@ name           server math                 mixed ranks   downlink / module    ne
 """
 
 from __future__ import annotations
-
-import inspect
 
 from fraq.aggregators.base import Aggregator, AggregatorState, Group, ModuleSpec, validate_updates
 from fraq.aggregators.fedex_lora import FedExLoRA
@@ -56,6 +58,14 @@ from fraq.aggregators.payload import (
     Downlink,
     Factors,
 )
+from fraq.aggregators.registry import (
+    AGGREGATORS,
+    ENTRY_POINT_GROUP,
+    ENV,
+    get_aggregator,
+    load_outside_methods,
+    register_aggregator,
+)
 
 __all__ = [
     "AGGREGATORS",
@@ -65,6 +75,8 @@ __all__ = [
     "ClientLayer",
     "ClientUpdate",
     "Downlink",
+    "ENTRY_POINT_GROUP",
+    "ENV",
     "Factors",
     "FedExLoRA",
     "FedIT",
@@ -81,48 +93,7 @@ __all__ = [
     "REINITIALIZE",
     "WARM_START",
     "get_aggregator",
+    "load_outside_methods",
     "register_aggregator",
     "validate_updates",
 ]
-
-AGGREGATORS: dict[str, type[Aggregator]] = {
-    cls.name: cls for cls in (FedIT, LoraA2, FLoRA, FedExLoRA, FlexLoRA, FLoRG, FLoRIST, Fraq)
-}
-"""Registry: name -> aggregator class, in the order of the paper's tables."""
-
-
-def get_aggregator(name: str, **options) -> Aggregator:
-    """An aggregator by registry name, configured by keyword ``options`` (e.g. ``tau``)."""
-    if not isinstance(name, str) or name not in AGGREGATORS:
-        raise ValueError(f"aggregator(={name!r}) is not one of {sorted(AGGREGATORS)}")
-    cls = AGGREGATORS[name]
-    try:
-        inspect.signature(cls).bind(**options)
-    except TypeError:
-        accepted = [p for p in inspect.signature(cls).parameters if p not in ("args", "kwargs")]
-        raise TypeError(f"aggregator {name!r} does not take options {sorted(options)}; "
-                        f"it takes {accepted}") from None
-    return cls(**options)
-
-
-def register_aggregator(cls: type[Aggregator]) -> type[Aggregator]:
-    """Add an :class:`Aggregator` subclass to :data:`AGGREGATORS` under ``cls.name``.
-
-    A name names one method: registering a different class under a taken name is a
-    ValueError naming both (a method would otherwise replace another silently, and every
-    table, result and Flower run would show the wrong one under its name). Registering the
-    same class again changes nothing."""
-    if not (isinstance(cls, type) and issubclass(cls, Aggregator)):
-        raise TypeError(f"cls(={cls!r}) must be an Aggregator subclass")
-    if not isinstance(getattr(cls, "name", None), str):
-        raise ValueError(f"{cls.__name__} needs a string class attribute `name`")
-    st = cls.state_type
-    if st is not None and not (isinstance(st, type) and issubclass(st, AggregatorState) and st.aggregator == cls.name):
-        raise ValueError(f"{cls.__name__}.state_type(={st!r}) must be an AggregatorState subclass whose "
-                         f"`aggregator` is {cls.name!r}")
-    taken = AGGREGATORS.get(cls.name)
-    if taken is not None and taken is not cls:
-        raise ValueError(f"aggregator name {cls.name!r} is taken by {taken.__module__}.{taken.__qualname__}; "
-                         f"give {cls.__module__}.{cls.__qualname__} another `name`")
-    AGGREGATORS[cls.name] = cls
-    return cls

@@ -11,7 +11,7 @@ import dataclasses
 import math
 import numbers
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
 import torch
@@ -89,6 +89,32 @@ class Aggregator(ABC):
             steady-state round passes the first round's ``result.state`` on.
         basis_backend: True when the method runs :func:`fraq.recompress`, whose basis
             backend (:data:`fraq.BACKENDS`) and Gram form decide its FLOP count.
+        energy_rule: True when the method cuts its output rank by an energy threshold
+            ``tau`` (a sweep then passes every method the same ``tau``); False when it has
+            a rank rule of its own (FlexLoRA: each client's rank).
+        nested: True when the method's rank-p result is the first p columns of B_g and
+            rows of A_g of its rank-P result for any P >= p (a truncated SVD), so a sweep
+            over p can decompose once at the largest p and cut.
+
+    What a report shows of the method, written into every result by the benchmarks
+    (:meth:`describe`), so the analysis needs no list of methods of its own:
+
+        display_name: the name in tables and legends (the paper's spelling for the
+            paper's methods); None: ``name``.
+        paper_order: the method's row in the paper's Tables 1-3 (1 = FLoRA, the first;
+            8 = FRAQ, the last); None for a method the paper does not compare, shown
+            after the paper's. Tables list rows by it, legends the paper's method first
+            (the reverse).
+        downlink_rule: what one client receives per module, in parameters, as a formula
+            in m, n, the client ranks r_k and the output rank p (the table in
+            :mod:`fraq.aggregators`); None when not stated.
+        flop_model: ``f(d, D, r, p, *, model, **path) -> float``, the analytic FLOPs of
+            one d x D module (d <= D) of stacked rank r aggregated to rank p, with
+            ``model`` ``"table5"`` (the paper's formulas) or ``"full"`` (the routines the
+            code calls) and, for a :attr:`basis_backend` method, ``backend``, ``steps``,
+            ``factored``, ``identity`` (:func:`fraq.flops.analytic_flops`, which checks the
+            arguments and calls it); None for a method without one (its FLOP columns
+            are then empty).
     """
 
     name: ClassVar[str]
@@ -104,6 +130,32 @@ class Aggregator(ABC):
     dense_factorization: ClassVar[bool] = False
     partial_first_round: ClassVar[bool] = False
     basis_backend: ClassVar[bool] = False
+    energy_rule: ClassVar[bool] = False
+    nested: ClassVar[bool] = False
+    display_name: ClassVar[str | None] = None
+    paper_order: ClassVar[int | None] = None
+    downlink_rule: ClassVar[str | None] = None
+    flop_model: ClassVar[Callable[..., float] | None] = None
+
+    @classmethod
+    def describe(cls) -> dict:
+        """What a result records of the method: ``name``, ``display_name`` (``name`` when
+        the class gives none), ``paper_order``, ``downlink_rule`` and ``flop_model`` (True
+        when the class has one), plain JSON values.
+
+        Raises:
+            TypeError: an attribute of the wrong type, naming the class, the attribute
+                and its value.
+        """
+        checks = (("display_name", cls.display_name, str), ("paper_order", cls.paper_order, int),
+                  ("downlink_rule", cls.downlink_rule, str))
+        for attr, value, kind in checks:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
+                raise TypeError(f"{cls.__qualname__}.{attr}(={value!r}) must be None or a {kind.__name__}")
+        if cls.flop_model is not None and not callable(cls.flop_model):
+            raise TypeError(f"{cls.__qualname__}.flop_model(={cls.flop_model!r}) must be None or callable")
+        return {"name": cls.name, "display_name": cls.display_name or cls.name, "paper_order": cls.paper_order,
+                "downlink_rule": cls.downlink_rule, "flop_model": cls.flop_model is not None}
 
     def aggregate(self, updates: Sequence[ClientUpdate], state: object | None = None, *,
                   batched: bool = True) -> AggregationResult:

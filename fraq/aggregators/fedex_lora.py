@@ -39,6 +39,9 @@ class FedExLoRA(Aggregator):
 
     name = "fedex-lora"
     client_init = WARM_START
+    display_name = "FedEx-LoRA"
+    paper_order = 2  # its row in the paper's Tables 1-3
+    downlink_rule = "(m + n)(sum_k r_k + r)"
     heterogeneous_ranks = False
     checks_finite = False  # Group.stacked does
     not_an_adapter = "its exact residual is merged into the base weights, it is not a LoRA adapter"

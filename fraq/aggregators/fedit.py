@@ -45,6 +45,9 @@ class FedIT(Aggregator):
 
     name = "fedit"
     client_init = WARM_START
+    display_name = "FedIT"
+    paper_order = 3  # its row in the paper's Tables 1-3
+    downlink_rule = "(m + n) r"
     heterogeneous_ranks = False
 
     def _group(self, group: Group, state) -> GroupOutput:

@@ -17,6 +17,7 @@ from fraq.aggregators._linalg import first_columns, first_rows, own_copy, select
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.florist import _tau_or_rank
 from fraq.aggregators.payload import WARM_START, Downlink, Factors
+from fraq.flops import flexlora_model
 
 __all__ = ["FlexLoRA", "dense_svd"]
 
@@ -74,6 +75,11 @@ class FlexLoRA(Aggregator):
 
     name = "flexlora"
     client_init = WARM_START
+    display_name = "FlexLoRA"
+    paper_order = 5  # its row in the paper's Tables 1-3
+    downlink_rule = "(m + n) r_k"
+    flop_model = staticmethod(flexlora_model)
+    nested = True  # a truncated SVD: its rank-p result is the first p components of any larger one
     checks_finite = False  # fraq.stack does
     dense_factorization = True
 

@@ -27,6 +27,9 @@ class FLoRA(Aggregator):
 
     name = "flora"
     client_init = REINITIALIZE
+    display_name = "FLoRA"
+    paper_order = 1  # its row in the paper's Tables 1-3
+    downlink_rule = "(m + n) sum_k r_k"
     checks_finite = False  # Group.stacked does
 
     def _group(self, group: Group, state) -> GroupOutput:

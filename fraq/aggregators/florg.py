@@ -160,6 +160,9 @@ class FLoRG(Aggregator):
 
     name = "florg"
     client_init = WARM_START
+    display_name = "FLoRG"
+    paper_order = 6  # its row in the paper's Tables 1-3
+    downlink_rule = "r min(m, n)"
     heterogeneous_ranks = False
     single_matrix = True
     state_type = FlorgState

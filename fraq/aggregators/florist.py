@@ -15,6 +15,7 @@ from fraq._validation import check_rank, check_tau, compute_dtype
 from fraq.aggregators._linalg import select, thin_svd
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.payload import WARM_START, Downlink, Factors
+from fraq.flops import florist_model
 
 __all__ = ["FLoRIST", "florist_recompress"]
 
@@ -68,6 +69,11 @@ class FLoRIST(Aggregator):
 
     name = "florist"
     client_init = WARM_START
+    display_name = "FLoRIST"
+    paper_order = 7  # its row in the paper's Tables 1-3
+    downlink_rule = "(m + n) p"
+    flop_model = staticmethod(florist_model)
+    energy_rule = True
     checks_finite = False  # fraq.stack does
 
     def __init__(self, *, tau: float = 0.90):

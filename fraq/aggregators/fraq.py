@@ -13,6 +13,7 @@ from fraq._validation import NonFiniteError
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.payload import REINITIALIZE, Downlink, Factors
 from fraq.backends import AUTO
+from fraq.flops import fraq_model
 
 __all__ = ["DEFAULT_TAU", "Fraq"]
 
@@ -51,6 +52,11 @@ class Fraq(Aggregator):
 
     name = "fraq"
     client_init = REINITIALIZE
+    display_name = "FRAQ"
+    paper_order = 8  # its row in the paper's Tables 1-3
+    downlink_rule = "(m + n) p"
+    flop_model = staticmethod(fraq_model)
+    energy_rule = True
     checks_finite = False  # Group.stacked does
     basis_backend = True
 

@@ -96,6 +96,9 @@ class LoraA2(Aggregator):
 
     name = "lora-a2"
     client_init = WARM_START
+    display_name = "LoRA-A²"
+    paper_order = 4  # its row in the paper's Tables 1-3
+    downlink_rule = "m r (B rounds) or n r (A rounds)"
     heterogeneous_ranks = False
     alternating_freeze = True
     rank_budgets = True

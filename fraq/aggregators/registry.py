@@ -1,0 +1,187 @@
+"""The aggregator registry: name -> class, with the methods defined outside the package.
+
+A method outside the package is one :class:`~fraq.aggregators.Aggregator` subclass in a
+module of its own that calls :func:`register_aggregator` on import. Two ways name that
+module, and the registry imports it the first time the registry is read (lazily, once per
+process, so ``import fraq`` stays light and a process started by a benchmark or by Flower
+finds the same methods as its parent):
+
+- an installed distribution's entry point in the group :data:`ENTRY_POINT_GROUP`
+  (``fraq.aggregators``), e.g. in its ``pyproject.toml``::
+
+      [project.entry-points."fraq.aggregators"]
+      my-method = "my_pkg.my_method:MyMethod"
+
+  The entry point may name the class (it is registered) or the module (importing it
+  registers);
+- the environment variable :data:`ENV` (``FRAQ_METHODS``): comma-separated module names,
+  ``FRAQ_METHODS=my_pkg.my_method,other.method``, each importable from ``sys.path``
+  (``PYTHONPATH``). An environment variable reaches every process a run starts (the
+  benchmarks' fresh launches, Flower's simulation), where a registration made in code
+  would not.
+
+A module or entry point that fails to load is an ImportError naming it and the
+exception, raised by the read that triggered the load; the registry is marked loaded only
+once a load succeeds, so every later read tries the load and reports the error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+from collections.abc import Iterator
+
+from fraq.aggregators.base import Aggregator, AggregatorState
+from fraq.aggregators.fedex_lora import FedExLoRA
+from fraq.aggregators.fedit import FedIT
+from fraq.aggregators.flexlora import FlexLoRA
+from fraq.aggregators.flora import FLoRA
+from fraq.aggregators.florg import FLoRG
+from fraq.aggregators.florist import FLoRIST
+from fraq.aggregators.fraq import Fraq
+from fraq.aggregators.lora_a2 import LoraA2
+
+__all__ = ["AGGREGATORS", "ENTRY_POINT_GROUP", "ENV", "get_aggregator", "load_outside_methods",
+           "register_aggregator"]
+
+ENTRY_POINT_GROUP = "fraq.aggregators"
+"""The importlib.metadata entry point group of methods from installed distributions."""
+
+ENV = "FRAQ_METHODS"
+"""The environment variable naming modules of methods (comma-separated module names)."""
+
+
+class _Registry(dict):
+    """A dict whose every read first loads the methods from outside the package
+    (:func:`load_outside_methods`), so no reader can miss one."""
+
+    def _loaded(self) -> _Registry:
+        load_outside_methods()
+        return self
+
+    def __getitem__(self, key):
+        return dict.__getitem__(self._loaded(), key)
+
+    def __contains__(self, key) -> bool:
+        return dict.__contains__(self._loaded(), key)
+
+    def __iter__(self) -> Iterator[str]:
+        return dict.__iter__(self._loaded())
+
+    def __len__(self) -> int:
+        return dict.__len__(self._loaded())
+
+    def __eq__(self, other) -> bool:
+        return dict.__eq__(self._loaded(), other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return dict.__repr__(self._loaded())
+
+    def get(self, key, default=None):
+        return dict.get(self._loaded(), key, default)
+
+    def keys(self):
+        return dict.keys(self._loaded())
+
+    def values(self):
+        return dict.values(self._loaded())
+
+    def items(self):
+        return dict.items(self._loaded())
+
+    def copy(self) -> dict:
+        return dict(self.items())
+
+
+AGGREGATORS: dict[str, type[Aggregator]] = _Registry(
+    (cls.name, cls) for cls in (FedIT, LoraA2, FLoRA, FedExLoRA, FlexLoRA, FLoRG, FLoRIST, Fraq))
+"""Registry: name -> aggregator class, in the order of registration (the package's first,
+then the methods from outside it). The paper's order is each class's ``paper_order``."""
+
+_loaded = False
+"""Whether the methods from outside the package are loaded (:func:`load_outside_methods`)."""
+
+
+def load_outside_methods() -> None:
+    """Import the methods named by entry points (:data:`ENTRY_POINT_GROUP`) and by
+    :data:`ENV`, once per process: every read of :data:`AGGREGATORS` calls this, and only
+    the first that succeeds does any work (the entry points and the variable are read then;
+    after a failed load the registry is not marked loaded, so each later read repeats the
+    load and its error).
+
+    Raises:
+        ImportError: naming the entry point or module and the exception it raised.
+    """
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True  # before loading: a module's own register_aggregator, or any read of it, reads the registry
+    try:
+        _load()
+    except BaseException:
+        _loaded = False
+        raise
+
+
+def _load() -> None:
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+            if inspect.isclass(obj):
+                register_aggregator(obj)
+        except Exception as exc:
+            raise ImportError(f"{ENTRY_POINT_GROUP} entry point {ep.name} = {ep.value!r} failed to load: "
+                              f"{type(exc).__name__}: {exc}") from exc
+    for module in (m.strip() for m in os.environ.get(ENV, "").split(",")):
+        if not module:
+            continue
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            raise ImportError(f"{ENV}={os.environ[ENV]!r}: module {module!r} failed to import: "
+                              f"{type(exc).__name__}: {exc}") from exc
+
+
+def get_aggregator(name: str, **options) -> Aggregator:
+    """An aggregator by registry name, configured by keyword ``options`` (e.g. ``tau``)."""
+    if not isinstance(name, str) or name not in AGGREGATORS:
+        raise ValueError(f"aggregator(={name!r}) is not one of {sorted(AGGREGATORS)}")
+    cls = AGGREGATORS[name]
+    try:
+        inspect.signature(cls).bind(**options)
+    except TypeError:
+        accepted = [p for p in inspect.signature(cls).parameters if p not in ("args", "kwargs")]
+        raise TypeError(f"aggregator {name!r} does not take options {sorted(options)}; "
+                        f"it takes {accepted}") from None
+    return cls(**options)
+
+
+def register_aggregator(cls: type[Aggregator]) -> type[Aggregator]:
+    """Add an :class:`Aggregator` subclass to :data:`AGGREGATORS` under ``cls.name``.
+
+    A name names one method: registering a different class under a taken name is a
+    ValueError naming both (a method would otherwise replace another silently, and every
+    table, result and Flower run would show the wrong one under its name). Registering the
+    same class a second time changes nothing. The class's description (:meth:`Aggregator.describe`:
+    display name, paper order, downlink rule, FLOP model) is checked here, so a bad one is
+    refused where it is registered, not in a report."""
+    if not (isinstance(cls, type) and issubclass(cls, Aggregator)):
+        raise TypeError(f"cls(={cls!r}) must be an Aggregator subclass")
+    if not isinstance(getattr(cls, "name", None), str):
+        raise ValueError(f"{cls.__name__} needs a string class attribute `name`")
+    st = cls.state_type
+    if st is not None and not (isinstance(st, type) and issubclass(st, AggregatorState) and st.aggregator == cls.name):
+        raise ValueError(f"{cls.__name__}.state_type(={st!r}) must be an AggregatorState subclass whose "
+                         f"`aggregator` is {cls.name!r}")
+    cls.describe()  # its checks
+    taken = dict.get(AGGREGATORS, cls.name)
+    if taken is not None and taken is not cls:
+        raise ValueError(f"aggregator name {cls.name!r} is taken by {taken.__module__}.{taken.__qualname__}; "
+                         f"give {cls.__module__}.{cls.__qualname__} another `name`")
+    dict.__setitem__(AGGREGATORS, cls.name, cls)
+    return cls
