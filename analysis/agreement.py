@@ -1,6 +1,8 @@
 """Our numbers beside the paper's claims, figure by figure: one function per figure/table,
 each returning markdown bullet lines computed from the tidy rows (nothing typed by hand
-but the paper's own statements, which are quoted).
+but the paper's own statements, which are quoted). Tables 1-3's verdicts, whose claims and
+thresholds are ``analysis/paper.json``'s, are their section's
+(:func:`analysis.sections.tables123.verdict_lines`).
 
 Every agree/disagree statement is a :class:`analysis.verdicts.Verdict` and prints the
 interval it rests on (:data:`analysis.verdicts.HOW` says how it is computed); a claim over
@@ -15,7 +17,7 @@ import pandas as pd
 from analysis.style import NAMES, num
 from analysis.verdicts import Verdict, exact, holds, judge, not_measured, paired
 
-__all__ = ["fig1_lines", "fig3_lines", "fig4_lines", "table4_lines", "table5_lines", "tables123_lines",
+__all__ = ["fig1_lines", "fig3_lines", "fig4_lines", "table4_lines", "table5_lines",
            "backends_lines"]
 
 
@@ -346,118 +348,6 @@ def table4_lines(df: pd.DataFrame) -> list[str]:
         f"- Absolute numbers are not comparable (GH200 vs {int(df['modules'].iloc[0])} modules on this machine): "
         f"Adaptive + Gram {np.median(t['adaptive-gram']):.1f} ms and {mib['adaptive-gram']:.1f} MiB here.",
     ]
-
-
-# ----------------------------------------------------------------------------- Tables 1-3
-
-
-SPEEDUPS = {
-    "roberta-base": ("FRAQ requires 14.2 ms per aggregation, 8-15x faster than FLoRIST and 190-2,300x faster than "
-                     "FlexLoRA", (("florist", 8.0), ("flexlora", 190.0))),
-    "llama-3.2-3b": ("FRAQ requires 86.7 ms per aggregation, 8-15x faster than FLoRIST and 190-2,300x faster than "
-                     "FlexLoRA", (("florist", 8.0), ("flexlora", 190.0))),
-    "llama-3.2-3b-hetero": ("both FRAQ variants require about 0.37 s, around 12x faster than FLoRIST and more than "
-                            "900x faster than FlexLoRA", (("florist", 8.0), ("flexlora", 900.0))),
-}
-"""Per preset, the paper's latency claim (Section 5, server-side efficiency) and what is
-tested on a GPU: the method's time over FRAQ's (the slower of its two variants) above the
-paper's lower end (8 of "8-15x", also for "around 12x"; 190 of "190-2,300x"; 900). These
-are GH200 wall-clock ratios: a CPU cannot test them (see :data:`MODEL_BAND`)."""
-
-MODEL_BAND = (0.5, 2.0)
-"""On a CPU the speed-ups are judged against what the FLOP models predict, the paper's own
-(Table 5's formulas) and the routines the code calls (``fraq.flops``, ``model="full"``):
-the measured ratio over the model's ratio within this band. On one core both methods run
-the same BLAS and LAPACK, so their time ratio follows their FLOP ratio up to the rates of
-their kernels, which differ by up to about 2x between a large dense SVD and FRAQ's small
-QR and eigenproblems (``benchmarks.measure.kernels``; Table 5's "% of GEMM bound"). The
-paper's GPU ratio exceeding its own FLOP model (190x against about 80x) is a GPU's
-launch and synchronisation overheads, which only a GPU measures."""
-
-
-def tables123_lines(df: pd.DataFrame, preset: str) -> list[str]:
-    """The paper's latency claims for ``preset`` and its downlink counts, against ours."""
-    from analysis.tables import tables123_rows
-
-    rows = tables123_rows(df)
-    rows = rows[rows["preset"] == preset]
-    lines = []
-    fraq = rows[rows["name"] == "fraq"]
-    claim, tests = SPEEDUPS.get(preset, (None, ()))
-    if claim is not None:
-        parts = []
-        for name, thr in tests:
-            other = rows[rows["name"] == name]
-            label = NAMES.get(name, name)
-            groups = {f"{label} ({r.method})": _arr(r.samples) for r in other.itertuples()}
-            groups.update({f"FRAQ ({r.method})": _arr(r.samples) for r in fraq.itertuples()})
-            missing = [f"{k} ({_why(rows, k)})" for k, v in groups.items() if v.size == 0]
-            if other.empty or fraq.empty or missing:
-                v = not_measured(f"{preset}: FRAQ faster than {label}", missing or [f"{label} (no result)"])
-                parts.append(_ours(v, ""))
-                continue
-            o = [k for k in groups if not k.startswith("FRAQ")]
-            f = [k for k in groups if k.startswith("FRAQ")]
-            compared = pd.concat([other, fraq])
-            ratio = (lambda g: np.min(np.stack([g[k] for k in o]), axis=0)  # noqa: E731
-                     / np.max(np.stack([g[k] for k in f]), axis=0))
-            ms = {k: v * 1e3 for k, v in groups.items()}
-            if _on_gpu(compared):
-                v = judge(ms, ratio, above=thr, claim=f"{preset}: FRAQ faster than {label}", machine=compared,
-                          paired=paired(compared))
-                parts.append(_ours(v, f"{v.value:.3g}x", ".3g", "x", test=f"{label} / FRAQ time above {thr:g}x"))
-                continue
-            parts.append(_model_verdicts(ms, ratio, other, fraq, label, thr, preset, compared))
-        ms = ", ".join(f"{r.method} {r.median_s * 1e3:.4g} ms" for r in fraq.itertuples() if pd.notna(r.median_s))
-        lines.append(f"- Paper: {claim}. " + "; ".join(parts) + (f". Here: {ms}." if ms else "."))
-    fixed = rows[~rows["adaptive"] & rows["paper_pct"].notna() & rows["downlink_pct"].notna()]
-    if not fixed.empty:
-        diff = fixed[(fixed["downlink_pct"] - fixed["paper_pct"]).abs() > 0.05 + 0.005 * fixed["paper_pct"]]
-        others = "; ".join(f"{r.method} {r.downlink_pct:.3g}% against {r.paper_pct:.3g}%" for r in diff.itertuples())
-        lines.append("- Paper: the downlink of the methods whose rank is fixed (no energy threshold) is set by the "
-                     "shapes and ranks alone. " + _ours(holds(diff.empty), f"ours equals the paper's to its rounding "
-                                                        f"for {len(fixed) - len(diff)} of {len(fixed)} methods",
-                                                        test="equal to the paper's percentage")
-                     + (f" (differs: {others})." if others else "."))
-    adaptive = rows[rows["adaptive"] & rows["downlink_pct"].notna()]
-    if not adaptive.empty:
-        lines.append("  - Energy-threshold methods (their downlink follows the spectra, synthetic here): "
-                     + "; ".join(f"{r.method} {r.downlink_pct:.3g}% (paper {r.paper_pct:.3g}%)"
-                                 for r in adaptive.itertuples()) + ".")
-    return lines
-
-
-def _on_gpu(rows: pd.DataFrame) -> bool:
-    return "device" in rows and rows["device"].astype(str).str.startswith("cuda").all()
-
-
-def _model_verdicts(ms: dict, ratio, other: pd.DataFrame, fraq: pd.DataFrame, label: str, thr: float,
-                    preset: str, compared: pd.DataFrame) -> str:
-    """A CPU's verdicts on a speed-up: the paper's GPU ratio shown, not judged; the measured
-    ratio against each FLOP model's (:data:`MODEL_BAND`)."""
-    lo, hi = MODEL_BAND
-    out = [f"{label}: the paper's {thr:g}x is a GH200 wall-clock ratio, a GPU claim: not judged on a CPU"]
-    for col, name in (("flops_table5", "the paper's FLOP model (Table 5)"), ("flops_full", "our routine-true model")):
-        o = pd.to_numeric(other[col], errors="coerce") if col in other else pd.Series(dtype=float)
-        f = pd.to_numeric(fraq[col], errors="coerce") if col in fraq else pd.Series(dtype=float)
-        if o.dropna().empty or f.dropna().empty:
-            out.append(f"{name}: no FLOP count in these results")
-            continue
-        model = float(o.min() / f.max())
-        v = judge(ms, lambda g: ratio(g) / model, above=lo, below=hi, machine=compared, paired=paired(compared),
-                  claim=f"{preset}: {label} / FRAQ as {name} predicts")
-        out.append(_ours(v, f"{v.value * model:.3g}x against the {model:.3g}x {name} predicts "
-                            f"(measured / model {v.value:.2f})", ".2f",
-                         test=f"measured / model within [{lo:g}, {hi:g}]"))
-    return "; ".join(out)
-
-
-def _why(rows: pd.DataFrame, key: str) -> str:
-    label = key.split(" (", 1)[1].rstrip(")")
-    r = rows[rows["method"] == label]
-    if not r.empty and isinstance(r["skipped"].iloc[0], str):
-        return r["skipped"].iloc[0].split(";")[0]
-    return "no samples"
 
 
 # ----------------------------------------------------------------------------- Table 5

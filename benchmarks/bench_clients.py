@@ -19,7 +19,8 @@ from benchmarks.experiments import clients
 from benchmarks.sizes import ASV, size_config
 
 _C = size_config(ASV, "clients")
-METHODS = list(_C["methods"])
+SWEEP_METHODS = list(_C["methods"])
+"""The method names the clients sweep compares (the size's), the asv ``method`` parameter."""
 SHAPES = [f"{m}x{n}" for m, n, *_ in _C["shapes"]]
 KS = sorted({k for _, _, ks, *_ in _C["shapes"] for k in ks})
 
@@ -36,7 +37,7 @@ def point_config(method: str, shape: str, K: int) -> dict:
 class ClientsSweep(_Measured):
     """Latency, memory, FLOPs and fidelity against the number of clients K, per shape."""
 
-    params = [METHODS, SHAPES, KS]
+    params = [SWEEP_METHODS, SHAPES, KS]
     param_names = ["method", "shape", "clients"]
     timeout = 600.0
 

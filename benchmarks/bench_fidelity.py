@@ -60,7 +60,7 @@ class RankFidelity:
     timeout = 900.0
 
     def setup_cache(self):
-        from benchmarks.measure.methods import spec
+        from benchmarks.measure.methods import traits
 
         check_threads()
         device, reason = _device_or_reason()
@@ -72,7 +72,7 @@ class RankFidelity:
             for p in _R["ranks"]:
                 per = [fig4_rank.measure(c, device) for c in points if (c["method"], c["p"]) == (method, p)]
                 if not per:
-                    results[(method, p)] = f"{method}: no module within its limits ({spec(method).why})"
+                    results[(method, p)] = f"{method}: no module within its limits ({traits(method).why})"
                     continue
                 # Modules weighted equally: mean of the per-group means (groups are equal-sized).
                 results[(method, p)] = {
@@ -112,13 +112,13 @@ class ConditionFidelity:
     timeout = 900.0
 
     def setup_cache(self):
-        from benchmarks.measure.methods import spec
+        from benchmarks.measure.methods import traits
 
         check_threads()
         device, reason = _device_or_reason()
         if reason is not None:
             return {(m, k): reason for m in _K["methods"] for k in KAPPAS}
-        results = {(m, k): spec(m).skip_reason(min(_K["shape"])) or f"{m} is not measured here"
+        results = {(m, k): traits(m).skip_reason(min(_K["shape"])) or f"{m} is not measured here"
                    for m in _K["methods"] for k in KAPPAS}
         for c in fig4_cond.points(ASV):
             r = fig4_cond.measure(c, device)

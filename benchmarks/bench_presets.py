@@ -28,7 +28,7 @@ def _labels() -> list[str]:
 
     out = []
     for name in _C["presets"]:
-        out += [m.label for m in tables123.METHODS(get_preset(name)) if m.label not in out]
+        out += [m.label for m in tables123.table_rows(get_preset(name)) if m.label not in out]
     return out
 
 
@@ -50,7 +50,7 @@ class Presets:
         from fraq.presets import get_preset
 
         self.device = prepare()
-        rows = {m.label: m for m in tables123.METHODS(get_preset(preset))}
+        rows = {m.label: m for m in tables123.table_rows(get_preset(preset))}
         if method not in rows:
             skip(f"{method} is not a row of {preset}'s table")
         job = tables123.method_job(preset, _model(preset, str(self.device)), rows[method], quick=_C["quick"])

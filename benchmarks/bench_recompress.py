@@ -20,7 +20,8 @@ from benchmarks.experiments import fig3
 from benchmarks.sizes import ASV, size_config
 
 _C = size_config(ASV, "fig3")
-METHODS = list(_C["methods"])
+SWEEP_METHODS = list(_C["methods"])
+"""The method names Fig. 3's sweeps compare (the size's), the asv ``method`` parameter."""
 MODES = list(fig3.MODES)
 
 
@@ -37,9 +38,9 @@ def sweep_config(sweep: str, method: str, value: int, mode: str) -> dict:
     for c in fig3.points(ASV):
         if (c["sweep"], c["method"], c["d"], c["r"], c["mode"]) == (sweep, method, d, r, mode):
             return c
-    from benchmarks.measure.methods import spec
+    from benchmarks.measure.methods import traits
 
-    skip(spec(method).skip_reason(d) or f"{method} is not measured at d={d}, r={r}")
+    skip(traits(method).skip_reason(d) or f"{method} is not measured at d={d}, r={r}")
 
 
 def _track(key: str, unit: str, doc: str):
@@ -91,7 +92,7 @@ class RankSweep(_Sweep):
     """Fig. 3a: against the total stacked rank r, at d = D fixed."""
 
     sweep = "r"
-    params = [METHODS, list(_C["ranks"]), MODES]
+    params = [SWEEP_METHODS, list(_C["ranks"]), MODES]
     param_names = ["method", "r", "mode"]
 
     def setup_cache(self):
@@ -102,7 +103,7 @@ class HiddenSweep(_Sweep):
     """Fig. 3b: against the hidden size d (square d x d modules), at r fixed."""
 
     sweep = "d"
-    params = [METHODS, list(_C["dims"]), MODES]
+    params = [SWEEP_METHODS, list(_C["dims"]), MODES]
     param_names = ["method", "d", "mode"]
 
     def setup_cache(self):

@@ -47,7 +47,7 @@ import torch
 
 from benchmarks import cases
 
-__all__ = ["MODELS", "Method", "ModelSpec", "PeftClients", "build_clients", "module_fidelity"]
+__all__ = ["AdapterMerge", "MODELS", "ModelSpec", "PeftClients", "build_clients", "module_fidelity"]
 
 
 @dataclass(frozen=True)
@@ -277,7 +277,7 @@ def build_clients(model: str, *, layers: int | None = None, ranks: Sequence[int]
 
 
 @dataclass(frozen=True)
-class Method:
+class AdapterMerge:
     """One merge: ``peft-svd`` (``rank``, or per-module ``ranks`` through ``rank_pattern``),
     ``peft-cat``, or ``fraq`` (``rank`` or ``tau``). Calling it adds one adapter to the
     clients' model and returns its name."""

@@ -10,7 +10,7 @@
 - ``paper``: the paper's sizes where this machine allows (``make reproduce-paper``).
 
 Which methods a point runs is the experiment's ``methods`` list here, cut by each
-method's own limits (:class:`benchmarks.measure.methods.MethodSpec`, e.g. FlexLoRA's
+method's own limits (:class:`benchmarks.measure.methods.MethodTraits`, e.g. FlexLoRA's
 largest d). Nothing else in ``benchmarks/`` or ``tests/bench`` defines a size.
 """
 
@@ -27,8 +27,8 @@ QUICK = "tiny"
 _SWEEP_METHODS = ["fraq", "florist", "flexlora"]
 _ANALYST = ["fraq-paper", "qr-svd", "rsvd"]  # the paper's configuration and the textbook baselines
 
-_EXACT = ["fraq:cholesky", "fraq:cholesky-qr2", "fraq:polar", "fraq:newton-schulz",
-          "fraq:newton-schulz-polar-express"]
+_EXACT = ["fraq:backend=cholesky", "fraq:backend=cholesky-qr2", "fraq:backend=polar", "fraq:backend=newton-schulz",
+          "fraq:backend=newton-schulz-polar-express"]
 """FRAQ's exact backends besides the default (``fraq``, Householder on the CPU)."""
 
 _BASES = ["householder", "cholesky-qr2", "cholesky"]
@@ -65,7 +65,7 @@ SIZES: dict[str, dict[str, dict]] = {
                   launches=3),
         # r = d/24 to 4d at 768 x 768, to 2d at 768 x 3072: past r = d on both shapes within minutes.
         clients=dict(shapes=[[768, 768, [4, 16, 48, 96, 192, 384]], [768, 3072, [8, 48, 96, 192]]], client_rank=8,
-                     tau=0.95, modules=1, methods=_SWEEP_METHODS + ["fraq:cholesky"], rounds=4, launches=3),
+                     tau=0.95, modules=1, methods=_SWEEP_METHODS + ["fraq:backend=cholesky"], rounds=4, launches=3),
         # One layer of each model, latency extrapolated to every layer (labelled).
         clients_models=dict(jobs=[dict(preset="roberta-base", clients=128, layers=1),
                                   dict(preset="roberta-base", clients=512, layers=1),
@@ -106,9 +106,9 @@ SIZES: dict[str, dict[str, dict]] = {
         clients=dict(shapes=[[768, 768, [2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384]],
                              [768, 3072, [2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384]],
                              [3072, 8192, [8, 48, 192, 576],
-                              dict(rounds=2, only={"florist": [8, 48], "flexlora": [], "fraq:cholesky": [8, 48]})]],
+                              dict(rounds=2, only={"florist": [8, 48], "flexlora": [], "fraq:backend=cholesky": [8, 48]})]],
                      client_rank=8, tau=0.95, modules=1,
-                     methods=_SWEEP_METHODS + ["fraq:cholesky"], rounds=4, launches=3),
+                     methods=_SWEEP_METHODS + ["fraq:backend=cholesky"], rounds=4, launches=3),
         clients_models=dict(jobs=[dict(preset="roberta-base", clients=128, layers=None),
                                   dict(preset="roberta-base", clients=512, layers=None),
                                   dict(preset="llama-3.2-3b", clients=64, layers=None)],

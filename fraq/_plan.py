@@ -9,7 +9,7 @@ the Gram form, and the dtypes of each step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -28,7 +28,8 @@ class Options:
     """What a caller asks of :func:`recompress`, checked, before any shape is known.
 
     The whole-model aggregator (:class:`fraq.aggregators.Fraq`) checks its options with
-    :func:`check_options` once, at construction, and hands them to every call.
+    :func:`check_options` once, at construction, and hands them as they are to every call
+    (:func:`fraq._recompress.recompress_checked`).
 
     Attributes:
         tau, rank: the energy threshold or the fixed rank (exactly one is set).
@@ -45,10 +46,13 @@ class Options:
     gram: str = "auto"
     eigensolver: str = "auto"
 
-    def kwargs(self) -> dict:
-        """These options as :func:`recompress`'s keyword arguments."""
-        return dict(tau=self.tau, rank=self.rank, backend=self.backend, eig_dtype=self.eig_dtype, gram=self.gram,
-                    eigensolver=self.eigensolver)
+    def cut(self, *, tau=None, rank=None) -> Options:
+        """These options cutting by ``tau`` or at ``rank`` instead (exactly one), checked as
+        :func:`check_options` checks them."""
+        if (tau is None) == (rank is None):
+            raise ValueError(f"pass exactly one of tau and rank, got tau={tau!r}, rank={rank!r}")
+        return replace(self, tau=None if tau is None else check_tau(tau),
+                       rank=None if rank is None else check_rank(rank, None))
 
 
 def check_options(*, tau=None, rank=None, backend: str = AUTO, eig_dtype=None, gram: str = "auto",

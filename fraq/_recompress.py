@@ -30,8 +30,8 @@ from fraq._energy import energy_rule, gram_budget, rounding_eps
 from fraq._fallbacks import Pass, settle
 from fraq._orient import orient, unorient
 from fraq._parallel import over_chunks
-from fraq._plan import Plan, check_options
-from fraq._validation import check_pair
+from fraq._plan import Options, Plan, check_options
+from fraq._validation import check_pair, check_rank
 from fraq.backends import REGISTRY
 from fraq.result import RecompressResult, empty_result, join_results
 
@@ -169,14 +169,30 @@ def recompress(
         >>> bool(excess < 1e-5)
         True
     """
-    check_pair(B, A)
-    if B.requires_grad or A.requires_grad:  # values only: no autograd graph (see Gradients above)
-        B, A = B.detach(), A.detach()
-    m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
-    s = min(m, n, r)
+    B, A, s = _factors(B, A)
     options = check_options(tau=tau, rank=rank, backend=backend, eig_dtype=eig_dtype, gram=gram,
                             eigensolver=eigensolver, limit=s if s > 0 else None)
     return _recompress_impl(Plan.of(options, B, A), B, A)
+
+
+def recompress_checked(options: Options, B: torch.Tensor, A: torch.Tensor) -> RecompressResult:
+    """:func:`recompress` with options checked already (:func:`fraq._plan.check_options`,
+    which knows no shapes): the whole-model aggregator checks its options once and hands
+    them here for every group. Checked here, as :func:`recompress` checks them: the factors,
+    and a fixed rank against this call's min(d, r)."""
+    B, A, s = _factors(B, A)
+    if options.rank is not None and s > 0:
+        check_rank(options.rank, s)
+    return _recompress_impl(Plan.of(options, B, A), B, A)
+
+
+def _factors(B: torch.Tensor, A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The checked pair, detached (values only: no autograd graph, see :func:`recompress`'s
+    Gradients), and s = min(m, n, r), the largest rank a call can keep."""
+    check_pair(B, A)
+    if B.requires_grad or A.requires_grad:
+        B, A = B.detach(), A.detach()
+    return B, A, min(B.shape[-2], B.shape[-1], A.shape[-1])
 
 
 def _recompress_impl(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> RecompressResult:

@@ -88,3 +88,20 @@ def tiny_copy(results, dest, experiments) -> None:
     for e in experiments:
         if (Path(results) / e).is_dir():
             shutil.copytree(Path(results) / e, Path(dest) / e)
+
+
+@pytest.fixture
+def method_parses(monkeypatch) -> list:
+    """Every text :meth:`fraq.methods.MethodSpec.parse` is handed during the test, in order (a
+    spec handed back as it is is not a parse): the front doors' parses, counted."""
+    from fraq.methods import MethodSpec
+
+    texts, real = [], MethodSpec.parse.__func__
+
+    def parse(cls, text):
+        if not isinstance(text, MethodSpec):
+            texts.append(text)
+        return real(cls, text)
+
+    monkeypatch.setattr(MethodSpec, "parse", classmethod(parse))
+    return texts

@@ -9,6 +9,7 @@ subspace (Davis-Kahan).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 
@@ -739,15 +740,15 @@ def test_roberta_preset_all_methods_run():
 def test_measurement_rows_on_a_tiny_preset():
     """The measurement command's pieces: downlink % by rule, exact one-module-per-shape counts."""
     from benchmarks.cases import build_model
-    from benchmarks.experiments.tables123 import Method, prepare, sample
+    from benchmarks.experiments.tables123 import TableRow, prepare, sample
     from fraq.presets import ModuleGroup, Preset
 
     tiny = Preset("tiny", (ModuleGroup("q", 12, 12, 3), ModuleGroup("up", 20, 12, 2)), ranks=(2, 2, 2),
                   alphas=(4.0, 4.0, 4.0))
     model = build_model(tiny, seed=1)
     rows = []
-    for method in (Method("fedit", "fedit"), Method("lora-a2 (B round)", "lora-a2", {"round": 1}),
-                   Method("flexlora", "flexlora"), Method("fraq (tau=0.95)", "fraq", {"tau": 0.95})):
+    for method in (TableRow("fedit", "fedit"), TableRow("lora-a2 (B round)", "lora-a2", {"round": 1}),
+                   TableRow("flexlora", "flexlora"), TableRow("fraq (tau=0.95)", "fraq", {"tau": 0.95})):
         full = prepare(model, method, subset=False)
         sample(full)
         assert len(full.samples) == 1 and full.samples[0] > 0
@@ -786,11 +787,38 @@ def test_dense_factorization_is_declared_by_the_methods_whose_cost_grows_as_d_cu
 
 @pytest.mark.parametrize("method", list(AGGREGATORS))
 def test_basis_backend_is_declared_by_the_methods_that_run_recompress(method, monkeypatch):
+    """Every way into recompress (:func:`fraq.recompress`, and the checked options' entry FRAQ
+    takes) ends in its one implementation: a method declares the basis backends iff it gets there."""
+    import fraq._recompress
+
     calls = []
-    real = fraq.recompress
-    monkeypatch.setattr(fraq, "recompress", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = fraq._recompress._recompress_impl
+    monkeypatch.setattr(fraq._recompress, "_recompress_impl", lambda *a, **k: calls.append(1) or real(*a, **k))
     get_aggregator(method).aggregate(_uploads(method, 16))
     assert AGGREGATORS[method].basis_backend is bool(calls)
+
+
+def test_fraq_hands_its_checked_options_to_recompress(monkeypatch):
+    """FRAQ checks its options once, at construction, and every group gets that same object;
+    a per-call cut is those options at the call's tau or rank, with recompress's result and
+    recompress's message for a rank above min(d, r)."""
+    import fraq.aggregators.fraq as module
+
+    agg = get_aggregator("fraq", tau=0.9, backend="householder")
+    seen = []
+    real = module.recompress_checked
+    monkeypatch.setattr(module, "recompress_checked", lambda options, B, A: seen.append(options) or real(options, B, A))
+    agg.aggregate(_uploads("fraq", 16))
+    assert seen and all(o is agg.options for o in seen)
+    Bs, As = lora_clients(12, 10, [2, 3], seed=3)
+    Bg, Ag, p = agg.aggregate_batch(Bs, As, rank=4)
+    ref = fraq.recompress(*fraq.stack(Bs, As), rank=4, backend="householder")
+    assert torch.equal(Bg, ref.B) and torch.equal(Ag, ref.A) and p == ref.rank == 4
+    assert seen[-1] == dataclasses.replace(agg.options, tau=None, rank=4)
+    with pytest.raises(ValueError, match=r"rank\(=6\) must be in \[1, min\(d, r\)=5\]"):
+        agg.aggregate_batch(Bs, As, rank=6)
+    with pytest.raises(ValueError, match="pass exactly one of tau and rank"):
+        agg.aggregate_batch(Bs, As, rank=2, tau=0.5)
 
 
 @pytest.mark.parametrize("method", list(AGGREGATORS))

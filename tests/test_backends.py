@@ -136,6 +136,21 @@ def test_rank_deficient_newton_schulz(name):
     assert (_fro(P @ P - P) <= ORTH_FACTOR * 14 * eps(F32)).all()
 
 
+@pytest.mark.parametrize("batch, d, r", [((2, 3), 4, 6), ((), 5, 5), ((0,), 6, 3), ((2,), 6, 0)])
+def test_newton_schulz_without_an_iteration_records_its_settings(batch, d, r):
+    """A wide X (the identity basis) and an empty one (no matrix, or no column) run no step:
+    the basis has the caller's batch shape and records the schedule and coordinates asked
+    for, zero steps, a zero residual, converged and no fallback."""
+    X = torch.randn(*batch, d, r, generator=torch.Generator().manual_seed(5))
+    basis = newton_schulz(X, schedule="cubic", coords="lstsq")
+    wide = {"basis": "identity"} if r >= d else {}
+    assert basis.info == {"backend": "newton-schulz", "schedule": "cubic", "coords": "lstsq", "steps": 0,
+                          "residual": 0.0, "converged": True, "fallback": None, "fallback_count": 0, **wide}
+    assert basis.C.shape == (*batch, min(d, r), r)
+    if wide:  # Q = I_d, C = X
+        assert torch.equal(basis.C, X) and torch.equal(basis_matrix(basis), torch.eye(d).expand(*batch, d, d))
+
+
 def test_zero_input():
     X = torch.zeros(2, 30, 4)
     for name in EXACT_BACKENDS:

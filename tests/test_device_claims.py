@@ -1,5 +1,5 @@
 """The paper's speed-ups judged by what the device can test: a GPU's wall-clock ratio only on
-a GPU; on a CPU the measured ratio against the FLOP models' (analysis.agreement.MODEL_BAND)."""
+a GPU; on a CPU the measured ratio against the FLOP models' (analysis.sections.tables123.MODEL_BAND)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.agreement import MODEL_BAND, tables123_lines
+from analysis.sections.tables123 import MODEL_BAND, verdict_lines
 
 
 def _rows(ratio: float, device: str, model_ratio: float = 78.0, rounds: int = 12, seed: int = 0) -> pd.DataFrame:
@@ -30,7 +30,7 @@ def _rows(ratio: float, device: str, model_ratio: float = 78.0, rounds: int = 12
 
 
 def _line(df: pd.DataFrame) -> str:
-    return next(s for s in tables123_lines(df, "roberta-base") if s.startswith("- Paper: FRAQ requires"))
+    return next(s for s in verdict_lines(df, "roberta-base") if s.startswith("- Paper: FRAQ requires"))
 
 
 def test_on_a_cpu_the_gpu_ratio_is_shown_not_judged_and_the_flop_models_are():
@@ -50,3 +50,19 @@ def test_a_cpu_ratio_far_from_the_models_disagrees():
 def test_on_a_gpu_the_papers_wall_clock_ratio_is_judged(ratio, word):
     line = _line(_rows(ratio, "cuda:0"))
     assert f"**{word}**" in line and "above 190" in line and "not judged" not in line
+
+
+def test_the_claims_and_their_thresholds_are_the_papers_file(monkeypatch):
+    """The quoted claim and the ratio a GPU tests come from ``analysis/paper.json``
+    (``speedups``), and the CPU's band is its ``cpu_model_band``: no number typed in the code."""
+    import analysis.sections.tables123 as section
+    from analysis.loaders import paper
+
+    stored = paper()
+    assert MODEL_BAND == (stored["cpu_model_band"]["low"], stored["cpu_model_band"]["high"])
+    assert stored["speedups"]["roberta-base"]["over_fraq_min"] == {"florist": 8.0, "flexlora": 190.0}
+    changed = {**stored, "speedups": {"roberta-base": {"claim": "FRAQ requires a test claim",
+                                                       "over_fraq_min": {"flexlora": 300.0}}}}
+    monkeypatch.setattr(section, "paper", lambda: changed)
+    line = _line(_rows(250.0, "cuda:0"))
+    assert "FRAQ requires a test claim" in line and "above 300" in line and "**disagrees**" in line, line

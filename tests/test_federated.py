@@ -30,7 +30,7 @@ from fraq.federated.dataset import load_dataset  # noqa: E402
 from fraq.federated.intents import DOMAINS, generate_intents  # noqa: E402
 from fraq.federated.model import TINY_MODEL, Backbone  # noqa: E402
 from fraq.federated.partition import partition, partition_summary  # noqa: E402
-from fraq.federated.server import ClientPlan, Method, Task, eval_weights, run_round  # noqa: E402
+from fraq.federated.server import ClientPlan, MethodSetup, Task, eval_weights, run_round  # noqa: E402
 
 EPS32 = torch.finfo(torch.float32).eps
 
@@ -58,7 +58,7 @@ def task() -> Task:
 
 def one_round(task: Task, spec: str, cfg: dict | None = None):
     """Round 1 of ``spec`` on ``task``: (method, state before, state after, uploads)."""
-    method = Method.make(spec, cfg or task.cfg)
+    method = MethodSetup.make(spec, cfg or task.cfg)
     s0 = method.initial_state(task)
     s1, rec, updates = run_round(task, method, s0, evaluate=False)
     return method, s0, s1, updates, rec
@@ -324,6 +324,29 @@ def test_skipped_method_is_a_result(tmp_path):
     assert recs["mixed-flora-seed42"]["config"]["federated"]["ranks"] == [2, 4, 2]
     assert recs["mixed-flora-seed42"]["result"]["ranks"] == [2, 4, 2] and not recs["uniform-fedit-seed42"][
         "result"]["skipped"]
+
+
+def test_a_method_is_parsed_once_where_the_config_is_loaded(tmp_path, method_parses, monkeypatch):
+    """One harness run in process, two variants, two seeds, two methods: each method's text is
+    parsed once, by load_config; the variants' checks, the points, the runs, their checkpoints
+    and result files carry the spec and never read its text a second time, and the run checks each
+    method once (with the setting), not once more per variant."""
+    from fraq.federated.experiment import points
+
+    texts = method_parses
+    methods = ["fedit", "fraq:tau=0.9"]
+    cfg = tiny_config(**{"methods": methods, "federated.rounds": 1, "federated.clients": 2, "seeds": [1, 2],
+                         "variants": {"homogeneous": {}, "mixed": {"federated.ranks": [2, 4]}}})
+    assert texts == methods and [str(m) for m in cfg["methods"]] == methods
+    texts.clear()
+    import fraq.federated.config as config
+
+    checks, real = [], config.method_aggregator
+    monkeypatch.setattr(config, "method_aggregator", lambda spec, *a, **k: checks.append(spec) or real(spec, *a, **k))
+    files = run_experiment(cfg, tmp_path, progress=False, log=lambda *a: None)
+    assert len(files) == len(points(cfg)) == 8 and texts == []
+    assert checks == cfg["methods"]  # checked with the setting, once: not per variant
+    assert {json.loads(f.read_text())["config"]["method"] for f in files} == set(methods)
 
 
 def test_variants_and_seeds_are_checked_before_any_work():

@@ -67,7 +67,7 @@ def test_fixed_rank_is_capped_per_module_and_exact():
 def test_harness_round_caps_a_fixed_rank_like_fraq_aggregate():
     """The in-process harness: fraq:rank=32 with two rank-4 clients trains and keeps rank 8 per module."""
     from fraq.federated.model import TINY_MODEL
-    from fraq.federated.server import Method, Task, run_round
+    from fraq.federated.server import MethodSetup, Task, run_round
 
     cfg = load_config("quick", {"dataset": {"name": "intents", "train_per_intent": 6, "test_per_intent": 2},
                                 "federated.clients": 2, "federated.ranks": [4], "federated.rounds": 1,
@@ -75,6 +75,6 @@ def test_harness_round_caps_a_fixed_rank_like_fraq_aggregate():
                                 "model.max_length": 32, "model.layers_to_transform": [1], "partition.min_size": 3,
                                 "methods": ["fraq:rank=32"]})
     task = Task(cfg, log=lambda *a: None)
-    method = Method.make("fraq:rank=32", cfg)
+    method = MethodSetup.make("fraq:rank=32", cfg)
     _, rec, _ = run_round(task, method, method.initial_state(task), evaluate=False)
     assert rec["ranks"] == {m: min(8, *shape) for m, shape in task.backbone.targets.items()}

@@ -131,6 +131,19 @@ def test_cli_refuses_a_bad_folder_in_one_line_before_any_model(tmp_path, monkeyp
     assert str(tmp_path / "banking77") in err[0] and "missing test.csv, categories.json" in err[0]
 
 
+@needs_data
+def test_the_cli_parses_each_method_once_with_the_data_folder(tmp_path, monkeypatch, method_parses):
+    """The configuration is loaded a second time with the data folder; the methods parsed
+    the first time are carried into it, not read from their text again."""
+    seen = {}
+    monkeypatch.setattr(cli, "run_experiment", lambda cfg, out, **k: seen.setdefault("cfg", cfg))
+    argv = ["--config", "banking77", "--methods", "fedit", "fraq:tau=0.9", "--out", str(tmp_path), "--no-progress"]
+    assert cli.main(argv) == 0
+    assert method_parses == ["fedit", "fraq:tau=0.9"]
+    assert seen["cfg"]["dataset"]["data_dir"] == str(Path(DATA).absolute())
+    assert [str(m) for m in seen["cfg"]["methods"]] == ["fedit", "fraq:tau=0.9"]
+
+
 def test_fraq_data_is_ignored_for_other_data_sets(tmp_path, monkeypatch):
     """The environment variable points at the published sets; the generated corpus does not use it."""
     monkeypatch.setenv("FRAQ_DATA", str(tmp_path / "nowhere"))

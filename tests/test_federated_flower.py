@@ -30,7 +30,8 @@ from fraq.federated.config import load_config  # noqa: E402
 from fraq.federated.flower.run_config import DEFAULTS, from_run_config, parse_overrides  # noqa: E402
 from fraq.federated.flower.strategy import LoraStrategy, decode_downlink, encode_update  # noqa: E402
 from fraq.federated.model import TINY_MODEL  # noqa: E402
-from fraq.federated.server import Method, Task, run_round  # noqa: E402
+from fraq.federated.server import MethodSetup, Task, run_round  # noqa: E402
+from fraq.methods import MethodSpec  # noqa: E402
 
 EPS64 = torch.finfo(torch.float64).eps
 APP_DIR = Path(__file__).resolve().parents[1] / "apps" / "flower"
@@ -61,7 +62,7 @@ def reply(k: int, B: torch.Tensor, A: torch.Tensor, scale: float, n: int, head=N
 
 
 def make_strategy(spec: str, W0: torch.Tensor, head_rounds: int = 0, rank: int | list[int] = 2):
-    m = Method.make(spec, cfg2(**{"federated.ranks": rank if isinstance(rank, list) else [rank]}))
+    m = MethodSetup.make(spec, cfg2(**{"federated.ranks": rank if isinstance(rank, list) else [rank]}))
     state = RoundState(0, {"q": W0.clone()}, {"weight": torch.zeros(2, 3), "bias": torch.zeros(2)}, [None, None])
     return LoraStrategy(m, state, {"q": (4, 3)}, {101: 0, 202: 1}, head_rounds=head_rounds)
 
@@ -192,7 +193,7 @@ def test_run_config_maps_kebab_keys_onto_the_harness():
           "seed": 0, "eval-every": 2, "threads": 1, "method": "flora",
           "overrides": "train.lr=1e-3 dataset.train_per_intent=20 federated.alphas=[4] model.pooling=first"}
     cfg, method, out = from_run_config(rc)
-    assert method == "flora" and cfg["methods"] == ["flora"] and out == DEFAULTS["results-dir"]
+    assert method == MethodSpec("flora") and cfg["methods"] == [method] and out == DEFAULTS["results-dir"]
     f, t = cfg["federated"], cfg["train"]
     assert (f["rounds"], f["clients"], f["ranks"], f["eval_every"], f["alphas"]) == (3, 4, [4], 2, [4])
     assert (t["steps"], t["batch_size"], t["lr"], cfg["seed"], cfg["threads"]) == (7, 8, 1e-3, 0, 1)
@@ -276,7 +277,7 @@ def test_simulation_equals_in_process_round(spec, tmp_path):
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     sink = run_simulation(cfg, spec, flwr_home=str(tmp_path / "flwr"), results_dir=str(tmp_path / "out"))
     task = Task(cfg, log=lambda *a: None)
-    m = Method.make(spec, cfg)
+    m = MethodSetup.make(spec, cfg)
     s1, rec, _ = run_round(task, m, m.initial_state(task), evaluate=True)
     fl = sink["strategy"].state
     for n, W in s1.weights.items():
@@ -333,7 +334,7 @@ def test_flwr_run_with_local_superlink_equals_in_process_round(deployment, no_pr
                     timeout=400, echo=lambda s: None)
     cfg, spec, _ = from_run_config(rc)
     task = Task(cfg, log=lambda *a: None)
-    m = Method.make(spec, cfg)
+    m = MethodSetup.make(spec, cfg)
     _, rec, _ = run_round(task, m, m.initial_state(task), evaluate=True)
     got = res["rounds"][0]
     assert res["runtime"] == "flower" and got["ranks"] == rec["ranks"]
@@ -346,7 +347,7 @@ def test_strategy_and_harness_build_the_same_round_record():
     """The same uploads give the same per-round record in the Flower strategy and the in-process round."""
     cfg = cfg2(**{"methods": ["fraq:tau=0.9"]})
     task = Task(cfg, log=lambda *a: None)
-    m = Method.make("fraq:tau=0.9", cfg)
+    m = MethodSetup.make("fraq:tau=0.9", cfg)
     s0 = m.initial_state(task)
     _, rec, updates = run_round(task, m, s0, evaluate=False)
     st = LoraStrategy(m, s0, task.backbone.targets, {101: 0, 202: 1}, head_rounds=0)
@@ -358,6 +359,28 @@ def test_strategy_and_harness_build_the_same_round_record():
     for key in ("round", "accuracy", "downlink_params", "downlink_params_mean", "downlink_pct_flora", "ranks",
                 "rank_mean", "reinitialize", "info"):
         assert got[key] == rec[key], key
+
+
+def test_a_flower_run_parses_its_method_once(method_parses):
+    """The run config's method is parsed once, by RunConfig; the ServerApp, the ClientApp, the
+    method set-up and a round of the strategy carry the spec and never read its text a second time."""
+    from fraq.federated.flower.client_app import make_client_app
+    from fraq.federated.flower.server_app import make_server_app
+
+    rc = {**DEFAULTS, "num-server-rounds": 1, "clients": 2, "local-steps": 2, "batch-size": 8, "lora-rank": 2,
+          "method": "fraq:tau=0.9", "overrides": "dataset.train_per_intent=8 dataset.test_per_intent=2 "
+          f"model.name={TINY_MODEL} model.max_length=48 model.layers_to_transform=[1] partition.min_size=5"}
+    cfg, method, _ = from_run_config(rc)
+    assert method_parses == ["fraq:tau=0.9"] and cfg["methods"] == [method]
+    make_server_app(cfg, method), make_client_app(cfg, method)
+    task = Task(cfg, log=lambda *a: None)
+    m = MethodSetup.make(method, cfg)
+    s0 = m.initial_state(task)
+    _, _, updates = run_round(task, m, s0, evaluate=False)
+    st = LoraStrategy(m, s0, task.backbone.targets, {101: 0, 202: 1}, head_rounds=0)
+    st.aggregate_train(1, [Message(content=encode_update(u, None, k, loss=1.0), message_type=MessageType.TRAIN,
+                                   dst_node_id=0) for k, u in enumerate(updates)])
+    assert len(st.records) == 1 and method_parses == ["fraq:tau=0.9"]
 
 
 def test_strategy_reads_what_clients_train_from_the_aggregator_class():

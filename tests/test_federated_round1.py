@@ -70,10 +70,10 @@ def test_every_table1_method_round1_trained_three_times_same_numbers():
 def test_another_start_is_another_signature():
     """A changed input (here the head a round starts from) is not reused: the digest sees it."""
     from fraq.federated.round1 import signature
-    from fraq.federated.server import Method
+    from fraq.federated.server import MethodSetup
 
     task = Task(tiny_config(), log=lambda *a: None)
-    method = Method.make("flora", task.cfg)
+    method = MethodSetup.make("flora", task.cfg)
     state = method.initial_state(task)
     key = signature(task, method, state, "AB", True)
     assert key == signature(task, method, state, "AB", True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from benchmarks.experiments import fig4_rank
 from benchmarks.measure import fidelity
-from benchmarks.measure.methods import get_method, spec
+from benchmarks.measure.methods import get_method, traits
 
 
 def test_one_decomposition_per_group_gives_every_rank_bit_for_bit(monkeypatch):
-    assert spec("flexlora").nested
+    assert traits("flexlora").nested
     points = [c for c in fig4_rank.points("tiny")]
     c0 = points[0]
     group = c0["group"]

@@ -351,7 +351,55 @@ def test_fraq_method_is_stack_then_recompress():
     ref = fraq.recompress(*fraq.stack(Bs, As), rank=3)
     assert torch.equal(Bg, ref.B) and torch.equal(Ag, ref.A) and torch.equal(p, ref.rank)
     with pytest.raises(NotImplementedError, match="no-such-backend"):
-        get_method("fraq:no-such-backend")
+        get_method("fraq:backend=no-such-backend")
+
+
+def test_a_backend_is_named_in_the_method_grammar():
+    """``fraq:backend=cholesky`` is recompress with that backend; the key-less ``fraq:cholesky``
+    is refused with the spelling to use, as at every front door; a baseline's options reach
+    its aggregator."""
+    Bs, As = lora_clients(30, 40, [4, 4], batch=(2,), seed=6)
+    Bg, Ag, p = get_method("fraq:backend=cholesky")(Bs, As, rank=3)
+    ref = fraq.recompress(*fraq.stack(Bs, As), rank=3, backend="cholesky")
+    assert torch.equal(Bg, ref.B) and torch.equal(Ag, ref.A) and torch.equal(p, ref.rank)
+    assert ref.info["backend"] == "cholesky"
+    with pytest.raises(ValueError, match=r"method\(='fraq:cholesky'\): .* write 'fraq:backend=cholesky'"):
+        get_method("fraq:cholesky")
+    with pytest.raises(ValueError, match=r"method\(='qr-svd:p=3'\): qr-svd takes no options"):
+        get_method("qr-svd:p=3")
+    with pytest.raises(TypeError, match=r"'florist' does not take options \['nope'\]"):
+        get_method("florist:nope=1")
+    with pytest.raises(ValueError, match=r"method\(='fraq:tau=0.9'\): tau and rank are the call's"):
+        get_method("fraq:tau=0.9")
+    with pytest.raises(NotImplementedError, match="has no 'no-such-method'"):
+        get_method("no-such-method")
+
+
+def test_every_case_name_is_a_method_spec_that_prints_back():
+    """Every method every size compares parses by :class:`fraq.methods.MethodSpec` and prints
+    back to the text the sizes hold (result keys and asv parameters are that text); the
+    backends' cases name their backend by its key."""
+    from benchmarks.measure.methods import split_method
+    from benchmarks.sizes import SIZES
+    from fraq.methods import MethodSpec
+
+    names = {m for size in SIZES.values() for c in size.values() for m in c.get("methods", [])}
+    assert "fraq:backend=cholesky" in names
+    for name in names:
+        assert str(MethodSpec.parse(name)) == name
+        base, options = split_method(name)
+        assert set(options) <= {"backend"} and (not options or base == "fraq"), name
+
+
+def test_a_backend_spec_keeps_the_label_the_archives_hold():
+    """A fresh result (``fraq:backend=cholesky``, its recorded display name) and an archived
+    one (``fraq:cholesky``, without one) draw under one label; other options show as written."""
+    from analysis.style import display_name
+    from benchmarks.measure.described import describe
+
+    assert describe("fraq:backend=cholesky")["display_name"] == display_name("fraq:cholesky") == "FRAQ (cholesky)"
+    assert describe("fraq:backend=cholesky,gram=product")["display_name"] == "FRAQ (backend=cholesky,gram=product)"
+    assert describe("fraq")["display_name"] == "FRAQ"
 
 
 def test_time_call_records_threads():

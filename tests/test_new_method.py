@@ -35,7 +35,7 @@ from fraq.aggregators import (  # noqa: E402
 from fraq.federated.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from fraq.federated.config import load_config  # noqa: E402
 from fraq.federated.model import TINY_MODEL  # noqa: E402
-from fraq.federated.server import Method, Task, eval_weights, run_method, run_round  # noqa: E402
+from fraq.federated.server import MethodSetup, Task, eval_weights, run_method, run_round  # noqa: E402
 
 EPS32 = torch.finfo(torch.float32).eps
 EPS64 = torch.finfo(torch.float64).eps
@@ -167,7 +167,7 @@ def _strip(records):
 # ------------------------------------------------------------------------------ the harness
 def test_harness_runs_the_new_method_with_its_own_layer(task, tmp_path):
     built = PlainLayer.built
-    method = Method.make("stacked-start", task.cfg)
+    method = MethodSetup.make("stacked-start", task.cfg)
     s0 = method.initial_state(task)
     s1, rec, updates = run_round(task, method, s0, evaluate=False)
     assert PlainLayer.built - built == 2 * len(task.backbone.targets)  # its layer, not peft's, trained
@@ -185,7 +185,7 @@ def test_harness_runs_the_new_method_with_its_own_layer(task, tmp_path):
 
 
 def test_checkpoint_round_trip_resumes_exactly(task, tmp_path):
-    method = Method.make("stacked-start", task.cfg)
+    method = MethodSetup.make("stacked-start", task.cfg)
     s1, r1, _ = run_round(task, method, method.initial_state(task), evaluate=False)
     s1.records.append(r1)
     meta = {"method": "stacked-start"}
@@ -211,7 +211,7 @@ def test_flower_strategy_runs_the_new_method(monkeypatch):
 
     for attr, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):
         monkeypatch.setattr(TaskIdentity, attr, value)
-    m = Method.make("stacked-start", tiny_config(**{"federated.ranks": [1, 2]}))
+    m = MethodSetup.make("stacked-start", tiny_config(**{"federated.ranks": [1, 2]}))
     W0 = torch.randn(4, 3, dtype=torch.float64)
     state = RoundState(0, {"q": W0.clone()}, {"weight": torch.zeros(2, 3), "bias": torch.zeros(2)}, [None, None])
     st = LoraStrategy(m, state, {"q": (4, 3)}, {101: 0, 202: 1}, layer=m.agg.client_layer({"q": (4, 3)}, lambda *parts: 0))

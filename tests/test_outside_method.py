@@ -197,12 +197,12 @@ def test_flower_strategy_merges_its_exact_aggregate(outside, monkeypatch):
     from test_new_method import tiny_config
 
     from fraq.federated.flower.strategy import LoraStrategy, encode_update
-    from fraq.federated.server import Method
+    from fraq.federated.server import MethodSetup
     from fraq.federated.state import RoundState
 
     for attr, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):
         monkeypatch.setattr(TaskIdentity, attr, value)
-    m = Method.make(f"{NAME}:tau=1.0", tiny_config(**{"federated.ranks": [1, 2]}))
+    m = MethodSetup.make(f"{NAME}:tau=1.0", tiny_config(**{"federated.ranks": [1, 2]}))
     W0 = torch.randn(4, 3, dtype=torch.float64)
     state = RoundState(0, {"q": W0.clone()}, {"weight": torch.zeros(2, 3), "bias": torch.zeros(2)}, [None, None])
     st = LoraStrategy(m, state, {"q": (4, 3)}, {101: 0, 202: 1}, layer=m.agg.client_layer({"q": (4, 3)}, lambda *p: 0))
@@ -250,7 +250,7 @@ def test_tables_fig3_clients_and_report_show_it(outside, tmp_path):
     from benchmarks.run import described
     from fraq.presets import get_preset
 
-    labels = [m.label for m in tables123._methods(get_preset("roberta-base"))]
+    labels = [m.label for m in tables123.table_rows(get_preset("roberta-base"))]
     assert labels[-1] == NAME and labels[-2] == "fraq (tau=0.95)"  # the paper's rows first, in its order
     assert all(NAME in p["methods"] for p in tables123.points("tiny") if p["part"] == "shared")
     f3, cl = fig3.points("tiny"), clients.points("tiny")

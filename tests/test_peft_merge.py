@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("peft")
 pytest.importorskip("transformers")
 
-from benchmarks.peft_merge import Method, build_clients, fraq_ranks, module_fidelity  # noqa: E402
+from benchmarks.peft_merge import AdapterMerge, build_clients, fraq_ranks, module_fidelity  # noqa: E402
 
 EPS = torch.finfo(torch.float32).eps
 TOL = 16 * EPS
@@ -32,7 +32,7 @@ def stacks(clients):
 def test_peft_svd_method_is_peft_own_merge(clients):
     """The method's adapter is what a user's own add_weighted_adapter call gives on the same
     adapters with weights n_k / sum n (built again from the same seed: a separate PeftModel)."""
-    adapter = Method("peft-svd", rank=4)(clients)
+    adapter = AdapterMerge("peft-svd", rank=4)(clients)
     other = build_clients("tiny-bert")
     total = sum(other.data_sizes)
     other.model.add_weighted_adapter(other.adapters, [n / total for n in other.data_sizes], "own",
@@ -45,8 +45,8 @@ def test_peft_svd_method_is_peft_own_merge(clients):
 
 def test_fraq_no_worse_than_peft_svd_at_equal_rank(clients, stacks):
     """Both at the float64 optimum (peft's only if its weights are normalized), FRAQ never worse."""
-    peft = module_fidelity(stacks, clients.merged(Method("peft-svd", rank=4)(clients)))
-    ours = module_fidelity(stacks, clients.merged(Method("fraq", rank=4)(clients)))
+    peft = module_fidelity(stacks, clients.merged(AdapterMerge("peft-svd", rank=4)(clients)))
+    ours = module_fidelity(stacks, clients.merged(AdapterMerge("fraq", rank=4)(clients)))
     assert peft["rank"] == ours["rank"] == [4] * len(stacks)
     assert max(peft["excess"]) <= TOL
     for e_fraq, e_peft in zip(ours["relative_error"], peft["relative_error"]):
@@ -54,7 +54,7 @@ def test_fraq_no_worse_than_peft_svd_at_equal_rank(clients, stacks):
 
 
 def test_peft_cat_is_the_exact_stack(clients, stacks):
-    fid = module_fidelity(stacks, clients.merged(Method("peft-cat")(clients)))
+    fid = module_fidelity(stacks, clients.merged(AdapterMerge("peft-cat")(clients)))
     assert fid["rank"] == [4 + 8 + 2] * len(stacks)
     assert max(fid["relative_error"]) <= TOL
 
@@ -62,13 +62,13 @@ def test_peft_cat_is_the_exact_stack(clients, stacks):
 def test_peft_svd_through_rank_pattern_takes_fraq_ranks(clients, stacks):
     ranks = fraq_ranks(clients, 0.95)
     assert len(set(ranks.values())) > 1  # the case exercises per-module ranks
-    adapter = Method("peft-svd", ranks=ranks)(clients)
+    adapter = AdapterMerge("peft-svd", ranks=ranks)(clients)
     cfg = clients.model.peft_config[adapter]
     assert cfg.rank_pattern and cfg.alpha_pattern == cfg.rank_pattern
     fid = module_fidelity(stacks, clients.merged(adapter))
     assert fid["rank"] == [ranks[m] for m in stacks]
     assert max(fid["excess"]) <= TOL
-    tau = module_fidelity(stacks, clients.merged(Method("fraq", tau=0.95)(clients)))
+    tau = module_fidelity(stacks, clients.merged(AdapterMerge("fraq", tau=0.95)(clients)))
     assert tau["rank"] == fid["rank"] and tau["params"] == fid["params"]
 
 

@@ -40,7 +40,7 @@ def test_points_time_every_row_once(size):
     assert len(set(keys)) == len(keys)
     for name in {c["preset"] for c in points}:
         preset = get_preset(name)
-        labels = [m.label for m in tables123.METHODS(preset)]
+        labels = [m.label for m in tables123.table_rows(preset)]
         mine = [c for c in points if c["preset"] == name]
         served = [c for c in points if name in (c.get("serves") or [])]  # the same shapes, timed for another
         assert all(c["part"] in tables123.SHAPE_ONLY for c in served)
@@ -61,7 +61,7 @@ def test_rows_say_how_many_modules_were_timed():
 
     tiny = Preset("tiny", (ModuleGroup("q", 12, 12, 3), ModuleGroup("up", 20, 12, 2)), ranks=(2, 2), alphas=(4.0, 4.0))
     model = build_model(tiny, seed=1)
-    method = tables123.Method("flexlora", "flexlora")
+    method = tables123.TableRow("flexlora", "flexlora")
     part = tables123.prepare(model, method, subset=True).row
     full = tables123.prepare(model, method, subset=False).row
     assert (part["modules_measured"], part["modules_total"]) == (2, 5) and "from 2 of 5 modules" in part["extrapolated"]

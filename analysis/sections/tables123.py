@@ -1,9 +1,18 @@
-"""Tables 1-3: every aggregator's downlink and server latency on the model presets."""
+"""Tables 1-3: every aggregator's downlink and server latency on the model presets, and
+their verdicts: the paper's speed-ups (``analysis/paper.json``'s ``speedups``) judged by
+what the device can test (:data:`MODEL_BAND` on a CPU), the fixed-rank methods' downlink."""
 
 from __future__ import annotations
 
-from analysis import agreement, style, tables
+import numpy as np
+import pandas as pd
+
+from analysis import style, tables
+from analysis.agreement import _arr, _ours
+from analysis.loaders import paper
 from analysis.sections import Section
+from analysis.style import NAMES
+from analysis.verdicts import holds, judge, not_measured, paired
 
 reads = ("tables123",)
 
@@ -22,6 +31,101 @@ def draw(res) -> list[Section]:
     out = [Section("Tables 1-3: downlink and server latency", intro)]
     for preset in tables.tables123_presets(agg):
         body = tables.markdown(tables.tables123_latency(agg, preset)) + "\n\n" + "\n".join(
-            agreement.tables123_lines(agg, preset))
+            verdict_lines(agg, preset))
         out.append(Section(tables.PRESET_TITLES.get(preset, preset), body, level=3))
     return out
+
+
+def _speedups() -> dict:
+    """Per preset, the paper's latency claim and the ratios a GPU run tests
+    (``analysis/paper.json``'s ``speedups``, whose ``_about`` gives the rule)."""
+    return {k: v for k, v in paper()["speedups"].items() if not k.startswith("_")}
+
+
+MODEL_BAND = (paper()["cpu_model_band"]["low"], paper()["cpu_model_band"]["high"])
+"""On a CPU, the band the measured speed-up over a FLOP model's must fall in
+(``analysis/paper.json``'s ``cpu_model_band``, whose ``_about`` gives the reason)."""
+
+
+def verdict_lines(df: pd.DataFrame, preset: str) -> list[str]:
+    """The paper's latency claims for ``preset`` and its downlink counts, against ours."""
+    rows = tables.tables123_rows(df)
+    rows = rows[rows["preset"] == preset]
+    lines = []
+    fraq = rows[rows["name"] == "fraq"]
+    claimed = _speedups().get(preset)
+    claim, tests = (None, ()) if claimed is None else (claimed["claim"], tuple(claimed["over_fraq_min"].items()))
+    if claim is not None:
+        parts = []
+        for name, thr in tests:
+            other = rows[rows["name"] == name]
+            label = NAMES.get(name, name)
+            groups = {f"{label} ({r.method})": _arr(r.samples) for r in other.itertuples()}
+            groups.update({f"FRAQ ({r.method})": _arr(r.samples) for r in fraq.itertuples()})
+            missing = [f"{k} ({_why(rows, k)})" for k, v in groups.items() if v.size == 0]
+            if other.empty or fraq.empty or missing:
+                v = not_measured(f"{preset}: FRAQ faster than {label}", missing or [f"{label} (no result)"])
+                parts.append(_ours(v, ""))
+                continue
+            o = [k for k in groups if not k.startswith("FRAQ")]
+            f = [k for k in groups if k.startswith("FRAQ")]
+            compared = pd.concat([other, fraq])
+            ratio = (lambda g: np.min(np.stack([g[k] for k in o]), axis=0)  # noqa: E731
+                     / np.max(np.stack([g[k] for k in f]), axis=0))
+            ms = {k: v * 1e3 for k, v in groups.items()}
+            if _on_gpu(compared):
+                v = judge(ms, ratio, above=thr, claim=f"{preset}: FRAQ faster than {label}", machine=compared,
+                          paired=paired(compared))
+                parts.append(_ours(v, f"{v.value:.3g}x", ".3g", "x", test=f"{label} / FRAQ time above {thr:g}x"))
+                continue
+            parts.append(_model_verdicts(ms, ratio, other, fraq, label, thr, preset, compared))
+        ms = ", ".join(f"{r.method} {r.median_s * 1e3:.4g} ms" for r in fraq.itertuples() if pd.notna(r.median_s))
+        lines.append(f"- Paper: {claim}. " + "; ".join(parts) + (f". Here: {ms}." if ms else "."))
+    fixed = rows[~rows["adaptive"] & rows["paper_pct"].notna() & rows["downlink_pct"].notna()]
+    if not fixed.empty:
+        diff = fixed[(fixed["downlink_pct"] - fixed["paper_pct"]).abs() > 0.05 + 0.005 * fixed["paper_pct"]]
+        others = "; ".join(f"{r.method} {r.downlink_pct:.3g}% against {r.paper_pct:.3g}%" for r in diff.itertuples())
+        lines.append("- Paper: the downlink of the methods whose rank is fixed (no energy threshold) is set by the "
+                     "shapes and ranks alone. " + _ours(holds(diff.empty), f"ours equals the paper's to its rounding "
+                                                        f"for {len(fixed) - len(diff)} of {len(fixed)} methods",
+                                                        test="equal to the paper's percentage")
+                     + (f" (differs: {others})." if others else "."))
+    adaptive = rows[rows["adaptive"] & rows["downlink_pct"].notna()]
+    if not adaptive.empty:
+        lines.append("  - Energy-threshold methods (their downlink follows the spectra, synthetic here): "
+                     + "; ".join(f"{r.method} {r.downlink_pct:.3g}% (paper {r.paper_pct:.3g}%)"
+                                 for r in adaptive.itertuples()) + ".")
+    return lines
+
+
+def _on_gpu(rows: pd.DataFrame) -> bool:
+    return "device" in rows and rows["device"].astype(str).str.startswith("cuda").all()
+
+
+def _model_verdicts(ms: dict, ratio, other: pd.DataFrame, fraq: pd.DataFrame, label: str, thr: float,
+                    preset: str, compared: pd.DataFrame) -> str:
+    """A CPU's verdicts on a speed-up: the paper's GPU ratio shown, not judged; the measured
+    ratio against each FLOP model's (:data:`MODEL_BAND`)."""
+    lo, hi = MODEL_BAND
+    out = [f"{label}: the paper's {thr:g}x is a GH200 wall-clock ratio, a GPU claim: not judged on a CPU"]
+    for col, name in (("flops_table5", "the paper's FLOP model (Table 5)"), ("flops_full", "our routine-true model")):
+        o = pd.to_numeric(other[col], errors="coerce") if col in other else pd.Series(dtype=float)
+        f = pd.to_numeric(fraq[col], errors="coerce") if col in fraq else pd.Series(dtype=float)
+        if o.dropna().empty or f.dropna().empty:
+            out.append(f"{name}: no FLOP count in these results")
+            continue
+        model = float(o.min() / f.max())
+        v = judge(ms, lambda g: ratio(g) / model, above=lo, below=hi, machine=compared, paired=paired(compared),
+                  claim=f"{preset}: {label} / FRAQ as {name} predicts")
+        out.append(_ours(v, f"{v.value * model:.3g}x against the {model:.3g}x {name} predicts "
+                            f"(measured / model {v.value:.2f})", ".2f",
+                         test=f"measured / model within [{lo:g}, {hi:g}]"))
+    return "; ".join(out)
+
+
+def _why(rows: pd.DataFrame, key: str) -> str:
+    label = key.split(" (", 1)[1].rstrip(")")
+    r = rows[rows["method"] == label]
+    if not r.empty and isinstance(r["skipped"].iloc[0], str):
+        return r["skipped"].iloc[0].split(";")[0]
+    return "no samples"

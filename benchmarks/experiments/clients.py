@@ -9,7 +9,7 @@ point is one shape (m x n, m <= n, so d = m and D = n), one number of clients K 
 (every method the same rule, so each does the same job), on ``modules`` equal-shape
 modules in one batched call:
 
-- ``fraq`` and ``fraq:<backend>`` (the exact backends the size lists), FLoRIST, and
+- ``fraq`` and ``fraq:backend=<backend>`` (the exact backends the size lists), FLoRIST, and
   FlexLoRA: the dense path (form B A, a thin SVD, the same energy rule), which is also
   what a user falls back to;
 - the same measurements as Fig. 3 (:func:`benchmarks.experiments.fig3.call` and
@@ -85,11 +85,12 @@ def cost(config: dict) -> float:
     rule can keep, min(d, r), at :data:`~benchmarks.experiments.DENSE_RATE`, over its calls
     (:func:`benchmarks.experiments.fig3.call_seconds`)."""
     from benchmarks.experiments import DENSE_RATE
-    from benchmarks.measure.methods import default_path, runs_backend
+    from benchmarks.measure.methods import default_path, runs_backend, split_method
     from fraq.flops import analytic_flops
 
     c = config
-    name, _, backend = c["method"].partition(":")
+    name, options = split_method(c["method"])
+    backend = options.get("backend")
     d, D, r = c["d"], c["D"], c["r"]
     p = min(d, r)
     path = default_path(d, D, r, p) if runs_backend(c["method"]) else {}

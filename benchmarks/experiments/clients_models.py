@@ -152,11 +152,11 @@ def _method(name: str, tau: float):
     truncates each client at its own rank instead)."""
     import inspect
 
-    from benchmarks.experiments.tables123 import Method
+    from benchmarks.experiments.tables123 import TableRow
     from fraq.aggregators import AGGREGATORS
 
     takes_tau = "tau" in inspect.signature(AGGREGATORS[name].__init__).parameters
-    return Method(f"{name} (tau={tau:.2f})", name, {"tau": tau}) if takes_tau else Method(name, name)
+    return TableRow(f"{name} (tau={tau:.2f})", name, {"tau": tau}) if takes_tau else TableRow(name, name)
 
 
 def measure(config: dict, device: torch.device | str = "cpu", log=None) -> dict:

@@ -26,7 +26,7 @@ job at every point. At each point:
   rank does not square away; :mod:`benchmarks.measure.fidelity`), means over modules.
 
 Sizes: :data:`benchmarks.sizes.SIZES` ``[size]["fig3"]``; a method's limits (FlexLoRA's
-largest d) come from its :class:`~benchmarks.measure.methods.MethodSpec`. The asv classes
+largest d) come from its :class:`~benchmarks.measure.methods.MethodTraits`. The asv classes
 ``bench_recompress.RankSweep`` / ``HiddenSweep`` and the pytest-benchmark checks call the
 same :func:`call` and :func:`metrics`.
 """
@@ -51,13 +51,13 @@ MODES = ("batched", "unbatched")
 
 def points(size: str) -> list[dict]:
     """Every (sweep, d, r, method, mode) of the ``size`` sweeps, as result configs."""
-    from benchmarks.measure.methods import spec
+    from benchmarks.measure.methods import traits
 
     c = size_config(size, "fig3")
     grid = [("r", c["d_fixed"], r) for r in c["ranks"]] + [("d", d, c["r_fixed"]) for d in c["dims"]]
     out = []
     for sweep, d, r in grid:
-        compared = [m for m in with_registered(c["methods"]) if spec(m).skip_reason(d) is None]
+        compared = [m for m in with_registered(c["methods"]) if traits(m).skip_reason(d) is None]
         for mode in MODES:  # one group's points in a row: the runner measures the group once
             for method in compared:
                 out.append(dict(figure="fig3", sweep=sweep, method=method, mode=mode, d=d, D=d, r=r,
@@ -259,13 +259,14 @@ def _gemm_rate(device: str) -> float:
 def _analytic(c: dict, ranks: list[int], device: torch.device) -> dict:
     """The point's analytic FLOPs summed over its modules' output ranks: Table 5's formula
     (the paper's, Householder only) and the pipeline the code runs (a method running FRAQ's
-    basis backends counts the backend it ran, ``fraq:<backend>`` that backend); NaN where
+    basis backends counts the backend it ran, ``fraq:backend=<backend>`` that backend); NaN where
     a model has no entry (Table 5 for another backend, a backend without a FLOP model or
     with a step count)."""
-    from benchmarks.measure.methods import default_backend, default_path, runs_backend
+    from benchmarks.measure.methods import default_backend, default_path, runs_backend, split_method
     from fraq.flops import analytic_flops
 
-    method, _, named = c["method"].partition(":")
+    method, options = split_method(c["method"])
+    named = options.get("backend")
     fraq_ = runs_backend(c["method"])
     backend = (named or default_backend(device)) if fraq_ else None
     d, D, r = c["d"], c["D"], c["r"]

@@ -35,14 +35,14 @@ def kappa_label(kappa: float) -> str:
 
 
 def points(size: str) -> list[dict]:
-    from benchmarks.measure.methods import spec
+    from benchmarks.measure.methods import traits
 
     c = size_config(size, "fig4_cond")
     m, n = c["shape"]
     return [dict(figure="fig4_cond", method=method, kappa=kappa, m=m, n=n, rank=c["rank"], p=p, clients=c["clients"],
                  batch=c["batch"])
             for kappa in c["kappas"] for method in c["methods"] for p in (c["rank"], cut(c["rank"]))
-            if spec(method).skip_reason(min(m, n)) is None]
+            if traits(method).skip_reason(min(m, n)) is None]
 
 
 def cut(rank: int) -> int:

@@ -11,7 +11,7 @@ to the float64 subspaces, singular-value errors, their Wedin / Davis-Kahan bound
 Sizes: :data:`benchmarks.sizes.SIZES` ``[size]["fig4_rank"]``; the asv class
 ``bench_fidelity.RankFidelity`` reads the same :func:`measure`.
 
-A method whose results are nested truncations (``MethodSpec.nested``: FlexLoRA's dense
+A method whose results are nested truncations (``MethodTraits.nested``: FlexLoRA's dense
 SVD) is run once per group at the sweep's largest p (``p_max``) and cut to each p: one
 dense SVD per module for every output rank, bit for bit the result of a call at p.
 """
@@ -61,13 +61,13 @@ def _largest(preset: str, layers: int | None, adapters: str | None, group: str, 
 
 def points(size: str) -> list[dict]:
     """Every (group, method, p) of the ``size`` configuration, as result configs."""
-    from benchmarks.measure.methods import spec
+    from benchmarks.measure.methods import traits
 
     c = size_config(size, "fig4_rank")
     out = []
     for group, (Bs, _, B, _, _, m, n) in _modules(c["preset"], c["layers"]).items():
         for method in c["methods"]:
-            if spec(method).skip_reason(min(m, n)) is not None:
+            if traits(method).skip_reason(min(m, n)) is not None:
                 continue
             for p in c["ranks"]:
                 out.append(dict(figure="fig4_rank", preset=c["preset"], group=group, m=m, n=n, method=method, p=p,
@@ -81,9 +81,9 @@ def cost(config: dict) -> float:
     method's dense decomposition of the group: at every p, or for a nested method once,
     counted at p_max (the group's points run together, so the total is right)."""
     from benchmarks.experiments import dense_seconds
-    from benchmarks.measure.methods import spec
+    from benchmarks.measure.methods import traits
 
-    c, s = config, spec(config["method"])
+    c, s = config, traits(config["method"])
     out = 0.2 + c["layers"] * (c["m"] + c["n"]) * 7e-6
     if s.slow and (not s.nested or c["p"] == c["p_max"]):
         out += dense_seconds(c["m"], c["n"], c["layers"])
@@ -99,12 +99,12 @@ def measure(config: dict, device: torch.device | str = "cpu") -> dict:
     from benchmarks.measure import fidelity
     from benchmarks.measure.methods import get_method
 
-    from benchmarks.measure.methods import spec
+    from benchmarks.measure.methods import traits
 
     c = config
     Bs, As, B, A, S, _, _ = _modules(c["preset"], c["size_layers"])[c["group"]]
     device = torch.device(device)
-    if spec(c["method"]).nested and c["p"] <= c.get("p_max", c["p"]):
+    if traits(c["method"]).nested and c["p"] <= c.get("p_max", c["p"]):
         Bg, Ag, rank = _largest(c["preset"], c["size_layers"], os.environ.get("FRAQ_ADAPTERS"), c["group"],
                                 c["method"], c["p_max"], str(device))
         p = c["p"]

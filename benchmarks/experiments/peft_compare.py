@@ -2,7 +2,7 @@
 
 Per point (a base model of :data:`benchmarks.peft_merge.MODELS` with K client adapters)
 five merges of the same adapters, each adding one adapter to the same ``PeftModel``
-(:class:`benchmarks.peft_merge.Method`):
+(:class:`benchmarks.peft_merge.AdapterMerge`):
 
 - ``peft-cat``: peft's exact concatenation (rank sum_k r_k);
 - ``peft-svd`` and ``fraq`` at the same rank p for every module;
@@ -67,7 +67,7 @@ def key(config: dict) -> str:
 def measure(config: dict, device: torch.device | str = "cpu") -> dict:
     """Build the point's clients, run every method (see the module docstring), return the result."""
     from benchmarks.measure import peak_memory, timed
-    from benchmarks.peft_merge import MODELS, Method, build_clients, fraq_ranks, module_fidelity
+    from benchmarks.peft_merge import AdapterMerge, MODELS, build_clients, fraq_ranks, module_fidelity
 
     device = torch.device(device)
     spec = MODELS[config["model"]]
@@ -77,8 +77,8 @@ def measure(config: dict, device: torch.device | str = "cpu") -> dict:
     stacks = clients.stacks()
     p, tau = config["p"], config["tau"]
     tau_ranks = fraq_ranks(clients, tau)
-    methods = [Method("peft-cat"), Method("peft-svd", rank=p), Method("fraq", rank=p),
-               Method("peft-svd", ranks=tau_ranks), Method("fraq", tau=tau)]
+    methods = [AdapterMerge("peft-cat"), AdapterMerge("peft-svd", rank=p), AdapterMerge("fraq", rank=p),
+               AdapterMerge("peft-svd", ranks=tau_ranks), AdapterMerge("fraq", tau=tau)]
     rows = []
     for meth in methods:
         made: list[str] = []

@@ -54,12 +54,12 @@ from benchmarks.sizes import size_config
 from fraq.aggregators import ClientUpdate, get_aggregator
 from fraq.presets import Preset, get_preset
 
-__all__ = ["DENSE_WORK", "METHODS", "PAPER_SETTINGS", "QUICK_DENSE_WORK", "dense_plan", "key", "measure", "method_job", "model_for",
-           "points", "run_preset"]
+__all__ = ["DENSE_WORK", "PAPER_SETTINGS", "QUICK_DENSE_WORK", "TableRow", "dense_plan", "key", "measure",
+           "method_job", "model_for", "points", "run_preset", "table_rows"]
 
 
 @dataclass(frozen=True)
-class Method:
+class TableRow:
     """One table row: a registry name, its options, and the preset rule for special cases."""
 
     label: str
@@ -79,7 +79,7 @@ def _label(name: str, options: dict) -> str:
     return f"{name} ({text})" if text else name
 
 
-def _methods(preset: Preset) -> list[Method]:
+def _methods(preset: Preset) -> list[TableRow]:
     """The rows of ``preset``'s table: every registered aggregator (the package's and those
     from outside it, :mod:`fraq.aggregators.registry`) in the paper's order (its class's
     ``paper_order``; the others after, in registration order), with the paper's options
@@ -93,14 +93,14 @@ def _methods(preset: Preset) -> list[Method]:
     for cls in classes:
         for options in PAPER_SETTINGS.get(cls.name, lambda h: [{}])(hetero):
             if cls.alternating_freeze:
-                rows += [Method(f"{_label(cls.name, options)} ({part} round)", cls.name, {**options, "round": rnd})
+                rows += [TableRow(f"{_label(cls.name, options)} ({part} round)", cls.name, {**options, "round": rnd})
                          for part, rnd in (("B", 1), ("A", 2))]
             else:
-                rows.append(Method(_label(cls.name, options), cls.name, dict(options)))
+                rows.append(TableRow(_label(cls.name, options), cls.name, dict(options)))
     return rows
 
 
-METHODS = _methods
+table_rows = _methods
 """preset -> the rows measured for it."""
 
 DENSE_WORK = 1e12
@@ -125,12 +125,12 @@ def dense_plan(preset: Preset, *, quick: bool) -> str:
     return "full" if whole <= DENSE_WORK else "per-shape"
 
 
-def _aggregator(method: Method):
+def _aggregator(method: TableRow):
     """The row's aggregator (``round`` is the table's option: which LoRA-A^2 round is timed)."""
     return get_aggregator(method.name, **{k: v for k, v in method.options.items() if k != "round"})
 
 
-def _inputs(model: Model, agg, method: Method, names):
+def _inputs(model: Model, agg, method: TableRow, names):
     """The uploads of modules ``names`` as the method's clients send them, and the state
     the timed round starts from."""
     if agg.single_matrix:
@@ -149,7 +149,7 @@ class Job:
     that shape. ``row`` holds the downlink figures from the first (warm-up) calls.
     """
 
-    method: Method
+    method: TableRow
     calls: list[tuple[object, float]]
     row: dict
     first_s: float
@@ -164,7 +164,7 @@ class Job:
         return Weighted(self.calls, seconds=self.first_parts or None)
 
 
-def prepare(model: Model, method: Method, *, subset: bool) -> Job:
+def prepare(model: Model, method: TableRow, *, subset: bool) -> Job:
     """Inputs, the warm-up call (its result gives the downlink), and the calls to time.
 
     For FLoRG the warm-up's state is passed on, so the timed calls include the
@@ -221,7 +221,7 @@ def prepare(model: Model, method: Method, *, subset: bool) -> Job:
     return Job(method, calls, row, first_s, first_parts=parts_s)
 
 
-def _described(method: Method) -> dict:
+def _described(method: TableRow) -> dict:
     """The row's fields for the analysis (:func:`benchmarks.measure.described.describe`),
     its display name carrying the row's options as its label does: ``FRAQ (tau=0.80)``."""
     from benchmarks.measure.described import describe
@@ -262,7 +262,7 @@ def sample(job: Job, device: torch.device | str = "cpu") -> None:
     job.samples.append(total)
 
 
-def _applicable(method: Method, preset: Preset) -> str | None:
+def _applicable(method: TableRow, preset: Preset) -> str | None:
     """The aggregator's own error for the preset's client ranks, found on 4 x 4 stand-ins
     named after the preset's first module."""
     agg = _aggregator(method)
@@ -291,7 +291,7 @@ def model_for(name: str, *, quick: bool, seed: int = 0, device: torch.device | s
     return build_model(get_preset(name), layers=_layers(name, quick, layers), seed=seed, device=device)
 
 
-def method_job(name: str, model: Model, method: Method, *, quick: bool) -> Job | str:
+def method_job(name: str, model: Model, method: TableRow, *, quick: bool) -> Job | str:
     """The prepared :class:`Job` of one row on preset ``name`` (one warm-up call), or the
     reason it is not measured."""
     problem = _applicable(method, model.preset)

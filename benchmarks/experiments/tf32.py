@@ -22,7 +22,8 @@ from benchmarks.sizes import size_config
 
 __all__ = ["key", "measure", "points", "tf32_mode"]
 
-METHODS = ("flexlora", "fraq")
+TF32_METHODS = ("flexlora", "fraq")
+"""The methods measured with TF32 on and off: FlexLoRA (a dense product before its SVD) and FRAQ."""
 
 
 def points(size: str) -> list[dict]:
@@ -30,7 +31,7 @@ def points(size: str) -> list[dict]:
     m, n = c["shape"]
     kappas = [k for k in c["kappas"] if k in (1e2, 1e6, 1e10)] or c["kappas"][-1:]
     return [dict(figure="tf32", method=method, tf32=mode, kappa=k, m=m, n=n, rank=c["rank"], clients=c["clients"],
-                 batch=c["batch"]) for k in kappas for method in METHODS for mode in ("on", "off")]
+                 batch=c["batch"]) for k in kappas for method in TF32_METHODS for mode in ("on", "off")]
 
 
 def key(config: dict) -> str:

@@ -7,7 +7,7 @@ result (:mod:`benchmarks.experiments.tables123`) write them:
 
 - ``display_name``: the name in tables and legends;
 - ``family``: the display name of the method without its options (``FRAQ`` for
-  ``fraq:cholesky``): a figure draws a variant in its family's colour;
+  ``fraq:backend=cholesky``): a figure draws a variant in its family's colour;
 - ``paper_order``: its row in the paper's Tables 1-3, or None (after the paper's);
 - ``downlink_rule``, ``flop_model``: as the aggregator class states them.
 
@@ -29,8 +29,10 @@ PAPER_CONFIG_NAME = "FRAQ (paper config.)"
 
 def describe(method: str) -> dict:
     """The fields a result records of compared method ``method`` (a registry name, a
-    name with options ``name:options`` such as ``fraq:cholesky`` or ``fraq:tau=0.80``, a
-    textbook baseline or ``fraq-paper``); see the module docstring.
+    name with options ``name:options`` such as ``fraq:backend=cholesky`` or
+    ``fraq:tau=0.80``, a textbook baseline or ``fraq-paper``); see the module docstring.
+    A spec naming a backend alone is shown by the backend, ``FRAQ (cholesky)``: the label
+    the archives under ``docs/results`` hold for it, whose files spell it ``fraq:cholesky``.
 
     Raises:
         ValueError: a method that is none of these, naming it.
@@ -55,5 +57,8 @@ def describe(method: str) -> dict:
     if method == PAPER_CONFIG:
         display = PAPER_CONFIG_NAME
     else:
-        display = f"{family} ({options.strip()})" if options.strip() else family
+        shown = options.strip()
+        if shown.startswith("backend=") and "," not in shown:
+            shown = shown.removeprefix("backend=")
+        display = f"{family} ({shown})" if shown else family
     return {"display_name": display, "family": family, **fields}

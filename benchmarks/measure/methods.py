@@ -13,8 +13,9 @@ shape). Names:
 - ``fraq``: :func:`fraq.stack` + :func:`fraq.recompress` with its defaults (backend
   ``"auto"``, the device's entry of :data:`fraq.backends.DEVICE_DEFAULTS`; ``gram="auto"``;
   an older commit's own defaults when :mod:`benchmarks.regress` measures one).
-- ``fraq:<backend>``: the same with ``backend=<backend>``, for every name in
-  :data:`fraq.BACKENDS` when the suite is imported.
+- ``fraq:backend=<backend>``: the same with that backend, for every name in
+  :data:`fraq.BACKENDS`; any other ``fraq:KEY=VALUE,...`` passes its options to
+  :func:`fraq.recompress` (``fraq:backend=cholesky,gram=product``).
 - ``fraq-paper``: the paper's configuration, ``gram="product"`` with a float32 eigensolver
   (the library's default Gram form is chosen by cost and its eigensolver is float64).
 - ``florist``, ``flexlora``: the aggregator's documented per-module entry
@@ -22,8 +23,11 @@ shape). Names:
 - ``qr-svd``, ``rsvd``: the textbook recompression and a randomized SVD of the product
   operator (:mod:`benchmarks.measure.textbook`), the baselines that do not square kappa.
 
-Every call goes through fraq's public API, so the suite measures whatever fraq the
-process imports (:mod:`benchmarks.regress` points it at each commit's own checkout).
+A name is read by :class:`fraq.methods.MethodSpec` (:func:`split_method`), the grammar of
+every front door, so ``fraq:cholesky`` (a backend without its key) is refused with the
+spelling to use; ``tau`` and ``rank`` are the call's (the experiment's), never a name's
+options. Every call goes through fraq's public API, so the suite measures whatever fraq
+the process imports (:mod:`benchmarks.regress` points it at each commit's own checkout).
 A name the imported fraq does not have raises NotImplementedError naming it, which asv
 reports as a skipped benchmark and pytest as a skip.
 """
@@ -35,13 +39,15 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["BASELINES", "PAPER_CONFIG", "TEXTBOOK", "MethodSpec", "SPECS", "clients_as_batch", "default_backend",
-           "get_method", "runs_backend", "spec"]
+__all__ = ["BASELINES", "PAPER_CONFIG", "TEXTBOOK", "MethodTraits", "TRAITS", "clients_as_batch", "default_backend",
+           "get_method", "runs_backend", "split_method", "traits"]
 
 
 @dataclass(frozen=True)
-class MethodSpec:
-    """What the suites need to know about a compared method besides its callable.
+class MethodTraits:
+    """What the suites need to know about a compared method besides its callable: its
+    limits and its timing and rank peculiarities (the method itself is named by a
+    :class:`fraq.methods.MethodSpec` string, :func:`get_method`).
 
     Attributes:
         name: the method's name (:func:`get_method`).
@@ -73,18 +79,36 @@ class MethodSpec:
         return dict(repeats=min(repeats, 3), warmup=0) if self.slow else dict(repeats=repeats, warmup=1)
 
 
-SPECS: dict[str, MethodSpec] = {
-    "flexlora": MethodSpec(
+TRAITS: dict[str, MethodTraits] = {
+    "flexlora": MethodTraits(
         "flexlora", max_d=1024, slow=True, energy_rule=False, nested=True,
         why="a dense d x D aggregate and its SVD per module, O(D d^2) (~5 s for 12 modules at d = 768, "
             "minutes at d = 4096, one thread)"),
 }
-"""Methods with limits or peculiarities; any other name gets a plain :class:`MethodSpec`."""
+"""Methods with limits or peculiarities; any other name gets a plain :class:`MethodTraits`."""
 
 
-def spec(name: str) -> MethodSpec:
-    """The :class:`MethodSpec` of method ``name``."""
-    return SPECS.get(name) or MethodSpec(name)
+def traits(name: str) -> MethodTraits:
+    """The :class:`MethodTraits` of method ``name``."""
+    return TRAITS.get(name) or MethodTraits(name)
+
+
+def split_method(name: str) -> tuple[str, dict]:
+    """The registry name and the options (keyword arguments) of method ``name``, read by
+    :meth:`fraq.methods.MethodSpec.parse`: ``"fraq:backend=cholesky"`` -> ``("fraq",
+    {"backend": "cholesky"})``; ValueError naming ``name`` for text outside the grammar.
+
+    A fraq without :mod:`fraq.methods` (an older commit, :mod:`benchmarks.regress`) reads
+    the names without options and raises NotImplementedError (asv's skip) for the rest.
+    """
+    try:
+        from fraq.methods import MethodSpec
+    except ImportError:
+        if ":" in name:
+            raise NotImplementedError(f"method {name!r}: this fraq has no fraq.methods to read its options") from None
+        return name, {}
+    parsed = MethodSpec.parse(name)
+    return parsed.name, parsed.kwargs
 
 
 BASELINES = ("florist", "flexlora")
@@ -130,7 +154,7 @@ def runs_backend(name: str) -> bool:
     backend and the Gram form: its aggregator class's ``basis_backend``."""
     from fraq.aggregators import AGGREGATORS
 
-    cls = AGGREGATORS.get(name.split(":", 1)[0])
+    cls = AGGREGATORS.get(split_method(name)[0])
     if cls is None:
         return False
     # An older fraq (benchmarks.regress) predates the attribute; only its FRAQ ran backends.
@@ -151,13 +175,13 @@ def _flags(factored: bool, identity: bool) -> dict:
     return {"factored": factored, "identity": True} if identity else {"factored": factored}
 
 
-def _fraq(backend: str | None, **options) -> Callable:
-    """FRAQ with ``backend``, or with recompress's own default when None, and ``options``."""
+def _fraq(**chosen) -> Callable:
+    """FRAQ with recompress's options ``chosen`` (its own defaults for the rest)."""
     import fraq
 
+    backend = chosen.get("backend")
     if backend is not None and backend not in fraq.BACKENDS:
         raise NotImplementedError(f"backend {backend!r} is not in fraq.BACKENDS ({sorted(fraq.BACKENDS)})")
-    chosen = {**({} if backend is None else {"backend": backend}), **options}
 
     def run(Bs, As, *, rank=None, tau=None, weights=None, scales=None):
         B, A = fraq.stack(Bs, As, weights, scales)
@@ -167,30 +191,33 @@ def _fraq(backend: str | None, **options) -> Callable:
     return run
 
 
-def _aggregator(name: str) -> Callable:
-    """The baseline ``name``'s ``aggregate_batch``, on this module's convention."""
-    from fraq.aggregators import get_aggregator
+def _aggregator(name: str, **options) -> Callable:
+    """The baseline ``name``'s ``aggregate_batch`` (the aggregator built with ``options``),
+    on this module's convention."""
+    from fraq.aggregators import AGGREGATORS, get_aggregator
 
-    try:
-        agg = get_aggregator(name)
-    except (KeyError, ValueError) as exc:
-        raise NotImplementedError(f"fraq.aggregators has no {name!r}: {exc}") from None
-    return agg.aggregate_batch
+    if name not in AGGREGATORS:
+        raise NotImplementedError(f"fraq.aggregators has no {name!r} (it has {sorted(AGGREGATORS)})")
+    return get_aggregator(name, **options).aggregate_batch
 
 
 def get_method(name: str) -> Callable:
-    """The callable for method ``name`` (see the module docstring)."""
-    if name == "fraq":
-        return _fraq(None)
-    if name == PAPER_CONFIG:
-        return _fraq(None, gram="product", eig_dtype=torch.float32)
-    if name in TEXTBOOK:
+    """The callable for method ``name`` (see the module docstring); ValueError for a name
+    outside the grammar (:func:`split_method`), before anything is built."""
+    base, options = split_method(name)
+    if {"tau", "rank"} & set(options):
+        raise ValueError(f"method(={name!r}): tau and rank are the call's (the experiment's), not the method's")
+    if base == "fraq":
+        return _fraq(**options)
+    if base in (PAPER_CONFIG, *TEXTBOOK) and options:
+        raise ValueError(f"method(={name!r}): {base} takes no options")
+    if base == PAPER_CONFIG:
+        return _fraq(gram="product", eig_dtype=torch.float32)
+    if base in TEXTBOOK:
         from benchmarks.measure import textbook
 
-        return textbook.qr_svd if name == "qr-svd" else textbook.rsvd
-    if name.startswith("fraq:"):
-        return _fraq(name.split(":", 1)[1])
-    return _aggregator(name)
+        return textbook.qr_svd if base == "qr-svd" else textbook.rsvd
+    return _aggregator(base, **options)
 
 
 def clients_as_batch(Bs: list[torch.Tensor], As: list[torch.Tensor], i: int) -> tuple[list, list]:

@@ -8,6 +8,7 @@ import torch
 
 import fraq
 from fraq._plan import check_options
+from fraq._recompress import recompress_checked
 from fraq._validation import NonFiniteError
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.payload import REINITIALIZE, Downlink, Factors
@@ -85,7 +86,7 @@ class Fraq(Aggregator):
         # and only then are the uploads scanned to name the client and module.
         Bst, Ast = group.stacked(scan=False)
         try:
-            res = fraq.recompress(Bst, Ast, **self.options.kwargs())
+            res = recompress_checked(self.options, Bst, Ast)
         except NonFiniteError:
             group.name_non_finite()
             raise
@@ -101,8 +102,7 @@ class Fraq(Aggregator):
                         ) -> tuple[torch.Tensor, torch.Tensor, int | torch.Tensor]:
         """``(B_g, A_g, p)`` for one batch of equal-shape modules: :func:`fraq.stack` then
         :func:`fraq.recompress` at ``rank`` or ``tau`` (default: the instance's setting)."""
-        if tau is None and rank is None:
-            tau, rank = self.tau, self.rank
+        options = self.options if tau is None and rank is None else self.options.cut(tau=tau, rank=rank)
         Bst, Ast = fraq.stack(Bs, As, weights, scales)
-        res = fraq.recompress(Bst, Ast, **{**self.options.kwargs(), "tau": tau, "rank": rank})
+        res = recompress_checked(options, Bst, Ast)
         return res.B, res.A, res.rank

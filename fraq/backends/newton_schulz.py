@@ -96,9 +96,9 @@ from dataclasses import dataclass
 import torch
 
 from fraq._routine_flops import cholesky_flops, gemm_flops, gram_flops, trsm_flops
-from fraq.backends.base import Basis, identity_basis
+from fraq.backends.base import Basis
 from fraq.backends.householder import householder
-from fraq.backends.safeguards import check_basis_input, flatten, rescale, scaled_gram, unflatten
+from fraq.backends.safeguards import check_basis_input, over_batch, rescale, scaled_gram
 
 __all__ = ["Schedule", "SCHEDULES", "COORDS", "newton_schulz", "default_tol", "newton_schulz_flops"]
 
@@ -215,17 +215,23 @@ def newton_schulz(
                                None if tol is None else float(tol), int(max_steps), coords)
 
 
-def _newton_schulz_impl(X, sched: Schedule, steps, tol, max_steps, coords) -> Basis:
-    d, r = X.shape[-2], X.shape[-1]
-    Xb, batch = flatten(X)
-    info = {"backend": "newton-schulz", "schedule": sched.name, "coords": coords}
-    if r >= d:
-        return unflatten(identity_basis(Xb, dict(info, steps=0, residual=0.0, converged=True, fallback=None,
-                                                       fallback_count=0)), batch)
+SETTLED = dict(steps=0, residual=0.0, converged=True)
+"""What a basis that ran no step records: a wide X's identity basis and an empty X's."""
+
+
+def _describe(sched: Schedule, steps, tol, max_steps, coords) -> dict:
+    """What every basis of a call records beside its backend: the schedule and the coordinates."""
+    return {"schedule": sched.name, "coords": coords}
+
+
+@over_batch("newton-schulz", describe=_describe, settled=SETTLED)
+def _newton_schulz_impl(Xb: torch.Tensor, info: dict, sched: Schedule, steps, tol, max_steps, coords) -> Basis:
+    """The iteration on a flattened batch Xb (nb, d, r), r < d (the wrapper gives a wide X
+    the identity basis and the caller's batch shape)."""
+    r = Xb.shape[-1]
     if r == 0 or Xb.shape[0] == 0:  # nothing to iterate on: Householder handles empty shapes
         hh = householder(Xb)
-        done = dict(info, steps=0, residual=0.0, converged=True, fallback=None, fallback_count=0)
-        return unflatten(Basis(C=hh.C, apply=hh.apply, info=done), batch)
+        return Basis(C=hh.C, apply=hh.apply, info=dict(info, **SETTLED, fallback=None, fallback_count=0))
 
     Xs, W, e = scaled_gram(Xb)  # X = 2^e Xs
     nrm2 = torch.diagonal(W, dim1=-2, dim2=-1).sum(-1)  # ||Xs||_F^2
@@ -249,21 +255,21 @@ def _newton_schulz_impl(X, sched: Schedule, steps, tol, max_steps, coords) -> Ba
         Q = torch.matmul(Q, P)
         W = torch.matmul(Q.mT, Q)
         k += 1
-    converged = worst <= (tol if tol is not None else default_tol(r, X.dtype))
+    converged = worst <= (tol if tol is not None else default_tol(r, Xb.dtype))
     info.update(steps=k, residual=worst, converged=converged)
 
     T = torch.matmul(Q.mT, Xs)  # direct coordinates, X = 2^e Q T when Q is orthonormal
     if coords == "direct":
-        return unflatten(Basis(C=rescale(T, e), apply=lambda U: torch.matmul(Q, U),
-                               info=dict(info, fallback=None, fallback_count=0)), batch)
+        return Basis(C=rescale(T, e), apply=lambda U: torch.matmul(Q, U),
+                     info=dict(info, fallback=None, fallback_count=0))
 
     Z, nbad = _inverse_sqrt_metric(W)  # Z Z^T = W^+, Q Z orthonormal on the nonzero spectrum
     info.update(fallback="pinv" if nbad else None, fallback_count=nbad)
     if coords == "lstsq":
         C = torch.matmul(Z, torch.matmul(Z.mT, T))  # W^+ T
-        return unflatten(Basis(C=rescale(C, e), apply=lambda U: torch.matmul(Q, U), info=info), batch)
+        return Basis(C=rescale(C, e), apply=lambda U: torch.matmul(Q, U), info=info)
     C = torch.matmul(Z.mT, T)  # L^{-1} T
-    return unflatten(Basis(C=rescale(C, e), apply=lambda U: torch.matmul(Q, torch.matmul(Z, U)), info=info), batch)
+    return Basis(C=rescale(C, e), apply=lambda U: torch.matmul(Q, torch.matmul(Z, U)), info=info)
 
 
 def _inverse_sqrt_metric(W: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -72,22 +72,29 @@ def unflatten(basis: Basis, batch: tuple[int, ...]) -> Basis:
     return Basis(C=C, apply=apply, info=basis.info, rejected=basis.rejected, complete=complete)
 
 
-def over_batch(name: str, *, identity_when_wide: bool = True) -> Callable:
+def over_batch(name: str, *, identity_when_wide: bool = True, describe: Callable[..., dict] | None = None,
+               settled: dict | None = None) -> Callable:
     """Decorator: a backend body written for one flattened batch, applied to X (*, d, r).
 
-    The body is called as ``body(Xb, info)`` with Xb (nb, d, r) and ``info`` the dictionary
-    ``{"backend": name}`` to extend, and returns the flat basis; the wrapper gives it the
-    caller's batch shape (:func:`unflatten`). With ``identity_when_wide``, a wide X (r >= d)
-    never reaches the body: col(X) is all of R^d, so Q = I_d, C = X is exact and costs
-    nothing (:func:`fraq.backends.base.identity_basis`, no fallback)."""
-    def wrap(body: Callable[[torch.Tensor, dict], Basis]) -> Callable[[torch.Tensor], Basis]:
+    The body is called as ``body(Xb, info, *args, **kwargs)`` with Xb (nb, d, r), the
+    call's other arguments, and ``info`` the dictionary ``{"backend": name}`` to extend,
+    and returns the flat basis; the wrapper gives it the caller's batch shape
+    (:func:`unflatten`). ``describe(*args, **kwargs)``, when given, adds to ``info`` what
+    every basis of such a call records (Newton-Schulz: its schedule and coordinates).
+    With ``identity_when_wide``, a wide X (r >= d) never reaches the body: col(X) is all of
+    R^d, so Q = I_d, C = X is exact and costs nothing
+    (:func:`fraq.backends.base.identity_basis`, no fallback); its ``info`` has ``settled``
+    too, what a basis that ran no iteration records (Newton-Schulz: steps 0, residual 0,
+    converged)."""
+    def wrap(body: Callable[..., Basis]) -> Callable[..., Basis]:
         @functools.wraps(body)
-        def run(X: torch.Tensor) -> Basis:
+        def run(X: torch.Tensor, *args, **kwargs) -> Basis:
             Xb, batch = flatten(X)
-            info = {"backend": name}
+            info = {"backend": name, **(describe(*args, **kwargs) if describe is not None else {})}
             if identity_when_wide and X.shape[-1] >= X.shape[-2]:
-                return unflatten(identity_basis(Xb, dict(info, fallback=None, fallback_count=0)), batch)
-            return unflatten(body(Xb, info), batch)
+                wide = dict(info, **(settled or {}), fallback=None, fallback_count=0)
+                return unflatten(identity_basis(Xb, wide), batch)
+            return unflatten(body(Xb, info, *args, **kwargs), batch)
         return run
     return wrap
 

@@ -114,7 +114,7 @@ def _read_earlier(pts: list, out_dir: Path) -> tuple[set[str], dict]:
         if rec is not None:
             finished.add(p.key)
         elif ckpt.exists():
-            states[p.key] = load_checkpoint(ckpt, {"method": p.method, "config": jsonable(p.cfg)})
+            states[p.key] = load_checkpoint(ckpt, {"method": str(p.method), "config": jsonable(p.cfg)})
             check_records(states[p.key].records, f"--resume: checkpoint {str(ckpt)!r}")
     return finished, states
 
@@ -163,7 +163,7 @@ def run_experiment(cfg: dict, out_dir: str | Path, *, resume: bool = False, over
 
     if resume and overwrite:
         raise ValueError("resume and overwrite exclude each other")
-    validate(cfg)
+    cfg = {**cfg, "methods": list(validate(cfg).methods)}  # text parsed once here, the specs carried
     pts = points(cfg)
     out_dir = Path(out_dir)
     _check_out_dir(out_dir)
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, over)
         data_dir = _data_dir(args.data_dir, cfg)
         if data_dir is not None:
-            cfg = load_config(args.config, {**over, "dataset.data_dir": data_dir})
+            cfg = load_config(args.config, {**over, "methods": cfg["methods"], "dataset.data_dir": data_dir})
         if args.variants is not None:
             unknown = [v for v in args.variants if v not in cfg["variants"]]
             if unknown:

@@ -9,7 +9,11 @@ every error names the key and the value.
 
 Methods are registry names of :mod:`fraq.aggregators` with optional keyword options, in
 the grammar of :class:`fraq.methods.MethodSpec`: ``"fraq:tau=0.80"``, ``"florist:tau=0.85"``,
-``"fraq:rank=8,tau=null"``, ``"fraq:backend=cholesky,tau=0.9"``.
+``"fraq:rank=8,tau=null"``, ``"fraq:backend=cholesky,tau=0.9"``. Each is parsed once, where
+the configuration is checked (:class:`Config`); the dictionary :func:`load_config` returns
+holds the parsed :class:`~fraq.methods.MethodSpec` values under ``methods``, and everything
+after it (the variants' and points' checks, the runs, the Flower apps) carries those values
+and never reads the text a second time.
 
 A setting is run over ``seeds`` (null: the one ``seed``) and over its ``variants``:
 named sets of dotted overrides of the same experiment, e.g. ``{"homogeneous": {},
@@ -111,7 +115,7 @@ def load_config(setting: str = "quick", overrides: dict | None = None) -> dict:
             cfg[key] = value
         else:
             set_key(cfg, key, value)
-    validate(cfg)
+    cfg["methods"] = list(validate(cfg).methods)  # parsed once, here; carried from here on
     return cfg
 
 
@@ -126,27 +130,29 @@ def method_aggregator(spec: str | MethodSpec, where: str = "method"):
     """The :class:`~fraq.aggregators.Aggregator` a method spec names, built with its options.
 
     The one check of a method spec, shared by the harness's :func:`validate`, its
-    :class:`~fraq.federated.server.Method` and the Flower run config: an unknown name, an
-    unknown option or a bad option value raises ValueError naming ``where``, the spec and
+    :class:`~fraq.federated.server.MethodSetup` and the Flower run config: an unknown name,
+    an unknown option or a bad option value raises ValueError naming ``where``, the spec and
     the option, e.g. ``method(='fraq:tau=abc'): tau(='abc') must be a real number in (0, 1]``.
-    Building an aggregator does no work (it only stores its checked options).
+    A :class:`~fraq.methods.MethodSpec` is used as it is; text is parsed first (a caller
+    holding text is a front door). Building an aggregator does no work (it only stores its
+    checked options).
     """
     from fraq.aggregators import AGGREGATORS, get_aggregator
 
-    if isinstance(spec, MethodSpec):
-        spec = str(spec)  # messages echo the spec as written
+    if not isinstance(spec, MethodSpec):
+        try:
+            spec = MethodSpec.parse(spec)  # its errors read "method(=...): ..."
+        except ValueError as e:
+            if where == "method":
+                raise
+            raise ValueError(f"{where}: {e}") from None
+    text = str(spec)  # messages echo the spec as written
+    if spec.name not in AGGREGATORS:
+        raise ValueError(f"{where}(={text!r}): {spec.name!r} is not one of {sorted(AGGREGATORS)}")
     try:
-        name, options = parse_method(spec)  # its errors read "method(=...): ..."
-    except ValueError as e:
-        if where == "method":
-            raise
-        raise ValueError(f"{where}: {e}") from None
-    if name not in AGGREGATORS:
-        raise ValueError(f"{where}(={spec!r}): {name!r} is not one of {sorted(AGGREGATORS)}")
-    try:
-        return get_aggregator(name, **options)
+        return get_aggregator(spec.name, **spec.kwargs)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{where}(={spec!r}): {e}") from None
+        raise ValueError(f"{where}(={text!r}): {e}") from None
 
 
 def method_label(spec: str | MethodSpec) -> str:
@@ -174,7 +180,7 @@ class Config:
     partition: Partition
     federated: Federated
     train: Train
-    methods: list
+    methods: tuple[MethodSpec, ...]
     dataset: dict
 
     @classmethod
@@ -207,15 +213,18 @@ class Config:
             if isinstance(value, dict):
                 object.__setattr__(self, key, section(**value))
         methods = self.methods
-        if not isinstance(methods, list) or not methods:
+        if not isinstance(methods, (list, tuple)) or not methods:
             raise ValueError(f"methods(={methods!r}) must be a non-empty list")
-        labels = set()
-        for spec in methods:
+        specs, labels = [], set()
+        for given in methods:  # text is parsed here, once; a spec is carried as it is
+            spec = given if isinstance(given, MethodSpec) else MethodSpec.parse(given)
             method_aggregator(spec)
             label = method_label(spec)
             if label in labels:
-                raise ValueError(f"methods lists {spec!r} twice")
+                raise ValueError(f"methods lists {str(spec)!r} twice")
             labels.add(label)
+            specs.append(spec)
+        object.__setattr__(self, "methods", tuple(specs))
         check_dataset_spec(self.dataset)
 
 
@@ -234,18 +243,30 @@ def seeds_of(cfg: dict) -> list[int]:
     return list(cfg["seeds"]) if cfg.get("seeds") is not None else [cfg["seed"]]
 
 
+def _check_variant(cfg: dict) -> None:
+    """The checks of :class:`Config` on every key a variant may override: all but ``seed``,
+    ``seeds``, ``variants`` and ``methods``, which :class:`Config` refuses in a variant (the
+    methods were checked with the setting, and are carried as they are)."""
+    from fraq.federated.dataset import check_dataset_spec
+
+    check_int("threads", cfg["threads"], 1, allow_none=True)
+    for key, section in _SECTIONS.items():
+        section(**cfg[key])
+    check_dataset_spec(cfg["dataset"])
+
+
 def runs(cfg: dict) -> list[tuple[str, int, dict]]:
     """(variant, seed, configuration) of every run of the validated setting ``cfg``, variants
     in their order, seeds in theirs. A run's configuration is ``cfg`` with the variant's
-    overrides applied and ``seed`` set; it is validated (a bad override raises ValueError
-    naming the variant)."""
+    overrides applied and ``seed`` set; what a variant overrides is validated (a bad override
+    raises ValueError naming the variant)."""
     out = []
     for name, over in cfg["variants"].items():
         base = copy.deepcopy(cfg)
         try:
             for key, value in over.items():
                 set_key(base, key, value)
-            validate(base)
+            _check_variant(base)
         except ValueError as e:
             hint = ""
             if "federated.ranks" in over and "entries for federated.clients" in str(e):

@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from fraq.methods import MethodSpec
+
 __all__ = ["EXPERIMENT", "PACKAGES", "Point", "points", "rounds_of", "run_points"]
 
 EXPERIMENT = "federated"
@@ -37,10 +39,12 @@ PACKAGES = ("transformers", "peft", "safetensors", "flwr")
 
 @dataclass(frozen=True)
 class Point:
-    """One run: ``method`` under ``variant`` with ``seed``; ``cfg`` is its validated configuration."""
+    """One run: ``method`` under ``variant`` with ``seed``; ``cfg`` is its validated configuration.
+    ``method`` is the :class:`~fraq.methods.MethodSpec` the configuration was parsed into,
+    carried to the run as it is."""
 
     variant: str
-    method: str
+    method: MethodSpec
     seed: int
     cfg: dict
 
@@ -99,8 +103,9 @@ class Point:
 
 
 def points(cfg: dict) -> list[Point]:
-    """Every point of the validated setting ``cfg``: variants in order, then seeds, then methods
-    (an interrupted experiment has every method on its first seeds)."""
+    """Every point of the validated setting ``cfg`` (a :func:`~fraq.federated.config.load_config`
+    dictionary, its ``methods`` parsed): variants in order, then seeds, then methods (an
+    interrupted experiment has every method on its first seeds)."""
     from fraq.federated.config import runs
 
     by_variant: dict[str, list[tuple[int, dict]]] = {}

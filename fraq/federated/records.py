@@ -21,12 +21,16 @@ import numpy as np
 import torch
 
 from fraq.aggregators import REINITIALIZE, AggregationResult
+from fraq.methods import MethodSpec
 
 __all__ = ["flora_downlink", "jsonable", "method_result", "rank_mean", "round_line", "round_record"]
 
 
 def jsonable(x):
-    """``x`` with tensors, numpy scalars and tuples turned into JSON types (dict keys as str)."""
+    """``x`` with tensors, numpy scalars, tuples and method specs (their text) turned into JSON
+    types (dict keys as str)."""
+    if isinstance(x, MethodSpec):
+        return str(x)
     if isinstance(x, dict):
         return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
@@ -82,10 +86,10 @@ def method_result(task, method, records: list[dict]) -> dict:
     """A method's result dict (``result.json``): its client plan, the FLoRA downlink reference, the rounds.
 
     ``task`` is a :class:`~fraq.federated.server.Task`, ``method`` a
-    :class:`~fraq.federated.server.Method`.
+    :class:`~fraq.federated.server.MethodSetup`.
     """
     plan = method.plan
-    return {"method": method.spec, "label": method.label, "skipped": None, "ranks": plan.ranks, "alphas": plan.alphas,
+    return {"method": str(method.spec), "label": method.label, "skipped": None, "ranks": plan.ranks, "alphas": plan.alphas,
             "upload_ranks": plan.upload_ranks,
             "flora_downlink_params": flora_downlink(task.backbone.targets, list(method.client_ranks)),
             "rounds": records}

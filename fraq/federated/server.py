@@ -42,8 +42,9 @@ from fraq.federated.round1 import signature
 from fraq.federated.seeding import init_lora, stable_seed
 from fraq.federated.state import RoundState, apply_round, eval_weights, merge_into
 from fraq.federated.task import Task
+from fraq.methods import MethodSpec
 
-__all__ = ["ClientPlan", "Method", "RoundState", "Task", "apply_round", "eval_weights", "flora_downlink",
+__all__ = ["ClientPlan", "MethodSetup", "RoundState", "Task", "apply_round", "eval_weights", "flora_downlink",
            "initial_state", "merge_into", "method_result", "round_line", "run_method", "run_round"]
 
 
@@ -94,10 +95,10 @@ def initial_state(task: Task, agg: Aggregator, plan: ClientPlan, use_rslora: boo
 
 
 @dataclass(frozen=True)
-class Method:
-    """One method of a run: its spec, aggregator, client plan and local-training settings."""
+class MethodSetup:
+    """One method set up for a run: its spec, aggregator, client plan and local-training settings."""
 
-    spec: str
+    spec: MethodSpec
     agg: Aggregator
     plan: ClientPlan
     settings: TrainSettings
@@ -108,7 +109,10 @@ class Method:
         return method_label(self.spec)
 
     @classmethod
-    def make(cls, spec: str, cfg: dict) -> Method:
+    def make(cls, spec: str | MethodSpec, cfg: dict) -> MethodSetup:
+        """``spec`` set up under configuration ``cfg``; a :class:`~fraq.methods.MethodSpec` is
+        carried as it is, text (a caller's front door) is parsed once here."""
+        spec = spec if isinstance(spec, MethodSpec) else MethodSpec.parse(spec)
         agg = method_aggregator(spec)
         ranks, alphas = client_ranks(cfg)
         plan = ClientPlan.make(agg, ranks, alphas)
@@ -121,7 +125,7 @@ class Method:
         return initial_state(task, self.agg, self.plan, self.settings.use_rslora)
 
 
-def run_round(task: Task, method: Method, state: RoundState, *, evaluate: bool, progress: bool = False
+def run_round(task: Task, method: MethodSetup, state: RoundState, *, evaluate: bool, progress: bool = False
               ) -> tuple[RoundState, dict, list]:
     """Round ``state.round + 1``: local training, aggregation, downlink applied, optional evaluation.
 
@@ -175,9 +179,10 @@ def run_round(task: Task, method: Method, state: RoundState, *, evaluate: bool, 
     return state, rec, updates
 
 
-def run_method(task: Task, spec: str, *, checkpoint: Path | None = None, resume: bool = False,
+def run_method(task: Task, spec: str | MethodSpec, *, checkpoint: Path | None = None, resume: bool = False,
                state: RoundState | None = None, log=print, on_round=None, save_adapters=None) -> dict:
-    """Run every round of method ``spec`` (e.g. ``"fraq:tau=0.95"``) on ``task``; return its result dict.
+    """Run every round of method ``spec`` (a :class:`~fraq.methods.MethodSpec`, or its text such
+    as ``"fraq:tau=0.95"``) on ``task``; return its result dict.
 
     ``checkpoint``: the file written after every round (the caller removes it once the
     result is written: a run killed in between loses nothing); with ``resume`` an existing
@@ -188,7 +193,8 @@ def run_method(task: Task, spec: str, *, checkpoint: Path | None = None, resume:
     ``federated.eval_every``-th round and the last.
     """
     cfg = task.cfg
-    method = Method.make(spec, cfg)
+    method = MethodSetup.make(spec, cfg)
+    spec = str(method.spec)  # the text, for the log, the result and the checkpoint
     plan = method.plan
     if plan.skip:
         log(f"[{spec}] skipped: {plan.skip}")

@@ -25,9 +25,10 @@ from fraq.federated.client import LocalJob, local_update
 from fraq.federated.flower import console  # noqa: F401  (flwr's log lines plain outside a terminal)
 from fraq.federated.flower.run_config import from_run_config
 from fraq.federated.flower.strategy import decode_downlink, encode_update
-from fraq.federated.server import Method
+from fraq.federated.server import MethodSetup
 from fraq.federated.state import merge_into
 from fraq.federated.task import Task
+from fraq.methods import MethodSpec
 
 __all__ = ["app", "make_client_app"]
 
@@ -36,7 +37,7 @@ _TASKS: dict[str, Task] = {}
 
 def _task(cfg: dict) -> Task:
     """The run's Task, built once per process (a simulation node reuses it across rounds)."""
-    key = json.dumps(cfg, sort_keys=True)
+    key = json.dumps(cfg, sort_keys=True, default=str)  # a method spec as its text
     if key not in _TASKS:
         _TASKS[key] = Task(cfg, log=lambda *a: None)
     return _TASKS[key]
@@ -57,7 +58,7 @@ def _partition(context: Context, K: int) -> int:
     return int(pid)
 
 
-def _register(app: ClientApp, resolve: Callable[[Context], tuple[dict, Method]]) -> ClientApp:
+def _register(app: ClientApp, resolve: Callable[[Context], tuple[dict, MethodSetup]]) -> ClientApp:
     """Add the query and train handlers; ``resolve(context)`` gives (cfg, method), built once per run."""
 
     @app.query()
@@ -98,29 +99,31 @@ def _register(app: ClientApp, resolve: Callable[[Context], tuple[dict, Method]])
     return app
 
 
-def make_client_app(cfg: dict, method: str) -> ClientApp:
+def make_client_app(cfg: dict, method: str | MethodSpec) -> ClientApp:
     """A ``ClientApp`` for configuration ``cfg`` (a :func:`fraq.federated.config.load_config` dict)
-    and method spec ``method`` (for the local-training settings)."""
-    made: list[Method] = []  # the method is built on the first message, once
+    and method ``method`` (a :class:`~fraq.methods.MethodSpec`, or its text, parsed here once;
+    for the local-training settings)."""
+    method = MethodSpec.parse(method)
+    made: list[MethodSetup] = []  # the method is built on the first message, once
 
-    def resolve(context: Context) -> tuple[dict, Method]:
+    def resolve(context: Context) -> tuple[dict, MethodSetup]:
         if not made:
-            made.append(Method.make(method, cfg))
+            made.append(MethodSetup.make(method, cfg))
         return cfg, made[0]
 
     return _register(ClientApp(), resolve)
 
 
-_RUNS: dict[str, tuple[dict, Method]] = {}
+_RUNS: dict[str, tuple[dict, MethodSetup]] = {}
 """Run config (as JSON) -> (cfg, method): each run's configuration is parsed and checked once
 per process, not on every message."""
 
 
-def _from_run_config(context: Context) -> tuple[dict, Method]:
+def _from_run_config(context: Context) -> tuple[dict, MethodSetup]:
     key = json.dumps(dict(context.run_config), sort_keys=True)
     if key not in _RUNS:
         cfg, method, _ = from_run_config(context.run_config)
-        _RUNS[key] = cfg, Method.make(method, cfg)
+        _RUNS[key] = cfg, MethodSetup.make(method, cfg)
     return _RUNS[key]
 
 

@@ -9,8 +9,10 @@ name the run-config key and its value.
 Keys (:class:`RunConfig` holds them, with the App's defaults):
 
 ``setting``            ``quick``, ``roberta``, ``llama`` or a JSON file (harness settings)
-``method``             one method spec, e.g. ``fraq:tau=0.95``, checked with its options by
-                       :func:`~fraq.federated.config.method_aggregator` (as the harness's ``methods``)
+``method``             one method spec, e.g. ``fraq:tau=0.95``, parsed once by :class:`RunConfig`
+                       (its ``method`` is the :class:`~fraq.methods.MethodSpec`) and checked with its
+                       options by :func:`~fraq.federated.config.method_aggregator` (as the harness's
+                       ``methods``)
 ``num-server-rounds``  ``federated.rounds``
 ``clients``            ``federated.clients`` (= the number of SuperNodes, ``num-partitions``)
 ``local-steps``        ``train.steps``
@@ -34,6 +36,7 @@ import numbers
 from dataclasses import dataclass, fields
 
 from fraq.federated.config import client_ranks, load_config, method_aggregator
+from fraq.methods import MethodSpec
 
 __all__ = ["DEFAULTS", "KEYS", "RunConfig", "from_run_config", "parse_overrides"]
 
@@ -55,10 +58,11 @@ class RunConfig:
     """The App's run configuration, checked: its fields are the run-config keys in snake case,
     their defaults the App's (``apps/flower/pyproject.toml`` declares the same, as Flower
     requires; :data:`DEFAULTS` is this class's, in kebab case). ``__post_init__`` checks each
-    key's type, naming the run-config key and its value."""
+    key's type, naming the run-config key and its value, and parses ``method`` (given as text,
+    held as its :class:`~fraq.methods.MethodSpec`)."""
 
     setting: str = "quick"
-    method: str = "fraq:tau=0.95"
+    method: MethodSpec | str = "fraq:tau=0.95"
     num_server_rounds: int = 2
     clients: int = 2
     local_steps: int = 5
@@ -85,11 +89,15 @@ class RunConfig:
 
     def __post_init__(self):
         for key in _STRINGS:
-            if not isinstance(self[key], str):
+            if not isinstance(self[key], str) and not (key == "method" and isinstance(self[key], MethodSpec)):
                 raise ValueError(f"run config {key!r}(={self[key]!r}) must be a string")
         for key in ("setting", "method", "results-dir"):
-            if not self[key].strip():
+            if not str(self[key]).strip():
                 raise ValueError(f"run config {key!r}(={self[key]!r}) must not be empty")
+        try:
+            object.__setattr__(self, "method", MethodSpec.parse(self.method))  # once: the value from here on
+        except ValueError as e:
+            raise ValueError(f"run config 'method': {e}") from None
         for key in KEYS:
             v = self[key]
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or (v < 0 and v != -1):
@@ -130,8 +138,9 @@ def parse_overrides(text: str) -> dict:
     return out
 
 
-def from_run_config(run_config: dict) -> tuple[dict, str, str]:
-    """(harness config, method spec, results directory) from a Flower ``run_config``.
+def from_run_config(run_config: dict) -> tuple[dict, MethodSpec, str]:
+    """(harness config, method spec, results directory) from a Flower ``run_config``; the
+    config's ``methods`` is ``[method]``.
 
     Every key of :data:`DEFAULTS` must be present (Flower fuses the App's defaults with
     ``--run-config``); unknown keys are refused.
@@ -151,16 +160,16 @@ def from_run_config(run_config: dict) -> tuple[dict, str, str]:
                              f"(={rc[source[target]]!r}) already sets; use one of them")
         over[target] = value
         source[target] = "overrides"
+    agg = method_aggregator(rc.method, where="run config 'method'")
+    over["methods"] = [rc.method]  # the run's one method, as the spec: the setting's list is never read
     try:
         cfg = load_config(rc["setting"], over)
     except ValueError as e:
         keys = [f"{source[t]!r} ({t})" for t in source if t in str(e)] or [f"'setting'(={rc['setting']!r})"]
         raise ValueError(f"run config {', '.join(keys)}: {e}") from None
-    agg = method_aggregator(rc["method"], where="run config 'method'")
     from fraq.federated.server import ClientPlan
 
     skip = ClientPlan.make(agg, *client_ranks(cfg)).skip
     if skip:
-        raise ValueError(f"run config 'method'(={rc['method']!r}): {skip}")
-    cfg["methods"] = [rc["method"]]
-    return cfg, rc["method"], rc["results-dir"]
+        raise ValueError(f"run config 'method'(={str(rc.method)!r}): {skip}")
+    return cfg, rc.method, rc["results-dir"]

@@ -27,9 +27,10 @@ from fraq.federated.flower.run_config import from_run_config
 from fraq.federated.flower.strategy import LoraStrategy
 from fraq.federated.records import jsonable, method_result, round_line
 from fraq.federated.results import write_json
-from fraq.federated.server import Method
+from fraq.federated.server import MethodSetup
 from fraq.federated.state import eval_weights
 from fraq.federated.task import Task
+from fraq.methods import MethodSpec
 
 __all__ = ["app", "make_server_app", "run_simulation"]
 
@@ -58,15 +59,15 @@ def _partitions(grid: Grid, K: int) -> dict[int, int]:
     return node_clients
 
 
-def _result(strategy: LoraStrategy, task: Task, m: Method, cfg: dict, run_id: int | None) -> dict:
+def _result(strategy: LoraStrategy, task: Task, m: MethodSetup, cfg: dict, run_id: int | None) -> dict:
     """The method's result in the in-process harness's shape (``run_method``), plus the run id and
     ``num_rounds`` (the run is complete when ``len(rounds) == num_rounds``)."""
     return {**method_result(task, m, strategy.records), "num_rounds": cfg["federated"]["rounds"], "runtime": "flower",
             "run_id": run_id, "config": jsonable(cfg)}
 
 
-def _main(grid: Grid, context: Context, cfg: dict, method: str, sink: dict | None, results_dir: str | None) -> None:
-    m = Method.make(method, cfg)
+def _main(grid: Grid, context: Context, cfg: dict, method: MethodSpec, sink: dict | None, results_dir: str | None) -> None:
+    m = MethodSetup.make(method, cfg)
     if m.plan.skip:  # before the model and data are loaded
         raise ValueError(f"{method}: {m.plan.skip}")
     task = Task(cfg, log=lambda msg: log(INFO, "%s", msg))
@@ -103,14 +104,17 @@ def _main(grid: Grid, context: Context, cfg: dict, method: str, sink: dict | Non
         sink.update(strategy=strategy, result=result, accuracy=accuracy)
 
 
-def make_server_app(cfg: dict, method: str, sink: dict | None = None, results_dir: str | None = None) -> ServerApp:
-    """A ``ServerApp`` running ``method`` (e.g. ``"fraq:tau=0.95"``) with configuration ``cfg``.
+def make_server_app(cfg: dict, method: str | MethodSpec, sink: dict | None = None,
+                    results_dir: str | None = None) -> ServerApp:
+    """A ``ServerApp`` running ``method`` (a :class:`~fraq.methods.MethodSpec`, or its text such
+    as ``"fraq:tau=0.95"``, parsed here once) with configuration ``cfg``.
 
     ``sink`` (a dict) receives ``strategy`` (its ``state`` and ``records``), ``result``
     (Flower's ``Result``) and ``accuracy`` (round -> accuracy). With ``results_dir`` the
     records are written to ``results_dir/<label>/result.json`` after every round.
     """
     app = ServerApp()
+    method = MethodSpec.parse(method)
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
@@ -129,7 +133,7 @@ def main(grid: Grid, context: Context) -> None:
     _main(grid, context, cfg, method, None, results_dir)
 
 
-def run_simulation(cfg: dict, method: str, *, flwr_home: str | None = None, results_dir: str | None = None) -> dict:
+def run_simulation(cfg: dict, method: str | MethodSpec, *, flwr_home: str | None = None, results_dir: str | None = None) -> dict:
     """Run ``method`` under Flower's simulation runtime with one node per client; return the sink.
 
     Sets ``FLWR_TELEMETRY_ENABLED=0`` and ``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1``,
@@ -149,6 +153,7 @@ def run_simulation(cfg: dict, method: str, *, flwr_home: str | None = None, resu
     from fraq.federated.flower.client_app import make_client_app
 
     sink: dict = {}
+    method = MethodSpec.parse(method)  # once, for both apps
     _run(make_server_app(cfg, method, sink, results_dir), make_client_app(cfg, method),
          num_supernodes=cfg["federated"]["clients"],
          backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})

@@ -40,7 +40,7 @@ from flwr.supercore import log
 from fraq.aggregators import ClientLayer, ClientUpdate, Factors
 from fraq.aggregators.capping import capped_aggregate
 from fraq.federated.records import round_record
-from fraq.federated.server import Method
+from fraq.federated.server import MethodSetup
 from fraq.federated.state import RoundState, apply_round
 
 __all__ = ["LoraStrategy", "decode_downlink", "decode_update", "encode_update"]
@@ -169,8 +169,8 @@ class LoraStrategy(FedAvg):
     """Federated LoRA rounds with ``method``'s aggregator, every client every round.
 
     Args:
-        method: the :class:`~fraq.federated.server.Method` (aggregator, client plan).
-        state: the server state before round 1 (:meth:`Method.initial_state`).
+        method: the :class:`~fraq.federated.server.MethodSetup` (aggregator, client plan).
+        state: the server state before round 1 (:meth:`MethodSetup.initial_state`).
         targets: adapted module -> (m, n), for the FLoRA downlink reference.
         node_clients: Flower node id -> client (data partition) index.
         initial_merges: module -> products every client adds to its pretrained weights
@@ -185,7 +185,7 @@ class LoraStrategy(FedAvg):
     ``configure_train`` to ``aggregate_train``: local training plus communication).
     """
 
-    def __init__(self, method: Method, state: RoundState, targets: dict[str, tuple[int, int]],
+    def __init__(self, method: MethodSetup, state: RoundState, targets: dict[str, tuple[int, int]],
                  node_clients: dict[int, int], *, initial_merges: dict[str, tuple[Factors, ...]] | None = None,
                  head_rounds: int = 0, layer: ClientLayer | None = None):
         K = len(method.plan.ranks)
