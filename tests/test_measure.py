@@ -542,3 +542,15 @@ def test_peak_memory_keeps_the_profilers_lines_off_the_terminal(capfd):
 
     print("still reaches stderr", file=sys.stderr)
     assert "still reaches stderr" in capfd.readouterr().err
+
+
+def test_traits_take_nested_from_the_aggregators_class(monkeypatch):
+    """A method says what it is on its class: the suites' traits read ``nested`` from it
+    (FlexLoRA's truncated SVD), and keep their own limits (``max_d``, ``slow``)."""
+    from benchmarks.measure.methods import traits
+    from fraq.aggregators import AGGREGATORS
+
+    assert traits("flexlora").nested is True and traits("flexlora").slow and traits("flexlora").max_d
+    assert traits("fraq").nested is False and traits("qr-svd").nested is False
+    monkeypatch.setattr(AGGREGATORS["florist"], "nested", True)
+    assert traits("florist").nested is True and traits("florist:tau=0.9").nested is True

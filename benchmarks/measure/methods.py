@@ -35,7 +35,7 @@ reports as a skipped benchmark and pytest as a skip.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -55,17 +55,17 @@ class MethodTraits:
             limit; larger d is skipped with :meth:`skip_reason`'s reason.
         why: the reason for ``max_d``.
         slow: few repeats and no warm-up call when timing it (each call takes seconds).
-        energy_rule: whether it cuts by ``tau`` (False: its own rank rule).
         nested: its rank-p result is the first p columns of B_g and rows of A_g of its
             rank-P result for any P >= p (a truncated SVD), so a sweep over p can
-            decompose once at the largest p and cut.
+            decompose once at the largest p and cut. For a registered aggregator,
+            :func:`traits` takes it from the class (``Aggregator.nested``), where the
+            method says what it is.
     """
 
     name: str
     max_d: int | None = None
     why: str = ""
     slow: bool = False
-    energy_rule: bool = True
     nested: bool = False
 
     def skip_reason(self, d: int) -> str | None:
@@ -81,16 +81,26 @@ class MethodTraits:
 
 TRAITS: dict[str, MethodTraits] = {
     "flexlora": MethodTraits(
-        "flexlora", max_d=1024, slow=True, energy_rule=False, nested=True,
+        "flexlora", max_d=1024, slow=True,
         why="a dense d x D aggregate and its SVD per module, O(D d^2) (~5 s for 12 modules at d = 768, "
             "minutes at d = 4096, one thread)"),
 }
-"""Methods with limits or peculiarities; any other name gets a plain :class:`MethodTraits`."""
+"""The suites' limits for methods too slow to run everywhere (a policy of the suites, not a
+property of the method); any other name gets a plain :class:`MethodTraits`."""
 
 
 def traits(name: str) -> MethodTraits:
-    """The :class:`MethodTraits` of method ``name``."""
-    return TRAITS.get(name) or MethodTraits(name)
+    """The :class:`MethodTraits` of method ``name``: the suites' limits from :data:`TRAITS`,
+    ``nested`` from the aggregator's class when ``name`` names a registered aggregator."""
+    base = TRAITS.get(name) or MethodTraits(name)
+    try:
+        from fraq.aggregators import AGGREGATORS
+
+        cls = AGGREGATORS.get(split_method(name)[0])
+    except (ImportError, NotImplementedError, ValueError):  # an older fraq, or text outside the grammar
+        cls = None
+    nested = getattr(cls, "nested", None)
+    return base if not isinstance(nested, bool) else replace(base, nested=nested)
 
 
 def split_method(name: str) -> tuple[str, dict]:
