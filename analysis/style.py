@@ -21,7 +21,7 @@ NAMES = {"fraq": "FRAQ", "florist": "FLoRIST", "flexlora": "FlexLoRA", "flora": 
          "fraq-paper": "FRAQ (paper config.)", "qr-svd": "QR-QR-SVD", "rsvd": "rSVD", "fedex-lora": "FedEx-LoRA",
          "fedit": "FedIT", "lora-a2": "LoRA-A²", "florg": "FLoRG"}
 """Display names of the methods of result files without ``display_name``, by registry name
-(in legend order: analysis.agreement lists methods in this order)."""
+(in legend order: the Fig. 4 verdicts, analysis.sections.fig4, list methods in this order)."""
 PAPER_ORDER = {"flora": 1, "fedex-lora": 2, "fedit": 3, "lora-a2": 4, "flexlora": 5, "florg": 6, "florist": 7,
                "fraq": 8, "fraq-paper": 8}
 """Rows in the paper's Tables 1-3 of the methods of result files without ``paper_order``."""

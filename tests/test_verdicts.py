@@ -10,7 +10,7 @@ import pytest
 
 pd = pytest.importorskip("pandas")
 
-from analysis import agreement  # noqa: E402
+from analysis.sections.table4 import table4_lines  # noqa: E402
 from analysis.verdicts import Verdict, busy, exact, judge, sign_interval  # noqa: E402
 
 OPPOSITE = {"agrees", "disagrees"}
@@ -57,7 +57,7 @@ def test_table4_verdicts_of_two_noisy_runs_do_not_oppose():
 
     for _ in range(50):
         first, second = (re.findall(r"\*\*(agrees|disagrees|inconclusive|no verdict)\*\*", "\n".join(
-            agreement.table4_lines(table4()))) for _ in range(2))
+            table4_lines(table4()))) for _ in range(2))
         assert len(first) == len(second) == 4
         assert all({x, y} != OPPOSITE for x, y in zip(first, second)), (first, second)
 

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from analysis import agreement, figures
+import numpy as np
+import pandas as pd
+
+from analysis import figures
+from analysis.agreement import _arr, _ours
 from analysis.sections import Figure, Section
+from analysis.style import NAMES
+from analysis.verdicts import exact, judge, not_measured
 
 reads = ("fig4_rank", "fig4_cond")
 
@@ -17,4 +23,149 @@ def draw(res) -> list[Section]:
                  "bars = min-max",
                  "Relative error against output rank (LoRA-like LLaMA-3.2-3B-shaped updates) and against the "
                  "condition number at full output rank.")
-    return [Section("Figure 4: float32 fidelity", "\n".join(agreement.fig4_lines(rk, cd)), fig)]
+    return [Section("Figure 4: float32 fidelity", "\n".join(fig4_lines(rk, cd)), fig)]
+
+
+def _per_point(df: pd.DataFrame, key: str, col: str) -> dict:
+    """``{(method, key value): per-matrix array}``, the rows of one (method, key) concatenated."""
+    out = {}
+    for (m, k), g in df.groupby(["method", key]):
+        out[(m, k)] = np.concatenate([_arr(v) for v in g[col]]) if len(g) else np.array([])
+    return out
+
+
+def _max_over(keys):
+    return lambda g: np.max(np.stack([g[k] for k in keys]), axis=0)
+
+
+def _min_over(keys):
+    return lambda g: np.min(np.stack([g[k] for k in keys]), axis=0)
+
+
+def fig4_lines(rank: pd.DataFrame, cond: pd.DataFrame) -> list[str]:
+    """``rank``, ``cond``: the fig4_rank and fig4_cond rows (per-matrix lists, as loaded)."""
+    from analysis.figures import cut_rank, full_rank
+
+    lines = []
+    err, opt = _per_point(rank, "p", "relative_error"), _per_point(rank, "p", "optimal_error")
+    ps = sorted(p for (m, p) in err if m == "fraq")
+    trunc = [p for p in ps if np.nanmean(opt[("fraq", p)]) > 1e-15]
+    if trunc and "sin_left" in rank:
+        lines.extend(_first_order_lines(rank, trunc))
+    elif trunc:
+        v = not_measured("FRAQ tracks the Eckart-Young optimum", ["the first-order metrics (results without them)"])
+        lines.append(f"- Paper: FRAQ tracks the Eckart-Young optimum. {_ours(v, '')}")
+    both = [p for p in ps if ("florist", p) in err and p in trunc]
+    if both and "sin_left" in rank:
+        first = _per_point(rank, "p", "sin_left")
+        g = {f"p={p}": _finite_ratio(first.get(("fraq", p)), first.get(("florist", p))) for p in both}
+        g = {k: v for k, v in g.items() if v.size}
+        if g:
+            v = judge(g, _max_over(list(g)), below=10.0, center=np.mean, claim="FRAQ matches FLoRIST's fidelity")
+            lines.append(f"- Paper: FRAQ matches FLoRIST's fidelity. "
+                         f"{_ours(v, f'{v.value:.2g}', '.2g', test='FRAQ / FLoRIST largest principal-angle sine below 10 at every truncating p')}"
+                         " (first order; the total errors, which truncation dominates, agree by construction).")
+    full = [p for p in ps if p not in trunc]
+    if full:
+        p = max(full)
+        lines.append(f"  - At p = stacked rank ({int(p)}, no truncation) FRAQ's error is {np.nanmean(err[('fraq', p)]):.1e}"
+                     + (f", FLoRIST's {np.nanmean(err[('florist', p)]):.1e}" if ("florist", p) in err else "") + ".")
+    if "flexlora" not in set(rank["method"]):
+        lines.append("  - FlexLoRA is not in the left panel here: its dense SVD of every LLaMA module (d >= 1024) is "
+                     "too slow for this sweep (`--size paper` runs it on the d = 1024 modules).")
+    cond_cut = cut_rank(cond)
+    cond = full_rank(cond)
+    c = _per_point(cond, "kappa", "relative_error")
+    kappas = sorted({k for (_, k) in c})
+    measured = _per_point(cond, "kappa", "kappa_measured") if "kappa_measured" in cond else {}
+    if measured:
+        worst = {k: float(np.nanmean(v)) for (m, k), v in measured.items() if m == "fraq"}
+        off = [f"{k:.0e} measures {w:.1e}" for k, w in sorted(worst.items()) if abs(w / k - 1) > 0.01]
+        lines.append("- The kappa axis is the condition number measured on the inputs as rounded to float32"
+                     + (f" ({'; '.join(off)})." if off else " (within 1% of the nominal at every point)."))
+    if any(m == "fraq" for m, _ in c):
+        g = {f"kappa={k:.0e}": c.get(("fraq", k), np.array([])) for k in kappas}
+        v = judge(g, _max_over(list(g)), below=1e-6, center=np.mean, claim="FRAQ stays near 1e-7 through kappa=1e10")
+        lines.append(f"- Paper: FRAQ stays near 1e-7 through kappa = 1e10 (full output rank). "
+                     f"{_ours(v, f'{v.value:.1e}', '.1e', test='mean error below 1e-6 at every kappa')}, the "
+                     f"largest over kappa = {kappas[0]:.0e}..{kappas[-1]:.0e}; at full rank no eigenvector error "
+                     "can show (Q U U^T H = Q H for any orthogonal U).")
+    if not cond_cut.empty and "sin_left" in cond_cut:
+        lines.extend(_cut_lines(cond_cut))
+    for other, claim, thr in (("flexlora", "FlexLoRA is roughly two orders of magnitude less accurate than FRAQ", 30),
+                              ("florist", "FLoRIST is close to FRAQ", None)):
+        if not any(m == other for m, _ in c) or not any(m == "fraq" for m, _ in c):
+            continue
+        g = {}
+        for k in kappas:
+            a, b = c.get((other, k), np.array([])), c.get(("fraq", k), np.array([]))
+            g[f"kappa={k:.0e}"] = a / b if a.shape == b.shape and a.size else np.array([])
+        name = NAMES[other]
+        if thr is None:
+            vals = np.concatenate([x for x in g.values() if x.size])
+            lines.append(f"- Paper: {claim}. Ours: {name} / FRAQ = {np.nanmin(vals):.1f}-{np.nanmax(vals):.1f}x "
+                         f"over the matrices.")
+            continue
+        v = judge(g, _min_over(list(g)), above=thr, center=np.mean, claim=claim)
+        lines.append(f"- Paper: {claim}. "
+                     f"{_ours(v, f'{v.value:.1f}x', '.1f', 'x', test=f'{name} / FRAQ above {thr}x at every kappa')}"
+                     ", the smallest mean ratio.")
+    return lines
+
+
+def _finite_ratio(a, b) -> np.ndarray:
+    """Elementwise a / b over the entries where both are finite (defined subspaces)."""
+    if a is None or b is None or a.shape != b.shape:
+        return np.array([])
+    keep = np.isfinite(a) & np.isfinite(b) & (b > 0)
+    return a[keep] / b[keep]
+
+
+def _within(df: pd.DataFrame, method: str) -> tuple[int, int, float]:
+    """(matrices within the Wedin bound, matrices it can judge, worst sin / bound) of ``method``: a
+    matrix is judged where its subspace is defined and the bound is below 1 (a sine cannot exceed it)."""
+    rows = df[df["method"] == method]
+    ratios = []
+    for _, r in rows.iterrows():
+        for a, b, w in zip(r["sin_left"], r["sin_right"], r["bound_first"]):
+            if a == a and b == b and w == w and w < 1:
+                ratios.append(max(a, b) / w)
+    ratios = np.asarray(ratios)
+    return int((ratios <= 1).sum()), int(ratios.size), float(ratios.max()) if ratios.size else float("nan")
+
+
+def _first_order_lines(rank: pd.DataFrame, trunc: list) -> list[str]:
+    """The rank sweep judged at first order: principal angles against the Wedin bound at
+    float32's eps, per configuration (the library default and the paper's)."""
+    cut = rank[rank["p"].isin(trunc)]
+    lines = []
+    for method, label in (("fraq", "the library default"), ("fraq-paper", "the paper's configuration: product Gram, "
+                                                                          "float32 eigensolver")):
+        if method not in set(cut["method"]):
+            continue
+        ok, n, worst = _within(cut, method)
+        if n == 0:
+            continue
+        v = exact(worst, below=1.0)
+        lines.append(f"- Paper: FRAQ tracks the Eckart-Young optimum; tested on {label}, at first order. "
+                     f"{_ours(v, f'{ok}/{n} modules within the Wedin bound, worst sin / bound {worst:.2g}', test='the largest principal-angle sine to the float64 subspaces within Wedin bound at every truncating p')}"
+                     f" (p = {int(min(trunc))}..{int(max(trunc))}).")
+    if "excess_quadrature" in rank:
+        eq, op = _per_point(cut, "p", "excess_quadrature"), _per_point(cut, "p", "optimal_error")
+        worst = max((float(np.nanmax(eq[("fraq", p)] / op[("fraq", p)])) for p in trunc if ("fraq", p) in eq),
+                    default=float("nan"))
+        lines.append(f"  - FRAQ's own error in quadrature, sqrt(rel^2 - opt^2), is at most {worst:.1e} of the "
+                     "optimum over the truncating ranks (rel - opt, second order, would show its square).")
+    return lines
+
+
+def _cut_lines(cut: pd.DataFrame) -> list[str]:
+    """The kappa sweep cut below full rank: each method's subspaces against the Wedin bound."""
+    p = int(cut["p"].iloc[0])
+    parts = []
+    for m in [m for m in NAMES if m in set(cut["method"])]:
+        ok, n, worst = _within(cut, m)
+        if n:
+            parts.append(f"{NAMES[m]} {ok}/{n} (worst {worst:.2g}x the bound)")
+    return [f"- At p = {p} of {int(cut['rank'].iloc[0])} (sigma_p / sigma_1 below sqrt(eps) from kappa ~ 1e5), "
+            "matrices whose kept subspaces lie within the Wedin bound at float32's eps: " + "; ".join(parts) + "."]
