@@ -57,11 +57,9 @@ def check_eigensolver(eigensolver: object, device: torch.device | None = None) -
     if eigensolver == "cupy":
         if device is not None and device.type != "cuda":
             raise ValueError(f"eigensolver(={eigensolver!r}) solves on a CUDA GPU; the factors are on {device}")
-        try:
-            import cupy  # noqa: F401
-        except Exception as exc:  # noqa: BLE001 - absent, or built for another CUDA
-            raise ValueError(f"eigensolver(={eigensolver!r}) needs CuPy, which does not import here "
-                             f"({type(exc).__name__}: {exc})") from None
+        why = _cupy_import_error()
+        if why is not None:
+            raise ValueError(f"eigensolver(={eigensolver!r}) needs CuPy, which does not import here ({why})")
     return eigensolver
 
 
@@ -69,20 +67,21 @@ def resolve(eigensolver: str, device: torch.device) -> str:
     """The route ``eigensolver`` (checked) takes on ``device``: ``"auto"`` is ``"cupy"`` on
     CUDA where CuPy imports, else ``"device"``; ``"host"`` on the CPU is ``"device"``."""
     if eigensolver == "auto":
-        return "cupy" if device.type == "cuda" and _cupy_imports() else "device"
+        return "cupy" if device.type == "cuda" and _cupy_import_error() is None else "device"
     if eigensolver == "host" and device.type != "cuda":
         return "device"
     return eigensolver
 
 
 @functools.cache
-def _cupy_imports() -> bool:
-    """True when CuPy imports here (asked once per process: the answer cannot change)."""
+def _cupy_import_error() -> str | None:
+    """None when CuPy imports here, else why not (asked once per process: the answer
+    cannot change)."""
     try:
         import cupy  # noqa: F401
-    except Exception:  # noqa: BLE001 - absent, or built for another CUDA
-        return False
-    return True
+    except Exception as exc:  # noqa: BLE001 - absent, or built for another CUDA
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def eigh(G: torch.Tensor, dtype: torch.dtype, eigensolver: str = "auto") -> tuple[torch.Tensor, torch.Tensor] | None:

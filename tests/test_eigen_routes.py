@@ -57,7 +57,7 @@ def test_auto_takes_cupy_on_cuda_only_where_cupy_imports(monkeypatch):
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
     for imports in (True, False):
-        monkeypatch.setattr(eigen, "_cupy_imports", lambda imports=imports: imports)
+        monkeypatch.setattr(eigen, "_cupy_import_error", lambda imports=imports: None if imports else "absent")
         assert eigen.resolve("auto", cpu) == "device"  # no CPU measurement favours another route
         assert eigen.resolve("auto", cuda) == ("cupy" if imports else "device")
         assert eigen.resolve("host", cpu) == "device" and eigen.resolve("host", cuda) == "host"

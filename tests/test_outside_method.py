@@ -108,13 +108,6 @@ def outside(tmp_path, monkeypatch):
     sys.modules.pop(MODULE, None)
 
 
-def _exact(updates) -> dict[str, torch.Tensor]:
-    a = torch.tensor([u.weight for u in updates], dtype=torch.float64)
-    a = a / a.sum()
-    return {n: sum(a[k] * u.scale_of(n) * (u.factors[n][0].double() @ u.factors[n][1].double())
-                   for k, u in enumerate(updates)) for n in updates[0].factors}
-
-
 # ------------------------------------------------------------------------------ the registry
 def test_fraq_methods_registers_the_module_once_on_the_first_read(outside):
     assert MODULE not in sys.modules and NAME not in dict.keys(AGGREGATORS)  # nothing imported yet
@@ -194,7 +187,7 @@ def test_flower_strategy_merges_its_exact_aggregate(outside, monkeypatch):
     pytest.importorskip("flwr")
     from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType
     from flwr.supercore.task_identity import TaskIdentity
-    from test_new_method import tiny_config
+    from test_new_method import _exact, tiny_config
 
     from fraq.federated.flower.strategy import LoraStrategy, encode_update
     from fraq.federated.server import MethodSetup

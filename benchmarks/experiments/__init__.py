@@ -88,9 +88,10 @@ def with_registered(methods) -> list[str]:
     (FRAQ, FLoRIST, FlexLoRA) are named at every size, so what this adds is a method
     registered from outside the package (:mod:`fraq.aggregators.registry`): Fig. 3 and the
     clients sweep compare it with no change to the sizes."""
+    from benchmarks.measure.methods import split_method
     from fraq.aggregators import AGGREGATORS
 
     methods = list(methods)
-    named = {m.partition(":")[0] for m in methods}
+    named = {split_method(m)[0] for m in methods}
     return methods + [name for name, cls in AGGREGATORS.items()
                       if name not in named and callable(getattr(cls, "aggregate_batch", None))]

@@ -141,10 +141,11 @@ def cost(config: dict) -> float:
     looped samples per kernel for some 60 kernels), and a batched point of the d sweep the
     resident-set check's fresh process (3 s of start-up and two calls)."""
     from benchmarks.experiments import DENSE_RATE
+    from benchmarks.measure.methods import split_method
     from fraq.flops import analytic_flops
 
     c = config
-    name = c["method"].split(":", 1)[0]
+    name = split_method(c["method"])[0]
     try:
         flops = c["modules"] * analytic_flops(name, c["d"], c["D"], c["r"], c["p"], model="table5")
     except ValueError:  # a method without a FLOP model (the textbook baselines): FRAQ's order

@@ -40,25 +40,25 @@ def describe(method: str) -> dict:
     from benchmarks.measure.methods import PAPER_CONFIG
     from benchmarks.measure.textbook import DISPLAY_NAMES
     from fraq.aggregators import AGGREGATORS
+    from fraq.methods import MethodSpec
 
     if not isinstance(method, str):
         raise ValueError(f"method(={method!r}) must be a method name")
     if method in DISPLAY_NAMES:
         return {"display_name": DISPLAY_NAMES[method], "family": DISPLAY_NAMES[method], "paper_order": None,
                 "downlink_rule": None, "flop_model": False}
-    name, _, options = method.partition(":")
-    cls = AGGREGATORS.get("fraq" if method == PAPER_CONFIG else name.strip())
+    spec = None if method == PAPER_CONFIG else MethodSpec.parse(method)  # the one grammar's reading
+    cls = AGGREGATORS.get("fraq" if spec is None else spec.name)
     if cls is None:
         raise ValueError(f"method(={method!r}) is neither a registered aggregator ({sorted(AGGREGATORS)}), "
                          f"a textbook baseline ({sorted(DISPLAY_NAMES)}) nor {PAPER_CONFIG!r}")
     fields = cls.describe()
     family = fields.pop("display_name")
     fields.pop("name")
-    if method == PAPER_CONFIG:
+    if spec is None:
         display = PAPER_CONFIG_NAME
     else:
-        shown = options.strip()
-        if shown.startswith("backend=") and "," not in shown:
-            shown = shown.removeprefix("backend=")
+        backend_only = len(spec.options) == 1 and spec.options[0][0] == "backend"
+        shown = spec.options[0][1] if backend_only else str(spec).partition(":")[2]
         display = f"{family} ({shown})" if shown else family
     return {"display_name": display, "family": family, **fields}
