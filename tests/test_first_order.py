@@ -53,7 +53,17 @@ def test_angles_undefined_without_a_gap():
 def test_identity_basis_refused_below_sqrt_eps(rank):
     """r = d = 64, kappa 1e6, float32: the kept subspaces are within the first-order (Wedin)
     bound of the float64 SVD's, as the textbook QR-QR-SVD's are, because the identity basis is
-    replaced (info["graded_basis"]); the paper's configuration (product Gram, float32 eigh) is not."""
+    replaced (info["graded_basis"]), and the kept singular values within Weyl's bound
+    c eps sigma_1 / sigma_p (relative to sigma_p; c = sqrt(min(m, n))). The paper's
+    configuration (product Gram, float32 eigh) breaks both bounds wherever they can judge
+    (rank 48, bound < 1; at rank 60, sigma_p about 2e-6 sigma_1, Weyl's bound is 0.2 and the
+    paper's error, about 0.11, is inside it, so nothing is claimed of it there).
+
+    Margins, measured under MKL_CBWR=AVX2, AVX512 and COMPATIBLE at 1 and 2 threads: ours is
+    at least 100x under Weyl's bound (rank 48: 1.4e-4 against 1.4e-2; rank 60: 1.3e-3
+    against 0.2), the paper's configuration 8x over it at rank 48 (0.12 against 1.4e-2) and
+    5x over Wedin's (sin 0.76 against 0.145). Only derived bounds are asserted, never a ratio
+    of two methods' rounding errors (that moves with the BLAS path's summation order)."""
     Bs, As, _ = conditioned(64, 64, 64, 1e6, clients=8, batch=2)
     B, A = fraq.stack([b.double() for b in Bs], [a.double() for a in As])
     res = fraq.recompress(*fraq.stack(Bs, As), rank=rank)
@@ -61,10 +71,13 @@ def test_identity_basis_refused_below_sqrt_eps(rank):
     for name, Bg, Ag in [("fraq", res.B, res.A), ("qr-svd", *get_method("qr-svd")(Bs, As, rank=rank)[:2])]:
         f = fidelity(B, A, Bg, Ag, rank).first
         assert (f.sin_left <= f.bound_first).all() and (f.sin_right <= f.bound_first).all(), name
-    paper = fidelity(B, A, *get_method("fraq-paper")(Bs, As, rank=rank)[:2], rank).first
+    S = reference_svd(B, A)[1]
+    weyl = 64**0.5 * 2.0**-24 * S[..., 0] / S[..., rank - 1]  # relative error bound on sigma_p
     ours = fidelity(B, A, res.B, res.A, rank).first
-    assert (paper.sigma_error > 100 * ours.sigma_error).all()  # sigma_p about 1e-5 sigma_1: off by O(1) squared
-    if (paper.bound_first < 1).all():  # a subspace the bound can judge
+    assert (ours.sigma_error <= weyl / 10).all(), (ours.sigma_error, weyl)  # 10x of a >= 100x margin
+    paper = fidelity(B, A, *get_method("fraq-paper")(Bs, As, rank=rank)[:2], rank).first
+    if (paper.bound_first < 1).all():  # a subspace the bounds can judge
+        assert (paper.sigma_error > 2 * weyl).all(), (paper.sigma_error, weyl)  # 2x of an 8x margin
         assert (paper.sin_left > paper.bound_first).any()
 
 
