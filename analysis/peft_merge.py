@@ -145,7 +145,7 @@ def figure(df: pd.DataFrame):
         shown = opt > FLOOR
         axes[1].scatter(x[shown], opt[shown], marker="_", s=120, color="black", zorder=3,
                         label="float64 optimum" if j == 1 else None)
-    for ax, ylabel in zip(axes, ["merge time (ms)", "rel. error vs exact (mean over modules)"]):
+    for ax, ylabel in zip(axes, ["merge time (ms)", "rel. error vs exact\n(mean over modules)"]):
         ax.set_xticks(np.arange(len(models)), [_tick(m) for m in models], fontsize=9)
         ax.set_yscale("log")
         ax.set_ylabel(ylabel)
