@@ -45,3 +45,13 @@ def test_a_fig3_point_carries_the_check_beside_its_tensor_peak():
     out = fig3.metrics(dict(point, rss=True))
     assert out["rss_warm"] is not None and out["rss_cold"] >= out["rss_warm"] >= 0
     assert out["roof_s"] > 0 and out["gemm_bound_s"] > 0 and "rss_warm" not in fig3.metrics(point)
+
+
+def test_the_measuring_process_finds_the_suite_from_any_directory(tmp_path, monkeypatch):
+    """asv imports the suite from its own working directory, with nothing on PYTHONPATH: the
+    measuring process still imports ``benchmarks`` (a failure here raises, naming the error)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    point = next(p for p in table4.points("reduced") if p["variant"] == "adaptive-svd")
+    g = rss_growth("table4", point)
+    assert g["rss_warm"] is not None and g["rss_warm"] > 0
