@@ -302,3 +302,33 @@ def test_gpu_section_says_when_there_are_no_gpu_results(tmp_path):
     _gpu_results(tmp_path, "cpu", 1.0, 20.0, 1.2)
     body = gpu.draw(analysis.load(tmp_path))[0].body
     assert body.startswith("No GPU results here") and "**" not in body and "target" not in body.lower()
+
+
+def test_a_later_call_adds_to_the_earlier_results(tmp_path, capsys):
+    """A second call into the same folder keeps the first call's result files and log (on a
+    lent GPU, minutes of device time): the archive holds them after it, and the summary says so."""
+    import io
+    import tarfile
+
+    from benchmarks.gpu_check.parent import check
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with tarfile.open(out / "results.tar.gz", "w:gz") as tar:
+        for key in ("a", "b"):
+            data = json.dumps({"experiment": "workspace", "key": key, "config": {}, "result": {"ratio": 1.25}}).encode()
+            info = tarfile.TarInfo(f"results/workspace/{key}.json")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    (out / "gpu_check.log").write_text("the first call's log\n")
+    (out / ".summary.md.tmp").write_text("")  # left by a call stopped while writing
+    from benchmarks.gpu_check.__main__ import main
+
+    assert main(["--out", str(out), "--device", "cpu", "--size", "tiny", "--budget-s", "20", "--parts", "device"]) == 0
+    with tarfile.open(out / "results.tar.gz") as tar:
+        assert sorted(tar.getnames()) == ["results/workspace/a.json", "results/workspace/b.json"]
+    text = (out / "summary.md").read_text()
+    assert "2 result files kept" in text and "peak / analytic from 1.25 to 1.25 over 2 points" in text
+    assert (out / "gpu_check.log").read_text().startswith("the first call's log\n")
+    assert (out / "device.json").is_file()
+    capsys.readouterr()

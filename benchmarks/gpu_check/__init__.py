@@ -31,7 +31,9 @@ whole or not at all, so nothing is ever half written. A point that raises is rec
 its name and renamed into place after every part, so that a run stopped from outside
 leaves whole files: ``results.tar.gz`` (``results/<experiment>/<key>.json``),
 ``summary.md`` (printed last), ``gpu_check.log`` (every part's output), ``device.json``
-and ``tests.xml`` (pytest's JUnit report). ``python -m analysis.reproduce --out DIR``
+and ``tests.xml`` (pytest's JUnit report). A ``DIR`` an earlier call wrote is added to:
+its result files are kept (a point measured again replaces its own) and its log goes on;
+its files that this call does not write again stay as they were. ``python -m analysis.reproduce --out DIR``
 unpacks the results and draws them beside the paper's GH200 numbers.
 
 Only torch, numpy, pandas and pytest are needed (what a bare GPU image holds): nothing

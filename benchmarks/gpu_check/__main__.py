@@ -45,7 +45,8 @@ def _checked(args) -> tuple[list, object]:
     device = checked(args.device)
     check_dir_out(args.out, "--out")
     if args.out.is_dir():
-        foreign = sorted(p.name for p in args.out.iterdir() if p.name not in FILES)
+        ours = set(FILES) | {f".{name}.tmp" for name in FILES}  # a file being written when a call was stopped
+        foreign = sorted(p.name for p in args.out.iterdir() if p.name not in ours)
         if foreign:
             raise ValueError(f"--out(={str(args.out)!r}) holds files this command does not write "
                              f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}): give it an empty "

@@ -4,7 +4,9 @@ Part i must end by ``start + (budget - RESERVE) x (shares of parts 0..i)``: a pa
 ends early leaves its time to the next, one that overruns is stopped there, and the
 parts after it keep their own shares. After every part the files in ``DIR`` are
 rewritten whole (beside, then renamed): the packed results, the summary, the log, the
-device record and the tests' report.
+device record and the tests' report. A ``DIR`` that holds an earlier call's results keeps
+them: this call's points are added, and a point measured again replaces its own file (on a
+lent GPU, an earlier call is minutes of device time).
 """
 
 from __future__ import annotations
@@ -96,6 +98,27 @@ def _status(part: Part, work: Path, returncode: int | None, seconds: float, shar
     return dict(st, part=part.name, seconds=seconds, share_s=share_s)
 
 
+def _keep(out: Path, work: Path) -> int:
+    """The result files of an earlier call's ``out/results.tar.gz`` copied into ``work``, so
+    this call adds to them (a point measured again replaces its own file) instead of
+    replacing the archive with its own points alone; returns how many were kept. Members
+    other than ``results/<experiment>/<key>.json`` are not copied."""
+    pack = out / "results.tar.gz"
+    if not pack.is_file():
+        return 0
+    kept = 0
+    with tarfile.open(pack) as tar:
+        for m in tar.getmembers():
+            parts = Path(m.name).parts
+            if m.isfile() and len(parts) == 3 and parts[0] == "results" and ".." not in parts \
+                    and m.name.endswith(".json"):
+                target = work / m.name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(tar.extractfile(m).read())
+                kept += 1
+    return kept
+
+
 def _pack(work: Path, out: Path) -> None:
     """``work/results`` as ``out/results.tar.gz`` (``results/<experiment>/<key>.json``), renamed into place."""
     tmp = out / ".results.tar.gz.tmp"
@@ -131,6 +154,9 @@ def check(out: Path, parts: list[Part], *, device: torch.device, size: str, budg
     statuses: list[dict] = []
     meta = dict(device=str(device), size=size, budget_s=budget_s, start=start)
     try:
+        meta["kept"] = _keep(out, work)
+        if (out / "gpu_check.log").is_file():  # the earlier calls' log goes on
+            shutil.copyfile(out / "gpu_check.log", work / "gpu_check.log")
         log = (work / "gpu_check.log").open("a")
         ends = deadlines(parts, start, budget_s)
         for part, until in zip(parts, ends):

@@ -115,7 +115,9 @@ def _others(work: Path) -> list[str]:
 def summary(work: Path, statuses: list[dict], meta: dict) -> str:
     """The markdown summary of a run so far (``statuses``: one per part done)."""
     head = [f"# GPU check: device `{meta['device']}`, size `{meta['size']}`", "",
-            f"Budget {meta['budget_s']:g} s, {meta.get('elapsed_s', 0.0):.0f} s used.", "", *_device_lines(work, meta),
+            f"Budget {meta['budget_s']:g} s, {meta.get('elapsed_s', 0.0):.0f} s used."
+            + (f" {meta['kept']} result files kept from an earlier call in this folder (a point measured again "
+               "replaced its own)." if meta.get("kept") else ""), "", *_device_lines(work, meta),
             "", "| part | state | points | seconds (allowed) | notes |", "|---|---|---|---|---|"]
     for st in statuses:
         points = f"{st.get('measured', '-')}/{st.get('points', '-')}"
