@@ -20,8 +20,9 @@ benchmarks.run``), the experiments and the demo use is built here and nowhere el
 Generating inputs takes far longer than aggregating them (70 s for the heterogeneous
 LLaMA preset), and asv runs every benchmark in a fresh process, so :func:`clients` is
 cached twice: on disk under ``FRAQ_BENCH_CACHE`` (default ``.asv/cache``, git-ignored),
-keyed by the arguments and a digest of the generator's source, and in memory per
-process. Every commit the regression workflow measures therefore sees the same inputs,
+keyed by the arguments and a digest of the generator's source (an entry stores its
+arguments and is checked against them and its tensors' shapes before use), and in memory
+per process. Every commit the regression workflow measures therefore sees the same inputs,
 unless ``fraq/synthetic.py`` itself changed. A damaged cache entry is rebuilt (with a
 warning naming it), and a cache directory that cannot be written is replaced by a
 temporary one (:func:`cache_dir`, with a warning). Tensors are built on the CPU; a suite moves
@@ -111,29 +112,59 @@ def _generator_digest() -> str:
     return hashlib.sha1(inspect.getsource(fraq.synthetic).encode()).hexdigest()[:12]
 
 
-def _disk_cached(tag: str, build):
-    """``build()`` saved to (and later loaded from) <cache>/<tag>-<digest>.pt (:func:`cache_dir`).
+def _disk_cached(tag: str, key: dict, build, mismatch):
+    """``build()`` saved to (and later loaded from) <cache>/<tag>-<digest>.pt (:func:`cache_dir`),
+    stored beside ``key`` (the arguments it was built from).
 
-    An entry that cannot be read (truncated by a killed writer of an older version,
-    damaged, unreadable) is rebuilt and replaced, with a warning naming it; an entry that
-    cannot be written only costs the rebuild next time, also with a warning."""
+    An entry is used only when its stored key equals ``key`` and ``mismatch(value)`` finds
+    nothing wrong with its tensors (it returns a reason, or None): an entry built from other
+    arguments (a file copied or renamed by hand, a tag that two keys share) would otherwise
+    be measured as if it were this one's inputs. An entry that cannot be read (truncated by
+    a killed writer, damaged, unreadable) or does not match is rebuilt and replaced, with a
+    warning naming it; an entry that cannot be written only costs the rebuild next time,
+    also with a warning."""
     path = os.path.join(cache_dir(), f"{tag}-{_generator_digest()}.pt")
     if os.path.exists(path):
         try:
-            return torch.load(path)
+            entry = torch.load(path)
         except Exception as e:  # noqa: BLE001 (any damage: zip, pickle, EOF, permission errors)
             detail = (str(e).strip().splitlines() or [""])[0][:120]
             _say(f"the cached benchmark input {path} cannot be read ({type(e).__name__}: {detail}); rebuilding it")
+        else:
+            stored = entry.get("key") if isinstance(entry, dict) else None
+            reason = (f"it was built for {stored}, not {key}" if stored != key
+                      else mismatch(entry.get("value")))
+            if reason is None:
+                return entry["value"]
+            _say(f"the cached benchmark input {path} does not match its key ({reason}); rebuilding it")
     obj = build()
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        torch.save(obj, tmp)
+        torch.save({"key": key, "value": obj}, tmp)
         os.replace(tmp, path)  # atomic: a concurrent reader sees the whole file or none
     except (OSError, RuntimeError) as e:
         _say(f"the benchmark input {path} could not be cached ({type(e).__name__}: {e}); going on without it")
         if os.path.exists(tmp):
             os.unlink(tmp)
     return obj
+
+
+def _clients_mismatch(value, m: int, n: int, ranks: tuple[int, ...], batch: int) -> str | None:
+    """Why ``value`` is not (Bs, As) of ``ranks`` clients' (batch, m, r_k) and (batch, r_k, n)
+    factors in :data:`DTYPE`, or None when it is."""
+    try:
+        Bs, As = value
+        if len(Bs) != len(ranks) or len(As) != len(ranks):
+            return f"{len(Bs)} clients, not {len(ranks)}"
+        for k, (B, A, r) in enumerate(zip(Bs, As, ranks)):
+            if tuple(B.shape) != (batch, m, r) or tuple(A.shape) != (batch, r, n):
+                return f"client {k}'s factors are {tuple(B.shape)} and {tuple(A.shape)}, not {(batch, m, r)} and " \
+                       f"{(batch, r, n)}"
+            if B.dtype != DTYPE or A.dtype != DTYPE:
+                return f"client {k}'s factors are {B.dtype}, not {DTYPE}"
+    except (TypeError, ValueError, AttributeError) as e:
+        return f"not a pair of factor lists ({type(e).__name__})"
+    return None
 
 
 @functools.lru_cache(maxsize=4)
@@ -149,7 +180,8 @@ def clients(m: int, n: int, ranks: tuple[int, ...], batch: int, seed: int = 0) -
     tag = f"clients-{m}x{n}-r{'_'.join(map(str, ranks))}-b{batch}-s{seed}"
     if len(tag) > 120:
         tag = f"clients-{m}x{n}-{hashlib.sha1(tag.encode()).hexdigest()[:12]}-b{batch}-s{seed}"
-    Bs, As = _disk_cached(tag, build)
+    key = dict(m=m, n=n, ranks=list(ranks), batch=batch, seed=seed, dtype=str(DTYPE))
+    Bs, As = _disk_cached(tag, key, build, lambda v: _clients_mismatch(v, m, n, ranks, batch))
     return tuple(Bs), tuple(As)
 
 

@@ -51,7 +51,7 @@ def test_a_damaged_cache_entry_is_rebuilt_and_named(cache, capsys, damage):
     assert all(torch.equal(a, b) for a, b in zip(Bs + As, Bs2 + As2))
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(path) in err and "rebuilding" in err and "Traceback" not in err
-    assert torch.load(path)[0][0].shape == (2, 6, 2)  # replaced by a whole entry
+    assert torch.load(path)["value"][0][0].shape == (2, 6, 2)  # replaced by a whole entry
 
 
 def _unwritable(cache: Path, how: str) -> None:
@@ -179,3 +179,35 @@ def test_a_result_file_is_replaced_whole_keeping_its_mode(tmp_path):
     assert (path.stat().st_mode & 0o777) == 0o600 and link.is_symlink()
     assert json.loads(path.read_text())["result"] == {"b": 4}
     assert sorted(p.name for p in path.parent.iterdir()) == ["k.json", "l.json"]
+
+
+@pytest.mark.parametrize("other", [dict(m=4, n=5, ranks=(2, 3), batch=2, seed=0),  # other shapes
+                                   dict(m=6, n=5, ranks=(2, 3), batch=2, seed=1)])  # same shapes, other seed
+def test_an_entry_of_other_inputs_is_rebuilt_and_named(cache, capsys, other):
+    """An entry whose tensors were built from other arguments (moved or copied into this key's
+    file) is not measured as this key's inputs: it is rebuilt, with one line naming it."""
+    want = cases.clients(6, 5, (2, 3), 2)
+    (path,) = entries(cache)
+    cases.clear_caches()
+    path.unlink()
+    cases.clients(other["m"], other["n"], other["ranks"], other["batch"], other["seed"])
+    (wrong,) = entries(cache)
+    wrong.replace(path)  # the other inputs under this key's name
+    cases.clear_caches()
+    capsys.readouterr()
+    got = cases.clients(6, 5, (2, 3), 2)
+    assert all(torch.equal(a, b) for a, b in zip(want[0] + want[1], got[0] + got[1]))
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and "does not match its key" in err
+
+
+def test_a_key_matching_entry_with_wrong_tensors_is_rebuilt(cache, capsys):
+    want = cases.clients(6, 5, (2, 3), 2)
+    (path,) = entries(cache)
+    entry = torch.load(path)
+    entry["value"][0][1] = entry["value"][0][1][:, :4]  # client 1's B cut to 4 rows
+    torch.save(entry, path)
+    cases.clear_caches()
+    got = cases.clients(6, 5, (2, 3), 2)
+    assert all(torch.equal(a, b) for a, b in zip(want[0] + want[1], got[0] + got[1]))
+    assert "client 1's factors" in capsys.readouterr().err
