@@ -90,6 +90,26 @@ def test_the_table_keeps_the_best_time_and_swaps_its_file_in_whole(tmp_path):
     assert RateTable(path).best == {}  # a table only holds floors: an unreadable one starts afresh
 
 
+@pytest.mark.parametrize("bad", [1e-9 * 2e-5, 0.0, -1.0, float("nan"), float("inf"), 1e308])
+def test_an_impossible_entry_is_discarded_on_reading_naming_the_file(tmp_path, capsys, bad):
+    """A time that cannot be a kernel's (scaled by a unit slip, zero, negative, NaN, absurd)
+    is dropped with one line naming the file, so it is measured again instead of giving a roof
+    of 1e-13 s, dividing by zero or lasting for ever (the table keeps minima)."""
+    path = tmp_path / "machine.json"
+    path.write_text(json.dumps({"best": {"aten.mm|x": bad, "aten.mm|y": 2e-5, "copy|4096|cpu|1": 1e-6}}))
+    t = RateTable(path)
+    assert t.best == {"aten.mm|y": 2e-5, "copy|4096|cpu|1": 1e-6}
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and "1 impossible" in err
+
+
+def test_a_copy_faster_than_any_memory_is_discarded(tmp_path, capsys):
+    path = tmp_path / "machine.json"
+    path.write_text(json.dumps({"best": {"copy|268435456|cpu|1": 1e-6}}))  # 256 MiB in a microsecond: 5e14 B/s
+    assert RateTable(path).best == {}
+    assert "impossible" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_the_roof_is_below_the_call():
     """Each kernel alone, warm, at its own shapes, is no slower than inside the call, so the

@@ -52,6 +52,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -150,11 +151,43 @@ def table_path(device: torch.device | str = "cpu") -> Path:
     return root / "fraq" / "kernels" / f"{_slug(torch.device(device))}.json"
 
 
+MIN_KERNEL_S = 1e-7
+"""The fewest seconds a table entry may hold: one aten op called from Python costs about a
+microsecond of dispatch alone (a GPU launch several), so 100 ns is a tenth of any real
+kernel's time; a smaller entry (a unit slip, a hand edit) would make every roof it enters
+a fiction, and since the table keeps minima it would never be measured again."""
+
+MAX_KERNEL_S = 1e4
+"""The most seconds an entry may hold (a kernel of nearly three hours is not a floor)."""
+
+MAX_COPY_BYTES_S = 1e14
+"""The fastest copy an entry may imply, bytes read and written per second: 100 TB/s, over
+twenty times an H200's HBM3e and far above any cache level's bandwidth a copy of the
+ladder's smallest size could see."""
+
+
+def plausible(key: str, seconds: float) -> bool:
+    """Whether ``seconds`` can be a time of the table's entry ``key``: finite, within
+    [:data:`MIN_KERNEL_S`, :data:`MAX_KERNEL_S`], and for a copy (``copy|<bytes>|...``) no
+    faster than :data:`MAX_COPY_BYTES_S`."""
+    if not (math.isfinite(seconds) and MIN_KERNEL_S <= seconds <= MAX_KERNEL_S):
+        return False
+    if key.startswith("copy|"):
+        try:
+            size = int(key.split("|")[1])
+        except (IndexError, ValueError):
+            return False
+        return 2 * size / seconds <= MAX_COPY_BYTES_S
+    return True
+
+
 class RateTable:
     """Best kernel and copy times seen on this machine: ``key -> seconds``, kept at their minimum.
 
     ``path=None`` keeps the table in memory only. :meth:`save` writes beside and swaps the
-    file in whole; a table that cannot be read is started afresh (it only holds floors).
+    file in whole; a table that cannot be read is started afresh (it only holds floors), and
+    an entry that cannot be a time (:func:`plausible`) is discarded on reading, with one
+    line naming the file.
     """
 
     def __init__(self, path: Path | str | None = None):
@@ -162,9 +195,16 @@ class RateTable:
         self.best: dict[str, float] = {}
         if self.path is not None and self.path.is_file():
             try:
-                self.best = {k: float(v) for k, v in json.loads(self.path.read_text())["best"].items()}
+                best = {k: float(v) for k, v in json.loads(self.path.read_text())["best"].items()}
             except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                self.best = {}
+                best = {}
+            bad = {k: v for k, v in best.items() if not plausible(k, v)}
+            if bad:
+                k, v = next(iter(bad.items()))
+                print(f"warning: the kernel table {self.path} holds {len(bad)} impossible time(s) (e.g. {k!r}: {v!r} s; "
+                      f"a kernel takes {MIN_KERNEL_S:g} to {MAX_KERNEL_S:g} s, a copy moves at most "
+                      f"{MAX_COPY_BYTES_S:g} B/s); they are discarded and measured again", file=sys.stderr, flush=True)
+            self.best = {k: v for k, v in best.items() if k not in bad}
 
     def get(self, key: str) -> float | None:
         return self.best.get(key)
