@@ -95,14 +95,19 @@ def _foreign(path: Path, size: str, device: torch.device, dtype: str = "float32"
     return None
 
 
-def _same(path: Path, config: dict) -> bool:
-    """Whether ``path`` holds a finished result of ``config``."""
+def _finished(path: Path, config: dict) -> tuple[bool, str | None]:
+    """(whether ``path`` holds a finished result of ``config``, what damages it when the
+    config is this point's but the record is not whole: :func:`fraq._results.damage`)."""
+    from fraq._results import damage
+
     try:
         rec = json.loads(path.read_text())
     except (OSError, ValueError):
-        return False
-    return isinstance(rec, dict) and isinstance(rec.get("result"), dict) and \
-        rec.get("config") == json.loads(json.dumps(config, default=str))
+        return False, None
+    if not isinstance(rec, dict) or rec.get("config") != json.loads(json.dumps(config, default=str)):
+        return False, None
+    why = damage(rec)
+    return why is None, why
 
 
 def _config(config: dict, size: str) -> dict:
@@ -163,13 +168,19 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
     counts = {"measured": 0, "skipped": 0}
     with torch_threads(threads):
         points = plan(experiments, size)
-        todo = []
+        todo, damaged = [], []
         for name, module, config in points:
             path = result_path(out, name, module.key(config))
-            if not rerun and _same(path, _config(config, size)):
+            whole, why = (False, None) if rerun else _finished(path, _config(config, size))
+            if whole:
                 counts["skipped"] += 1
             else:
                 todo.append((name, module, config))
+                if why is not None:
+                    damaged.append(f"{path}: {why}")
+        if damaged:  # one line: they are measured again, never drawn as measured
+            print(f"{len(damaged)} result file(s) damaged, measured again (first: {damaged[0]})", file=sys.stderr)
+        counts["damaged"] = len(damaged)
         for name, module, config in todo:  # before any measurement: nothing of another run is replaced
             path = result_path(out, name, module.key(config))
             why = _foreign(path, size, device) if path.exists() else None

@@ -69,6 +69,27 @@ def result_record(experiment: str, key: str, config: dict, result: dict, *, devi
                 loadavg=os.getloadavg()[0], steal=steal_share(), created=time.strftime("%Y-%m-%dT%H:%M:%S"))
 
 
+RECORD_TYPES = dict(experiment=str, key=str, config=dict, result=dict, machine=dict, versions=dict, device=str,
+                    dtype=str, threads=int)
+"""Every key :func:`result_record` writes that a reader relies on, with its type."""
+
+
+def damage(rec) -> str | None:
+    """What makes ``rec`` (a parsed result file) not a whole result, or None: a missing key
+    of :data:`RECORD_TYPES`, a value of another type, or an empty ``result``. A file can
+    parse and still be damaged (edited by hand, cut by another tool, an older writer's)."""
+    if not isinstance(rec, dict):
+        return f"a {type(rec).__name__}, not a record"
+    for k, kind in RECORD_TYPES.items():
+        if k not in rec:
+            return f"no {k!r}"
+        if not isinstance(rec[k], kind) or (kind is int and isinstance(rec[k], bool)):
+            return f"{k!r} is a {type(rec[k]).__name__}, not a {kind.__name__}"
+    if not rec["result"]:
+        return "an empty 'result'"
+    return None
+
+
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 
 

@@ -90,6 +90,28 @@ def test_the_same_size_resumes_and_reruns(quick, tmp_path):
     assert len(quick) == 2 * n
 
 
+
+@pytest.mark.parametrize("damage, why", [(lambda r: r.update(result={}), "an empty 'result'"),
+                                         (lambda r: r.pop("machine"), "no 'machine'"),
+                                         (lambda r: r.update(threads="1"), "'threads' is a str")])
+def test_a_damaged_result_is_measured_again_saying_so(quick, tmp_path, capsys, damage, why):
+    """A result file that parses but is not whole (an empty result, a missing or mistyped
+    field) is not "already there": the resumed run measures it again, with one line naming it."""
+    out = tmp_path / "mine"
+    assert run.main(["table4", "--size", "tiny", "--out", str(out), "--no-progress"]) == 0
+    n = len(quick)
+    path = sorted((out / "table4").glob("*.json"))[0]
+    rec = json.loads(path.read_text())
+    damage(rec)
+    path.write_text(json.dumps(rec))
+    capsys.readouterr()
+    assert run.main(["table4", "--size", "tiny", "--out", str(out), "--no-progress"]) == 0
+    assert len(quick) == n + 1  # that point alone
+    err = capsys.readouterr().err
+    assert "1 result file(s) damaged, measured again" in err and str(path) in err and why in err
+    assert json.loads(path.read_text())["result"] == {"seconds": 1.0}
+
+
 # --- make bench-pytest-compare without a saved baseline ------------------------------------------
 
 def test_compare_without_a_baseline_is_one_line_before_anything_runs(tmp_path, capsys):
