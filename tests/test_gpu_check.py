@@ -332,3 +332,45 @@ def test_a_later_call_adds_to_the_earlier_results(tmp_path, capsys):
     assert (out / "gpu_check.log").read_text().startswith("the first call's log\n")
     assert (out / "device.json").is_file()
     capsys.readouterr()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_terminating_the_check_leaves_no_child_or_work_folder(tmp_path):
+    """SIGTERM to the check while a part runs: the part's process dies with it and the
+    check's work folder under the temporary directory is removed."""
+    import signal
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([sys.executable, "-m", "benchmarks.gpu_check", "--device", "cpu", "--size", "tiny",
+                          "--budget-s", "60", "--parts", "fig3", "--out", str(tmp_path / "out")], cwd=ROOT, env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    child = None
+    while child is None and time.time() < deadline:  # the part's process, started by the check
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    stat = (d / "stat").read_text()
+                    if int(stat.split(") ")[-1].split()[1]) == p.pid:
+                        child = int(d.name)
+                except (OSError, ValueError, IndexError):
+                    continue
+        time.sleep(0.1)
+    assert child is not None
+    p.send_signal(signal.SIGTERM)
+    p.wait(30)
+    deadline = time.time() + 10
+    while not _gone(child) and time.time() < deadline:
+        time.sleep(0.05)
+    assert _gone(child), "the part's process outlived the check"
+    assert not list(tmp.glob("fraq-gpu-check-*")), "the work folder was left behind"
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie not yet reaped counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] == "Z"
+    except OSError:
+        return True

@@ -73,7 +73,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from benchmarks.gpu_check.parent import check
 
-    return check(args.out, parts, device=device, size=args.size, budget_s=args.budget_s)
+    try:
+        return check(args.out, parts, device=device, size=args.size, budget_s=args.budget_s)
+    except KeyboardInterrupt:
+        print(f"interrupted: the files in {args.out} are whole and hold the parts finished before it",
+              file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import torch
 
 from benchmarks.gpu_check import CUDA_TESTS, Part
 from benchmarks.gpu_check.child import NOT_HERE
+from benchmarks.measure.children import die_with_parent
 
 __all__ = ["RESERVE_S", "check", "deadlines"]
 
@@ -145,12 +146,29 @@ def _publish(work: Path, out: Path, statuses: list[dict], meta: dict) -> str:
     return text
 
 
+def _terminate_as_exit() -> None:
+    """SIGTERM raises SystemExit here (as Ctrl-C raises KeyboardInterrupt), so the work folder
+    is removed on the way out; the running part dies with this process
+    (:func:`benchmarks.measure.children.die_with_parent`). Outside the main thread the
+    default stays."""
+    import signal
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    try:
+        signal.signal(signal.SIGTERM, stop)
+    except ValueError:
+        pass
+
+
 def check(out: Path, parts: list[Part], *, device: torch.device, size: str, budget_s: float) -> int:
     """Run ``parts`` on ``device`` at ``size`` within ``budget_s`` seconds, writing ``out``;
     prints a line per part, then the summary. Returns 0, or 1 when a part failed."""
     start = time.time()
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="fraq-gpu-check-"))
+    _terminate_as_exit()
     statuses: list[dict] = []
     meta = dict(device=str(device), size=size, budget_s=budget_s, start=start)
     try:
@@ -171,7 +189,7 @@ def check(out: Path, parts: list[Part], *, device: torch.device, size: str, budg
                 try:
                     rc = subprocess.run(_command(part, device=device, size=size, work=work, until=until), cwd=ROOT,
                                         env=_env(device), stdout=log, stderr=subprocess.STDOUT,
-                                        timeout=max(1.0, until - t0)).returncode
+                                        timeout=max(1.0, until - t0), preexec_fn=die_with_parent()).returncode
                 except subprocess.TimeoutExpired:
                     rc = None
                 st = _status(part, work, rc, time.time() - t0, share_s)

@@ -51,6 +51,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.measure.children import die_with_parent
 from benchmarks.measure.timing import Timing, _sync, gc_off
 
 __all__ = ["MAX_LOOPS", "MIN_SAMPLE", "Weighted", "cached", "launched", "measure_groups", "merged", "paired_rounds"]
@@ -158,7 +159,7 @@ def _fresh(target: str, groups: list[dict], rounds: int, device: str, min_sample
                threads=torch.get_num_threads())
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     done = subprocess.run([sys.executable, "-m", "benchmarks.measure.paired"], input=json.dumps(job), text=True,
-                          capture_output=True, cwd=root, env=env)
+                          capture_output=True, cwd=root, env=env, preexec_fn=die_with_parent())
     if done.returncode != 0:
         raise RuntimeError(f"launch {launch} of {target} failed (exit status {done.returncode}): "
                            f"{done.stderr.strip()[-2000:]}")

@@ -30,6 +30,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.measure.children import die_with_parent
+
 __all__ = ["rss_growth"]
 
 _MARK = "rss-growth:"
@@ -84,7 +86,7 @@ def rss_growth(experiment: str, config: dict, device: str = "cpu", timeout: floa
     path = os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=path)
     proc = subprocess.run([sys.executable, "-m", "benchmarks.measure.rss", experiment, json.dumps(config)],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+                          capture_output=True, text=True, timeout=timeout, env=env, preexec_fn=die_with_parent())
     line = next((s for s in reversed(proc.stdout.splitlines()) if s.startswith(_MARK)), None)
     if proc.returncode != 0 or line is None:
         raise RuntimeError(f"rss_growth({experiment!r}): the measuring process failed (rc {proc.returncode}): "
