@@ -50,3 +50,14 @@ def test_demo_labels_its_spread(capsys):
 
 def test_notebook_checkpoints_are_ignored():
     assert ".ipynb_checkpoints/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def test_aggregate_help_lists_every_registered_method(capsys):
+    """``fraq aggregate --help`` names each method ``--method`` accepts (the registry's names)."""
+    from fraq.aggregators import AGGREGATORS
+    from fraq.cli import aggregate_main
+
+    with pytest.raises(SystemExit):
+        aggregate_main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(name in text for name in AGGREGATORS), text
