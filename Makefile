@@ -1,7 +1,7 @@
 # The README's commands. Set-up is the first two lines of the README; `make setup` runs them.
 PY := .venv/bin/python
 
-.PHONY: setup run demo test test-slow test-all asv-check bench bench-quick bench-publish bench-pytest bench-pytest-compare bench-roofline regress \
+.PHONY: setup run demo test test-integration tiny-fixture test-slow test-all asv-check bench bench-quick bench-publish bench-pytest bench-pytest-compare bench-roofline regress \
 	bench-gpu gpu-check reproduce reproduce-paper figures federated federated-smoke flower-local flower-deployment peft-example
 
 setup:
@@ -20,7 +20,16 @@ demo:
 	$(PY) -m benchmarks.demo
 
 test:
-	$(PY) -m pytest -m "not slow" --benchmark-skip -q
+	$(PY) -m pytest -m "not slow and not integration" --benchmark-skip -q
+
+# the end-to-end flows (CI runs them after `make test`)
+test-integration:
+	$(PY) -m pytest -m "integration and not slow" --benchmark-skip -q
+
+# the recorded tiny run the analysis tests draw (tests/tiny_fixture.py): after an experiment's
+# points or result fields change
+tiny-fixture:
+	$(PY) tests/tiny_fixture.py
 
 test-slow:
 	$(PY) -m pytest -m slow --benchmark-skip -q

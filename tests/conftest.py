@@ -60,22 +60,31 @@ def _kernel_table(tmp_path_factory):
     mp.undo()
 
 
-TINY_RUNS = ("table4", "table4_steps", "fig4_cond", "flexlora_precision", "fig4_rank", "fig1", "fig3", "clients", "peft")
-"""The experiments :func:`tiny_runs` measures (peft where peft and transformers import)."""
+@pytest.fixture(scope="session")
+def tiny_results(tmp_path_factory):
+    """The recorded tiny run's result files (:mod:`tiny_fixture`: every experiment a figure
+    or table draws, measured once and committed), unpacked once per session: the same
+    numbers on every machine, for the tests of what the analysis draws from them.
+    Read-only: a module takes its experiments with :func:`tiny_copy`."""
+    from tiny_fixture import unpack
+
+    return unpack(tmp_path_factory.mktemp("tiny-recorded"))
 
 
 @pytest.fixture(scope="session")
 def tiny_runs(tmp_path_factory):
-    """The runner's results at the tiny size (real measurements) for every experiment the
-    analysis and figure tests draw, measured once per session. Read-only: a module takes its
-    experiments with :func:`tiny_copy` before changing or adding files."""
+    """The runner's results at the tiny size, measured now (real measurements, about a
+    minute and a half) for the end-to-end tests of the runner and the report: every test
+    that takes it is in the integration tier (:func:`pytest_collection_modifyitems`).
+    Read-only: a module takes its experiments with :func:`tiny_copy`."""
     import importlib.util
 
     from benchmarks import run
+    from tiny_fixture import EXPERIMENTS
 
     peft = all(importlib.util.find_spec(m) is not None for m in ("peft", "transformers"))
     out = tmp_path_factory.mktemp("tiny-runs") / "results"
-    run.run(out, tuple(e for e in TINY_RUNS if peft or e != "peft"), size="tiny", progress=False)
+    run.run(out, tuple(e for e in EXPERIMENTS if peft or e != "peft"), size="tiny", progress=False)
     return out
 
 
@@ -105,3 +114,11 @@ def method_parses(monkeypatch) -> list:
 
     monkeypatch.setattr(MethodSpec, "parse", classmethod(parse))
     return texts
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test that measures the tiny run now (it takes :func:`tiny_runs`) is an
+    integration test: ``make test`` leaves it to ``make test-integration``."""
+    for item in items:
+        if "tiny_runs" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.integration)

@@ -33,13 +33,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory, tiny_runs):
-    """The tiny sweep's results directory (every sweep experiment, real measurements: the
-    session's :func:`conftest.tiny_runs`, this module's experiments copied)."""
+def tiny(tmp_path_factory, tiny_results):
+    """The tiny sweep's results directory (every sweep experiment, the recorded run:
+    :func:`conftest.tiny_results`, this module's experiments copied)."""
     from conftest import tiny_copy
 
     out = tmp_path_factory.mktemp("tiny")
-    tiny_copy(tiny_runs, out / "results",
+    tiny_copy(tiny_results, out / "results",
               ("table4", "table4_steps", "fig4_cond", "flexlora_precision", "fig4_rank", "fig1", "fig3"))
     return out
 

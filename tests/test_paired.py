@@ -115,8 +115,8 @@ def test_tables123_rows_are_paired_over_fresh_launches_and_carry_the_machine():
     assert paired(rows) and set(rows["loadavg"]) == {0.2} and set(rows["steal"]) == {0.0}
 
 
-def test_a_report_from_tiny_results_judges_the_ratios_round_by_round(tmp_path, tiny_runs):
-    """The runner's tiny results of fig3 and table4 (``tiny_runs``), their records set to
+def test_a_report_from_tiny_results_judges_the_ratios_round_by_round(tmp_path, tiny_results):
+    """The recorded tiny results of fig3 and table4 (``tiny_results``), their records set to
     an idle machine's load: the report's timing verdicts on fig3 and Table 4 are paired over
     the rounds (6 at tiny size)."""
     pytest.importorskip("pandas")
@@ -129,7 +129,7 @@ def test_a_report_from_tiny_results_judges_the_ratios_round_by_round(tmp_path, t
     from analysis.reproduce import build
     from conftest import tiny_copy
 
-    tiny_copy(tiny_runs, tmp_path / "results", ("table4", "fig3"))
+    tiny_copy(tiny_results, tmp_path / "results", ("table4", "fig3"))
     for f in (tmp_path / "results").rglob("*.json"):
         rec = json.loads(f.read_text())
         rec.update(loadavg=0.1, steal=0.0)
