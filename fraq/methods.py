@@ -81,6 +81,8 @@ class MethodSpec:
                                  f"write {f'{name}:backend={item}'!r}")
             if not eq or not _KEY.fullmatch(key.strip()):
                 raise ValueError(f"method(={text!r}): option {item!r} must be key=value")
+            if any(k == key.strip() for k, _ in options):
+                raise ValueError(f"method(={text!r}): option {key.strip()!r} is given twice; give it once")
             options.append((key.strip(), raw.strip()))
         try:
             return cls(name, tuple(options))
@@ -90,7 +92,7 @@ class MethodSpec:
     @property
     def kwargs(self) -> dict:
         """The options as keyword arguments: each value as JSON where it is JSON, else its text
-        (a key given twice: the last)."""
+        (:meth:`parse` refuses a key given twice)."""
         out = {}
         for key, raw in self.options:
             try:

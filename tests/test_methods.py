@@ -60,6 +60,7 @@ def test_the_backend_without_its_key_names_the_spelling_to_use(backend):
     ("fraq:tau", r"option 'tau' must be key=value; for the basis backend"),
     ("fraq:tau=0.9,1x=2", r"option '1x=2' must be key=value"),
     (":tau=0.9", r"method\(=':tau=0.9'\): method name\(=''\)"),
+    ("fraq:tau=0.9,tau=0.5", r"method\(='fraq:tau=0.9,tau=0.5'\): option 'tau' is given twice"),
 ])
 def test_bad_specs_echo_the_text(text, match):
     with pytest.raises(ValueError, match=match):
