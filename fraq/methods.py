@@ -62,6 +62,10 @@ class MethodSpec:
                 raise ValueError(f"option key(={key!r}) must be an identifier")
             if raw != raw.strip() or "," in raw:
                 raise ValueError(f"option {key}(={raw!r}): a value has no ',' and no blanks at its ends")
+        keys = [k for k, _ in self.options]
+        twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+        if twice is not None:
+            raise ValueError(f"option {twice!r} is given twice; give it once")
 
     @classmethod
     def parse(cls, text: str | MethodSpec) -> MethodSpec:
@@ -81,8 +85,6 @@ class MethodSpec:
                                  f"write {f'{name}:backend={item}'!r}")
             if not eq or not _KEY.fullmatch(key.strip()):
                 raise ValueError(f"method(={text!r}): option {item!r} must be key=value")
-            if any(k == key.strip() for k, _ in options):
-                raise ValueError(f"method(={text!r}): option {key.strip()!r} is given twice; give it once")
             options.append((key.strip(), raw.strip()))
         try:
             return cls(name, tuple(options))

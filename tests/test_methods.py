@@ -19,7 +19,8 @@ VALUES = st.one_of(
     st.integers().map(str),
     st.sampled_from(["null", "true", "false", "[4]", ""]),
 )
-SPECS = st.builds(MethodSpec, NAMES, st.lists(st.tuples(KEYS, VALUES), max_size=4).map(tuple))
+SPECS = st.builds(MethodSpec, NAMES, st.lists(st.tuples(KEYS, VALUES), max_size=4,
+                                                  unique_by=lambda kv: kv[0]).map(tuple))
 
 
 @given(SPECS)
