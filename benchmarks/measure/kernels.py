@@ -48,6 +48,7 @@ ceiling of the machine; McCalpin's STREAM ``copy`` for the bandwidth.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -215,12 +216,46 @@ class RateTable:
         return best
 
     def save(self) -> None:
+        """Merge this table into its file: under an exclusive lock (a file beside it), the
+        file's entries are read again and each key keeps the smaller time, so two processes
+        saving at once lose nothing; written beside and swapped in whole, through a
+        symbolic link to its target (the link stays a link)."""
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"best": self.best}, sort_keys=True))
-        os.replace(tmp, self.path)
+        target = Path(os.path.realpath(self.path))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(target.with_name(f".{target.name}.lock")):
+            for k, v in RateTable._read(target).items():
+                self.put(k, v)
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"best": self.best}, sort_keys=True))
+            os.replace(tmp, target)
+
+    @staticmethod
+    def _read(path: Path) -> dict[str, float]:
+        """The plausible entries of the table file ``path`` (none when it cannot be read)."""
+        try:
+            best = {k: float(v) for k, v in json.loads(path.read_text())["best"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}
+        return {k: v for k, v in best.items() if plausible(k, v)}
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive advisory lock on ``path`` (created) for the block; no lock where
+    ``fcntl`` is absent (Windows), where a lost entry only costs its measurement again."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _sync(device: torch.device) -> None:
