@@ -189,7 +189,7 @@ def lines(df: pd.DataFrame, dense: str = "flexlora") -> list[str]:
             v = judge(groups, slope, below=GROWTH, claim=f"FRAQ's time linear in K past r = d on {shape}",
                       machine=above)
             out.append(f"  - Paper (appendix): past r = d FRAQ's cost is linear in r (s = min(d, r) = d). Ours {v.bold()} "
-                       f"(tested: exponent below {GROWTH}): K^{v.value:.2f} {v.interval('.2f')} over K = "
+                       f"(tested: exponent below {GROWTH}): {v.measured('.2f', prefix='K^')} over K = "
                        f"{int(above['K'].min())}..{int(above['K'].max())}.")
         if not de.empty:
             cross = crossings(fr, de)
@@ -219,7 +219,7 @@ def lines(df: pd.DataFrame, dense: str = "flexlora") -> list[str]:
                 out.append(f"  - The appendix's costs put FRAQ below the dense path past r = d (which forms the d x D "
                            f"update, O(d D r), before its SVD). "
                            f"Ours {v.bold()} (tested: the largest FRAQ / {label(dense)} time at r >= d below 1): "
-                           f"{v.value:.2f} {v.interval('.2f')} ({how}).")
+                           f"{v.measured('.2f')} ({how}).")
     worst = d.groupby("label", sort=False).agg(excess=("excess_plain", "max"), quad=("excess", "max"))
     v = exact(float(worst["excess"].max()), below=FIDELITY)
     out.append(f"- Float32 fidelity: every method within {FIDELITY:g} of the float64 optimum at its own rank, at "

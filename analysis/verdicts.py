@@ -122,6 +122,13 @@ class Verdict:
         text = f"[{self.lo:{fmt}}{unit}, {self.hi:{fmt}}{unit}]"
         return f"{text}, paired over {self.rounds} rounds" if self.method == "paired" else text
 
+    def measured(self, fmt: str = ".3g", prefix: str = "", unit: str = "") -> str:
+        """``prefix value unit [lo, hi]``, or only why there is no value (a withheld or
+        unmeasured verdict prints no NaN)."""
+        if self.missing or self.withheld or not math.isfinite(self.value):
+            return self.interval(fmt, unit)
+        return f"{prefix}{self.value:{fmt}}{unit} {self.interval(fmt, unit)}"
+
     def __str__(self) -> str:
         return f"{self.bold()} ({self.interval()})"
 
@@ -156,15 +163,28 @@ def busy(machine) -> str:
     if hasattr(machine, "to_dict") and hasattr(machine, "columns"):  # a DataFrame: its rows
         machine = machine.to_dict("records")
     records = [machine] if isinstance(machine, Mapping) else list(machine)
-    reasons = []
+    loads: dict[float, list[float]] = {}  # threads -> the loads above their threshold
+    steals = []
     for rec in records:
         load, threads, steal = (_number(rec.get(k)) for k in ("loadavg", "threads", "steal"))
         threads = 1.0 if math.isnan(threads) else threads
         if load > threads + BUSY_LOAD:
-            reasons.append(f"load average {load:.2f} above {threads:g} thread(s) + {BUSY_LOAD:g}")
+            loads.setdefault(threads, []).append(load)
         if steal > BUSY_STEAL:
-            reasons.append(f"steal time {100 * steal:.1f}% above {100 * BUSY_STEAL:g}%")
-    return "; ".join(dict.fromkeys(reasons))
+            steals.append(steal)
+    n = len(records)
+    reasons = [f"load average {_span(v, '.2f')} above {t:g} thread(s) + {BUSY_LOAD:g} in {len(v)} of {n} results"
+               for t, v in loads.items()]
+    if steals:
+        reasons.append(f"steal time {_span([100 * s for s in steals], '.1f')}% above {100 * BUSY_STEAL:g}% in "
+                       f"{len(steals)} of {n} results")
+    return "; ".join(reasons)
+
+
+def _span(values: list[float], fmt: str) -> str:
+    """``lo-hi`` of ``values`` (one number when they are all equal at ``fmt``)."""
+    lo, hi = f"{min(values):{fmt}}", f"{max(values):{fmt}}"
+    return lo if lo == hi else f"{lo}-{hi}"
 
 
 def paired(*sets, group: str = "timing.group", samples: str = "timing.samples") -> bool:

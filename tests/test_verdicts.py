@@ -171,3 +171,16 @@ def test_a_busy_machine_withholds_the_verdict():
         assert v.word == "no verdict" and re.search(why, v.interval())
     df = pd.DataFrame(quiet + [{"loadavg": 3.0, "threads": 1, "steal": 0.0}])
     assert "load average 3.00" in busy(df)
+
+
+def test_a_busy_run_is_said_once_with_its_range_and_no_nan_is_printed():
+    """Many busy results give one phrase (the range of their loads and how many), not one
+    sentence per result; a withheld verdict's line prints no value (no "nan withheld")."""
+    recs = [{"loadavg": 6.5 + 0.01 * i, "threads": 1} for i in range(20)] + [{"loadavg": 0.1, "threads": 1}]
+    assert busy(recs) == "load average 6.50-6.69 above 1 thread(s) + 0.5 in 20 of 21 results"
+    g = _drifting_rounds(np.random.default_rng(0), 10, 2.5)
+    with pytest.warns(UserWarning, match="machine was busy"):
+        v = judge(g, _ratio, above=2.0, paired=True, machine=recs, claim="c")
+    assert "nan" not in v.measured(".2f", prefix="K^") and v.measured(".2f").startswith("withheld: machine busy")
+    v = judge(g, _ratio, above=2.0, paired=True)
+    assert v.measured(".2f", prefix="K^").startswith(f"K^{v.value:.2f} [")
