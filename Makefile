@@ -71,10 +71,11 @@ bench-pytest:
 
 # The same against the last saved baseline; fails on a slowdown beyond BENCH_FAIL (docs/benchmarks.md).
 # Without a saved baseline it says so in one line before running anything.
-BENCH_FAIL ?= min:25%
+BENCH_FAIL ?= 25
 bench-pytest-compare:
 	@$(PY) -m benchmarks.pytest_baseline
-	$(PY) -m pytest tests/bench $(BENCH_PYTEST) --benchmark-compare --benchmark-compare-fail=$(BENCH_FAIL)
+	$(PY) -m pytest tests/bench $(BENCH_PYTEST) --benchmark-json=.benchmarks/compare-last.json
+	$(PY) -m benchmarks.pytest_compare --new .benchmarks/compare-last.json --fail $(BENCH_FAIL)
 
 # The last N commits of main recorded with asv (one machine name: asv's own for this host) and
 # compared with asv's statistics. BENCH=REGEX restricts the suite; QUICK=1 takes one sample per

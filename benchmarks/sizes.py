@@ -16,10 +16,14 @@ largest d). Nothing else in ``benchmarks/`` or ``tests/bench`` defines a size.
 
 from __future__ import annotations
 
+import os
+
 __all__ = ["ASV", "QUICK", "SIZES", "size_config"]
 
-ASV = "reduced"
-"""The size the asv suite's parameters are taken from."""
+ASV = os.environ.get("FRAQ_ASV_SIZE") or "reduced"
+"""The size the asv suite's parameters are taken from: ``FRAQ_ASV_SIZE`` where it is set
+(the tests run the suite through asv at ``tiny``), else ``reduced``. Results of two sizes
+are two suites: keep one size per asv results directory."""
 
 QUICK = "tiny"
 """The size of the pytest-benchmark quick checks."""
@@ -150,3 +154,7 @@ def size_config(size: str, experiment: str) -> dict:
     if size not in SIZES:
         raise ValueError(f"size(={size!r}) is not one of {sorted(SIZES)}")
     return SIZES[size][experiment]
+
+
+if ASV not in SIZES:
+    raise ValueError(f"FRAQ_ASV_SIZE(={ASV!r}) is not one of {sorted(SIZES)}")

@@ -138,4 +138,5 @@ def test_make_checks_the_baseline_before_pytest():
     repo = Path(__file__).resolve().parents[1]
     recipe = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(repo), "bench-pytest-compare"], capture_output=True, text=True,
                             check=True).stdout.splitlines()
-    assert "benchmarks.pytest_baseline" in recipe[0] and "--benchmark-compare" in recipe[1]
+    assert "benchmarks.pytest_baseline" in recipe[0] and "--benchmark-json" in recipe[1]
+    assert "benchmarks.pytest_compare" in recipe[2]

@@ -12,7 +12,8 @@ bench-pytest-compare``; the statistic and threshold: docs/benchmarks.md):
 
     pytest tests/bench --benchmark-only --benchmark-min-rounds=50 --benchmark-save=before
     # ... change the code ...
-    pytest tests/bench --benchmark-only --benchmark-min-rounds=50 --benchmark-compare --benchmark-compare-fail=min:25%
+    pytest tests/bench --benchmark-only --benchmark-min-rounds=50 --benchmark-json=new.json
+    python -m benchmarks.pytest_compare --new new.json    # each check over test_calibration, in its own run
 
 Every check is one point of an experiment of :data:`EXPERIMENTS` at size
 :data:`benchmarks.sizes.QUICK`, timed through the experiment's own ``call``. Rounds,
@@ -126,6 +127,16 @@ def test_point(benchmark, device, experiment, sweep, method, mode, d, D, r, vari
             return
         benchmark.extra_info.update(config=config, device=str(device), threads=torch.get_num_threads(),
                                     **module.metrics(config, device))
+
+
+def test_calibration(benchmark):
+    """The machine's speed in this run: a fixed float32 product (256 x 256 x 256) at the
+    suite's threads, no project code in it. ``benchmarks.pytest_compare`` divides every
+    check's minimum by this one's, so two runs are compared as ratios taken in each run."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g)
+    with threads(cases.THREADS):
+        benchmark(torch.mm, a, b)
 
 
 def test_params_name_every_varying_field():
