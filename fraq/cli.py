@@ -18,6 +18,8 @@ import json
 import sys
 from pathlib import Path
 
+from fraq.methods import PACKAGE_METHODS
+
 __all__ = ["main"]
 
 _USAGE = """usage: fraq COMMAND ...
@@ -73,17 +75,6 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-def _method_names() -> str:
-    """The registered methods' names for the help; the package's alone when a method from
-    outside it fails to load (that failure is reported, in one line, when a method is used)."""
-    from fraq.aggregators.registry import AGGREGATORS
-
-    try:
-        return ", ".join(AGGREGATORS)
-    except Exception:  # noqa: BLE001 - the help is still printed
-        return ", ".join(dict.keys(AGGREGATORS)) + " (the methods from outside the package did not load)"
-
-
 def aggregate_main(argv: list[str]) -> int:
     """``fraq aggregate``: see :func:`fraq.peft.aggregate_adapters`. A bad input is refused before any
     work with one line ``fraq aggregate: error: ...`` and exit status 2 (argparse's convention); a
@@ -99,8 +90,8 @@ def aggregate_main(argv: list[str]) -> int:
     parser.add_argument("--weights", type=float, nargs="+", metavar="N",
                         help="one data weight per client, normalized inside (default: equal)")
     parser.add_argument("--method", default="fraq", metavar="METHOD",  # checked by the registry: any registered one
-                        help=f"a registered aggregator, one of {_method_names()} (the package's, and those named "
-                             "by the fraq.aggregators entry points or FRAQ_METHODS), with options as "
+                        help=f"a registered aggregator: the package's ({', '.join(PACKAGE_METHODS)}), and those named "
+                             "by the fraq.aggregators entry points or FRAQ_METHODS, with options as "
                              "NAME:KEY=VALUE,... (e.g. fraq:backend=cholesky,tau=0.9; default fraq)")
     parser.add_argument("--tau", type=float, help="energy threshold in (0, 1] (fraq, florist; default: the method's)")
     parser.add_argument("--rank", type=int, help="fixed rank per module instead of --tau (fraq)")

@@ -31,7 +31,12 @@ import json
 import re
 from dataclasses import dataclass
 
-__all__ = ["MethodSpec"]
+__all__ = ["PACKAGE_METHODS", "MethodSpec"]
+
+PACKAGE_METHODS = ("fedit", "lora-a2", "flora", "fedex-lora", "flexlora", "florg", "florist", "fraq")
+"""The package's own methods' names, in registration order: what a command's help lists
+without importing torch (``fraq.aggregators.AGGREGATORS`` holds the same first, then the
+methods from outside the package; a test keeps the two equal)."""
 
 _KEY = re.compile(r"[A-Za-z_]\w*")
 

@@ -54,10 +54,12 @@ def test_notebook_checkpoints_are_ignored():
 
 def test_aggregate_help_lists_every_registered_method(capsys):
     """``fraq aggregate --help`` names each method ``--method`` accepts (the registry's names)."""
-    from fraq.aggregators import AGGREGATORS
+    from fraq.aggregators.registry import AGGREGATORS
     from fraq.cli import aggregate_main
+    from fraq.methods import PACKAGE_METHODS
 
+    assert PACKAGE_METHODS == tuple(dict.keys(AGGREGATORS))[:len(PACKAGE_METHODS)]  # the package's, in order
     with pytest.raises(SystemExit):
         aggregate_main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert all(name in text for name in AGGREGATORS), text
+    assert f"({', '.join(PACKAGE_METHODS)})" in text, text
