@@ -116,9 +116,15 @@ def method_parses(monkeypatch) -> list:
     return texts
 
 
+INTEGRATION_FIXTURES = {"tiny_runs", "cpu_run"}
+"""Fixtures that run an end-to-end flow (the tiny run measured now; the GPU check's CPU
+flow, ``tests/test_gpu_check.py``): a test that takes one is an integration test."""
+
+
 def pytest_collection_modifyitems(config, items):
-    """Every test that measures the tiny run now (it takes :func:`tiny_runs`) is an
-    integration test: ``make test`` leaves it to ``make test-integration``."""
+    """Every test that takes a fixture of :data:`INTEGRATION_FIXTURES` is an integration
+    test: ``make test`` leaves it to ``make test-integration``. Other end-to-end tests
+    carry the ``integration`` marker themselves."""
     for item in items:
-        if "tiny_runs" in getattr(item, "fixturenames", ()):
+        if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)

@@ -330,6 +330,7 @@ def test_fig3_tick_labels_do_not_overlap(tiny, dims):
             assert not a.overlaps(b), (ax.get_title(), [t.get_text() for t in ax.get_xticklabels()])
 
 
+@pytest.mark.integration
 def test_report_from_files(tiny):
     from analysis.reproduce import build
 
@@ -354,6 +355,7 @@ def test_report_from_files(tiny):
     assert "target" not in text.lower()  # the project's own targets stay out of the paper report
 
 
+@pytest.mark.integration
 def test_a_report_section_is_a_module_and_a_line(tiny, tmp_path, monkeypatch):
     """A module with ``reads`` and ``draw`` and one line in the registry put a section in the report,
     in the registry's order; a section with some of its experiments missing is named in a warning."""
@@ -407,6 +409,7 @@ def _edit(path: Path, fn) -> None:
     path.write_text(json.dumps(rec))
 
 
+@pytest.mark.integration
 def test_no_verdict_over_a_nan_point(tiny, tmp_path):
     """A NaN error at kappa = 1e10 is named in a warning and in the report, and no verdict spans it."""
     from analysis.reproduce import build
@@ -442,6 +445,7 @@ def test_mixed_configurations_are_refused_naming_them(tiny, tmp_path, capsys):
     assert set(kept["fig4_rank"]["preset"]) == {"roberta-base"}
 
 
+@pytest.mark.integration
 def test_malformed_and_old_format_files_are_named_and_skipped(tiny, tmp_path):
     from analysis.reproduce import build
 
@@ -504,6 +508,7 @@ def test_default_results_dir_is_found_from_a_subdirectory(tmp_path, monkeypatch)
 # ----------------------------------------------------------------------------- figure defects
 
 
+@pytest.mark.integration
 def test_fig3_panel_labels_are_distinct(tiny):
     style.setup()
     fig = figures.fig3_scalability(loaders.load_results(tiny / "results" / "fig3"))
@@ -511,6 +516,7 @@ def test_fig3_panel_labels_are_distinct(tiny):
     assert labels == ["(a)", "(b)", "(c)", "(d)", "(e)", "(f)", "(g)", "(h)"]
 
 
+@pytest.mark.integration
 def test_figure_legends_cover_no_panel_title(tiny, tmp_path):
     """fig_backends' legend (two rows) used to sit over its panels' titles."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -633,6 +639,7 @@ def _with_backends(tiny: Path, tmp_path: Path) -> Path:
     return out
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_from_its_directory_and_shows_figures(tiny, tmp_path, path):
     """Every notebook runs from its directory, shows figures, and no text of a figure as
@@ -655,10 +662,12 @@ def test_notebook_runs_from_its_directory_and_shows_figures(tiny, tmp_path, path
                 assert all(sci) or not any(sci), (path.name, col)
 
 
+@pytest.mark.integration
 def test_notebook_runs_from_the_root(tiny):
     assert _execute(ROOT / "analysis" / "notebooks" / "explore_results.ipynb", ROOT, tiny / "results")
 
 
+@pytest.mark.integration
 def test_figure_text_overlaps_are_found(tiny):
     """The overlap check finds what it looks for: Fig. 3 drawn without a layout engine has
     its panel titles over the x labels of the panels above."""
@@ -721,6 +730,7 @@ def test_one_notebook_per_question():
     assert {p.stem for p in NOTEBOOKS} == {"explore_results", "fraq_vs_baselines", "fidelity"}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("where, field, value, why", [  # each builds the whole report: one in the default run
     ("result", "timing", {"median": "fast", "samples": [1.0]}, "is not a number"),
     pytest.param("result", "peak_bytes", [None], "is not a number", marks=pytest.mark.slow),
@@ -744,6 +754,7 @@ def test_a_damaged_field_is_named_and_the_file_skipped(tiny, tmp_path, where, fi
     assert "## Figure 3" in text
 
 
+@pytest.mark.integration
 def test_report_write_failure_is_one_line_naming_the_file(tiny, tmp_path, monkeypatch, capsys):
     """A read-only or full output: one line naming the file, status 1, no traceback."""
     import errno

@@ -79,6 +79,7 @@ def test_an_unwritable_cache_directory_falls_back_to_a_temporary_one(cache, caps
     assert fallback.parent == tmp_path / "tmp" and len(entries(fallback)) == 1 and Bs[0].shape == (1, 6, 2)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("value", ["two", "0", "-1", "1.5"])
 def test_a_bad_thread_count_in_the_environment_is_one_line(value):
     r = subprocess.run([sys.executable, "-c", "import benchmarks.cases"], capture_output=True, text=True,

@@ -30,6 +30,7 @@ def test_library_errors_name_the_flag_not_the_keyword():
         "export round 1, or pass --allow-later-round if"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("module", ["fraq.federated", "benchmarks.demo", "benchmarks.roofline", "benchmarks.run",
                                     "analysis.reproduce"])
 def test_help_has_no_rst_markup(module):

@@ -49,6 +49,7 @@ def test_energy_check_against_a_hand_derived_spectrum():
     assert out["energy_kept_min"] == pytest.approx(9 / 14, abs=1e-15)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("method", ["fraq", "florist", "flexlora"])
 def test_every_method_keeps_tau_of_the_float64_energy_at_and_past_d(method):
     """At r = d and r = 4d (tiny sizes) each method's rank keeps tau of the float64 energy,
@@ -109,6 +110,7 @@ def _write(out, rows):
                           optimal_error=0.1))
 
 
+@pytest.mark.integration
 def test_report_states_exponents_on_each_side_of_d_and_the_crossing(tmp_path, quiet_machine):
     """FRAQ's time K^1 up to r = d (K = 8) and K^2 past it, the dense path flat at 16 ms:
     they cross between K = 16 (FRAQ 8 ms) and K = 32 (32 ms), at K = 16 * 2^(1/2)."""
@@ -131,6 +133,7 @@ def test_report_states_exponents_on_each_side_of_d_and_the_crossing(tmp_path, qu
 
 
 
+@pytest.mark.integration
 def test_report_of_a_partial_sweep_compares_the_clients_both_methods_reached(tmp_path, quiet_machine):
     """An interrupted run: the dense path reached K = 2..8, FRAQ K = 2..32; the report is
     drawn from the K they share (FRAQ faster at each: "never" crosses), no traceback."""
@@ -179,6 +182,7 @@ def test_a_job_that_cannot_fit_says_so_in_one_line_before_building_its_inputs(mo
     assert len(said) == 1 and "needs about" in said[0] and "GiB available" in said[0]
 
 
+@pytest.mark.integration
 def test_a_method_whose_workspace_cannot_fit_is_named_and_the_others_run(monkeypatch):
     from benchmarks.experiments import clients_models as cm
     from benchmarks.measure import threads
@@ -200,6 +204,7 @@ def test_a_method_whose_workspace_cannot_fit_is_named_and_the_others_run(monkeyp
         assert rows[name]["peak_scope"] == "first 1 layer(s)"  # the whole (built) model: it fits
 
 
+@pytest.mark.integration
 def test_a_method_whose_whole_model_cannot_fit_is_extrapolated_from_one_module(monkeypatch):
     from benchmarks.experiments import clients_models as cm
     from benchmarks.measure import threads
@@ -217,6 +222,7 @@ def test_a_method_whose_whole_model_cannot_fit_is_extrapolated_from_one_module(m
     assert len(said) == 1 and "extrapolated from one module per shape" in said[0]
 
 
+@pytest.mark.integration
 def test_the_estimate_bounds_the_measured_peak():
     from benchmarks.experiments import clients_models as cm
     from benchmarks.measure import threads

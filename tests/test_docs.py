@@ -78,6 +78,7 @@ def test_every_readme_command_has_a_row_in_the_one_table_of_times():
     assert not re.search(r"\b\d{4} tests\b", page + (ROOT / "README.md").read_text())  # counted, not typed
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("code", _ids(("python",)))
 def test_python_block_runs(code):
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,

@@ -253,6 +253,7 @@ def records(out: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted((out / "results" / "federated").glob("*.json"))}
 
 
+@pytest.mark.integration
 def test_resume_equals_uninterrupted(tmp_path):
     cfg = tiny_config(**{"methods": ["lora-a2", "fraq:tau=0.9"], "federated.rounds": 3, "seeds": [1, 2],
                          "federated.save_adapters_round": 3})
@@ -892,6 +893,7 @@ def test_an_input_is_never_written_even_with_overwrite(tmp_path, monkeypatch, ca
     assert [p.name for p in data.iterdir()] == ["train"]
 
 
+@pytest.mark.integration
 def test_smoke_setting_to_report(tmp_path):
     """The smoke setting (both variants, two seeds, the compared methods) on the tiny model, then the
     analysis' report from its result files: the table with intervals; the report says it is a

@@ -267,6 +267,7 @@ needs_ray = pytest.mark.skipif(not HAS_RAY, reason='Flower simulation needs its 
                                'pip install "flwr[simulation]==1.41.*"')
 
 
+@pytest.mark.integration
 @needs_ray
 @pytest.mark.parametrize("spec", ["fraq:tau=0.95"])
 def test_simulation_equals_in_process_round(spec, tmp_path):

@@ -92,6 +92,7 @@ def hidden(model, tok) -> torch.Tensor:
         return model(**enc).last_hidden_state
 
 
+@pytest.mark.integration
 def test_export_matches_peft_save_pretrained(saved, exported, base, tmp_path):
     """Same tensor keys and config fields as peft's own save of the harness's LoRA, same adapted modules."""
     cfg = load_config("quick")["model"]

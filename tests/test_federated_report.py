@@ -55,6 +55,7 @@ def write_points(out: Path, *, variants=None, seeds=(0, 1, 2), over=None, method
     return out
 
 
+@pytest.mark.integration
 def test_a_variant_mixing_settings_is_refused_naming_the_keys(tmp_path):
     write_points(tmp_path, over={("dir0.1", 2): {"federated.rounds": 3, "train.lr": 0.01}})
     with pytest.raises(MixedResults) as exc:
@@ -102,6 +103,7 @@ def _limited(limit_bytes: int) -> callable:
     return set_limit
 
 
+@pytest.mark.integration
 def test_a_figure_that_cannot_be_written_ends_the_run_and_keeps_the_old_one(tmp_path):
     write_points(tmp_path)
     figs = tmp_path / "figures"
@@ -119,6 +121,7 @@ def test_a_figure_that_cannot_be_written_ends_the_run_and_keeps_the_old_one(tmp_
     assert not (tmp_path / "report.md").exists()
 
 
+@pytest.mark.integration
 def test_the_published_report_has_its_parts(tmp_path):
     from analysis.federated_report import main
 

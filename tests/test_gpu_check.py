@@ -57,6 +57,7 @@ def _parts_table(summary: str) -> dict[str, str]:
             if m.group(1) in names}
 
 
+@pytest.mark.integration
 def test_cpu_flow_writes_its_files_whole_and_prints_the_summary_last(cpu_run):
     p, out, seconds = cpu_run
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
@@ -191,6 +192,7 @@ def test_every_cuda_test_is_in_a_file_the_check_runs():
 # ----------------------------------------------------------------------------- the experiments' properties
 
 
+@pytest.mark.integration
 def test_eigh_routes_on_the_cpu():
     from benchmarks.experiments import eigh_routes
 
@@ -206,6 +208,7 @@ def test_eigh_routes_on_the_cpu():
         assert eigh_routes.measure(dict(base, route=route), cpu)["skipped"].startswith("not on this device")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("backend", ["householder", "cholesky-qr2", "cholesky"])
 def test_basis_routes_give_the_optimum_on_the_cpu(backend):
     from benchmarks.experiments import basis_routes
@@ -304,6 +307,7 @@ def test_gpu_section_says_when_there_are_no_gpu_results(tmp_path):
     assert body.startswith("No GPU results here") and "**" not in body and "target" not in body.lower()
 
 
+@pytest.mark.integration
 def test_a_later_call_adds_to_the_earlier_results(tmp_path, capsys):
     """A second call into the same folder keeps the first call's result files and log (on a
     lent GPU, minutes of device time): the archive holds them after it, and the summary says so."""

@@ -16,6 +16,7 @@ from fraq.synthetic import lora_clients
 GEMM = 1e11  # a stated GEMM rate, so these tests do not measure one
 
 
+@pytest.mark.integration
 def test_each_kernel_is_seen_with_its_flops_and_bytes():
     a, b, c = torch.randn(64, 32), torch.randn(32, 48), torch.randn(64, 48)
 
@@ -38,6 +39,7 @@ def test_each_kernel_is_seen_with_its_flops_and_bytes():
     assert r.gemm_bound == pytest.approx(r.flops / GEMM)
 
 
+@pytest.mark.integration
 def test_timing_the_kernels_changes_nothing_the_call_computes():
     """In-place ops are replayed on copies and random ops with their generators restored: the
     call's outputs are bit for bit those of the same call without the recorder."""
@@ -58,6 +60,7 @@ def test_timing_the_kernels_changes_nothing_the_call_computes():
     assert len(r.kernels) >= 5
 
 
+@pytest.mark.integration
 def test_flops_are_the_counters_on_a_recompression():
     """The roofs' FLOPs are the dispatch counter's (the same formulas on the same ops): a
     check of the plumbing, the formulas being checked in test_routine_flops."""

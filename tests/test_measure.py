@@ -102,6 +102,7 @@ def test_peak_of_known_pattern_cuda():
     assert m.allocated == 7 * mib
 
 
+@pytest.mark.integration
 def test_cupys_pool_is_added_to_the_cuda_peak(monkeypatch):
     """The CUDA peak counts what CuPy's pool held after the call (it keeps every block
     until released, so at least its peak) on top of torch's counters, and nothing when

@@ -68,6 +68,7 @@ def test_bad_specs_echo_the_text(text, match):
         MethodSpec.parse(text)
 
 
+@pytest.mark.integration
 def test_the_federated_config_and_the_cli_share_the_parse():
     from fraq.federated.config import method_aggregator, parse_method
 

@@ -147,6 +147,7 @@ def test_a_module_that_fails_is_named_with_its_error_at_every_read(outside, monk
 
 
 # ------------------------------------------------------------------------------ fraq aggregate
+@pytest.mark.integration
 def test_fraq_aggregate_in_process_and_in_a_fresh_process(outside, tmp_path):
     from fraq.cli import main
     from fraq.peft import example_clients, read_adapter
@@ -230,6 +231,7 @@ def _fig3_point(points, method):
     return next(c for c in points if c["method"] == method and c["mode"] == "batched")
 
 
+@pytest.mark.integration
 def test_tables_fig3_clients_and_report_show_it(outside, tmp_path):
     """Tables 1-3 get its row (after the paper's), Fig. 3 and the clients sweep compare it at
     every point, the results carry its class's fields, and the report and figures show it by

@@ -51,6 +51,7 @@ def test_rounds_refuse_zero():
         paired_rounds({"a": lambda: None}, 0)
 
 
+@pytest.mark.integration
 def test_launches_in_fresh_processes_concatenate_rounds_with_their_launch():
     """Two fresh interpreters, 3 rounds each: 6 samples per method, launch 0 then 1, rounds 0..5,
     one group id shared by the methods and new for every measurement."""
@@ -97,6 +98,7 @@ def test_every_compared_point_shares_its_groups_rounds():
                 assert len(t["samples"]) == n and t["round"] == list(range(n)) and len(t["launch"]) == n
 
 
+@pytest.mark.integration
 def test_tables123_rows_are_paired_over_fresh_launches_and_carry_the_machine():
     pytest.importorskip("pandas")
     from analysis.tables import tables123_rows
@@ -115,6 +117,7 @@ def test_tables123_rows_are_paired_over_fresh_launches_and_carry_the_machine():
     assert paired(rows) and set(rows["loadavg"]) == {0.2} and set(rows["steal"]) == {0.0}
 
 
+@pytest.mark.integration
 def test_a_report_from_tiny_results_judges_the_ratios_round_by_round(tmp_path, tiny_results):
     """The recorded tiny results of fig3 and table4 (``tiny_results``), their records set to
     an idle machine's load: the report's timing verdicts on fig3 and Table 4 are paired over
@@ -141,6 +144,7 @@ def test_a_report_from_tiny_results_judges_the_ratios_round_by_round(tmp_path, t
     assert len(t4) == 2 and all("paired over 6 rounds" in x for x in t4)
 
 
+@pytest.mark.integration
 def test_a_busy_machine_withholds_the_tables123_verdicts(tmp_path, monkeypatch):
     pytest.importorskip("pandas")
     import fraq._machine

@@ -214,6 +214,7 @@ sys.exit(cli.main(["aggregate", *args]))
 """
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("step, expected", [("weights", "old"), ("exchange", "old"), ("swapped", "new"),
                                             ("cleanup", "new")])
 def test_kill_9_at_each_step_leaves_old_or_new_adapter(example, tmp_path, step, expected):

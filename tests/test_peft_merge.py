@@ -90,6 +90,7 @@ def test_random_models_have_the_paper_shapes(name, preset):
     assert shapes == {g.name: (g.m, g.n) for g in get_preset(preset).groups}
 
 
+@pytest.mark.integration
 def test_runner_and_report_section(tmp_path):
     """``benchmarks.run peft --size tiny`` writes one result; the analysis draws its table,
     figure and ratio lines from that file alone."""
@@ -112,6 +113,7 @@ def test_runner_and_report_section(tmp_path):
     report.figure(df)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("damage", [  # each measures and reports a peft point: one in the default run
     lambda r: r["result"]["rows"][1].update(median_s="fast"),
     pytest.param(lambda r: r["result"]["rows"][0].update(samples_s=[]), marks=pytest.mark.slow),

@@ -13,6 +13,7 @@ from benchmarks.measure.rss import rss_growth
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self (Linux)")
 
 
+@pytest.mark.integration
 def test_the_resident_set_holds_at_least_the_tensor_peak():
     """Tensors the call writes are resident: a warm call's growth is at least its tensor peak
     (less 3% for pages a tensor's allocation rounds or leaves untouched), and a cold call's at
@@ -27,6 +28,7 @@ def test_the_resident_set_holds_at_least_the_tensor_peak():
     assert g["rss_cold"] >= g["rss_warm"] - 2**20
 
 
+@pytest.mark.integration
 def test_a_failing_measurement_names_the_experiment():
     with pytest.raises(RuntimeError, match="rss_growth\\('table4'\\)"):
         rss_growth("table4", {"variant": "no-such-variant"})
@@ -36,6 +38,7 @@ def test_no_resident_set_on_a_gpu():
     assert rss_growth("table4", {}, device="cuda") == {"rss_cold": None, "rss_warm": None}
 
 
+@pytest.mark.integration
 def test_a_fig3_point_carries_the_check_beside_its_tensor_peak():
     """The d sweep's batched points record both (the tiny size switches the check off, so the
     flow's tests stay short: switched on here for one point)."""
@@ -47,6 +50,7 @@ def test_a_fig3_point_carries_the_check_beside_its_tensor_peak():
     assert out["roof_s"] > 0 and out["gemm_bound_s"] > 0 and "rss_warm" not in fig3.metrics(point)
 
 
+@pytest.mark.integration
 def test_the_measuring_process_finds_the_suite_from_any_directory(tmp_path, monkeypatch):
     """asv imports the suite from its own working directory, with nothing on PYTHONPATH: the
     measuring process still imports ``benchmarks`` (a failure here raises, naming the error)."""

@@ -30,6 +30,7 @@ def records(d: Path) -> dict[str, dict]:
     return {p.name: json.loads(p.read_text()) for p in sorted(d.glob("table4/*.json"))}
 
 
+@pytest.mark.integration
 def test_each_size_has_its_own_default_directory_and_neither_is_overwritten(quick, tmp_path, capsys):
     assert run.main(["table4", "--size", "tiny", "--no-progress"]) == 0
     tiny = records(tmp_path / run.default_out("tiny"))

@@ -55,6 +55,7 @@ def test_points_time_every_row_once(size):
                 assert tables123.key(c) == name
 
 
+@pytest.mark.integration
 def test_rows_say_how_many_modules_were_timed():
     from benchmarks.cases import build_model
     from fraq.presets import ModuleGroup, Preset
@@ -140,6 +141,7 @@ def test_report_tables_and_verdicts(tmp_path, quiet_machine):
     assert "**disagrees** (tested: equal to the paper's percentage)" in t1 and "fedit 7% against 10%" in t1
 
 
+@pytest.mark.integration
 def test_every_experiment_estimates_its_points_for_the_progress_bar():
     """Every point of every size has a positive finite cost; the paper size's estimate, summed by the runner's
     --estimate, is the sum of its points' costs; the dense per-shape points outweigh a round-robin one."""

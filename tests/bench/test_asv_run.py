@@ -34,7 +34,7 @@ def test_asv_runs_one_benchmark_of_each_suite_file(tmp_path):
     env = dict(os.environ, HOME=str(tmp_path), FRAQ_ASV_SIZE="tiny", FRAQ_KERNEL_TABLE=str(tmp_path / "k.json"))
     asv = [sys.executable, "-m", "asv"]
     subprocess.run(asv + ["machine", "--yes"], cwd=ROOT, env=env, check=True, capture_output=True)
-    regex = "|".join(re.escape(b) + "$" for b in ONE_OF_EACH.values())
+    regex = "|".join(re.escape(b) for b in ONE_OF_EACH.values())
     done = subprocess.run(asv + ["run", "--quick", "--dry-run", "--show-stderr", f"--python={sys.executable}",
                                  "--bench", regex], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     out = done.stdout + done.stderr

@@ -297,6 +297,7 @@ def test_analysis_only_reads_results():
             assert not found, f"{path} measures: {sorted(found)}"
 
 
+@pytest.mark.integration
 def test_fraq_is_the_library_only():
     """fraq/ imports nothing from benchmarks/ or analysis/, holds no measurement package or
     experiment script, and uses no profiler or FLOP counter."""
@@ -313,6 +314,7 @@ def test_fraq_is_the_library_only():
 # ----------------------------------------------------------------------------- one definition per figure
 
 
+@pytest.mark.integration
 def test_asv_runner_and_pytest_benchmark_measure_the_same_points():
     """The asv sweep parameters are exactly the runner's fig3 points at asv's size, the
     pytest-benchmark checks are its points at the quick size, and one point measured through
@@ -355,6 +357,7 @@ def test_asv_runner_and_pytest_benchmark_measure_the_same_points():
     assert len(measured["timing"]["samples"]) == config["rounds"] * config["launches"]
 
 
+@pytest.mark.integration
 def test_sweep_points_have_four_metrics_for_every_method():
     """Every method at every r- and d-sweep point records time, peak memory, FLOPs and fidelity:
     an exact method within 1e-4 of the optimum in quadrature; the randomized SVD, near-optimal by
@@ -389,7 +392,7 @@ def test_one_definition_per_figure():
             mains.append(os.path.relpath(path, ROOT))
         flexlora += [path] * len(re.findall(r"""==\s*["']flexlora["']""", text))
     assert sorted(mains) == ["benchmarks/demo.py", "benchmarks/gpu_check/__main__.py", "benchmarks/publish.py",
-                             "benchmarks/pytest_baseline.py",
+                             "benchmarks/pytest_baseline.py", "benchmarks/pytest_compare.py",
                              "benchmarks/regress.py", "benchmarks/roofline.py", "benchmarks/run.py"]
     assert not flexlora
 
