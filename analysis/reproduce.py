@@ -119,7 +119,9 @@ def _build(out: Path, pdf: bool = True) -> str:
     from analysis.federated import SMOKE, is_smoke
 
     smoke = is_smoke(res.all)
-    head = ["# FRAQ smoke run: no verdicts" if smoke else "# FRAQ server-side reproduction", ""]
+    federated = bool(res.experiments) and set(res.experiments) <= {"federated"}
+    head = ["# FRAQ smoke run: no verdicts" if smoke else
+            "# FRAQ federated fine-tuning" if federated else "# FRAQ server-side reproduction", ""]
     size = res.configuration.get("size")
     head.append(f"Measured on {style.caption(res.all)}" + (f"; size `{size}`" if size else "") + ". ")
     rebuilt = ("Every figure and table below is rebuilt from the JSON files under `results/` by "

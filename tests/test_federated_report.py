@@ -146,3 +146,17 @@ def test_the_published_report_has_its_parts(tmp_path):
     assert "load average" in readme and "Commit:" in readme and "min from the first point" in readme
     assert (out / "figures" / "federated_accuracy.png").stat().st_size > 1000
     assert not list(out.rglob(".*tmp-*"))
+
+
+def test_a_federated_run_is_reported_as_one(tmp_path):
+    """``analysis.reproduce`` on a federated run's results: titled as a federated report,
+    with no server-side GPU section (its claims are not the run's subject)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from analysis.reproduce import build
+
+    write_points(tmp_path, rounds=2)
+    text = build(tmp_path, pdf=False).read_text()
+    assert text.startswith("# FRAQ federated fine-tuning") and "server-side" not in text.split("\n", 1)[0]
+    assert "## GPU results" not in text

@@ -87,6 +87,8 @@ def draw(res) -> list[Section]:
 
     targets = paper()["gpu_targets"]
     device = _device(res)
+    if set(res.experiments) <= {"federated"}:  # a federated run: the server-side GPU claims are not its subject
+        return []
     if not device.startswith("cuda"):
         body = (f"No GPU results here (these were measured on `{device}`): the GPU latency and peak-memory claims "
                 "have no verdict in this report. `make gpu-check` on a GPU measures them (docs/benchmarks.md).")
