@@ -392,7 +392,7 @@ def test_one_definition_per_figure():
             mains.append(os.path.relpath(path, ROOT))
         flexlora += [path] * len(re.findall(r"""==\s*["']flexlora["']""", text))
     assert sorted(mains) == ["benchmarks/demo.py", "benchmarks/gpu_check/__main__.py", "benchmarks/publish.py",
-                             "benchmarks/pytest_baseline.py", "benchmarks/pytest_compare.py",
+                             "benchmarks/pipeline_check.py", "benchmarks/pytest_baseline.py", "benchmarks/pytest_compare.py",
                              "benchmarks/regress.py", "benchmarks/roofline.py", "benchmarks/run.py"]
     assert not flexlora
 

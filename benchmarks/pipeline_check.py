@@ -1,0 +1,179 @@
+"""FRAQ's whole-model aggregation, its pipelines against each other and FLoRA and FLoRIST,
+with the host's share of it: one short command for a lent GPU (runs on the CPU too).
+
+    python -m benchmarks.pipeline_check --out DIR [--device cuda] [--presets roberta-base,llama-3.2-3b]
+        [--methods 'SPEC|SPEC|...'] [--rounds 15] [--layers N]
+
+Per preset, the methods' ``aggregate`` of one round (the preset's clients and modules,
+float32, TF32 as the process has it) is timed in interleaved rounds: round k calls every
+method once, in a rotated order, synchronized on CUDA before and after, so a method's
+samples and its neighbours' share the machine's state. Each method is then described by
+one more warm call: the device synchronizations it made (CUDA:
+``torch.cuda.set_sync_debug_mode("warn")``'s warnings, counted), and, under torch's
+profiler, its kernels and the GPU time they took against the call's wall time (the
+host's share is the rest). Methods that cannot be built here (an option this code does
+not know) are named and skipped. Writes ``DIR/pipeline.json`` (whole, beside then
+renamed) after every preset and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+__all__ = ["DEFAULT_METHODS", "main", "measure_preset"]
+
+DEFAULT_METHODS = ("fraq:tau=0.95", "fraq:tau=0.95,pipeline=static", "flora", "florist:tau=0.9")
+"""FRAQ's default pipeline, the static one (one host read per shape group), FLoRA (stacking
+alone: the floor of any exact method's host work) and FLoRIST (the paper's comparison)."""
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _aggregators(specs) -> tuple[dict, dict]:
+    from fraq.aggregators import get_aggregator
+    from fraq.methods import MethodSpec
+
+    out, skipped = {}, {}
+    for text in specs:
+        try:
+            spec = MethodSpec.parse(text)
+            out[text] = get_aggregator(spec.name, **spec.kwargs)
+        except Exception as exc:  # noqa: BLE001 - an option this code lacks: named, the others measured
+            skipped[text] = f"{type(exc).__name__}: {exc}"[:300]
+    return out, skipped
+
+
+def _syncs(fn, device: torch.device) -> int | None:
+    """Device synchronizations one call of ``fn`` makes (None off CUDA)."""
+    if device.type != "cuda":
+        return None
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message).lower() for w in seen)
+
+
+def _profile(fn, device: torch.device) -> dict:
+    """Kernels and their device time in one warm call, against its wall time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    _sync(device)
+    with profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        wall = time.perf_counter() - t0
+    events = prof.events()
+    if device.type == "cuda":
+        kernels = [e for e in events if getattr(e, "device_type", None) is not None
+                   and str(e.device_type).endswith("CUDA")]
+        busy = sum(getattr(e, "device_time", getattr(e, "cuda_time", 0.0)) for e in kernels) * 1e-6
+    else:
+        kernels, busy = [], None
+    return dict(wall_s=wall, kernels=len(kernels), device_busy_s=busy,
+                aten_ops=sum(1 for e in events if e.name.startswith("aten::")))
+
+
+def measure_preset(name: str, specs, *, device: torch.device, rounds: int, layers: int | None = None) -> dict:
+    """The record of one preset (module docstring)."""
+    from benchmarks.experiments.tables123 import model_for
+
+    t0 = time.perf_counter()
+    model = model_for(name, quick=False, device=device, layers=layers)
+    updates = model.updates()
+    build_s = time.perf_counter() - t0
+    aggs, skipped = _aggregators(specs)
+    calls = {label: (lambda a=agg: a.aggregate(updates)) for label, agg in aggs.items()}
+    ranks = {}
+    for label, fn in calls.items():  # warm-up: lazy set-up, CuPy's plans, the allocator
+        res = fn()
+        _sync(device)
+        ranks[label] = sorted(set(getattr(res, "ranks", {}).values())) if isinstance(getattr(res, "ranks", None),
+                                                                                     dict) else None
+    samples = {label: [] for label in calls}
+    labels = list(calls)
+    for k in range(rounds):
+        for label in labels[k % len(labels):] + labels[:k % len(labels)]:
+            _sync(device)
+            t = time.perf_counter()
+            calls[label]()
+            _sync(device)
+            samples[label].append(time.perf_counter() - t)
+    rows = {}
+    for label, fn in calls.items():
+        s = samples[label]
+        rows[label] = dict(median_s=statistics.median(s), min_s=min(s), samples=s, syncs=_syncs(fn, device),
+                           ranks=ranks[label], **_profile(fn, device))
+    return dict(preset=name, modules=len(model.shapes), clients=model.preset.clients, layers=model.layers,
+                build_s=build_s, rounds=rounds, rows=rows, skipped=skipped)
+
+
+def _write(path: Path, obj) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def _table(rec: dict) -> str:
+    lines = [f"{rec['preset']} ({rec['modules']} modules, {rec['clients']} clients; inputs built in "
+             f"{rec['build_s']:.1f} s)", "| method | median ms | min ms | syncs | kernels | device busy ms | wall ms |",
+             "|---|---|---|---|---|---|---|"]
+    for label, r in rec["rows"].items():
+        busy = "-" if r["device_busy_s"] is None else f"{1e3 * r['device_busy_s']:.2f}"
+        lines.append(f"| {label} | {1e3 * r['median_s']:.2f} | {1e3 * r['min_s']:.2f} | {r['syncs'] if r['syncs'] is not None else '-'} | "
+                     f"{r['kernels']} | {busy} | {1e3 * r['wall_s']:.2f} |")
+    lines += [f"- skipped {k}: {v}" for k, v in rec["skipped"].items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.device import checked
+    from fraq._machine import machine_record
+
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.pipeline_check", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="directory for pipeline.json")
+    ap.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default cuda)")
+    ap.add_argument("--presets", default="roberta-base,llama-3.2-3b", help="comma-separated presets")
+    ap.add_argument("--methods", default="|".join(DEFAULT_METHODS),
+                    help=f"methods in the method grammar, separated by '|' (default {'|'.join(DEFAULT_METHODS)})")
+    ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds (default 15)")
+    ap.add_argument("--layers", type=int, help="the presets' first N layers only (default all)")
+    args = ap.parse_args(argv)
+    try:
+        device = checked(args.device)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.rounds < 1:
+        ap.error(f"--rounds(={args.rounds}) must be >= 1")
+    specs = tuple(m.strip() for m in args.methods.split("|") if m.strip())
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)
+    out = dict(machine=machine_record(device), device=str(device), presets=[])
+    for name in [p.strip() for p in args.presets.split(",") if p.strip()]:
+        rec = measure_preset(name, specs, device=device, rounds=args.rounds, layers=args.layers)
+        out["presets"].append(rec)
+        _write(args.out / "pipeline.json", out)
+        print(_table(rec), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
