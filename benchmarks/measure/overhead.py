@@ -12,7 +12,10 @@ measurements of a preset's module and client structure:
   and ranks, each side divided by one power of two, the smallest division that keeps every
   module's smaller side at least twice the stacked rank, so the basis step runs as it does
   at full size (where the stacked rank is far below the sides) and the shape groups stay
-  distinct. Counted at one thread.
+  distinct. Counted at one thread. The reduction also keeps each group's batch below a
+  CPU chunk (:data:`fraq._parallel.CHUNK_BYTES`), so the CPU runs every group whole, as
+  CUDA always does: at full size a CPU runs a group in chunks, each with its own ops and
+  its own host read, which the CUDA configuration does not make.
 * :func:`python_ms`: the median time of one ``aggregate`` of :func:`python_preset` (every
   module 16 x 16, the preset's clients and ranks: the math is free, the time is Python's),
   at one thread, methods interleaved call by call so a change of load hits each alike.
