@@ -98,18 +98,20 @@ def shape_groups(preset) -> int:
 
 
 def _call(agg, model, inputs: Callable | None) -> Callable[[], object]:
-    ups, state = inputs(agg, model) if inputs is not None else (model.updates(), None)
+    ups, state = inputs(model) if inputs is not None else (model.updates(), None)
     return lambda: agg.aggregate(ups, state)
 
 
-def per_group(agg, preset, *, inputs: Callable | None = None) -> GroupCounts:
+def per_group(agg, preset, *, inputs: Callable | None = None, layers: int | None = None,
+              device: torch.device | str = "cpu") -> GroupCounts:
     """Host reads and non-view ops of one warm ``agg.aggregate`` on :func:`counted_preset`
-    of ``preset``, at one thread. ``inputs``: ``(aggregator, model) -> (uploads, state)`` for a method
-    whose clients upload otherwise (default: the model's LoRA uploads, no state)."""
+    of ``preset`` (its first ``layers`` layers; default all), on ``device``, at one thread.
+    ``inputs``: ``model -> (uploads, state)`` (a :class:`benchmarks.cases.Model`) for a
+    method whose clients upload otherwise (default: the model's LoRA uploads, no state)."""
     from benchmarks.cases import build_model
 
     small = counted_preset(preset)
-    call = _call(agg, build_model(small), inputs)
+    call = _call(agg, build_model(small, layers=layers, device=device), inputs)
     with threads(1):
         call()  # lazy set-up is not counted
         with OpCounter() as ops:
@@ -119,15 +121,19 @@ def per_group(agg, preset, *, inputs: Callable | None = None) -> GroupCounts:
     return GroupCounts(shape_groups(small), reads.total, ops.non_view_total, dict(reads.reads), dict(ops.non_view))
 
 
-def python_ms(aggs: dict, preset, *, repeats: int = 7, inputs: Callable | None = None) -> dict[str, float]:
+def python_ms(aggs: dict, preset, *, repeats: int = 7, inputs: dict | None = None, layers: int | None = None,
+              device: torch.device | str = "cpu") -> dict[str, float]:
     """label -> median milliseconds of one ``aggregate`` of :func:`python_preset` of
-    ``preset``, for every aggregator of ``aggs`` (label -> aggregator), interleaved call by
-    call, ``repeats`` calls each after one warm-up, at one thread, the garbage collector off.
-    ``inputs``: ``(aggregator, model) -> (uploads, state)`` (default: the LoRA uploads)."""
+    ``preset`` (its first ``layers`` layers; default all), for every aggregator of ``aggs``
+    (label -> aggregator), interleaved call by call, ``repeats`` calls each after one
+    warm-up, at one thread, the garbage collector off. ``inputs``: label -> ``model ->
+    (uploads, state)``, as for :func:`per_group`."""
     from benchmarks.cases import build_model
 
-    model = build_model(python_preset(preset))
-    calls = {label: _call(agg, model, inputs) for label, agg in aggs.items()}
+    device = torch.device(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda d: None
+    model = build_model(python_preset(preset), layers=layers, device=device)
+    calls = {label: _call(agg, model, (inputs or {}).get(label)) for label, agg in aggs.items()}
     samples: dict[str, list[float]] = {label: [] for label in calls}
     with threads(1):
         for call in calls.values():
@@ -135,14 +141,16 @@ def python_ms(aggs: dict, preset, *, repeats: int = 7, inputs: Callable | None =
         with gc_off():
             for _ in range(repeats):
                 for label, call in calls.items():
+                    sync(device)
                     t0 = time.perf_counter()
                     call()
+                    sync(device)
                     samples[label].append(time.perf_counter() - t0)
     return {label: 1e3 * statistics.median(s) for label, s in samples.items()}
 
 
-def python_ratio(agg, baseline, preset, *, repeats: int = 7) -> float:
+def python_ratio(agg, baseline, preset, *, repeats: int = 7, device: torch.device | str = "cpu") -> float:
     """``agg``'s Python time over ``baseline``'s at :func:`python_preset` of ``preset``
     (:func:`python_ms`, interleaved in one run)."""
-    ms = python_ms({"method": agg, "baseline": baseline}, preset, repeats=repeats)
+    ms = python_ms({"method": agg, "baseline": baseline}, preset, repeats=repeats, device=device)
     return ms["method"] / ms["baseline"]
