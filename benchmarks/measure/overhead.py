@@ -154,3 +154,27 @@ def python_ratio(agg, baseline, preset, *, repeats: int = 7, device: torch.devic
     (:func:`python_ms`, interleaved in one run)."""
     ms = python_ms({"method": agg, "baseline": baseline}, preset, repeats=repeats, device=device)
     return ms["method"] / ms["baseline"]
+
+
+def main() -> None:
+    """Print FRAQ's (CUDA configuration) and FLoRA's counts and 16 x 16 times on the two
+    presets the targets name (docs/performance.md, "Host reads and launches")."""
+    import os
+
+    from fraq.aggregators import get_aggregator
+
+    methods = {"fraq": dict(backend="cholesky"), "flora": {}}
+    print(f"torch {torch.__version__}, 1 thread, load average {os.getloadavg()[0]:.2f}")
+    print("preset          method  groups  reads/group  ops/group  (client, module)  Python ms at 16x16  / FLoRA")
+    for name in ("roberta-base", "llama-3.2-3b"):
+        aggs = {m: get_aggregator(m, **o) for m, o in methods.items()}
+        ms = python_ms(aggs, name, repeats=15)
+        pairs = python_preset(name).modules * python_preset(name).clients
+        for m, agg in aggs.items():
+            c = per_group(agg, name)
+            print(f"{name:<15} {m:<7} {c.groups:>6} {c.host_reads_per_group:>12g} {c.ops_per_group:>10g} {pairs:>17}"
+                  f" {ms[m]:>19.2f} {ms[m] / ms['flora']:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()
