@@ -331,29 +331,26 @@ def _plain_scale(scale: object) -> float | None:
 
 def _module_spec(name: str, updates: list[ClientUpdate], plain: list[float | None]) -> ModuleSpec | None:
     """Module ``name``'s spec, checked over all clients at once; None when any check fails
-    (the caller then checks client by client, :func:`_module_spec_checked`, and names it)."""
-    try:
-        pairs = [u.factors[name] for u in updates]
-        if not all(type(p) is tuple or type(p) is list for p in pairs):
-            return None
-        Bs = [b for b, _ in pairs]
-        As = [a for _, a in pairs]
-    except (TypeError, ValueError):
+    (the caller then checks client by client, :func:`_module_spec_checked`, and names it).
+    One loop of plain comparisons per client: this runs for every (client, module) pair."""
+    Tensor, strided = torch.Tensor, torch.strided
+    B0, A0 = _pair(updates[0].factors[name])
+    if not isinstance(A0, Tensor) or not isinstance(B0, Tensor) or A0.dim() != 2 or B0.dim() != 2:
         return None
-    factors = Bs + As
-    if not all(isinstance(t, torch.Tensor) for t in factors):
-        return None
-    dtype, device = As[0].dtype, As[0].device
+    dtype, device = A0.dtype, A0.device
     if not dtype.is_floating_point or device.type == "meta":
         return None
-    if not all(t.dtype == dtype and t.device == device and t.layout == torch.strided and t.dim() == 2
-               for t in factors):
-        return None
-    m, n = Bs[0].shape[0], As[0].shape[1]
-    ranks = tuple(a.shape[0] for a in As)
-    if not all(b.shape[0] == m and b.shape[1] == r for b, r in zip(Bs, ranks)) or \
-            not all(a.shape[1] == n for a in As):
-        return None
+    m, n = B0.shape[0], A0.shape[1]
+    ranks = []
+    for u in updates:
+        B, A = _pair(u.factors[name])
+        if not isinstance(A, Tensor) or not isinstance(B, Tensor):
+            return None
+        (bm, br), (ar, an) = (B.shape, A.shape) if B.dim() == 2 and A.dim() == 2 else ((None, None), (None, None))
+        if bm != m or an != n or br != ar or B.dtype != dtype or A.dtype != dtype or B.device != device or \
+                A.device != device or B.layout != strided or A.layout != strided:
+            return None
+        ranks.append(ar)
     scales = []
     for k, (u, flat) in enumerate(zip(updates, plain)):
         if flat is None:
@@ -362,7 +359,12 @@ def _module_spec(name: str, updates: list[ClientUpdate], plain: list[float | Non
                 return None
             flat = _check_scale(f"updates[{k}].scale for {name!r}", raw)
         scales.append(flat)
-    return ModuleSpec(name, m, n, ranks, tuple(scales), dtype, device)
+    return ModuleSpec(name, m, n, tuple(ranks), tuple(scales), dtype, device)
+
+
+def _pair(p: object) -> tuple[object, object]:
+    """``p`` as (B, A) if it is a tuple or list of two, else (None, None) (not a pair)."""
+    return p if (type(p) is tuple or type(p) is list) and len(p) == 2 else (None, None)
 
 
 def _check_values(updates: list[ClientUpdate], names: list[str]) -> None:
