@@ -257,10 +257,11 @@ def _detached(u: ClientUpdate) -> ClientUpdate:
     """``u`` with factors that require grad (``nn.Parameter``, a client's live LoRA weights)
     detached: every aggregator works on the values, builds no autograd graph and returns
     tensors that do not require grad (as :func:`fraq.recompress` does)."""
-    if not any(t is not None and t.requires_grad for pair in u.factors.values() for t in pair):
-        return u
-    return dataclasses.replace(u, factors={name: tuple(None if t is None else t.detach() for t in pair)
-                                           for name, pair in u.factors.items()})
+    for B, A in u.factors.values():  # a plain loop: it runs for every (client, module) pair
+        if A.requires_grad or (B is not None and B.requires_grad):
+            return dataclasses.replace(u, factors={name: tuple(None if t is None else t.detach() for t in pair)
+                                                   for name, pair in u.factors.items()})
+    return u
 
 
 def _per_client(specs: Sequence[ModuleSpec], outputs: GroupOutput, K: int) -> list[dict[str, Downlink]]:
