@@ -347,9 +347,12 @@ def _module_spec(name: str, updates: list[ClientUpdate], plain: list[float | Non
         B, A = _pair(u.factors[name])
         if not isinstance(A, Tensor) or not isinstance(B, Tensor):
             return None
-        (bm, br), (ar, an) = (B.shape, A.shape) if B.dim() == 2 and A.dim() == 2 else ((None, None), (None, None))
-        if bm != m or an != n or br != ar or B.dtype != dtype or A.dtype != dtype or B.device != device or \
-                A.device != device or B.layout != strided or A.layout != strided:
+        try:
+            (bm, br), (ar, an) = B.shape, A.shape
+        except ValueError:  # not 2-D
+            return None
+        if bm != m or an != n or br != ar or B.dtype is not dtype or A.dtype is not dtype or \
+                B.layout is not strided or A.layout is not strided or B.device != device or A.device != device:
             return None
         ranks.append(ar)
     scales = []
