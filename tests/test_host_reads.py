@@ -131,11 +131,11 @@ def _preset(name):
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_counted_as_cuda_runs_it(counts, name):
-    """One pass per group, as on CUDA: one eigenproblem per shape group, no CPU chunks."""
+    """One pass per group, as on CUDA: one eigenproblem per shape group, no CPU chunks
+    (each of which would repeat the pass's ops and its host read)."""
     c = counts[name]
     assert c.groups == shape_groups(counted_preset(name))
-    assert c.ops_by_name.get("aten._linalg_eigh") == c.groups
-    assert c.ops_by_name.get("aten.linalg_cholesky_ex") == c.groups  # the CUDA configuration's basis
+    assert c.ops_by_name.get("aten._linalg_eigh") == c.groups, c.ops_by_name
 
 
 @pytest.mark.parametrize("name", PRESETS)
