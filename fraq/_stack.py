@@ -223,7 +223,9 @@ def fill_stacks(B: torch.Tensor | None, A: torch.Tensor, clients: Iterable[tuple
 def _fill(B: torch.Tensor | None, A: torch.Tensor, clients: list, a: Sequence[float], s: Sequence[float],
           span: slice | None) -> None:
     """:func:`fill_stacks` on stacks that hold the matrices ``span`` of each client's factors (all: None)."""
-    if span is None and _one_copy(B, A, clients):
+    if _one_copy(B, A, clients):
+        if span is not None:
+            clients = [(None if Bk is None else Bk[span], Ak[span]) for Bk, Ak in clients]
         _fill_one_copy(B, A, clients, a, s)
         return
     lo = 0
