@@ -120,7 +120,9 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     shape), in the paper's order, with the paper's numbers (:func:`analysis.loaders.paper`),
     the latency samples (seconds; also as ``timing.samples`` with the pairing's
     ``timing.group``), the analytic FLOPs of one aggregation (``flops_table5``: the paper's
-    formulas; ``flops_full``: the routines the code calls) and the record's ``loadavg``,
+    formulas; ``flops_full``: the routines the code calls), the host's share of a call
+    (``host_reads_per_group``, ``ops_per_group``, ``python_ms_16x16``:
+    :mod:`benchmarks.experiments.tables123`) and the record's ``loadavg``,
     ``steal``, ``threads`` and ``device``. A record's
     ``served`` rows (a dense method timed for one preset, serving another of the same shapes)
     are the other preset's."""
@@ -153,6 +155,8 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
                          "loadavg": rec.get("loadavg"), "steal": rec.get("steal"), "threads": rec.get("threads"),
                          "device": rec.get("device"), "flops_table5": r.get("flops_table5"),
                          "flops_full": r.get("flops_full"), "display_name": r.get("display_name"),
+                         "host_reads_per_group": r.get("host_reads_per_group"),
+                         "ops_per_group": r.get("ops_per_group"), "python_ms_16x16": r.get("python_ms_16x16"),
                          "paper_order": r.get("paper_order", PAPER_ORDER.get(r["name"]))})
     out = pd.DataFrame(rows)
     if out.empty:

@@ -223,6 +223,11 @@ def fill_stacks(B: torch.Tensor | None, A: torch.Tensor, clients: Iterable[tuple
 def _fill(B: torch.Tensor | None, A: torch.Tensor, clients: list, a: Sequence[float], s: Sequence[float],
           span: slice | None) -> None:
     """:func:`fill_stacks` on stacks that hold the matrices ``span`` of each client's factors (all: None)."""
+    if _one_copy(B, A, clients):
+        if span is not None:
+            clients = [(None if Bk is None else Bk[span], Ak[span]) for Bk, Ak in clients]
+        _fill_one_copy(B, A, clients, a, s)
+        return
     lo = 0
     for (Bk, Ak), ak, sk in zip(clients, a, s):
         hi = lo + (Ak.shape[-2] if isinstance(Ak, torch.Tensor) else Ak[0].shape[-2])
@@ -230,6 +235,39 @@ def _fill(B: torch.Tensor | None, A: torch.Tensor, clients: list, a: Sequence[fl
         if B is not None:
             _put(B[..., lo:hi], Bk if span is None else Bk[span], root)
         _put(A[..., lo:hi, :], Ak if span is None else Ak[span], root * sk)
+        lo = hi
+
+
+def _one_copy(B: torch.Tensor | None, A: torch.Tensor, clients: list) -> bool:
+    """Whether every client's factors are per-module lists in the stacks' own dtype, and the
+    stacks' rows are contiguous: then each stack is filled by one copy (:func:`_fill_one_copy`)."""
+    if A.dim() != 3 or not A.is_contiguous() or (B is not None and not B.mT.is_contiguous()):
+        return False
+    return all(not isinstance(Ak, torch.Tensor) and all(t.dtype == A.dtype for t in Ak)
+               and (B is None or all(t.dtype == B.dtype for t in Bk)) for Bk, Ak in clients)
+
+
+def _fill_one_copy(B: torch.Tensor | None, A: torch.Tensor, clients: list, a: Sequence[float],
+                   s: Sequence[float]) -> None:
+    """Each stack in one copy, then scaled in place client by client.
+
+    A (L, r, n) is L x K blocks of rows, module by module and within a module client by
+    client: the concatenation of every A_{k,l} along the rows, written into A seen as
+    (L r, n). B (L, m, r) is column-major, the transpose of an (L, r, m) buffer, which is
+    likewise the concatenation of every B_{k,l}^T. The copies are exact (same dtype), and
+    each client's slice is then scaled once, as :func:`_put` does.
+    """
+    L = A.shape[0]
+    torch.cat([Ak[l] for l in range(L) for _, Ak in clients], out=A.view(-1, A.shape[-1]))
+    if B is not None:
+        torch.cat([Bk[l].mT for l in range(L) for Bk, _ in clients], out=B.mT.view(-1, B.shape[-2]))
+    lo = 0
+    for (Bk, Ak), ak, sk in zip(clients, a, s):
+        hi = lo + Ak[0].shape[-2]
+        root = math.sqrt(ak)
+        if B is not None:
+            B[..., lo:hi].mul_(root)
+        A[..., lo:hi, :].mul_(root * sk)
         lo = hi
 
 

@@ -31,6 +31,7 @@ from fraq.aggregators import (
     LoraA2State,
     get_aggregator,
     register_aggregator,
+    validate_updates,
 )
 from fraq.aggregators.florg import florg_delta, projections
 from fraq.aggregators.lora_a2 import budget_mask
@@ -627,6 +628,30 @@ def test_nonfinite_inputs_rejected():
     # fraq reads NaN/Inf in recompress's one host read, then names the client and module
     with pytest.raises(ValueError, match=r"client 1, module 'layers.0.o', B contains a non-finite value nan"):
         get_aggregator("fraq").aggregate(bad)
+
+
+def test_validation_reads_the_host_once():
+    """The uploads are checked per module over all clients at once, and every factor's
+    finiteness in one reduction read once (a NaN is still named: the test above); an
+    overflowing but finite factor is no NaN."""
+    from benchmarks.measure.host_reads import count_host_reads
+
+    _, ups, _, _ = _model((2, 3, 4))
+    assert count_host_reads(lambda: validate_updates(ups, check_values=True)).total == 1
+    assert count_host_reads(lambda: validate_updates(ups, check_values=False)).total == 0
+    f = dict(ups[1].factors)
+    big = torch.full_like(f["layers.0.o"][1], torch.finfo(F64).max)  # its sum overflows, its entries do not
+    f["layers.0.o"] = (f["layers.0.o"][0], big)
+    validate_updates([ups[0], ClientUpdate(f, scale=2.0), ups[2]], check_values=True)
+
+
+def test_one_adapter_for_all_is_one_mapping():
+    """A method that sends every client the same adapter builds its downlinks once."""
+    _, ups, _, _ = _model((2, 3, 4))
+    res = get_aggregator("fraq").aggregate(ups)
+    assert all(d is res.downlinks[0] for d in res.downlinks) and res.downlink_params(1) == res.downlink_params(0)
+    per_client = get_aggregator("flexlora").aggregate(ups)
+    assert per_client.downlinks[0] is not per_client.downlinks[1]
 
 
 def test_option_errors():

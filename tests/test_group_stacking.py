@@ -130,3 +130,25 @@ def _groups_single(updates, batched):
     updates, specs = validate_updates(updates, single_matrix=True)
     w = normalized_weights([u.weight for u in updates], len(updates))
     return _make_groups(updates, specs, w, batched)
+
+
+def test_stacked_in_chunks_over_threads_equals_one_thread():
+    """A group large enough to be filled chunk by chunk over two threads (fraq._parallel)
+    gives the stacks that one copy per stack gives at one thread."""
+    from benchmarks.measure import threads
+    from fraq._parallel import FANOUT_BYTES
+
+    ranks, modules = (8, 8, 16), 40
+    per_client = [dict() for _ in ranks]
+    Bs, As = lora_clients(256, 192, list(ranks), batch=(modules,), seed=3)
+    for j in range(modules):
+        for k in range(len(ranks)):
+            per_client[k][f"layer.{j}"] = (Bs[k][j], As[k][j])
+    ups = [ClientUpdate(f, scale=s, weight=w) for f, s, w in zip(per_client, (2.0, 0.5, 1.0), (10, 30, 20))]
+    (g,) = _groups(ups, True)
+    assert modules * (256 + 192) * sum(ranks) * 4 >= FANOUT_BYTES  # worth sharing at two threads
+    with threads(1):
+        B1, A1 = g.stacked()
+    with threads(2):
+        B2, A2 = g.stacked()
+    assert torch.equal(B1, B2) and torch.equal(A1, A2)

@@ -71,6 +71,10 @@ def test_rows_say_how_many_modules_were_timed():
                                log=lambda s: None)
     assert [r["method"] for r in rec["rows"]] == ["fedit", "fraq (tau=0.95)"]
     assert all(len(r["latency"]["samples"]) == 2 for r in rec["rows"])
+    # the host's share of every row's call: counts per shape group (RoBERTa's one shape) and its 16 x 16 time
+    for r in [part, full, *rec["rows"]]:
+        assert r["host_reads_per_group"] > 0 and r["ops_per_group"] > 0 and r["python_ms_16x16"] > 0, r
+    assert rec["rows"][0]["host_reads_per_group"] == 1  # fedit: every factor scanned in one read
     with pytest.raises(ValueError, match=r"methods\(=\['nope'\]\) are not rows of roberta-base"):
         tables123.run_preset("roberta-base", quick=True, methods=["nope"])
 

@@ -30,6 +30,14 @@ The rows of a point are timed in paired rounds over ``launches`` fresh processes
 ``loops`` and the point's ``group`` id, and the analysis judges ratios between rows of
 one point round by round.
 
+Every measured row also carries the host's share of its call
+(:mod:`benchmarks.measure.overhead`), counted on a CPU as in the CUDA configuration so a
+regression shows before a GPU sees it: ``host_reads_per_group`` (device
+synchronisations) and ``ops_per_group`` (non-view aten ops, kernel launches on a GPU) per
+shape group, on the row's modules at reduced sides (``host_counted_on``), and
+``python_ms_16x16``, the row's call on every module at 16 x 16 factors, where the math
+is free, at one thread.
+
 Run: ``.venv/bin/python -m benchmarks.run tables123 [--size paper]``. Inputs come from
 :func:`benchmarks.cases.build_model`; one result file per preset,
 ``<out>/tables123/<preset>.json`` (:mod:`benchmarks.results`), and one per method timed
@@ -54,7 +62,7 @@ from benchmarks.sizes import size_config
 from fraq.aggregators import ClientUpdate, get_aggregator
 from fraq.presets import Preset, get_preset
 
-__all__ = ["DENSE_WORK", "PAPER_SETTINGS", "QUICK_DENSE_WORK", "TableRow", "dense_plan", "key", "measure",
+__all__ = ["DENSE_WORK", "PAPER_SETTINGS", "QUICK_DENSE_WORK", "TableRow", "dense_plan", "host_cost", "key", "measure",
            "method_job", "model_for", "points", "run_preset", "table_rows"]
 
 
@@ -218,7 +226,43 @@ def prepare(model: Model, method: TableRow, *, subset: bool) -> Job:
     if ranks and not subset:
         row["rank_mean"] = statistics.mean(ranks)
         row["rank_range"] = [min(ranks), max(ranks)]
+    row.update(host_cost(model, agg, method, pieces[0][0] if subset else None))
     return Job(method, calls, row, first_s, first_parts=parts_s)
+
+
+PYTHON_REPEATS = 5
+"""Calls (after one warm-up) whose median is a row's ``python_ms_16x16``: a whole RoBERTa
+call at 16 x 16 factors is about 10 ms, so a row's timing costs well under 0.1 s."""
+
+
+def host_cost(model: Model, agg, method: TableRow, names=None) -> dict:
+    """The host's share of the row's call (:mod:`benchmarks.measure.overhead`), on the
+    model's device and layers: ``host_reads_per_group`` and ``ops_per_group`` (non-view
+    aten ops) of its modules ``names`` (default all) at reduced sides
+    (:func:`~benchmarks.measure.overhead.counted_preset`, ``host_counted_on``), and
+    ``python_ms_16x16``, the median time of its call on every module at 16 x 16 factors
+    (the math free, the time Python's), at one thread."""
+    from benchmarks.measure.overhead import counted_preset, per_group, python_ms
+
+    def inputs(names):
+        def of(m: Model):
+            ups, state = _inputs(m, agg, method, names)
+            if agg.partial_first_round:  # a steady-state round, as timed (:func:`prepare`)
+                state = agg.aggregate(ups, state).state
+            return ups, state
+        return of
+
+    device = next(iter(model.factors.values()))[1][0].device
+    layers = model.layers if model.layers < max(g.count for g in model.preset.groups) else None
+    counts = per_group(agg, model.preset, inputs=inputs(names), layers=layers, device=device)
+    ms = python_ms({method.label: agg}, model.preset, repeats=PYTHON_REPEATS, layers=layers, device=device,
+                   inputs={method.label: inputs(None)})
+    small = counted_preset(model.preset)
+    where = "one module per shape" if names is not None else f"{model.layers} layers"
+    return {"host_reads_per_group": counts.host_reads_per_group, "ops_per_group": counts.ops_per_group,
+            "python_ms_16x16": ms[method.label],
+            "host_counted_on": f"{small.name}: {where}, {counts.groups} shape groups, sides "
+                               f"{sorted({(g.m, g.n) for g in small.groups})}"}
 
 
 def _described(method: TableRow) -> dict:
@@ -427,6 +471,9 @@ def _shapes(preset: Preset) -> tuple:
     return tuple(sorted({(g.m, g.n) for g in preset.groups}))
 
 
+HOST_COST_SECONDS = 1.0
+"""A row's :func:`host_cost`: three calls at reduced sides and six at 16 x 16 factors."""
+
 BUILD_SECONDS = 10.0
 """Building a preset's client factors, on one idle core (the largest, LLaMA's)."""
 
@@ -443,8 +490,9 @@ def cost(config: dict) -> float:
     point: every method's work per call, about 2.4e-9 s per unit of (m + n) r^2 summed over
     the measured modules (r the stacked rank: FLoRIST's and FRAQ's QRs and products; 15 s a
     call for LLaMA's 196 modules at r = 64, minutes at the heterogeneous preset's r = 232),
-    plus the dense methods where they run on the whole model, plus a model build
-    (:data:`BUILD_SECONDS`) here and in each fresh process."""
+    plus the dense methods where they run on the whole model, plus each row's host counts
+    (:data:`HOST_COST_SECONDS`), plus a model build (:data:`BUILD_SECONDS`) here and in
+    each fresh process."""
     c = config
     preset = get_preset(c["preset"])
     n = calls(c)
@@ -460,6 +508,7 @@ def cost(config: dict) -> float:
         sum(preset.ranks) ** 2
     dense = [m.name for m in _methods(preset) if _aggregator(m).dense_factorization and m.label in c["methods"]
              and _applicable(m, preset) is None]
+    out += len(c["methods"]) * HOST_COST_SECONDS
     plan = dense_plan(preset, quick=c["quick"])
     for name in dense:
         if plan == "per-shape":

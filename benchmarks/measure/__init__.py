@@ -6,7 +6,9 @@ events), :mod:`~benchmarks.measure.memory` (tensor peak memory above the inputs)
 :mod:`~benchmarks.measure.flops` (counted FLOPs with LAPACK formulas; the analytic
 model is :mod:`fraq.flops`), :mod:`~benchmarks.measure.fidelity` (error against float64 Eckart-Young),
 :mod:`~benchmarks.measure.methods` (every compared method on one calling convention),
-:mod:`~benchmarks.measure.ablation` (Table 4's variants); the machine record is :mod:`fraq._machine`.
+:mod:`~benchmarks.measure.ablation` (Table 4's variants), :mod:`~benchmarks.measure.host_reads`,
+:mod:`~benchmarks.measure.ops` and :mod:`~benchmarks.measure.overhead` (a whole-model aggregate's device
+synchronisations, kernel launches and Python time, counted on any CPU); the machine record is :mod:`fraq._machine`.
 
 Nothing in ``fraq`` imports from here, and nothing here imports more of ``fraq`` at import
 time than its long-standing public modules, so that :mod:`benchmarks.regress` can import

@@ -9,6 +9,7 @@ shape () (the "unbatched" curves). Methods see (*, m, r) tensors either way.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -108,7 +109,9 @@ class Group:
         uploads (B_k None) give B None and the row stack A. Unless :attr:`checked` (or
         ``scan=False``: a caller whose next step reads NaN and Inf anyway, and then calls
         :meth:`name_non_finite`), NaN or Inf in a factor raise a ValueError naming the
-        client and module, checked on the stacks with one reduction (one host read) each.
+        client and module, checked on both stacks with one reduction (their largest
+        |entry|, which NaN propagates through and finite entries cannot overflow) and one
+        host read.
         """
         spec = self.spec
         dtype = dtype or spec.dtype
@@ -120,9 +123,10 @@ class Group:
         if not self.batched:
             clients = ((b[0], a[0]) for b, a in clients)
         fill_stacks(B, A, clients, self.weights, spec.scales if scaled else [1.0] * len(spec.scales))
-        for name, t in (("B", B), ("A", A)):
-            if scan and not self.checked and t is not None and t.numel() and not bool(torch.isfinite(t.sum())):
-                self._raise_non_finite(name)
+        if scan and not self.checked and A.numel():
+            stacks = [A] if B is None else [B, A]
+            if not math.isfinite(float(torch.nn.utils.get_total_norm(stacks, math.inf))):
+                self.name_non_finite()
         return B, A
 
     def name_non_finite(self) -> None:
@@ -131,12 +135,11 @@ class Group:
         self._raise_non_finite("A")
 
     def _raise_non_finite(self, factor: str) -> None:
-        """Name the client and module whose factor holds a NaN/Inf (a stack's sum was not finite)."""
+        """Name the client and module whose factor holds a NaN/Inf, if any."""
         i = 0 if factor == "B" else 1
         for k, u in enumerate(self._updates):
             for s in self.specs:
                 check_finite(f"client {k}, module {s.name!r}, {factor}", u.factors[s.name][i])
-        # Finite entries whose sum overflowed: nothing to name, the stacks are usable.
 
     def stack_modules(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         """Per-module tensors -> one (L, *) tensor (batched), or the one tensor (unbatched)."""

@@ -124,7 +124,8 @@ class AggregationResult:
     Attributes:
         method: the aggregator's registry name.
         downlinks: one mapping per client (in upload order), module name -> :class:`Downlink`.
-            Methods that broadcast one global adapter share the same objects across clients.
+            Methods that broadcast one global adapter give every client the same mapping
+            (one object, built once): treat it as read-only.
         client_init: :data:`WARM_START` or :data:`REINITIALIZE`.
         ranks: module name -> the rank of the global adapter, or a tuple of per-client
             ranks (FlexLoRA).

@@ -1,0 +1,160 @@
+"""The host's budgets of one whole-model aggregate: host reads and non-view ops per shape group.
+
+A host read is a device synchronisation (:mod:`benchmarks.measure.host_reads`), a non-view
+op at least one kernel launch (:mod:`benchmarks.measure.ops`); both are counted on the CPU
+in the CUDA configuration (``backend="cholesky"``), on the presets' module and client
+structures at reduced sides (:func:`benchmarks.measure.overhead.counted_preset`). The
+budgets fail when a count grows, so a regression shows on any CPU before a GPU sees it;
+the project's targets (docs/performance.md, "Host reads and launches") are held in a
+non-strict xfail until the pipeline meets them. Nothing here asserts on a timing.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks.measure.host_reads import HostReadCounter, count_host_reads
+from benchmarks.measure.ops import OpCounter
+from benchmarks.measure.overhead import counted_preset, per_group, python_preset, shape_groups
+from fraq.aggregators import get_aggregator
+
+# Today's counts of get_aggregator("fraq", backend="cholesky").aggregate, per shape group:
+# one .numpy() read of the pass's verdicts, four host-made tensors (the rank mask, ranks,
+# energies, singular values) and one rank.tolist(). Raise only with a reason.
+HOST_READS_PER_GROUP = {"roberta-base": 6, "llama-3.2-3b": 6}
+# Today's non-view ops per shape group (K = 10 and 8 clients: the stacks scaled client by client, two ops each).
+OPS_PER_GROUP = {"roberta-base": 105, "llama-3.2-3b": 101}
+OPS_SLACK = 4  # a reordering of the checks may add an op or two; a step added per client or module will not fit
+
+# The project's targets (docs/performance.md): the ranks' one read, and about ten kernels of
+# math plus the fused energy rule and checks.
+TARGET_HOST_READS_PER_GROUP = 1
+TARGET_OPS_PER_GROUP = 35
+
+PRESETS = ("roberta-base", "llama-3.2-3b")
+
+
+@pytest.fixture(scope="module")
+def counts():
+    agg = get_aggregator("fraq", backend="cholesky")
+    return {name: per_group(agg, name) for name in PRESETS}
+
+
+# ----------------------------------------------------------------------------- the counters count
+
+
+@pytest.mark.parametrize("read", [
+    ("Tensor.item", lambda t: t[0].item()),
+    ("Tensor.__bool__", lambda t: bool(t[0] > 0)),
+    ("Tensor.__bool__", lambda t: 1 if t.any() else 0),
+    ("Tensor.tolist", lambda t: t.tolist()),
+    ("Tensor.numpy", lambda t: t.numpy()),
+    ("Tensor.cpu", lambda t: t.cpu()),
+    ("torch.tensor", lambda t: torch.tensor([1.0, 2.0])),
+    ("torch.as_tensor", lambda t: torch.as_tensor(np.ones(3))),
+    ("torch.from_numpy", lambda t: torch.from_numpy(np.ones(3))),
+    ("aten._local_scalar_dense", lambda t: float(t[0])),
+    ("aten.nonzero", lambda t: t.nonzero()),
+    ("aten.index", lambda t: t[t > 2]),
+], ids=lambda r: r[0] if isinstance(r, tuple) else None)
+def test_each_kind_of_read_is_one(read):
+    kind, fn = read
+    t = torch.arange(6.0)
+    with HostReadCounter() as c:
+        fn(t)
+    assert dict(c.reads) == {kind: 1}
+
+
+def test_tolist_is_one_read_however_long():
+    t = torch.arange(1000.0)
+    with HostReadCounter() as c:
+        t.tolist()
+        t.reshape(10, 100).tolist()
+    assert c.total == 2
+
+
+def test_device_work_and_free_reads_are_not_counted():
+    t = torch.arange(6.0)
+    with HostReadCounter() as c:
+        u = (t * 2).sum(0, keepdim=True).exp()
+        torch.as_tensor(u)  # already a tensor: no host data
+        torch.zeros(3)  # no host data
+        h = t.cpu()
+        h.numpy(), h.tolist()  # already on the host
+    assert dict(c.reads) == {"Tensor.cpu": 1}
+
+
+def test_counter_restores_torch():
+    before = (torch.tensor, torch.from_numpy, torch.Tensor.item, "__bool__" in vars(torch.Tensor))
+    with HostReadCounter():
+        assert torch.tensor is not before[0]
+    assert (torch.tensor, torch.from_numpy, torch.Tensor.item, "__bool__" in vars(torch.Tensor)) == before
+    assert bool(torch.ones(())) and torch.ones(2).tolist() == [1.0, 1.0]
+
+
+def test_count_host_reads_counts_the_warm_call():
+    t = torch.arange(4.0)
+    calls = []
+    c = count_host_reads(lambda: calls.append(t.sum().item()))
+    assert len(calls) == 2 and c.total == 1
+
+
+def test_views_are_excluded():
+    with OpCounter() as c:
+        x = torch.ones(4, 6)
+        y = x.reshape(-1)[:5].unsqueeze(0).t()  # views
+        y.add_(1)
+        (x @ x.mT).sum()
+    assert c.total > c.non_view_total
+    assert set(c.non_view) == {"aten.ones", "aten.add_", "aten.mm", "aten.sum"}
+    assert c.non_view_total == 4
+
+
+# ----------------------------------------------------------------------------- the presets' structures
+
+
+def test_structures_keep_modules_and_shape_groups():
+    for name in PRESETS:
+        small = counted_preset(name)
+        assert small.modules == _preset(name).modules and small.ranks == _preset(name).ranks
+        assert shape_groups(small) == len({(g.m, g.n) for g in _preset(name).groups})
+        assert all(min(g.m, g.n) >= 2 * sum(small.ranks) for g in small.groups)
+        assert {(g.m, g.n) for g in python_preset(name).groups} == {(16, 16)}
+        assert python_preset(name).modules == _preset(name).modules
+
+
+def _preset(name):
+    from fraq.presets import get_preset
+
+    return get_preset(name)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_counted_as_cuda_runs_it(counts, name):
+    """One pass per group, as on CUDA: one eigenproblem per shape group, no CPU chunks
+    (each of which would repeat the pass's ops and its host read)."""
+    c = counts[name]
+    assert c.groups == shape_groups(counted_preset(name))
+    assert c.ops_by_name.get("aten._linalg_eigh") == c.groups, c.ops_by_name
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_host_reads_within_budget(counts, name):
+    c = counts[name]
+    print(f"{name}: {c.host_reads_per_group:g} host reads per shape group ({c.groups} groups): {c.reads_by_kind}")
+    assert c.host_reads_per_group <= HOST_READS_PER_GROUP[name], c.reads_by_kind
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_non_view_ops_within_budget(counts, name):
+    c = counts[name]
+    print(f"{name}: {c.ops_per_group:g} non-view ops per shape group ({c.groups} groups)")
+    assert c.ops_per_group <= OPS_PER_GROUP[name] + OPS_SLACK, sorted(c.ops_by_name.items(), key=lambda kv: -kv[1])
+
+
+@pytest.mark.xfail(strict=False, reason="the pipeline does not yet pack its host reads and fuse its launches")
+@pytest.mark.parametrize("name", PRESETS)
+def test_targets(counts, name):
+    c = counts[name]
+    assert c.host_reads_per_group <= TARGET_HOST_READS_PER_GROUP, c.reads_by_kind
+    assert c.ops_per_group <= TARGET_OPS_PER_GROUP, c.ops_by_name
