@@ -1,0 +1,187 @@
+r"""The static pipeline of :func:`fraq.recompress`: one pass at fixed shapes, one host read.
+
+For float32 factors, the ``cholesky`` basis and the factored Gram (a LoRA stack below the
+general-rank regime, what a whole-model aggregate runs per shape group), :func:`run`
+queues every step of a batch at shapes fixed by (nb, d, r, D) alone, so nothing waits for
+the host until the end:
+
+.. math::
+    W = X^\top X = LL^\top,\quad G = L^\top (YY^\top) L = U\Lambda U^\top,\quad
+    B_p = X L^{-\top} U_p,\quad A_p = (L U_p)^\top Y,
+
+which is the stepwise pipeline's factored form with C = R = L^T (the ``cholesky``
+basis, :mod:`fraq.backends.cholesky`). The energy rule with both rounding bounds
+(:func:`fraq._energy.energy_rule_device`) and every verdict run on the device; the ranks,
+the verdict and the energies are packed into one (nb, 5) float64 tensor and read once.
+The retained directions are mapped back at the static width (all s under the energy rule,
+columns past each matrix's rank masked to exact zeros) and cut at the largest rank on the
+host after the read (a view). A batch where any verdict fails returns None, and the caller
+runs the stepwise pipeline (:mod:`fraq._recompress`) on it: the same result as if this
+pipeline did not exist.
+
+**Precision.** X goes to float64 (exact) and W is formed there: products of float32
+numbers are exact in float64, so W carries one rounding per sum and the Cholesky basis
+keeps float32 orthogonality while kappa(X)^2 eps_64 <= eps_32 / 16 (the backend's
+:data:`~fraq.backends.cholesky.CONDITION_MARGIN`). Y Y^T runs in float32 (the one pass
+over the long side D, in the data's dtype), every other r x r step in float64, which
+also holds the squared range of float32 data without under- or overflow. B_p is applied
+in float64 (as the backend applies Q); A_p is a float32 GEMM over D.
+
+**No scaling of the data.** In float64 nothing here under- or overflows, and scaling X's
+columns by powers of two (:func:`fraq._range.equilibrate`) would only scale W's rows and
+columns, L's rows and G's factors by exact powers that cancel: the arithmetic is the
+same. What the scaling does change is the conditioning verdict, since kappa_F(R) is not
+invariant to it while Q = X R^{-1} is. The verdict is taken at the column scaling
+D = diag(W)^{-1/2} of the r x r Gram, within sqrt(r) of the best diagonal scaling (van
+der Sluis, Numer. Math. 14, 1969): kappa_F(RD)^2 = r ||L^{-1} diag(W)^{1/2}||_F^2,
+since ||RD||_F^2 = tr(DWD) = r.
+
+**Verdicts** (all per matrix; a NaN fails every one):
+
+* the Cholesky factorization succeeded and kappa_F(RD)^2 eps_64 <= eps_32 / 16;
+* every column norm ||x_k|| = sqrt(W_kk) lies in [tiny / eps, max eps] of float32, so
+  (L U_p)^T, whose entries are at most ||x_k||, is a normal float32 number;
+* every row Gram W_Y,kk = ||y_k||^2 lies in [tiny / eps^2, max eps] of float32: Y Y^T in
+  float32 neither underflows nor overflows (:func:`fraq._range.verdict` asks this of the
+  largest entry only, after scaling Y's rows against X's columns; unscaled, each row
+  must pass);
+* lambda_1 lies in the range :func:`fraq._range.verdict` asks of it, and
+  N = sum_k ||x_k|| ||y_k|| <= max eps of float32, so no term of the float32 GEMM for A_p
+  overflows;
+* with ``gram="auto"``, no cancelling clients (:func:`fraq._gram.cancels`: the stepwise
+  pipeline forms their Gram through H).
+
+Factors rescaled against each other by 1e23, a zero factor column, a NaN or an Inf fail
+one of these and take the stepwise pipeline, which rescales, falls back, or names the
+value.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+from fraq._eigen import eigh, resolve
+from fraq._energy import energy_rule_device, rounding_eps
+from fraq._gram import CANCEL_LIMIT
+from fraq._orient import orient, unorient
+from fraq._range import limits
+from fraq.backends.cholesky import CONDITION_MARGIN
+from fraq.result import RecompressResult
+
+if TYPE_CHECKING:
+    from fraq._plan import Plan
+
+__all__ = ["applies", "run"]
+
+
+def applies(backend: str, dtype: torch.dtype, identity: bool, factored: bool, eigensolver: str) -> bool:
+    """Whether a call can take this pipeline: the ``cholesky`` basis of float32 data, below
+    the general-rank regime (r < d), a factored Gram, and an eigensolver route that reads
+    nothing on the host (``"host"`` copies the Grams there)."""
+    return backend == "cholesky" and dtype == torch.float32 and not identity and factored and eigensolver != "host"
+
+
+def run(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> RecompressResult | None:
+    """The result of B (*, m, r), A (*, r, n) by the static pipeline, or None where a verdict
+    fails (then nothing of this pass is used). ``plan`` must satisfy :func:`applies`."""
+    batch = B.shape[:-2]
+    m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
+    nb = math.prod(batch)
+    if nb == 0 or min(m, n, r) == 0:
+        return None
+    X, Y, transposed = orient(B.reshape(nb, m, r), A.reshape(nb, r, n))
+    try:
+        pass_ = _pass(plan, X, Y)
+    except torch.linalg.LinAlgError:  # a CPU eigensolver refusing a non-finite Gram
+        return None
+    host = pass_.pop("packed").tolist()  # the one host read
+    if not all(row[0] for row in host):
+        return None
+    return _result(plan, batch, pass_, host, transposed)
+
+
+def _pass(plan: Plan, X: torch.Tensor, Y: torch.Tensor) -> dict:
+    """Every step on the device: basis, Gram, eigenproblem, rule, verdicts, the map back at
+    the static width, and the packed values the host reads."""
+    d, r = X.shape[-2], X.shape[-1]
+    s = min(d, r)
+    Xw = X.to(torch.float64)
+    W = torch.bmm(Xw.mT, Xw)  # exact products, one rounding per sum
+    L, info = torch.linalg.cholesky_ex(W)
+    Linv = torch.linalg.solve_triangular(L, _eye(r, L.device), upper=False)
+    WY = torch.bmm(Y, Y.mT)
+    G = torch.bmm(L.mT, torch.bmm(WY.to(torch.float64), L))  # C (Y Y^T) C^T, C = L^T
+    lam, U = eigh(G, plan.edt, plan.eigensolver, check=False)
+    lam, U = lam.flip(-1), U.flip(-1)  # descending
+    wd, yd = W.diagonal(dim1=-2, dim2=-1), WY.diagonal(dim1=-2, dim2=-1)
+    n_sum = torch.sqrt(wd * yd).sum(-1)  # N = sum_k ||x_k|| ||y_k||
+    rule = energy_rule_device(lam, n_sum, plan.tau, plan.rank, d=d, r=r,
+                              eps=rounding_eps(plan.cdt, plan.edt), factored=True)
+    kappa = torch.linalg.vector_norm(Linv * wd.sqrt().unsqueeze(-2), dim=(-2, -1))  # kappa_F(RD) / sqrt(r)
+    ok = _verdict(plan, s, info, kappa, wd, yd, lam[:, 0], n_sum, rule.total)
+    Up = U if plan.rank is None else U[..., :plan.rank]
+    if plan.rank is None:
+        Up = Up * rule.keep.unsqueeze(-2)  # past each rank: exact zeros
+    Bp = torch.bmm(Xw, torch.bmm(Linv.mT, Up)).to(X.dtype)  # Q U_p = X R^{-1} U_p
+    Ap = torch.bmm(torch.bmm(L, Up).to(X.dtype).mT, Y)  # U_p^T C Y
+    packed = torch.cat([ok.unsqueeze(-1), rule.counts, rule.energy.unsqueeze(-1)], -1)
+    return dict(L=Bp, R=Ap, rank=rule.counts[:, 1], energy=rule.energy.to(plan.cdt),
+                sv=rule.lam.sqrt().to(plan.cdt), packed=packed)
+
+
+def _verdict(plan: Plan, s: int, info, kappa, wd, yd, lam1, n_sum, total) -> torch.Tensor:
+    """Per matrix, bool: every verdict of the module docstring holds (compared as one (nb, 9)
+    table against its bounds, so a NaN anywhere fails). The cancellation ratio N^2 / tr G is
+    taken on the trace above the noise floor, at most tr G: a borderline matrix is judged
+    to cancel, and takes the stepwise pipeline, which judges it on tr G itself."""
+    w = torch.aminmax(wd, dim=-1)
+    y = torch.aminmax(yd, dim=-1)
+    cancel = n_sum.square() / total if plan.guard else n_sum
+    values = torch.stack([info, kappa, w.min, w.max, y.min, y.max, lam1, n_sum, cancel], -1)
+    lo, hi = _bounds(plan.cdt, plan.edt, s, plan.guard, values.device)
+    return ((values >= lo) & (values <= hi)).all(-1)
+
+
+@functools.lru_cache(maxsize=64)
+def _bounds(cdt: torch.dtype, edt: torch.dtype, s: int, guard: bool,
+            device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (lo, hi) rows of :func:`_verdict`'s table, made once per dtype, width and device."""
+    c_lo, c_hi, g_lo, g_hi, w_lo, w_hi = limits(cdt, edt)
+    limit = math.sqrt(torch.finfo(cdt).eps / (CONDITION_MARGIN * torch.finfo(torch.float64).eps) / s)
+    inf = float("inf")
+    cancel = CANCEL_LIMIT * max(s, 1) if guard else inf
+    lo = [0.0, -inf, c_lo**2, c_lo**2, w_lo, w_lo, g_lo, -inf, -inf]
+    hi = [0.0, limit, c_hi**2, c_hi**2, w_hi, w_hi, g_hi, c_hi, cancel]
+    return (torch.tensor(lo, dtype=torch.float64, device=device),
+            torch.tensor(hi, dtype=torch.float64, device=device))
+
+
+@functools.lru_cache(maxsize=64)
+def _eye(r: int, device: torch.device) -> torch.Tensor:
+    """The r x r float64 identity on ``device``, made once (the right-hand side of L^{-1})."""
+    return torch.eye(r, dtype=torch.float64, device=device)
+
+
+def _result(plan: Plan, batch: tuple, out: dict, host: list, transposed: bool) -> RecompressResult:
+    """The result from the pass and its host read: factors cut at the largest rank (a view),
+    the ranks and energies on the device, and as Python numbers where unbatched."""
+    ranks = tuple(int(row[2]) for row in host)
+    pmax = max(ranks) if plan.rank is None else plan.rank
+    L, R = out["L"][..., :pmax], out["R"][..., :pmax, :]
+    B, A = unorient(L, R, transposed)
+    if batch:
+        B, A = B.reshape(*batch, *B.shape[-2:]), A.reshape(*batch, *A.shape[-2:])
+        rank, energy = out["rank"].reshape(batch), out["energy"].reshape(batch)
+    else:
+        B, A, rank, energy = B[0], A[0], ranks[0], host[0][4]
+    info = {"rescaled": 0, "gram": plan.gram, "eigensolver": resolve(plan.eigensolver, B.device),
+            "product_gram_count": 0, "below_tau": sum(0 < row[2] < row[3] for row in host),
+            "graded_basis": 0, "backend": plan.backend, "fallback": None, "fallback_count": 0,
+            "pipeline": "static"}
+    sv = out["sv"].reshape(*batch, -1)
+    return RecompressResult(B=B, A=A, rank=rank, energy=energy, singular_values=sv, tau=plan.tau,
+                            backend=plan.backend, transposed=transposed, info=info, host_rank=ranks)
