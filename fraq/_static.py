@@ -1,9 +1,9 @@
 r"""The static pipeline of :func:`fraq.recompress`: one pass at fixed shapes, one host read.
 
-For float32 factors, the ``cholesky`` basis and the factored Gram (a LoRA stack below the
-general-rank regime, what a whole-model aggregate runs per shape group), :func:`run`
-queues every step of a batch at shapes fixed by (nb, d, r, D) alone, so nothing waits for
-the host until the end:
+For factors computed in float32 (float32, or bfloat16 and float16 upcast), the
+``cholesky`` basis and the factored Gram (a LoRA stack below the general-rank regime,
+what a whole-model aggregate runs per shape group), :func:`run` queues every step of a
+batch at shapes fixed by (nb, d, r, D) alone, so nothing waits for the host until the end:
 
 .. math::
     W = X^\top X = LL^\top,\quad G = L^\top (YY^\top) L = U\Lambda U^\top,\quad
@@ -62,6 +62,7 @@ import functools
 import math
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from fraq._eigen import eigh, resolve
@@ -70,6 +71,7 @@ from fraq._gram import CANCEL_LIMIT
 from fraq._orient import orient, unorient
 from fraq._range import limits
 from fraq.backends.cholesky import CONDITION_MARGIN
+from fraq._validation import compute_dtype
 from fraq.result import RecompressResult
 
 if TYPE_CHECKING:
@@ -79,10 +81,11 @@ __all__ = ["applies", "run"]
 
 
 def applies(backend: str, dtype: torch.dtype, identity: bool, factored: bool, eigensolver: str) -> bool:
-    """Whether a call can take this pipeline: the ``cholesky`` basis of float32 data, below
-    the general-rank regime (r < d), a factored Gram, and an eigensolver route that reads
-    nothing on the host (``"host"`` copies the Grams there)."""
-    return backend == "cholesky" and dtype == torch.float32 and not identity and factored and eigensolver != "host"
+    """Whether a call can take this pipeline: the ``cholesky`` basis of data computed in float32
+    (float32, bfloat16, float16), below the general-rank regime (r < d), a factored Gram, and
+    an eigensolver route that reads nothing on the host (``"host"`` copies the Grams there)."""
+    return (backend == "cholesky" and compute_dtype(dtype) == torch.float32 and not identity and factored
+            and eigensolver != "host")
 
 
 def run(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> RecompressResult | None:
@@ -94,28 +97,33 @@ def run(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> RecompressResult | None
     if nb == 0 or min(m, n, r) == 0:
         return None
     X, Y, transposed = orient(B.reshape(nb, m, r), A.reshape(nb, r, n))
-    try:
-        pass_ = _pass(plan, X, Y)
-    except torch.linalg.LinAlgError:  # a CPU eigensolver refusing a non-finite Gram
+    pass_ = _pass(plan, X, Y)
+    if pass_ is None:  # the eigensolver refused a non-finite Gram
         return None
-    host = pass_.pop("packed").tolist()  # the one host read
-    if not all(row[0] for row in host):
+    packed = pass_.pop("packed")
+    host = (packed if packed.device.type == "cpu" else packed.cpu()).numpy()  # the one host read
+    if not host[:, 0].all():
         return None
     return _result(plan, batch, pass_, host, transposed)
 
 
-def _pass(plan: Plan, X: torch.Tensor, Y: torch.Tensor) -> dict:
+def _pass(plan: Plan, X: torch.Tensor, Y: torch.Tensor) -> dict | None:
     """Every step on the device: basis, Gram, eigenproblem, rule, verdicts, the map back at
-    the static width, and the packed values the host reads."""
+    the static width, and the packed values the host reads (None where torch's eigensolver
+    raised on a non-finite Gram, which it reports as it fails)."""
     d, r = X.shape[-2], X.shape[-1]
     s = min(d, r)
+    Y = Y.to(plan.cdt)  # no op for float32 data
     Xw = X.to(torch.float64)
     W = torch.bmm(Xw.mT, Xw)  # exact products, one rounding per sum
     L, info = torch.linalg.cholesky_ex(W)
     Linv = torch.linalg.solve_triangular(L, _eye(r, L.device), upper=False)
     WY = torch.bmm(Y, Y.mT)
     G = torch.bmm(L.mT, torch.bmm(WY.to(torch.float64), L))  # C (Y Y^T) C^T, C = L^T
-    lam, U = eigh(G, plan.edt, plan.eigensolver, check=False)
+    eig = eigh(G, plan.edt, plan.eigensolver, check=False)
+    if eig is None:
+        return None
+    lam, U = eig[0].to(torch.float64), eig[1].to(torch.float64)  # no op for the default float64 solver
     lam, U = lam.flip(-1), U.flip(-1)  # descending
     wd, yd = W.diagonal(dim1=-2, dim2=-1), WY.diagonal(dim1=-2, dim2=-1)
     n_sum = torch.sqrt(wd * yd).sum(-1)  # N = sum_k ||x_k|| ||y_k||
@@ -126,8 +134,8 @@ def _pass(plan: Plan, X: torch.Tensor, Y: torch.Tensor) -> dict:
     Up = U if plan.rank is None else U[..., :plan.rank]
     if plan.rank is None:
         Up = Up * rule.keep.unsqueeze(-2)  # past each rank: exact zeros
-    Bp = torch.bmm(Xw, torch.bmm(Linv.mT, Up)).to(X.dtype)  # Q U_p = X R^{-1} U_p
-    Ap = torch.bmm(torch.bmm(L, Up).to(X.dtype).mT, Y)  # U_p^T C Y
+    Bp = torch.bmm(Xw, torch.bmm(Linv.mT, Up)).to(plan.cdt).to(plan.out_dtype)  # Q U_p = X R^{-1} U_p
+    Ap = torch.bmm(torch.bmm(L, Up).to(plan.cdt).mT, Y).to(plan.out_dtype)  # U_p^T C Y
     packed = torch.cat([ok.unsqueeze(-1), rule.counts, rule.energy.unsqueeze(-1)], -1)
     return dict(L=Bp, R=Ap, rank=rule.counts[:, 1], energy=rule.energy.to(plan.cdt),
                 sv=rule.lam.sqrt().to(plan.cdt), packed=packed)
@@ -142,19 +150,23 @@ def _verdict(plan: Plan, s: int, info, kappa, wd, yd, lam1, n_sum, total) -> tor
     y = torch.aminmax(yd, dim=-1)
     cancel = n_sum.square() / total if plan.guard else n_sum
     values = torch.stack([info, kappa, w.min, w.max, y.min, y.max, lam1, n_sum, cancel], -1)
-    lo, hi = _bounds(plan.cdt, plan.edt, s, plan.guard, values.device)
+    lo, hi = _bounds(plan.cdt, plan.edt, plan.out_dtype, s, plan.guard, values.device)
     return ((values >= lo) & (values <= hi)).all(-1)
 
 
 @functools.lru_cache(maxsize=64)
-def _bounds(cdt: torch.dtype, edt: torch.dtype, s: int, guard: bool,
+def _bounds(cdt: torch.dtype, edt: torch.dtype, out_dtype: torch.dtype, s: int, guard: bool,
             device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The (lo, hi) rows of :func:`_verdict`'s table, made once per dtype, width and device."""
+    """The (lo, hi) rows of :func:`_verdict`'s table, made once per dtypes, width and device.
+    lambda_1 is also held to what the result's dtype can carry, sigma_1 in [tiny, max / 2]
+    (:func:`fraq._range.check_representable`, which names a value outside it)."""
     c_lo, c_hi, g_lo, g_hi, w_lo, w_hi = limits(cdt, edt)
+    fo = torch.finfo(out_dtype)
+    g_lo, g_hi = max(g_lo, fo.tiny**2), min(g_hi, (fo.max / 2) ** 2)
     limit = math.sqrt(torch.finfo(cdt).eps / (CONDITION_MARGIN * torch.finfo(torch.float64).eps) / s)
     inf = float("inf")
     cancel = CANCEL_LIMIT * max(s, 1) if guard else inf
-    lo = [0.0, -inf, c_lo**2, c_lo**2, w_lo, w_lo, g_lo, -inf, -inf]
+    lo = [0.0, -inf, c_lo**2, c_lo**2, w_lo, w_lo, g_lo, -inf, -inf]  # NaN fails both sides
     hi = [0.0, limit, c_hi**2, c_hi**2, w_hi, w_hi, g_hi, c_hi, cancel]
     return (torch.tensor(lo, dtype=torch.float64, device=device),
             torch.tensor(hi, dtype=torch.float64, device=device))
@@ -166,10 +178,10 @@ def _eye(r: int, device: torch.device) -> torch.Tensor:
     return torch.eye(r, dtype=torch.float64, device=device)
 
 
-def _result(plan: Plan, batch: tuple, out: dict, host: list, transposed: bool) -> RecompressResult:
+def _result(plan: Plan, batch: tuple, out: dict, host: np.ndarray, transposed: bool) -> RecompressResult:
     """The result from the pass and its host read: factors cut at the largest rank (a view),
     the ranks and energies on the device, and as Python numbers where unbatched."""
-    ranks = tuple(int(row[2]) for row in host)
+    ranks = tuple(int(k) for k in host[:, 2])
     pmax = max(ranks) if plan.rank is None else plan.rank
     L, R = out["L"][..., :pmax], out["R"][..., :pmax, :]
     B, A = unorient(L, R, transposed)
@@ -177,9 +189,9 @@ def _result(plan: Plan, batch: tuple, out: dict, host: list, transposed: bool) -
         B, A = B.reshape(*batch, *B.shape[-2:]), A.reshape(*batch, *A.shape[-2:])
         rank, energy = out["rank"].reshape(batch), out["energy"].reshape(batch)
     else:
-        B, A, rank, energy = B[0], A[0], ranks[0], host[0][4]
+        B, A, rank, energy = B[0], A[0], ranks[0], float(host[0, 4])
     info = {"rescaled": 0, "gram": plan.gram, "eigensolver": resolve(plan.eigensolver, B.device),
-            "product_gram_count": 0, "below_tau": sum(0 < row[2] < row[3] for row in host),
+            "product_gram_count": 0, "below_tau": int(((host[:, 2] > 0) & (host[:, 2] < host[:, 3])).sum()),
             "graded_basis": 0, "backend": plan.backend, "fallback": None, "fallback_count": 0,
             "pipeline": "static"}
     sv = out["sv"].reshape(*batch, -1)
