@@ -177,6 +177,7 @@ class DeviceRule(NamedTuple):
         energy: (nb,) the kept fraction of the total (1 where the Gram is all rounding).
         lam: (nb, s) the spectrum reported: zero at or below the floor and past q.
         total: (nb,) the total T, the sum of the eigenvalues above the floor.
+        floor: (nb,) the product's rounding per eigenvalue, (k eps N)^2.
     """
 
     counts: torch.Tensor
@@ -184,6 +185,7 @@ class DeviceRule(NamedTuple):
     energy: torch.Tensor
     lam: torch.Tensor
     total: torch.Tensor
+    floor: torch.Tensor
 
 
 def energy_rule_device(lam: torch.Tensor, n_sum: torch.Tensor, tau: float | None, rank: int | None, *,
@@ -203,7 +205,7 @@ def energy_rule_device(lam: torch.Tensor, n_sum: torch.Tensor, tau: float | None
     thr <= 0 every count is 0 because the sums are non-negative). Where thr > 0 the kept
     energy is the cumulative sum at p - 1 = c(min(tau T, thr)), else 1. :func:`energy_rule`
     adds [T > 0] to p_tau instead, which differs only where thr <= 0 < T, where q = p = 0
-    and neither is short. The three thresholds are compared in one broadcast."""
+    and neither is short. The three counts are one ``searchsorted``."""
     s = lam.shape[-1]
     k = max(min(d, r), math.sqrt(d + r))
     floor = torch.square(n_sum * (k * eps))
@@ -219,7 +221,7 @@ def energy_rule_device(lam: torch.Tensor, n_sum: torch.Tensor, tau: float | None
     else:
         tt = tau * total
         lims = torch.stack([thr, torch.minimum(tt, thr), tt], -1)
-    below = (cums.unsqueeze(-2) < lims.unsqueeze(-1)).sum(-1)
+    below = torch.searchsorted(cums, lims)  # c(t): the cumulative sums are non-decreasing
     counts = below + pos.unsqueeze(-1)
     if tau is None:
         counts = torch.cat([counts, torch.full_like(counts, rank), torch.full_like(counts, rank)], -1)
@@ -228,7 +230,8 @@ def energy_rule_device(lam: torch.Tensor, n_sum: torch.Tensor, tau: float | None
         kept = cums.gather(-1, below[:, 1:2]).squeeze(-1)
     masks = _arange(s, lam.device) < counts[:, :2].unsqueeze(-1)  # j < q, j < p
     energy = torch.where(pos, kept / total, _one(lam.dtype, lam.device))
-    return DeviceRule(counts=counts, keep=masks[:, 1], energy=energy, lam=lam * masks[:, 0], total=total)
+    return DeviceRule(counts=counts, keep=masks[:, 1], energy=energy, lam=lam * masks[:, 0], total=total,
+                      floor=floor)
 
 
 @functools.lru_cache(maxsize=64)

@@ -130,7 +130,7 @@ def _pass(plan: Plan, X: torch.Tensor, Y: torch.Tensor) -> dict | None:
     rule = energy_rule_device(lam, n_sum, plan.tau, plan.rank, d=d, r=r,
                               eps=rounding_eps(plan.cdt, plan.edt), factored=True)
     kappa = torch.linalg.vector_norm(Linv * wd.sqrt().unsqueeze(-2), dim=(-2, -1))  # kappa_F(RD) / sqrt(r)
-    ok = _verdict(plan, s, info, kappa, wd, yd, lam[:, 0], n_sum, rule.total)
+    ok = _verdict(plan, s, (d, r), info, kappa, wd, yd, lam[:, 0], n_sum, rule)
     Up = U if plan.rank is None else U[..., :plan.rank]
     if plan.rank is None:
         Up = Up * rule.keep.unsqueeze(-2)  # past each rank: exact zeros
@@ -141,21 +141,22 @@ def _pass(plan: Plan, X: torch.Tensor, Y: torch.Tensor) -> dict | None:
                 sv=rule.lam.sqrt().to(plan.cdt), packed=packed)
 
 
-def _verdict(plan: Plan, s: int, info, kappa, wd, yd, lam1, n_sum, total) -> torch.Tensor:
-    """Per matrix, bool: every verdict of the module docstring holds (compared as one (nb, 9)
-    table against its bounds, so a NaN anywhere fails). The cancellation ratio N^2 / tr G is
-    taken on the trace above the noise floor, at most tr G: a borderline matrix is judged
-    to cancel, and takes the stepwise pipeline, which judges it on tr G itself."""
+def _verdict(plan: Plan, s: int, dr: tuple[int, int], info, kappa, wd, yd, lam1, n_sum, rule) -> torch.Tensor:
+    """Per matrix, bool: every verdict of the module docstring holds, as one (nb, 9) table
+    clamped to its bounds: a value is in range where clamping leaves it equal, which a NaN
+    never is. The cancellation ratio rho^2 = N^2 / tr G is taken as floor / T, the floor
+    (k eps N)^2 over the trace above it (at most tr G): a borderline matrix is judged to
+    cancel and takes the stepwise pipeline, which judges it on tr G itself."""
     w = torch.aminmax(wd, dim=-1)
     y = torch.aminmax(yd, dim=-1)
-    cancel = n_sum.square() / total if plan.guard else n_sum
+    cancel = rule.floor / rule.total if plan.guard else n_sum
     values = torch.stack([info, kappa, w.min, w.max, y.min, y.max, lam1, n_sum, cancel], -1)
-    lo, hi = _bounds(plan.cdt, plan.edt, plan.out_dtype, s, plan.guard, values.device)
-    return ((values >= lo) & (values <= hi)).all(-1)
+    lo, hi = _bounds(plan.cdt, plan.edt, plan.out_dtype, s, dr, plan.guard, values.device)
+    return (torch.clamp(values, lo, hi) == values).all(-1)
 
 
 @functools.lru_cache(maxsize=64)
-def _bounds(cdt: torch.dtype, edt: torch.dtype, out_dtype: torch.dtype, s: int, guard: bool,
+def _bounds(cdt: torch.dtype, edt: torch.dtype, out_dtype: torch.dtype, s: int, dr: tuple[int, int], guard: bool,
             device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """The (lo, hi) rows of :func:`_verdict`'s table, made once per dtypes, width and device.
     lambda_1 is also held to what the result's dtype can carry, sigma_1 in [tiny, max / 2]
@@ -165,7 +166,8 @@ def _bounds(cdt: torch.dtype, edt: torch.dtype, out_dtype: torch.dtype, s: int, 
     g_lo, g_hi = max(g_lo, fo.tiny**2), min(g_hi, (fo.max / 2) ** 2)
     limit = math.sqrt(torch.finfo(cdt).eps / (CONDITION_MARGIN * torch.finfo(torch.float64).eps) / s)
     inf = float("inf")
-    cancel = CANCEL_LIMIT * max(s, 1) if guard else inf
+    k = max(min(dr), math.sqrt(sum(dr)))  # the floor's constant (fraq._energy.noise_floor)
+    cancel = CANCEL_LIMIT * max(s, 1) * (k * rounding_eps(cdt, edt)) ** 2 if guard else inf
     lo = [0.0, -inf, c_lo**2, c_lo**2, w_lo, w_lo, g_lo, -inf, -inf]  # NaN fails both sides
     hi = [0.0, limit, c_hi**2, c_hi**2, w_hi, w_hi, g_hi, c_hi, cancel]
     return (torch.tensor(lo, dtype=torch.float64, device=device),
