@@ -33,8 +33,15 @@ data, factored Gram) and the stepwise pipeline elsewhere or where its verdicts f
 PIPELINE_DEFAULTS: dict[str, str] = {"cpu": "stepwise", "cuda": "stepwise"}
 """Device type -> the pipeline ``"auto"`` runs (``"stepwise"`` for any other type). A pipeline
 becomes a device's default only from an end-to-end measurement on that device that shows it
-no slower, with the same ranks. CUDA: ``"stepwise"`` until ``"static"`` has run and been
-measured on a GPU. CPU: see docs/performance.md."""
+no slower, with the same ranks.
+
+* CUDA: ``"stepwise"`` until ``"static"`` has run and been measured on a GPU (it is built
+  for one: one host read and a fixed number of launches per call).
+* CPU: ``"stepwise"``. The static pipeline serves the ``cholesky`` basis, while the CPU's
+  default basis is ``householder`` (:data:`fraq.backends.DEVICE_DEFAULTS`), which the
+  interleaved one-thread measurement on the presets found faster than the static pass; a
+  host read costs nothing there, and the static pass maps back at the full width s and
+  runs a batch unchunked. ``pipeline="static"`` stays one word away."""
 
 
 @dataclass(frozen=True)
