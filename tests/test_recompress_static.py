@@ -18,6 +18,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import fraq
@@ -318,3 +320,19 @@ def test_device_rule_is_the_host_rule(tau, rank, factored):
     np.testing.assert_allclose(got.energy.numpy(), energy, rtol=8 * np.finfo(np.float64).eps)
     assert got.keep.sum(-1).tolist() == p.tolist()
     np.testing.assert_array_equal(got.lam.numpy(), np.where(np.arange(6) < q[:, None], lam, 0.0))
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(m=st.integers(8, 96), n=st.integers(8, 96), ranks=st.lists(st.integers(0, 6), min_size=1, max_size=5),
+       nb=st.integers(1, 4), tau=st.sampled_from([0.5, 0.8, 0.95, 0.99, 0.999, 1.0]),
+       c=st.sampled_from([1.0, 1e-3, 1e3, 2.0**20]), seed=st.integers(0, 2**16))
+def test_same_ranks_on_random_stacks(m, n, ranks, nb, tau, c, seed):
+    """Random LoRA stacks, clients of rank 0 included, every other client's factors rescaled
+    against each other by c: the static pipeline's ranks are the stepwise pipeline's
+    wherever it runs, and both products within the module's tolerance of the optimum."""
+    Bs, As = lora_clients(m, n, [max(k, 1) for k in ranks], batch=(nb,), seed=seed)
+    Bs = [b[..., :k] * (c if i % 2 else 1.0) for i, (b, k) in enumerate(zip(Bs, ranks))]
+    As = [a[..., :k, :] / (c if i % 2 else 1.0) for i, (a, k) in enumerate(zip(As, ranks))]
+    B, A = fraq.stack(Bs, As)
+    new, old = _both(B, A, tau=tau)
+    _assert_same(new, old, B, A, gap_check=False)
