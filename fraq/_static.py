@@ -118,8 +118,8 @@ def _pass(plan: Plan, X: torch.Tensor, Y: torch.Tensor) -> dict | None:
     W = torch.bmm(Xw.mT, Xw)  # exact products, one rounding per sum
     L, info = torch.linalg.cholesky_ex(W)
     Linv = torch.linalg.solve_triangular(L, _eye(r, L.device), upper=False)
-    WY = torch.bmm(Y, Y.mT)
-    G = torch.bmm(L.mT, torch.bmm(WY.to(torch.float64), L))  # C (Y Y^T) C^T, C = L^T
+    WY = torch.bmm(Y, Y.mT).to(torch.float64)  # over the long side D, in float32
+    G = torch.bmm(L.mT, torch.bmm(WY, L))  # C (Y Y^T) C^T, C = L^T
     eig = eigh(G, plan.edt, plan.eigensolver, check=False)
     if eig is None:
         return None
@@ -142,15 +142,14 @@ def _pass(plan: Plan, X: torch.Tensor, Y: torch.Tensor) -> dict | None:
 
 
 def _verdict(plan: Plan, s: int, dr: tuple[int, int], info, kappa, wd, yd, lam1, n_sum, rule) -> torch.Tensor:
-    """Per matrix, bool: every verdict of the module docstring holds, as one (nb, 9) table
-    clamped to its bounds: a value is in range where clamping leaves it equal, which a NaN
-    never is. The cancellation ratio rho^2 = N^2 / tr G is taken as floor / T, the floor
-    (k eps N)^2 over the trace above it (at most tr G): a borderline matrix is judged to
-    cancel and takes the stepwise pipeline, which judges it on tr G itself."""
-    w = torch.aminmax(wd, dim=-1)
-    y = torch.aminmax(yd, dim=-1)
+    """Per matrix, bool: every verdict of the module docstring holds, as one (nb, 2 r + 5)
+    table (the Cholesky info, kappa, lambda_1, N, the cancellation ratio, then each W_kk and
+    each W_Y,kk) clamped to its bounds: a value is in range where clamping leaves it equal,
+    which a NaN never is. The cancellation ratio rho^2 = N^2 / tr G is taken as floor / T,
+    the floor (k eps N)^2 over the trace above it (at most tr G): a borderline matrix is
+    judged to cancel and takes the stepwise pipeline, which judges it on tr G itself."""
     cancel = rule.floor / rule.total if plan.guard else n_sum
-    values = torch.stack([info, kappa, w.min, w.max, y.min, y.max, lam1, n_sum, cancel], -1)
+    values = torch.cat([t.unsqueeze(-1) for t in (info, kappa, lam1, n_sum, cancel)] + [wd, yd], -1)
     lo, hi = _bounds(plan.cdt, plan.edt, plan.out_dtype, s, dr, plan.guard, values.device)
     return (torch.clamp(values, lo, hi) == values).all(-1)
 
@@ -158,7 +157,7 @@ def _verdict(plan: Plan, s: int, dr: tuple[int, int], info, kappa, wd, yd, lam1,
 @functools.lru_cache(maxsize=64)
 def _bounds(cdt: torch.dtype, edt: torch.dtype, out_dtype: torch.dtype, s: int, dr: tuple[int, int], guard: bool,
             device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The (lo, hi) rows of :func:`_verdict`'s table, made once per dtypes, width and device.
+    """The (lo, hi) rows of :func:`_verdict`'s table, made once per dtypes, shape and device.
     lambda_1 is also held to what the result's dtype can carry, sigma_1 in [tiny, max / 2]
     (:func:`fraq._range.check_representable`, which names a value outside it)."""
     c_lo, c_hi, g_lo, g_hi, w_lo, w_hi = limits(cdt, edt)
@@ -168,8 +167,9 @@ def _bounds(cdt: torch.dtype, edt: torch.dtype, out_dtype: torch.dtype, s: int, 
     inf = float("inf")
     k = max(min(dr), math.sqrt(sum(dr)))  # the floor's constant (fraq._energy.noise_floor)
     cancel = CANCEL_LIMIT * max(s, 1) * (k * rounding_eps(cdt, edt)) ** 2 if guard else inf
-    lo = [0.0, -inf, c_lo**2, c_lo**2, w_lo, w_lo, g_lo, -inf, -inf]  # NaN fails both sides
-    hi = [0.0, limit, c_hi**2, c_hi**2, w_hi, w_hi, g_hi, c_hi, cancel]
+    r = dr[1]
+    lo = [0.0, -inf, g_lo, -inf, -inf] + [c_lo**2] * r + [w_lo] * r
+    hi = [0.0, limit, g_hi, c_hi, cancel] + [c_hi**2] * r + [w_hi] * r
     return (torch.tensor(lo, dtype=torch.float64, device=device),
             torch.tensor(hi, dtype=torch.float64, device=device))
 
