@@ -36,8 +36,8 @@ import torch
 
 from fraq._validation import check_finite, compute_dtype
 
-__all__ = ["amax", "check_representable", "equilibrate", "exponent", "limits", "pow2", "rescaled", "scale_pow2", "stats",
-           "verdict"]
+__all__ = ["amax", "check_representable", "equilibrate", "exponent", "limits", "pow2", "rescaled", "scale_pow2",
+           "stats", "verdict"]
 
 _BITS = {  # dtype -> (integer dtype of its bit pattern, mantissa bits, exponent bias)
     torch.float32: (torch.int32, 23, 127),

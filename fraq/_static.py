@@ -70,8 +70,8 @@ from fraq._energy import energy_rule_device, rounding_eps
 from fraq._gram import CANCEL_LIMIT
 from fraq._orient import orient, unorient
 from fraq._range import limits
-from fraq.backends.cholesky import CONDITION_MARGIN
 from fraq._validation import compute_dtype
+from fraq.backends.cholesky import CONDITION_MARGIN
 from fraq.result import RecompressResult
 
 if TYPE_CHECKING:
@@ -109,8 +109,8 @@ def run(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> RecompressResult | None
 
 def _pass(plan: Plan, X: torch.Tensor, Y: torch.Tensor) -> dict | None:
     """Every step on the device: basis, Gram, eigenproblem, rule, verdicts, the map back at
-    the static width, and the packed values the host reads (None where torch's eigensolver
-    raised on a non-finite Gram, which it reports as it fails)."""
+    the static width, and the packed values the host reads (None where the eigensolver
+    refused a non-finite Gram)."""
     d, r = X.shape[-2], X.shape[-1]
     s = min(d, r)
     Y = Y.to(plan.cdt)  # no op for float32 data
@@ -163,11 +163,11 @@ def _bounds(cdt: torch.dtype, edt: torch.dtype, out_dtype: torch.dtype, s: int, 
     c_lo, c_hi, g_lo, g_hi, w_lo, w_hi = limits(cdt, edt)
     fo = torch.finfo(out_dtype)
     g_lo, g_hi = max(g_lo, fo.tiny**2), min(g_hi, (fo.max / 2) ** 2)
-    limit = math.sqrt(torch.finfo(cdt).eps / (CONDITION_MARGIN * torch.finfo(torch.float64).eps) / s)
+    r = dr[1]  # kappa_F(RD)^2 = r ||L^{-1} diag(W)^{1/2}||_F^2 against the backend's limit
+    limit = math.sqrt(torch.finfo(cdt).eps / (CONDITION_MARGIN * torch.finfo(torch.float64).eps) / r)
     inf = float("inf")
     k = max(min(dr), math.sqrt(sum(dr)))  # the floor's constant (fraq._energy.noise_floor)
     cancel = CANCEL_LIMIT * max(s, 1) * (k * rounding_eps(cdt, edt)) ** 2 if guard else inf
-    r = dr[1]
     lo = [0.0, -inf, g_lo, -inf, -inf] + [c_lo**2] * r + [w_lo] * r
     hi = [0.0, limit, g_hi, c_hi, cancel] + [c_hi**2] * r + [w_hi] * r
     return (torch.tensor(lo, dtype=torch.float64, device=device),
