@@ -84,10 +84,15 @@ def _cupy_import_error() -> str | None:
     return None
 
 
-def eigh(G: torch.Tensor, dtype: torch.dtype, eigensolver: str = "auto") -> tuple[torch.Tensor, torch.Tensor] | None:
+def eigh(G: torch.Tensor, dtype: torch.dtype, eigensolver: str = "auto",
+         check: bool = True) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``(lam, U)`` of each symmetric ``G`` (``(*, r, r)``, lower triangle read) in ``dtype``,
     ascending, on ``G``'s device, by route ``eigensolver`` (checked by
-    :func:`check_eigensolver`); None when the solver refuses a non-finite Gram."""
+    :func:`check_eigensolver`); None when the solver refuses a non-finite Gram.
+
+    ``check=False`` leaves CuPy's result unchecked (NaN where it failed): the check reads the
+    device, and a caller whose own verdict reads lambda_1 later (:mod:`fraq._static`)
+    needs no second read. torch's solvers raise on the routes that refuse."""
     Gd = G.to(dtype)
     route = resolve(eigensolver, Gd.device)
     try:
@@ -98,10 +103,10 @@ def eigh(G: torch.Tensor, dtype: torch.dtype, eigensolver: str = "auto") -> tupl
             return lam.to(G.device, non_blocking=True), U.to(G.device, non_blocking=True)
     except torch.linalg.LinAlgError:
         return None
-    return _cupy(Gd)
+    return _cupy(Gd, check)
 
 
-def _cupy(G: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+def _cupy(G: torch.Tensor, check: bool = True) -> tuple[torch.Tensor, torch.Tensor] | None:
     import cupy
 
     index = G.device.index if G.device.index is not None else torch.cuda.current_device()
@@ -114,6 +119,6 @@ def _cupy(G: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         with cupy.cuda.Device(index), cupy.cuda.ExternalStream(stream.cuda_stream, index):
             w, V = cupy.linalg.eigh(cupy.from_dlpack(G.contiguous()), UPLO="L")
             lam, U = torch.from_dlpack(w), torch.from_dlpack(V)
-    if not bool(torch.isfinite(lam).all()):
+    if check and not bool(torch.isfinite(lam).all()):
         return None
     return lam, U

@@ -55,12 +55,15 @@ whose p is q < :math:`p_\tau` keeps less than ``tau`` only by that remainder, an
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
-__all__ = ["energy_rule", "gram_budget", "noise_floor", "rounding_eps", "select_rank"]
+__all__ = ["DeviceRule", "energy_rule", "energy_rule_device", "gram_budget", "noise_floor", "rounding_eps",
+           "select_rank"]
 
 _TINY64 = float(np.finfo(np.float64).tiny)
 
@@ -162,3 +165,82 @@ def energy_rule(lam: np.ndarray, tau: float | None, rank: int | None,
     if zero.any():
         energy[zero] = 1.0
     return p, energy, short, q
+
+
+class DeviceRule(NamedTuple):
+    """:func:`energy_rule_device`'s result, per matrix, on the eigenvalues' device.
+
+    Attributes:
+        counts: (nb, 3) int64: q, p and p_tau (Eq. 11 alone; p under a fixed rank), so that
+            ``short`` of :func:`energy_rule` is 0 < p < p_tau.
+        keep: (nb, s) bool, j < p (the columns the map back keeps).
+        energy: (nb,) the kept fraction of the total (1 where the Gram is all rounding).
+        lam: (nb, s) the spectrum reported: zero at or below the floor and past q.
+        total: (nb,) the total T, the sum of the eigenvalues above the floor.
+        floor: (nb,) the product's rounding per eigenvalue, (k eps N)^2.
+    """
+
+    counts: torch.Tensor
+    keep: torch.Tensor
+    energy: torch.Tensor
+    lam: torch.Tensor
+    total: torch.Tensor
+    floor: torch.Tensor
+
+
+def energy_rule_device(lam: torch.Tensor, n_sum: torch.Tensor, tau: float | None, rank: int | None, *,
+                       d: int, r: int, eps: float, factored: bool) -> DeviceRule:
+    r""":func:`energy_rule` with :func:`noise_floor` and :func:`gram_budget` (``n_sum`` given
+    when ``factored``), on the device and at static shapes: nothing is read on the host.
+
+    ``lam`` (nb, s): the Gram's eigenvalues as computed, descending; ``n_sum`` (nb,): N, finite
+    (a caller reads its verdicts with the result and discards matrices whose N is not).
+    The same rule, step by step: eigenvalues at or below :math:`(k\varepsilon N)^2` are
+    zero; the budget is :math:`s\varepsilon\,\mathrm{tr}\,G` (the whole trace where a
+    factored Gram's trace is at most :math:`\varepsilon N^2`); with c(t) the count of
+    cumulative sums below t and thr the total less the budget,
+    :math:`q = c(\mathrm{thr}) + [\mathrm{thr} > 0]`,
+    :math:`p_\tau = c(\tau T) + [\mathrm{thr} > 0]` and :math:`p = \min(p_\tau, q) =
+    c(\min(\tau T, \mathrm{thr})) + [\mathrm{thr} > 0]` (c is monotone, and where
+    thr <= 0 every count is 0 because the sums are non-negative). Where thr > 0 the kept
+    energy is the cumulative sum at p - 1 = c(min(tau T, thr)), else 1. :func:`energy_rule`
+    adds [T > 0] to p_tau instead, which differs only where thr <= 0 < T, where q = p = 0
+    and neither is short. The three counts are one ``searchsorted``."""
+    s = lam.shape[-1]
+    k = max(min(d, r), math.sqrt(d + r))
+    floor = torch.square(n_sum * (k * eps))
+    lam = lam * (lam > floor.unsqueeze(-1))
+    cums = lam.cumsum(-1)
+    total = cums[:, -1]
+    thr = total - (max(s, 1) * eps) * total
+    if factored:  # eps N^2 = floor / (k^2 eps)
+        thr = thr * (total > floor * (1.0 / (k * k * eps)))
+    pos = thr > 0
+    if tau is None:
+        lims = thr.unsqueeze(-1)
+    else:
+        tt = tau * total
+        lims = torch.stack([thr, torch.minimum(tt, thr), tt], -1)
+    below = torch.searchsorted(cums, lims)  # c(t): the cumulative sums are non-decreasing
+    counts = below + pos.unsqueeze(-1)
+    if tau is None:
+        counts = torch.cat([counts, torch.full_like(counts, rank), torch.full_like(counts, rank)], -1)
+        kept = cums[:, rank - 1]
+    else:
+        kept = cums.gather(-1, below[:, 1:2]).squeeze(-1)
+    masks = _arange(s, lam.device) < counts[:, :2].unsqueeze(-1)  # j < q, j < p
+    energy = torch.where(pos, kept / total, _one(lam.dtype, lam.device))
+    return DeviceRule(counts=counts, keep=masks[:, 1], energy=energy, lam=lam * masks[:, 0], total=total,
+                      floor=floor)
+
+
+@functools.lru_cache(maxsize=64)
+def _arange(s: int, device: torch.device) -> torch.Tensor:
+    """0 .. s - 1 (int64) on ``device``, made once."""
+    return torch.arange(s, device=device)
+
+
+@functools.lru_cache(maxsize=64)
+def _one(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """1 of ``dtype`` on ``device``, made once (a where's other branch, no scalar made per call)."""
+    return torch.ones((), dtype=dtype, device=device)

@@ -15,12 +15,33 @@ import torch
 
 from fraq._eigen import check_eigensolver
 from fraq._gram import GRAMS
+from fraq._static import applies
 from fraq._validation import check_eig_dtype, check_rank, check_tau, compute_dtype
 from fraq.backends import AUTO, REGISTRY, resolve_backend
 from fraq.backends.base import Backend, identity_basis
 from fraq.flops import cheapest_path
 
-__all__ = ["Options", "Plan", "check_options"]
+__all__ = ["PIPELINES", "PIPELINE_DEFAULTS", "Options", "Plan", "check_options"]
+
+PIPELINES = ("auto", "stepwise", "static")
+"""Values of ``recompress(pipeline=...)``: ``"stepwise"`` runs the steps of :mod:`fraq._recompress`
+and decides each verdict on the host as it comes; ``"static"`` runs one pass at fixed shapes
+with one host read (:mod:`fraq._static`) where it applies (the ``cholesky`` basis of float32
+data, factored Gram) and the stepwise pipeline elsewhere or where its verdicts fail;
+``"auto"`` is the device's entry in :data:`PIPELINE_DEFAULTS`."""
+
+PIPELINE_DEFAULTS: dict[str, str] = {"cpu": "stepwise", "cuda": "stepwise"}
+"""Device type -> the pipeline ``"auto"`` runs (``"stepwise"`` for any other type). A pipeline
+becomes a device's default only from an end-to-end measurement on that device that shows it
+no slower, with the same ranks.
+
+* CUDA: ``"stepwise"`` until ``"static"`` has run and been measured on a GPU (it is built
+  for one: one host read and a fixed number of launches per call).
+* CPU: ``"stepwise"``. The static pipeline serves the ``cholesky`` basis, while the CPU's
+  default basis is ``householder`` (:data:`fraq.backends.DEVICE_DEFAULTS`), which the
+  interleaved one-thread measurement on the presets found faster than the static pass; a
+  host read costs nothing there, and the static pass maps back at the full width s and
+  runs a batch unchunked. ``pipeline="static"`` stays one word away."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +58,7 @@ class Options:
         eig_dtype: the eigensolver's dtype.
         gram: the requested Gram form (:data:`GRAMS`).
         eigensolver: the eigenproblem's route (:data:`fraq._eigen.EIGENSOLVERS`).
+        pipeline: :data:`PIPELINES`.
     """
 
     tau: float | None
@@ -45,6 +67,7 @@ class Options:
     eig_dtype: torch.dtype = torch.float64
     gram: str = "auto"
     eigensolver: str = "auto"
+    pipeline: str = "auto"
 
     def cut(self, *, tau=None, rank=None) -> Options:
         """These options cutting by ``tau`` or at ``rank`` instead (exactly one), checked as
@@ -56,7 +79,7 @@ class Options:
 
 
 def check_options(*, tau=None, rank=None, backend: str = AUTO, eig_dtype=None, gram: str = "auto",
-                  eigensolver: str = "auto", limit: int | None = None) -> Options:
+                  eigensolver: str = "auto", pipeline: str = "auto", limit: int | None = None) -> Options:
     """:class:`Options` from :func:`recompress`'s arguments, or the error naming the argument
     and its value; ``limit`` caps a fixed rank (min(d, r) of a call; None: any rank >= 1)."""
     if (tau is None) == (rank is None):
@@ -69,9 +92,11 @@ def check_options(*, tau=None, rank=None, backend: str = AUTO, eig_dtype=None, g
         resolve_backend(backend, "cpu")  # the name's check and message; "auto" resolves per device
     if not isinstance(gram, str) or gram not in GRAMS:
         raise ValueError(f"gram(={gram!r}) must be one of {list(GRAMS)}")
+    if not isinstance(pipeline, str) or pipeline not in PIPELINES:
+        raise ValueError(f"pipeline(={pipeline!r}) must be one of {list(PIPELINES)}")
     edt = torch.float64 if eig_dtype is None else check_eig_dtype(eig_dtype)
     return Options(tau=tau, rank=rank, backend=backend, eig_dtype=edt, gram=gram,
-                   eigensolver=check_eigensolver(eigensolver))
+                   eigensolver=check_eigensolver(eigensolver), pipeline=pipeline)
 
 
 @dataclass(frozen=True)
@@ -92,6 +117,7 @@ class Plan:
         gram: the requested Gram form (:data:`GRAMS`), recorded in ``info``.
         out_dtype, cdt, edt: the result's dtype, the compute dtype, the eigensolver's.
         eigensolver: the eigenproblem's route, checked against the factors' device.
+        static: the call runs :mod:`fraq._static` first (:data:`PIPELINES`).
     """
 
     tau: float | None
@@ -108,6 +134,7 @@ class Plan:
     cdt: torch.dtype
     edt: torch.dtype
     eigensolver: str = "auto"
+    static: bool = False
 
     @classmethod
     def of(cls, options: Options, B: torch.Tensor, A: torch.Tensor) -> Plan:
@@ -121,11 +148,16 @@ class Plan:
         spec = REGISTRY[name]
         basis_fn = identity_basis if path.identity else spec.fn
         fast = basis_fn if path.identity or spec.deferred is None else spec.deferred
+        eigensolver = check_eigensolver(options.eigensolver, B.device)
+        pipeline = options.pipeline
+        if pipeline == "auto":
+            pipeline = PIPELINE_DEFAULTS.get(B.device.type, "stepwise")
+        static = pipeline == "static" and applies(name, B.dtype, path.identity, path.factored, eigensolver)
         return cls(tau=options.tau, rank=options.rank, backend=name, basis_fn=basis_fn, fast_basis_fn=fast,
                    identity=path.identity, factored=path.factored, guard=options.gram == "auto" and path.factored,
                    equilibrate=not (path.identity or spec.scale_invariant),
                    gram=options.gram, out_dtype=B.dtype, cdt=compute_dtype(B.dtype), edt=options.eig_dtype,
-                   eigensolver=check_eigensolver(options.eigensolver, B.device))
+                   eigensolver=eigensolver, static=static)
 
     def workspace_bytes(self, d: int, D: int, r: int) -> int:
         """Bytes one matrix's pass holds beside its inputs, what the CPU chunks are sized by:

@@ -36,7 +36,8 @@ import torch
 
 from fraq._validation import check_finite, compute_dtype
 
-__all__ = ["amax", "check_representable", "equilibrate", "exponent", "pow2", "rescaled", "scale_pow2", "stats", "verdict"]
+__all__ = ["amax", "check_representable", "equilibrate", "exponent", "limits", "pow2", "rescaled", "scale_pow2",
+           "stats", "verdict"]
 
 _BITS = {  # dtype -> (integer dtype of its bit pattern, mantissa bits, exponent bias)
     torch.float32: (torch.int32, 23, 127),
@@ -119,8 +120,9 @@ def stats(C: torch.Tensor) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=None)
-def _limits(cdt: torch.dtype, edt: torch.dtype) -> tuple[float, float, float, float, float, float]:
-    """(lo, hi) of max|C|, of lambda_1 and of max diag(W_Y) (see :func:`verdict`)."""
+def limits(cdt: torch.dtype, edt: torch.dtype) -> tuple[float, float, float, float, float, float]:
+    """(lo, hi) of max|C|, of lambda_1 and of max diag(W_Y) (see :func:`verdict`; the static
+    pipeline, :mod:`fraq._static`, holds its column and row norms to the same bounds)."""
     fc, fe = torch.finfo(cdt), torch.finfo(edt)
     fg = fc if fc.max <= fe.max else fe
     return (fc.tiny / fc.eps, fc.max * fc.eps, fg.tiny / fg.eps**2, fg.max * fg.eps,
@@ -147,7 +149,7 @@ def verdict(c_max: list[float], lam1: list[float], w_max: list[float] | None,
     :func:`check_representable`. Python floats, one matrix at a time: a handful of
     comparisons per matrix cost less so than as array operations on one row.
     """
-    c_lo, c_hi, g_lo, g_hi, w_lo, w_hi = _limits(cdt, edt)
+    c_lo, c_hi, g_lo, g_hi, w_lo, w_hi = limits(cdt, edt)
     ws = [w_lo] * len(c_max) if w_max is None else w_max
     return np.array([(c_lo <= c <= c_hi and g_lo <= g <= g_hi and w_lo <= w <= w_hi) or (c == 0 and g == 0)
                      for c, g, w in zip(c_max, lam1, ws)], dtype=bool)

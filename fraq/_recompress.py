@@ -24,7 +24,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from fraq import _gram, _range
+from fraq import _gram, _range, _static
 from fraq._eigen import eigh, resolve
 from fraq._energy import energy_rule, gram_budget, rounding_eps
 from fraq._fallbacks import Pass, settle
@@ -51,6 +51,7 @@ def recompress(
     eig_dtype: torch.dtype | None = None,
     gram: str = "auto",
     eigensolver: str = "auto",
+    pipeline: str = "auto",
 ) -> RecompressResult:
     r"""Best rank-p adapter of the aggregate ``B @ A``, without forming the m x n matrix.
 
@@ -130,6 +131,13 @@ def recompress(
             ``"cupy"`` on CUDA where CuPy imports, else ``"device"``; a route becomes a
             device's default only from an end-to-end measurement on that device). The
             result does not depend on the route beyond the eigensolver's rounding.
+        pipeline: ``"stepwise"`` (the steps below, each verdict decided on the host as it
+            comes), ``"static"`` (one pass at fixed shapes with one host read,
+            :mod:`fraq._static`, where it applies: the ``cholesky`` basis of float32 data
+            with a factored Gram; the stepwise pipeline elsewhere, and for a batch whose
+            verdicts fail there), or ``"auto"`` (the default: the device's entry in
+            :data:`fraq._plan.PIPELINE_DEFAULTS`). Both give the same ranks up to the
+            rounding at the rule's thresholds; ``info["pipeline"]`` records the one that ran.
 
     Returns:
         :class:`fraq.RecompressResult`; ``info["gram"]`` is the requested form,
@@ -171,7 +179,7 @@ def recompress(
     """
     B, A, s = _factors(B, A)
     options = check_options(tau=tau, rank=rank, backend=backend, eig_dtype=eig_dtype, gram=gram,
-                            eigensolver=eigensolver, limit=s if s > 0 else None)
+                            eigensolver=eigensolver, pipeline=pipeline, limit=s if s > 0 else None)
     return _recompress_impl(Plan.of(options, B, A), B, A)
 
 
@@ -196,7 +204,12 @@ def _factors(B: torch.Tensor, A: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 
 
 def _recompress_impl(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> RecompressResult:
-    """Validated arguments -> result: the batch flattened, applied whole or chunk by chunk."""
+    """Validated arguments -> result: the static pipeline where the plan takes it and its
+    verdicts hold, else the batch flattened, applied whole or chunk by chunk."""
+    if plan.static:
+        res = _static.run(plan, B, A)
+        if res is not None:
+            return res
     batch = B.shape[:-2]
     m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
     nb = math.prod(batch)
@@ -232,7 +245,7 @@ def _pipeline(plan: Plan, whole: tuple, batch: tuple, B: torch.Tensor, A: torch.
     info = {"rescaled": at.rescaled, "gram": plan.gram, "eigensolver": resolve(plan.eigensolver, B.device),
             "product_gram_count": 0 if at.factored else nb,
             "below_tau": int(short.sum()), "graded_basis": nb if plan.identity and "basis" not in at.basis.info else 0,
-            **at.basis.info}
+            **at.basis.info, "pipeline": "stepwise"}
     lam = rd.lam if (q >= s).all() else np.where(np.arange(s) < q[:, None], rd.lam, 0.0)  # past q: rounding
     return _finish(plan, batch, B, A, p, energy, lam, rd.e, info, transposed)
 
@@ -293,4 +306,5 @@ def _finish(plan: Plan, batch: tuple, B: torch.Tensor, A: torch.Tensor, p: np.nd
     if B.dtype != plan.out_dtype:
         B, A = B.to(plan.out_dtype), A.to(plan.out_dtype)
     return RecompressResult(B=B, A=A, rank=rank, energy=energy_out, singular_values=sv, tau=plan.tau,
-                            backend=plan.backend, transposed=transposed, info=info)
+                            backend=plan.backend, transposed=transposed, info=info,
+                            host_rank=tuple(int(k) for k in p))

@@ -33,6 +33,8 @@ class RecompressResult:
         backend: name of the basis backend.
         transposed: True when m > n, i.e. the computation ran on the transpose.
         info: backend diagnostics (fallbacks taken, iteration counts).
+        host_rank: the ranks of the flattened batch as Python ints, where the call read them
+            on the host anyway (None otherwise); see :meth:`rank_list`.
     """
 
     B: torch.Tensor
@@ -44,6 +46,15 @@ class RecompressResult:
     backend: str
     transposed: bool
     info: dict = field(default_factory=dict)
+    host_rank: tuple[int, ...] | None = field(default=None, repr=False)
+
+    def rank_list(self) -> list[int]:
+        """The ranks of the flattened batch as Python ints: the call's own host read where it
+        made one (:attr:`host_rank`), else read from :attr:`rank` now (a device synchronization
+        on a GPU)."""
+        if self.host_rank is not None:
+            return list(self.host_rank)
+        return self.rank.reshape(-1).tolist() if isinstance(self.rank, torch.Tensor) else [self.rank]
 
     @property
     def max_rank(self) -> int:
@@ -91,6 +102,7 @@ def join_results(parts: list[RecompressResult], bounds: list[int], batch: tuple[
         B=Bg.reshape(*batch, m, pmax), A=Ag.reshape(*batch, pmax, n), rank=rank, energy=energy,
         singular_values=sv, tau=head.tau, backend=head.backend, transposed=head.transposed,
         info=merge_info([res.info for res in parts], info_rules),
+        host_rank=None if any(res.host_rank is None for res in parts) else sum((res.host_rank for res in parts), ()),
     )
 
 

@@ -128,3 +128,56 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--pipeline", default=None, choices=["stepwise", "static"],
+                     help="the pipeline recompress(pipeline='auto') runs on every device "
+                          "(fraq._plan.PIPELINE_DEFAULTS); with 'static', every call the static pipeline "
+                          "completes is also run stepwise and must give the same ranks")
+
+
+STATIC_RUNS = {"static": 0, "stepwise": 0}
+"""Under ``--pipeline=static``: calls the static pipeline completed, and those it handed on."""
+
+
+@pytest.fixture(autouse=True)
+def _pipeline_default(request, monkeypatch):
+    """``--pipeline``: every ``pipeline="auto"`` call runs that pipeline (where it applies);
+    with ``static``, ``backend="auto"`` is ``cholesky`` on the CPU too (the CUDA configuration,
+    the one the static pipeline serves), and every static result is checked against the
+    stepwise pipeline on the same input, rank for rank."""
+    chosen = request.config.getoption("--pipeline")
+    if chosen is not None:
+        import fraq._plan
+        import fraq._static
+        import fraq.backends
+
+        monkeypatch.setattr(fraq._plan, "PIPELINE_DEFAULTS", {"cpu": chosen, "cuda": chosen})
+        if chosen == "static":  # backend="auto" runs the configuration the static pipeline serves
+            monkeypatch.setitem(fraq.backends.DEVICE_DEFAULTS, "cpu", "cholesky")
+            monkeypatch.setattr(fraq._static, "run", _same_ranks_as_stepwise(fraq._static.run))
+    yield
+
+
+def _same_ranks_as_stepwise(run):
+    import dataclasses
+
+    import fraq._recompress
+
+    def checked(plan, B, A):
+        res = run(plan, B, A)
+        STATIC_RUNS["static" if res is not None else "stepwise"] += 1
+        counting = torch.Tensor.numpy is not torch._C.TensorBase.numpy  # a test counting host reads: none of ours
+        if res is not None and not counting:
+            old = fraq._recompress._recompress_impl(dataclasses.replace(plan, static=False), B, A)
+            assert res.rank_list() == old.rank_list(), (res.rank_list(), old.rank_list())
+        return res
+
+    return checked
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if config.getoption("--pipeline") == "static":
+        terminalreporter.write_line(f"static pipeline: {STATIC_RUNS['static']} calls completed, "
+                                    f"{STATIC_RUNS['stepwise']} handed to the stepwise pipeline")

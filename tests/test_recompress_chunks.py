@@ -146,7 +146,8 @@ def test_merge_info_rules():
 def test_every_info_key_a_chunked_call_sets_has_a_rule_or_is_constant():
     """A key without a rule keeps the first chunk's value: only keys that cannot differ
     between chunks (names, forms) may go without one."""
-    constant = {"backend", "gram", "eigensolver", "schedule", "coords", "fallback", "fallback_reason", "basis"}
+    constant = {"backend", "gram", "eigensolver", "schedule", "coords", "fallback", "fallback_reason", "basis",
+                "pipeline"}
     for name, spec in fraq.backends.REGISTRY.items():
         B, A = _stacks((3,), 30, 20, [3, 2])
         info = fraq.recompress(B, A, tau=0.9, backend=name).info

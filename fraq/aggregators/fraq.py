@@ -44,6 +44,7 @@ class Fraq(Aggregator):
         eig_dtype: dtype of the r x r eigenproblem, float32 or float64 (see :func:`fraq.recompress`).
         gram: the Gram's form, one of :data:`fraq._gram.GRAMS` (default: recompress's).
         eigensolver: the eigenproblem's route (:mod:`fraq._eigen`; default ``"auto"``).
+        pipeline: stepwise or static (:data:`fraq._plan.PIPELINES`; default ``"auto"``).
 
     The options are checked once, here, by :func:`fraq.recompress`'s own
     :func:`~fraq._plan.check_options` (same rules, same messages), and held as
@@ -61,17 +62,20 @@ class Fraq(Aggregator):
     basis_backend = True
 
     def __init__(self, *, tau: float | None = None, rank: int | None = None, backend: str = AUTO,
-                 eig_dtype: torch.dtype | None = None, gram: str | None = None, eigensolver: str = "auto"):
+                 eig_dtype: torch.dtype | None = None, gram: str | None = None, eigensolver: str = "auto",
+                 pipeline: str = "auto"):
         if tau is None and rank is None:
             tau = DEFAULT_TAU
         self.options = check_options(tau=tau, rank=rank, backend=backend, eig_dtype=eig_dtype,
-                                     gram="auto" if gram is None else gram, eigensolver=eigensolver)
+                                     gram="auto" if gram is None else gram, eigensolver=eigensolver,
+                                     pipeline=pipeline)
         self.tau = self.options.tau
         self.rank = self.options.rank
         self.gram = gram
         self.backend = backend
         self.eig_dtype = eig_dtype
         self.eigensolver = eigensolver
+        self.pipeline = pipeline
 
     def capped(self, limit: int) -> Fraq:
         """A fixed ``rank`` above ``limit`` is capped there: a module whose stack or shape
@@ -79,7 +83,7 @@ class Fraq(Aggregator):
         if self.rank is None or self.rank <= limit:
             return self
         return Fraq(rank=limit, backend=self.backend, eig_dtype=self.eig_dtype, gram=self.gram,
-                    eigensolver=self.eigensolver)
+                    eigensolver=self.eigensolver, pipeline=self.pipeline)
 
     def _group(self, group: Group, state) -> GroupOutput:
         # One host read per group: recompress's own check finds a NaN or Inf in the stacks,
@@ -90,7 +94,7 @@ class Fraq(Aggregator):
         except NonFiniteError:
             group.name_non_finite()
             raise
-        ranks = res.rank.reshape(-1).tolist() if isinstance(res.rank, torch.Tensor) else [res.rank]
+        ranks = res.rank_list()  # the call's own read: none of its own here
         out: GroupOutput = {}
         for mod, B, A, p in zip(group.specs, group.split(res.B), group.split(res.A), ranks):
             B, A = B[..., :p], A[..., :p, :]

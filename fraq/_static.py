@@ -1,0 +1,201 @@
+r"""The static pipeline of :func:`fraq.recompress`: one pass at fixed shapes, one host read.
+
+For factors computed in float32 (float32, or bfloat16 and float16 upcast), the
+``cholesky`` basis and the factored Gram (a LoRA stack below the general-rank regime,
+what a whole-model aggregate runs per shape group), :func:`run` queues every step of a
+batch at shapes fixed by (nb, d, r, D) alone, so nothing waits for the host until the end:
+
+.. math::
+    W = X^\top X = LL^\top,\quad G = L^\top (YY^\top) L = U\Lambda U^\top,\quad
+    B_p = X L^{-\top} U_p,\quad A_p = (L U_p)^\top Y,
+
+which is the stepwise pipeline's factored form with C = R = L^T (the ``cholesky``
+basis, :mod:`fraq.backends.cholesky`). The energy rule with both rounding bounds
+(:func:`fraq._energy.energy_rule_device`) and every verdict run on the device; the ranks,
+the verdict and the energies are packed into one (nb, 5) float64 tensor and read once.
+The retained directions are mapped back at the static width (all s under the energy rule,
+columns past each matrix's rank masked to exact zeros) and cut at the largest rank on the
+host after the read (a view). A batch where any verdict fails returns None, and the caller
+runs the stepwise pipeline (:mod:`fraq._recompress`) on it: the same result as if this
+pipeline did not exist.
+
+**Precision.** X goes to float64 (exact) and W is formed there: products of float32
+numbers are exact in float64, so W carries one rounding per sum and the Cholesky basis
+keeps float32 orthogonality while kappa(X)^2 eps_64 <= eps_32 / 16 (the backend's
+:data:`~fraq.backends.cholesky.CONDITION_MARGIN`). Y Y^T runs in float32 (the one pass
+over the long side D, in the data's dtype), every other r x r step in float64, which
+also holds the squared range of float32 data without under- or overflow. B_p is applied
+in float64 (as the backend applies Q); A_p is a float32 GEMM over D.
+
+**No scaling of the data.** In float64 nothing here under- or overflows, and scaling X's
+columns by powers of two (:func:`fraq._range.equilibrate`) would only scale W's rows and
+columns, L's rows and G's factors by exact powers that cancel: the arithmetic is the
+same. What the scaling does change is the conditioning verdict, since kappa_F(R) is not
+invariant to it while Q = X R^{-1} is. The verdict is taken at the column scaling
+D = diag(W)^{-1/2} of the r x r Gram, within sqrt(r) of the best diagonal scaling (van
+der Sluis, Numer. Math. 14, 1969): kappa_F(RD)^2 = r ||L^{-1} diag(W)^{1/2}||_F^2,
+since ||RD||_F^2 = tr(DWD) = r.
+
+**Verdicts** (all per matrix; a NaN fails every one):
+
+* the Cholesky factorization succeeded and kappa_F(RD)^2 eps_64 <= eps_32 / 16;
+* every column norm ||x_k|| = sqrt(W_kk) lies in [tiny / eps, max eps] of float32, so
+  (L U_p)^T, whose entries are at most ||x_k||, is a normal float32 number;
+* every row Gram W_Y,kk = ||y_k||^2 lies in [tiny / eps^2, max eps] of float32: Y Y^T in
+  float32 neither underflows nor overflows (:func:`fraq._range.verdict` asks this of the
+  largest entry only, after scaling Y's rows against X's columns; unscaled, each row
+  must pass);
+* lambda_1 lies in the range :func:`fraq._range.verdict` asks of it, and
+  N = sum_k ||x_k|| ||y_k|| <= max eps of float32, so no term of the float32 GEMM for A_p
+  overflows;
+* with ``gram="auto"``, no cancelling clients (:func:`fraq._gram.cancels`: the stepwise
+  pipeline forms their Gram through H).
+
+Factors rescaled against each other by 1e23, a zero factor column, a NaN or an Inf fail
+one of these and take the stepwise pipeline, which rescales, falls back, or names the
+value.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from fraq._eigen import eigh, resolve
+from fraq._energy import energy_rule_device, rounding_eps
+from fraq._gram import CANCEL_LIMIT
+from fraq._orient import orient, unorient
+from fraq._range import limits
+from fraq._validation import compute_dtype
+from fraq.backends.cholesky import CONDITION_MARGIN
+from fraq.result import RecompressResult
+
+if TYPE_CHECKING:
+    from fraq._plan import Plan
+
+__all__ = ["applies", "run"]
+
+
+def applies(backend: str, dtype: torch.dtype, identity: bool, factored: bool, eigensolver: str) -> bool:
+    """Whether a call can take this pipeline: the ``cholesky`` basis of data computed in float32
+    (float32, bfloat16, float16), below the general-rank regime (r < d), a factored Gram, and
+    an eigensolver route that reads nothing on the host (``"host"`` copies the Grams there)."""
+    return (backend == "cholesky" and compute_dtype(dtype) == torch.float32 and not identity and factored
+            and eigensolver != "host")
+
+
+def run(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> RecompressResult | None:
+    """The result of B (*, m, r), A (*, r, n) by the static pipeline, or None where a verdict
+    fails (then nothing of this pass is used). ``plan`` must satisfy :func:`applies`."""
+    batch = B.shape[:-2]
+    m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
+    nb = math.prod(batch)
+    if nb == 0 or min(m, n, r) == 0:
+        return None
+    X, Y, transposed = orient(B.reshape(nb, m, r), A.reshape(nb, r, n))
+    pass_ = _pass(plan, X, Y)
+    if pass_ is None:  # the eigensolver refused a non-finite Gram
+        return None
+    packed = pass_.pop("packed")
+    host = (packed if packed.device.type == "cpu" else packed.cpu()).numpy()  # the one host read
+    if not host[:, 0].all():
+        return None
+    return _result(plan, batch, pass_, host, transposed)
+
+
+def _pass(plan: Plan, X: torch.Tensor, Y: torch.Tensor) -> dict | None:
+    """Every step on the device: basis, Gram, eigenproblem, rule, verdicts, the map back at
+    the static width, and the packed values the host reads (None where the eigensolver
+    refused a non-finite Gram)."""
+    d, r = X.shape[-2], X.shape[-1]
+    s = min(d, r)
+    Y = Y.to(plan.cdt)  # no op for float32 data
+    Xw = X.to(torch.float64)
+    W = torch.bmm(Xw.mT, Xw)  # exact products, one rounding per sum
+    L, info = torch.linalg.cholesky_ex(W)
+    Linv = torch.linalg.solve_triangular(L, _eye(r, L.device), upper=False)
+    WY = torch.bmm(Y, Y.mT).to(torch.float64)  # over the long side D, in float32
+    G = torch.bmm(L.mT, torch.bmm(WY, L))  # C (Y Y^T) C^T, C = L^T
+    eig = eigh(G, plan.edt, plan.eigensolver, check=False)
+    if eig is None:
+        return None
+    lam, U = eig[0].to(torch.float64), eig[1].to(torch.float64)  # no op for the default float64 solver
+    lam, U = lam.flip(-1), U.flip(-1)  # descending
+    wd, yd = W.diagonal(dim1=-2, dim2=-1), WY.diagonal(dim1=-2, dim2=-1)
+    n_sum = torch.sqrt(wd * yd).sum(-1)  # N = sum_k ||x_k|| ||y_k||
+    rule = energy_rule_device(lam, n_sum, plan.tau, plan.rank, d=d, r=r,
+                              eps=rounding_eps(plan.cdt, plan.edt), factored=True)
+    kappa = torch.linalg.vector_norm(Linv * wd.sqrt().unsqueeze(-2), dim=(-2, -1))  # kappa_F(RD) / sqrt(r)
+    ok = _verdict(plan, s, (d, r), info, kappa, wd, yd, lam[:, 0], n_sum, rule)
+    Up = U if plan.rank is None else U[..., :plan.rank]
+    if plan.rank is None:
+        Up = Up * rule.keep.unsqueeze(-2)  # past each rank: exact zeros
+    Bp = torch.bmm(Xw, torch.bmm(Linv.mT, Up)).to(plan.cdt).to(plan.out_dtype)  # Q U_p = X R^{-1} U_p
+    Ap = torch.bmm(torch.bmm(L, Up).to(plan.cdt).mT, Y).to(plan.out_dtype)  # U_p^T C Y
+    packed = torch.cat([ok.unsqueeze(-1), rule.counts, rule.energy.unsqueeze(-1)], -1)
+    return dict(L=Bp, R=Ap, rank=rule.counts[:, 1], energy=rule.energy.to(plan.cdt),
+                sv=rule.lam.sqrt().to(plan.cdt), packed=packed)
+
+
+def _verdict(plan: Plan, s: int, dr: tuple[int, int], info, kappa, wd, yd, lam1, n_sum, rule) -> torch.Tensor:
+    """Per matrix, bool: every verdict of the module docstring holds, as one (nb, 2 r + 5)
+    table (the Cholesky info, kappa, lambda_1, N, the cancellation ratio, then each W_kk and
+    each W_Y,kk) clamped to its bounds: a value is in range where clamping leaves it equal,
+    which a NaN never is. The cancellation ratio rho^2 = N^2 / tr G is taken as floor / T,
+    the floor (k eps N)^2 over the trace above it (at most tr G): a borderline matrix is
+    judged to cancel and takes the stepwise pipeline, which judges it on tr G itself."""
+    cancel = rule.floor / rule.total if plan.guard else n_sum
+    values = torch.cat([t.unsqueeze(-1) for t in (info, kappa, lam1, n_sum, cancel)] + [wd, yd], -1)
+    lo, hi = _bounds(plan.cdt, plan.edt, plan.out_dtype, s, dr, plan.guard, values.device)
+    return (torch.clamp(values, lo, hi) == values).all(-1)
+
+
+@functools.lru_cache(maxsize=64)
+def _bounds(cdt: torch.dtype, edt: torch.dtype, out_dtype: torch.dtype, s: int, dr: tuple[int, int], guard: bool,
+            device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (lo, hi) rows of :func:`_verdict`'s table, made once per dtypes, shape and device.
+    lambda_1 is also held to what the result's dtype can carry, sigma_1 in [tiny, max / 2]
+    (:func:`fraq._range.check_representable`, which names a value outside it)."""
+    c_lo, c_hi, g_lo, g_hi, w_lo, w_hi = limits(cdt, edt)
+    fo = torch.finfo(out_dtype)
+    g_lo, g_hi = max(g_lo, fo.tiny**2), min(g_hi, (fo.max / 2) ** 2)
+    r = dr[1]  # kappa_F(RD)^2 = r ||L^{-1} diag(W)^{1/2}||_F^2 against the backend's limit
+    limit = math.sqrt(torch.finfo(cdt).eps / (CONDITION_MARGIN * torch.finfo(torch.float64).eps) / r)
+    inf = float("inf")
+    k = max(min(dr), math.sqrt(sum(dr)))  # the floor's constant (fraq._energy.noise_floor)
+    cancel = CANCEL_LIMIT * max(s, 1) * (k * rounding_eps(cdt, edt)) ** 2 if guard else inf
+    lo = [0.0, -inf, g_lo, -inf, -inf] + [c_lo**2] * r + [w_lo] * r
+    hi = [0.0, limit, g_hi, c_hi, cancel] + [c_hi**2] * r + [w_hi] * r
+    return (torch.tensor(lo, dtype=torch.float64, device=device),
+            torch.tensor(hi, dtype=torch.float64, device=device))
+
+
+@functools.lru_cache(maxsize=64)
+def _eye(r: int, device: torch.device) -> torch.Tensor:
+    """The r x r float64 identity on ``device``, made once (the right-hand side of L^{-1})."""
+    return torch.eye(r, dtype=torch.float64, device=device)
+
+
+def _result(plan: Plan, batch: tuple, out: dict, host: np.ndarray, transposed: bool) -> RecompressResult:
+    """The result from the pass and its host read: factors cut at the largest rank (a view),
+    the ranks and energies on the device, and as Python numbers where unbatched."""
+    ranks = tuple(int(k) for k in host[:, 2])
+    pmax = max(ranks) if plan.rank is None else plan.rank
+    L, R = out["L"][..., :pmax], out["R"][..., :pmax, :]
+    B, A = unorient(L, R, transposed)
+    if batch:
+        B, A = B.reshape(*batch, *B.shape[-2:]), A.reshape(*batch, *A.shape[-2:])
+        rank, energy = out["rank"].reshape(batch), out["energy"].reshape(batch)
+    else:
+        B, A, rank, energy = B[0], A[0], ranks[0], float(host[0, 4])
+    info = {"rescaled": 0, "gram": plan.gram, "eigensolver": resolve(plan.eigensolver, B.device),
+            "product_gram_count": 0, "below_tau": int(((host[:, 2] > 0) & (host[:, 2] < host[:, 3])).sum()),
+            "graded_basis": 0, "backend": plan.backend, "fallback": None, "fallback_count": 0,
+            "pipeline": "static"}
+    sv = out["sv"].reshape(*batch, -1)
+    return RecompressResult(B=B, A=A, rank=rank, energy=energy, singular_values=sv, tau=plan.tau,
+                            backend=plan.backend, transposed=transposed, info=info, host_rank=ranks)
