@@ -105,8 +105,8 @@ def measure_preset(name: str, specs, *, device: torch.device, rounds: int, layer
     for label, fn in calls.items():  # warm-up: lazy set-up, CuPy's plans, the allocator
         res = fn()
         _sync(device)
-        ranks[label] = sorted(set(getattr(res, "ranks", {}).values())) if isinstance(getattr(res, "ranks", None),
-                                                                                     dict) else None
+        got = getattr(res, "ranks", None)
+        ranks[label] = {str(k): int(v) for k, v in got.items()} if isinstance(got, dict) else None
     samples = {label: [] for label in calls}
     labels = list(calls)
     for k in range(rounds):
@@ -121,8 +121,10 @@ def measure_preset(name: str, specs, *, device: torch.device, rounds: int, layer
         s = samples[label]
         rows[label] = dict(median_s=statistics.median(s), min_s=min(s), samples=s, syncs=_syncs(fn, device),
                            ranks=ranks[label], **_profile(fn, device))
+    first = next(iter(ranks.values()), None)
+    same = {label: r == first for label, r in ranks.items() if label.startswith("fraq")}  # FRAQ's pipelines agree
     return dict(preset=name, modules=len(model.shapes), clients=model.preset.clients, layers=model.layers,
-                build_s=build_s, rounds=rounds, rows=rows, skipped=skipped)
+                build_s=build_s, rounds=rounds, rows=rows, skipped=skipped, fraq_ranks_as_first=same)
 
 
 def _write(path: Path, obj) -> None:
@@ -140,6 +142,8 @@ def _table(rec: dict) -> str:
         lines.append(f"| {label} | {1e3 * r['median_s']:.2f} | {1e3 * r['min_s']:.2f} | {r['syncs'] if r['syncs'] is not None else '-'} | "
                      f"{r['kernels']} | {busy} | {1e3 * r['wall_s']:.2f} |")
     lines += [f"- skipped {k}: {v}" for k, v in rec["skipped"].items()]
+    lines += [f"- {k}: module ranks {'equal to' if v else 'DIFFERENT from'} the first method's"
+              for k, v in rec["fraq_ranks_as_first"].items()]
     return "\n".join(lines)
 
 
