@@ -27,11 +27,11 @@ a point when the time is up is stopped and recorded the same way. A point is wri
 whole or not at all, so nothing is ever half written. A point that raises is recorded
 (``failed``, with the error) and the part goes on.
 
-``DIR`` receives at most :data:`FILES` (five files, no folders), each written beside
+``DIR`` receives at most :data:`FILES` (six files, no folders), each written beside
 its name and renamed into place after every part, so that a run stopped from outside
 leaves whole files: ``results.tar.gz`` (``results/<experiment>/<key>.json``),
 ``summary.md`` (printed last), ``gpu_check.log`` (every part's output), ``device.json``
-and ``tests.xml`` (pytest's JUnit report). A ``DIR`` an earlier call wrote is added to:
+``tests.xml`` (pytest's JUnit report) and ``pipeline.json`` (:mod:`benchmarks.pipeline_check`'s record). A ``DIR`` an earlier call wrote is added to:
 its result files are kept (a point measured again replaces its own) and its log goes on;
 its files that this call does not write again stay as they were. ``python -m analysis.reproduce --out DIR``
 unpacks the results and draws them beside the paper's GH200 numbers.
@@ -64,18 +64,21 @@ class Part:
 PARTS: tuple[Part, ...] = (
     Part("device", 0.02, (), "device record", min_s=8.0),
     Part("tests", 0.05, (), "tests marked cuda", min_s=15.0),
-    Part("tables123", 0.27, ("tables123",), "Tables 1-3: every aggregator's latency on the presets"),
+    Part("pipeline", 0.15, (), "FRAQ's stepwise and static pipelines, FLoRA and FLoRIST on both presets, with "
+         "each call's syncs and kernels (benchmarks.pipeline_check)", min_s=30.0),
+    Part("tables123", 0.20, ("tables123",), "Tables 1-3: every aggregator's latency on the presets"),
     Part("workspace", 0.05, ("workspace",), "peak memory against the analytic workspace"),
     Part("eigensolver", 0.05, ("eigensolver",), "FRAQ end to end with each eigensolver route (sets the default)"),
     Part("alternatives", 0.10, ("eigh_routes", "basis_routes"), "the eigensolver routes and the bases"),
     Part("table4", 0.08, ("table4", "table4_steps"), "Table 4 and its steps"),
-    Part("fig3", 0.15, ("fig3",), "Fig. 3: the r and d sweeps"),
+    Part("fig3", 0.12, ("fig3",), "Fig. 3: the r and d sweeps"),
     Part("tf32", 0.04, ("tf32",), "FlexLoRA and FRAQ with TF32 on and off"),
     Part("fig4", 0.05, ("fig4_cond", "fig4_rank"), "Fig. 4: fidelity"),
-    Part("clients", 0.14, ("clients",), "the clients sweep"),
+    Part("clients", 0.09, ("clients",), "the clients sweep"),
 )
-"""The parts in the order they run: the headline first (Tables 1-3 with CUDA's defaults and
-the workspace targets), then the routes the defaults were chosen from, re-measured. Shares
+"""The parts in the order they run: the headline first (FRAQ's pipelines against each other
+on the whole presets, then Tables 1-3 with CUDA's defaults and the workspace targets), then
+the routes the defaults were chosen from, re-measured. Shares
 add up to 1. The CUDA tests took 11 s of an H100 call (docs/results/gpu/h100-routes), so
 their share is their floor."""
 
@@ -84,7 +87,7 @@ CUDA_TESTS = ("tests/test_measure.py", "tests/test_recompress.py", "tests/test_g
 no other file does): pytest collects these alone, so a file that needs Flower or asv is
 never imported on a bare GPU image."""
 
-FILES = ("results.tar.gz", "summary.md", "gpu_check.log", "device.json", "tests.xml")
+FILES = ("results.tar.gz", "summary.md", "gpu_check.log", "device.json", "tests.xml", "pipeline.json")
 """Everything written to ``DIR``."""
 
 

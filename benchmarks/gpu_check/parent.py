@@ -60,6 +60,10 @@ def _command(part: Part, *, device: torch.device, size: str, work: Path, until: 
     if part.name == "tests":
         return [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                 f"--junitxml={work / 'tests.xml'}", *CUDA_TESTS]
+    if part.name == "pipeline":  # whole presets at the paper's size; one layer of RoBERTa-base otherwise
+        scope = [] if size == "paper" else ["--presets", "roberta-base", "--layers", "1"]
+        return [sys.executable, "-m", "benchmarks.pipeline_check", "--out", str(work), "--device", str(device),
+                "--rounds", "15" if size == "paper" else "2", *scope]
     return [sys.executable, "-m", "benchmarks.gpu_check", "--part", part.name, "--device", str(device),
             "--size", size, "--work", str(work), "--until", repr(until)]
 
@@ -82,11 +86,22 @@ def _tests_status(work: Path, returncode: int) -> dict:
                 detail=f"{n['tests']} tests: {ran - bad} passed, {bad} failed or errors, {n['skipped']} skipped")
 
 
-def _status(part: Part, work: Path, returncode: int | None, seconds: float, share_s: float) -> dict:
+def _status(part: Part, work: Path, returncode: int | None, seconds: float, share_s: float,
+            size: str = "paper") -> dict:
     """What a finished or stopped part did (``returncode`` None: stopped at the end of its time)."""
     if part.name == "tests":
         st = _tests_status(work, returncode) if returncode is not None else \
             dict(state="cut", detail="stopped at the end of its time")
+    elif part.name == "pipeline":
+        try:
+            done = len(json.loads((work / "pipeline.json").read_text())["presets"])
+        except (OSError, ValueError, KeyError):
+            done = 0
+        st = dict(state="done" if returncode == 0 else "cut" if returncode is None else "failed", measured=done,
+                  points=2 if "--presets" not in _command(part, device=torch.device("cpu"), size=size, work=work,
+                                                          until=0.0) else 1,
+                  detail=None if returncode == 0 else "stopped at the end of its time" if returncode is None
+                  else f"the part's process exited {returncode} (see the log)")
     else:
         try:
             st = json.loads((work / "status" / f"{part.name}.json").read_text())
@@ -134,7 +149,7 @@ def _publish(work: Path, out: Path, statuses: list[dict], meta: dict) -> str:
     from benchmarks.gpu_check.summary import summary
 
     _pack(work, out)
-    for name in ("gpu_check.log", "device.json", "tests.xml"):
+    for name in ("gpu_check.log", "device.json", "tests.xml", "pipeline.json"):
         if (work / name).exists():
             tmp = out / f".{name}.tmp"
             shutil.copyfile(work / name, tmp)
@@ -192,7 +207,7 @@ def check(out: Path, parts: list[Part], *, device: torch.device, size: str, budg
                                         timeout=max(1.0, until - t0), preexec_fn=die_with_parent()).returncode
                 except subprocess.TimeoutExpired:
                     rc = None
-                st = _status(part, work, rc, time.time() - t0, share_s)
+                st = _status(part, work, rc, time.time() - t0, share_s, size)
             statuses.append(st)
             line = f"{part.name:<13} {st['state']:<18} {time.time() - t0:6.1f} s of {share_s:5.1f} s allowed"
             print(line + (f"  {st['detail']}" if st.get("detail") else ""), flush=True)

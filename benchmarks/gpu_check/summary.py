@@ -112,6 +112,23 @@ def _others(work: Path) -> list[str]:
     return lines
 
 
+def _pipeline(work: Path) -> list[str]:
+    try:
+        presets = json.loads((work / "pipeline.json").read_text())["presets"]
+    except (OSError, ValueError, KeyError):
+        return []
+    lines = ["| preset (modules) | method | median ms | syncs | kernels | device busy ms | ranks as the first FRAQ's |",
+             "|---|---|---|---|---|---|---|"]
+    for rec in presets:
+        for label, r in rec["rows"].items():
+            busy = "-" if r.get("device_busy_s") is None else f"{1e3 * r['device_busy_s']:.2f}"
+            same = rec.get("fraq_ranks_as_first", {}).get(label)
+            syncs = "-" if r.get("syncs") is None else r["syncs"]
+            lines.append(f"| {rec['preset']} ({rec['modules']}) | {label} | {1e3 * r['median_s']:.3g} | {syncs} | "
+                         f"{r.get('kernels', '-')} | {busy} | {'-' if same is None else 'yes' if same else 'NO'} |")
+    return lines
+
+
 def summary(work: Path, statuses: list[dict], meta: dict) -> str:
     """The markdown summary of a run so far (``statuses``: one per part done)."""
     head = [f"# GPU check: device `{meta['device']}`, size `{meta['size']}`", "",
@@ -124,7 +141,8 @@ def summary(work: Path, statuses: list[dict], meta: dict) -> str:
         head.append(f"| {st['part']} | {st['state']} | {points} | {st['seconds']:.0f} ({st['share_s']:.0f}) | "
                     f"{_note(st)} |")
     body = []
-    for title, lines in (("Eigensolver routes, end to end", _eigensolver(work)), ("Tables 1-3", _tables123(work)),
+    for title, lines in (("FRAQ's pipelines (benchmarks.pipeline_check)", _pipeline(work)),
+                         ("Eigensolver routes, end to end", _eigensolver(work)), ("Tables 1-3", _tables123(work)),
                          ("Alternatives", _routes(work)),
                          ("Memory and TF32", _others(work))):
         if lines:
