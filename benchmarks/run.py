@@ -219,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.device import checked
     from benchmarks.sizes import SIZES
     from fraq._files import check_dir_out
+    from fraq.aggregators import MethodLoadError, load_outside_methods
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=plain(__doc__.split("\n")[0]))
     ap.add_argument("experiments", nargs="*", metavar="EXPERIMENT",
@@ -243,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         device = checked(args.device)
         check_dir_out(args.out, "--out")
         check_environment()
-    except ValueError as exc:  # malformed, or not on this machine: one line, before any work
+        load_outside_methods()
+    except (ValueError, MethodLoadError) as exc:  # malformed, not on this machine, a plug-in that fails: one line
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.threads < 1:
