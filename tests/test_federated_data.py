@@ -165,12 +165,8 @@ def _fake_banking(tmp_path: Path, train: str) -> Path:
     return folder.parent
 
 
-@pytest.mark.parametrize("train", [
-    "text,category\n" + "x" * 131_073 + ",card\n",  # a field over csv's limit: _csv.Error
-    "text,category\n\"a\0b\",card\n",
-])
-def test_a_published_file_csv_cannot_parse_is_named_not_a_traceback(tmp_path, train):
-    root = _fake_banking(tmp_path, train)
+def test_a_published_file_csv_cannot_parse_is_named_not_a_traceback(tmp_path):
+    root = _fake_banking(tmp_path, "text,category\n" + "x" * 131_073 + ",card\n")  # over csv's limit: _csv.Error
     with pytest.raises(ValueError) as exc:
         check_folder("banking77", root)
     msg = _one_line(exc)

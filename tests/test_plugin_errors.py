@@ -166,3 +166,23 @@ def test_each_front_door_prints_one_line_and_exits_2_before_any_work(plugins, mo
     assert err.count("\n") == 1 and "FRAQ_METHODS='plug_x': module 'plug_x' failed to import: it raised " \
                                    "SystemExit(0) at import" in err
     assert not any((plugins / d).exists() for d in ("fed", "merged", "bench"))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("command", [["-m", "fraq.federated", "--rounds", "1"], ["-m", "fraq", "aggregate", "a", "b"],
+                                     ["-m", "benchmarks.run", "fig3"]])
+def test_the_commands_exit_2_with_one_line(tmp_path, command):
+    """In a fresh interpreter: the one line on stderr, exit status 2, no traceback."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    (tmp_path / "plug_x.py").write_text("raise RuntimeError('needs a GPU')")
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, FRAQ_METHODS="plug_x", PYTHONPATH=os.pathsep.join([str(tmp_path), str(root)]))
+    done = subprocess.run([sys.executable, *command, "--out" if "aggregate" not in command else "-o",
+                           str(tmp_path / "out")], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.endswith(
+        "FRAQ_METHODS='plug_x': module 'plug_x' failed to import: RuntimeError: needs a GPU\n")
+    assert not (tmp_path / "out").exists()
