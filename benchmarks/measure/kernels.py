@@ -197,7 +197,11 @@ def _writable_or_fallback(root: Path) -> Path:
 def _fallback(root: Path | None, reason: str) -> Path:
     """The temporary table directory, with one warning per process naming why."""
     fallback = Path(tempfile.gettempdir()) / f"fraq-kernels-{os.getuid() if hasattr(os, 'getuid') else 0}"
-    fallback.mkdir(exist_ok=True)
+    try:
+        fallback.mkdir(exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"the kernel table directory {root} {reason}, and {fallback} cannot be created either "
+                         f"({e.strerror}): set {TABLE_ENV} to a writable file path") from None
     print(f"benchmarks: warning: the kernel table directory {root} ({TABLE_ENV} unset) {reason}; keeping the "
           f"table in {fallback} instead", file=sys.stderr, flush=True)
     return fallback
