@@ -39,25 +39,24 @@ def build(out: Path, *, pdf: bool = True) -> Path:
     :class:`analysis.MixedResults` (more than one configuration: the message names them).
     Every warning raised while loading and judging (a skipped file, a point not measured,
     results of several commits) is listed in the report's *Not measured or skipped*
-    section and re-issued. Every figure and the report are written beside their targets
+    section and re-issued once the report is written (a build that raises reports its
+    error alone). Every figure and the report are written beside their targets
     and renamed into place (:mod:`analysis.atomic`): one that cannot be written raises
     OSError naming it, and the old file stays.
     """
     from analysis.atomic import write_text
 
-    caught: list = []
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            text = _build(out, pdf)
-    finally:
-        for w in caught:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        text = _build(out, pdf)
     notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
     if notes:
         text += ("\n## Not measured or skipped\n\nPoints not measured and files skipped (no verdict above "
                  "rests on them), and results of more than one commit:\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
-    return write_text(out / "report.md", text)  # whole: beside, then renamed into place
+    report = write_text(out / "report.md", text)  # whole: beside, then renamed into place
+    for w in caught:  # once written: a build that fails says its error alone
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return report
 
 
 SECTIONS: dict[str, str] = {
@@ -181,12 +180,33 @@ def _render(sec, figs: Path, made: list, pdf: bool = True) -> str:
     return text + sec.body + "\n"
 
 
+def _unwritable(out: Path) -> str | None:
+    """Why the report cannot be written into ``out`` (not a directory, or it or its
+    ``figures/`` not writable), or None. A missing ``out`` is left to the loader, which says
+    what to run."""
+    import os
+
+    for where in (out, out / "figures"):
+        if not os.path.lexists(where):
+            continue
+        if not where.is_dir():
+            return f"{where} is not a directory"
+        if not os.access(where, os.W_OK | os.X_OK):
+            return f"directory {where} is not writable"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis.reproduce", description=__doc__.split("\n")[0].replace("``", ""))
     ap.add_argument("--out", type=Path, default=Path("results/reproduce"),
                     help="directory holding results/ (figures/ and report.md are written there)")
     ap.add_argument("--no-pdf", action="store_true", help="PNG figures only, and no PDF links (a report to commit)")
     args = ap.parse_args(argv)
+    unwritable = _unwritable(args.out)
+    if unwritable is not None:  # before drawing anything
+        print(f"error: --out(={str(args.out)!r}): {unwritable} (figures/ and report.md are written there)",
+              file=sys.stderr)
+        return 2
     import matplotlib
 
     matplotlib.use("Agg")  # a script that writes files: no display

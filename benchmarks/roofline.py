@@ -337,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"--shapes {bad[0]!r} is not a shape of the {args.clients} clients sweep ({', '.join(known)})")
     check_out_dir(args.out)
+    try:
+        table_path()  # the kernel table can be saved (FRAQ_KERNEL_TABLE), before anything is measured
+    except ValueError as e:
+        ap.error(str(e))
     configs = []
     for c in args.compare or []:
         b, _, g = c.partition(":")

@@ -60,7 +60,8 @@ draw from these; a size of its own keeps one size's results from replacing anoth
 
 
 class ForeignResult(ValueError):
-    """A result file the run would write already holds a result of another size, device or dtype."""
+    """A result path the run would write holds what it must not write over: a result of
+    another size, device or dtype, or something that is not a result file (a directory)."""
 
 
 def default_out(size: str) -> Path:
@@ -183,6 +184,12 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
         counts["damaged"] = len(damaged)
         for name, module, config in todo:  # before any measurement: nothing of another run is replaced
             path = result_path(out, name, module.key(config))
+            folder = path.parent
+            if folder.exists() and not folder.is_dir() or path.exists() and not path.is_file():
+                where, kind, what = (folder, "a file", "results") if folder.exists() and not folder.is_dir() else \
+                    (path, "a directory" if path.is_dir() else "not a file", "a result")
+                raise ForeignResult(f"--out(={str(out)!r}) holds {str(where)!r}, {kind} where this run writes "
+                                    f"{what}: move it away or choose another --out")
             why = _foreign(path, size, device) if path.exists() else None
             if why is not None:
                 raise ForeignResult(f"--out(={str(out)!r}) holds {str(path)!r}, a result of {why}: it is never "
@@ -217,8 +224,10 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.cases import check_environment
     from benchmarks.device import checked
+    from benchmarks.measure.kernels import table_path
     from benchmarks.sizes import SIZES
     from fraq._files import check_dir_out
+    from fraq.aggregators import MethodLoadError, load_outside_methods
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=plain(__doc__.split("\n")[0]))
     ap.add_argument("experiments", nargs="*", metavar="EXPERIMENT",
@@ -243,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
         device = checked(args.device)
         check_dir_out(args.out, "--out")
         check_environment()
-    except ValueError as exc:  # malformed, or not on this machine: one line, before any work
+        load_outside_methods()
+        table_path(device)  # the kernel table can be saved (FRAQ_KERNEL_TABLE), before anything is measured
+    except (ValueError, MethodLoadError) as exc:  # malformed, not on this machine, a plug-in that fails: one line
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.threads < 1:

@@ -127,6 +127,7 @@ def _aggregate(args: argparse.Namespace) -> int:
     import torch
 
     from fraq._files import check_file_target
+    from fraq.aggregators import MethodLoadError, load_outside_methods
     from fraq.methods import MethodSpec
     from fraq.peft import CONFIG, WEIGHTS, aggregate_adapters
     from fraq.peft.aggregate import client_paths
@@ -138,6 +139,7 @@ def _aggregate(args: argparse.Namespace) -> int:
 
     to_file = args.json is not None and str(args.json) != "-"
     try:  # everything is checked before any work: the JSON path here, the rest in aggregate_adapters
+        load_outside_methods()
         method = MethodSpec.parse(args.method)
         paths = client_paths(args.clients)
         if to_file:
@@ -157,7 +159,7 @@ def _aggregate(args: argparse.Namespace) -> int:
                                  compute_dtype=getattr(torch, args.compute_dtype), uniform_rank=args.uniform_rank,
                                  overwrite=args.overwrite, report=bool(args.report or args.json), base=args.base,
                                  **options)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, MethodLoadError) as e:
         return fail(e, 2)
     except OSError as e:  # a failure while writing (disk full, permissions changed): the old output is intact
         return fail(e, 1)

@@ -8,7 +8,10 @@ The grammar, wherever a method is named (``fraq aggregate --method``, the harnes
                               florist:tau=0.85    fraq:rank=8,tau=null
 
 A value is read as JSON where it is JSON (``0.9``, ``8``, ``null``, ``true``) and kept as
-text otherwise (``cholesky``). :class:`MethodSpec` keeps each value's text as written, so
+text otherwise (``cholesky``); a dtype option (:data:`DTYPE_OPTIONS`: ``eig_dtype``) is
+written by its torch name and given to the aggregator as that ``torch.dtype``
+(``fraq:eig_dtype=float64`` -> ``torch.float64``), and any other value is refused where the
+spec is parsed. :class:`MethodSpec` keeps each value's text as written, so
 ``str(spec)`` is the string it was parsed from (blanks around the separators dropped):
 result labels and file names made from it do not change when a spec is passed on. The
 form ``fraq:cholesky`` (a backend without its key) is refused with the spelling to use.
@@ -31,12 +34,16 @@ import json
 import re
 from dataclasses import dataclass
 
-__all__ = ["PACKAGE_METHODS", "MethodSpec"]
+__all__ = ["DTYPE_OPTIONS", "PACKAGE_METHODS", "MethodSpec"]
 
 PACKAGE_METHODS = ("fedit", "lora-a2", "flora", "fedex-lora", "flexlora", "florg", "florist", "fraq")
 """The package's own methods' names, in registration order: what a command's help lists
 without importing torch (``fraq.aggregators.AGGREGATORS`` holds the same first, then the
 methods from outside the package; a test keeps the two equal)."""
+
+DTYPE_OPTIONS = {"eig_dtype": ("float32", "float64")}
+"""Options whose value is a torch dtype, each with the names it may be written as: the
+grammar's text becomes the ``torch.dtype`` of that name (:attr:`MethodSpec.kwargs`)."""
 
 _KEY = re.compile(r"[A-Za-z_]\w*")
 
@@ -67,6 +74,9 @@ class MethodSpec:
                 raise ValueError(f"option key(={key!r}) must be an identifier")
             if raw != raw.strip() or "," in raw:
                 raise ValueError(f"option {key}(={raw!r}): a value has no ',' and no blanks at its ends")
+            if key in DTYPE_OPTIONS and raw not in DTYPE_OPTIONS[key] and raw != "null":
+                raise ValueError(f"option {key}(={raw!r}) must be one of {', '.join(DTYPE_OPTIONS[key])} "
+                                 f"(or null for the default)")
         keys = [k for k, _ in self.options]
         twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
         if twice is not None:
@@ -98,10 +108,16 @@ class MethodSpec:
 
     @property
     def kwargs(self) -> dict:
-        """The options as keyword arguments: each value as JSON where it is JSON, else its text
-        (:meth:`parse` refuses a key given twice)."""
+        """The options as keyword arguments: each value as JSON where it is JSON, else its text,
+        and a dtype option (:data:`DTYPE_OPTIONS`) as its ``torch.dtype`` (:meth:`parse`
+        refuses a key given twice and a dtype name not listed)."""
         out = {}
         for key, raw in self.options:
+            if key in DTYPE_OPTIONS and raw != "null":
+                import torch  # only here: the grammar is read without torch
+
+                out[key] = getattr(torch, raw)
+                continue
             try:
                 out[key] = json.loads(raw)
             except json.JSONDecodeError:

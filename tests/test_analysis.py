@@ -754,6 +754,36 @@ def test_a_damaged_field_is_named_and_the_file_skipped(tiny, tmp_path, where, fi
     assert "## Figure 3" in text
 
 
+@pytest.mark.parametrize("where", ["", "figures"])
+def test_an_unwritable_out_is_one_line_before_drawing(tmp_path, monkeypatch, capsys, where):
+    """A read-only --out (or its figures/): one line naming it, status 2, nothing loaded or drawn."""
+    import os
+
+    import analysis.reproduce as reproduce
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "figures").mkdir()
+    locked = tmp_path / where if where else tmp_path
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **k: Path(p) != locked and real(p, mode, **k))
+    monkeypatch.setattr(reproduce, "build", lambda *a, **k: pytest.fail("drew on an unwritable --out"))
+    with warnings.catch_warnings(record=True) as issued:
+        warnings.simplefilter("always")
+        assert reproduce.main(["--out", str(tmp_path)]) == 2
+    assert issued == []
+    assert capsys.readouterr().err == (f"error: --out(={str(tmp_path)!r}): directory {locked} is not writable "
+                                       f"(figures/ and report.md are written there)\n")
+
+
+def test_an_out_that_is_a_file_is_one_line(tmp_path, capsys):
+    from analysis.reproduce import main
+
+    (tmp_path / "figures").write_text("not a folder")
+    assert main(["--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"error: --out(={str(tmp_path)!r}): {tmp_path / 'figures'} is not a "
+                                       f"directory (figures/ and report.md are written there)\n")
+
+
 @pytest.mark.integration
 def test_report_write_failure_is_one_line_naming_the_file(tiny, tmp_path, monkeypatch, capsys):
     """A read-only or full output: one line naming the file, status 1, no traceback."""
@@ -771,9 +801,10 @@ def test_report_write_failure_is_one_line_naming_the_file(tiny, tmp_path, monkey
         return real(self, *a, **k)
 
     monkeypatch.setattr(Path, "write_text", write_text)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings(record=True) as issued:
+        warnings.simplefilter("always")
         assert main(["--out", str(out)]) == 1
+    assert [str(w.message) for w in issued] == []  # the one line alone: no notes of a report not written
     err = capsys.readouterr().err
     assert err == f"error: cannot write {out / 'report.md'}: Read-only file system\n"
     assert (out / "report.md").read_text() == "the old report"

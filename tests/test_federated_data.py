@@ -152,3 +152,102 @@ def test_fraq_data_is_ignored_for_other_data_sets(tmp_path, monkeypatch):
     cfg = load_config("smoke")
     assert cli._data_dir(None, cfg) is None
     assert cli._data_dir(None, load_config("banking77")) == str((tmp_path / "nowhere").absolute())
+
+
+# ------------------------------------------------------------------------------ files that cannot be read
+def _fake_banking(tmp_path: Path, train: str) -> Path:
+    """A banking77 folder whose train.csv is ``train`` (so not the published file)."""
+    folder = tmp_path / "data" / "banking77"
+    folder.mkdir(parents=True)
+    (folder / "train.csv").write_text(train, encoding="utf-8")
+    (folder / "test.csv").write_text("text,category\nhi,card\n", encoding="utf-8")
+    (folder / "categories.json").write_text('["card"]', encoding="utf-8")
+    return folder.parent
+
+
+def test_a_published_file_csv_cannot_parse_is_named_not_a_traceback(tmp_path):
+    root = _fake_banking(tmp_path, "text,category\n" + "x" * 131_073 + ",card\n")  # over csv's limit: _csv.Error
+    with pytest.raises(ValueError) as exc:
+        check_folder("banking77", root)
+    msg = _one_line(exc)
+    assert "train.csv is not the published file" in msg and str(root / "banking77") in msg
+
+
+def test_deeply_nested_published_json_is_named_not_a_traceback(tmp_path):
+    folder = tmp_path / "data" / "clinc150"
+    folder.mkdir(parents=True)
+    (folder / "data_full.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError) as exc:
+        check_folder("clinc150", folder.parent)
+    assert "data_full.json is not the published file" in _one_line(exc)
+
+
+def test_a_data_folder_that_cannot_be_searched_is_one_line_naming_it(tmp_path, monkeypatch):
+    root = _fake_banking(tmp_path, "text,category\nhi,card\n")
+    real = Path.is_file
+
+    def is_file(self):
+        if self.parent.name == "banking77":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "is_file", is_file)
+    with pytest.raises(ValueError) as exc:
+        check_folder("banking77", root)
+    assert _one_line(exc) == (f"dataset folder {str(root / 'banking77')!r} cannot be read: "
+                              f"{root / 'banking77' / 'train.csv'} (Permission denied)")
+
+
+def _local(tmp_path: Path, train: str | bytes, name: str = "train.csv", test: str = "text,label\nhi,a\n") -> Path:
+    root = tmp_path / "ds"
+    root.mkdir()
+    (root / name).write_bytes(train if isinstance(train, bytes) else train.encode())
+    (root / "test.csv").write_text(test)
+    return root
+
+
+@pytest.mark.parametrize("name, train, named", [
+    ("train.csv", "text,label\nhi,a\nbye\n", "train.csv, line 3: no value in column 'label'"),
+    ("train.csv", "text,label\nhi,a\nbye,\n", "train.csv, line 3: the label column 'label' is empty"),
+    ("train.csv", "text,label\nhi,a\nbye,  \n", "train.csv, line 3: the label column 'label' is empty"),
+    ("train.csv", "text,label\nhi,a\n\"a\nb\",c\nx\n", "train.csv, line 5: no value in column 'label'"),
+    ("train.csv", b"text,label\nhi,a\ncaf\xe9,b\n", "train.csv, line 3: not UTF-8"),
+    ("train.csv", "text,label\n" + "x" * 131_073 + ",a\n", "train.csv, line 2: not readable as CSV (field larger"),
+    ("train.jsonl", '{"text": "hi", "label": "a"}\n{"text": "bye", "label": "a"\n',
+     "train.jsonl, line 2: not JSON (Expecting ',' delimiter"),
+    ("train.jsonl", '{"text": "hi", "label": "a"}\n\n{"text": "bye"}\n', "train.jsonl, line 3: no value in column 'label'"),
+    ("train.jsonl", '{"text": "hi", "label": "a"}\n{"text": "bye", "label": null}\n',
+     "train.jsonl, line 2: no value in column 'label'"),
+    ("train.jsonl", '{"text": "hi", "label": "a"}\n["bye", "a"]\n', "train.jsonl, line 2: a record must be an object"),
+    ("train.jsonl", '{"text": "hi", "label": "a"}\n' + "[" * 100_000 + "]" * 100_000 + "\n",
+     "train.jsonl, line 2: JSON nested too deeply"),
+    ("train.json", '[{"text": "hi", "label": "a"}, {"label": "b"}]', "train.json, record 1: no value in column 'text'"),
+    ("train.json", "[" * 100_000 + "]" * 100_000, "train.json: JSON nested too deeply"),
+    ("train.json", '[{"text": "hi", "label": "a"},\n {"text": "x", "label": "b"}', "train.json: not JSON ("),
+])
+def test_a_bad_local_file_is_one_line_naming_the_file_and_line(tmp_path, name, train, named):
+    root = _local(tmp_path, train, name)
+    with pytest.raises(ValueError) as exc:
+        load_dataset({"path": str(root)})
+    msg = _one_line(exc)
+    assert msg.startswith(str(root / name.split(",")[0])) and named in msg, msg
+
+
+def test_a_good_local_file_still_loads_with_its_classes(tmp_path):
+    data = load_dataset({"path": str(_local(tmp_path, "text,label\nhi,a\n\"multi\nline\",b\n", test="text,label\nx,b\n"))})
+    assert data.label_names == ["a", "b"] and data.train_texts == ["hi", "multi\nline"] and list(data.test_labels) == [1]
+
+
+def test_a_local_folder_that_cannot_be_searched_is_one_line(tmp_path, monkeypatch):
+    root = _local(tmp_path, "text,label\nhi,a\n")
+    real = Path.exists
+
+    def exists(self, *a, **k):
+        if self.parent == root:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    with pytest.raises(ValueError) as exc:
+        load_dataset({"path": str(root)})
+    assert _one_line(exc) == f"dataset.path(={str(root)!r}) cannot be read: {root / 'dataset_dict.json'} (Permission denied)"

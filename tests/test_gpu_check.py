@@ -108,6 +108,8 @@ def test_cpu_flow_says_what_needs_cuda_is_not_on_this_device(cpu_run):
     (["--parts", "device,bogus"], "'bogus'"),
     (["--parts", ""], "--parts(=''"),
     (["--device", "gpu"], "--device(='gpu')"),
+    (["--part", "device"], "--part(='device') is the mode the check starts each part in"),  # a typo for --parts
+    (["--part=device"], "give --parts device"),
 ])
 def test_bad_arguments_stop_before_any_work(tmp_path, capsys, args, named):
     from benchmarks.gpu_check.__main__ import main

@@ -170,3 +170,28 @@ def test_the_roof_is_below_the_call():
             best = timed(call, repeats=7, warmup=1).min
             assert r.roof <= 1.05 * best, (name, r.roof, best)
             assert r.flop_roof > 0 and r.bytes_roof > 0
+
+
+def test_an_unwritable_default_table_falls_back_to_a_temporary_one_saying_so(tmp_path, monkeypatch, capsys):
+    """A home where the table cannot go (here a file in its place): a temporary table, one warning."""
+    from benchmarks.measure import kernels
+
+    home = tmp_path / "home"
+    home.write_text("not a folder")
+    monkeypatch.delenv("FRAQ_KERNEL_TABLE")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(kernels.tempfile, "tempdir", None)  # TMPDIR read again
+    kernels._writable_or_fallback.cache_clear(), kernels._fallback.cache_clear()
+    path = kernels.table_path("cpu")
+    assert path.parent.parent == tmp_path / "tmp" and path.parent.name.startswith("fraq-kernels-")
+    table = RateTable(path)
+    table.put("k", 1e-3)
+    table.save()
+    assert RateTable(kernels.table_path("cpu")).get("k") == 1e-3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"the kernel table directory {home / '.cache' / 'fraq' / 'kernels'} " \
+                                   f"(FRAQ_KERNEL_TABLE unset) cannot be created" in err
+    kernels._writable_or_fallback.cache_clear(), kernels._fallback.cache_clear()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -85,3 +87,20 @@ def test_the_federated_config_and_the_cli_share_the_parse():
 def test_spec_module_imports_no_torch():
     code = "import sys, fraq.methods; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ------------------------------------------------------------------------------ dtype options
+@pytest.mark.parametrize("text, dtype", [("float64", torch.float64), ("float32", torch.float32), ("null", None)])
+def test_eig_dtype_is_written_by_name_and_reaches_the_aggregator_as_a_dtype(text, dtype):
+    from fraq.federated.config import method_aggregator
+
+    spec = MethodSpec.parse(f"fraq:eig_dtype={text},tau=0.9")
+    assert spec.kwargs == {"eig_dtype": dtype, "tau": 0.9} and str(spec) == f"fraq:eig_dtype={text},tau=0.9"
+    assert method_aggregator(spec).eig_dtype is dtype
+
+
+@pytest.mark.parametrize("text", ["float16", "bfloat16", "torch.float64", "double", "64", "Float64"])
+def test_eig_dtype_other_than_float32_or_float64_is_refused_where_parsed(text):
+    with pytest.raises(ValueError, match=re.escape(f"method(='fraq:eig_dtype={text}'): option eig_dtype(={text!r}) "
+                                                   f"must be one of float32, float64 (or null for the default)")):
+        MethodSpec.parse(f"fraq:eig_dtype={text}")

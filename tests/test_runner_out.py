@@ -141,3 +141,41 @@ def test_make_checks_the_baseline_before_pytest():
                             check=True).stdout.splitlines()
     assert "benchmarks.pytest_baseline" in recipe[0] and "--benchmark-json" in recipe[1]
     assert "benchmarks.pytest_compare" in recipe[2]
+
+
+@pytest.mark.parametrize("where", ["result", "experiment"])
+def test_a_result_path_that_is_not_a_file_is_one_line_before_measuring(quick, tmp_path, capsys, where):
+    """A directory where a result file goes (or a file where an experiment's directory goes):
+    one line naming it, status 2, nothing measured."""
+    out = tmp_path / "out"
+    config = get("table4").points("tiny")[0]
+    target = out / "table4" / f"{get('table4').key(config)}.json"
+    if where == "result":
+        target.mkdir(parents=True)
+        blocker, kind = target, "a directory"
+    else:
+        out.mkdir()
+        (out / "table4").write_text("not a folder")
+        blocker, kind = out / "table4", "a file"
+    assert run.main(["table4", "--size", "tiny", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --out(={str(out)!r}) holds {str(blocker)!r}, {kind} where this run writes " \
+                  f"{'a result' if where == 'result' else 'results'}: move it away or choose another --out\n"
+    assert quick == []
+
+
+@pytest.mark.parametrize("make", ["folder", "file-parent"])
+def test_an_unusable_kernel_table_is_one_line_naming_the_variable_before_measuring(quick, tmp_path, capsys,
+                                                                                   monkeypatch, make):
+    table = tmp_path / "kernels"
+    if make == "folder":
+        table.mkdir()
+        named = f"FRAQ_KERNEL_TABLE(={str(table)!r}) is a directory; give the path of a file"
+    else:
+        table.write_text("a file")
+        table = table / "k.json"
+        named = f"FRAQ_KERNEL_TABLE(={str(table)!r}): {table.parent} is not a directory"
+    monkeypatch.setenv("FRAQ_KERNEL_TABLE", str(table))
+    assert run.main(["table4", "--size", "tiny", "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    assert capsys.readouterr().err == f"error: {named}\n"
+    assert quick == [] and not (tmp_path / "out").exists()

@@ -58,8 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     if argv is None:
         argv = sys.argv[1:]
-    if "--part" in argv:  # one part, started by the parent: its arguments are the parent's, already checked
+    if any(a == "--part" or a.startswith("--part=") for a in argv):
+        # one part, started by the parent: its arguments are the parent's, already checked
         args, _ = ap.parse_known_args(argv)
+        if args.work is None or args.until is None:  # typed by hand: a typo for --parts
+            print(f"error: --part(={args.part!r}) is the mode the check starts each part in (with --work and "
+                  f"--until); for a subset of the parts give --parts {args.part}", file=sys.stderr)
+            return 2
         from benchmarks.gpu_check.parent import run_child
 
         return run_child(args.part, device=args.device, size=args.size, work=args.work, until=args.until)

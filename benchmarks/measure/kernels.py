@@ -36,7 +36,8 @@ time ever seen: a floor stays a floor when a later run is loaded, and tightens w
 is idle. Data-dependent kernels (``syevd``'s deflation, ``gesdd``) are keyed by shape, so
 the table's time is the fastest data of that shape measured here (a looser floor, never a
 tighter one than the data allow). ``FRAQ_KERNEL_TABLE`` names the file; the default is
-``$XDG_CACHE_HOME/fraq/kernels/<machine>.json``.
+``$XDG_CACHE_HOME/fraq/kernels/<machine>.json`` (:func:`table_path`, which the runner calls
+before measuring).
 
 Random ops are replayed with their generators' states saved and restored, so timing
 never changes what the call computes.
@@ -49,11 +50,13 @@ ceiling of the machine; McCalpin's STREAM ``copy`` for the bandwidth.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -143,13 +146,65 @@ def _slug(device: torch.device) -> str:
     return f"{name}-{hashlib.sha1(text.encode()).hexdigest()[:10]}"
 
 
+TABLE_ENV = "FRAQ_KERNEL_TABLE"
+"""The environment variable naming the kernel table's file."""
+
+
 def table_path(device: torch.device | str = "cpu") -> Path:
-    """The per-machine kernel table's file (``FRAQ_KERNEL_TABLE`` when set)."""
-    env = os.environ.get("FRAQ_KERNEL_TABLE")
+    """The per-machine kernel table's file, checked before anything is measured (a table
+    that cannot be saved would be found only after the first point's measurements, and a
+    rerun would meet it again):
+
+    - ``FRAQ_KERNEL_TABLE`` when set: ValueError naming it when it is a directory or
+      something else that is not a file, or when its directory cannot be created or
+      written (the run was told where the table goes: it is not moved elsewhere);
+    - else ``$XDG_CACHE_HOME`` (or ``~/.cache``) ``/fraq/kernels/<machine>.json``, and when
+      that directory cannot be created or written (a read-only or missing home), a
+      temporary table shared by this user's processes (``$TMPDIR/fraq-kernels-<uid>``),
+      with one warning naming both, as the benchmark input cache does
+      (:func:`benchmarks.cases.cache_dir`).
+    """
+    env = os.environ.get(TABLE_ENV)
     if env:
-        return Path(env)
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "fraq" / "kernels" / f"{_slug(torch.device(device))}.json"
+        from fraq._files import check_file_target
+
+        return check_file_target(env, TABLE_ENV)
+    return _table_dir() / f"{_slug(torch.device(device))}.json"
+
+
+def _table_dir() -> Path:
+    """The default table directory, created, or the temporary one (:func:`table_path`)."""
+    try:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fraq" / "kernels"
+    except RuntimeError as e:  # no home directory to find
+        return _fallback(None, f"cannot be found ({e})")
+    return _writable_or_fallback(root)
+
+
+@functools.lru_cache(maxsize=None)
+def _writable_or_fallback(root: Path) -> Path:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if os.access(root, os.W_OK | os.X_OK):
+            return root
+        reason = "is not writable"
+    except OSError as e:
+        reason = f"cannot be created ({e.strerror})"
+    return _fallback(root, reason)
+
+
+@functools.lru_cache(maxsize=None)
+def _fallback(root: Path | None, reason: str) -> Path:
+    """The temporary table directory, with one warning per process naming why."""
+    fallback = Path(tempfile.gettempdir()) / f"fraq-kernels-{os.getuid() if hasattr(os, 'getuid') else 0}"
+    try:
+        fallback.mkdir(exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"the kernel table directory {root} {reason}, and {fallback} cannot be created either "
+                         f"({e.strerror}): set {TABLE_ENV} to a writable file path") from None
+    print(f"benchmarks: warning: the kernel table directory {root} ({TABLE_ENV} unset) {reason}; keeping the "
+          f"table in {fallback} instead", file=sys.stderr, flush=True)
+    return fallback
 
 
 MIN_KERNEL_S = 1e-7

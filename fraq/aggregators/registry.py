@@ -20,9 +20,12 @@ finds the same methods as its parent):
   benchmarks' fresh launches, Flower's simulation), where a registration made in code
   would not.
 
-A module or entry point that fails to load is an ImportError naming it and the
-exception, raised by the read that triggered the load; the registry is marked loaded only
-once a load succeeds, so every later read tries the load and reports the error.
+A module or entry point that fails to load (missing, raising at import, ``SystemExit``
+included, or registering a class that :func:`register_aggregator` refuses) is a
+:class:`MethodLoadError` of one line naming it and the reason, raised by the read that
+triggered the load; the registry is marked loaded only once a load succeeds, so every
+later read tries the load and reports the error. A front door calls
+:func:`load_outside_methods` before any work and prints that line (exit status 2).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import os
 from collections.abc import Iterator
 
 from fraq.aggregators.base import Aggregator, AggregatorState
+from fraq.aggregators.payload import REINITIALIZE, WARM_START
 from fraq.aggregators.fedex_lora import FedExLoRA
 from fraq.aggregators.fedit import FedIT
 from fraq.aggregators.flexlora import FlexLoRA
@@ -42,7 +46,7 @@ from fraq.aggregators.florist import FLoRIST
 from fraq.aggregators.fraq import Fraq
 from fraq.aggregators.lora_a2 import LoraA2
 
-__all__ = ["AGGREGATORS", "ENTRY_POINT_GROUP", "ENV", "get_aggregator", "load_outside_methods",
+__all__ = ["AGGREGATORS", "ENTRY_POINT_GROUP", "ENV", "MethodLoadError", "get_aggregator", "load_outside_methods",
            "register_aggregator"]
 
 ENTRY_POINT_GROUP = "fraq.aggregators"
@@ -50,6 +54,20 @@ ENTRY_POINT_GROUP = "fraq.aggregators"
 
 ENV = "FRAQ_METHODS"
 """The environment variable naming modules of methods (comma-separated module names)."""
+
+_NOT_IN_NAMES = ":,=/"
+"""Characters a registry name cannot hold: the method grammar splits on ``:``, ``,`` and
+``=`` (:mod:`fraq.methods`), and result file names are made from the name (``/``)."""
+
+_FLAGS = ("heterogeneous_ranks", "single_matrix", "alternating_freeze", "rank_budgets", "checks_finite",
+          "dense_factorization", "partial_first_round", "basis_backend", "energy_rule", "nested")
+"""The boolean class attributes of :class:`Aggregator`: a caller branches on each, so a
+truthy non-boolean (``energy_rule = "no"``) would silently read as True."""
+
+
+class MethodLoadError(ImportError):
+    """A method from outside the package failed to load: one line naming the entry point or
+    module and the reason (:func:`load_outside_methods`)."""
 
 
 class _Registry(dict):
@@ -113,7 +131,9 @@ def load_outside_methods() -> None:
     load and its error).
 
     Raises:
-        ImportError: naming the entry point or module and the exception it raised.
+        MethodLoadError: an ImportError of one line naming the entry point or module and
+            the exception it raised (``SystemExit`` included: a plug-in does not end the
+            process that loads it).
     """
     global _loaded
     if _loaded:
@@ -134,17 +154,27 @@ def _load() -> None:
             obj = ep.load()
             if inspect.isclass(obj):
                 register_aggregator(obj)
-        except Exception as exc:
-            raise ImportError(f"{ENTRY_POINT_GROUP} entry point {ep.name} = {ep.value!r} failed to load: "
-                              f"{type(exc).__name__}: {exc}") from exc
-    for module in (m.strip() for m in os.environ.get(ENV, "").split(",")):
-        if not module:
-            continue
+        except (Exception, SystemExit) as exc:
+            raise MethodLoadError(f"{ENTRY_POINT_GROUP} entry point {ep.name} = {ep.value!r} failed to load: "
+                                  f"{_reason(exc)}") from None
+    given = os.environ.get(ENV, "")
+    modules = [m.strip() for m in given.split(",") if m.strip()]
+    twice = next((m for i, m in enumerate(modules) if m in modules[:i]), None)
+    if twice is not None:
+        raise MethodLoadError(f"{ENV}={given!r}: module {twice!r} is named twice; name it once")
+    for module in modules:
         try:
             importlib.import_module(module)
-        except Exception as exc:
-            raise ImportError(f"{ENV}={os.environ[ENV]!r}: module {module!r} failed to import: "
-                              f"{type(exc).__name__}: {exc}") from exc
+        except (Exception, SystemExit) as exc:
+            raise MethodLoadError(f"{ENV}={given!r}: module {module!r} failed to import: {_reason(exc)}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception as the one line of a :class:`MethodLoadError`: its type and first line."""
+    if isinstance(exc, SystemExit):
+        return f"it raised SystemExit({exc.code!r}) at import"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def get_aggregator(name: str, **options) -> Aggregator:
@@ -167,21 +197,48 @@ def register_aggregator(cls: type[Aggregator]) -> type[Aggregator]:
     A name names one method: registering a different class under a taken name is a
     ValueError naming both (a method would otherwise replace another silently, and every
     table, result and Flower run would show the wrong one under its name). Registering the
-    same class a second time changes nothing. The class's description (:meth:`Aggregator.describe`:
-    display name, paper order, downlink rule, FLOP model) is checked here, so a bad one is
-    refused where it is registered, not in a report."""
+    same class a second time changes nothing. Refused before anything is registered:
+
+    - a ``name`` that is empty, has blanks at its ends or holds ``:``, ``,``, ``=`` or ``/``
+      (it could not be written in the method grammar or a file name);
+    - a ``client_init`` that is missing or not ``WARM_START`` / ``REINITIALIZE``, and a
+      boolean attribute (``energy_rule``, ``nested``, ...) that is not a bool;
+    - a description (:meth:`Aggregator.describe`: display name, paper order, downlink rule,
+      FLOP model) of the wrong types, or a display name or paper order another registered
+      method has (a report keys its rows by them: one of the two would vanish or be
+      misplaced).
+    """
     if not (isinstance(cls, type) and issubclass(cls, Aggregator)):
         raise TypeError(f"cls(={cls!r}) must be an Aggregator subclass")
-    if not isinstance(getattr(cls, "name", None), str):
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str):
         raise ValueError(f"{cls.__name__} needs a string class attribute `name`")
+    if not name or name != name.strip() or any(c in name for c in _NOT_IN_NAMES):
+        raise ValueError(f"{cls.__name__}.name(={name!r}) must be non-empty, without blanks at its ends and "
+                         f"without {', '.join(repr(c) for c in _NOT_IN_NAMES)}")
+    init = getattr(cls, "client_init", None)
+    if init not in (WARM_START, REINITIALIZE):
+        raise ValueError(f"{cls.__name__}.client_init(={init!r}) must be {WARM_START!r} (WARM_START) or "
+                         f"{REINITIALIZE!r} (REINITIALIZE)")
+    for flag in _FLAGS:
+        if not isinstance(getattr(cls, flag), bool):
+            raise TypeError(f"{cls.__name__}.{flag}(={getattr(cls, flag)!r}) must be a bool")
     st = cls.state_type
     if st is not None and not (isinstance(st, type) and issubclass(st, AggregatorState) and st.aggregator == cls.name):
         raise ValueError(f"{cls.__name__}.state_type(={st!r}) must be an AggregatorState subclass whose "
                          f"`aggregator` is {cls.name!r}")
-    cls.describe()  # its checks
+    shown = cls.describe()  # its checks
     taken = dict.get(AGGREGATORS, cls.name)
     if taken is not None and taken is not cls:
         raise ValueError(f"aggregator name {cls.name!r} is taken by {taken.__module__}.{taken.__qualname__}; "
                          f"give {cls.__module__}.{cls.__qualname__} another `name`")
+    if taken is None:
+        for other in dict.values(AGGREGATORS):
+            theirs = other.describe()
+            for key in ("display_name", "paper_order"):
+                if shown[key] is not None and shown[key] == theirs[key]:
+                    raise ValueError(f"{cls.__module__}.{cls.__qualname__}.{key}(={shown[key]!r}) is "
+                                     f"{other.__module__}.{other.__qualname__}'s ({other.name!r}); give it "
+                                     f"its own `{key}`")
     dict.__setitem__(AGGREGATORS, cls.name, cls)
     return cls

@@ -326,7 +326,14 @@ def _data_dir(flag: str | None, cfg: dict) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from fraq.aggregators import MethodLoadError, load_outside_methods
     from fraq.federated.config import load_config
+
+    try:  # the methods from outside the package, before any work: one line naming a failing one
+        load_outside_methods()
+    except MethodLoadError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
     over: dict = {}
     for key, flag in (("federated.rounds", args.rounds), ("federated.clients", args.clients),

@@ -4,7 +4,9 @@ Sources (``load_dataset``):
 
 - ``"intents"``: the generated corpus of :mod:`fraq.federated.intents` (offline default);
 - a local directory with ``train`` and ``test`` files in CSV, JSON Lines or JSON (a list
-  of records), or a directory written by ``datasets.Dataset.save_to_disk``;
+  of records), or a directory written by ``datasets.Dataset.save_to_disk``; a file that
+  cannot be read (not UTF-8, a line that does not parse, a row without its text or label,
+  an empty label) is refused with one line naming the file and the line;
 - ``banking77`` or ``clinc150`` with ``data_dir``: the publisher's files in
   ``data_dir/<name>/``, checked against their sha256 and counts
   (:mod:`fraq.federated.published`; CLINC150 in-scope only);
@@ -16,6 +18,7 @@ Sources (``load_dataset``):
 from __future__ import annotations
 
 import csv
+import io
 import json
 import numbers
 from dataclasses import dataclass
@@ -157,24 +160,78 @@ def _cap(data: TextData, max_train, max_test, seed: int) -> TextData:
                     None if data.train_tasks is None else [data.train_tasks[i] for i in tr])
 
 
-def _records_from_file(path: Path) -> list[dict]:
+def _records_from_file(path: Path, columns: tuple[str, ...] = ()) -> list[dict]:
+    """The records of one local split file (CSV with a header, JSON Lines, or a JSON list of
+    objects), each with ``where`` it came from checked.
+
+    Raises ValueError, one line naming the file and the line (or record): bytes that are
+    not UTF-8, a JSON line that does not parse, a CSV field over csv's limit, JSON nested
+    too deeply to parse, a record that is not an object, and a record that lacks one of
+    ``columns`` (the text and label columns) the first record has or leaves the label
+    (``columns[-1]``) empty: a missing label would become a class ``'None'`` and an empty
+    one a class ``''``, silently.
+    """
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ValueError(f"{path} cannot be read ({e.strerror})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise ValueError(f"{path}, line {line}: not UTF-8 ({e.reason} at byte {e.start}); save the file as "
+                         f"UTF-8") from None
+    rows: list[tuple[str, object]] = []
     if path.suffix == ".csv":
-        with open(path, newline="", encoding="utf-8") as f:
-            return list(csv.DictReader(f))
-    if path.suffix == ".jsonl":
-        with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
-    with open(path, encoding="utf-8") as f:
-        out = json.load(f)
-    if not isinstance(out, list):
-        raise ValueError(f"{path}: a .json split must be a list of records, got {type(out).__name__}")
-    return out
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        try:
+            for row in reader:
+                rows.append((f"line {reader.line_num}", row))
+        except csv.Error as e:  # a field over csv.field_size_limit(); the failing line is not yet counted
+            raise ValueError(f"{path}, line {reader.line_num + 1}: not readable as CSV ({e})") from None
+    elif path.suffix == ".jsonl":
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                rows.append((f"line {n}", _json(line, f"{path}, line {n}")))
+    else:
+        out = _json(text, str(path))
+        if not isinstance(out, list):
+            raise ValueError(f"{path}: a .json split must be a list of records, got {type(out).__name__}")
+        rows = [(f"record {i}", r) for i, r in enumerate(out)]
+    for where, row in rows:
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}, {where}: a record must be an object with the columns, got "
+                             f"{type(row).__name__} {row!r:.60}")
+    first = rows[0][1] if rows else {}
+    for where, row in rows:
+        for col in columns:
+            if col in first and row.get(col) is None:
+                raise ValueError(f"{path}, {where}: no value in column {col!r} (a missing "
+                                 f"{'label' if col == columns[-1] else 'value'} is refused, not read as 'None')")
+        if columns and columns[-1] in first and isinstance(row[columns[-1]], str) and not row[columns[-1]].strip():
+            raise ValueError(f"{path}, {where}: the label column {columns[-1]!r} is empty (a blank label is "
+                             f"refused, not read as a class '')")
+    return [row for _, row in rows]
+
+
+def _json(text: str, where: str):
+    """``text`` parsed as JSON; ValueError naming ``where`` (and the line in it) otherwise."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except RecursionError:
+        raise ValueError(f"{where}: JSON nested too deeply to read (a record is an object of columns)") from None
 
 
 def _load_local(root: Path, spec: dict) -> TextData:
-    if not root.is_dir():
-        raise FileNotFoundError(f"dataset.path(={str(root)!r}) is not a directory")
-    if (root / "dataset_dict.json").exists():
+    try:
+        if not root.is_dir():
+            raise FileNotFoundError(f"dataset.path(={str(root)!r}) is not a directory")
+        saved = (root / "dataset_dict.json").exists()
+    except PermissionError as e:
+        raise ValueError(f"dataset.path(={str(root)!r}) cannot be read: {e.filename} ({e.strerror})") from None
+    if saved:
         try:
             import datasets
         except ImportError as e:
@@ -183,10 +240,14 @@ def _load_local(root: Path, spec: dict) -> TextData:
         return _from_columns({s: dd[s].to_list() for s in ("train", "test")}, spec, _class_names(dd["train"], spec))
     splits = {}
     for split in ("train", "test"):
-        found = [root / f"{split}{ext}" for ext in (".csv", ".jsonl", ".json") if (root / f"{split}{ext}").exists()]
+        try:  # a folder that cannot be searched raises PermissionError here
+            found = [root / f"{split}{ext}" for ext in (".csv", ".jsonl", ".json") if (root / f"{split}{ext}").exists()]
+        except OSError as e:
+            raise ValueError(f"dataset.path(={str(root)!r}) cannot be read: {e.filename} ({e.strerror})") from None
         if not found:
             raise FileNotFoundError(f"dataset.path(={str(root)!r}) has no {split}.csv, {split}.jsonl or {split}.json")
-        splits[split] = _records_from_file(found[0])
+        splits[split] = _records_from_file(found[0], (spec.get("text_column", "text"),
+                                                      spec.get("label_column", "label")))
     return _from_columns(splits, spec, None)
 
 

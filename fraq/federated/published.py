@@ -92,16 +92,20 @@ def check_folder(name: str, data_dir: str | os.PathLike) -> Path:
     if name not in PUBLISHED:
         raise ValueError(f"dataset.name(={name!r}) has no local layout; local folders hold {sorted(PUBLISHED)}")
     root = Path(data_dir)
-    if not root.is_dir():
-        raise ValueError(f"dataset.data_dir(={str(root)!r}) is not a directory (it should hold "
-                         f"{', '.join(f'{n}/' for n in PUBLISHED)} as their publishers distribute them)")
     folder = root / name
     files = PUBLISHED[name].files
-    missing = [f for f in files if not (folder / f).is_file()]
-    if missing:
-        raise ValueError(f"dataset folder {str(folder)!r} is missing {', '.join(missing)} (the publisher's "
-                         f"layout: {', '.join(files)}; source {PUBLISHED[name].source})")
-    stamp = tuple((f, (folder / f).stat().st_size, (folder / f).stat().st_mtime_ns) for f in files)
+    try:  # a folder that cannot be searched (no permission) raises here, from is_dir / is_file / stat
+        if not root.is_dir():
+            raise ValueError(f"dataset.data_dir(={str(root)!r}) is not a directory (it should hold "
+                             f"{', '.join(f'{n}/' for n in PUBLISHED)} as their publishers distribute them)")
+        missing = [f for f in files if not (folder / f).is_file()]
+        if missing:
+            raise ValueError(f"dataset folder {str(folder)!r} is missing {', '.join(missing)} (the publisher's "
+                             f"layout: {', '.join(files)}; source {PUBLISHED[name].source})")
+        stamp = tuple((f, (folder / f).stat().st_size, (folder / f).stat().st_mtime_ns) for f in files)
+    except OSError as e:
+        where = e.filename if e.filename is not None else folder
+        raise ValueError(f"dataset folder {str(folder)!r} cannot be read: {where} ({e.strerror})") from None
     _check_files(name, str(folder.resolve()), stamp)
     return folder
 
@@ -126,8 +130,8 @@ def _what_differs(name: str, folder: Path) -> str:
     10001 examples, not 10003; "``; empty when they cannot be read or all match."""
     try:
         splits, names = _read(name, folder)
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
-        return ""
+    except (OSError, ValueError, KeyError, TypeError, IndexError, csv.Error, RecursionError):
+        return ""  # a field over csv's limit, JSON nested too deeply: not the published file either
     spec = PUBLISHED[name]
     out = [f"{s} has {len(splits[s][0])} examples, not {n}" for s, n in spec.counts.items()
            if s in splits and len(splits[s][0]) != n]
