@@ -51,7 +51,10 @@ class Reading:
     descending, zero at or below the product's noise floor (and where negative); ``n_sum``
     N = sum_k ||c_k|| ||y_k|| (:func:`fraq._gram.scale_sum`); ``ok`` in range; ``cancels`` (factored Gram under the guard, else None); ``rejected`` (a deferred
     basis, else None); ``lam1`` the Gram's largest eigenvalue (NaN where the solver refused
-    it); ``e`` the scale exponents (None before rescaling)."""
+    it); ``e`` the scale exponents (None before rescaling); ``unresolved`` (factored Gram,
+    else None): a row of Y whose squared norm left float's normal range while its term
+    could reach the Gram's noise floor (:func:`_unresolved`); ``unjudged`` the matrices whose
+    factored Gram, chosen by the caller, cancels or lost a term (kept, and reported)."""
 
     lam: np.ndarray
     n_sum: np.ndarray
@@ -60,6 +63,8 @@ class Reading:
     rejected: np.ndarray | None
     lam1: np.ndarray
     e: np.ndarray | None
+    unresolved: np.ndarray | None = None
+    unjudged: int = 0
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,7 @@ class Fallback:
 def _rescale(at: Pass, rd: Reading, plan: Plan, whole: tuple) -> Pass:
     """The matrices out of range redone from exactly scaled factors (:func:`fraq._range.rescaled`)."""
     bad = torch.from_numpy(~rd.ok).to(at.X.device)
-    X, Y, e = _range.rescaled(whole, at.X, at.Y, bad)  # an equilibrated X stays so: one scale per factor
+    X, Y, e = _range.rescaled(whole, at.X, at.Y, bad)  # columns balanced against rows, then one scale a factor
     return replace(at, basis=plan.basis_fn(X), X=X, Y=Y, e=e, rescaled=int((~rd.ok).sum()))
 
 
@@ -117,17 +122,35 @@ def _graded(at: Pass, rd: Reading, plan: Plan, whole: tuple) -> Pass:
     return replace(at, basis=REGISTRY[plan.backend].fn(X), X=X, Y=Y)
 
 
+def _unresolved(w_diag: np.ndarray, c_col2: np.ndarray, lam1: np.ndarray, plan: Plan) -> np.ndarray:
+    """Per matrix, bool: the factored Gram G = C W_Y C^T lost a client's term. Row k of Y
+    enters W_Y = Y Y^T squared, in the compute dtype: where ||y_k||^2 falls below that
+    dtype's normal range (``w_diag[k]`` under tiny / eps^2, :func:`fraq._range.limits`) it
+    keeps no digits, yet its term c_k y_k can be as large as any other (a client's factors
+    scaled against each other, (B 2^k, A 2^-k), move its size from y_k into c_k). The term
+    is bounded by ||c_k||^2 ||y_k||^2 <= ||c_k||^2 w_lo: where that bound reaches
+    eps * lambda_1 the term may matter and the product form, which never squares y_k
+    alone, is taken instead (a zero row with a large c_k only costs that form's time)."""
+    w_lo = _range.limits(plan.cdt, plan.edt)[4]
+    eps = rounding_eps(plan.cdt, plan.edt)
+    with np.errstate(over="ignore", invalid="ignore"):
+        lost = (w_diag < w_lo) & ~(c_col2 * w_lo < eps * np.abs(np.nan_to_num(lam1, nan=0.0))[:, None])
+    return lost.any(-1)
+
+
 FALLBACKS = (
     Fallback("deferred basis completed", lambda rd, at, plan: rd.rejected is not None and bool(rd.rejected.any()),
               lambda at, rd, plan, whole: replace(at, basis=at.basis.complete())),
     Fallback("rescaled", lambda rd, at, plan: at.e is None and not rd.ok.all(), _rescale),
-    Fallback("product Gram", lambda rd, at, plan: rd.cancels is not None and bool(rd.cancels.any()),
+    Fallback("product Gram", lambda rd, at, plan: (rd.cancels is not None and bool(rd.cancels.any()))
+             or (rd.unresolved is not None and bool(rd.unresolved.any())),
               lambda at, rd, plan, whole: replace(at, factored=False)),
     Fallback("graded basis", _ungraded, _graded),
 )
 """The fallbacks, in the order they are tried after a pass: a deferred basis that rejected
 some matrix is completed; matrices out of range are rescaled (once); a factored Gram
-whose clients cancel is formed through H; an identity basis that would keep directions
+whose clients cancel, or that lost a client's term (:func:`_unresolved`), is formed
+through H; an identity basis that would keep directions
 its Gram cannot resolve is replaced by the backend's (:func:`_ungraded`). Each entry
 applies at most once per call."""
 
@@ -157,7 +180,7 @@ def read(plan: Plan, at: Pass, coords: _gram.Coordinates, eig, s: int) -> Readin
     noise floor and the Gram guard), a deferred basis's rejections, the scale exponents
     and the diagonal of W_Y."""
     device = {"c_max": _range.stats(at.basis.C), "n_sum": _gram.scale_sum(at.basis.C, at.Y)}
-    guard = plan.guard and at.factored
+    guard = at.factored  # judged under an explicit gram="factored" too: reported there, not acted on
     if eig is not None:
         device["lam"] = eig[0]
     if at.basis.rejected is not None:
@@ -166,6 +189,7 @@ def read(plan: Plan, at: Pass, coords: _gram.Coordinates, eig, s: int) -> Readin
         device["e"] = at.e
     if coords.WY is not None:
         device["w_diag"] = coords.WY.diagonal(dim1=-2, dim2=-1)
+        device["c_col2"] = at.basis.C.square().sum(-2)  # ||c_k||^2: r numbers of the small C
     host = _to_host(device)
     lam = host["lam"] if eig is not None else np.full((host["c_max"].shape[0], s), np.nan)
     w_diag = host.get("w_diag")
@@ -175,12 +199,18 @@ def read(plan: Plan, at: Pass, coords: _gram.Coordinates, eig, s: int) -> Readin
     n_sum = host["n_sum"]
     ok = _range.verdict(host["c_max"].tolist(), lam[:, -1].tolist(), w_max, plan.cdt, plan.edt)
     cancels = ok & _gram.cancels(n_sum.tolist(), g_trace, s) if guard else None
+    unresolved = None if w_diag is None else _unresolved(w_diag, host["c_col2"], lam[:, 0], plan)
+    unjudged = 0
+    if cancels is not None and not plan.guard:  # the caller chose the factored form: it stays, the result says so
+        unjudged = int((cancels | (False if unresolved is None else unresolved)).sum())
+        cancels = unresolved = None
     lam = lam[:, ::-1]
     d, r = at.X.shape[-2], at.X.shape[-1]
     floor = noise_floor(n_sum, d, r, rounding_eps(plan.cdt, plan.edt))[:, None]
     return Reading(lam=np.where(lam > floor, lam, 0.0), n_sum=n_sum, ok=ok, cancels=cancels,
-                    rejected=host["rejected"] > 0 if "rejected" in host else None, lam1=lam[:, 0],
-                    e=host["e"].astype(np.int64) if "e" in host else None)
+                   rejected=host["rejected"] > 0 if "rejected" in host else None, lam1=lam[:, 0],
+                   e=host["e"].astype(np.int64) if "e" in host else None, unresolved=unresolved,
+                   unjudged=unjudged)
 
 
 def _to_host(device: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:

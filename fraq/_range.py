@@ -36,7 +36,7 @@ import torch
 
 from fraq._validation import check_finite, compute_dtype
 
-__all__ = ["amax", "check_representable", "equilibrate", "exponent", "limits", "pow2", "rescaled", "scale_pow2",
+__all__ = ["amax", "balance", "check_representable", "equilibrate", "exponent", "limits", "pow2", "rescaled", "scale_pow2",
            "stats", "verdict"]
 
 _BITS = {  # dtype -> (integer dtype of its bit pattern, mantissa bits, exponent bias)
@@ -155,16 +155,39 @@ def verdict(c_max: list[float], lam1: list[float], w_max: list[float] | None,
                      for c, g, w in zip(c_max, lam1, ws)], dtype=bool)
 
 
+def balance(X: torch.Tensor, Y: torch.Tensor, bad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """X (nb, d, r) column k times 2^-s_k and Y (nb, r, D) row k times 2^s_k, for the
+    matrices marked ``bad``: the product X Y is unchanged exactly, and s_k halves the gap
+    between the exponents of max|x_k| and max|y_k|, so each rank-one term's size is shared
+    by its two factors. A client whose factors are scaled against each other, (B c, A / c),
+    puts c^2 between its columns and the others' in each factor alone: scaled as a whole,
+    either factor then loses the small ones to underflow (in its Gram, or in C Y), although
+    every term of the product is representable. A zero or non-finite column or row gets
+    s_k = 0."""
+    def exps(t: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+        e = torch.frexp(torch.maximum(t.amax(dim=dim), t.amin(dim=dim).neg()))
+        return e.exponent.to(torch.int64), (e.mantissa > 0) & torch.isfinite(e.mantissa)
+
+    ex, okx = exps(X, -2)
+    ey, oky = exps(Y, -1)
+    s = torch.div(ex - ey, 2, rounding_mode="floor")
+    s = torch.where(okx & oky & bad.unsqueeze(-1), s, torch.zeros_like(s))
+    return scale_pow2(X, -s.unsqueeze(-2), parts=2), scale_pow2(Y, s.unsqueeze(-1), parts=2)
+
+
 def rescaled(whole: tuple[torch.Tensor, torch.Tensor], X: torch.Tensor, Y: torch.Tensor,
              bad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(Xs, Ys, e): X = 2^ex Xs and Y = 2^ey Ys for the matrices marked ``bad`` ((nb,) bool),
-    each factor's largest entry brought into [0.5, 1); e = ex + ey (int64, (nb,)), 0 elsewhere.
+    """(Xs, Ys, e): for the matrices marked ``bad`` ((nb,) bool), X's columns and Y's rows
+    first balanced against each other (:func:`balance`: X Y unchanged), then X = 2^ex Xs and
+    Y = 2^ey Ys with each factor's largest entry brought into [0.5, 1); e = ex + ey (int64,
+    (nb,)), 0 elsewhere.
 
     ``whole`` = the caller's (B, A): a NaN or Inf there is named by its index in them
     (in any matrix: the call fails either way) before anything is scaled.
     """
     check_finite("B", whole[0])
     check_finite("A", whole[1])
+    X, Y = balance(X, Y, bad)
     zero = torch.zeros((), dtype=torch.int64, device=X.device)
     ex = torch.where(bad, exponent(X), zero)
     ey = torch.where(bad, exponent(Y), zero)

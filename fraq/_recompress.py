@@ -37,7 +37,8 @@ from fraq.result import RecompressResult, empty_result, join_results
 
 __all__ = ["recompress"]
 
-INFO_RULES = {"rescaled": "sum", "product_gram_count": "sum", "below_tau": "sum", "graded_basis": "sum"}
+INFO_RULES = {"rescaled": "sum", "product_gram_count": "sum", "below_tau": "sum", "graded_basis": "sum",
+              "factored_unresolved": "sum"}
 """How recompress's own ``info`` keys combine over chunks (see :func:`fraq.backends.base.merge_info`)."""
 
 
@@ -142,7 +143,10 @@ def recompress(
     Returns:
         :class:`fraq.RecompressResult`; ``info["gram"]`` is the requested form,
         ``info["eigensolver"]`` the route the eigenproblems took,
-        ``info["product_gram_count"]`` counts the matrices whose Gram went through H,
+        ``info["product_gram_count"]`` counts the matrices whose Gram went through H (under
+        ``gram="auto"`` also every matrix whose factored Gram cancels or loses a client's
+        term to underflow), ``info["factored_unresolved"]`` (present only then) those whose
+        explicitly requested factored Gram cannot resolve the aggregate: kept, and said,
         ``info["rescaled"]`` those that took the rescaled path, ``info["graded_basis"]`` those
         whose identity basis (r >= d) was replaced by the backend's because the kept
         spectrum reached below 8 sqrt(eps) sigma_1 (:func:`fraq._fallbacks._ungraded`), ``info["below_tau"]`` those
@@ -246,6 +250,8 @@ def _pipeline(plan: Plan, whole: tuple, batch: tuple, B: torch.Tensor, A: torch.
             "product_gram_count": 0 if at.factored else nb,
             "below_tau": int(short.sum()), "graded_basis": nb if plan.identity and "basis" not in at.basis.info else 0,
             **at.basis.info, "pipeline": "stepwise"}
+    if rd.unjudged:  # gram="factored" asked for: the matrices that form cannot resolve (fraq._fallbacks.read)
+        info["factored_unresolved"] = rd.unjudged
     lam = rd.lam if (q >= s).all() else np.where(np.arange(s) < q[:, None], rd.lam, 0.0)  # past q: rounding
     return _finish(plan, batch, B, A, p, energy, lam, rd.e, info, transposed)
 
