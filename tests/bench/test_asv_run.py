@@ -21,6 +21,7 @@ ONE_OF_EACH = {
     "bench_ablation": "bench_ablation.Table4.time_run",
     "bench_clients": "bench_clients.ClientsSweep.time_run",
     "bench_fidelity": "bench_fidelity.RankFidelity.track_excess",
+    "bench_host": "bench_host.Host.track_host_reads",
     "bench_presets": "bench_presets.Presets.track_downlink_pct",
     "bench_recompress": "bench_recompress.HiddenSweep.time_run",
 }
