@@ -67,10 +67,23 @@ def resolve(eigensolver: str, device: torch.device) -> str:
     """The route ``eigensolver`` (checked) takes on ``device``: ``"auto"`` is ``"cupy"`` on
     CUDA where CuPy imports, else ``"device"``; ``"host"`` on the CPU is ``"device"``."""
     if eigensolver == "auto":
-        return "cupy" if device.type == "cuda" and _cupy_import_error() is None else "device"
+        if device.type != "cuda":
+            return "device"
+        if _cupy_import_error() is None:
+            return "cupy"
+        _say_no_cupy()
+        return "device"
     if eigensolver == "host" and device.type != "cuda":
         return "device"
     return eigensolver
+
+
+@functools.cache
+def _say_no_cupy() -> None:
+    """Once per process: ``"auto"`` on CUDA takes torch's ``eigh`` because CuPy does not
+    import (correct, and slower than CuPy's batched solver: docs/library.md, "On a GPU")."""
+    warnings.warn(f"eigensolver='auto' takes torch's eigh on CUDA: CuPy does not import here "
+                  f"({_cupy_import_error()}); pip install -e '.[gpu]' for its batched solver", stacklevel=3)
 
 
 @functools.cache

@@ -56,12 +56,30 @@ def test_auto_takes_cupy_on_cuda_only_where_cupy_imports(monkeypatch):
     import fraq._eigen as eigen
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
+    monkeypatch.setattr(eigen, "_say_no_cupy", lambda: None)
     for imports in (True, False):
         monkeypatch.setattr(eigen, "_cupy_import_error", lambda imports=imports: None if imports else "absent")
         assert eigen.resolve("auto", cpu) == "device"  # no CPU measurement favours another route
         assert eigen.resolve("auto", cuda) == ("cupy" if imports else "device")
         assert eigen.resolve("host", cpu) == "device" and eigen.resolve("host", cuda) == "host"
         assert eigen.resolve("device", cuda) == "device"
+
+
+def test_auto_on_cuda_without_cupy_says_so_once(monkeypatch):
+    """A run on CUDA without CuPy is told, once per process, which route "auto" took and why."""
+    import warnings
+
+    import fraq._eigen as eigen
+
+    monkeypatch.setattr(eigen, "_cupy_import_error", lambda: "ModuleNotFoundError: No module named 'cupy'")
+    eigen._say_no_cupy.cache_clear()
+    cuda = torch.device("cuda", 0)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert [eigen.resolve("auto", cuda) for _ in range(3)] == ["device"] * 3
+        assert eigen.resolve("auto", torch.device("cpu")) == "device"
+    assert len(seen) == 1 and "takes torch's eigh on CUDA" in str(seen[0].message) and "[gpu]" in str(seen[0].message)
+    eigen._say_no_cupy.cache_clear()
 
 
 def test_the_route_taken_is_in_the_results_info():
