@@ -132,6 +132,7 @@ def test_the_published_report_has_its_parts(tmp_path):
     assert main(["--results", str(tmp_path / "run"), "--long", str(tmp_path / "long"), "--out", str(out)]) == 0
     report = (out / "report.md").read_text()
     assert "Casanueva" in report and "CC BY 4.0" in report
+    assert "where the paper trains 6,000 (30 rounds of 200)" in report
     assert "## dir0.1: Dir(0.1)" in report and "## dir0.02: Dir(0.02)" in report
     assert report.index("## dir0.1") < report.index("## dir0.02")
     # the paper's Table 1 beside ours: Banking77 Dir(0.1) FLoRA 88.30, FRAQ(0.95) downlink 48.7

@@ -15,6 +15,10 @@ PUBLISHED = {
 """How the report names the published data sets: the publishers cited, the licences, the splits used."""
 
 
+PAPER_STEPS = 30 * 200
+"""Local steps a client trains in the paper's classification runs (30 rounds of 200)."""
+
+
 def _setting(df, variants: list[str]) -> str:
     c = df.iloc[0]
     data = c.get("dataset.name") if isinstance(c.get("dataset.name"), str) else c.get("dataset.path")
@@ -33,8 +37,11 @@ def _setting(df, variants: list[str]) -> str:
     where = (f"LoRA on layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}" if isinstance(layers, list)
              else "LoRA on every layer")
     if data in PUBLISHED and model.startswith("embedded:"):
+        steps = int(c["federated.rounds"]) * int(c["train.steps"])
         text += (f" The model is all-MiniLM-L6-v2 ({where}), not the paper's RoBERTa-base, on a schedule scaled to a "
-                 "2-core CPU: the comparison between methods carries over, not the accuracy values.")
+                 f"2-core CPU: {steps:,} local steps a client in all, where the paper trains {PAPER_STEPS:,} (30 "
+                 "rounds of 200) with LoRA on every layer; the comparison between methods carries over, not the "
+                 "accuracy values.")
     elif data == "intents" or model.startswith("embedded:"):
         text += (" **The corpus is generated** (`fraq.federated.intents`, 48 intents of templated sentences) **and "
                  f"the model is all-MiniLM-L6-v2** ({where}): not the paper's data sets (Banking77, "
