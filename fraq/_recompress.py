@@ -164,7 +164,7 @@ def recompress(
     2 d^2 D (G) + 14 d^3 / 3 (eigenproblem, ``syevd``) + 2 d p D, at most the dense product B @ A plus
     its Gram and a d x d eigenproblem (:func:`fraq.flops.fraq_flops`).
 
-    References: the FRAQ paper (``shared/paper/fraq-paper.tex``), Eckart and Young (1936),
+    References: the FRAQ paper (``docs/paper/fraq-paper.tex``), Eckart and Young (1936),
     doi:10.1007/BF02288367.
 
     Examples:
