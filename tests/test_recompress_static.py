@@ -11,8 +11,6 @@ comparison is to the Eckart-Young optimum instead, which neither may exceed by m
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import math
 
 import numpy as np
@@ -20,9 +18,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import fraq
+from benchmarks.measure.host_reads import HostReadCounter
+from benchmarks.measure.ops import OpCounter
 from fraq._energy import energy_rule, energy_rule_device, gram_budget, noise_floor
 from fraq._plan import check_options
 from fraq._recompress import recompress_checked
@@ -35,52 +34,6 @@ EPS = torch.finfo(F32).eps
 OPS_BUDGET = 54
 """Non-view aten ops of one static call at tau (the CUDA configuration: backend="cholesky",
 factored Gram), counted on the CPU at one thread, whatever the batch: the shapes are static."""
-
-
-class _Counted(TorchDispatchMode):
-    """Non-view aten ops by name (an op whose schema marks its output an alias of its input
-    is a view: no kernel), and host reads of a tensor's value (``_local_scalar_dense``)."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops: collections.Counter = collections.Counter()
-        self.scalar_reads = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten._local_scalar_dense.default:
-            self.scalar_reads += 1
-        elif not func.is_view:
-            self.ops[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
-
-
-@contextlib.contextmanager
-def _host_reads():
-    """Counts every read of device values into Python or numpy (``tolist``, ``numpy``,
-    ``item``, ``bool``, ``cpu``) and every tensor made from host data (``torch.tensor``,
-    ``as_tensor``, ``from_numpy``): each is a synchronization on a GPU."""
-    count = [0]
-    saved = []
-
-    def wrap(owner, name):
-        orig = getattr(owner, name)
-
-        def counted(*a, **k):
-            count[0] += 1
-            return orig(*a, **k)
-
-        saved.append((owner, name, orig))
-        setattr(owner, name, counted)
-
-    for name in ("tolist", "numpy", "item", "__bool__", "cpu"):
-        wrap(torch.Tensor, name)
-    for name in ("tensor", "as_tensor", "from_numpy"):
-        wrap(torch, name)
-    try:
-        yield count
-    finally:
-        for owner, name, orig in reversed(saved):
-            setattr(owner, name, orig)
 
 
 def _group(m, n, ranks, nb, seed=0):
@@ -125,21 +78,10 @@ def test_one_host_read_and_the_ops_budget(one_thread, mode, m, n, ranks, nb):
     B, A = _group(m, n, ranks, nb)
     options = check_options(backend="cholesky", pipeline="static", **mode)
     assert recompress_checked(options, B, A).info["pipeline"] == "static"
-    with _host_reads() as reads, _Counted() as counted:
+    with HostReadCounter() as reads, OpCounter() as counted:
         recompress_checked(options, B, A).rank_list()
-    assert reads[0] + counted.scalar_reads == 1, (reads[0], counted.scalar_reads)
-    assert sum(counted.ops.values()) <= OPS_BUDGET, counted.ops.most_common()
-
-
-def test_the_counters_count():
-    """Both counters see what they count (a budget over a blind counter could not fail)."""
-    with _host_reads() as reads, _Counted() as counted:
-        t = torch.ones(3) + torch.ones(3)
-        t.tolist(), float(t.sum())
-    assert reads[0] == 1 and counted.scalar_reads == 1 and counted.ops["aten.add"] == 1
-    with _Counted() as counted:
-        torch.ones(3, 4).mT.diagonal()
-    assert counted.ops == {"aten.ones": 1}
+    assert reads.total == 1, dict(reads.reads)
+    assert counted.non_view_total <= OPS_BUDGET, counted.non_view.most_common()
 
 
 def test_the_aggregator_reads_no_ranks_of_its_own():
