@@ -106,10 +106,17 @@ def equilibrate(X: torch.Tensor, Y: torch.Tensor) -> tuple[torch.Tensor, torch.T
     entry of the rank-one term x_k y_k; a Gram that this pushes out of range is caught by
     the range verdict and rescaled as a whole (:func:`rescaled`), which keeps X
     equilibrated. A zero or non-finite column gives e_k = 0."""
-    e = torch.frexp(torch.maximum(X.amax(dim=-2), X.amin(dim=-2).neg()))
-    k = torch.where((e.mantissa > 0) & torch.isfinite(e.mantissa), e.exponent, torch.zeros_like(e.exponent))
-    k = k.to(torch.int64)
+    e, live = _line_exponents(X, -2)
+    k = torch.where(live, e, torch.zeros_like(e))
     return scale_pow2(X, -k.unsqueeze(-2), parts=2), scale_pow2(Y, k.unsqueeze(-1), parts=2)
+
+
+def _line_exponents(t: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(e, live) of each column (``dim=-2``) or row (``dim=-1``) of ``t``: int64 e with its
+    largest |entry| = f 2^e, 0.5 <= f < 1, and live False where it is zero or not finite
+    (e is then meaningless). The largest and the negated smallest entry: no |t| formed."""
+    f = torch.frexp(torch.maximum(t.amax(dim=dim), t.amin(dim=dim).neg()))
+    return f.exponent.to(torch.int64), (f.mantissa > 0) & torch.isfinite(f.mantissa)
 
 
 def stats(C: torch.Tensor) -> torch.Tensor:
@@ -164,12 +171,8 @@ def balance(X: torch.Tensor, Y: torch.Tensor, bad: torch.Tensor) -> tuple[torch.
     either factor then loses the small ones to underflow (in its Gram, or in C Y), although
     every term of the product is representable. A zero or non-finite column or row gets
     s_k = 0."""
-    def exps(t: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-        e = torch.frexp(torch.maximum(t.amax(dim=dim), t.amin(dim=dim).neg()))
-        return e.exponent.to(torch.int64), (e.mantissa > 0) & torch.isfinite(e.mantissa)
-
-    ex, okx = exps(X, -2)
-    ey, oky = exps(Y, -1)
+    ex, okx = _line_exponents(X, -2)
+    ey, oky = _line_exponents(Y, -1)
     s = torch.div(ex - ey, 2, rounding_mode="floor")
     s = torch.where(okx & oky & bad.unsqueeze(-1), s, torch.zeros_like(s))
     return scale_pow2(X, -s.unsqueeze(-2), parts=2), scale_pow2(Y, s.unsqueeze(-1), parts=2)
