@@ -5,9 +5,10 @@ with the host's share of it: one short command for a lent GPU (runs on the CPU t
         [--methods 'SPEC|SPEC|...'] [--rounds 15] [--layers N]
 
 Per preset, the methods' ``aggregate`` of one round (the preset's clients and modules,
-float32, TF32 as the process has it) is timed in interleaved rounds: round k calls every
-method once, in a rotated order, synchronized on CUDA before and after, so a method's
-samples and its neighbours' share the machine's state. Each method is then described by
+float32, TF32 as the process has it) is timed in paired rounds
+(:func:`benchmarks.measure.paired.paired_rounds`: every method once a round, the order
+rotated, synchronized on CUDA), so a method's samples and its neighbours' share the
+machine's state. Each method is then described by
 one more warm call: the device synchronizations it made (CUDA:
 ``torch.cuda.set_sync_debug_mode("warn")``'s warnings, counted), and, under torch's
 profiler, its kernels and the GPU time they took against the call's wall time (the
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -28,6 +28,8 @@ import warnings
 from pathlib import Path
 
 import torch
+
+from fraq._files import replacing_file
 
 __all__ = ["DEFAULT_METHODS", "main", "measure_preset"]
 
@@ -94,6 +96,7 @@ def _profile(fn, device: torch.device) -> dict:
 def measure_preset(name: str, specs, *, device: torch.device, rounds: int, layers: int | None = None) -> dict:
     """The record of one preset (module docstring)."""
     from benchmarks.experiments.tables123 import model_for
+    from benchmarks.measure.paired import paired_rounds
 
     t0 = time.perf_counter()
     model = model_for(name, quick=False, device=device, layers=layers)
@@ -107,18 +110,10 @@ def measure_preset(name: str, specs, *, device: torch.device, rounds: int, layer
         _sync(device)
         got = getattr(res, "ranks", None)
         ranks[label] = {str(k): int(v) for k, v in got.items()} if isinstance(got, dict) else None
-    samples = {label: [] for label in calls}
-    labels = list(calls)
-    for k in range(rounds):
-        for label in labels[k % len(labels):] + labels[:k % len(labels)]:
-            _sync(device)
-            t = time.perf_counter()
-            calls[label]()
-            _sync(device)
-            samples[label].append(time.perf_counter() - t)
+    timed = paired_rounds(calls, rounds, device=device)
     rows = {}
     for label, fn in calls.items():
-        s = samples[label]
+        s = timed[label]["samples"]
         rows[label] = dict(median_s=statistics.median(s), min_s=min(s), samples=s, syncs=_syncs(fn, device),
                            ranks=ranks[label], **_profile(fn, device))
     first = next(iter(ranks.values()), None)
@@ -128,9 +123,8 @@ def measure_preset(name: str, specs, *, device: torch.device, rounds: int, layer
 
 
 def _write(path: Path, obj) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=str))
-    os.replace(tmp, path)
+    with replacing_file(path) as tmp:  # whole: beside, then renamed
+        tmp.write_text(json.dumps(obj, indent=1, default=str))
 
 
 def _table(rec: dict) -> str:
