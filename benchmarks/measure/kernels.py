@@ -66,6 +66,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from fraq._files import replacing_file
+
 __all__ = ["Kernel", "RateTable", "Roofs", "copy_bandwidth", "kernel_roofs", "table_path"]
 
 MIN_SAMPLE = 2e-3
@@ -250,10 +252,7 @@ class RateTable:
         self.path = None if path is None else Path(path)
         self.best: dict[str, float] = {}
         if self.path is not None and self.path.is_file():
-            try:
-                best = {k: float(v) for k, v in json.loads(self.path.read_text())["best"].items()}
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                best = {}
+            best = _entries(self.path)
             bad = {k: v for k, v in best.items() if not plausible(k, v)}
             if bad:
                 k, v = next(iter(bad.items()))
@@ -280,20 +279,19 @@ class RateTable:
         target = Path(os.path.realpath(self.path))
         target.parent.mkdir(parents=True, exist_ok=True)
         with _locked(target.with_name(f".{target.name}.lock")):
-            for k, v in RateTable._read(target).items():
-                self.put(k, v)
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"best": self.best}, sort_keys=True))
-            os.replace(tmp, target)
+            for k, v in _entries(target).items():
+                if plausible(k, v):
+                    self.put(k, v)
+            with replacing_file(target) as tmp:
+                tmp.write_text(json.dumps({"best": self.best}, sort_keys=True))
 
-    @staticmethod
-    def _read(path: Path) -> dict[str, float]:
-        """The plausible entries of the table file ``path`` (none when it cannot be read)."""
-        try:
-            best = {k: float(v) for k, v in json.loads(path.read_text())["best"].items()}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return {}
-        return {k: v for k, v in best.items() if plausible(k, v)}
+
+def _entries(path: Path) -> dict[str, float]:
+    """Every entry of the table file ``path`` as written (none when it cannot be read)."""
+    try:
+        return {k: float(v) for k, v in json.loads(path.read_text())["best"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
 
 
 @contextlib.contextmanager
