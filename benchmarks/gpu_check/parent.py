@@ -26,7 +26,7 @@ import torch
 
 from benchmarks.gpu_check import CUDA_TESTS, Part
 from benchmarks.gpu_check.child import NOT_HERE
-from benchmarks.measure.children import die_with_parent
+from benchmarks.measure.children import child_env, die_with_parent
 
 __all__ = ["RESERVE_S", "check", "deadlines"]
 
@@ -51,9 +51,7 @@ def deadlines(parts: list[Part], start: float, budget_s: float) -> list[float]:
 
 
 def _env(device: torch.device) -> dict:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", FRAQ_BENCH_DEVICE=str(device))
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-    return env
+    return child_env(PYTHONUNBUFFERED="1", FRAQ_BENCH_DEVICE=str(device))
 
 
 def _command(part: Part, *, device: torch.device, size: str, work: Path, until: float) -> list[str]:

@@ -1,4 +1,4 @@
-"""Measuring processes that die with the process that started them.
+"""Measuring processes: started where they import this suite, and dying with their parent.
 
 A fresh interpreter that times a launch (:mod:`benchmarks.measure.paired`), measures a
 resident set (:mod:`benchmarks.measure.rss`) or runs a part of the GPU check must not
@@ -16,7 +16,18 @@ import os
 import signal
 import sys
 
-__all__ = ["die_with_parent"]
+__all__ = ["child_env", "die_with_parent"]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+"""The directory holding the ``benchmarks`` package."""
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment with ``extra`` set and :data:`ROOT` first on ``PYTHONPATH``:
+    a child started as ``python -m benchmarks...`` imports the same suite wherever it runs
+    (asv imports the suite from its own working directory, with nothing on the path)."""
+    path = os.pathsep.join([ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return dict(os.environ, **extra, PYTHONPATH=path)
 
 _PR_SET_PDEATHSIG = 1
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import os
 import subprocess
 import sys
 import time
@@ -51,7 +50,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.measure.children import die_with_parent
+from benchmarks.measure.children import child_env, die_with_parent
 from benchmarks.measure.timing import Timing, _sync, gc_off
 
 __all__ = ["MAX_LOOPS", "MIN_SAMPLE", "Weighted", "cached", "launched", "measure_groups", "merged", "paired_rounds"]
@@ -157,9 +156,8 @@ def _fresh(target: str, groups: list[dict], rounds: int, device: str, min_sample
     root = Path(__file__).resolve().parents[2]
     job = dict(target=target, groups=groups, rounds=rounds, device=device, min_sample=min_sample, launch=launch,
                threads=torch.get_num_threads())
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     done = subprocess.run([sys.executable, "-m", "benchmarks.measure.paired"], input=json.dumps(job), text=True,
-                          capture_output=True, cwd=root, env=env, preexec_fn=die_with_parent())
+                          capture_output=True, cwd=root, env=child_env(), preexec_fn=die_with_parent())
     if done.returncode != 0:
         raise RuntimeError(f"launch {launch} of {target} failed (exit status {done.returncode}): "
                            f"{done.stderr.strip()[-2000:]}")

@@ -24,13 +24,11 @@ from __future__ import annotations
 import ctypes
 import gc
 import json
-import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-from benchmarks.measure.children import die_with_parent
+from benchmarks.measure.children import child_env, die_with_parent
 
 __all__ = ["rss_growth"]
 
@@ -80,11 +78,7 @@ def rss_growth(experiment: str, config: dict, device: str = "cpu", timeout: floa
     GPU (the tensor peak there is the device's) or where ``/proc`` cannot reset the mark."""
     if str(device) != "cpu":
         return {"rss_cold": None, "rss_warm": None}
-    # the child runs `-m benchmarks.measure.rss`: the package's root goes first on its path,
-    # wherever the caller runs from (asv imports the suite from its own working directory)
-    root = str(Path(__file__).resolve().parents[2])
-    path = os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=path)
+    env = child_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, "-m", "benchmarks.measure.rss", experiment, json.dumps(config)],
                           capture_output=True, text=True, timeout=timeout, env=env, preexec_fn=die_with_parent())
     line = next((s for s in reversed(proc.stdout.splitlines()) if s.startswith(_MARK)), None)
