@@ -54,14 +54,20 @@ def _env(device: torch.device) -> dict:
     return child_env(PYTHONUNBUFFERED="1", FRAQ_BENCH_DEVICE=str(device))
 
 
+def _pipeline_presets(size: str) -> tuple[str, ...]:
+    """The presets the pipeline part measures: both whole models at the paper's size, one
+    layer of RoBERTa-base at a smaller one (a CPU's check of the flow)."""
+    return ("roberta-base", "llama-3.2-3b") if size == "paper" else ("roberta-base",)
+
+
 def _command(part: Part, *, device: torch.device, size: str, work: Path, until: float) -> list[str]:
     if part.name == "tests":
         return [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                 f"--junitxml={work / 'tests.xml'}", *CUDA_TESTS]
-    if part.name == "pipeline":  # whole presets at the paper's size; one layer of RoBERTa-base otherwise
-        scope = [] if size == "paper" else ["--presets", "roberta-base", "--layers", "1"]
+    if part.name == "pipeline":
+        scope = [] if size == "paper" else ["--layers", "1"]
         return [sys.executable, "-m", "benchmarks.pipeline_check", "--out", str(work), "--device", str(device),
-                "--rounds", "15" if size == "paper" else "2", *scope]
+                "--presets", ",".join(_pipeline_presets(size)), "--rounds", "15" if size == "paper" else "2", *scope]
     return [sys.executable, "-m", "benchmarks.gpu_check", "--part", part.name, "--device", str(device),
             "--size", size, "--work", str(work), "--until", repr(until)]
 
@@ -96,8 +102,7 @@ def _status(part: Part, work: Path, returncode: int | None, seconds: float, shar
         except (OSError, ValueError, KeyError):
             done = 0
         st = dict(state="done" if returncode == 0 else "cut" if returncode is None else "failed", measured=done,
-                  points=2 if "--presets" not in _command(part, device=torch.device("cpu"), size=size, work=work,
-                                                          until=0.0) else 1,
+                  points=len(_pipeline_presets(size)),
                   detail=None if returncode == 0 else "stopped at the end of its time" if returncode is None
                   else f"the part's process exited {returncode} (see the log)")
     else:
