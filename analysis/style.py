@@ -241,6 +241,17 @@ def caption(df: pd.DataFrame, extra: str = "") -> str:
     return f"{line}. {extra}" if extra else line
 
 
+CAPTION_CHAR_IN = 7.5 * 0.6 / 72
+"""Inches one character of the 7.5-point caption takes at most on average (a sans-serif
+character is about 0.5-0.6 em wide)."""
+
+
+def caption_width(width_in: float) -> int:
+    """Characters per caption line on a figure ``width_in`` inches wide: what fits in it
+    less its 1% left margin, at most 150 (a line longer than that is hard to read)."""
+    return max(40, min(150, int(0.98 * width_in / CAPTION_CHAR_IN)))
+
+
 def save(fig, out: Path, name: str, cap: str, formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
     """Write ``name``.png and .pdf (``formats``) with the caption line under the axes.
 
@@ -251,7 +262,7 @@ def save(fig, out: Path, name: str, cap: str, formats: tuple[str, ...] = ("png",
     import matplotlib.pyplot as plt
     from matplotlib.layout_engine import ConstrainedLayoutEngine
 
-    text = "\n".join(textwrap.wrap(cap, 150))
+    text = "\n".join(textwrap.wrap(cap, caption_width(fig.get_size_inches()[0])))
     fig.text(0.01, 0.005, text, ha="left", va="bottom", fontsize=7.5, color="#333333")
     lines = text.count("\n") + 1
     bottom = (0.17 * lines + 0.1) / fig.get_size_inches()[1]
