@@ -137,28 +137,32 @@ def _unpack(out: Path) -> None:
     """``out/results.tar.gz`` unpacked into ``out/results/`` when that does not exist (its
     members must be ``results/<experiment>/<key>.json``; another member is refused).
 
-    The files are written into a folder beside and renamed into place whole
-    (:func:`fraq._files.replacing_dir`), so an interrupted unpacking leaves no ``results/``
-    behind and the next run unpacks again (a partial folder would be drawn as if it were
-    the whole run)."""
+    The files are written into a folder beside and renamed into place whole, so an
+    interrupted unpacking leaves no ``results/`` behind and the next run unpacks again
+    (a partial folder would be drawn as if it were the whole run)."""
+    import shutil
     import tarfile
-
-    from fraq._files import replacing_dir
+    import tempfile
 
     pack = out / "results.tar.gz"
     if (out / "results").exists() or not pack.is_file():
         return
-    with tarfile.open(pack) as tar:
-        members = tar.getmembers()
-        bad = [m.name for m in members if not (m.isfile() and m.name.startswith("results/")
-                                                and ".." not in m.name and m.name.endswith(".json"))]
-        if bad:
-            raise ValueError(f"{pack} holds {bad[0]!r}: only results/<experiment>/<key>.json files are unpacked")
-        with replacing_dir(out / "results") as tmp:
+    tmp = Path(tempfile.mkdtemp(prefix=".results-unpacking-", dir=out))
+    try:
+        with tarfile.open(pack) as tar:
+            members = tar.getmembers()
+            bad = [m.name for m in members if not (m.isfile() and m.name.startswith("results/")
+                                                    and ".." not in m.name and m.name.endswith(".json"))]
+            if bad:
+                raise ValueError(f"{pack} holds {bad[0]!r}: only results/<experiment>/<key>.json files are unpacked")
             for m in members:
-                target = tmp / m.name.removeprefix("results/")
+                target = tmp / m.name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(tar.extractfile(m).read())
+        (tmp / "results").mkdir(exist_ok=True)
+        (tmp / "results").rename(out / "results")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     print(f"unpacked {pack} into {out / 'results'}")
 
 
