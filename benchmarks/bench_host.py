@@ -5,7 +5,8 @@ synchronisations, its kernel launches and its Python. The first two are counts, 
 on every machine, taken on the CPU as in the CUDA configuration
 (:mod:`benchmarks.measure.overhead`); the third is a ratio of two times taken in one run,
 which a machine's speed cancels. Per preset (RoBERTa-base, LLaMA-3.2-3B: their modules and
-clients) and method (FRAQ in the CUDA configuration, ``backend="cholesky"``; FLoRA, which
+clients) and method (FRAQ in the CUDA configuration, :data:`benchmarks.measure.overhead.CUDA_CONFIGURATION`:
+the ``cholesky`` basis and the static pipeline; FLoRA, which
 only stacks, the reference):
 
 * ``track_host_reads``: host reads per shape group (docs/performance.md: the budget is 1);
@@ -21,9 +22,10 @@ from __future__ import annotations
 import functools
 
 from benchmarks._suite import cached, measure_points, skip
+from benchmarks.measure.overhead import CUDA_CONFIGURATION
 
 PRESETS = ["roberta-base", "llama-3.2-3b"]
-METHODS = {"fraq": {"backend": "cholesky"}, "flora": {}}
+METHODS = {"fraq": dict(CUDA_CONFIGURATION), "flora": {}}
 """The methods tracked, with their options: FRAQ in the CUDA configuration."""
 
 RATIO_REPEATS = 9

@@ -33,9 +33,12 @@ from fraq._files import replacing_file
 
 __all__ = ["DEFAULT_METHODS", "main", "measure_preset"]
 
-DEFAULT_METHODS = ("fraq:tau=0.95", "fraq:tau=0.95,pipeline=static", "flora", "florist:tau=0.9")
-"""FRAQ's default pipeline, the static one (one host read per shape group), FLoRA (stacking
-alone: the floor of any exact method's host work) and FLoRIST (the paper's comparison)."""
+DEFAULT_METHODS = ("fraq:tau=0.95,pipeline=stepwise", "fraq:tau=0.95,pipeline=static", "flora",
+                   "florist:tau=0.9")
+"""FRAQ's two pipelines, each named (``"auto"`` is one or the other per device:
+:data:`fraq._plan.PIPELINE_DEFAULTS`): the stepwise one (every verdict read as it comes) and
+the static one (one host read per shape group); FLoRA (stacking alone: the floor of any exact
+method's host work) and FLoRIST (the paper's comparison)."""
 
 
 def _sync(device: torch.device) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 
@@ -255,20 +256,34 @@ def _fill_one_copy(B: torch.Tensor | None, A: torch.Tensor, clients: list, a: Se
     client: the concatenation of every A_{k,l} along the rows, written into A seen as
     (L r, n). B (L, m, r) is column-major, the transpose of an (L, r, m) buffer, which is
     likewise the concatenation of every B_{k,l}^T. The copies are exact (same dtype), and
-    each client's slice is then scaled once, as :func:`_put` does.
+    each client's slice is then scaled once, as :func:`_put` does, by one broadcast multiply
+    per stack (:func:`_column_factors`).
     """
     L = A.shape[0]
     torch.cat([Ak[l] for l in range(L) for _, Ak in clients], out=A.view(-1, A.shape[-1]))
     if B is not None:
         torch.cat([Bk[l].mT for l in range(L) for Bk, _ in clients], out=B.mT.view(-1, B.shape[-2]))
-    lo = 0
-    for (Bk, Ak), ak, sk in zip(clients, a, s):
-        hi = lo + Ak[0].shape[-2]
-        root = math.sqrt(ak)
-        if B is not None:
-            B[..., lo:hi].mul_(root)
-        A[..., lo:hi, :].mul_(root * sk)
-        lo = hi
+    ranks = tuple(Ak[0].shape[-2] for _, Ak in clients)
+    roots = tuple(math.sqrt(ak) for ak in a)
+    if B is not None:
+        B.mul_(_column_factors(roots, ranks, B.dtype, B.device))
+    A.mul_(_column_factors(tuple(r * sk for r, sk in zip(roots, s)), ranks, A.dtype, A.device).unsqueeze(-1))
+
+
+@functools.lru_cache(maxsize=256)
+def _column_factors(factors: tuple[float, ...], ranks: tuple[int, ...], dtype: torch.dtype,
+                    device: torch.device) -> torch.Tensor:
+    """Client k's factor repeated r_k times: one vector (r,) that scales every client's slice
+    of a stack in one broadcast multiply, instead of one multiply per client.
+
+    Held in the dtype the multiply computes in (float32 for half-precision stacks, as a Python
+    scalar would be: the product is rounded once, into the stack) and made once per weights,
+    ranks and device: a round with the weights of an earlier one (the usual federated case:
+    the clients' data sizes) sends nothing to the device. Each entry is the Python float a
+    per-client ``mul_`` would take, rounded the same way, so the stacks are bit for bit
+    those of per-client scaling."""
+    vals = [c for c, rk in zip(factors, ranks) for _ in range(rk)]
+    return torch.tensor(vals, dtype=torch.promote_types(dtype, torch.float32), device=device)
 
 
 def _put(out: torch.Tensor, src: Factor, c: float) -> None:

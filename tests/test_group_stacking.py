@@ -152,3 +152,24 @@ def test_stacked_in_chunks_over_threads_equals_one_thread():
     with threads(2):
         B2, A2 = g.stacked()
     assert torch.equal(B1, B2) and torch.equal(A1, A2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_each_block_is_the_clients_factor_times_its_own_scalar(dtype):
+    """Every client's block of the one-copy stacks is sqrt(a_k) B_k and sqrt(a_k) s_k A_k as a
+    per-client multiply by a Python float makes them, bit for bit (the broadcast multiply
+    rounds each entry once, in the same opmath dtype); and the factors follow the weights
+    when they change between rounds (no stale scaling from an earlier round's weights)."""
+    for weights in ((10, 30, 20), (1, 1, 5)):
+        updates = _updates(dtype=dtype, weights=weights)
+        for g in _groups(updates, True):
+            B, A = g.stacked()
+            lo = 0
+            for k, (ak, sk) in enumerate(zip(g.weights, g.spec.scales)):
+                b, a = g.module_factors(k)
+                hi = lo + a[0].shape[0]
+                root = math.sqrt(ak)
+                assert torch.equal(B[..., lo:hi], torch.stack(b) * root)
+                assert torch.equal(A[..., lo:hi, :], torch.stack(a) * (root * sk))
+                lo = hi
+            assert lo == B.shape[-1]

@@ -39,12 +39,25 @@ from benchmarks.measure.host_reads import HostReadCounter
 from benchmarks.measure.ops import OpCounter
 from benchmarks.measure.timing import gc_off, threads
 
-__all__ = ["PYTHON_SIDE", "GroupCounts", "counted_preset", "per_group", "python_ms", "python_preset",
+__all__ = ["CUDA_CONFIGURATION", "PYTHON_SIDE", "GroupCounts", "counted_preset", "per_group", "python_ms", "python_preset",
            "python_ratio", "shape_groups"]
 
 PYTHON_SIDE = 16
 """m = n of every module in :func:`python_preset`: the eigenproblem and products of a
 16 x 16 module take microseconds, so what is timed is the Python around them."""
+
+
+
+def _cuda_configuration() -> dict:
+    from fraq._plan import PIPELINE_DEFAULTS
+    from fraq.backends import DEVICE_DEFAULTS
+
+    return {"backend": DEVICE_DEFAULTS["cuda"], "pipeline": PIPELINE_DEFAULTS["cuda"]}
+
+
+CUDA_CONFIGURATION = _cuda_configuration()
+"""FRAQ's options as ``"auto"`` resolves them on CUDA (basis and pipeline): what the counts
+of FRAQ are taken in, so a CPU counts what a GPU runs."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +176,7 @@ def main() -> None:
 
     from fraq.aggregators import get_aggregator
 
-    methods = {"fraq": dict(backend="cholesky"), "flora": {}}
+    methods = {"fraq": dict(CUDA_CONFIGURATION), "flora": {}}
     print(f"torch {torch.__version__}, 1 thread, load average {os.getloadavg()[0]:.2f}")
     print("preset          method  groups  reads/group  ops/group  (client, module)  Python ms at 16x16  / FLoRA")
     for name in ("roberta-base", "llama-3.2-3b"):
