@@ -41,6 +41,12 @@ the static one (one host read per shape group); FLoRA (stacking alone: the floor
 method's host work) and FLoRIST (the paper's comparison)."""
 
 
+def _device_time(event) -> float:
+    """A profiler event's device time in microseconds (``device_time``; ``cuda_time`` in
+    torch releases before it, read only there: it warns where both exist)."""
+    return event.device_time if hasattr(event, "device_time") else getattr(event, "cuda_time", 0.0)
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -89,7 +95,7 @@ def _profile(fn, device: torch.device) -> dict:
     if device.type == "cuda":
         kernels = [e for e in events if getattr(e, "device_type", None) is not None
                    and str(e.device_type).endswith("CUDA")]
-        busy = sum(getattr(e, "device_time", getattr(e, "cuda_time", 0.0)) for e in kernels) * 1e-6
+        busy = sum(_device_time(e) for e in kernels) * 1e-6
     else:
         kernels, busy = [], None
     return dict(wall_s=wall, kernels=len(kernels), device_busy_s=busy,
