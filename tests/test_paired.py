@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from benchmarks.measure.paired import MIN_SAMPLE, Weighted, launched, paired_rounds
+from benchmarks.measure.paired import MIN_SAMPLE, Weighted, _sign_rank, decided, launched, paired_rounds
 
 
 def _counter():
@@ -44,6 +44,48 @@ def test_a_weighted_sample_with_its_warm_up_times_makes_no_calibration_call():
     calls, fn = _counter()
     out = paired_rounds({"w": Weighted([(fn, 3.0), (fn, 1.0)], seconds=[1.0, 1.0])}, 4)
     assert len(calls) == 2 * 4 and out["w"]["loops"] == [1, 1]
+
+
+def test_sign_rank_is_the_analysis_rule():
+    """The measurement's stopping rule asks of each pair the interval the verdicts use
+    (analysis.verdicts.sign_interval), at every n from 1 to 40."""
+    import numpy as np
+
+    from analysis.verdicts import sign_interval
+
+    for n in range(1, 41):
+        lo, _, coverage = sign_interval(np.arange(1.0, n + 1))
+        assert _sign_rank(n) == (int(lo) if coverage >= 0.95 else None), n
+
+
+def test_decided_needs_every_pair_on_one_side_of_one():
+    six = [1.0] * 6
+    assert decided({"a": six, "b": [2.0] * 6, "c": [3.0] * 6})
+    assert not decided({"a": [1.0] * 5, "b": [2.0] * 5})  # 5 rounds: no 95% interval yet
+    assert not decided({"a": six, "b": [2.0] * 5 + [0.5]})  # one round the other way: [min, max] straddles 1
+    assert not decided({"a": six, "b": [2.0] * 6, "c": [2.0] * 6})  # b and c tie
+    assert decided({"a": six, "b": [2.0] * 6, "c": [2.0] * 6}, against="a")  # a against each: decided
+    # from 9 rounds on one outlier is outside the interval: decided
+    assert decided({"a": [1.0] * 9, "b": [2.0] * 8 + [0.5]})
+
+
+def test_rounds_stop_once_decided_and_run_on_while_open(monkeypatch):
+    """Two calls of clearly different times stop at min_rounds; two that trade places run to
+    rounds; every key keeps one sample per round either way. The clock is replaced by each
+    call's own made-up time, so nothing here depends on what the machine measures."""
+    import benchmarks.measure.paired as paired
+
+    monkeypatch.setattr(paired, "_loop_time", lambda fn, loops, device: fn())
+    out = paired_rounds({"a": lambda: 0.002, "b": lambda: 0.004}, 12, min_rounds=6)
+    assert out["a"]["round"] == out["b"]["round"] == list(range(6))
+    times = iter([0.002, 0.003, 0.001] * 50)  # a's times straddle b's: the pair never decides
+    out = paired_rounds({"a": lambda: next(times), "b": lambda: 0.0025}, 8, min_rounds=6)
+    assert len(out["a"]["samples"]) == len(out["b"]["samples"]) == 8
+    # the first call against each other: b and c tie, which no claim asks about
+    out = paired_rounds({"a": lambda: 0.002, "b": lambda: 0.004, "c": lambda: 0.004}, 12, min_rounds=6)
+    assert len(out["c"]["samples"]) == 6
+    with pytest.raises(ValueError, match="min_rounds"):
+        paired_rounds({"a": lambda: 0.002}, 4, min_rounds=6)
 
 
 def test_rounds_refuse_zero():

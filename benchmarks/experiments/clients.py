@@ -58,13 +58,15 @@ def points(size: str) -> list[dict]:
         if m > n:
             raise ValueError(f"clients shape {m} x {n}: list it as m <= n (d = m, D = n)")
         opt = options[0] if options else {}
+        rounds = opt.get("rounds", c["rounds"])
         for K in ks:
             compared = [x for x in with_registered(c["methods"]) if K in opt.get("only", {}).get(x, [K])]
             for method in compared:
                 out.append(dict(figure="clients", sweep="K", method=method, mode="batched", d=m, D=n, K=K,
                                 r=K * c["client_rank"], p=None, tau=c["tau"], modules=c["modules"],
-                                client_rank=c["client_rank"], rounds=opt.get("rounds", c["rounds"]),
-                                launches=c["launches"], compared=compared))
+                                client_rank=c["client_rank"], rounds=rounds, launches=c["launches"],
+                                compared=compared, **fig3.adaptive(dict(c, min_rounds=min(c["min_rounds"], rounds))
+                                                                   if "min_rounds" in c else c)))
     return out
 
 
@@ -114,10 +116,11 @@ def energy_check(S: torch.Tensor, ranks: list[int], tau: float) -> dict:
 
 
 def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
-    """Fig. 3's metrics of the point (:func:`benchmarks.experiments.fig3.metrics`) and the
-    energy rule against float64 (:func:`energy_check`)."""
+    """Fig. 3's metrics of the point (:func:`benchmarks.experiments.fig3.metrics`, without
+    the kernel roofs, which only Table 5 reads, from Fig. 3's points) and the energy rule
+    against float64 (:func:`energy_check`)."""
     c = config
-    out = fig3.metrics(c, device)
+    out = fig3.metrics(c, device, roofs=False)
     S = fig3.reference(c["d"], c["D"], c["r"], c["client_rank"], c["modules"])[2]
     out.update(energy_check(S, out["ranks"], c["tau"]))
     return out

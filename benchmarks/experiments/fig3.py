@@ -63,8 +63,25 @@ def points(size: str) -> list[dict]:
                 out.append(dict(figure="fig3", sweep=sweep, method=method, mode=mode, d=d, D=d, r=r,
                                 p=min(c["p"], r, d), modules=c["modules"], client_rank=c["client_rank"],
                                 rounds=c["rounds"], launches=c["launches"], compared=compared,
-                                rss=c.get("rss", True), roof_sample=c.get("roof_sample", ROOF_SAMPLE)))
+                                rss=c.get("rss", True), roof_sample=c.get("roof_sample", ROOF_SAMPLE),
+                                **adaptive(c)))
     return out
+
+
+def adaptive(size_config: dict) -> dict:
+    """``{"min_rounds": n}`` where the size sets it (the rounds stop once every comparison of
+    a group is decided, after at least n of them: :func:`benchmarks.measure.paired.paired_rounds`),
+    else nothing, so a size without it keeps its configs as they are."""
+    return {"min_rounds": size_config["min_rounds"]} if "min_rounds" in size_config else {}
+
+
+def expected_rounds(config: dict) -> float:
+    """Rounds a point's timing is expected to take in all: ``launches`` x ``rounds``, or with
+    ``min_rounds``, halfway between it and ``rounds`` per launch (a decided comparison stops
+    at ``min_rounds``, an open one runs to ``rounds``)."""
+    c = config
+    per_launch = (c["min_rounds"] + c["rounds"]) / 2 if c.get("min_rounds") else c["rounds"]
+    return c["launches"] * per_launch
 
 
 ROOF_SAMPLE = 2e-3
@@ -91,14 +108,14 @@ def prepare_points(configs: list[dict], device: torch.device | str = "cpu", targ
     """The paired timings of every group of ``configs``, in ``launches`` launches for all of them."""
     from benchmarks.measure.paired import measure_groups
 
-    for (rounds, launches), groups in _by_plan(configs).items():
-        measure_groups(target, groups, rounds=rounds, launches=launches, device=device)
+    for (rounds, launches, min_rounds), groups in _by_plan(configs).items():
+        measure_groups(target, groups, rounds=rounds, launches=launches, device=device, min_rounds=min_rounds)
 
 
 def _by_plan(configs: list[dict]) -> dict:
     out: dict = {}
     for c in configs:
-        out.setdefault((c["rounds"], c["launches"]), []).append(group(c))
+        out.setdefault((c["rounds"], c["launches"], c.get("min_rounds")), []).append(group(c))
     return out
 
 
@@ -107,12 +124,13 @@ def paired_timing(config: dict, device: torch.device | str = "cpu", target: str 
     from benchmarks.measure.paired import cached
 
     return cached(target, group(config), config["method"], rounds=config["rounds"], launches=config["launches"],
-                  device=device)
+                  device=device, min_rounds=config.get("min_rounds"))
 
 
 def timed_calls(config: dict) -> int:
-    """Calls of the point's method for its timing: a warm-up per launch and one per round."""
-    return config["launches"] * (config["rounds"] + 1)
+    """Calls of the point's method for its timing: a warm-up per launch and one per round
+    (the rounds expected: :func:`expected_rounds`)."""
+    return round(config["launches"] + expected_rounds(config))
 
 
 LAUNCH_SECONDS = 2.5
@@ -129,7 +147,7 @@ def call_seconds(seconds: float, config: dict, metric_calls: int = 3) -> float:
     from benchmarks.measure.paired import MIN_SAMPLE
 
     c = config
-    rounds = c["launches"] * c["rounds"]
+    rounds = expected_rounds(c)
     return rounds * (max(seconds, MIN_SAMPLE) + 0.005) + c["launches"] * (seconds + 0.005) + \
         metric_calls * (seconds + 0.05)
 
@@ -198,8 +216,11 @@ def _adapter(out, mode: str):
 
 
 @functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=2)
 def reference(d: int, D: int, r: int, client_rank: int, modules: int):
-    """The exact stacks and their float64 singular values (shared by every method at a point)."""
+    """The exact stacks and their float64 singular values (shared by every method at a point:
+    kept for the next calls, since a point's methods are measured one after another, and the
+    float64 SVD of a 768 x 3072 aggregate takes seconds). Read-only: no caller writes them."""
     import fraq
     from fraq.reference import reference_svd
 
@@ -208,9 +229,12 @@ def reference(d: int, D: int, r: int, client_rank: int, modules: int):
     return B, A, reference_svd(B, A)[1]
 
 
-def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
+def metrics(config: dict, device: torch.device | str = "cpu", *, roofs: bool = True) -> dict:
     """Everything but the latency: peak memory, FLOPs (counted and analytic), fidelity and
-    each module's output rank (``ranks``)."""
+    each module's output rank (``ranks``); at a batched point also the counted FLOPs and,
+    with ``roofs``, the call's limits (:func:`_roofs`: every kernel replayed alone, for
+    Table 5's "% of roofline"; the clients sweep, which no table reads them from, leaves
+    them out)."""
     from benchmarks.measure import count_flops, fidelity, peak_memory
 
     c, device = config, torch.device(device)
@@ -226,7 +250,7 @@ def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
     if c["mode"] == "batched":
         fc = count_flops(fn)
         out.update(counted_flops=fc.total, uncounted=list(fc.uncounted),
-                   **_roofs(fn, device, c.get("roof_sample", ROOF_SAMPLE)))
+                   **(_roofs(fn, device, c.get("roof_sample", ROOF_SAMPLE)) if roofs else {}))
         if c["sweep"] == "d" and c.get("rss", True):  # the memory row of the figure: the tensor peak cross-checked by the resident set
             from benchmarks.measure.rss import rss_growth
 

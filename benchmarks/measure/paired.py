@@ -53,7 +53,8 @@ import torch
 from benchmarks.measure.children import child_env, die_with_parent
 from benchmarks.measure.timing import Timing, _sync, gc_off
 
-__all__ = ["MAX_LOOPS", "MIN_SAMPLE", "Weighted", "cached", "launched", "measure_groups", "merged", "paired_rounds"]
+__all__ = ["MAX_LOOPS", "MIN_SAMPLE", "SIGN_LEVEL", "Weighted", "cached", "decided", "launched", "measure_groups",
+           "merged", "paired_rounds"]
 
 MIN_SAMPLE = 1e-3
 """Shortest sample, seconds: perf_counter's resolution (well under a microsecond) and a
@@ -99,17 +100,25 @@ def _loop_time(fn: Callable, loops: int, device: torch.device) -> float:
 
 
 def paired_rounds(calls: dict, rounds: int, *, device: torch.device | str = "cpu", min_sample: float = MIN_SAMPLE,
-                  launch: int = 0) -> dict[str, dict]:
+                  launch: int = 0, min_rounds: int | None = None) -> dict[str, dict]:
     """``rounds`` rounds of every call in ``calls`` (key -> zero-argument callable, or a
     :class:`Weighted` list), the order rotated each round, after one untimed call of each
     (none where a Weighted list carries its warm-up's ``seconds``; a second for a call
     under ``min_sample``, whose time sets its loop count
     k = ceil(min_sample / time), at most :data:`MAX_LOOPS`).
 
+    With ``min_rounds`` (at most ``rounds``), the rounds stop early, after round
+    ``min_rounds`` or any later one, once the first call of ``calls`` is decided against
+    every other (:func:`decided` with ``against`` the first key: the claims a sweep's
+    rounds serve compare one method, listed first, with each of the others): rounds are
+    spent where such a comparison is still open, up to ``rounds``.
+
     Returns ``{key: {"samples": [...], "loops": [k, ...], "round": [...], "launch": [...]}}``,
     sample j of every key from round j (``loops`` one k per part of a Weighted call)."""
     if rounds < 1:
         raise ValueError(f"rounds(={rounds}) must be >= 1")
+    if min_rounds is not None and not 1 <= min_rounds <= rounds:
+        raise ValueError(f"min_rounds(={min_rounds}) must be between 1 and rounds(={rounds})")
     device = torch.device(device)
     keys = list(calls)
     loops: dict[str, list[int]] = {}
@@ -129,8 +138,49 @@ def paired_rounds(calls: dict, rounds: int, *, device: torch.device | str = "cpu
             for k in keys[j % len(keys):] + keys[:j % len(keys)]:
                 samples[k].append(sum(w * _loop_time(fn, n, device)
                                       for (fn, w), n in zip(_parts(calls[k]), loops[k])))
-    return {k: dict(samples=samples[k], loops=loops[k], round=list(range(rounds)), launch=[launch] * rounds)
+            if min_rounds is not None and j + 1 >= min_rounds and decided(samples, against=keys[0]):
+                break
+    done = len(samples[keys[0]])
+    return {k: dict(samples=samples[k], loops=loops[k], round=list(range(done)), launch=[launch] * done)
             for k in keys}
+
+
+SIGN_LEVEL = 0.95
+"""Coverage of the interval :func:`decided` asks of each pair: the analysis's
+(:data:`analysis.verdicts.LEVEL`)."""
+
+
+def _sign_rank(n: int, level: float = SIGN_LEVEL) -> int | None:
+    """The largest j with 1 - 2 P(Bin(n, 1/2) <= j - 1) >= ``level`` (the sign-test interval
+    for a median is [x_(j), x_(n+1-j)]), or None below the n that reaches ``level`` (6 at 95%).
+    The same rule as :func:`analysis.verdicts.sign_interval`, which the verdicts use."""
+    best, cdf = None, 0.0
+    for j in range(1, (n + 1) // 2 + 1):
+        cdf += math.comb(n, j - 1) / 2.0**n  # P(Bin(n, 1/2) <= j - 1)
+        if 1 - 2 * cdf < level:
+            break
+        best = j
+    return best
+
+
+def decided(samples: dict[str, list[float]], level: float = SIGN_LEVEL, *, against: str | None = None) -> bool:
+    """Whether the pairs of calls are decided: the per-round ratio of their times has a
+    sign-test interval for its median (at ``level``) wholly above or wholly below 1, so the
+    analysis's paired verdict on which is faster is as decisive as more rounds of this kind
+    could make it. The pairs: ``against`` with every other key, or (None) every pair. False
+    below the rounds that such an interval needs (6 at 95%)."""
+    keys = list(samples)
+    n = len(samples[keys[0]]) if keys else 0
+    j = _sign_rank(n, level) if n else None
+    if j is None:
+        return False
+    pairs = [(against, k) for k in keys if k != against] if against is not None else \
+        [(keys[a], keys[b]) for a in range(len(keys)) for b in range(a + 1, len(keys))]
+    for a, b in pairs:
+        ratios = sorted(x / y if y > 0 else math.inf for x, y in zip(samples[a], samples[b]))
+        if not (ratios[j - 1] > 1.0 or ratios[n - j] < 1.0):
+            return False
+    return True
 
 
 def _target(name: str) -> Callable:
@@ -140,22 +190,24 @@ def _target(name: str) -> Callable:
 
 
 def _one_launch(target: str, groups: list[dict], rounds: int, device: str, min_sample: float,
-                launch: int) -> list[dict]:
+                launch: int, min_rounds: int | None = None) -> list[dict]:
     """Every group's rounds in this process: ``target(group, device)`` gives the group's calls."""
     build = _target(target)
     out = []
     for group in groups:
         calls = build(group, device)
-        out.append(paired_rounds(calls, rounds, device=device, min_sample=min_sample, launch=launch))
+        out.append(paired_rounds(calls, rounds, device=device, min_sample=min_sample, launch=launch,
+                                 min_rounds=min_rounds))
         del calls
     return out
 
 
-def _fresh(target: str, groups: list[dict], rounds: int, device: str, min_sample: float, launch: int) -> list[dict]:
+def _fresh(target: str, groups: list[dict], rounds: int, device: str, min_sample: float, launch: int,
+           min_rounds: int | None = None) -> list[dict]:
     """:func:`_one_launch` in a fresh interpreter at this process's torch threads."""
     root = Path(__file__).resolve().parents[2]
     job = dict(target=target, groups=groups, rounds=rounds, device=device, min_sample=min_sample, launch=launch,
-               threads=torch.get_num_threads())
+               threads=torch.get_num_threads(), min_rounds=min_rounds)
     done = subprocess.run([sys.executable, "-m", "benchmarks.measure.paired"], input=json.dumps(job), text=True,
                           capture_output=True, cwd=root, env=child_env(), preexec_fn=die_with_parent())
     if done.returncode != 0:
@@ -165,14 +217,15 @@ def _fresh(target: str, groups: list[dict], rounds: int, device: str, min_sample
 
 
 def launched(target: str, groups: list[dict], *, rounds: int, launches: int, device: torch.device | str = "cpu",
-             min_sample: float = MIN_SAMPLE) -> list[dict[str, dict]]:
+             min_sample: float = MIN_SAMPLE, min_rounds: int | None = None) -> list[dict[str, dict]]:
     """Per group, ``{key: timing}``: ``rounds`` paired rounds of the group's calls in each of
     ``launches`` launches (fresh interpreters, one after another; one launch: this process),
-    concatenated (module docstring for the fields)."""
+    concatenated (module docstring for the fields). With ``min_rounds``, each launch stops a
+    group's rounds once its comparisons are decided (:func:`paired_rounds`)."""
     if launches < 1:
         raise ValueError(f"launches(={launches}) must be >= 1")
     device = str(torch.device(device))
-    runs = [(_one_launch if launches == 1 else _fresh)(target, groups, rounds, device, min_sample, i)
+    runs = [(_one_launch if launches == 1 else _fresh)(target, groups, rounds, device, min_sample, i, min_rounds)
             for i in range(launches)]
     return [merged([run[g] for run in runs], device=device, min_sample=min_sample) for g in range(len(groups))]
 
@@ -199,7 +252,7 @@ def _cache_key(target: str, group: dict, device) -> tuple:
 
 
 def measure_groups(target: str, groups: list[dict], *, rounds: int, launches: int, device: torch.device | str = "cpu",
-                   min_sample: float = MIN_SAMPLE) -> None:
+                   min_sample: float = MIN_SAMPLE, min_rounds: int | None = None) -> None:
     """Measure ``groups`` (:func:`launched`) and keep each group's timings for :func:`cached`.
     Groups already kept are not measured again; repeated groups are measured once."""
     todo = list({json.dumps(g, sort_keys=True, default=str): g for g in groups
@@ -207,22 +260,24 @@ def measure_groups(target: str, groups: list[dict], *, rounds: int, launches: in
     if not todo:
         return
     for group, timing in zip(todo, launched(target, todo, rounds=rounds, launches=launches, device=device,
-                                            min_sample=min_sample)):
+                                            min_sample=min_sample, min_rounds=min_rounds)):
         _CACHE[_cache_key(target, group, device)] = timing
 
 
 def cached(target: str, group: dict, key: str, *, rounds: int, launches: int, device: torch.device | str = "cpu",
-           min_sample: float = MIN_SAMPLE) -> dict:
+           min_sample: float = MIN_SAMPLE, min_rounds: int | None = None) -> dict:
     """Call ``key``'s timing in ``group``, measuring the group first when it is not kept yet
     (a point measured on its own, as asv or a test does)."""
-    measure_groups(target, [group], rounds=rounds, launches=launches, device=device, min_sample=min_sample)
+    measure_groups(target, [group], rounds=rounds, launches=launches, device=device, min_sample=min_sample,
+                   min_rounds=min_rounds)
     return _CACHE[_cache_key(target, group, device)][key]
 
 
 def _main() -> None:
     job = json.loads(sys.stdin.read())
     torch.set_num_threads(job["threads"])
-    out = _one_launch(job["target"], job["groups"], job["rounds"], job["device"], job["min_sample"], job["launch"])
+    out = _one_launch(job["target"], job["groups"], job["rounds"], job["device"], job["min_sample"], job["launch"],
+                      job.get("min_rounds"))
     sys.stdout.write("\n" + json.dumps(out) + "\n")
 
 
