@@ -39,6 +39,7 @@ import argparse
 import json
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -202,6 +203,8 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
         bar = Progress(sum(costs), desc=f"{size} on {device}", stream=sys.stderr,
                        count=lambda n, total: f"{counts['measured']}/{len(todo)} points")
         prepared: set[str] = set()
+        credited: dict[int, float] = {}  # id(config) -> cost already shown done by its paired timing
+        cost_of = {id(config): c for (_, _, config), c in zip(todo, costs)}
         try:
             for (name, module, config), c in zip(todo, costs):
                 key = module.key(config)
@@ -209,16 +212,32 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
                     bar.label(f"{name} {key}"[:70])
                 if name not in prepared and hasattr(module, "prepare_points"):  # measurements spanning its points
                     prepared.add(name)
-                    module.prepare_points([cf for n, _, cf in todo if n == name], device)
+                    mine = [cf for n, _, cf in todo if n == name]
+                    if progress and hasattr(module, "timing_cost"):
+                        bar.label(f"{name}: paired timings of {len(mine)} points"[:70])
+                        module.prepare_points(mine, device, on_group=partial(_credit, module, bar, credited, cost_of))
+                    else:
+                        module.prepare_points(mine, device)
                 write_result(out, name, key, _config(config, size), described(config, module.measure(config, device)),
                              device=device)
                 counts["measured"] += 1
                 if progress:
-                    bar.update(c)
+                    bar.update(c - credited.pop(id(config), 0.0))
         finally:
             if progress:
                 bar.close()
     return dict(counts, seconds=time.perf_counter() - t0)
+
+
+def _credit(module, bar: Progress, credited: dict, cost_of: dict, configs: list[dict]) -> None:
+    """A group's paired timing is done: show its points' timing share (``module.timing_cost``,
+    at most each point's whole cost) as done, so the display moves and its rate holds while
+    an experiment's timings run before its first point is written."""
+    for c in configs:
+        share = min(module.timing_cost(c), cost_of.get(id(c), 0.0)) - credited.get(id(c), 0.0)
+        if share > 0:
+            credited[id(c)] = credited.get(id(c), 0.0) + share
+            bar.update(share)
 
 
 def main(argv: list[str] | None = None) -> int:

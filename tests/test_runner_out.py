@@ -179,3 +179,26 @@ def test_an_unusable_kernel_table_is_one_line_naming_the_variable_before_measuri
     assert run.main(["table4", "--size", "tiny", "--out", str(tmp_path / "out"), "--no-progress"]) == 2
     assert capsys.readouterr().err == f"error: {named}\n"
     assert quick == [] and not (tmp_path / "out").exists()
+
+
+def test_paired_timings_advance_the_progress_by_their_share_once():
+    """While an experiment's paired timings run, the display advances by each point's timing
+    share (at most its whole cost, never twice for a point); the point's own update then
+    adds only the rest, so the display ends at the total."""
+    import io
+    from types import SimpleNamespace
+
+    from benchmarks.run import _credit
+    from fraq._progress import Progress
+
+    a, b = dict(k="a"), dict(k="b")
+    costs = {id(a): 5.0, id(b): 2.0}
+    module = SimpleNamespace(timing_cost=lambda c: 3.0)
+    bar = Progress(7.0, stream=io.StringIO(), tty=False)
+    credited: dict = {}
+    _credit(module, bar, credited, costs, [a, b])
+    _credit(module, bar, credited, costs, [a])  # a group seen again: nothing more
+    assert bar.done == 3.0 + 2.0 and credited == {id(a): 3.0, id(b): 2.0}
+    for c in (a, b):
+        bar.update(costs[id(c)] - credited.pop(id(c), 0.0))
+    assert bar.done == 7.0

@@ -13,7 +13,11 @@ Every experiment module exports
   file. ``measure`` of a point not prepared measures its group itself;
 - optionally ``cost(config) -> float``: the point's estimated seconds on one idle core.
   The runner's progress bar advances by it and rescales it by the rate measured so far,
-  so only the ratios between points matter; without it a point counts 1 s.
+  so only the ratios between points matter; without it a point counts 1 s;
+- optionally ``timing_cost(config) -> float``, the share of ``cost`` spent in the paired
+  timing, with ``prepare_points(configs, device, on_group=fn)`` calling ``fn(points)``
+  as each group's timing completes: the progress bar advances by those shares while the
+  timings run, before the experiment's first point is written.
 
 The runner (:mod:`benchmarks.run`) is one loop over :data:`EXPERIMENTS`; the asv classes
 (``benchmarks/bench_*.py``) take their parameters from the same ``points`` and call the

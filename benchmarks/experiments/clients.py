@@ -42,7 +42,8 @@ import torch
 from benchmarks.experiments import fig3, with_registered
 from benchmarks.sizes import size_config
 
-__all__ = ["call", "cost", "energy_check", "growth", "key", "measure", "metrics", "points", "prepare_points", "ratios"]
+__all__ = ["call", "cost", "energy_check", "growth", "key", "measure", "metrics", "points", "prepare_points", "ratios",
+           "timing_cost"]
 
 call = fig3.call
 """The timed call of a point (:func:`benchmarks.experiments.fig3.call`; the config's
@@ -80,12 +81,10 @@ def key(config: dict) -> str:
     return f"{c['method']}-{c['d']}x{c['D']}-K{c['K']}"
 
 
-def cost(config: dict) -> float:
-    """The point's estimated seconds on one idle core (the runner's progress and
-    ``--estimate``): the method's analytic FLOPs on the path it takes
-    (:func:`fraq.flops.analytic_flops`, ``model="full"``) at the largest rank the energy
-    rule can keep, min(d, r), at :data:`~benchmarks.experiments.DENSE_RATE`, over its calls
-    (:func:`benchmarks.experiments.fig3.call_seconds`)."""
+def _call_seconds_estimate(config: dict) -> float:
+    """One call's estimated seconds on one idle core: the method's analytic FLOPs on the path
+    it takes (:func:`fraq.flops.analytic_flops`, ``model="full"``) at the largest rank the
+    energy rule can keep, min(d, r), at :data:`~benchmarks.experiments.DENSE_RATE`."""
     from benchmarks.experiments import DENSE_RATE
     from benchmarks.measure.methods import default_path, runs_backend, split_method
     from fraq.flops import analytic_flops
@@ -100,7 +99,20 @@ def cost(config: dict) -> float:
         flops = analytic_flops(name, d, D, r, p, model="full", backend=backend or "householder", **path)
     except ValueError:  # a backend without a FLOP model (or one that needs its step count), a method without one
         flops = analytic_flops(name if runs_backend(c["method"]) else "fraq", d, D, r, p, model="full", **path)
-    return fig3.call_seconds(c["modules"] * flops / DENSE_RATE, c)
+    return c["modules"] * flops / DENSE_RATE
+
+
+def cost(config: dict) -> float:
+    """The point's estimated seconds on one idle core (the runner's progress and
+    ``--estimate``): one call's (:func:`_call_seconds_estimate`) over its calls
+    (:func:`benchmarks.experiments.fig3.call_seconds`)."""
+    return fig3.call_seconds(_call_seconds_estimate(config), config)
+
+
+def timing_cost(config: dict) -> float:
+    """The share of :func:`cost` spent in the point's paired timing
+    (:func:`benchmarks.experiments.fig3.timed_seconds`)."""
+    return fig3.timed_seconds(_call_seconds_estimate(config), config)
 
 
 def energy_check(S: torch.Tensor, ranks: list[int], tau: float) -> dict:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -44,7 +45,7 @@ from benchmarks.experiments import with_registered
 from benchmarks.sizes import size_config
 
 __all__ = ["GROUP", "call", "cost", "group", "group_calls", "key", "measure", "metrics", "paired_timing", "points",
-           "prepare_points", "reference", "timed_calls"]
+           "prepare_points", "reference", "timed_calls", "timed_seconds", "timing_cost"]
 
 MODES = ("batched", "unbatched")
 
@@ -104,12 +105,23 @@ def group_calls(group: dict, device: torch.device | str = "cpu") -> dict:
     return {m: call(dict(group, method=m), device) for m in group["compared"]}
 
 
-def prepare_points(configs: list[dict], device: torch.device | str = "cpu", target: str = GROUP) -> None:
-    """The paired timings of every group of ``configs``, in ``launches`` launches for all of them."""
+def prepare_points(configs: list[dict], device: torch.device | str = "cpu", target: str = GROUP,
+                   on_group: Callable[[list[dict]], None] | None = None) -> None:
+    """The paired timings of every group of ``configs``, in ``launches`` launches for all of
+    them; ``on_group(points)`` with a group's points once its timing is complete (the
+    runner's progress advances by their :func:`timing_cost`)."""
+    import json
+
     from benchmarks.measure.paired import measure_groups
 
+    members: dict[str, list[dict]] = {}
+    for c in configs:
+        members.setdefault(json.dumps(group(c), sort_keys=True, default=str), []).append(c)
+    done = None if on_group is None else \
+        (lambda g: on_group(members.get(json.dumps(g, sort_keys=True, default=str), [])))
     for (rounds, launches, min_rounds), groups in _by_plan(configs).items():
-        measure_groups(target, groups, rounds=rounds, launches=launches, device=device, min_rounds=min_rounds)
+        measure_groups(target, groups, rounds=rounds, launches=launches, device=device, min_rounds=min_rounds,
+                       on_group=done)
 
 
 def _by_plan(configs: list[dict]) -> dict:
@@ -139,6 +151,16 @@ LAUNCH_SECONDS = 2.5
 so left out of the points' costs."""
 
 
+def timed_seconds(seconds: float, config: dict) -> float:
+    """The share of :func:`call_seconds` spent in the point's paired timing: each expected
+    round at least :data:`~benchmarks.measure.paired.MIN_SAMPLE` plus 5 ms, and a warm-up
+    per launch."""
+    from benchmarks.measure.paired import MIN_SAMPLE
+
+    c = config
+    return expected_rounds(c) * (max(seconds, MIN_SAMPLE) + 0.005) + c["launches"] * (seconds + 0.005)
+
+
 def call_seconds(seconds: float, config: dict, metric_calls: int = 3) -> float:
     """A point's estimated seconds from its method's seconds per call: each timed round at
     least :data:`~benchmarks.measure.paired.MIN_SAMPLE` (a faster call is looped to it) plus
@@ -146,18 +168,13 @@ def call_seconds(seconds: float, config: dict, metric_calls: int = 3) -> float:
     memory, FLOP count: traced, so 50 ms of overhead each)."""
     from benchmarks.measure.paired import MIN_SAMPLE
 
-    c = config
-    rounds = expected_rounds(c)
-    return rounds * (max(seconds, MIN_SAMPLE) + 0.005) + c["launches"] * (seconds + 0.005) + \
-        metric_calls * (seconds + 0.05)
+    return timed_seconds(seconds, config) + metric_calls * (seconds + 0.05)
 
 
-def cost(config: dict) -> float:
-    """The method's analytic FLOPs (:func:`fraq.flops.analytic_flops`) per call at about
-    :data:`~benchmarks.experiments.DENSE_RATE`, over its calls (:func:`call_seconds`); a batched
-    point adds its roofs (each kernel replayed up to three times more, and about 10 ms of
-    looped samples per kernel for some 60 kernels), and a batched point of the d sweep the
-    resident-set check's fresh process (3 s of start-up and two calls)."""
+def _call_seconds_estimate(config: dict) -> float:
+    """One call's estimated seconds: the method's analytic FLOPs (Table 5's; FRAQ's order for
+    a method without a FLOP model, the textbook baselines) at about
+    :data:`~benchmarks.experiments.DENSE_RATE`."""
     from benchmarks.experiments import DENSE_RATE
     from benchmarks.measure.methods import split_method
     from fraq.flops import analytic_flops
@@ -166,9 +183,24 @@ def cost(config: dict) -> float:
     name = split_method(c["method"])[0]
     try:
         flops = c["modules"] * analytic_flops(name, c["d"], c["D"], c["r"], c["p"], model="table5")
-    except ValueError:  # a method without a FLOP model (the textbook baselines): FRAQ's order
+    except ValueError:
         flops = c["modules"] * analytic_flops("fraq", c["d"], c["D"], c["r"], c["p"], model="table5")
-    seconds = flops / DENSE_RATE
+    return flops / DENSE_RATE
+
+
+def timing_cost(config: dict) -> float:
+    """The share of :func:`cost` spent in the point's paired timing (:func:`timed_seconds`)."""
+    return timed_seconds(_call_seconds_estimate(config), config)
+
+
+def cost(config: dict) -> float:
+    """The method's analytic FLOPs (:func:`fraq.flops.analytic_flops`) per call at about
+    :data:`~benchmarks.experiments.DENSE_RATE`, over its calls (:func:`call_seconds`); a batched
+    point adds its roofs (each kernel replayed up to three times more, and about 10 ms of
+    looped samples per kernel for some 60 kernels), and a batched point of the d sweep the
+    resident-set check's fresh process (3 s of start-up and two calls)."""
+    c = config
+    seconds = _call_seconds_estimate(c)
     roofs = 4 * seconds + 0.6 if c["mode"] == "batched" else 0.0
     rss = 3.0 + 2 * seconds if c["mode"] == "batched" and c["sweep"] == "d" and c.get("rss", True) else 0.0
     return call_seconds(seconds, c) + roofs + rss

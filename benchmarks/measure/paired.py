@@ -190,8 +190,10 @@ def _target(name: str) -> Callable:
 
 
 def _one_launch(target: str, groups: list[dict], rounds: int, device: str, min_sample: float,
-                launch: int, min_rounds: int | None = None) -> list[dict]:
-    """Every group's rounds in this process: ``target(group, device)`` gives the group's calls."""
+                launch: int, min_rounds: int | None = None, on_group: Callable[[dict], None] | None = None
+                ) -> list[dict]:
+    """Every group's rounds in this process: ``target(group, device)`` gives the group's calls;
+    ``on_group(group)`` after each group's rounds."""
     build = _target(target)
     out = []
     for group in groups:
@@ -199,6 +201,8 @@ def _one_launch(target: str, groups: list[dict], rounds: int, device: str, min_s
         out.append(paired_rounds(calls, rounds, device=device, min_sample=min_sample, launch=launch,
                                  min_rounds=min_rounds))
         del calls
+        if on_group is not None:
+            on_group(group)
     return out
 
 
@@ -217,16 +221,23 @@ def _fresh(target: str, groups: list[dict], rounds: int, device: str, min_sample
 
 
 def launched(target: str, groups: list[dict], *, rounds: int, launches: int, device: torch.device | str = "cpu",
-             min_sample: float = MIN_SAMPLE, min_rounds: int | None = None) -> list[dict[str, dict]]:
+             min_sample: float = MIN_SAMPLE, min_rounds: int | None = None,
+             on_group: Callable[[dict], None] | None = None) -> list[dict[str, dict]]:
     """Per group, ``{key: timing}``: ``rounds`` paired rounds of the group's calls in each of
     ``launches`` launches (fresh interpreters, one after another; one launch: this process),
     concatenated (module docstring for the fields). With ``min_rounds``, each launch stops a
-    group's rounds once its comparisons are decided (:func:`paired_rounds`)."""
+    group's rounds once its comparisons are decided (:func:`paired_rounds`). ``on_group(group)``
+    once a group's timing is complete: after its rounds in this process (one launch), after
+    the last launch otherwise (a progress display's steps)."""
     if launches < 1:
         raise ValueError(f"launches(={launches}) must be >= 1")
     device = str(torch.device(device))
-    runs = [(_one_launch if launches == 1 else _fresh)(target, groups, rounds, device, min_sample, i, min_rounds)
-            for i in range(launches)]
+    if launches == 1:
+        runs = [_one_launch(target, groups, rounds, device, min_sample, 0, min_rounds, on_group)]
+    else:
+        runs = [_fresh(target, groups, rounds, device, min_sample, i, min_rounds) for i in range(launches)]
+        for group in groups if on_group is not None else ():
+            on_group(group)
     return [merged([run[g] for run in runs], device=device, min_sample=min_sample) for g in range(len(groups))]
 
 
@@ -252,15 +263,17 @@ def _cache_key(target: str, group: dict, device) -> tuple:
 
 
 def measure_groups(target: str, groups: list[dict], *, rounds: int, launches: int, device: torch.device | str = "cpu",
-                   min_sample: float = MIN_SAMPLE, min_rounds: int | None = None) -> None:
+                   min_sample: float = MIN_SAMPLE, min_rounds: int | None = None,
+                   on_group: Callable[[dict], None] | None = None) -> None:
     """Measure ``groups`` (:func:`launched`) and keep each group's timings for :func:`cached`.
-    Groups already kept are not measured again; repeated groups are measured once."""
+    Groups already kept are not measured again; repeated groups are measured once.
+    ``on_group(group)`` once each group's timing is complete (:func:`launched`)."""
     todo = list({json.dumps(g, sort_keys=True, default=str): g for g in groups
                  if _cache_key(target, g, device) not in _CACHE}.values())
     if not todo:
         return
     for group, timing in zip(todo, launched(target, todo, rounds=rounds, launches=launches, device=device,
-                                            min_sample=min_sample, min_rounds=min_rounds)):
+                                            min_sample=min_sample, min_rounds=min_rounds, on_group=on_group)):
         _CACHE[_cache_key(target, group, device)] = timing
 
 
