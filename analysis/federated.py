@@ -28,6 +28,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from analysis.notes import NotMeasured
 from analysis.style import PAPER_ORDER, described, styles
 from analysis.style import display_name as _shown
 from analysis.verdicts import Verdict
@@ -209,7 +210,8 @@ def paired(a: dict, b: dict, *, above: float, claim: str = "") -> Verdict:
     verdict", with a warning, below two common seeds."""
     common = sorted(s for s in set(a) & set(b) if np.isfinite(a[s]) and np.isfinite(b[s]))
     if len(common) < 2:
-        warnings.warn(f"no verdict on {claim}: {len(common)} common seed(s), an interval needs two", stacklevel=3)
+        warnings.warn(NotMeasured(f"no verdict on {claim}: {len(common)} common seed(s), an interval needs two"),
+                      stacklevel=3)
         return Verdict("no verdict", missing=(f"{len(common)} common seed(s)",))
     diff = np.array([a[s] - b[s] for s in common], dtype=float)
     mean, lo, hi = interval(diff)  # identical per-seed results: s = 0, the interval is [mean, mean]

@@ -4,6 +4,8 @@ result files."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from benchmarks.experiments import tables123
@@ -109,7 +111,7 @@ def test_report_tables_and_verdicts(tmp_path, quiet_machine):
     """Hand-made results: FLoRIST 10x FRAQ's time (above the paper's 8x: agrees), FlexLoRA 100x (below 190x:
     disagrees), FlexLoRA skipped on another preset (no verdict, named); fixed-rank downlink against the paper's."""
     pytest.importorskip("pandas")
-    from analysis.reproduce import build
+    from analysis.reproduce import build_report
     from benchmarks.results import write_result
 
     llama = [_row("flora", "flora", 100.0, 20.0), _row("fedit", "fedit", 12.51, 10.0),
@@ -124,8 +126,11 @@ def test_report_tables_and_verdicts(tmp_path, quiet_machine):
                               ("roberta-base", "roberta-base", roberta)):
         write_result(res, "tables123", key, {"table": "tables123", "preset": preset, "size": "paper"},
                      {"preset": preset, "rows": rows})
-    with pytest.warns(UserWarning, match=r"roberta-base: FRAQ faster than FlexLoRA.*quick mode: slow"):
-        text = build(tmp_path / "run").read_text()
+    built = build_report(tmp_path / "run")
+    text = built.report.read_text()
+    listed = text.split("## Not measured or skipped")[1]  # the point not measured, named; counted in one line
+    assert re.search(r"roberta-base: FRAQ faster than FlexLoRA.*quick mode: slow", listed)
+    assert built.summary().startswith("not measured: 1 verdict (listed in ")
     t2 = text.split("### LLaMA-3.2-3B (Table 2")[1].split("###")[0]
     t1 = text.split("### RoBERTa-base (Table 1")[1]
     assert text.index("### RoBERTa-base") < text.index("### LLaMA-3.2-3B (Table 2")  # the paper's order

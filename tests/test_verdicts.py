@@ -10,6 +10,7 @@ import pytest
 
 pd = pytest.importorskip("pandas")
 
+from analysis.notes import Busy  # noqa: E402
 from analysis.sections.table4 import table4_lines  # noqa: E402
 from analysis.verdicts import Verdict, busy, exact, judge, sign_interval  # noqa: E402
 
@@ -166,9 +167,10 @@ def test_a_busy_machine_withholds_the_verdict():
     assert busy(quiet) == "" and busy(None) == "" and busy({"loadavg": None}) == ""
     for rec, why in (({"loadavg": 2.6, "threads": 2}, r"load average 2.60 above 2 thread"),
                      ({"loadavg": 0.2, "threads": 1, "steal": 0.12}, r"steal time 12.0% above 5%")):
-        with pytest.warns(UserWarning, match="machine was busy"):
+        with pytest.warns(Busy, match="machine was busy") as seen:  # the reason in the note, said once by a report
             v = judge(g, _ratio, above=2.0, paired=True, machine=quiet + [rec], claim="c")
-        assert v.word == "no verdict" and re.search(why, v.interval())
+        assert v.word == "no verdict" and v.interval() == "withheld: machine busy"
+        assert seen[0].message.claim == "c" and re.search(why, seen[0].message.reason)
     df = pd.DataFrame(quiet + [{"loadavg": 3.0, "threads": 1, "steal": 0.0}])
     assert "load average 3.00" in busy(df)
 
@@ -179,8 +181,8 @@ def test_a_busy_run_is_said_once_with_its_range_and_no_nan_is_printed():
     recs = [{"loadavg": 6.5 + 0.01 * i, "threads": 1} for i in range(20)] + [{"loadavg": 0.1, "threads": 1}]
     assert busy(recs) == "load average 6.50-6.69 above 1 thread(s) + 0.5 in 20 of 21 results"
     g = _drifting_rounds(np.random.default_rng(0), 10, 2.5)
-    with pytest.warns(UserWarning, match="machine was busy"):
+    with pytest.warns(Busy, match="machine was busy"):
         v = judge(g, _ratio, above=2.0, paired=True, machine=recs, claim="c")
-    assert "nan" not in v.measured(".2f", prefix="K^") and v.measured(".2f").startswith("withheld: machine busy")
+    assert "nan" not in v.measured(".2f", prefix="K^") and v.measured(".2f") == "withheld: machine busy"
     v = judge(g, _ratio, above=2.0, paired=True)
     assert v.measured(".2f", prefix="K^").startswith(f"K^{v.value:.2f} [")
