@@ -80,5 +80,6 @@ def test_the_console_has_one_line_and_the_report_every_point(tmp_path, monkeypat
     claims = next(x for x in text.splitlines() if x.startswith("- Paper: FRAQ requires"))
     assert "not measured: FlexLoRA (flexlora) (quick mode: slow)" in claims  # per verdict, in the report
     assert "withheld: machine busy" in claims and "load average" not in claims
+    assert not re.search(r"\bnan\b", text, re.IGNORECASE)  # no value printed for a verdict withheld or not measured
     listed = text.split("## Not measured or skipped")[1].splitlines()
     assert sum("machine was busy" in x for x in listed) == 1 and sum("quick mode: slow" in x for x in listed) == 1
