@@ -120,28 +120,17 @@ def num(x) -> str:
     return str(int(f)) if f == int(f) else f"{f:g}"
 
 
-def _column_format(values: pd.Series):
-    """One notation for a column of numbers: integers as integers, scientific (``1.23e-06``)
-    when a value is below 1e-3 or from 1e5 up, else 4 significant digits, never in e-notation."""
-    v = pd.to_numeric(values, errors="coerce").dropna()
-    v = v[v.abs() != float("inf")]
-    if v.empty or (v == v.round()).all() and v.abs().max() < 1e15:
-        return num
-    nz = v[v != 0].abs()
-    if not nz.empty and (nz.min() < 1e-3 or nz.max() >= 1e5):
-        return lambda x: "0" if x == 0 else f"{x:.2e}"
-    return lambda x: f"{x:.4g}"
-
-
 def formatted(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` as text for display: each number column in one notation (:func:`_column_format`),
-    a missing value as an empty cell, the index and column labels' numbers through :func:`num`
-    (``d 768``, not ``d 768.0``)."""
+    """``df`` as text for display: each number column in one format chosen from the whole
+    column (:func:`analysis.columns.column_format`), a missing value as an empty cell, the
+    index and column labels' numbers through :func:`num` (``d 768``, not ``d 768.0``)."""
+    from analysis.columns import column_format
+
     out = pd.DataFrame(index=df.index, columns=df.columns, dtype=object)
     for i in range(df.shape[1]):
         col = df.iloc[:, i]
         if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
-            fmt = _column_format(col)
+            fmt = column_format(col)
             out.iloc[:, i] = [("" if x is pd.NA or x != x else fmt(x)) for x in col]
         else:
             out.iloc[:, i] = ["" if x is None or x is pd.NA or (isinstance(x, float) and x != x) else str(x)

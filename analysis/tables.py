@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.columns import column_format, numbers
 from analysis.style import PAPER_ORDER, described, integers
 
 __all__ = ["PRESET_TITLES", "table4_ablation", "table5_flops", "tables123_latency", "tables123_presets",
@@ -170,12 +171,6 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["_preset", "_order"], kind="stable").drop(columns=["_order", "_preset"])
 
 
-def _ms(seconds: float) -> str:
-    """Milliseconds at a precision that reads: 197,270 / 86.7 / 1.42."""
-    ms = seconds * 1e3
-    return f"{ms:,.0f}" if ms >= 1000 else f"{ms:.1f}" if ms >= 10 else f"{ms:.3g}"
-
-
 def _how(r) -> str:
     if isinstance(r["skipped"], str):
         return "not measured: " + r["skipped"].split(";")[0]
@@ -201,13 +196,15 @@ def tables123_latency(df: pd.DataFrame, preset: str) -> pd.DataFrame:
     ours0 = fraq["median_s"].iloc[0] if len(fraq) and pd.notna(fraq["median_s"].iloc[0]) else None
     paper0 = fraq["paper_ms"].iloc[0] if len(fraq) else None
     out = []
+    ms = column_format(1e3 * pd.concat([pd.to_numeric(rows[c], errors="coerce")
+                                        for c in ("median_s", "q25_s", "q75_s")]))  # the column's one format
     for _, r in rows.iterrows():
         measured = pd.notna(r["median_s"])
         out.append({
             "Method": r["method"],
             "Downlink %": r["downlink_pct"], "paper %": r["paper_pct"],
-            "Latency ms, median [IQR]": (f"{_ms(r['median_s'])} [{_ms(r['q25_s'])}, {_ms(r['q75_s'])}]"
-                                         if measured else "-"),
+            "Latency ms, median [IQR]": (f"{ms(1e3 * r['median_s'])} [{ms(1e3 * r['q25_s'])}, "
+                                         f"{ms(1e3 * r['q75_s'])}]" if measured else "-"),
             "samples": len(r["samples"]) if measured else 0,
             "x FRAQ": r["median_s"] / ours0 if measured and ours0 else None,
             "paper ms": r["paper_ms"],
@@ -217,40 +214,19 @@ def tables123_latency(df: pd.DataFrame, preset: str) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _fmt(v) -> str:
-    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
-        return "-"
-    if isinstance(v, float):
-        if v == 0:
-            return "0"
-        if abs(v) >= 1e4:
-            return f"{v:,.0f}"
-        if abs(v) < 1e-2:
-            return f"{v:.3g}"
-        return f"{v:.3g}" if abs(v) < 10 else f"{v:.1f}"
-    return str(v)
-
-
-def _column_fmt(values: pd.Series):
-    """The formatter of one column: every value in one notation. Integral floats (a count
-    made float by a missing value) as integers, a column where one value needs e-notation
-    all in e-notation, else :func:`_fmt`."""
-    floats = [v for v in values if isinstance(v, float) and v == v and abs(v) != float("inf")]
-    if not floats:
-        return _fmt
-    if all(v == int(v) for v in floats) and max(abs(v) for v in floats) < 1e4:
-        return lambda v: _fmt(v) if not isinstance(v, float) or v != v else str(int(v))
-    if any("e" in _fmt(v) for v in floats):
-        return lambda v: _fmt(v) if not isinstance(v, float) or v != v or v == 0 else f"{v:.2e}"
-    return _fmt
-
-
 def markdown(df: pd.DataFrame) -> str:
-    """A GitHub-flavoured markdown table of ``df`` (floats to 3 significant digits, one
-    notation per column)."""
+    """A GitHub-flavoured markdown table of ``df``: each column's numbers in the one format
+    :func:`analysis.columns.column_format` chooses from the whole column, a missing value
+    (None, NaN) as ``-``, anything else as its text."""
     cols = list(df.columns)
-    fmts = {c: _column_fmt(df[c]) for c in cols}
+    fmts = {c: column_format(df[c]) for c in cols}
+
+    def cell(c, v) -> str:
+        if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+            return "-"
+        return fmts[c](v) if numbers([v]) else str(v)
+
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for _, r in df.iterrows():
-        lines.append("| " + " | ".join(fmts[c](r[c]) for c in cols) + " |")
+        lines.append("| " + " | ".join(cell(c, r[c]) for c in cols) + " |")
     return "\n".join(lines)

@@ -878,7 +878,7 @@ def test_formatted_prints_one_notation_per_column_and_integer_labels():
                       index=pd.Index([2.0, 8.0, 1e10], name="p"))
     out = style.formatted(df)
     assert list(out["err"]) == ["8.00e-01", "1.00e-06", "0"]
-    assert list(out["ms"]) == ["0.5", "12.25", "3"] and list(out["n"]) == ["2", "4", ""]
+    assert list(out["ms"]) == ["0.50", "12.25", "3.00"] and list(out["n"]) == ["2", "4", ""]
     assert list(out.index) == ["2", "8", "1e+10"] and out.index.name == "p"
 
 

@@ -138,7 +138,9 @@ def test_report_tables_and_verdicts(tmp_path, quiet_machine):
     assert [x.split(" | ")[0][2:] for x in table[1:]] == ["flora", "fedit", "flexlora", "florist (tau=0.90)",
                                                           "fraq (tau=0.80)", "fraq (tau=0.95)"]
     flex_row = next(x for x in table if x.startswith("| flexlora"))
-    assert "| 10,000 [9,975, 10,025] | 2 | 100.0 |" in flex_row  # two samples; 10,000 ms / FRAQ's 100 ms
+    assert "| 10,000.0 [9,975.0, 10,025.0] | 2 | 100.0 |" in flex_row  # two samples; 10,000 ms / FRAQ's 100 ms
+    latency = [x.split(" | ")[3] for x in table[1:]]  # the column's one format: 9.9 beside 10,025.0
+    assert {len(n.partition(".")[2]) for cell in latency for n in re.findall(r"\d[\d,]*\.?\d*", cell)} == {1}, latency
     # a CPU's results: the paper's GH200 ratios are shown as GPU claims, not judged (tests/test_device_claims.py
     # judges them on a GPU's rows and a CPU's against the FLOP models)
     claims = next(x for x in t2.splitlines() if x.startswith("- Paper: FRAQ requires"))
