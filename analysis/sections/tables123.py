@@ -55,6 +55,7 @@ def verdict_lines(df: pd.DataFrame, preset: str) -> list[str]:
     fraq = rows[rows["name"] == "fraq"]
     claimed = _speedups().get(preset)
     claim, tests = (None, ()) if claimed is None else (claimed["claim"], tuple(claimed["over_fraq_min"].items()))
+    quoted = {} if claimed is None else claimed["quoted"]  # the paper's words for each ratio: "around 12x"
     if claim is not None:
         parts = []
         for name, thr in tests:
@@ -76,9 +77,10 @@ def verdict_lines(df: pd.DataFrame, preset: str) -> list[str]:
             if _on_gpu(compared):
                 v = judge(ms, ratio, above=thr, claim=f"{preset}: FRAQ faster than {label}", machine=compared,
                           paired=paired(compared))
-                parts.append(_ours(v, f"{v.value:.3g}x", ".3g", "x", test=f"{label} / FRAQ time above {thr:g}x"))
+                parts.append(_ours(v, f"{v.value:.3g}x", ".3g", "x",
+                                   test=f"{label} / FRAQ time above {thr:g}x; the paper: {quoted[name]}"))
                 continue
-            parts.append(_model_verdicts(ms, ratio, other, fraq, label, thr, preset, compared))
+            parts.append(_model_verdicts(ms, ratio, other, fraq, label, quoted[name], preset, compared))
         ms = ", ".join(f"{r.method} {r.median_s * 1e3:.4g} ms" for r in fraq.itertuples() if pd.notna(r.median_s))
         lines.append(f"- Paper: {claim}. " + "; ".join(parts) + (f". Here: {ms}." if ms else "."))
     fixed = rows[~rows["adaptive"] & rows["paper_pct"].notna() & rows["downlink_pct"].notna()]
@@ -102,12 +104,13 @@ def _on_gpu(rows: pd.DataFrame) -> bool:
     return "device" in rows and rows["device"].astype(str).str.startswith("cuda").all()
 
 
-def _model_verdicts(ms: dict, ratio, other: pd.DataFrame, fraq: pd.DataFrame, label: str, thr: float,
+def _model_verdicts(ms: dict, ratio, other: pd.DataFrame, fraq: pd.DataFrame, label: str, quoted: str,
                     preset: str, compared: pd.DataFrame) -> str:
-    """A CPU's verdicts on a speed-up: the paper's GPU ratio shown, not judged; the measured
-    ratio against each FLOP model's (:data:`MODEL_BAND`)."""
+    """A CPU's verdicts on a speed-up: the paper's GPU ratio shown in its own words
+    (``quoted``: "around 12x"), not judged; the measured ratio against each FLOP model's
+    (:data:`MODEL_BAND`)."""
     lo, hi = MODEL_BAND
-    out = [f"{label}: the paper's {thr:g}x is a GH200 wall-clock ratio, a GPU claim: not judged on a CPU"]
+    out = [f"{label}: the paper's {quoted} is a GH200 wall-clock ratio, a GPU claim: not judged on a CPU"]
     for col, name in (("flops_table5", "the paper's FLOP model (Table 5)"), ("flops_full", "our routine-true model")):
         o = pd.to_numeric(other[col], errors="coerce") if col in other else pd.Series(dtype=float)
         f = pd.to_numeric(fraq[col], errors="coerce") if col in fraq else pd.Series(dtype=float)
