@@ -88,7 +88,8 @@ HOW = ("Every verdict carries the interval it rests on, in brackets. Timings tak
        "central 95% of the statistic recomputed over 2,000 draws that each take one repeat of every timing "
        "(or one matrix or module of every error) at random. **agrees**: the whole interval satisfies the "
        "paper's claim as tested; **disagrees**: none of it does; **inconclusive**: it straddles the claim's "
-       "threshold (or fewer than 6 paired rounds); **no verdict**: a point the claim covers was not measured "
+       f"threshold, or there are fewer than {MIN_ROUNDS} paired rounds, too few for a 95% interval (the median of "
+       "the rounds is printed alone); **no verdict**: a point the claim covers was not measured "
        "(listed under *Not measured or skipped*), or the machine was busy (load average above the run's threads "
        "+ 0.5, or steal time above 5%; said once there). Counts (parameters, FLOPs) are exact and carry no interval.")
 """The paragraph the report prints once, above the verdicts."""
@@ -114,26 +115,42 @@ class Verdict:
     def bold(self) -> str:
         return f"**{self.word}**"
 
+    @property
+    def has_interval(self) -> bool:
+        """Whether :meth:`interval` prints one: not for paired samples of fewer than
+        :data:`MIN_ROUNDS` rounds (no interval reaches 95% there: the verdict is
+        "inconclusive" and its value the median of the rounds)."""
+        return not (self.method == "paired" and self.rounds < MIN_ROUNDS)
+
     def interval(self, fmt: str = ".3g", unit: str = "") -> str:
-        """``[lo, hi]`` formatted, or why there is no verdict."""
+        """``[lo, hi]`` formatted; or, below :data:`MIN_ROUNDS` paired rounds, that there
+        are too few for one; or why there is no verdict."""
         if self.missing:
             return f"not measured: {', '.join(self.missing)}"
         if self.withheld:
             return f"withheld: {self.withheld}"
+        if not self.has_interval:
+            return f"median of {_rounds(self.rounds)}, too few for an interval"
         if self.lo == self.hi:
             return "exact"
         text = f"[{self.lo:{fmt}}{unit}, {self.hi:{fmt}}{unit}]"
         return f"{text}, paired over {self.rounds} rounds" if self.method == "paired" else text
 
     def measured(self, fmt: str = ".3g", prefix: str = "", unit: str = "") -> str:
-        """``prefix value unit [lo, hi]``, or only why there is no value (a withheld or
-        unmeasured verdict prints no NaN)."""
+        """``prefix value unit [lo, hi]`` (``prefix value unit (median of n paired rounds, too
+        few for an interval)``), or only why there is no value (a withheld or unmeasured
+        verdict prints no NaN)."""
         if self.missing or self.withheld or not math.isfinite(self.value):
             return self.interval(fmt, unit)
-        return f"{prefix}{self.value:{fmt}}{unit} {self.interval(fmt, unit)}"
+        iv = self.interval(fmt, unit)
+        return f"{prefix}{self.value:{fmt}}{unit} {iv if self.has_interval else f'({iv})'}"
 
     def __str__(self) -> str:
         return f"{self.bold()} ({self.interval()})"
+
+
+def _rounds(n: int) -> str:
+    return f"{n} paired round{'' if n == 1 else 's'}"
 
 
 def sign_interval(x, level: float = LEVEL) -> tuple[float, float, float]:
