@@ -74,7 +74,7 @@ def _table(runs, df, variant: str, data: str) -> str:
     alpha = df.loc[df["variant"] == variant, "partition.alpha"].iloc[0] if "partition.alpha" in df else math.nan
     col = _alpha_column(alpha) if math.isfinite(alpha) else None
     t = federated.table(runs, variant)
-    specs = {federated.display_name(m): m for m in runs.loc[runs["variant"] == variant, "method"].unique()}
+    specs = {name: m for m, name in federated.shown(runs[runs["variant"] == variant]).items()}
     paper_acc, paper_down = [], []
     for name in t["Method"]:
         key = _paper_key(specs.get(name, ""))
@@ -94,6 +94,7 @@ def _schedule(df, long_df, data: str) -> list[str]:
     rounds = int(df["federated.rounds"].iloc[0])
     long_rounds = int(long_df["federated.rounds"].iloc[0])
     lc = federated.curves(long_df)
+    names = federated.shown(lc)
     main = federated.runs(df)
     seeds = sorted(lc["seed"].unique())
     variants = sorted(lc["variant"].unique())
@@ -110,7 +111,7 @@ def _schedule(df, long_df, data: str) -> list[str]:
                     continue
                 own = main[(main["method"] == m) & (main["variant"] == v) & (main["seed"] == s)]["accuracy"]
                 own_txt = f"{own.iloc[0]:.2f}" if len(own) else "not run"
-                lines.append(f"| {federated.display_name(m)} | {g[rounds]:.2f} | {g[long_rounds]:.2f} | "
+                lines.append(f"| {names[m]} | {g[rounds]:.2f} | {g[long_rounds]:.2f} | "
                              f"{g[long_rounds] - g[rounds]:+.2f} | {own_txt} |")
     lines += ["", "The last column is the same point in the scaled run itself: equal to the first when the two "
               "runs computed the same rounds bit for bit."]
@@ -196,8 +197,8 @@ def build(results: Path, long: Path | None, out: Path) -> Built:
     found = notes.collected(caught)
     if found:
         body += ["## Not measured or skipped", "", *notes.section(found), ""]
-    style.save(fig, out / "figures", "federated_accuracy", style.caption(df, "mean over seeds, band = 95% t-interval"),
-               ("png",))
+    band = "mean over seeds, band = 95% t-interval (none on FRAQ's dashed setting)"
+    style.save(fig, out / "figures", "federated_accuracy", style.caption(df, band), ("png",))
     write_text(out / "README.md", _readme(df, long_df, data, out))
     return Built(write_text(out / "report.md", "\n".join(body)), tuple(found))
 

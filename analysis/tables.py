@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.columns import column_format, numbers
-from analysis.style import PAPER_ORDER, described, integers
+from analysis.style import PAPER_ORDER, described, display_name, integers
 
-__all__ = ["PRESET_TITLES", "table4_ablation", "table5_flops", "tables123_latency", "tables123_presets",
-           "tables123_rows", "markdown"]
+__all__ = ["PRESET_TITLES", "shown_name", "table4_ablation", "table5_flops", "tables123_latency",
+           "tables123_presets", "tables123_rows", "markdown"]
 VARIANT_LABELS = {"adaptive-gram": "Adaptive + Gram", "fixed-gram": "Fixed + Gram",
                   "adaptive-svd": "Adaptive + coordinate SVD", "library": "fraq.recompress (library)"}
 
@@ -124,7 +124,8 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     formulas; ``flops_full``: the routines the code calls), the host's share of a call
     (``host_reads_per_group``, ``ops_per_group``, ``python_ms_16x16``:
     :mod:`benchmarks.experiments.tables123`) and the record's ``loadavg``,
-    ``steal``, ``threads`` and ``device``. A record's
+    ``steal``, ``threads`` and ``device``; ``shown``, the name the report shows the row by
+    (:func:`shown_name`). A record's
     ``served`` rows (a dense method timed for one preset, serving another of the same shapes)
     are the other preset's."""
     from analysis.loaders import paper as paper_numbers
@@ -156,6 +157,7 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
                          "loadavg": rec.get("loadavg"), "steal": rec.get("steal"), "threads": rec.get("threads"),
                          "device": rec.get("device"), "flops_table5": r.get("flops_table5"),
                          "flops_full": r.get("flops_full"), "display_name": r.get("display_name"),
+                         "shown": shown_name(r["method"], r["name"], r.get("display_name")),
                          "host_reads_per_group": r.get("host_reads_per_group"),
                          "ops_per_group": r.get("ops_per_group"), "python_ms_16x16": r.get("python_ms_16x16"),
                          "paper_order": r.get("paper_order", PAPER_ORDER.get(r["name"]))})
@@ -169,6 +171,17 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     presets = tables123_presets(df)
     out["_preset"] = out["preset"].map(presets.index)
     return out.sort_values(["_preset", "_order"], kind="stable").drop(columns=["_order", "_preset"])
+
+
+def shown_name(label: str, name: str, recorded=None) -> str:
+    """The name a Tables 1-3 row is shown by: the ``display_name`` its result records (the
+    method's class's, :meth:`fraq.aggregators.Aggregator.describe`, with the row's options:
+    ``FRAQ (tau=0.80)``, ``LoRA-A² (B round)``, a method from outside the package by its own
+    name), else, for results written without it, :func:`analysis.style.display_name` of the
+    registry ``name`` followed by the rest of the row's ``label``."""
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    return display_name(name) + (label[len(name):] if label.startswith(name) else f" ({label})")
 
 
 def _how(r) -> str:
@@ -201,7 +214,7 @@ def tables123_latency(df: pd.DataFrame, preset: str) -> pd.DataFrame:
     for _, r in rows.iterrows():
         measured = pd.notna(r["median_s"])
         out.append({
-            "Method": r["method"],
+            "Method": r["shown"],
             "Downlink %": r["downlink_pct"], "paper %": r["paper_pct"],
             "Latency ms, median [IQR]": (f"{ms(1e3 * r['median_s'])} [{ms(1e3 * r['q25_s'])}, "
                                          f"{ms(1e3 * r['q75_s'])}]" if measured else "-"),

@@ -90,6 +90,8 @@ def draw(res) -> list[Section]:
                 "(below 100% of FLoRA's downlink), underlined: second best, by the mean over seeds.")
     curves = federated.curves(df)
     fig = Figure("federated_accuracy", federated.figure(curves, variants, heads, bands=not smoke), df,
-                 "mean over seeds" + ("" if smoke else ", band = 95% t-interval over seeds"),
-                 "Test accuracy after every round of federated fine-tuning, per method and rank setting.")
+                 "mean over seeds" + ("" if smoke else ", band = 95% t-interval over seeds (none on FRAQ's dashed "
+                                                       "setting)"),
+                 "Test accuracy after every round of federated fine-tuning: a row per variant, a panel per group of "
+                 "the paper's methods (uncompressed, factor averaging, recompression), each beside FRAQ.")
     return [Section("Tables 1-3: accuracy of federated fine-tuning over seeds", "\n".join(body), figure=fig)]

@@ -81,12 +81,12 @@ def verdict_lines(df: pd.DataFrame, preset: str) -> list[str]:
                                    test=f"{label} / FRAQ time above {thr:g}x; the paper: {quoted[name]}"))
                 continue
             parts.append(_model_verdicts(ms, ratio, other, fraq, label, quoted[name], preset, compared))
-        ms = ", ".join(f"{r.method} {r.median_s * 1e3:.4g} ms" for r in fraq.itertuples() if pd.notna(r.median_s))
+        ms = ", ".join(f"{r.shown} {r.median_s * 1e3:.4g} ms" for r in fraq.itertuples() if pd.notna(r.median_s))
         lines.append(f"- Paper: {claim}. " + "; ".join(parts) + (f". Here: {ms}." if ms else "."))
     fixed = rows[~rows["adaptive"] & rows["paper_pct"].notna() & rows["downlink_pct"].notna()]
     if not fixed.empty:
         diff = fixed[(fixed["downlink_pct"] - fixed["paper_pct"]).abs() > 0.05 + 0.005 * fixed["paper_pct"]]
-        others = "; ".join(f"{r.method} {r.downlink_pct:.3g}% against {r.paper_pct:.3g}%" for r in diff.itertuples())
+        others = "; ".join(f"{r.shown} {r.downlink_pct:.3g}% against {r.paper_pct:.3g}%" for r in diff.itertuples())
         lines.append("- Paper: the downlink of the methods whose rank is fixed (no energy threshold) is set by the "
                      "shapes and ranks alone. " + _ours(holds(diff.empty), f"ours equals the paper's to its rounding "
                                                         f"for {len(fixed) - len(diff)} of {len(fixed)} methods",
@@ -95,7 +95,7 @@ def verdict_lines(df: pd.DataFrame, preset: str) -> list[str]:
     adaptive = rows[rows["adaptive"] & rows["downlink_pct"].notna()]
     if not adaptive.empty:
         lines.append("  - Energy-threshold methods (their downlink follows the spectra, synthetic here): "
-                     + "; ".join(f"{r.method} {r.downlink_pct:.3g}% (paper {r.paper_pct:.3g}%)"
+                     + "; ".join(f"{r.shown} {r.downlink_pct:.3g}% (paper {r.paper_pct:.3g}%)"
                                  for r in adaptive.itertuples()) + ".")
     return lines
 
