@@ -125,7 +125,8 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     (``host_reads_per_group``, ``ops_per_group``, ``python_ms_16x16``:
     :mod:`benchmarks.experiments.tables123`) and the record's ``loadavg``,
     ``steal``, ``threads`` and ``device``; ``shown``, the name the report shows the row by
-    (:func:`shown_name`). A record's
+    (:func:`shown_name`); ``adaptive``, whether it cuts by the energy rule, and ``tau``, the
+    threshold it was given (None: its default, or none). A record's
     ``served`` rows (a dense method timed for one preset, serving another of the same shapes)
     are the other preset's."""
     from analysis.loaders import paper as paper_numbers
@@ -146,7 +147,7 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
             lat = r.get("latency") or {}
             paper = table.get(r["method"]) or table.get(r["method"].split(" (")[0]) or [None, None]
             rows.append({"preset": rec["preset"], "method": r["method"], "name": r["name"],
-                         "adaptive": "tau" in (r.get("options") or {}),
+                         "adaptive": _cuts_by_tau(r), "tau": (r.get("options") or {}).get("tau"),
                          "downlink_pct": r.get("downlink_pct"), "samples": list(lat.get("samples", [])),
                          "median_s": lat.get("median"), "q25_s": lat.get("q25"), "q75_s": lat.get("q75"),
                          "modules_measured": r.get("modules_measured"), "modules_total": r.get("modules_total"),
@@ -171,6 +172,15 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     presets = tables123_presets(df)
     out["_preset"] = out["preset"].map(presets.index)
     return out.sort_values(["_preset", "_order"], kind="stable").drop(columns=["_order", "_preset"])
+
+
+def _cuts_by_tau(row: dict) -> bool:
+    """Whether a Tables 1-3 row's method cuts its rank by the energy rule: its recorded
+    ``energy_rule`` (the class's, :mod:`benchmarks.measure.described`; a method from outside
+    the package says so itself), else, for results written without it, whether the row was
+    given a ``tau``."""
+    recorded = row.get("energy_rule")
+    return recorded if isinstance(recorded, bool) else "tau" in (row.get("options") or {})
 
 
 def shown_name(label: str, name: str, recorded=None) -> str:

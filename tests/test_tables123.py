@@ -207,3 +207,49 @@ def test_a_dense_row_timed_for_one_preset_serves_another_of_the_same_shapes(tmp_
     hetero = rows[rows["preset"] == "llama-3.2-3b-hetero"].iloc[0]
     assert hetero["downlink_pct"] == 9.0 and "timed on llama-3.2-3b" in hetero["extrapolated"]
     assert list(hetero["samples"]) == list(rows[rows["preset"] == "llama-3.2-3b"].iloc[0]["samples"])
+
+
+def _records(rows, preset="roberta-base"):
+    import pandas as pd
+
+    return pd.DataFrame([{"preset": preset, "rows": rows, "loadavg": 0.1, "steal": 0.0, "threads": 1,
+                          "device": "cpu"}])
+
+
+def test_the_energy_rule_is_explained_beside_the_methods_that_cut_by_tau_alone():
+    """The energy-threshold list holds the rows whose method cuts by tau (its recorded
+    ``energy_rule``: FLoRIST, FRAQ and a method from outside the package that says so; for
+    results without the field, a row given a tau), never a fixed-rank method (FlexLoRA, FedIT),
+    and a method the paper has no number for prints none (no "paper nan%")."""
+    from analysis.sections.tables123 import verdict_lines
+    from benchmarks.measure.described import describe
+
+    assert describe("fraq:tau=0.80")["energy_rule"] and describe("florist")["energy_rule"]
+    assert not describe("flexlora")["energy_rule"] and not describe("fedit")["energy_rule"]
+    rows = [dict(_row("fedit", "fedit", 10.0, 1.0), energy_rule=False),
+            dict(_row("flexlora", "flexlora", 10.0, 3000.0), energy_rule=False),
+            _row("florist (tau=0.90)", "florist", 27.0, 130.0, tau=0.9),  # written without the field
+            dict(_row("outside-core", "outside-core", 30.0, 60.0), energy_rule=True, display_name="Outside core"),
+            dict(_row("fraq (tau=0.95)", "fraq", 41.8, 50.0, tau=0.95), energy_rule=True)]
+    lines = verdict_lines(_records(rows), "roberta-base")
+    energy = next(x for x in lines if "Energy-threshold methods" in x)
+    assert "FLoRIST (tau=0.90) 27%" in energy and "FRAQ (tau=0.95) 41.8%" in energy and "Outside core 30%" in energy
+    assert "FlexLoRA" not in energy and "FedIT" not in energy and "nan" not in energy
+    fixed = next(x for x in lines if "whose rank is fixed" in x)
+    assert "for 2 of 2 methods" in fixed  # FedIT and FlexLoRA, against the paper's 10%
+
+
+def test_florist_and_fraq_thresholds_are_said_and_why_they_differ():
+    """FRAQ at the paper's 0.80 and 0.95, FLoRIST at the FLoRIST paper's 0.90: the intro says
+    so, and that the FRAQ paper gives FLoRIST no threshold; at a shared threshold it claims nothing."""
+    from analysis.sections.tables123 import thresholds
+
+    rows = [_row("florist (tau=0.90)", "florist", 27.0, 130.0, tau=0.9),
+            _row("fraq (tau=0.80)", "fraq", 13.0, 48.0, tau=0.8), _row("fraq (tau=0.95)", "fraq", 41.8, 50.0, tau=0.95)]
+    text = thresholds(_records(rows))
+    assert "FRAQ runs at the paper's energy thresholds, tau = 0.80, 0.95" in text
+    assert "FLoRIST at the FLoRIST paper's, tau = 0.90" in text and "give FLoRIST no threshold" in text
+    rows[0] = _row("florist (tau=0.95)", "florist", 27.0, 130.0, tau=0.95)
+    text = thresholds(_records(rows))
+    assert "FLoRIST at tau = 0.95;" in text and "no threshold" not in text
+    assert thresholds(_records(rows[1:])) == ""  # no FLoRIST row: nothing to compare
