@@ -134,6 +134,8 @@ def figure(df: pd.DataFrame):
     same ranks as a black tick (an exact merge's error is its float32 rounding)."""
     import matplotlib.pyplot as plt
 
+    from analysis.style import log_labels
+
     d = rows(df)
     models = list(dict.fromkeys(d["model_label"]))
     labels = [v for v in SERIES.values() if v in set(d["series"])]
@@ -158,6 +160,7 @@ def figure(df: pd.DataFrame):
     for ax, ylabel in zip(axes, ["merge time (ms)", "rel. error vs exact\n(mean over modules)"]):
         ax.set_xticks(np.arange(len(models)), [_tick(m) for m in models], fontsize=9)
         ax.set_yscale("log")
+        log_labels(ax.yaxis)
         ax.set_ylabel(ylabel)
     # one legend above the figure (as analysis.figures' legends), the optimum's tick in it: a
     # legend inside a panel sits on a bar whichever corner it takes
