@@ -153,12 +153,18 @@ def _build(out: Path, pdf: bool = True) -> str:
     head.append(f"Measured on {style.caption(res.all)}" + (f"; size `{size}`" if size else "") + ". ")
     rebuilt = ("Every figure and table below is rebuilt from the JSON files under `results/` by "
                "`python -m analysis.reproduce --out <this directory>`. ")
-    head += [rebuilt + (SMOKE if smoke else
+    head += [rebuilt + (SMOKE if smoke else FEDERATED if federated else
                         "Statements marked **agrees**/**disagrees** compare our numbers with the paper's text; the "
                         "paper measured on a GH200 GPU, this run on the device named in each caption, so only ratios "
                         "and trends are comparable. " + HOW), "", "## Figures", ""]
     head += [f"- `figures/{n}.png`: {w}" for n, w in made] + [""]
     return "\n".join(head) + "\n" + "\n".join(parts)
+
+
+FEDERATED = ("Statements marked **agrees**/**disagrees** compare our accuracies with the paper's claims (Section 5, "
+             "Tables 1-3: federated fine-tuning on GPUs, at its own schedule, model and data); the setting below says "
+             "what this run trains against the paper's, and the section says how each interval is computed.")
+"""What the head of a federated run's report says in place of the server-side reproduction's."""
 
 
 def _unpack(out: Path) -> None:
