@@ -169,7 +169,9 @@ FEDERATED = ("Statements marked **agrees**/**disagrees** compare our accuracies 
 
 def _unpack(out: Path) -> None:
     """``out/results.tar.gz`` unpacked into ``out/results/`` when that does not exist (its
-    members must be ``results/<experiment>/<key>.json``; another member is refused).
+    members must be ``results/<experiment>/<key>.json`` files, and the folders ``results/``
+    and ``results/<experiment>/`` that ``tar czf results.tar.gz results`` records, which are
+    skipped; another member is refused).
 
     The files are written into a folder beside and renamed into place whole, so an
     interrupted unpacking leaves no ``results/`` behind and the next run unpacks again
@@ -184,7 +186,7 @@ def _unpack(out: Path) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=".results-unpacking-", dir=out))
     try:
         with tarfile.open(pack) as tar:
-            members = tar.getmembers()
+            members = [m for m in tar.getmembers() if not _folder(m)]
             bad = [m.name for m in members if not (m.isfile() and m.name.startswith("results/")
                                                     and ".." not in m.name and m.name.endswith(".json"))]
             if bad:
@@ -198,6 +200,12 @@ def _unpack(out: Path) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"unpacked {pack} into {out / 'results'}")
+
+
+def _folder(member) -> bool:
+    """Whether a member of ``results.tar.gz`` is the folder ``results/`` or one under it."""
+    name = member.name.rstrip("/")
+    return member.isdir() and ".." not in name and (name == "results" or name.startswith("results/"))
 
 
 def _render(sec, figs: Path, made: list, pdf: bool = True) -> str:
