@@ -66,7 +66,8 @@ def test_the_console_has_one_line_and_the_report_every_point(tmp_path, monkeypat
         if flops:
             r.update(flops_table5=flops, flops_full=flops)
     write_result(tmp_path / "results", "tables123", "roberta-base",
-                 {"table": "tables123", "preset": "roberta-base", "size": "paper"}, {"preset": "roberta-base", "rows": rows})
+                 {"table": "tables123", "preset": "roberta-base", "size": "paper"},
+                 {"preset": "roberta-base", "rows": rows})
     with warnings.catch_warnings(record=True) as issued:
         warnings.simplefilter("always")
         assert main(["--out", str(tmp_path), "--no-pdf"]) == 0

@@ -143,7 +143,8 @@ def test_too_few_rounds_are_inconclusive_and_unpaired_samples_fall_back():
     assert v.word == "inconclusive" and v.rounds == 5 and (v.lo, v.hi) == (min(_ratio(g)), max(_ratio(g)))
     # no interval printed from fewer rounds than MIN_ROUNDS: the median, and why there is no interval
     assert not v.has_interval and v.interval() == "median of 5 paired rounds, too few for an interval"
-    assert v.measured(".2f", unit="x") == f"{np.median(_ratio(g)):.2f}x (median of 5 paired rounds, too few for an interval)"
+    assert v.measured(".2f", unit="x") == (f"{np.median(_ratio(g)):.2f}x "
+                                           "(median of 5 paired rounds, too few for an interval)")
     one = judge({k: x[:1] for k, x in g.items()}, _ratio, above=2.0, paired=True)
     assert one.interval() == "median of 1 paired round, too few for an interval" and "[" not in one.measured()
     assert judge(_drifting_rounds(np.random.default_rng(0), 6, 2.5), _ratio, above=2.0, paired=True).has_interval
