@@ -25,7 +25,7 @@ def _ours(v: Verdict, text: str, fmt: str = ".3g", unit: str = "", test: str = "
     if v.word == "no verdict":
         return f"Ours {v.bold()}{tested}: {v.interval()}"
     iv = v.interval(fmt, unit)
-    return f"Ours {v.bold()}{tested}: {text} {'(exact)' if iv == 'exact' else iv}"
+    return f"Ours {v.bold()}{tested}: {text} {iv if v.has_interval and iv != 'exact' else f'({iv})'}"
 
 
 def _arr(x) -> np.ndarray:

@@ -75,6 +75,7 @@ def figure(df: pd.DataFrame):
     one column per shape, r = d dashed; both reference lines are in the legend."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
+    from matplotlib.ticker import NullFormatter
 
     d = summary(df)
     look = styles(d)
@@ -103,6 +104,7 @@ def figure(df: pd.DataFrame):
             ks = sorted(sub["K"].unique())
             ax.set_xticks(ks)
             ax.set_xticklabels([str(int(k)) for k in ks], rotation=90 if len(ks) > 8 else 0)
+            ax.xaxis.set_minor_formatter(NullFormatter())  # the Ks alone: no "3 x 2^4" between them
             ax.set_xlabel(f"clients K (rank {rk} each)")
             ax.set_ylabel(ylabel)
             what = "error above optimum" if y == "excess" else ylabel.split(" (")[0]

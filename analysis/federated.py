@@ -28,12 +28,14 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from analysis.notes import NotMeasured
 from analysis.style import PAPER_ORDER, described, styles
 from analysis.style import display_name as _shown
 from analysis.verdicts import Verdict
 
 __all__ = ["CLOSE_POINTS", "HOW", "PAPER_DOWNLINK", "accuracy_interval", "compare", "curves", "display_name",
-           "figure", "interval", "is_smoke", "paired", "runs", "table", "variant_settings", "variants", "verdict_lines"]
+           "figure", "interval", "is_smoke", "paired", "runs", "shown", "table", "variant_settings", "variants",
+           "verdict_lines"]
 
 CLOSE_POINTS = 1.0
 """"Close to" an uncompressed baseline, as tested: FRAQ's accuracy at most 1 percentage
@@ -57,12 +59,15 @@ def is_smoke(df: pd.DataFrame) -> bool:
     return "setting" in df and bool((df["setting"] == "smoke").any())
 
 
-def display_name(spec: str) -> str:
-    """``"fraq:tau=0.95"`` -> ``"FRAQ (τ=0.95)"``; a registry name -> its display name
-    (:func:`analysis.style.display_name`; a method it does not know by its registry name)."""
+def display_name(spec: str, recorded=None) -> str:
+    """``"fraq:tau=0.95"`` -> ``"FRAQ (τ=0.95)"``: the method's display name, ``recorded``
+    (the ``display_name`` its result records, its class's: a method from outside the package
+    by its own name) or, for results written without one, :func:`analysis.style.display_name`
+    of its registry name, followed by the spec's options."""
     name, _, opts = str(spec).partition(":")
     opts = opts.replace("tau=", "τ=").replace(",", ", ")
-    return f"{_family(name)} ({opts})" if opts else _family(name)
+    family = recorded if isinstance(recorded, str) and recorded else _family(name)
+    return f"{family} ({opts})" if opts else family
 
 
 def _family(spec: str) -> str:
@@ -94,7 +99,9 @@ def accuracy_interval(values) -> tuple[float, float, float]:
 
 def runs(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (variant, method, seed): final accuracy (%), mean downlink (% FLoRA) and
-    aggregation time (ms) over rounds, mean rank, ``skipped`` (the reason, or None)."""
+    aggregation time (ms) over rounds, mean rank, ``skipped`` (the reason, or None), and the
+    names it is shown by: ``name`` (:func:`display_name`, from the recorded one) and
+    ``family`` (the same without the options)."""
     rows = []
     for _, r in df.iterrows():
         recs = r.get("rounds")
@@ -103,6 +110,7 @@ def runs(df: pd.DataFrame) -> pd.DataFrame:
         skipped = skipped if isinstance(skipped, str) and skipped else None
         accs = [x["accuracy"] for x in recs if x.get("accuracy") is not None]
         rows.append({"variant": r["variant"], "method": r["method"], "seed": int(r["seed"]), "skipped": skipped,
+                     **_names(r),
                      "accuracy": 100 * accs[-1] if accs and recs[-1].get("accuracy") is not None else math.nan,
                      "downlink_pct_flora": np.mean([x["downlink_pct_flora"] for x in recs]) if recs else math.nan,
                      "agg_ms": [x["agg_ms"] for x in recs], "rank_mean": np.mean([x["rank_mean"] for x in recs])
@@ -111,14 +119,32 @@ def runs(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def curves(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (variant, method, seed, round) with an evaluated accuracy (%)."""
+    """One row per (variant, method, seed, round) with an evaluated accuracy (%), and the
+    method's ``name`` and ``family`` (:func:`runs`)."""
     rows = []
     for _, r in df.iterrows():
         for x in r.get("rounds") if isinstance(r.get("rounds"), list) else []:
             if x.get("accuracy") is not None:
                 rows.append({"variant": r["variant"], "method": r["method"], "seed": int(r["seed"]),
-                             "round": int(x["round"]), "accuracy": 100 * x["accuracy"]})
-    return pd.DataFrame(rows, columns=["variant", "method", "seed", "round", "accuracy"])
+                             "round": int(x["round"]), "accuracy": 100 * x["accuracy"], **_names(r)})
+    return pd.DataFrame(rows, columns=["variant", "method", "seed", "round", "accuracy", "name", "family"])
+
+
+def shown(rows: pd.DataFrame, column: str = "name") -> dict[str, str]:
+    """method spec -> the name it is shown by, from ``rows`` (of :func:`runs` or :func:`curves`:
+    their ``name``, or ``family`` with ``column="family"``; :func:`display_name` of the spec
+    for rows without the column)."""
+    if column in rows:
+        return dict(zip(rows["method"], rows[column]))
+    return {m: display_name(m if column == "name" else str(m).partition(":")[0]) for m in rows["method"]}
+
+
+def _names(r) -> dict:
+    """A result row's ``name`` and ``family`` as shown (:func:`display_name`)."""
+    recorded = r.get("display_name")
+    recorded = recorded if isinstance(recorded, str) and recorded else None
+    return {"name": display_name(r["method"], recorded), "family": display_name(str(r["method"]).partition(":")[0],
+                                                                                recorded)}
 
 
 def _order(methods) -> list[str]:
@@ -165,12 +191,13 @@ def table(runs_: pd.DataFrame, variant: str) -> pd.DataFrame:
     a mark).
     """
     d = runs_[runs_["variant"] == variant]
+    names = shown(d)
     out, means = [], {}
     for m in _order(d["method"]):
         g = d[d["method"] == m]
         skip = g["skipped"].dropna()
         if len(skip) == len(g):
-            out.append({"Method": display_name(m), "Accuracy (%)": f"skipped: {skip.iloc[0]}", "Downlink (% FLoRA)": "",
+            out.append({"Method": names[m], "Accuracy (%)": f"skipped: {skip.iloc[0]}", "Downlink (% FLoRA)": "",
                         "Avg. agg. time (ms)": "", "Mean rank": "", "Seeds": 0})
             continue
         g = g[g["skipped"].isna()]
@@ -180,11 +207,11 @@ def table(runs_: pd.DataFrame, variant: str) -> pd.DataFrame:
         if down < 100 and math.isfinite(mean):
             means[m] = mean
         acc = f"{mean:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) else "")
-        out.append({"Method": display_name(m), "Accuracy (%)": acc, "Downlink (% FLoRA)": f"{down:.1f}",
+        out.append({"Method": names[m], "Accuracy (%)": acc, "Downlink (% FLoRA)": f"{down:.1f}",
                     "Avg. agg. time (ms)": f"{ms.mean():.1f} ± {ms.std(ddof=1) if ms.size > 1 else 0.0:.1f}",
                     "Mean rank": f"{float(g['rank_mean'].mean()):.1f}", "Seeds": int(g["seed"].nunique())})
     levels = sorted({round(v, 2) for v in means.values()}, reverse=True)[:2]  # as printed: ties share a mark
-    marks = {display_name(m): ("**", "**") if round(v, 2) == levels[0] else ("<u>", "</u>")
+    marks = {names[m]: ("**", "**") if round(v, 2) == levels[0] else ("<u>", "</u>")
              for m, v in means.items() if round(v, 2) in levels}
     for row in out:
         if row["Method"] in marks:
@@ -209,7 +236,8 @@ def paired(a: dict, b: dict, *, above: float, claim: str = "") -> Verdict:
     verdict", with a warning, below two common seeds."""
     common = sorted(s for s in set(a) & set(b) if np.isfinite(a[s]) and np.isfinite(b[s]))
     if len(common) < 2:
-        warnings.warn(f"no verdict on {claim}: {len(common)} common seed(s), an interval needs two", stacklevel=3)
+        warnings.warn(NotMeasured(f"no verdict on {claim}: {len(common)} common seed(s), an interval needs two"),
+                      stacklevel=3)
         return Verdict("no verdict", missing=(f"{len(common)} common seed(s)",))
     diff = np.array([a[s] - b[s] for s in common], dtype=float)
     mean, lo, hi = interval(diff)  # identical per-seed results: s = 0, the interval is [mean, mean]
@@ -259,33 +287,62 @@ def _diff(v: Verdict) -> str:
     return f"{v.value:+.2f} points {iv}"
 
 
+GROUPS = (("uncompressed baselines", (1, 2)), ("factor-averaging methods", (3, 4)),
+          ("recompression methods", (5, 6, 7)))
+"""The paper's groups of Tables 1-3's rows (its midrules), by the rows' order
+(:data:`analysis.style.PAPER_ORDER`): FLoRA and FedEx-LoRA; FedIT and LoRA-A²; FlexLoRA,
+FLoRG and FLoRIST. FRAQ (8) is drawn in every group's panel; a method outside them (the
+paper does not compare it) in a panel of its own group, "other methods"."""
+
+
+def _group(method: str) -> str | None:
+    order = PAPER_ORDER.get(str(method).partition(":")[0])
+    if order == PAPER_ORDER["fraq"]:
+        return None  # in every panel
+    return next((g for g, orders in GROUPS if order in orders), "other methods")
+
+
 def figure(curves_: pd.DataFrame, variants: list[str], titles: dict[str, str] | None = None, bands: bool = True):
-    """Accuracy per round, one panel per variant (``titles``: variant -> panel title): the mean
-    over seeds, band = 95% interval, kept inside [0, 100] (``bands=False``: no band)."""
+    """Accuracy per round: a row of panels per variant (``titles``: variant -> its title), a
+    panel per group of methods (:data:`GROUPS`), each with FRAQ's curves beside the group's,
+    so that no panel holds more than a handful of curves; the mean over seeds, band = 95%
+    interval, kept inside [0, 100], for FRAQ's last setting (the verdicts' ``tau=0.95``) and
+    the group's methods (``bands=False``: no band). Nine methods on one panel hid each other
+    under their bands."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(variants), figsize=(5.2 * len(variants), 4.2), squeeze=False, sharey=True)
-    families = sorted({str(m).partition(":")[0] for m in curves_["method"].unique()})
-    look = styles(described(pd.DataFrame({"method": families})))  # by family: FRAQ's settings share its colour
+    groups = [g for g, _ in GROUPS if any(_group(m) == g for m in curves_["method"].unique())]
+    groups += ["other methods"] if any(_group(m) == "other methods" for m in curves_["method"].unique()) else []
+    groups = groups or ["FRAQ"]  # FRAQ alone
+    fig, axes = plt.subplots(len(variants), len(groups), figsize=(4.4 * len(groups), 3.4 * len(variants) + 0.4),
+                             squeeze=False, sharey=True)
+    names, families = shown(curves_), shown(curves_, "family")
+    look = styles(described(pd.DataFrame({"method": list(families), "display_name": list(families.values())})))
     handles: dict[str, object] = {}
-    for ax, variant in zip(axes[0], variants):
+    for row, variant in zip(axes, variants):
         d = curves_[curves_["variant"] == variant]
-        fraqs = sorted(m for m in d["method"].unique() if _family(m) == "FRAQ")
-        for m in _order(d["method"]):
-            g = d[d["method"] == m].groupby("round")["accuracy"]
-            stats_ = g.apply(lambda s: pd.Series(interval(s), index=["mean", "lo", "hi"])).unstack()
-            fam = _family(m)
-            style = "--" if fam == "FRAQ" and len(fraqs) > 1 and m != fraqs[-1] else "-"
-            (line,) = ax.plot(stats_.index, stats_["mean"], marker=look[fam]["marker"], linestyle=style,
-                              color=look[fam]["color"], label=display_name(m), markersize=4)
-            if bands:
-                ax.fill_between(stats_.index, stats_["lo"].clip(0, 100), stats_["hi"].clip(0, 100),
-                                color=line.get_color(), alpha=0.12, linewidth=0)  # an accuracy lies in [0, 100]
-            handles.setdefault(display_name(m), line)
-        ax.set_xlabel("round")
-        ax.set_title(titles.get(variant, f"{variant} ranks") if titles else f"{variant} ranks")
-        ax.set_xticks(sorted(d["round"].unique()))
-    axes[0][0].set_ylabel("test accuracy (%)")
-    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(len(handles), 5), frameon=False,
+        fraqs = sorted(m for m in d["method"].unique() if _group(m) is None)
+        for ax, group in zip(row, groups):
+            for m in _order(d["method"]):
+                if _group(m) not in (None, group):
+                    continue
+                g = d[d["method"] == m].groupby("round")["accuracy"]
+                stats_ = g.apply(lambda s: pd.Series(interval(s), index=["mean", "lo", "hi"])).unstack()
+                fam = families[m]
+                dashed = m in fraqs and m != fraqs[-1]  # FRAQ's other settings: dashed, no band
+                (line,) = ax.plot(stats_.index, stats_["mean"], marker=look[fam]["marker"],
+                                  linestyle="--" if dashed else "-", color=look[fam]["color"], label=names[m],
+                                  markersize=4)
+                if bands and not dashed:
+                    ax.fill_between(stats_.index, stats_["lo"].clip(0, 100), stats_["hi"].clip(0, 100),
+                                    color=line.get_color(), alpha=0.12, linewidth=0)  # an accuracy lies in [0, 100]
+                handles.setdefault(names[m], line)
+            heading = titles.get(variant, f"{variant} ranks") if titles else f"{variant} ranks"
+            ax.set_title(heading if groups == ["FRAQ"] else f"{heading}\nFRAQ and the {group}", fontsize=10)
+            ax.set_xticks(sorted(d["round"].unique()))
+            ax.set_xlabel("round" if row is axes[-1] else "")
+        row[0].set_ylabel("test accuracy (%)")
+    order = [names[m] for m in _order(curves_["method"]) if names[m] in handles]  # the paper's row order
+    fig.legend([handles[n] for n in order], order, loc="lower center", ncol=min(len(handles), 5), frameon=False,
                bbox_to_anchor=(0.5, 1.0))
     return fig

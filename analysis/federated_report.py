@@ -29,7 +29,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis import notes
 from analysis.atomic import cannot_write
+from analysis.reproduce import Built
 
 __all__ = ["LONG_FACTOR", "build", "main"]
 
@@ -72,7 +74,7 @@ def _table(runs, df, variant: str, data: str) -> str:
     alpha = df.loc[df["variant"] == variant, "partition.alpha"].iloc[0] if "partition.alpha" in df else math.nan
     col = _alpha_column(alpha) if math.isfinite(alpha) else None
     t = federated.table(runs, variant)
-    specs = {federated.display_name(m): m for m in runs.loc[runs["variant"] == variant, "method"].unique()}
+    specs = {name: m for m, name in federated.shown(runs[runs["variant"] == variant]).items()}
     paper_acc, paper_down = [], []
     for name in t["Method"]:
         key = _paper_key(specs.get(name, ""))
@@ -92,6 +94,7 @@ def _schedule(df, long_df, data: str) -> list[str]:
     rounds = int(df["federated.rounds"].iloc[0])
     long_rounds = int(long_df["federated.rounds"].iloc[0])
     lc = federated.curves(long_df)
+    names = federated.shown(lc)
     main = federated.runs(df)
     seeds = sorted(lc["seed"].unique())
     variants = sorted(lc["variant"].unique())
@@ -108,11 +111,23 @@ def _schedule(df, long_df, data: str) -> list[str]:
                     continue
                 own = main[(main["method"] == m) & (main["variant"] == v) & (main["seed"] == s)]["accuracy"]
                 own_txt = f"{own.iloc[0]:.2f}" if len(own) else "not run"
-                lines.append(f"| {federated.display_name(m)} | {g[rounds]:.2f} | {g[long_rounds]:.2f} | "
+                lines.append(f"| {names[m]} | {g[rounds]:.2f} | {g[long_rounds]:.2f} | "
                              f"{g[long_rounds] - g[rounds]:+.2f} | {own_txt} |")
     lines += ["", "The last column is the same point in the scaled run itself: equal to the first when the two "
               "runs computed the same rounds bit for bit."]
     return lines
+
+
+FEDERATED_DOC = Path(__file__).resolve().parents[1] / "docs" / "federated.md"
+"""The harness's documentation, which the README links to (its section on the published data sets)."""
+
+
+def _doc_link(out: Path) -> str:
+    """The link to :data:`FEDERATED_DOC` from a README written in ``out``: relative, as the
+    repository's markdown links are, so that it works wherever ``out`` is."""
+    import os
+
+    return Path(os.path.relpath(FEDERATED_DOC, Path(out).resolve())).as_posix()
 
 
 def _readme(df, long_df, data: str, out: Path) -> str:
@@ -130,7 +145,7 @@ def _readme(df, long_df, data: str, out: Path) -> str:
     sha = sorted(set(str(x)[:10] for x in df["git_sha"].dropna()))
     title = LICENCES.get(data, (data,))[0]
     return "\n".join([
-        f"# {title}: federated fine-tuning, committed results", "",
+        f"# {title}: federated fine-tuning", "",
         f"[report.md](report.md): accuracy over seeds per variant beside the paper's Table 1, downlink beside the "
         f"paper's, the paired verdicts and the 4x longer schedule; the curves under [figures/](figures/).", "",
         f"- Machine: {c.get('machine.cpu')}, {c.get('machine.cores')} cores, BLAS {c.get('machine.blas')}, torch "
@@ -138,12 +153,14 @@ def _readme(df, long_df, data: str, out: Path) -> str:
         *parts,
         f"- Commit: {', '.join(sha)}.", "",
         "Drawn from the result files by `python -m analysis.federated_report`; the commands that produce it are in "
-        "[docs/federated.md](../../../federated.md#the-published-data-sets). The raw results are not committed.", ""])
+        f"[docs/federated.md]({_doc_link(out)}#the-published-data-sets). The result files themselves are not in "
+        "this folder.", ""])
 
 
-def build(results: Path, long: Path | None, out: Path) -> Path:
+def build(results: Path, long: Path | None, out: Path) -> Built:
     """Write ``out/report.md``, ``out/figures/federated_accuracy.png`` and ``out/README.md``;
-    return the report's path. Raises :class:`analysis.resultset.NoResults` /
+    return the report's path and the notes it lists under *Not measured or skipped*
+    (:class:`analysis.reproduce.Built`; not issued again). Raises :class:`analysis.resultset.NoResults` /
     :class:`~analysis.resultset.MixedResults` (a mix of settings) and OSError (a file that
     cannot be written: the old one stays)."""
     import matplotlib
@@ -177,13 +194,13 @@ def build(results: Path, long: Path | None, out: Path) -> Path:
                  "## The accuracy curves", "", "![accuracy per round](figures/federated_accuracy.png)", "",
                  "## The scaled schedule against a 4x longer one", "", *_schedule(df, long_df, data), ""]
         fig = federated.figure(federated.curves(df), variants, heads)
-    notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
-    if notes:
-        body += ["## Not measured or skipped", "", *[f"- {n}" for n in notes], ""]
-    style.save(fig, out / "figures", "federated_accuracy", style.caption(df, "mean over seeds, band = 95% t-interval"),
-               ("png",))
+    found = notes.collected(caught)
+    if found:
+        body += ["## Not measured or skipped", "", *notes.section(found), ""]
+    band = "mean over seeds, band = 95% t-interval (none on FRAQ's dashed setting)"
+    style.save(fig, out / "figures", "federated_accuracy", style.caption(df, band), ("png",))
     write_text(out / "README.md", _readme(df, long_df, data, out))
-    return write_text(out / "report.md", "\n".join(body))
+    return Built(write_text(out / "report.md", "\n".join(body)), tuple(found))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,14 +216,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {flag}(={str(path)!r}) holds no results/ directory (give a run's --out)", file=sys.stderr)
             return 2
     try:
-        report = build(args.results / "results", None if args.long is None else args.long / "results", args.out)
+        built = build(args.results / "results", None if args.long is None else args.long / "results", args.out)
     except (NoResults, MixedResults) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"error: {cannot_write(exc)}", file=sys.stderr)
         return 1
-    print(f"report: {report}")
+    print(f"report: {built.report}")
+    if built.notes:  # one line for all of them: the report lists each
+        print(built.summary())
     return 0
 
 

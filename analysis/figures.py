@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.style import described, log_labels, num, styles
+from analysis.style import described, log_labels, log_tick, num, styles
 
 __all__ = ["fig1_downlink", "fig1_table", "fig3_scalability",
            "fig4_fidelity", "fig_backends", "fig4_summary", "fig3_summary"]
@@ -85,6 +85,7 @@ def fig1_downlink(df: pd.DataFrame):
                     linestyle="--" if lab.startswith("FLoRA") else "-")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        log_labels(ax.yaxis)
         ax.set_xticks(sorted(sub[x].unique()))
         ax.set_xticklabels([num(v) for v in sorted(sub[x].unique())])
         ax.set_xlabel(xlabel)
@@ -268,6 +269,7 @@ def fig4_fidelity(rank_df: pd.DataFrame, cond_df: pd.DataFrame):
     ax1.plot(opt.index, opt.values, color="#222222", linestyle="--", linewidth=1.6, label="Optimal",
              zorder=5)  # drawn over the method curves, which lie on it
     ax1.set_yscale("log")
+    log_labels(ax1.yaxis)
     ax1.set_xlabel("output rank p")
     ax1.set_ylabel(r"relative error $\|M - B_gA_g\|_F / \|M\|_F$")
     n_mod = int(s["modules"].max()) if not s.empty else 0
@@ -287,6 +289,8 @@ def fig4_fidelity(rank_df: pd.DataFrame, cond_df: pd.DataFrame):
     ax2.text(1.3, np.finfo(np.float32).eps * 1.05, "float32 eps", fontsize=9, color="#666666", va="bottom")
     ax2.set_xscale("log")
     ax2.set_yscale("log")
+    log_labels(ax2.xaxis)
+    log_labels(ax2.yaxis)
     ax2.set_xlabel(r"measured condition number $\kappa$")
     ax2.set_ylabel("relative error (full output rank)")
     if not cond_df.empty:
@@ -313,6 +317,8 @@ def fig4_fidelity(rank_df: pd.DataFrame, cond_df: pd.DataFrame):
                  label="Wedin bound, float32")
         ax3.set_xscale("log")
         ax3.set_yscale("log")
+        log_labels(ax3.xaxis)
+        log_labels(ax3.yaxis)
         ax3.set_xlabel(r"measured condition number $\kappa$")
         ax3.set_ylabel(r"$\sin\theta_{\max}$ to the float64 subspaces")
         ax3.set_title(f"cut to p = {int(cut['p'].iloc[0])} (first order)")
@@ -353,7 +359,7 @@ def fig_backends(df: pd.DataFrame, cases: list[str] | None = None):
     """Accuracy-latency of FRAQ's basis backends (``python -m benchmarks.run backends``):
     1-thread median latency against the error above the float64 optimum, one panel per case."""
     import seaborn as sns
-    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     plt = _plt()
     d = df.copy()
@@ -374,7 +380,8 @@ def fig_backends(df: pd.DataFrame, cases: list[str] | None = None):
         ax.axhline(BACKEND_EXACT, color="#999999", linestyle=":", linewidth=1, label=f"error {BACKEND_EXACT:g}")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.xaxis.set_major_formatter(ScalarFormatter())
+        log_labels(ax.yaxis)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, pos: log_tick(x)))  # every 1-2-5 tick labelled
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         _two_log_ticks(ax)

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.notes import Skipped
+
 __all__ = ["load_results", "load_asv", "load_pytest_benchmark", "explode_per_matrix", "paper", "integral"]
 
 RESULT_KEYS = ("experiment", "config", "result", "machine")
@@ -69,10 +71,10 @@ def _read(f: Path) -> dict | None:
     try:
         rec = json.loads(f.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        warnings.warn(f"skipped {f}: not readable as JSON ({exc})", stacklevel=4)
+        warnings.warn(Skipped(f"skipped {f}: not readable as JSON ({exc})"), stacklevel=4)
         return None
     if not isinstance(rec, dict):
-        warnings.warn(f"skipped {f}: a JSON {type(rec).__name__}, not a result object", stacklevel=4)
+        warnings.warn(Skipped(f"skipped {f}: a JSON {type(rec).__name__}, not a result object"), stacklevel=4)
         return None
     return rec
 
@@ -104,15 +106,16 @@ def load_results(paths: str | Path | Iterable, experiment: str | None = None, *,
     for f, rec in _records(paths):
         missing = [k for k in RESULT_KEYS if k not in rec]
         if missing:
-            warnings.warn(f"skipped {f}: not a result file (no {', '.join(missing)})", stacklevel=2)
+            warnings.warn(Skipped(f"skipped {f}: not a result file (no {', '.join(missing)})"), stacklevel=2)
             continue
         bad = [k for k in ("config", "result", "machine", "versions") if k in rec and not isinstance(rec[k], dict)]
         if bad:
-            warnings.warn(f"skipped {f}: malformed result file ({', '.join(bad)} not a JSON object)", stacklevel=2)
+            warnings.warn(Skipped(f"skipped {f}: malformed result file ({', '.join(bad)} not a JSON object)"),
+                          stacklevel=2)
             continue
         old = [k for k in FORMAT_KEYS if k not in rec] if current else []
         if old:
-            warnings.warn(f"skipped {f}: older result format (no {', '.join(old)}); rerun its experiment",
+            warnings.warn(Skipped(f"skipped {f}: older result format (no {', '.join(old)}); rerun its experiment"),
                           stacklevel=2)
             continue
         if experiment is not None and rec.get("experiment") != experiment:
@@ -179,7 +182,7 @@ def load_asv(results_dir: str | Path) -> pd.DataFrame:
             machine = _flat("machine", _read(mdir / "machine.json"))
         for f, rec in _records(sorted(f for f in mdir.glob("*.json") if f.name != "machine.json")):
             if not isinstance(rec.get("results"), dict):
-                warnings.warn(f"skipped {f}: not an asv result file (no 'results' object)", stacklevel=2)
+                warnings.warn(Skipped(f"skipped {f}: not an asv result file (no 'results' object)"), stacklevel=2)
                 continue
             cols = rec.get("result_columns", ["result", "params"])
             for name, entry in rec.get("results", {}).items():

@@ -3,8 +3,10 @@
 Reads the ``peft`` experiment's results (:mod:`benchmarks.experiments.peft_compare`, one
 file per model with one row per method) as :func:`analysis.loaders.load_results` returns
 them. The ratio peft-svd / FRAQ is computed per model and setting from the round-robin
-samples, paired by round: the ratio of the medians, with a 95% percentile bootstrap
-interval over rounds (resampled in pairs, seeded). Nothing here measures.
+samples, paired by round, as the report's other paired timings are
+(:mod:`analysis.verdicts`): the median over rounds of the per-round ratio, with the
+sign-test 95% interval of that median from :data:`analysis.verdicts.MIN_ROUNDS` rounds on;
+below that no interval reaches 95%, and none is printed. Nothing here measures.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ COLORS = {"peft-cat": "#999999", "peft-svd": "#E66101", "fraq": "#6A3D9A"}
 PAIRS = (("rank", "peft-svd", "fraq"), ("tau", "peft-svd", "fraq"))
 """(setting kind, baseline, method): peft's svd against FRAQ at rank p, and at FRAQ's
 tau-selected ranks (peft through ``rank_pattern``)."""
-BOOTSTRAP = 2000
 FLOOR = 1e-12
 """Errors below this (float32 rounding of an exact merge) are drawn at it on the log axis."""
 
@@ -59,19 +60,25 @@ def rows(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _ratio(base: list[float], ours: list[float], seed: int = 0) -> tuple[float, float, float, int]:
+def _ratio(base: list[float], ours: list[float]) -> tuple[float, float, float, int]:
+    """(median of the per-round ratios, its sign-test interval or NaN below
+    :data:`~analysis.verdicts.MIN_ROUNDS` rounds, rounds): round k of both lists is one round
+    of the round-robin (a method left out of later rounds has fewer samples)."""
+    from analysis.verdicts import MIN_ROUNDS, sign_interval
+
     n = min(len(base), len(ours))
-    b, o = np.asarray(base[:n]), np.asarray(ours[:n])
-    ratio = float(np.median(b) / np.median(o))
-    idx = np.random.default_rng(seed).integers(0, n, size=(BOOTSTRAP, n))
-    boot = np.median(b[idx], axis=1) / np.median(o[idx], axis=1)
-    lo, hi = np.percentile(boot, [2.5, 97.5])
-    return ratio, float(lo), float(hi), n
+    per_round = np.asarray(base[:n], dtype=float) / np.asarray(ours[:n], dtype=float)
+    ratio = float(np.median(per_round))
+    if n < MIN_ROUNDS:
+        return ratio, float("nan"), float("nan"), n
+    lo, hi, _ = sign_interval(per_round)
+    return ratio, lo, hi, n
 
 
 def ratios(df: pd.DataFrame) -> pd.DataFrame:
-    """Per model and setting: peft-svd's median time over FRAQ's, its 95% bootstrap interval,
-    the rounds paired, and both sides' worst excess over the float64 optimum."""
+    """Per model and setting: the median over paired rounds of peft-svd's time over FRAQ's,
+    its 95% sign-test interval (NaN below :data:`analysis.verdicts.MIN_ROUNDS` rounds), the
+    rounds paired, and both sides' worst excess over the float64 optimum."""
     d = rows(df)
     out = []
     for (model, kind), g in d.groupby(["model_label", "kind"], sort=False):
@@ -93,10 +100,13 @@ def ratio_lines(df: pd.DataFrame) -> list[str]:
     for _, r in ratios(df).iterrows():
         what = ("at the same rank" if r["kind"] == "rank" else
                 f"at FRAQ's {r['setting']} ranks (mean {r['rank_mean']:.1f}; peft through `rank_pattern`)")
+        rounds = f"{r['n']} paired round{'' if r['n'] == 1 else 's'}"
+        spread = (f"95% interval {r['lo']:.1f}-{r['hi']:.1f}x over {rounds}" if np.isfinite(r["lo"])
+                  else f"median of {rounds}, too few for an interval")  # analysis.verdicts.MIN_ROUNDS
         lines.append(f"- {r['model']} ({r['modules']} modules, {r['clients']} clients), {what}: peft's svd takes "
-                     f"**{r['ratio']:.1f}x** FRAQ's time (95% interval {r['lo']:.1f}-{r['hi']:.1f}x, {r['n']} "
-                     f"paired rounds; {r['peft_ms']:.0f} ms vs {r['fraq_ms']:.0f} ms); worst excess over the "
-                     f"float64 optimum {r['peft_excess']:.1e} (peft) and {r['fraq_excess']:.1e} (FRAQ).")
+                     f"**{r['ratio']:.1f}x** FRAQ's time ({spread}; {r['peft_ms']:.0f} ms vs {r['fraq_ms']:.0f} ms); "
+                     f"worst excess over the float64 optimum {r['peft_excess']:.1e} (peft) and "
+                     f"{r['fraq_excess']:.1e} (FRAQ).")
     return lines
 
 
@@ -124,6 +134,8 @@ def figure(df: pd.DataFrame):
     same ranks as a black tick (an exact merge's error is its float32 rounding)."""
     import matplotlib.pyplot as plt
 
+    from analysis.style import log_labels
+
     d = rows(df)
     models = list(dict.fromkeys(d["model_label"]))
     labels = [v for v in SERIES.values() if v in set(d["series"])]
@@ -148,6 +160,7 @@ def figure(df: pd.DataFrame):
     for ax, ylabel in zip(axes, ["merge time (ms)", "rel. error vs exact\n(mean over modules)"]):
         ax.set_xticks(np.arange(len(models)), [_tick(m) for m in models], fontsize=9)
         ax.set_yscale("log")
+        log_labels(ax.yaxis)
         ax.set_ylabel(ylabel)
     # one legend above the figure (as analysis.figures' legends), the optimum's tick in it: a
     # legend inside a panel sits on a bar whichever corner it takes

@@ -13,8 +13,9 @@ to ``results/reproduce`` (git-ignored). A ``DIR`` holding ``results.tar.gz`` and
 The report is one loop over :data:`SECTIONS`, the registry of its sections: each is a
 module of :mod:`analysis.sections` that says which experiments it reads and draws its
 part (:class:`analysis.sections.Section`). A section whose experiments were not run is
-left out; one that has some of them but not all, or whose drawing fails, is named in a
-warning (and under *Not measured or skipped*) and the others are drawn.
+left out; one that has some of them but not all, or whose drawing fails, is named under
+*Not measured or skipped* (:class:`analysis.notes.NotDrawn`) and the others are drawn. What
+the report leaves out is listed there, and counted in one line on the console.
 """
 
 from __future__ import annotations
@@ -23,40 +24,66 @@ import argparse
 import importlib
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from analysis import notes
 from analysis.atomic import cannot_write
 
-__all__ = ["SECTIONS", "build", "main", "section_module"]
+__all__ = ["SECTIONS", "Built", "build", "build_report", "main", "section_module"]
 
 
 def build(out: Path, *, pdf: bool = True) -> Path:
+    """Figures, tables and ``report.md`` from the files under ``out/results``; the report's
+    path (:func:`build_report`, which also returns what it left out)."""
+    return build_report(out, pdf=pdf).report
+
+
+@dataclass(frozen=True)
+class Built:
+    """A report written: ``report``, its path, and ``notes``, the warnings of
+    :mod:`analysis.notes` it lists under *Not measured or skipped*."""
+
+    report: Path
+    notes: tuple[Warning, ...]
+
+    def summary(self) -> str:
+        """One line counting the notes by kind (:func:`analysis.notes.summary`), "" if none."""
+        return notes.summary(self.notes, str(self.report))
+
+
+def build_report(out: Path, *, pdf: bool = True) -> Built:
     """Figures, tables and ``report.md`` from the files under ``out/results``; ``pdf=False``
     writes PNG figures only (a report to commit) and links no PDF.
 
     Raises :class:`analysis.NoResults` (nothing to draw: the message says what to run) and
     :class:`analysis.MixedResults` (more than one configuration: the message names them).
-    Every warning raised while loading and judging (a skipped file, a point not measured,
-    results of several commits) is listed in the report's *Not measured or skipped*
-    section and re-issued once the report is written (a build that raises reports its
-    error alone). Every figure and the report are written beside their targets
-    and renamed into place (:mod:`analysis.atomic`): one that cannot be written raises
-    OSError naming it, and the old file stays.
+    Every note raised while loading and judging (a skipped file, a point not measured, a
+    busy machine, a section not drawn, results of several commits: :mod:`analysis.notes`)
+    is listed in the report's *Not measured or skipped* section and returned, not issued
+    again: the report says what is missing, verdict by verdict, and :func:`main` prints one
+    line that counts it. Other warnings (a library's deprecation, numpy's arithmetic) are
+    issued again once the report is written (a build that raises reports its error
+    alone). Every figure and the report are written beside their targets and renamed into
+    place (:mod:`analysis.atomic`): one that cannot be written raises OSError naming it,
+    and the old file stays.
     """
     from analysis.atomic import write_text
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         text = _build(out, pdf)
-    notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
-    if notes:
-        text += ("\n## Not measured or skipped\n\nPoints not measured and files skipped (no verdict above "
-                 "rests on them), and results of more than one commit:\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
+    found = notes.collected(caught)
+    if found:
+        text += ("\n## Not measured or skipped\n\nPoints not measured, verdicts withheld, sections not drawn and files "
+                 "skipped (no verdict above rests on them), and results of more than one commit:\n\n"
+                 + "\n".join(notes.section(found)) + "\n")
     report = write_text(out / "report.md", text)  # whole: beside, then renamed into place
     for w in caught:  # once written: a build that fails says its error alone
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return report
+        if not issubclass(w.category, UserWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return Built(report, tuple(found))
 
 
 SECTIONS: dict[str, str] = {
@@ -103,15 +130,16 @@ def _build(out: Path, pdf: bool = True) -> str:
         if len(have) < len(mod.reads):
             if have:
                 missing = ", ".join(e for e in mod.reads if e not in have)
-                warnings.warn(f"section {name!r} not drawn: it reads {', '.join(mod.reads)}, and {missing} has no "
-                              f"results (python -m benchmarks.run {missing.replace(',', '')})", stacklevel=2)
+                warnings.warn(notes.NotDrawn(f"section {name!r} not drawn: it reads {', '.join(mod.reads)}, and "
+                                             f"{missing} has no results (python -m benchmarks.run "
+                                             f"{missing.replace(',', '')})"), stacklevel=2)
             continue
         try:
             drawn = [_render(sec, figs, made, pdf) for sec in mod.draw(res)]
         except OSError:  # a figure that cannot be written ends the run (main: one error line), the old one kept
             raise
         except Exception as exc:  # one section's failure is named in the report; the others are still drawn
-            warnings.warn(f"section {name!r} not drawn: {type(exc).__name__}: {exc}", stacklevel=2)
+            warnings.warn(notes.NotDrawn(f"section {name!r} not drawn: {type(exc).__name__}: {exc}"), stacklevel=2)
             continue
         parts += drawn
 
@@ -125,7 +153,7 @@ def _build(out: Path, pdf: bool = True) -> str:
     head.append(f"Measured on {style.caption(res.all)}" + (f"; size `{size}`" if size else "") + ". ")
     rebuilt = ("Every figure and table below is rebuilt from the JSON files under `results/` by "
                "`python -m analysis.reproduce --out <this directory>`. ")
-    head += [rebuilt + (SMOKE if smoke else
+    head += [rebuilt + (SMOKE if smoke else FEDERATED if federated else
                         "Statements marked **agrees**/**disagrees** compare our numbers with the paper's text; the "
                         "paper measured on a GH200 GPU, this run on the device named in each caption, so only ratios "
                         "and trends are comparable. " + HOW), "", "## Figures", ""]
@@ -133,9 +161,17 @@ def _build(out: Path, pdf: bool = True) -> str:
     return "\n".join(head) + "\n" + "\n".join(parts)
 
 
+FEDERATED = ("Statements marked **agrees**/**disagrees** compare our accuracies with the paper's claims (Section 5, "
+             "Tables 1-3: federated fine-tuning on GPUs, at its own schedule, model and data); the setting below says "
+             "what this run trains against the paper's, and the section says how each interval is computed.")
+"""What the head of a federated run's report says in place of the server-side reproduction's."""
+
+
 def _unpack(out: Path) -> None:
     """``out/results.tar.gz`` unpacked into ``out/results/`` when that does not exist (its
-    members must be ``results/<experiment>/<key>.json``; another member is refused).
+    members must be ``results/<experiment>/<key>.json`` files, and the folders ``results/``
+    and ``results/<experiment>/`` that ``tar czf results.tar.gz results`` records, which are
+    skipped; another member is refused).
 
     The files are written into a folder beside and renamed into place whole, so an
     interrupted unpacking leaves no ``results/`` behind and the next run unpacks again
@@ -150,7 +186,7 @@ def _unpack(out: Path) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=".results-unpacking-", dir=out))
     try:
         with tarfile.open(pack) as tar:
-            members = tar.getmembers()
+            members = [m for m in tar.getmembers() if not _folder(m)]
             bad = [m.name for m in members if not (m.isfile() and m.name.startswith("results/")
                                                     and ".." not in m.name and m.name.endswith(".json"))]
             if bad:
@@ -164,6 +200,12 @@ def _unpack(out: Path) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"unpacked {pack} into {out / 'results'}")
+
+
+def _folder(member) -> bool:
+    """Whether a member of ``results.tar.gz`` is the folder ``results/`` or one under it."""
+    name = member.name.rstrip("/")
+    return member.isdir() and ".." not in name and (name == "results" or name.startswith("results/"))
 
 
 def _render(sec, figs: Path, made: list, pdf: bool = True) -> str:
@@ -213,14 +255,16 @@ def main(argv: list[str] | None = None) -> int:
     from analysis.resultset import MixedResults, NoResults
 
     try:
-        report = build(args.out, pdf=not args.no_pdf)
+        built = build_report(args.out, pdf=not args.no_pdf)
     except (NoResults, MixedResults, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a figure or the report could not be written (read-only, disk full, ulimit -f)
         print(f"error: {cannot_write(exc)}", file=sys.stderr)
         return 1
-    print(f"figures: {args.out / 'figures'}\nreport:  {report}")
+    print(f"figures: {args.out / 'figures'}\nreport:  {built.report}")
+    if built.notes:  # one line for all of them: the report lists each
+        print(built.summary())
     return 0
 
 

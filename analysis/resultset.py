@@ -35,6 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.loaders import integral, load_results
+from analysis.notes import Commits, Skipped
 
 __all__ = ["load", "Results", "NoResults", "MixedResults", "default_dir", "REQUIRED",
            "IDENTITY", "ONE_PRESET", "LABELS", "LISTS", "ROWS", "SETTING_SECTIONS", "NOT_SETTINGS", "setting_columns",
@@ -154,13 +155,14 @@ def _valid(rows: pd.DataFrame) -> pd.DataFrame:
     for i, r in rows.iterrows():
         need = [c for c in REQUIRED.get(r["experiment"], ()) if c not in r.index or _absent(r[c])]
         if need:
-            warnings.warn(f"skipped {r['file']}: malformed {r['experiment']} result (no {', '.join(need)})",
+            warnings.warn(Skipped(f"skipped {r['file']}: malformed {r['experiment']} result "
+                                  f"(no {', '.join(need)})"),
                           stacklevel=3)
             continue
         wrong = [f"{c}={_show(r[c])} is not {'a name' if c in LABELS else 'a list of method rows' if c == 'rows' else 'a number'}"
                  for c in REQUIRED.get(r["experiment"], ()) if not _typed(c, r[c])]
         if wrong:
-            warnings.warn(f"skipped {r['file']}: malformed {r['experiment']} result ({'; '.join(wrong)})",
+            warnings.warn(Skipped(f"skipped {r['file']}: malformed {r['experiment']} result ({'; '.join(wrong)})"),
                           stacklevel=3)
             continue
         keep.append(i)
@@ -274,6 +276,6 @@ def load(path: str | Path | None = None, *, select: dict | None = None) -> Resul
                            "load(path, select={...}).")
     if "git_sha" in rows and rows["git_sha"].nunique() > 1:
         counts = rows["git_sha"].map(lambda s: _label(s)[:10]).value_counts()
-        warnings.warn(f"{path} holds results of {len(counts)} commits: "
-                      + ", ".join(f"{s} ({n} files)" for s, n in counts.items()), stacklevel=2)
+        warnings.warn(Commits(f"{path} holds results of {len(counts)} commits: "
+                              + ", ".join(f"{s} ({n} files)" for s, n in counts.items())), stacklevel=2)
     return Results(path, rows.reset_index(drop=True), integer_columns)

@@ -10,7 +10,8 @@ import pandas as pd
 from analysis.atomic import write_together
 
 __all__ = ["COLORS", "EXTRA_COLORS", "EXTRA_MARKERS", "MARKERS", "NAMES", "PAPER_ORDER", "described", "display_name",
-           "legend_key", "styles", "setup", "caption", "save", "integers", "num", "formatted", "log_labels"]
+           "legend_key", "styles", "setup", "caption", "save", "integers", "num", "formatted", "log_labels",
+           "log_tick"]
 
 # A method is shown by what its result files say of it (benchmarks.measure.described: the
 # runner writes ``display_name``, ``family`` and ``paper_order`` from the aggregator's class).
@@ -120,28 +121,17 @@ def num(x) -> str:
     return str(int(f)) if f == int(f) else f"{f:g}"
 
 
-def _column_format(values: pd.Series):
-    """One notation for a column of numbers: integers as integers, scientific (``1.23e-06``)
-    when a value is below 1e-3 or from 1e5 up, else 4 significant digits, never in e-notation."""
-    v = pd.to_numeric(values, errors="coerce").dropna()
-    v = v[v.abs() != float("inf")]
-    if v.empty or (v == v.round()).all() and v.abs().max() < 1e15:
-        return num
-    nz = v[v != 0].abs()
-    if not nz.empty and (nz.min() < 1e-3 or nz.max() >= 1e5):
-        return lambda x: "0" if x == 0 else f"{x:.2e}"
-    return lambda x: f"{x:.4g}"
-
-
 def formatted(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` as text for display: each number column in one notation (:func:`_column_format`),
-    a missing value as an empty cell, the index and column labels' numbers through :func:`num`
-    (``d 768``, not ``d 768.0``)."""
+    """``df`` as text for display: each number column in one format chosen from the whole
+    column (:func:`analysis.columns.column_format`), a missing value as an empty cell, the
+    index and column labels' numbers through :func:`num` (``d 768``, not ``d 768.0``)."""
+    from analysis.columns import column_format
+
     out = pd.DataFrame(index=df.index, columns=df.columns, dtype=object)
     for i in range(df.shape[1]):
         col = df.iloc[:, i]
         if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
-            fmt = _column_format(col)
+            fmt = column_format(col)
             out.iloc[:, i] = [("" if x is pd.NA or x != x else fmt(x)) for x in col]
         else:
             out.iloc[:, i] = ["" if x is None or x is pd.NA or (isinstance(x, float) and x != x) else str(x)
@@ -174,21 +164,59 @@ def integers(df: pd.DataFrame, columns) -> pd.DataFrame:
     return out
 
 
-def log_labels(axis) -> None:
-    """Label the minor ticks of a log axis (``ax.yaxis``) at 2 and 5 times a power of ten
-    where matplotlib labels 2, 3, 4 and 6 times it (a view holding at most one power of ten
-    and spanning over 0.4 decade): 3 and 4 lie 0.12 decade apart, closer than a label's
-    height on a panel a few inches tall. A view of more powers of ten keeps only those
-    labelled, one of under 0.4 decade every integer multiple (far enough apart there)."""
-    from matplotlib.ticker import LogFormatterSciNotation
+PLAIN_LOG = (1e-4, 1e5)
+"""A log axis whose view lies in this range is labelled in plain decimals (``0.0005``, ``500``,
+``20000``): six characters at most, which a reader compares with the report's text."""
 
-    class TwoFive(LogFormatterSciNotation):
+
+def log_tick(x: float, plain: bool = True) -> str:
+    """A log axis's tick label without matplotlib's ``2 x 10^0``: a plain decimal
+    (``0.002``, ``2``, ``20000``) within :data:`PLAIN_LOG` when ``plain``, else a compact
+    e-notation (``2e-7``, ``1e6``)."""
+    if x == 0 or x != x:
+        return ""
+    if plain and PLAIN_LOG[0] <= abs(x) < PLAIN_LOG[1]:
+        return f"{x:.6g}"
+    mantissa, _, exponent = f"{x:.1e}".partition("e")
+    return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
+
+
+def log_labels(axis, minor: bool = True) -> None:
+    """Labels of a base-10 log axis (``ax.yaxis``) in one notation for the whole axis, never
+    matplotlib's ``2 x 10^0``:
+
+    - a view inside :data:`PLAIN_LOG`: plain decimals (:func:`log_tick`), ``0.0005`` to ``20000``;
+    - a view of several decades beyond it: its decades as ``10^k`` (minor ticks unlabelled);
+    - a view of under about a decade beyond it, where matplotlib labels minor ticks: every
+      label in compact e-notation, ``2e-7``, ``5e-7``, ``1e-6``.
+
+    Minor ticks (with ``minor``) are labelled where matplotlib labels them, but at 2 and 5
+    times a power of ten where it would label 2, 3, 4 and 6 times it (a view holding at most
+    one power of ten and spanning over 0.4 decade): 3 and 4 lie 0.12 decade apart, closer
+    than a label's height on a panel a few inches tall. ``minor=False`` leaves them
+    unlabelled."""
+    import math
+
+    from matplotlib.ticker import LogFormatter, NullFormatter
+
+    class OneNotation(LogFormatter):
         def set_locs(self, locs=None):
             super().set_locs(locs)
             if self._sublabels is not None and 1 < len(self._sublabels) < 9:  # matplotlib's subset
                 self._sublabels = {1, 2, 5}
 
-    axis.set_minor_formatter(TwoFive(labelOnlyBase=False))
+        def __call__(self, x, pos=None):
+            if not super().__call__(x, pos):  # labelled where matplotlib labels one
+                return ""
+            lo, hi = sorted(abs(v) for v in self.axis.get_view_interval())
+            if PLAIN_LOG[0] <= lo and hi < PLAIN_LOG[1]:
+                return log_tick(x)
+            if self._sublabels == {1}:  # several decades: matplotlib labels the decades alone
+                return f"$\\mathdefault{{10^{{{round(math.log10(x))}}}}}$"
+            return log_tick(x, plain=False)
+
+    axis.set_major_formatter(OneNotation(labelOnlyBase=False))
+    axis.set_minor_formatter(OneNotation(labelOnlyBase=False) if minor else NullFormatter())
 
 
 def setup() -> None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.style import PAPER_ORDER, described, integers
+from analysis.columns import column_format, numbers
+from analysis.style import PAPER_ORDER, described, display_name, integers
 
-__all__ = ["PRESET_TITLES", "table4_ablation", "table5_flops", "tables123_latency", "tables123_presets",
-           "tables123_rows", "markdown"]
+__all__ = ["PRESET_TITLES", "shown_name", "table4_ablation", "table5_flops", "tables123_latency",
+           "tables123_presets", "tables123_rows", "markdown"]
 VARIANT_LABELS = {"adaptive-gram": "Adaptive + Gram", "fixed-gram": "Fixed + Gram",
                   "adaptive-svd": "Adaptive + coordinate SVD", "library": "fraq.recompress (library)"}
 
@@ -123,7 +124,9 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     formulas; ``flops_full``: the routines the code calls), the host's share of a call
     (``host_reads_per_group``, ``ops_per_group``, ``python_ms_16x16``:
     :mod:`benchmarks.experiments.tables123`) and the record's ``loadavg``,
-    ``steal``, ``threads`` and ``device``. A record's
+    ``steal``, ``threads`` and ``device``; ``shown``, the name the report shows the row by
+    (:func:`shown_name`); ``adaptive``, whether it cuts by the energy rule, and ``tau``, the
+    threshold it was given (None: its default, or none). A record's
     ``served`` rows (a dense method timed for one preset, serving another of the same shapes)
     are the other preset's."""
     from analysis.loaders import paper as paper_numbers
@@ -144,7 +147,7 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
             lat = r.get("latency") or {}
             paper = table.get(r["method"]) or table.get(r["method"].split(" (")[0]) or [None, None]
             rows.append({"preset": rec["preset"], "method": r["method"], "name": r["name"],
-                         "adaptive": "tau" in (r.get("options") or {}),
+                         "adaptive": _cuts_by_tau(r), "tau": (r.get("options") or {}).get("tau"),
                          "downlink_pct": r.get("downlink_pct"), "samples": list(lat.get("samples", [])),
                          "median_s": lat.get("median"), "q25_s": lat.get("q25"), "q75_s": lat.get("q75"),
                          "modules_measured": r.get("modules_measured"), "modules_total": r.get("modules_total"),
@@ -155,6 +158,7 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
                          "loadavg": rec.get("loadavg"), "steal": rec.get("steal"), "threads": rec.get("threads"),
                          "device": rec.get("device"), "flops_table5": r.get("flops_table5"),
                          "flops_full": r.get("flops_full"), "display_name": r.get("display_name"),
+                         "shown": shown_name(r["method"], r["name"], r.get("display_name")),
                          "host_reads_per_group": r.get("host_reads_per_group"),
                          "ops_per_group": r.get("ops_per_group"), "python_ms_16x16": r.get("python_ms_16x16"),
                          "paper_order": r.get("paper_order", PAPER_ORDER.get(r["name"]))})
@@ -170,10 +174,24 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["_preset", "_order"], kind="stable").drop(columns=["_order", "_preset"])
 
 
-def _ms(seconds: float) -> str:
-    """Milliseconds at a precision that reads: 197,270 / 86.7 / 1.42."""
-    ms = seconds * 1e3
-    return f"{ms:,.0f}" if ms >= 1000 else f"{ms:.1f}" if ms >= 10 else f"{ms:.3g}"
+def _cuts_by_tau(row: dict) -> bool:
+    """Whether a Tables 1-3 row's method cuts its rank by the energy rule: its recorded
+    ``energy_rule`` (the class's, :mod:`benchmarks.measure.described`; a method from outside
+    the package says so itself), else, for results written without it, whether the row was
+    given a ``tau``."""
+    recorded = row.get("energy_rule")
+    return recorded if isinstance(recorded, bool) else "tau" in (row.get("options") or {})
+
+
+def shown_name(label: str, name: str, recorded=None) -> str:
+    """The name a Tables 1-3 row is shown by: the ``display_name`` its result records (the
+    method's class's, :meth:`fraq.aggregators.Aggregator.describe`, with the row's options:
+    ``FRAQ (tau=0.80)``, ``LoRA-A² (B round)``, a method from outside the package by its own
+    name), else, for results written without it, :func:`analysis.style.display_name` of the
+    registry ``name`` followed by the rest of the row's ``label``."""
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    return display_name(name) + (label[len(name):] if label.startswith(name) else f" ({label})")
 
 
 def _how(r) -> str:
@@ -201,13 +219,15 @@ def tables123_latency(df: pd.DataFrame, preset: str) -> pd.DataFrame:
     ours0 = fraq["median_s"].iloc[0] if len(fraq) and pd.notna(fraq["median_s"].iloc[0]) else None
     paper0 = fraq["paper_ms"].iloc[0] if len(fraq) else None
     out = []
+    ms = column_format(1e3 * pd.concat([pd.to_numeric(rows[c], errors="coerce")
+                                        for c in ("median_s", "q25_s", "q75_s")]))  # the column's one format
     for _, r in rows.iterrows():
         measured = pd.notna(r["median_s"])
         out.append({
-            "Method": r["method"],
+            "Method": r["shown"],
             "Downlink %": r["downlink_pct"], "paper %": r["paper_pct"],
-            "Latency ms, median [IQR]": (f"{_ms(r['median_s'])} [{_ms(r['q25_s'])}, {_ms(r['q75_s'])}]"
-                                         if measured else "-"),
+            "Latency ms, median [IQR]": (f"{ms(1e3 * r['median_s'])} [{ms(1e3 * r['q25_s'])}, "
+                                         f"{ms(1e3 * r['q75_s'])}]" if measured else "-"),
             "samples": len(r["samples"]) if measured else 0,
             "x FRAQ": r["median_s"] / ours0 if measured and ours0 else None,
             "paper ms": r["paper_ms"],
@@ -217,40 +237,19 @@ def tables123_latency(df: pd.DataFrame, preset: str) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _fmt(v) -> str:
-    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
-        return "-"
-    if isinstance(v, float):
-        if v == 0:
-            return "0"
-        if abs(v) >= 1e4:
-            return f"{v:,.0f}"
-        if abs(v) < 1e-2:
-            return f"{v:.3g}"
-        return f"{v:.3g}" if abs(v) < 10 else f"{v:.1f}"
-    return str(v)
-
-
-def _column_fmt(values: pd.Series):
-    """The formatter of one column: every value in one notation. Integral floats (a count
-    made float by a missing value) as integers, a column where one value needs e-notation
-    all in e-notation, else :func:`_fmt`."""
-    floats = [v for v in values if isinstance(v, float) and v == v and abs(v) != float("inf")]
-    if not floats:
-        return _fmt
-    if all(v == int(v) for v in floats) and max(abs(v) for v in floats) < 1e4:
-        return lambda v: _fmt(v) if not isinstance(v, float) or v != v else str(int(v))
-    if any("e" in _fmt(v) for v in floats):
-        return lambda v: _fmt(v) if not isinstance(v, float) or v != v or v == 0 else f"{v:.2e}"
-    return _fmt
-
-
 def markdown(df: pd.DataFrame) -> str:
-    """A GitHub-flavoured markdown table of ``df`` (floats to 3 significant digits, one
-    notation per column)."""
+    """A GitHub-flavoured markdown table of ``df``: each column's numbers in the one format
+    :func:`analysis.columns.column_format` chooses from the whole column, a missing value
+    (None, NaN) as ``-``, anything else as its text."""
     cols = list(df.columns)
-    fmts = {c: _column_fmt(df[c]) for c in cols}
+    fmts = {c: column_format(df[c]) for c in cols}
+
+    def cell(c, v) -> str:
+        if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+            return "-"
+        return fmts[c](v) if numbers([v]) else str(v)
+
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for _, r in df.iterrows():
-        lines.append("| " + " | ".join(fmts[c](r[c]) for c in cols) + " |")
+        lines.append("| " + " | ".join(cell(c, r[c]) for c in cols) + " |")
     return "\n".join(lines)

@@ -39,8 +39,9 @@ The words:
 - **inconclusive**: it straddles the threshold;
 - **no verdict**: a point the claim covers was not measured (NaN, missing, failed), or
   the machine was busy while it was measured (:func:`busy`: load average or steal time
-  above :data:`BUSY_LOAD` / :data:`BUSY_STEAL`); the point or the reason is named, and a
-  warning says so.
+  above :data:`BUSY_LOAD` / :data:`BUSY_STEAL`); the verdict names the point, or says
+  "withheld: machine busy", and a warning (:class:`analysis.notes.NotMeasured`,
+  :class:`analysis.notes.Busy`) says which and why, for the report to list once.
 
 Counts (downlink parameters, FLOPs) are exact: their interval is the value itself.
 """
@@ -53,6 +54,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
+
+from analysis.notes import Busy, Note, NotMeasured
 
 __all__ = ["BUSY_LOAD", "BUSY_STEAL", "DRAWS", "HOW", "MIN_ROUNDS", "Verdict", "busy", "judge", "exact", "holds",
            "not_measured", "paired", "sign_interval"]
@@ -85,9 +88,10 @@ HOW = ("Every verdict carries the interval it rests on, in brackets. Timings tak
        "central 95% of the statistic recomputed over 2,000 draws that each take one repeat of every timing "
        "(or one matrix or module of every error) at random. **agrees**: the whole interval satisfies the "
        "paper's claim as tested; **disagrees**: none of it does; **inconclusive**: it straddles the claim's "
-       "threshold (or fewer than 6 paired rounds); **no verdict**: a point the claim covers was not measured "
-       "(listed under *Not measured*), or the machine was busy (load average above the run's threads + 0.5, "
-       "or steal time above 5%). Counts (parameters, FLOPs) are exact and carry no interval.")
+       f"threshold, or there are fewer than {MIN_ROUNDS} paired rounds, too few for a 95% interval (the median of "
+       "the rounds is printed alone); **no verdict**: a point the claim covers was not measured "
+       "(listed under *Not measured or skipped*), or the machine was busy (load average above the run's threads "
+       "+ 0.5, or steal time above 5%; said once there). Counts (parameters, FLOPs) are exact and carry no interval.")
 """The paragraph the report prints once, above the verdicts."""
 
 
@@ -111,26 +115,42 @@ class Verdict:
     def bold(self) -> str:
         return f"**{self.word}**"
 
+    @property
+    def has_interval(self) -> bool:
+        """Whether :meth:`interval` prints one: not for paired samples of fewer than
+        :data:`MIN_ROUNDS` rounds (no interval reaches 95% there: the verdict is
+        "inconclusive" and its value the median of the rounds)."""
+        return not (self.method == "paired" and self.rounds < MIN_ROUNDS)
+
     def interval(self, fmt: str = ".3g", unit: str = "") -> str:
-        """``[lo, hi]`` formatted, or why there is no verdict."""
+        """``[lo, hi]`` formatted; or, below :data:`MIN_ROUNDS` paired rounds, that there
+        are too few for one; or why there is no verdict."""
         if self.missing:
             return f"not measured: {', '.join(self.missing)}"
         if self.withheld:
             return f"withheld: {self.withheld}"
+        if not self.has_interval:
+            return f"median of {_rounds(self.rounds)}, too few for an interval"
         if self.lo == self.hi:
             return "exact"
         text = f"[{self.lo:{fmt}}{unit}, {self.hi:{fmt}}{unit}]"
         return f"{text}, paired over {self.rounds} rounds" if self.method == "paired" else text
 
     def measured(self, fmt: str = ".3g", prefix: str = "", unit: str = "") -> str:
-        """``prefix value unit [lo, hi]``, or only why there is no value (a withheld or
-        unmeasured verdict prints no NaN)."""
+        """``prefix value unit [lo, hi]`` (``prefix value unit (median of n paired rounds, too
+        few for an interval)``), or only why there is no value (a withheld or unmeasured
+        verdict prints no NaN)."""
         if self.missing or self.withheld or not math.isfinite(self.value):
             return self.interval(fmt, unit)
-        return f"{prefix}{self.value:{fmt}}{unit} {self.interval(fmt, unit)}"
+        iv = self.interval(fmt, unit)
+        return f"{prefix}{self.value:{fmt}}{unit} {iv if self.has_interval else f'({iv})'}"
 
     def __str__(self) -> str:
         return f"{self.bold()} ({self.interval()})"
+
+
+def _rounds(n: int) -> str:
+    return f"{n} paired round{'' if n == 1 else 's'}"
 
 
 def sign_interval(x, level: float = LEVEL) -> tuple[float, float, float]:
@@ -251,15 +271,15 @@ def judge(groups: Mapping[str, object], statistic: Callable[[dict], np.ndarray],
     if missing:
         return not_measured(claim, missing)
     reason = busy(machine)
-    if reason:
-        warnings.warn(f"no verdict on '{claim}': the machine was busy: {reason}", stacklevel=2)
-        return Verdict("no verdict", withheld=f"machine busy ({reason})")
+    if reason:  # the reason goes in the note: a report says it once, not in every verdict it withholds
+        warnings.warn(Busy(claim, reason), stacklevel=2)
+        return Verdict("no verdict", withheld="machine busy")
     if paired:
         sizes = {a.size for a in arrays.values()}
         if len(sizes) == 1:
             return _paired(arrays, statistic, above, below)
-        warnings.warn(f"'{claim}': samples of unequal length {sorted(sizes)} are not paired; "
-                      "the unpaired interval is used", stacklevel=2)
+        warnings.warn(Note(f"'{claim}': samples of unequal length {sorted(sizes)} are not paired; "
+                           "the unpaired interval is used"), stacklevel=2)
     value = float(statistic({k: np.asarray(center(a)) for k, a in arrays.items()}))
     rng = np.random.default_rng(seed)
     draws = {k: a[rng.integers(0, a.size, DRAWS)] for k, a in arrays.items()}
@@ -297,5 +317,5 @@ def holds(ok: bool) -> Verdict:
 
 def not_measured(claim: str, missing: list[str]) -> Verdict:
     """"no verdict", naming the points, with a warning."""
-    warnings.warn(f"no verdict on '{claim}': not measured: {', '.join(missing)}", stacklevel=3)
+    warnings.warn(NotMeasured(f"no verdict on '{claim}': not measured: {', '.join(missing)}"), stacklevel=3)
     return Verdict("no verdict", missing=tuple(missing))

@@ -358,7 +358,8 @@ def test_report_from_files(tiny):
 @pytest.mark.integration
 def test_a_report_section_is_a_module_and_a_line(tiny, tmp_path, monkeypatch):
     """A module with ``reads`` and ``draw`` and one line in the registry put a section in the report,
-    in the registry's order; a section with some of its experiments missing is named in a warning."""
+    in the registry's order; a section with some of its experiments missing, or whose drawing fails, is
+    named under *Not measured or skipped* and counted in the console's one line."""
     import types
 
     from analysis import reproduce
@@ -375,8 +376,10 @@ def test_a_report_section_is_a_module_and_a_line(tiny, tmp_path, monkeypatch):
     monkeypatch.setitem(reproduce.SECTIONS, "extra", "extra_for_test")
     out = _copy(tiny, tmp_path)
     shutil.rmtree(out / "results" / "fig4_cond")
-    with pytest.warns(UserWarning, match=r"section 'fig4' not drawn: .*fig4_cond has no results"):
-        text = reproduce.build(out).read_text()
+    built = reproduce.build_report(out)
+    text = built.report.read_text()
+    assert re.search(r"section 'fig4' not drawn: .*fig4_cond has no results", text.split("## Not measured")[1])
+    assert "not drawn: 1 section" in built.summary()
     variants = len(list((out / "results" / "table4").glob("*.json")))
     assert f"## Extra: the ablation's variants\n\n{variants} variants\n" in text
     assert text.index("## Extra") > text.index("## Figure 1")  # registered last, drawn last
@@ -387,8 +390,10 @@ def test_a_report_section_is_a_module_and_a_line(tiny, tmp_path, monkeypatch):
     broken.draw = lambda res: 1 / 0
     monkeypatch.setitem(sys.modules, broken.__name__, broken)
     monkeypatch.setitem(reproduce.SECTIONS, "broken", "broken_for_test")
-    with pytest.warns(UserWarning, match=r"section 'broken' not drawn: ZeroDivisionError"):
-        text = reproduce.build(out).read_text()
+    built = reproduce.build_report(out)
+    text = built.report.read_text()
+    assert "section 'broken' not drawn: ZeroDivisionError" in text.split("## Not measured")[1]
+    assert "not drawn: 2 sections" in built.summary()
     assert "## Extra: the ablation's variants" in text and "## Figure 3" in text  # the others still drawn
     with pytest.raises(ValueError, match=r"section\(='nope'\) is not one of tables123"):
         reproduce.section_module("nope")
@@ -410,15 +415,22 @@ def _edit(path: Path, fn) -> None:
 
 
 @pytest.mark.integration
-def test_no_verdict_over_a_nan_point(tiny, tmp_path):
-    """A NaN error at kappa = 1e10 is named in a warning and in the report, and no verdict spans it."""
-    from analysis.reproduce import build
+def test_no_verdict_over_a_nan_point(tiny, tmp_path, capsys):
+    """A NaN error at kappa = 1e10 is named in the report, beside the verdict and under *Not
+    measured*, counted in the console's one line, and no verdict spans it."""
+    from analysis.reproduce import main
 
     out = _copy(tiny, tmp_path)
     _edit(out / "results" / "fig4_cond" / "fraq-k1e+10.json",
           lambda r: r["result"].update(relative_error=[math.nan] * len(r["result"]["relative_error"])))
-    with pytest.warns(UserWarning, match=r"FRAQ stays near 1e-7.*kappa=1e\+10 \(NaN"):
-        text = build(out).read_text()
+    with warnings.catch_warnings(record=True) as issued:
+        warnings.simplefilter("always")
+        assert main(["--out", str(out), "--no-pdf"]) == 0
+    assert not [w for w in issued if issubclass(w.category, UserWarning)]  # none on the console: one line instead
+    printed = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"not measured: \d+ verdicts?(; .*)? \(listed in .*report\.md, under 'Not measured or "
+                        r"skipped'\)", printed[-1]), printed
+    text = (out / "report.md").read_text()
     line = next(x for x in text.splitlines() if "FRAQ stays near 1e-7" in x)
     assert "**no verdict**" in line and "kappa=1e+10" in line and "**agrees**" not in line
     assert "## Not measured or skipped" in text and "kappa=1e+10 (NaN or inf)" in text.split("## Not measured")[1]
@@ -447,7 +459,7 @@ def test_mixed_configurations_are_refused_naming_them(tiny, tmp_path, capsys):
 
 @pytest.mark.integration
 def test_malformed_and_old_format_files_are_named_and_skipped(tiny, tmp_path):
-    from analysis.reproduce import build
+    from analysis.reproduce import build_report
 
     out = _copy(tiny, tmp_path)
     res = out / "results"
@@ -457,13 +469,14 @@ def test_malformed_and_old_format_files_are_named_and_skipped(tiny, tmp_path):
     _edit(no_timing, lambda r: r["result"].pop("timing"))
     old = res / "table4" / "library.json"
     _edit(old, lambda r: [r.pop(k) for k in ("key", "versions")])
-    with pytest.warns(UserWarning) as seen:
-        text = build(out).read_text()
-    messages = [str(w.message) for w in seen]
+    built = build_report(out)
+    text = built.report.read_text()
+    messages = [str(n) for n in built.notes]
     for path, why in ((broken, "malformed result file"), (no_timing, "no timing.median, timing.samples"),
                       (old, "older result format (no key, versions)")):
         assert any(str(path) in m and why in m for m in messages), (path, messages)
         assert str(path) in text
+    assert "skipped: 3 files" in built.summary()
     assert "## Figure 3" in text  # the rest is still drawn
     fastest = next(x for x in text.splitlines() if "FRAQ is the fastest method" in x)
     assert "**no verdict**" in fastest and "d=32 batched FRAQ (no result)" in fastest  # a skipped point is missing
@@ -742,14 +755,14 @@ def test_a_damaged_field_is_named_and_the_file_skipped(tiny, tmp_path, where, fi
     """A field of the wrong type (a string where the median belongs, a list of nothing
     measured, a number where a name belongs, versions that are not an object): the file is
     skipped, named, like a missing field, and the rest is drawn."""
-    from analysis.reproduce import build
+    from analysis.reproduce import build_report
 
     out = _copy(tiny, tmp_path)
     damaged = out / "results" / "fig3" / "d-fraq-batched-d32-r16.json"
     _edit(damaged, lambda r: (r[where] if where else r).update({field: value}))
-    with pytest.warns(UserWarning) as seen:
-        text = build(out).read_text()
-    named = [str(w.message) for w in seen if str(damaged) in str(w.message)]
+    built = build_report(out)
+    text = built.report.read_text()
+    named = [str(n) for n in built.notes if str(damaged) in str(n)]
     assert named and "malformed" in named[0] and why in named[0], named
     assert "## Figure 3" in text
 
@@ -766,7 +779,7 @@ def test_an_unwritable_out_is_one_line_before_drawing(tmp_path, monkeypatch, cap
     locked = tmp_path / where if where else tmp_path
     real = os.access
     monkeypatch.setattr(os, "access", lambda p, mode, **k: Path(p) != locked and real(p, mode, **k))
-    monkeypatch.setattr(reproduce, "build", lambda *a, **k: pytest.fail("drew on an unwritable --out"))
+    monkeypatch.setattr(reproduce, "build_report", lambda *a, **k: pytest.fail("drew on an unwritable --out"))
     with warnings.catch_warnings(record=True) as issued:
         warnings.simplefilter("always")
         assert reproduce.main(["--out", str(tmp_path)]) == 2
@@ -865,7 +878,7 @@ def test_formatted_prints_one_notation_per_column_and_integer_labels():
                       index=pd.Index([2.0, 8.0, 1e10], name="p"))
     out = style.formatted(df)
     assert list(out["err"]) == ["8.00e-01", "1.00e-06", "0"]
-    assert list(out["ms"]) == ["0.5", "12.25", "3"] and list(out["n"]) == ["2", "4", ""]
+    assert list(out["ms"]) == ["0.50", "12.25", "3.00"] and list(out["n"]) == ["2", "4", ""]
     assert list(out.index) == ["2", "8", "1e+10"] and out.index.name == "p"
 
 

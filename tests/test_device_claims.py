@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.notes import NotMeasured
 from analysis.sections.tables123 import MODEL_BAND, verdict_lines
 
 
@@ -62,7 +63,32 @@ def test_the_claims_and_their_thresholds_are_the_papers_file(monkeypatch):
     assert MODEL_BAND == (stored["cpu_model_band"]["low"], stored["cpu_model_band"]["high"])
     assert stored["speedups"]["roberta-base"]["over_fraq_min"] == {"florist": 8.0, "flexlora": 190.0}
     changed = {**stored, "speedups": {"roberta-base": {"claim": "FRAQ requires a test claim",
-                                                       "over_fraq_min": {"flexlora": 300.0}}}}
+                                                       "over_fraq_min": {"flexlora": 300.0},
+                                                       "quoted": {"flexlora": "some 310x"}}}}
     monkeypatch.setattr(section, "paper", lambda: changed)
     line = _line(_rows(250.0, "cuda:0"))
     assert "FRAQ requires a test claim" in line and "above 300" in line and "**disagrees**" in line, line
+    assert "the paper: some 310x" in line
+    assert "FlexLoRA: the paper's some 310x is a GH200 wall-clock ratio" in _line(_rows(250.0, "cpu"))
+
+
+def test_each_ratio_is_quoted_in_the_papers_words():
+    """The ratio a CPU shows and does not judge is the paper's own: Table 3's "around 12x" (FLoRIST)
+    and "more than 900x" (FlexLoRA), each in the quoted claim, not the lower end a GPU tests
+    (10x: 12 less the sixth a rounded "around" admits)."""
+    from analysis.loaders import paper
+
+    for preset, s in paper()["speedups"].items():
+        if preset.startswith("_"):
+            continue
+        assert set(s["quoted"]) == set(s["over_fraq_min"]), preset
+        assert all(q in s["claim"] for q in s["quoted"].values()), preset
+    assert paper()["speedups"]["llama-3.2-3b-hetero"]["quoted"]["florist"] == "around 12x"
+    rows = _rows(70.0, "cpu")
+    rows["preset"] = "llama-3.2-3b-hetero"
+    with pytest.warns(NotMeasured, match="FLoRIST"):  # these rows have no FLoRIST: that verdict is not measured
+        lines = verdict_lines(rows, "llama-3.2-3b-hetero")
+    line = next(s for s in lines if s.startswith("- Paper: both FRAQ variants"))
+    assert "around 12x faster than FLoRIST" in line  # the claim quoted
+    assert "FlexLoRA: the paper's more than 900x is a GH200 wall-clock ratio" in line, line
+    assert "the paper's 900x" not in line and "the paper's 10x" not in line

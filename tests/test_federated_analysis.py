@@ -154,6 +154,57 @@ def test_a_method_the_analysis_does_not_know_is_drawn_labelled_and_ordered_after
         ["flora", "fraq:tau=0.95", "outside-core:tau=1.0"]
     assert federated.display_name("outside-core:tau=1.0") == "outside-core (τ=1.0)"
     fig = federated.figure(pd.DataFrame(rows), ["uniform"])
-    lines = {line.get_label(): line.get_color() for line in fig.axes[0].get_lines()}
+    lines = {line.get_label(): line.get_color() for ax in fig.axes for line in ax.get_lines()}
     assert set(lines) == {"FLoRA", "FRAQ (τ=0.95)", "outside-core (τ=1.0)"}
     assert lines["FRAQ (τ=0.95)"] == COLORS["FRAQ"] and lines["outside-core (τ=1.0)"] not in COLORS.values()
+    assert [ax.get_title().split("\n")[1] for ax in fig.axes] == ["FRAQ and the uncompressed baselines",
+                                                                  "FRAQ and the other methods"]
+
+
+def test_a_method_is_shown_by_the_display_name_its_results_record():
+    """The harness records each method's class's display name (a method from outside the
+    package by its own): the table, the figure's legend and the report's names use it, with
+    the spec's options; results written without it fall back to analysis.style's names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    recs = [{"variant": "uniform", "method": m, "seed": s, "display_name": shown, "skipped": None,
+             "rounds": [{"round": 1, "accuracy": 0.5 + 0.01 * s, "downlink_pct_flora": 10.0, "agg_ms": 1.0,
+                         "rank_mean": 4.0}]}
+            for m, shown in (("outside-core:tau=1.0", "Outside core"), ("fraq:tau=0.95", "FRAQ"), ("flora", None))
+            for s in (0, 1)]
+    df = pd.DataFrame(recs)
+    r = federated.runs(df)
+    assert dict(zip(r["method"], r["name"])) == {"outside-core:tau=1.0": "Outside core (τ=1.0)",
+                                                 "fraq:tau=0.95": "FRAQ (τ=0.95)", "flora": "FLoRA"}
+    assert list(federated.table(r, "uniform")["Method"]) == ["FLoRA", "FRAQ (τ=0.95)", "Outside core (τ=1.0)"]
+    fig = federated.figure(federated.curves(df), ["uniform"])
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["FLoRA", "FRAQ (τ=0.95)", "Outside core (τ=1.0)"]
+
+
+def test_nine_methods_are_drawn_a_group_to_a_panel_beside_fraq():
+    """The paper's nine rows: a panel per group of its table (uncompressed, factor averaging,
+    recompression) and variant, FRAQ's two settings in each; no panel holds more than five
+    curves, every method is on one, and a band is drawn for each solid curve alone (FRAQ's
+    other setting is dashed, without one)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    methods = ["flora", "fedex-lora", "fedit", "lora-a2", "flexlora", "florg", "florist", "fraq:tau=0.8",
+               "fraq:tau=0.95"]
+    rows = [{"variant": v, "method": m, "seed": s, "round": t, "accuracy": 40.0 + 5 * t + s + i}
+            for v in ("a", "b") for i, m in enumerate(methods) for s in (0, 1, 2) for t in (1, 2, 3)]
+    fig = federated.figure(pd.DataFrame(rows), ["a", "b"], {"a": "a: Dir(0.1)", "b": "b: Dir(0.02)"})
+    assert len(fig.axes) == 6
+    assert [ax.get_title() for ax in fig.axes[:3]] == [
+        "a: Dir(0.1)\nFRAQ and the uncompressed baselines", "a: Dir(0.1)\nFRAQ and the factor-averaging methods",
+        "a: Dir(0.1)\nFRAQ and the recompression methods"]
+    drawn = set()
+    for ax in fig.axes:
+        labels = [line.get_label() for line in ax.get_lines()]
+        assert len(labels) <= 5 and {"FRAQ (τ=0.8)", "FRAQ (τ=0.95)"} <= set(labels), labels
+        solid = [line for line in ax.get_lines() if line.get_linestyle() == "-"]
+        assert len(ax.collections) == len(solid) == len(labels) - 1  # a band per solid curve; τ=0.8 dashed
+        drawn |= set(labels)
+    assert drawn == {federated.display_name(m) for m in methods}
+    assert len(fig.legends[0].get_texts()) == 9

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -161,3 +162,26 @@ def test_a_federated_run_is_reported_as_one(tmp_path):
     text = build(tmp_path, pdf=False).read_text()
     assert text.startswith("# FRAQ federated fine-tuning") and "server-side" not in text.split("\n", 1)[0]
     assert "## GPU results" not in text
+    head = text.split("## Figures")[0]  # the federated head, not the server-side one's timings and GH200
+    assert "compare our accuracies with the paper's claims" in head
+    assert "round-robin" not in head and "GH200" not in head and "sign-test" not in head
+    # the schedule against the paper's: a few steps of LoRA on one layer, against 6,000 on every layer
+    assert re.search(r"\d+ local steps a client in all, where the paper trains 6,000 \(30 rounds of 200\) with LoRA on "
+                     r"every layer", text) and "LoRA on layer 5" in text
+
+
+def test_the_readme_names_no_committed_results_and_links_the_docs_from_where_it_is(tmp_path):
+    """The README of ``analysis.federated_report`` is a user's run's as much as the published one's: not
+    "committed results"; its link to docs/federated.md is relative to where it is written, and resolves."""
+    from analysis.federated_report import FEDERATED_DOC, _doc_link, _readme
+
+    write_points(tmp_path / "run", rounds=2)
+    df = load(tmp_path / "run" / "results")["federated"]
+    for out in (tmp_path / "mine", ROOT / "docs" / "results" / "federated" / "banking77"):
+        readme = _readme(df, None, "banking77", out)
+        assert "committed" not in readme.lower() and readme.startswith("# BANKING77: federated fine-tuning\n")
+        link = _doc_link(out)
+        assert f"[docs/federated.md]({link}#the-published-data-sets)" in readme
+        assert (out / link).resolve() == FEDERATED_DOC and FEDERATED_DOC.is_file()
+    assert _doc_link(ROOT / "docs" / "results" / "federated" / "banking77") == "../../../federated.md"
+    assert "## The published data sets" in FEDERATED_DOC.read_text()

@@ -300,6 +300,25 @@ def test_gpu_section_judges_gpu_results_against_the_targets(tmp_path, fraq_ms, f
     assert "14.3" in body and "NVIDIA H100" in body  # the paper's GH200 number beside ours, the GPU named
 
 
+def test_gpu_section_prints_no_nan_for_a_point_not_measured(tmp_path):
+    """FRAQ's row without samples: its verdicts say "not measured", naming it, and no NaN is printed."""
+    import analysis
+    from analysis.sections import gpu
+
+    _gpu_results(tmp_path, "cuda:0", 1.0, 20.0, 1.2)
+    f = tmp_path / "tables123" / "roberta-base.json"
+    rec = json.loads(f.read_text())
+    rec["result"]["rows"][0]["latency"]["samples"] = []
+    f.write_text(json.dumps(rec))
+    from analysis.notes import NotMeasured
+
+    with pytest.warns(NotMeasured):
+        body = gpu.draw(analysis.load(tmp_path))[0].body
+    lines = [x for x in body.splitlines() if x.startswith("- roberta-base")]
+    assert len(lines) == 2 and all("**no verdict** (not measured: " in x for x in lines), body
+    assert not re.search(r"\bnan\b", body, re.IGNORECASE), body
+
+
 def test_gpu_section_says_when_there_are_no_gpu_results(tmp_path):
     import analysis
     from analysis.sections import gpu

@@ -180,6 +180,7 @@ def test_harness_runs_it_in_process(outside):
     task = Task(tiny_config(**{"federated.rounds": 1}), log=lambda *a: None)
     out = run_method(task, f"{NAME}:tau=1.0", log=lambda *a: None)
     assert out["skipped"] is None and out["method"] == f"{NAME}:tau=1.0"
+    assert out["display_name"] == DISPLAY  # what the federated table and figure show it by
     (rec,) = out["rounds"]
     assert rec["accuracy"] is not None and 0 < rec["downlink_pct_flora"] <= 100 + 1e-9  # tau=1: up to the stack's rank
 
@@ -276,8 +277,9 @@ def test_tables_fig3_clients_and_report_show_it(outside, tmp_path):
 
     assert reproduce(["--out", str(tmp_path), "--no-pdf"]) == 0
     report = (tmp_path / "report.md").read_text(encoding="utf-8")
-    assert f"| {NAME} |" in report  # Tables 1-3's row
-    assert f"| {DISPLAY} |" in report  # Table 5's row (it has a FLOP model)
+    tables13 = report.split("## Tables 1-3")[1].split("\n## ")[0]
+    assert f"| {DISPLAY} |" in tables13 and f"| {NAME} |" not in report  # Tables 1-3's row, by its display name
+    assert f"| {DISPLAY} |" in report.split("## Table 5")[1]  # Table 5's row (it has a FLOP model)
 
 
 def test_the_analysis_shows_a_method_by_its_result_fields_without_knowing_it():

@@ -50,3 +50,28 @@ def test_a_member_outside_results_is_refused_and_nothing_is_unpacked(tmp_path):
     with pytest.raises(ValueError, match="elsewhere.txt"):
         reproduce._unpack(tmp_path)
     assert not (tmp_path / "results").exists()
+
+
+def test_the_folders_tar_records_are_skipped(tmp_path):
+    """``tar czf results.tar.gz results`` records ``results/`` and ``results/<experiment>/`` as
+    members of their own (the committed docs/results/paper archive does): skipped, the files
+    unpacked; a folder elsewhere is still refused."""
+    with tarfile.open(tmp_path / "results.tar.gz", "w:gz") as tar:
+        for name in ("results", "results/fig3"):
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+        data = json.dumps({"key": "k0"}).encode()
+        info = tarfile.TarInfo("results/fig3/k0.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    reproduce._unpack(tmp_path)
+    assert [p.name for p in (tmp_path / "results" / "fig3").iterdir()] == ["k0.json"]
+    other = tmp_path / "other"
+    other.mkdir()
+    with tarfile.open(other / "results.tar.gz", "w:gz") as tar:
+        info = tarfile.TarInfo("elsewhere")
+        info.type = tarfile.DIRTYPE
+        tar.addfile(info)
+    with pytest.raises(ValueError, match="elsewhere"):
+        reproduce._unpack(other)

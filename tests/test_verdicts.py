@@ -10,6 +10,7 @@ import pytest
 
 pd = pytest.importorskip("pandas")
 
+from analysis.notes import Busy  # noqa: E402
 from analysis.sections.table4 import table4_lines  # noqa: E402
 from analysis.verdicts import Verdict, busy, exact, judge, sign_interval  # noqa: E402
 
@@ -140,6 +141,13 @@ def test_too_few_rounds_are_inconclusive_and_unpaired_samples_fall_back():
     g = _drifting_rounds(np.random.default_rng(0), 5, 2.5)
     v = judge(g, _ratio, above=2.0, paired=True)
     assert v.word == "inconclusive" and v.rounds == 5 and (v.lo, v.hi) == (min(_ratio(g)), max(_ratio(g)))
+    # no interval printed from fewer rounds than MIN_ROUNDS: the median, and why there is no interval
+    assert not v.has_interval and v.interval() == "median of 5 paired rounds, too few for an interval"
+    assert v.measured(".2f", unit="x") == (f"{np.median(_ratio(g)):.2f}x "
+                                           "(median of 5 paired rounds, too few for an interval)")
+    one = judge({k: x[:1] for k, x in g.items()}, _ratio, above=2.0, paired=True)
+    assert one.interval() == "median of 1 paired round, too few for an interval" and "[" not in one.measured()
+    assert judge(_drifting_rounds(np.random.default_rng(0), 6, 2.5), _ratio, above=2.0, paired=True).has_interval
     uneven = {"a": [25.0, 26.0, 24.0], "b": [10.0, 10.5]}
     with pytest.warns(UserWarning, match=r"not paired.*unpaired interval"):
         v = judge(uneven, _ratio, above=2.0, paired=True, claim="c")
@@ -166,9 +174,10 @@ def test_a_busy_machine_withholds_the_verdict():
     assert busy(quiet) == "" and busy(None) == "" and busy({"loadavg": None}) == ""
     for rec, why in (({"loadavg": 2.6, "threads": 2}, r"load average 2.60 above 2 thread"),
                      ({"loadavg": 0.2, "threads": 1, "steal": 0.12}, r"steal time 12.0% above 5%")):
-        with pytest.warns(UserWarning, match="machine was busy"):
+        with pytest.warns(Busy, match="machine was busy") as seen:  # the reason in the note, said once by a report
             v = judge(g, _ratio, above=2.0, paired=True, machine=quiet + [rec], claim="c")
-        assert v.word == "no verdict" and re.search(why, v.interval())
+        assert v.word == "no verdict" and v.interval() == "withheld: machine busy"
+        assert seen[0].message.claim == "c" and re.search(why, seen[0].message.reason)
     df = pd.DataFrame(quiet + [{"loadavg": 3.0, "threads": 1, "steal": 0.0}])
     assert "load average 3.00" in busy(df)
 
@@ -179,8 +188,8 @@ def test_a_busy_run_is_said_once_with_its_range_and_no_nan_is_printed():
     recs = [{"loadavg": 6.5 + 0.01 * i, "threads": 1} for i in range(20)] + [{"loadavg": 0.1, "threads": 1}]
     assert busy(recs) == "load average 6.50-6.69 above 1 thread(s) + 0.5 in 20 of 21 results"
     g = _drifting_rounds(np.random.default_rng(0), 10, 2.5)
-    with pytest.warns(UserWarning, match="machine was busy"):
+    with pytest.warns(Busy, match="machine was busy"):
         v = judge(g, _ratio, above=2.0, paired=True, machine=recs, claim="c")
-    assert "nan" not in v.measured(".2f", prefix="K^") and v.measured(".2f").startswith("withheld: machine busy")
+    assert "nan" not in v.measured(".2f", prefix="K^") and v.measured(".2f") == "withheld: machine busy"
     v = judge(g, _ratio, above=2.0, paired=True)
     assert v.measured(".2f", prefix="K^").startswith(f"K^{v.value:.2f} [")

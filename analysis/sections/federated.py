@@ -36,21 +36,24 @@ def _setting(df, variants: list[str]) -> str:
     layers = c.get("model.layers_to_transform")
     where = (f"LoRA on layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}" if isinstance(layers, list)
              else "LoRA on every layer")
+    steps = int(c["federated.rounds"]) * int(c["train.steps"])
+    schedule = (f"{steps:,} local steps a client in all, where the paper trains {PAPER_STEPS:,} (30 rounds of 200) "
+                "with LoRA on every layer")
     if data in PUBLISHED and model.startswith("embedded:"):
-        steps = int(c["federated.rounds"]) * int(c["train.steps"])
         text += (f" The model is all-MiniLM-L6-v2 ({where}), not the paper's RoBERTa-base, on a schedule scaled to a "
-                 f"2-core CPU: {steps:,} local steps a client in all, where the paper trains {PAPER_STEPS:,} (30 "
-                 "rounds of 200) with LoRA on every layer; the comparison between methods carries over, not the "
-                 "accuracy values.")
+                 f"2-core CPU: {schedule}; the comparison between methods carries over, not the accuracy values.")
     elif data == "intents" or model.startswith("embedded:"):
         text += (" **The corpus is generated** (`fraq.federated.intents`, 48 intents of templated sentences) **and "
                  f"the model is all-MiniLM-L6-v2** ({where}): not the paper's data sets (Banking77, "
                  "CLINC150, HWU64, 20 Newsgroups, the reasoning tasks) nor its models (RoBERTa-base, LLaMA-3.2-3B). "
+                 f"Its schedule: {schedule}. "
                  "What carries over is the comparison between methods on one task, not the accuracy values. With "
                  "network access (and a GPU), the same experiment on the paper's setting is `python -m "
                  "fraq.federated --config roberta --dataset banking77` (or `clinc150`, `hwu64`, `20newsgroups`; "
                  "`--alpha 0.02` for the extreme partition), then `python -m analysis.reproduce --out "
                  "results/federated/roberta`.")
+    elif steps != PAPER_STEPS or isinstance(layers, list):
+        text += f" The schedule: {schedule} ({where} here)."
     return text
 
 
@@ -90,6 +93,8 @@ def draw(res) -> list[Section]:
                 "(below 100% of FLoRA's downlink), underlined: second best, by the mean over seeds.")
     curves = federated.curves(df)
     fig = Figure("federated_accuracy", federated.figure(curves, variants, heads, bands=not smoke), df,
-                 "mean over seeds" + ("" if smoke else ", band = 95% t-interval over seeds"),
-                 "Test accuracy after every round of federated fine-tuning, per method and rank setting.")
+                 "mean over seeds" + ("" if smoke else ", band = 95% t-interval over seeds (none on FRAQ's dashed "
+                                                       "setting)"),
+                 "Test accuracy after every round of federated fine-tuning: a row per variant, a panel per group of "
+                 "the paper's methods (uncompressed, factor averaging, recompression), each beside FRAQ.")
     return [Section("Tables 1-3: accuracy of federated fine-tuning over seeds", "\n".join(body), figure=fig)]

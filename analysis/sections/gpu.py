@@ -41,7 +41,7 @@ def _latency_lines(res, targets: dict) -> tuple[str, list[str]]:
                     for p in targets["fraq_ms"]]
     rows = tables.tables123_rows(agg)
     keep = rows[rows["name"].isin(["fraq", "florist", "flexlora"])]
-    table = pd.DataFrame({"preset": keep["preset"], "method": keep["method"],
+    table = pd.DataFrame({"preset": keep["preset"], "method": keep["shown"],
                           "ours ms (median)": keep["median_s"] * 1e3, "paper GH200 ms": keep["paper_ms"],
                           "how": keep["extrapolated"].fillna("whole model")})
     lines = []
@@ -54,7 +54,7 @@ def _latency_lines(res, targets: dict) -> tuple[str, list[str]]:
                 continue
             v = judge({r.method: np.asarray(r.samples) * 1e3}, lambda g, k=r.method: g[k], below=target,
                       claim=f"{preset}: {r.method} within {target:g} ms")
-            lines.append(f"- {preset}, {r.method}: whole-model aggregation {v.value:.3g} ms, target <= {target:g} ms "
+            lines.append(f"- {preset}, {r.shown}: whole-model aggregation {_value(v, ' ms')}, target <= {target:g} ms "
                          f"(a tenth of the paper's GH200 {r.paper_ms:g} ms): {v.bold()} ({v.interval('.3g', ' ms')})")
         if not florist.empty and not fraq.empty:
             lo = targets["florist_over_fraq_min"]
@@ -62,11 +62,16 @@ def _latency_lines(res, targets: dict) -> tuple[str, list[str]]:
             v = judge(groups, lambda g: g["florist"] / g["fraq"], above=lo,
                       claim=f"{preset}: FLoRIST at least {lo:g}x FRAQ's time",
                       paired=paired(pd.concat([florist.iloc[:1], fraq.iloc[-1:]])))
-            lines.append(f"- {preset}: FLoRIST / FRAQ ({fraq['method'].iloc[-1]}) time {v.value:.3g}x, target >= "
+            lines.append(f"- {preset}: FLoRIST / FRAQ ({fraq['shown'].iloc[-1]}) time {_value(v, 'x')}, target >= "
                          f"{lo:g}x: {v.bold()} ({v.interval('.3g', 'x')})")
     from analysis.tables import markdown
 
     return markdown(table), lines
+
+
+def _value(v, unit: str) -> str:
+    """A verdict's value to 3 digits with its unit, or "not measured" (no NaN printed)."""
+    return f"{v.value:.3g}{unit}" if np.isfinite(v.value) else "not measured"
 
 
 def _workspace_line(res, targets: dict) -> list[str]:

@@ -9,7 +9,11 @@ result (:mod:`benchmarks.experiments.tables123`) write them:
 - ``family``: the display name of the method without its options (``FRAQ`` for
   ``fraq:backend=cholesky``): a figure draws a variant in its family's colour;
 - ``paper_order``: its row in the paper's Tables 1-3, or None (after the paper's);
-- ``downlink_rule``, ``flop_model``: as the aggregator class states them.
+- ``downlink_rule``, ``flop_model``: as the aggregator class states them;
+- ``energy_rule``: whether the method cuts its output rank by an energy threshold ``tau``
+  in a federated round (its class's ``energy_rule``: FRAQ, FLoRIST; not FlexLoRA, which
+  keeps the clients' rank), so that a report explains the energy rule only beside the
+  methods it applies to (Tables 1-3's downlink).
 
 An aggregator's fields are its class's (:meth:`fraq.aggregators.Aggregator.describe`),
 so a method registered from outside the package is described with no change here. The
@@ -46,7 +50,7 @@ def describe(method: str) -> dict:
         raise ValueError(f"method(={method!r}) must be a method name")
     if method in DISPLAY_NAMES:
         return {"display_name": DISPLAY_NAMES[method], "family": DISPLAY_NAMES[method], "paper_order": None,
-                "downlink_rule": None, "flop_model": False}
+                "downlink_rule": None, "flop_model": False, "energy_rule": False}
     spec = None if method == PAPER_CONFIG else MethodSpec.parse(method)  # the one grammar's reading
     cls = AGGREGATORS.get("fraq" if spec is None else spec.name)
     if cls is None:
@@ -61,4 +65,4 @@ def describe(method: str) -> dict:
         backend_only = len(spec.options) == 1 and spec.options[0][0] == "backend"
         shown = spec.options[0][1] if backend_only else str(spec).partition(":")[2]
         display = f"{family} ({shown})" if shown else family
-    return {"display_name": display, "family": family, **fields}
+    return {"display_name": display, "family": family, **fields, "energy_rule": bool(cls.energy_rule)}

@@ -89,7 +89,8 @@ def method_result(task, method, records: list[dict]) -> dict:
     :class:`~fraq.federated.server.MethodSetup`.
     """
     plan = method.plan
-    return {"method": str(method.spec), "label": method.label, "skipped": None, "ranks": plan.ranks, "alphas": plan.alphas,
+    return {"method": str(method.spec), "label": method.label, "display_name": method.display_name, "skipped": None,
+            "ranks": plan.ranks, "alphas": plan.alphas,
             "upload_ranks": plan.upload_ranks,
             "flora_downlink_params": flora_downlink(task.backbone.targets, list(method.client_ranks)),
             "rounds": records}

@@ -108,6 +108,12 @@ class MethodSetup:
     def label(self) -> str:
         return method_label(self.spec)
 
+    @property
+    def display_name(self) -> str:
+        """The name reports show the method by, its class's (``describe()``; a method from
+        outside the package by its own): the analysis reads it from the result files."""
+        return self.agg.describe()["display_name"]
+
     @classmethod
     def make(cls, spec: str | MethodSpec, cfg: dict) -> MethodSetup:
         """``spec`` set up under configuration ``cfg``; a :class:`~fraq.methods.MethodSpec` is
@@ -198,7 +204,8 @@ def run_method(task: Task, spec: str | MethodSpec, *, checkpoint: Path | None = 
     plan = method.plan
     if plan.skip:
         log(f"[{spec}] skipped: {plan.skip}")
-        return {"method": spec, "label": method.label, "skipped": plan.skip, "rounds": []}
+        return {"method": spec, "label": method.label, "display_name": method.display_name, "skipped": plan.skip,
+                "rounds": []}
     f = cfg["federated"]
     meta = {"method": spec, "config": jsonable(cfg)}
     if state is None and resume and checkpoint is not None and checkpoint.exists():
