@@ -9,7 +9,8 @@ Each client uploads a :class:`ClientUpdate` (per module (B_k, A_k), LoRA scale, 
 weight); :meth:`Aggregator.aggregate` returns an :class:`AggregationResult`: per client
 and module what is sent, what is merged into the frozen base weights, and the adapter
 the client warm-starts from (or None: reinitialize), with downlink counts in parameters
-and bytes. Stateful methods (``lora-a2``, ``florg``) return ``result.state`` to pass to
+and bytes; ``result.certificate(updates)`` says per module how far the result is from
+the exact weighted aggregate, with a rounding bound (:mod:`fraq.aggregators.certificate`). Stateful methods (``lora-a2``, ``florg``) return ``result.state`` to pass to
 the next round. ``shared/reference/baselines.md`` describes each method.
 
 A new method is a subclass of :class:`Aggregator` in its own module and one call,
@@ -40,6 +41,7 @@ name           server math                 mixed ranks   downlink / module    ne
 
 from __future__ import annotations
 
+from fraq.aggregators.certificate import Certificate, ModuleCertificate, certify
 from fraq.aggregators.base import Aggregator, AggregatorState, Group, ModuleSpec, validate_updates
 from fraq.aggregators.fedex_lora import FedExLoRA
 from fraq.aggregators.fedit import FedIT
@@ -73,6 +75,7 @@ __all__ = [
     "AggregationResult",
     "Aggregator",
     "AggregatorState",
+    "Certificate",
     "ClientLayer",
     "ClientUpdate",
     "Downlink",
@@ -91,9 +94,11 @@ __all__ = [
     "LoraA2",
     "LoraA2State",
     "MethodLoadError",
+    "ModuleCertificate",
     "ModuleSpec",
     "REINITIALIZE",
     "WARM_START",
+    "certify",
     "get_aggregator",
     "load_outside_methods",
     "register_aggregator",

@@ -13,10 +13,14 @@ fresh one). Downlink accounting counts exactly the tensors listed in ``Downlink.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from fraq.aggregators.certificate import Certificate
 
 __all__ = ["AggregationResult", "ClientUpdate", "Downlink", "Factors", "WARM_START", "REINITIALIZE"]
 
@@ -168,6 +172,20 @@ class AggregationResult:
     def starts(self, client: int = 0) -> dict[str, Factors | None]:
         """module -> the adapter ``client`` warm-starts from (None: fresh adapter)."""
         return {name: d.start for name, d in self._client(client).items()}
+
+    def certificate(self, updates: Sequence[ClientUpdate]) -> Certificate:
+        """Per module, how far this result's update is from the exact weighted aggregate of
+        ``updates`` (the uploads this result was aggregated from), with a rounding bound:
+        :func:`fraq.aggregators.certificate.certify`, which says what is certified per method.
+
+        Computed on request, never inside ``aggregate``: float64 Grams of the uploads and
+        the downlink factors, about FRAQ's recompression cost, one host read. The uploads
+        are passed in rather than kept by the result, so a result does not hold every
+        client's upload alive after the round.
+        """
+        from fraq.aggregators.certificate import certify
+
+        return certify(updates, self)
 
     def _client(self, client: int) -> Mapping[str, Downlink]:
         if isinstance(client, bool) or not isinstance(client, int):
