@@ -111,6 +111,9 @@ def aggregate_main(argv: list[str]) -> int:
                              "and an existing --json file; inputs are never written")
     parser.add_argument("--report", action="store_true",
                         help="print per module: shape, client ranks, rank kept, energy, error, parameters")
+    parser.add_argument("--no-certificate", action="store_true",
+                        help="skip the exactness certificate (per module ||update - exact||_F / ||exact||_F with a "
+                             "float64 rounding bound; about the cost of FRAQ's own recompression)")
     parser.add_argument("--json", type=Path, metavar="PATH",
                         help="write the report rows as JSON ('-': stdout, which then holds only the JSON; "
                              "--report's table goes to stderr)")
@@ -158,7 +161,7 @@ def _aggregate(args: argparse.Namespace) -> int:
                                  rank=rank, delta=args.delta, dtype=getattr(torch, args.dtype),
                                  compute_dtype=getattr(torch, args.compute_dtype), uniform_rank=args.uniform_rank,
                                  overwrite=args.overwrite, report=bool(args.report or args.json), base=args.base,
-                                 **options)
+                                 certificate=not args.no_certificate, **options)
     except (ValueError, TypeError, MethodLoadError) as e:
         return fail(e, 2)
     except OSError as e:  # a failure while writing (disk full, permissions changed): the old output is intact
@@ -173,6 +176,10 @@ def _aggregate(args: argparse.Namespace) -> int:
                 return fail(e, 1)
         else:
             print(json.dumps(agg.to_json(), indent=2))
+    if agg.certificate is not None:  # the worst module (--report's table has every module's)
+        from fraq.peft.report import certificate_line
+
+        print(certificate_line(agg.certificate), file=sys.stderr)
     if agg.path is not None:
         t = agg.totals()
         if agg.delta:

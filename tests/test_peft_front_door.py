@@ -13,6 +13,7 @@ import errno
 import json
 import os
 import shutil
+import re
 import signal
 import subprocess
 import sys
@@ -438,3 +439,22 @@ def test_method_options_in_the_spec_equal_the_flags(example, capsys):
     refused(rc, err, "--tau(=0.8)", "--method(='fraq:tau=0.9')")
     rc, err = run_cli([*dirs, "--method", "fraq:cholesky", "--json", "-"], capsys)
     refused(rc, err, "write 'fraq:backend=cholesky'")
+
+
+def test_aggregate_prints_the_certificate_unless_told_not_to(example, tmp_path, capsys):
+    """The worst module's certificate goes to stderr; --report adds a column per module and
+    --json a field per row; at --tau 1 (float64 arithmetic) it is at the rounding level."""
+    root, dirs, _ = example
+    rc = cli.main(["aggregate", *map(str, dirs), "--tau", "1", "--report"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "certificate" in out.splitlines()[0]
+    assert re.search(r"certificate \(.*worst of \d+ modules\): \S+: <= \S+ \(rounding level\)", err), err
+    rc = cli.main(["aggregate", *map(str, dirs), "--tau", "0.5", "--json", "-"])
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    worst = max(r["certificate"]["bound"] for r in doc["rows"])
+    assert rc == 0 and doc["certificate"]["certificate_bound"] == worst > 1e-3
+    assert all(abs(r["certificate"]["error"] - r["rel_error"]) < 1e-6 for r in doc["rows"])  # the QR-form report
+    rc = cli.main(["aggregate", *map(str, dirs), "--report", "--no-certificate"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "certificate" not in out + err

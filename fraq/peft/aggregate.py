@@ -56,7 +56,7 @@ from pathlib import Path
 
 import torch
 
-from fraq.aggregators import AGGREGATORS, Aggregator, ClientUpdate, get_aggregator
+from fraq.aggregators import AGGREGATORS, Aggregator, Certificate, ClientUpdate, get_aggregator
 from fraq.aggregators.capping import capped_aggregate
 from fraq.peft.config import CONFIG, PREFIX, output_config
 from fraq.peft.layout import LINEAR, module_layouts
@@ -91,13 +91,14 @@ class AggregateOptions:
     report: bool = True
     base: str | os.PathLike | None = None
     options: Mapping = field(default_factory=dict)
+    certificate: bool = True
 
     def __post_init__(self):
         for name in ("dtype", "compute_dtype"):
             dt = getattr(self, name)
             if not isinstance(dt, torch.dtype) or dt not in FACTOR_DTYPES:
                 raise TypeError(f"{name}(={dt!r}) must be one of {', '.join(map(str, FACTOR_DTYPES))}")
-        for name in ("delta", "uniform_rank", "overwrite", "report"):
+        for name in ("delta", "uniform_rank", "overwrite", "report", "certificate"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}(={getattr(self, name)!r}) must be a bool")
         if self.base is not None and not isinstance(self.base, (str, os.PathLike)):
@@ -156,7 +157,7 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
                        rank: int | None = None, delta: bool = False, dtype: torch.dtype = torch.float32,
                        compute_dtype: torch.dtype = torch.float64, uniform_rank: bool = False,
                        overwrite: bool = False, report: bool = True, base: str | os.PathLike | None = None,
-                       **options) -> AdapterAggregation:
+                       certificate: bool = True, **options) -> AdapterAggregation:
     r"""Aggregate K peft LoRA adapters into one peft adapter directory (or one delta file).
 
     Every module's exact aggregate is :math:`\Delta = \sum_k a_k s_k B_k A_k`, with
@@ -196,6 +197,10 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
             triangular factors of the stacks, about 4 (m + n) (sum_k r_k + p)^2 flops per module.
         base: the base model (a directory) whose module types give the delta's layouts
             (default: the first client's ``base_model_name_or_path``); read only with ``delta``.
+        certificate: certify the aggregator's result against the exact aggregate
+            (:meth:`fraq.aggregators.AggregationResult.certificate`: per module a relative
+            error with its float64 rounding bound, in the compute dtype, before the cast to
+            ``dtype``), kept as ``.certificate``; about the cost of FRAQ's recompression.
 
     Returns:
         :class:`~fraq.peft.report.AdapterAggregation`.
@@ -208,7 +213,7 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
     """
     opts = AggregateOptions(method=method, weights=weights, tau=tau, rank=rank, delta=delta, dtype=dtype,
                             compute_dtype=compute_dtype, uniform_rank=uniform_rank, overwrite=overwrite,
-                            report=report, base=base, options=options)
+                            report=report, base=base, options=options, certificate=certificate)
     paths = client_paths(client_dirs)
     a = normalized_weights(opts.weights, len(paths))
     out = _checked_out(out, opts, paths)
@@ -273,7 +278,7 @@ def _aggregate_impl(clients: list[ClientAdapter], a: list[float], opts: Aggregat
 
     The tensors are the adapter's (factors in ``opts.dtype``, ``modules_to_save`` averaged)
     or, with ``layouts``, the dense deltas in each module's base layout."""
-    exact = _factors(clients, a, opts.aggregator(), opts.cdt)
+    exact, cert = _factors(clients, a, opts.aggregator(), opts.cdt, opts.certificate)
     factors = {m: (_cast(f"module {m!r}: lora_B", B, opts.dtype), _cast(f"module {m!r}: lora_A", A, opts.dtype))
                for m, (B, A) in exact.items()}
     rows = [module_row(m, clients, a, B, A, opts.report) for m, (B, A) in factors.items()]
@@ -292,7 +297,7 @@ def _aggregate_impl(clients: list[ClientAdapter], a: list[float], opts: Aggregat
         tensors = _adapter_tensors(clients[0], factors, full)
         config = output_config(clients[0].config, {m: B.shape[1] for m, (B, _) in factors.items()})
     agg = AdapterAggregation(opts.method, opts.aggregator_options, tuple(c.path for c in clients), tuple(a), factors,
-                             full, tuple(rows), None, opts.delta, config)
+                             full, tuple(rows), None, opts.delta, config, cert)
     return agg, tensors
 
 
@@ -309,11 +314,15 @@ def _write(out: Path, agg: AdapterAggregation, tensors: dict[str, torch.Tensor],
         write_adapter(out, agg.config, tensors, opts.overwrite, paths)
 
 
-def _factors(clients, a, agg: Aggregator, cdt) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """module -> the (B, A) to write, scale folded into B, in the compute dtype ``cdt``."""
+def _factors(clients, a, agg: Aggregator, cdt, certify: bool
+             ) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], Certificate | None]:
+    """module -> the (B, A) to write, scale folded into B, in the compute dtype ``cdt``; and
+    the result's certificate when ``certify`` (else None)."""
     updates = [ClientUpdate({m: (B.to(cdt), A.to(cdt)) for m, (B, A) in c.factors.items()},
                             scale=c.scales, weight=ak) for c, ak in zip(clients, a)]
-    downlinks = _run(agg, updates)
+    result = capped_aggregate(agg, updates)
+    cert = result.certificate(updates) if certify else None
+    downlinks = {m: [result.downlinks[k][m] for k in range(result.clients)] for m in updates[0].factors}
     factors = {}
     for m in clients[0].factors:
         d = max(downlinks[m], key=lambda d: sum(f.rank for f in d.merge) + (d.start.rank if d.start else 0))
@@ -326,15 +335,7 @@ def _factors(clients, a, agg: Aggregator, cdt) -> dict[str, tuple[torch.Tensor, 
         if B.shape[-1] == 0:  # a zero aggregate: rank 1 with zero factors still loads
             B, A = B.new_zeros(B.shape[0], 1), A.new_zeros(1, A.shape[1])
         factors[m] = (B, A)
-    return factors
-
-
-def _run(agg: Aggregator, updates) -> dict[str, list]:
-    """module -> one Downlink per client, each module aggregated under the one rank rule
-    (:func:`fraq.aggregators.capping.capped_aggregate`: a fixed rank is capped at
-    min(sum_k r_k, m, n), the most components the module's aggregate has)."""
-    result = capped_aggregate(agg, updates)
-    return {m: [result.downlinks[k][m] for k in range(result.clients)] for m in updates[0].factors}
+    return factors, cert
 
 
 def _cast(what: str, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -16,8 +16,9 @@ from pathlib import Path
 import torch
 
 from fraq._stack import stack
+from fraq.aggregators.certificate import Certificate
 
-__all__ = ["REPORT_FORMAT", "AdapterAggregation", "ModuleRow", "module_row", "sqnorm"]
+__all__ = ["REPORT_FORMAT", "AdapterAggregation", "ModuleRow", "certificate_line", "module_row", "sqnorm"]
 
 REPORT_FORMAT = "fraq-aggregate-report/1"
 """The ``format`` field of :meth:`AdapterAggregation.to_json`."""
@@ -58,6 +59,9 @@ class AdapterAggregation:
         rows: one :class:`ModuleRow` per module, in file order.
         path: where the adapter directory (or delta file) was written, or None.
         delta: True when ``path`` is a delta file.
+        certificate: the aggregator result's :class:`~fraq.aggregators.Certificate` (its
+            update against the exact aggregate, with a rounding bound, before the cast to
+            the written dtype), or None when not asked for.
     """
 
     method: str
@@ -70,6 +74,7 @@ class AdapterAggregation:
     path: Path | None = None
     delta: bool = False
     config: dict = field(default_factory=dict)
+    certificate: Certificate | None = None
 
     @property
     def ranks(self) -> dict[str, int]:
@@ -81,31 +86,44 @@ class AdapterAggregation:
                 "params_pct_flora": 100.0 * params / flora if flora else 0.0}
 
     def to_json(self) -> dict:
-        rows = [{**vars(r), "shape": list(r.shape), "client_ranks": list(r.client_ranks)} for r in self.rows]
+        cert = self.certificate
+        rows = [{**vars(r), "shape": list(r.shape), "client_ranks": list(r.client_ranks),
+                 **({} if cert is None else {"certificate": cert[r.module].to_json()})} for r in self.rows]
         return {"format": REPORT_FORMAT, "method": self.method, "options": {k: repr(v) if isinstance(v, torch.dtype) else v
                                                    for k, v in self.options.items()},
                 "clients": [str(c) for c in self.clients], "weights": list(self.weights),
                 "path": None if self.path is None else str(self.path), "delta": self.delta,
-                "rows": rows, "totals": self.totals()}
+                "rows": rows, "totals": self.totals(),
+                **({} if cert is None else {"certificate": cert.summary()})}
 
     def table(self) -> str:
         """The report as a fixed-width text table, totals last."""
         width = max([len("module")] + [len(r.module) for r in self.rows])
         rw = max([len("client ranks")] + [len(",".join(map(str, r.client_ranks))) for r in self.rows])
+        cert = self.certificate
+        cw = 0 if cert is None else max([len("certificate")] + [len(str(c)) for c in cert.values()])
         head = (f"{'module':<{width}}  {'m x n':>11}  {'client ranks':>{rw}}  {'rank':>5}  {'energy':>9}  "
-                f"{'rel err':>9}  {'params':>10}  {'% FLoRA':>7}")
+                f"{'rel err':>9}  {'params':>10}  {'% FLoRA':>7}" + ("" if cert is None else f"  {'certificate':>{cw}}"))
         lines = [head, "-" * len(head)]
         for r in self.rows:
             shape = f"{r.shape[0]} x {r.shape[1]}"
             ranks = ",".join(map(str, r.client_ranks))
             pct = 100.0 * r.params / r.flora_params
             lines.append(f"{r.module:<{width}}  {shape:>11}  {ranks:>{rw}}  {r.rank:>5}  {_fmt(r.energy):>9}  "
-                         f"{_fmt(r.rel_error):>9}  {r.params:>10}  {pct:>7.1f}")
+                         f"{_fmt(r.rel_error):>9}  {r.params:>10}  {pct:>7.1f}"
+                         + ("" if cert is None else f"  {str(cert[r.module]):>{cw}}"))
         t = self.totals()
         lines.append("-" * len(head))
         lines.append(f"{'total (' + str(t['modules']) + ' modules)':<{width}}  {'':>11}  {'':>{rw}}  {'':>5}  "
-                     f"{'':>9}  {'':>9}  {t['params']:>10}  {t['params_pct_flora']:>7.1f}")
+                     f"{'':>9}  {'':>9}  {t['params']:>10}  {t['params_pct_flora']:>7.1f}"
+                     + ("" if cert is None else f"  {'':>{cw}}"))
         return "\n".join(lines)
+
+
+def certificate_line(cert: Certificate) -> str:
+    """One line naming the worst module's certificate."""
+    name, c = cert.worst
+    return f"certificate (||update - exact||_F / ||exact||_F, worst of {len(cert)} modules): {name}: {c}"
 
 
 def _fmt(v: float | None) -> str:
