@@ -58,6 +58,22 @@ def test_points_time_every_row_once(size):
 
 
 @pytest.mark.integration
+def test_rows_record_the_worst_certificate():
+    """Every row carries its warm-up result's worst module certificate: FLoRA exact (at the
+    rounding level, bound <= 1e-5, float32 factors), FedIT's averaging not (bound > 1e-2)."""
+    from benchmarks.cases import build_model
+    from fraq.presets import ModuleGroup, Preset
+
+    tiny = Preset("tiny", (ModuleGroup("q", 12, 12, 3), ModuleGroup("up", 20, 12, 2)), ranks=(2, 2), alphas=(4.0, 4.0))
+    model = build_model(tiny, seed=1)
+    flora = tables123.prepare(model, tables123.TableRow("flora", "flora"), subset=False).row
+    fedit = tables123.prepare(model, tables123.TableRow("fedit", "fedit"), subset=False).row
+    assert flora["certificate_rounding_level"] and flora["certificate_bound"] <= 1e-5
+    assert not fedit["certificate_rounding_level"] and fedit["certificate_bound"] > 1e-2
+    assert fedit["certificate_module"] in model.shapes and fedit["certificate_error"] <= fedit["certificate_bound"]
+
+
+@pytest.mark.integration
 def test_rows_say_how_many_modules_were_timed():
     from benchmarks.cases import build_model
     from fraq.presets import ModuleGroup, Preset

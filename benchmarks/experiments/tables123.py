@@ -6,7 +6,11 @@ with heterogeneous ranks 4..64) it builds seeded LoRA-like client factors
 :meth:`fraq.aggregators.Aggregator.aggregate` (batched by module shape) and reports per
 method: parameters and bytes sent per client, that as a percentage of the uncompressed
 FLoRA stack, and the server's aggregation latency (median and interquartile range).
-Accuracy is the federated harness's job.
+Accuracy is the federated harness's job; each row records how exact its aggregate is,
+the worst module's certificate (:meth:`fraq.aggregators.AggregationResult.certificate`:
+``certificate_error``, ``certificate_bound``, ``certificate_rounding_level``,
+``certificate_module``), computed on the warm-up call's result outside the timed calls
+(over the measured modules: one per shape where a row is extrapolated).
 
 A method that factorizes a dense matrix per module (its aggregator's
 ``dense_factorization``: FlexLoRA's SVD of the m x n aggregate, FLoRG's eigensolver) takes
@@ -200,6 +204,7 @@ def prepare(model: Model, method: TableRow, *, subset: bool) -> Job:
                                    f"modules), times {scale:g}")
     row["modules_total"] = total
     calls, params, params_max, nbytes, first_s, ranks, parts_s = [], 0.0, 0.0, 0.0, 0.0, [], []
+    worst: dict = {}
     flops = {"table5": 0.0, "full": 0.0}
     for names, count, _ in pieces:
         ups, state = _inputs(model, agg, method, names)
@@ -207,6 +212,7 @@ def prepare(model: Model, method: TableRow, *, subset: bool) -> Job:
         res = agg.aggregate(ups, state)
         parts_s.append(time.perf_counter() - t0)
         first_s += parts_s[-1]
+        worst = _worst(worst, res.certificate(ups).summary())  # outside the timed region
         if agg.partial_first_round:
             state = res.state
         per_client = res.downlink_params()
@@ -222,12 +228,17 @@ def prepare(model: Model, method: TableRow, *, subset: bool) -> Job:
     row.update(modules=len(model.shapes), downlink_params=params, downlink_params_max=params_max,
                downlink_bytes=nbytes, flora_params=flora, downlink_pct=100.0 * params / flora,
                downlink_pct_max=100.0 * params_max / flora, first_call_s=first_s,
-               flops_table5=flops["table5"], flops_full=flops["full"])
+               flops_table5=flops["table5"], flops_full=flops["full"], **worst)
     if ranks and not subset:
         row["rank_mean"] = statistics.mean(ranks)
         row["rank_range"] = [min(ranks), max(ranks)]
     row.update(host_cost(model, agg, method, pieces[0][0] if subset else None))
     return Job(method, calls, row, first_s, first_parts=parts_s)
+
+
+def _worst(a: dict, b: dict) -> dict:
+    """Of two :meth:`fraq.aggregators.Certificate.summary` records, the one with the larger bound."""
+    return b if not a or b["certificate_bound"] > a["certificate_bound"] else a
 
 
 PYTHON_REPEATS = 5
