@@ -125,7 +125,9 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     (``host_reads_per_group``, ``ops_per_group``, ``python_ms_16x16``:
     :mod:`benchmarks.experiments.tables123`) and the record's ``loadavg``,
     ``steal``, ``threads`` and ``device``; ``shown``, the name the report shows the row by
-    (:func:`shown_name`); ``adaptive``, whether it cuts by the energy rule, and ``tau``, the
+    (:func:`shown_name`); the worst module's exactness certificate (``certificate_error``,
+    ``certificate_bound``, ``certificate_rounding_level``, ``certificate_module``; None in
+    results written without it); ``adaptive``, whether it cuts by the energy rule, and ``tau``, the
     threshold it was given (None: its default, or none). A record's
     ``served`` rows (a dense method timed for one preset, serving another of the same shapes)
     are the other preset's."""
@@ -161,6 +163,7 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
                          "shown": shown_name(r["method"], r["name"], r.get("display_name")),
                          "host_reads_per_group": r.get("host_reads_per_group"),
                          "ops_per_group": r.get("ops_per_group"), "python_ms_16x16": r.get("python_ms_16x16"),
+                         **{k: r.get(k) for k in CERTIFICATE_FIELDS},
                          "paper_order": r.get("paper_order", PAPER_ORDER.get(r["name"]))})
     out = pd.DataFrame(rows)
     if out.empty:
@@ -172,6 +175,21 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     presets = tables123_presets(df)
     out["_preset"] = out["preset"].map(presets.index)
     return out.sort_values(["_preset", "_order"], kind="stable").drop(columns=["_order", "_preset"])
+
+
+CERTIFICATE_FIELDS = ("certificate_error", "certificate_bound", "certificate_rounding_level", "certificate_module")
+"""A Tables 1-3 row's worst-module certificate (:meth:`fraq.aggregators.Certificate.summary`)."""
+
+
+def exactness(r) -> str:
+    """A row's worst-module certificate as shown: the relative error, ``<= bound (rounding)``
+    when it is below the certificate's resolution, or "-" when the result has none."""
+    bound = r.get("certificate_bound")
+    if bound is None or pd.isna(bound):
+        return "-"
+    if bool(r.get("certificate_rounding_level")):
+        return f"<= {bound:.0e} (rounding)"
+    return f"{r['certificate_error']:.2e}"
 
 
 def _cuts_by_tau(row: dict) -> bool:
@@ -212,7 +230,8 @@ def tables123_presets(df: pd.DataFrame) -> list[str]:
 def tables123_latency(df: pd.DataFrame, preset: str) -> pd.DataFrame:
     """Tables 1-3's downlink and latency columns for ``preset``: ours beside the paper's,
     latency median [IQR] with the number of samples, each method's latency over FRAQ's
-    (tau = 0.95) in ours and in the paper's, and how the latency was obtained."""
+    (tau = 0.95) in ours and in the paper's, the worst module's exactness certificate
+    (:func:`exactness`), and how the latency was obtained."""
     rows = tables123_rows(df)
     rows = rows[rows["preset"] == preset]
     fraq = rows[rows["method"] == "fraq (tau=0.95)"]
@@ -232,6 +251,7 @@ def tables123_latency(df: pd.DataFrame, preset: str) -> pd.DataFrame:
             "x FRAQ": r["median_s"] / ours0 if measured and ours0 else None,
             "paper ms": r["paper_ms"],
             "paper x FRAQ": r["paper_ms"] / paper0 if pd.notna(r["paper_ms"]) and pd.notna(paper0) else None,
+            "Exactness (worst module)": exactness(r),
             "how": _how(r),
         })
     return pd.DataFrame(out)

@@ -130,7 +130,11 @@ def test_report_tables_and_verdicts(tmp_path, quiet_machine):
     from analysis.reproduce import build_report
     from benchmarks.results import write_result
 
-    llama = [_row("flora", "flora", 100.0, 20.0), _row("fedit", "fedit", 12.51, 10.0),
+    certified = {"certificate_error": 3e-8, "certificate_bound": 9.4e-7, "certificate_rounding_level": True,
+                 "certificate_module": "q"}
+    llama = [{**_row("flora", "flora", 100.0, 20.0), **certified},
+             {**_row("fedit", "fedit", 12.51, 10.0), **certified, "certificate_error": 0.8123,
+              "certificate_bound": 0.8124, "certificate_rounding_level": False},
              _row("florist (tau=0.90)", "florist", 30.0, 1000.0, tau=0.9),
              _row("fraq (tau=0.80)", "fraq", 20.0, 90.0, tau=0.8), _row("fraq (tau=0.95)", "fraq", 40.0, 100.0, tau=0.95)]
     flex = [_row("flexlora", "flexlora", 12.51, 10_000.0, n=2)]
@@ -154,6 +158,8 @@ def test_report_tables_and_verdicts(tmp_path, quiet_machine):
     # every row by its display name (these files record none: analysis.style's, with the row's options)
     assert [x.split(" | ")[0][2:] for x in table[1:]] == ["FLoRA", "FedIT", "FlexLoRA", "FLoRIST (tau=0.90)",
                                                           "FRAQ (tau=0.80)", "FRAQ (tau=0.95)"]
+    # the worst module's certificate: the error, "<= bound (rounding)" at the rounding level, "-" when not recorded
+    assert "| <= 9e-07 (rounding) |" in table[1] and "| 8.12e-01 |" in table[2] and "| - |" in table[3]
     flex_row = next(x for x in table if x.startswith("| FlexLoRA"))
     assert "| 10,000.0 [9,975.0, 10,025.0] | 2 | 100.0 |" in flex_row  # two samples; 10,000 ms / FRAQ's 100 ms
     latency = [x.split(" | ")[3] for x in table[1:]]  # the column's one format: 9.9 beside 10,025.0

@@ -26,7 +26,10 @@ def draw(res) -> list[Section]:
              "*x FRAQ*: latency over FRAQ's (tau = 0.95), ours and the paper's; *samples*: timed aggregations "
              "per row (fewer where one takes minutes); *how*: rows timed on some modules (a dense method on one "
              "module of every shape, or a preset built on some of its layers) are extrapolated to the whole "
-             "model, and say from how many. The paper's numbers are one GH200's. " + thresholds(agg)
+             "model, and say from how many; *Exactness*: the worst module's ||update - exact||_F / ||exact||_F "
+             "against the exact weighted aggregate (the result's certificate, float64 Grams, computed outside the "
+             "timed calls; \"<= b (rounding)\" where it is below the certificate's rounding resolution b). "
+             "The paper's numbers are one GH200's. " + thresholds(agg)
              + f"{style.caption(agg)}.")
     out = [Section("Tables 1-3: downlink and server latency", intro)]
     for preset in tables.tables123_presets(agg):
