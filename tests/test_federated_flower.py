@@ -358,8 +358,11 @@ def test_strategy_and_harness_build_the_same_round_record():
     got = st.records[0]
     assert set(got) == set(rec)
     for key in ("round", "accuracy", "downlink_params", "downlink_params_mean", "downlink_pct_flora", "ranks",
-                "rank_mean", "reinitialize", "info"):
+                "rank_mean", "reinitialize", "info", "certificate"):
         assert got[key] == rec[key], key
+    # FRAQ at tau=0.9 cuts: the round's worst module certificate is a resolved error, not rounding
+    assert not rec["certificate"]["certificate_rounding_level"]
+    assert 0 < rec["certificate"]["certificate_error"] <= rec["certificate"]["certificate_bound"] < 1
 
 
 def test_a_flower_run_parses_its_method_once(method_parses):

@@ -9,8 +9,11 @@ The in-process harness (:func:`fraq.federated.server.run_round`) and the Flower 
 clients), ``train_seconds``, ``agg_ms``, ``downlink_params`` (per client),
 ``downlink_params_mean``, ``downlink_pct_flora`` (of FLoRA's (m + n) sum_k r_k per
 module), ``ranks`` (module -> global rank, or per-client ranks), ``rank_mean``,
-``reinitialize`` (clients start the next round from a fresh adapter) and ``info`` (the
-aggregator's extras).
+``reinitialize`` (clients start the next round from a fresh adapter), ``info`` (the
+aggregator's extras) and ``certificate`` (the worst module's exactness certificate,
+:meth:`fraq.aggregators.Certificate.summary`: ``certificate_error``,
+``certificate_bound``, ``certificate_rounding_level``, ``certificate_module``; computed
+after ``agg_ms`` is taken, so it is no part of it; None when not computed).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import statistics
 import numpy as np
 import torch
 
-from fraq.aggregators import REINITIALIZE, AggregationResult
+from fraq.aggregators import REINITIALIZE, AggregationResult, Certificate
 from fraq.methods import MethodSpec
 
 __all__ = ["flora_downlink", "jsonable", "method_result", "rank_mean", "round_line", "round_record"]
@@ -55,11 +58,11 @@ def rank_mean(ranks: dict) -> float:
 
 def round_record(result: AggregationResult, *, t: int, losses: list[float], train_seconds: float | None,
                  agg_ms: float, targets: dict[str, tuple[int, int]], client_ranks: list[int],
-                 accuracy: float | None = None) -> dict:
+                 accuracy: float | None = None, certificate: Certificate | None = None) -> dict:
     """The record of round ``t`` (the keys are listed in the module docstring).
 
     ``targets``: adapted module -> (m, n); ``client_ranks``: the clients' LoRA ranks, for
-    the FLoRA downlink reference.
+    the FLoRA downlink reference; ``certificate``: the round's ``result.certificate(updates)``.
     """
     down = result.downlink_params()
     ref = flora_downlink(targets, list(client_ranks))
@@ -67,7 +70,8 @@ def round_record(result: AggregationResult, *, t: int, losses: list[float], trai
             "train_seconds": train_seconds, "agg_ms": agg_ms, "downlink_params": down,
             "downlink_params_mean": float(np.mean(down)), "downlink_pct_flora": 100.0 * float(np.mean(down)) / ref,
             "ranks": jsonable(result.ranks), "rank_mean": rank_mean(result.ranks),
-            "reinitialize": result.client_init == REINITIALIZE, "info": jsonable(result.info)}
+            "reinitialize": result.client_init == REINITIALIZE, "info": jsonable(result.info),
+            "certificate": None if certificate is None else certificate.summary()}
 
 
 def round_line(spec: str, t: int, R: int, rec: dict) -> str:

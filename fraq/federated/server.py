@@ -180,7 +180,8 @@ def run_round(task: Task, method: MethodSetup, state: RoundState, *, evaluate: b
         acc = bb.accuracy(head, task.test, task.test_labels)
         bb.set_weights(state.weights)
     rec = round_record(result, t=t, losses=losses, train_seconds=train_s, agg_ms=agg_ms, targets=bb.targets,
-                       client_ranks=list(method.client_ranks), accuracy=acc)
+                       client_ranks=list(method.client_ranks), accuracy=acc,
+                       certificate=result.certificate(updates))  # outside agg_ms
     rec["train_shared"] = shared  # train_seconds: of the training whose uploads these are
     return state, rec, updates
 

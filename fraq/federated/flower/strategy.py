@@ -265,7 +265,8 @@ class LoraStrategy(FedAvg):
                                  self.layer)
         self._merges = [result.merged(k) for k in range(K)]
         rec = round_record(result, t=server_round, losses=losses, train_seconds=train_s, agg_ms=agg_ms,
-                           targets=self.targets, client_ranks=list(self.method.client_ranks))
+                           targets=self.targets, client_ranks=list(self.method.client_ranks),
+                           certificate=result.certificate(updates))  # outside agg_ms
         rec["train_shared"] = False  # every ClientApp trains its own round; the in-process harness may share round 1
         self.records.append(rec)
         metrics = MetricRecord({"train-loss": rec["train_loss"], "agg-ms": agg_ms,
