@@ -193,6 +193,7 @@ def certify(updates: Sequence[ClientUpdate], result: AggregationResult) -> Certi
     rows, where = [], []
     for spec in specs:
         X, Y = _exact(updates, spec.name, a, spec.scales, single)
+        exact = _exact_terms(X, Y)  # once per module, whatever the number of distinct downlinks
         seen: dict[int, int] = {}
         for k, client in enumerate(result.downlinks):
             down = client[spec.name]
@@ -200,7 +201,7 @@ def certify(updates: Sequence[ClientUpdate], result: AggregationResult) -> Certi
                 continue
             seen[id(down)] = k
             U, V = _adapter(down, spec.name, k, single, X, Y)
-            rows.append(_terms(X, Y, U, V))
+            rows.append(_terms(exact, X, Y, U, V))
             where.append((spec.name, k, len(seen)))
     values = torch.stack(rows).tolist()  # the one host read
     shared = {name: n for name, _, n in where}
@@ -252,14 +253,19 @@ def _adapter(down: Downlink, name: str, k: int, single: bool, X: torch.Tensor, Y
     return U, V
 
 
-def _terms(X, Y, U, V) -> torch.Tensor:
-    """[ss, sg, gg, N_S, N_G, c] for one module, on the device (no host read)."""
+def _exact_terms(X, Y) -> tuple[torch.Tensor, torch.Tensor]:
+    """ss = ||S||_F^2 and N_S of the exact aggregate, on the device: (m + n) R^2 multiply-adds."""
     GX, GY = X.mT @ X, Y @ Y.mT
+    return (GX * GY).sum(), (GX.diagonal().clamp_min(0) * GY.diagonal().clamp_min(0)).sqrt().sum()
+
+
+def _terms(exact, X, Y, U, V) -> torch.Tensor:
+    """[ss, sg, gg, N_S, N_G, c] for one downlink of a module, on the device (no host read):
+    (m + n)(R p + p^2) multiply-adds beside the module's :func:`_exact_terms`."""
+    ss, NS = exact
     GU, GV = U.mT @ U, V @ V.mT
-    ss = (GX * GY).sum()
     gg = (GU * GV).sum()
     sg = ((U.mT @ X) * (V @ Y.mT)).sum()
-    NS = (GX.diagonal().clamp_min(0) * GY.diagonal().clamp_min(0)).sqrt().sum()
     NG = (GU.diagonal().clamp_min(0) * GV.diagonal().clamp_min(0)).sqrt().sum()
     c = X.shape[0] + Y.shape[1] + max(X.shape[1], U.shape[1]) ** 2 + 8
     return torch.stack([ss, sg, gg, NS, NG, ss.new_tensor(float(c))])
