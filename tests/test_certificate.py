@@ -223,3 +223,14 @@ def test_certificate_refuses_uploads_that_are_not_the_results():
     with pytest.raises(TypeError, match="AggregationResult"):
         from fraq.aggregators import certify
         certify(ups, "not a result")
+
+
+def test_certificate_reads_the_host_once():
+    """The whole model's certificate is one host read (counted on the CPU as on CUDA:
+    benchmarks.measure.host_reads), so a GPU run pays one synchronisation for it; the
+    aggregate itself computes none of it."""
+    from benchmarks.measure.host_reads import count_host_reads
+
+    ups = _uploads("fraq", exact=False, modules={**SQUARE, "wide": (9, 20), "sq2": (12, 12)})
+    res = _agg("fraq").aggregate(ups)
+    assert count_host_reads(lambda: res.certificate(ups)).total == 1
