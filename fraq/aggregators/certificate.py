@@ -21,6 +21,8 @@ certificate is the worst over its clients (``client`` names which). FLoRG's upda
 :math:`s L A^\top A R` has fixed semi-orthogonal L, R, so its Frobenius norms are those of
 the min(m, n) square core :math:`\sum_k a_k s_k A_k^\top A_k` against :math:`s A_g^\top A_g`,
 which is what is certified (X = Y^T with rows :math:`\sqrt{a_k s_k} A_k`).
+LoRA-A^2 with component budgets (``upload_rank``) is certified against the uploads as
+given, so what a budget leaves out counts as error.
 
 The relative error is computed from small Grams in float64, never the m x n matrix:
 
