@@ -91,15 +91,18 @@ def _methods(preset: Preset) -> list[TableRow]:
     """The rows of ``preset``'s table: every registered aggregator (the package's and those
     from outside it, :mod:`fraq.aggregators.registry`) in the paper's order (its class's
     ``paper_order``; the others after, in registration order), with the paper's options
-    (:data:`PAPER_SETTINGS`); a method whose clients alternate the trained factor
-    (``alternating_freeze``) has a row for each round, B's and A's."""
+    (:data:`PAPER_SETTINGS`), each followed by the same on each of its kernel variants
+    (its class's ``kernel_variants``: ``flexlora (kernel=fraq)``); a method whose clients
+    alternate the trained factor (``alternating_freeze``) has a row for each round, B's
+    and A's."""
     from fraq.aggregators import AGGREGATORS
 
     hetero = len(set(preset.ranks)) > 1
     classes = sorted(AGGREGATORS.values(), key=lambda c: (c.paper_order is None, c.paper_order or 0))
     rows = []
     for cls in classes:
-        for options in PAPER_SETTINGS.get(cls.name, lambda h: [{}])(hetero):
+        settings = PAPER_SETTINGS.get(cls.name, lambda h: [{}])(hetero)
+        for options in settings + [{**o, "kernel": k} for k in cls.kernel_variants for o in settings]:
             if cls.alternating_freeze:
                 rows += [TableRow(f"{_label(cls.name, options)} ({part} round)", cls.name, {**options, "round": rnd})
                          for part, rnd in (("B", 1), ("A", 2))]
@@ -216,7 +219,7 @@ def prepare(model: Model, method: TableRow, *, subset: bool) -> Job:
         nbytes += mult * statistics.mean(res.downlink_bytes())
         ranks += [r for r in res.ranks.values() if isinstance(r, int)]
         for m in flops:
-            flops[m] += count * _model_flops(method.name, model, res.ranks, m)
+            flops[m] += count * _model_flops(method.name, model, res.ranks, m, kernel=method.options.get("kernel"))
         del res
         calls.append((lambda agg=agg, ups=ups, state=state: agg.aggregate(ups, state), count))
     row.update(modules=len(model.shapes), downlink_params=params, downlink_params_max=params_max,
@@ -275,26 +278,29 @@ def _described(method: TableRow) -> dict:
     return dict(fields, display_name=fields["display_name"] + suffix)
 
 
-def _model_flops(name: str, model: Model, ranks: dict, which: str) -> float:
+def _model_flops(name: str, model: Model, ranks: dict, which: str, *, kernel: str | None = None) -> float:
     """The analytic FLOPs (:func:`fraq.flops.analytic_flops`, ``which`` = ``"table5"``, the
     paper's formulas, or ``"full"``, the routines the code calls) of one aggregation of the
-    modules in ``ranks`` (module -> output rank; a fixed-rank method's tuple of client ranks
-    counts as their sum), each at its shape and the preset's stacked rank; NaN for a
-    method without a FLOP model. FRAQ's full model follows the path ``recompress`` takes
+    modules in ``ranks`` (module -> output rank; a per-client method's tuple of client ranks
+    counts as the largest, the rank its one SVD is cut at), each at its shape and the
+    preset's stacked rank, on the row's ``kernel`` where it names one; NaN for a method
+    without a FLOP model or a model without the row (Table 5 has no kernel rows). FRAQ's
+    full model follows the path ``recompress`` takes
     (:func:`benchmarks.measure.methods.default_path`)."""
     from benchmarks.measure.methods import default_path
     from fraq.aggregators import AGGREGATORS
     from fraq.flops import analytic_flops
 
-    if AGGREGATORS[name].flop_model is None:
+    if AGGREGATORS[name].flop_model is None or (kernel not in (None, "dense") and which == "table5"):
         return float("nan")
+    path_kernel = {} if kernel is None else {"kernel": kernel}
     r = sum(model.preset.ranks)
     total = 0.0
     for module, p in ranks.items():
         m, n = model.shapes[module]
-        p = sum(p) if isinstance(p, tuple) else int(p)
+        p = max(p) if isinstance(p, tuple) else int(p)
         path = default_path(m, n, r, p) if AGGREGATORS[name].basis_backend and which == "full" else {}
-        total += analytic_flops(name, m, n, r, min(p, r, m, n), model=which, **path)
+        total += analytic_flops(name, m, n, r, min(p, r, m, n), model=which, **path, **path_kernel)
     return total
 
 
