@@ -17,8 +17,9 @@ time times its number of modules; ``quick`` (every size but ``paper``) does so f
 preset whose one-module-per-shape work is at most :data:`QUICK_DENSE_WORK` (RoBERTa-base)
 and skips the rest (LLaMA), and runs the LLaMA presets on 2 of their 28 layers (latency
 times 14). Every extrapolated row says from how many of how many modules
-(``modules_measured``, ``modules_total``). Its downlink is exact: it depends only on
-shapes and ranks. Timed on one module per shape, such a method is its own point
+(``modules_measured``, ``modules_total``). Its downlink is extrapolated alike, which is
+exact where it depends only on shapes and ranks (FlexLoRA, FLoRG, FedSVD; not
+FedMomentum's, whose residual rank follows each module's spectrum). Timed on one module per shape, such a method is its own point
 (``<preset>-<method>.json``), timed ``slow_rounds`` times (the size's) after a warm-up
 call, so a long run resumes between methods and the table says how many samples each row
 has. A size may build a preset on fewer layers (``layers``, latency times the layers'
@@ -29,6 +30,12 @@ The rows of a point are timed in paired rounds over ``launches`` fresh processes
 (:mod:`benchmarks.measure.paired`): each row's latency carries ``round``, ``launch``,
 ``loops`` and the point's ``group`` id, and the analysis judges ratios between rows of
 one point round by round.
+
+A method whose dense SVD also runs on FRAQ's kernel (its class's ``kernel_variants``:
+FlexLoRA, FedSVD, FedMomentum) has a row on each kernel, ``flexlora`` and
+``flexlora (kernel=fraq)``, timed in the same paired rounds; the kernel row also carries
+``agreement`` (:func:`kernel_agreement`): its updates against the dense row's on the same
+uploads, on the modules the dense row is measured on.
 
 Every measured row also carries the host's share of its call
 (:mod:`benchmarks.measure.overhead`), counted on a CPU as in the CUDA configuration so a
@@ -62,8 +69,8 @@ from benchmarks.sizes import size_config
 from fraq.aggregators import ClientUpdate, get_aggregator
 from fraq.presets import Preset, get_preset
 
-__all__ = ["DENSE_WORK", "PAPER_SETTINGS", "QUICK_DENSE_WORK", "TableRow", "dense_plan", "host_cost", "key", "measure",
-           "method_job", "model_for", "points", "run_preset", "table_rows"]
+__all__ = ["DENSE_WORK", "PAPER_SETTINGS", "QUICK_DENSE_WORK", "TableRow", "dense_plan", "host_cost", "kernel_agreement",
+           "key", "measure", "method_job", "model_for", "points", "run_preset", "table_rows"]
 
 
 @dataclass(frozen=True)
@@ -191,7 +198,7 @@ def prepare(model: Model, method: TableRow, *, subset: bool) -> Job:
         flora = model.preset.stack_params()
         row["modules_measured"] = len(pieces)
         row["extrapolated"] = (f"from {len(pieces)} of {total} modules (one of every shape), each shape's time "
-                               f"times its number of modules")
+                               f"and downlink times its number of modules")
         row["parts"] = [{"shape": list(shape), "module": names[0], "count": count} for names, count, shape in pieces]
     else:
         scale = full_layers / model.layers
@@ -354,6 +361,27 @@ def method_job(name: str, model: Model, method: TableRow, *, quick: bool) -> Job
     return prepare(model, method, subset=plan == "per-shape")
 
 
+def kernel_agreement(model: Model, method: TableRow, *, quick: bool) -> dict:
+    """A kernel variant's row against its dense row (the same options without ``kernel``) on
+    the same uploads (:func:`benchmarks.measure.kernel_agreement.agreement`), on the modules
+    the dense row is measured on (:func:`dense_plan`: all of them, or one of every shape),
+    with ``reference`` (the dense row's label) and ``modules_compared_on``; where the dense
+    row is not measured at this size, only ``skipped`` and the reason."""
+    from benchmarks.measure.kernel_agreement import agreement
+
+    options = {k: v for k, v in method.options.items() if k != "kernel"}
+    dense_row = TableRow(_label(method.name, options), method.name, options)
+    dense = _aggregator(dense_row)
+    plan = dense_plan(model.preset, quick=quick)
+    if plan == "skip":
+        return {"reference": dense_row.label, "skipped": "the dense path is not measured at this size"}
+    names = None if plan == "full" else [name for name, _ in model.one_per_shape().values()]
+    ups, state = _inputs(model, dense, dense_row, names)
+    out = agreement(ups, dense.aggregate(ups, state), _aggregator(method).aggregate(ups, state))
+    where = "every module" if names is None else f"one module of every shape ({len(names)})"
+    return dict(out, reference=dense_row.label, modules_compared_on=where)
+
+
 GROUP = "benchmarks.experiments.tables123:group_calls"
 """The builder of a point's timed calls in every launch (:func:`benchmarks.measure.paired.launched`)."""
 
@@ -408,6 +436,8 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = No
             rows.append({"method": method.label, "name": method.name, **_described(method), "skipped": job})
             log(f"  {method.label:<22} skipped: {job[:60]}")
             continue
+        if method.options.get("kernel", "dense") != "dense":
+            job.row["agreement"] = kernel_agreement(model, method, quick=quick)
         rows.append(job.row)
         jobs.append(job)
         log(f"  {method.label:<22} {job.row['downlink_pct']:7.2f}%  warm-up {job.first_s:.2f} s")
