@@ -97,7 +97,8 @@ def with_registered(methods) -> list[str]:
     def variants(method: str) -> list[str]:
         name, options = split_method(method)
         cls = AGGREGATORS.get(name)
-        extra = [] if cls is None or options else [f"{name}:kernel={k}" for k in cls.kernel_variants]
+        kernels = getattr(cls, "kernel_variants", ())  # an older fraq (benchmarks.regress) has none
+        extra = [] if cls is None or options else [f"{name}:kernel={k}" for k in kernels]
         return [method] + [v for v in extra if v not in methods]
 
     methods = list(methods)

@@ -109,7 +109,8 @@ def _methods(preset: Preset) -> list[TableRow]:
     rows = []
     for cls in classes:
         settings = PAPER_SETTINGS.get(cls.name, lambda h: [{}])(hetero)
-        for options in settings + [{**o, "kernel": k} for k in cls.kernel_variants for o in settings]:
+        kernels = getattr(cls, "kernel_variants", ())  # an older fraq (benchmarks.regress) has none
+        for options in settings + [{**o, "kernel": k} for k in kernels for o in settings]:
             if cls.alternating_freeze:
                 rows += [TableRow(f"{_label(cls.name, options)} ({part} round)", cls.name, {**options, "round": rnd})
                          for part, rnd in (("B", 1), ("A", 2))]
