@@ -12,8 +12,9 @@ report says how much faster the kernel variant is and whether its outputs agree:
   (:mod:`benchmarks.measure.kernel_agreement`): every client's update as far from the exact
   aggregate as the dense path's, to twice the rounding of a product of the factors, its
   ``ratio_max`` at most 1 (an exact verdict); in the sweeps, both variants' float32 error
-  above the float64 optimum at their rank under :data:`FIDELITY` at every point (the
-  fidelity every exact method of the sweeps is held to).
+  above the float64 optimum at their rank (relative error minus the optimum) under
+  :data:`FIDELITY` at every point (the fidelity every exact method of the clients sweep is
+  held to), the error in quadrature beside it.
 
 A kernel variant's name is its dense path's with ``kernel=<kernel>`` among its options;
 nothing here knows the methods.
@@ -52,8 +53,8 @@ def _ms(rows: pd.DataFrame) -> np.ndarray:
 
 def sweep_lines(df: pd.DataFrame, point: list[str], what: str) -> list[str]:
     """One line per kernel variant among the sweep results ``df`` (Fig. 3's or the clients
-    sweep's, with ``method``, ``display_name``, ``timing.samples``/``timing.group`` and
-    ``excess``): its speed-up over its dense path at the points (``point``: the columns that
+    sweep's, :func:`analysis.figures.measured_columns`'s: ``method``, ``method_name``,
+    ``timing.samples``/``timing.group``, ``excess_plain`` and ``excess``): its speed-up over its dense path at the points (``point``: the columns that
     name one) where both were measured, and both variants' fidelity there. ``what`` names
     the sweep in the claims."""
     out = []
@@ -82,13 +83,15 @@ def sweep_lines(df: pd.DataFrame, point: list[str], what: str) -> list[str]:
         speed = _ours(v, f"{v.value:.3g}x at the least", ".3g", "x",
                       test=f"{dlabel}'s time over {label}'s above 1 at each of the {len(pairs)} points both ran, "
                            "the smallest ratio")
-        both_rows = pd.concat(sets)
-        worst = both_rows.groupby("method")["excess"].max()
+        by = pd.concat(sets).groupby("method")
+        worst, quad = by["excess_plain"].max(), by["excess"].max()
         fid = exact(float(worst.max()), below=FIDELITY)
         out.append(f"- {label} against {dlabel} ({what}): {speed}; median speed-ups {min(ratios):.3g}x to "
                    f"{max(ratios):.3g}x. Outputs: both within {FIDELITY:g} of the float64 optimum at their rank at "
-                   f"every such point, {fid.bold()} (exact): the largest error above it, {label} "
-                   f"{worst.get(kernel, np.nan):.1e}, {dlabel} {worst.get(dense, np.nan):.1e}.")
+                   f"every such point, {fid.bold()} (exact): the largest relative error above it, {label} "
+                   f"{worst.get(kernel, np.nan):.1e}, {dlabel} {worst.get(dense, np.nan):.1e} (in quadrature, "
+                   f"the float32 rounding a truncation does not square away: {quad.get(kernel, np.nan):.1e} and "
+                   f"{quad.get(dense, np.nan):.1e}).")
     return out
 
 
