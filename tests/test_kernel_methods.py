@@ -295,6 +295,25 @@ def test_fedmomentum_at_any_scale_and_tau_one_is_the_aggregate(kernel):
     assert _norm2(d.start.dense() - (U[:, :r] * Sv[:r]) @ Vh[:r]) <= _trunc_bound(S, r, m, n)
 
 
+@pytest.mark.parametrize("kernel", ["dense", "fraq"])
+def test_fedmomentum_mixed_ranks_each_client_its_own_top_r(kernel):
+    """Ranks 2, 4, 4 at scales 1, 2, 2, tau = 1: client k's warm start at its scale is the best
+    rank-r_k part of the aggregate (truncation bound at r_k), its update the whole aggregate (c u N),
+    its downlink (m + n) q with q = 10, the stack's rank."""
+    m, n, ranks, scales = 28, 34, [2, 4, 4], [1.0, 2.0, 2.0]
+    Bs, As = lora_clients(m, n, ranks, seed=17)
+    Bst, Ast = fraq.stack([b.double() for b in Bs], [a.double() for a in As], [1, 1, 1], scales)
+    M = Bst @ Ast
+    U, S, Vh = torch.linalg.svd(M)
+    res = get_aggregator("fedmomentum", tau=1.0, kernel=kernel).aggregate(_ups(Bs, As, scales, [1, 1, 1]))
+    assert res.ranks["q"] == (2, 4, 4) and res.downlink_params() == [(m + n) * 10] * 3
+    for k, (r, s) in enumerate(zip(ranks, scales)):
+        d = res.downlinks[k]["q"]
+        assert d.start.B.shape == (m, r) and d.start.scale == s
+        assert _norm2(d.start.dense() - (U[:, :r] * S[:r]) @ Vh[:r]) <= _trunc_bound(S, r, m, n), k
+        assert torch.linalg.matrix_norm(d.delta() - M) <= math.sqrt(min(m, n)) * U32 * float(scale_sum(Bst, Ast))
+
+
 def test_fedmomentum_is_not_an_adapter_and_refuses_a_bad_tau():
     assert AGGREGATORS["fedmomentum"].not_an_adapter
     with pytest.raises(ValueError, match=r"tau\(=1.5\) must be in \(0, 1\]"):

@@ -36,7 +36,7 @@ name             server math                   mixed ranks  downlink / module   
 ``florist``      thin SVDs + core SVD          yes          (m + n) p             warm start
 ``fraq``         QR + Gram eigenproblem        yes          (m + n) p             merge
 ``fedsvd``       SVD of the FedAvg adapter     no           (m + n) r             warm start
-``fedmomentum``  top r of the aggregate's SVD  no           (m + n) max(r, p)     warm start
+``fedmomentum``  top r of the aggregate's SVD  yes          (m + n) max(r_k, p)   warm start
 ===============  ============================  ===========  ====================  ==========
 
 FlexLoRA, FedSVD and FedMomentum decompose an m x n matrix densely by default, as their

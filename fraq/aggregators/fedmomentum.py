@@ -58,10 +58,12 @@ class FedMomentum(Aggregator):
     O((m + n) r^2), no m x n matrix). Both give the same adapter and residual products to
     float32 rounding where the spectrum has gaps at r' and q.
 
-    Every client must have the same rank and scale per module.
+    A client's rank r_k and scale s_k are its own (r and s above): with mixed ranks each client
+    gets the top r_k triplets as its adapter and the rest up to q as its residual, from the
+    one SVD (that code has one rank for all; with one rank this is its formula).
 
-    Downlink per client and module: (m + n)(r + q - r') parameters, (m + n) max(r, q): the
-    adapter, zero-padded to r, and the residual's factors.
+    Downlink per client k and module: (m + n)(r_k + q - r'_k) parameters,
+    (m + n) max(r_k, q): the adapter, zero-padded to r_k, and the residual's factors.
 
     Args:
         tau: the residual's energy threshold in (0, 1] (default :data:`DEFAULT_RESIDUAL_TAU`).
@@ -73,8 +75,7 @@ class FedMomentum(Aggregator):
     name = "fedmomentum"
     client_init = WARM_START
     display_name = "FedMomentum"
-    downlink_rule = "(m + n) max(r, p)"
-    heterogeneous_ranks = False
+    downlink_rule = "(m + n) max(r_k, p)"
     checks_finite = False  # fraq.stack does
     dense_factorization = True
     kernel_variants = ("fraq",)
@@ -89,7 +90,7 @@ class FedMomentum(Aggregator):
 
     def _group(self, group: Group, state) -> GroupOutput:
         spec = group.spec
-        r, s, cdt = spec.ranks[0], spec.scales[0], compute_dtype(spec.dtype)
+        cdt = compute_dtype(spec.dtype)
         Bs, As = group.client_factors()
         Bst, Ast = fraq.stack(Bs, As, group.weights, spec.scales, dtype=cdt)
         parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]] = []  # per module: U, S, Vh, q
@@ -99,15 +100,24 @@ class FedMomentum(Aggregator):
             for U, Sv, Vh, qi in zip(group.split(left), group.split(S), group.split(right),
                                      q.reshape(-1).tolist()):
                 parts.append((U, Sv, Vh, qi))
+        variants = sorted(set(zip(spec.ranks, spec.scales)))
+        ranks = spec.ranks[0] if len(set(spec.ranks)) == 1 else spec.ranks
         out: GroupOutput = {}
         for mod, (U, S, Vh, q) in zip(group.specs, parts):
-            rk = min(r, q)
-            root = (S[:rk] / s).sqrt()
-            B = first_columns(U[:, :rk] * root, r).to(spec.dtype)
-            A = first_rows(root[:, None] * Vh[:rk], r).to(spec.dtype)
-            sent, merge = (B, A), ()
-            if q > rk:
-                Br, Ar = (U[:, rk:q] * S[rk:q]).to(spec.dtype), Vh[rk:q].contiguous().to(spec.dtype)
-                sent, merge = (B, A, Br, Ar), (Factors(Br, Ar, 1.0),)
-            out[mod.name] = (Downlink(sent=sent, merge=merge, start=Factors(B, A, s)), r)
+            made = {v: self._downlink(U, S, Vh, q, *v, spec.dtype) for v in variants}
+            out[mod.name] = (tuple(made[v] for v in zip(spec.ranks, spec.scales)), ranks)
         return out
+
+    @staticmethod
+    def _downlink(U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor, q: int, r: int, s: float,
+                  dtype: torch.dtype) -> Downlink:
+        """A client of rank r and scale s: the adapter from the top min(r, q) triplets, zero-padded
+        to r, and the residual r'..q as low-rank factors to merge."""
+        rk = min(r, q)
+        root = (S[:rk] / s).sqrt()
+        B = first_columns(U[:, :rk] * root, r).to(dtype)
+        A = first_rows(root[:, None] * Vh[:rk], r).to(dtype)
+        if q <= rk:
+            return Downlink(sent=(B, A), start=Factors(B, A, s))
+        Br, Ar = (U[:, rk:q] * S[rk:q]).to(dtype), Vh[rk:q].contiguous().to(dtype)
+        return Downlink(sent=(B, A, Br, Ar), merge=(Factors(Br, Ar, 1.0),), start=Factors(B, A, s))
