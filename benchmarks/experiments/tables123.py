@@ -495,10 +495,11 @@ def points(size: str) -> list[dict]:
     return out
 
 
-SHAPE_ONLY = ("flexlora",)
+SHAPE_ONLY = ("flexlora", "fedsvd", "fedmomentum")
 """Dense methods whose time on one module depends on its shape alone, not on the client
-ranks: FlexLoRA forms the m x n aggregate (2 m n sum r_k FLOPs, under 2% of its SVD's
-~10 m n min(m, n) at LLaMA's shapes and ranks up to 232) and decomposes it. Timed on one
+ranks: FlexLoRA and FedMomentum form the m x n aggregate (2 m n sum r_k FLOPs, under 2% of
+its SVD's ~10 m n min(m, n) at LLaMA's shapes and ranks up to 232) and decompose it, FedSVD
+the product of the averaged factors (2 m n r). Timed on one
 module per shape for one preset, it serves every later preset with the same shapes
 (Table 3's heterogeneous ranks take Table 2's timing, each row saying so). FLoRG is not
 here: its Procrustes step and Gram follow the ranks."""
