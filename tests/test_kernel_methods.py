@@ -343,3 +343,30 @@ def test_kernel_and_dense_agree_on_a_whole_model(name, batched):
     a = agreement(ups, dense, kern)
     parts = 2 if dense.downlinks[0]["a"].merge else 1  # the whole update, and the warm start where it differs
     assert a["compared"] == parts * len(modules) and a["modules"] == len(modules) and a["ratio_max"] <= 1.0, a
+
+
+# ----------------------------------------------------------------------------------------- the federated harness
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("method", ["flexlora:kernel=fraq", "fedsvd:kernel=fraq", "fedmomentum:kernel=fraq"])
+def test_the_harness_runs_the_kernel_variants(method):
+    """Two rounds of the tiny task. FedSVD's clients train B alone: every client uploads the A it
+    started from, the same for all, and the next round starts from an A with orthonormal rows."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("peft")
+    from fraq.federated.server import MethodSetup, Task, run_method, run_round
+    from test_new_method import tiny_config
+
+    task = Task(tiny_config(), log=lambda *a: None)
+    out = run_method(task, method, log=lambda *a: None)
+    assert out["skipped"] is None and [r["round"] for r in out["rounds"]] == [1, 2]
+    if method.startswith("fedsvd"):
+        setup = MethodSetup.make(method, task.cfg)
+        s0 = setup.initial_state(task)
+        s1, _, updates = run_round(task, setup, s0, evaluate=False)
+        for name in task.backbone.targets:
+            A0 = s0.starts[0][name].A
+            assert all(torch.equal(u.factors[name][1].to(A0.dtype), A0) for u in updates)
+            A1 = s1.starts[0][name].A.double()
+            assert _norm2(A1 @ A1.mT - torch.eye(A1.shape[0], dtype=F64)) <= 16 * math.sqrt(A1.shape[1]) * U32
