@@ -53,10 +53,11 @@ def _ms(rows: pd.DataFrame) -> np.ndarray:
 
 def sweep_lines(df: pd.DataFrame, point: list[str], what: str) -> list[str]:
     """One line per kernel variant among the sweep results ``df`` (Fig. 3's or the clients
-    sweep's, :func:`analysis.figures.measured_columns`'s: ``method``, ``method_name``,
-    ``timing.samples``/``timing.group``, ``excess_plain`` and ``excess``): its speed-up over its dense path at the points (``point``: the columns that
-    name one) where both were measured, and both variants' fidelity there. ``what`` names
-    the sweep in the claims."""
+    sweep's, as :func:`analysis.figures.measured_columns` gives them: ``method``,
+    ``method_name``, ``timing.samples``/``timing.group``, ``excess_plain`` and ``excess``):
+    its speed-up over its dense path at the points (``point``: the columns that name one)
+    where both were measured, and both variants' fidelity there. ``what`` names the sweep
+    in the claims."""
     out = []
     names = df["method_name"] if "method_name" in df else df.get("display_name", df["method"])
     shown = dict(zip(df["method"], names))

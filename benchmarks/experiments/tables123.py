@@ -19,7 +19,8 @@ and skips the rest (LLaMA), and runs the LLaMA presets on 2 of their 28 layers (
 times 14). Every extrapolated row says from how many of how many modules
 (``modules_measured``, ``modules_total``). Its downlink is extrapolated alike, which is
 exact where it depends only on shapes and ranks (FlexLoRA, FLoRG, FedSVD; not
-FedMomentum's, whose residual rank follows each module's spectrum). Timed on one module per shape, such a method is its own point
+FedMomentum's, whose residual rank follows each module's spectrum). Timed on one module
+per shape, such a method is its own point
 (``<preset>-<method>.json``), timed ``slow_rounds`` times (the size's) after a warm-up
 call, so a long run resumes between methods and the table says how many samples each row
 has. A size may build a preset on fewer layers (``layers``, latency times the layers'
@@ -69,8 +70,8 @@ from benchmarks.sizes import size_config
 from fraq.aggregators import ClientUpdate, get_aggregator
 from fraq.presets import Preset, get_preset
 
-__all__ = ["DENSE_WORK", "PAPER_SETTINGS", "QUICK_DENSE_WORK", "TableRow", "dense_plan", "host_cost", "kernel_agreement",
-           "key", "measure", "method_job", "model_for", "points", "run_preset", "table_rows"]
+__all__ = ["DENSE_WORK", "PAPER_SETTINGS", "QUICK_DENSE_WORK", "TableRow", "dense_plan", "host_cost",
+           "kernel_agreement", "key", "measure", "method_job", "model_for", "points", "run_preset", "table_rows"]
 
 
 @dataclass(frozen=True)
