@@ -123,7 +123,8 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     ``timing.group``), the analytic FLOPs of one aggregation (``flops_table5``: the paper's
     formulas; ``flops_full``: the routines the code calls), the host's share of a call
     (``host_reads_per_group``, ``ops_per_group``, ``python_ms_16x16``:
-    :mod:`benchmarks.experiments.tables123`) and the record's ``loadavg``,
+    :mod:`benchmarks.experiments.tables123`), a kernel variant's ``kernel`` and ``agreement``
+    (None for the other rows; :mod:`analysis.kernel_variants`) and the record's ``loadavg``,
     ``steal``, ``threads`` and ``device``; ``shown``, the name the report shows the row by
     (:func:`shown_name`); the worst module's exactness certificate (``certificate_error``,
     ``certificate_bound``, ``certificate_rounding_level``, ``certificate_module``; None in
@@ -147,9 +148,13 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
         table = numbers.get(rec["preset"], {})
         for r in rec["rows"]:
             lat = r.get("latency") or {}
-            paper = table.get(r["method"]) or table.get(r["method"].split(" (")[0]) or [None, None]
+            options = r.get("options") or {}
+            kernel = options.get("kernel")  # a dense-SVD method on another kernel: a row the paper has not
+            paper = table.get(r["method"]) or (None if kernel else table.get(r["method"].split(" (")[0])) \
+                or [None, None]
             rows.append({"preset": rec["preset"], "method": r["method"], "name": r["name"],
-                         "adaptive": _cuts_by_tau(r), "tau": (r.get("options") or {}).get("tau"),
+                         "adaptive": _cuts_by_tau(r), "tau": options.get("tau"),
+                         "kernel": kernel, "agreement": r.get("agreement"),
                          "downlink_pct": r.get("downlink_pct"), "samples": list(lat.get("samples", [])),
                          "median_s": lat.get("median"), "q25_s": lat.get("q25"), "q75_s": lat.get("q75"),
                          "modules_measured": r.get("modules_measured"), "modules_total": r.get("modules_total"),

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 
 from benchmarks._suite import _Measured, cached, measure_points, prepare, skip
-from benchmarks.experiments import clients
+from benchmarks.experiments import clients, with_registered
 from benchmarks.sizes import ASV, size_config
 
 _C = size_config(ASV, "clients")
-SWEEP_METHODS = list(_C["methods"])
-"""The method names the clients sweep compares (the size's), the asv ``method`` parameter."""
+SWEEP_METHODS = with_registered(_C["methods"])
+"""The method names the clients sweep compares, the asv ``method`` parameter: the size's, with
+the kernel variants and the methods registered from outside the package, as the runner's points
+(:func:`benchmarks.experiments.with_registered`)."""
 SHAPES = [f"{m}x{n}" for m, n, *_ in _C["shapes"]]
 KS = sorted({k for _, _, ks, *_ in _C["shapes"] for k in ks})
 

@@ -16,12 +16,14 @@ from __future__ import annotations
 import math
 
 from benchmarks._suite import _Measured, measure_points, prepare, skip
-from benchmarks.experiments import fig3
+from benchmarks.experiments import fig3, with_registered
 from benchmarks.sizes import ASV, size_config
 
 _C = size_config(ASV, "fig3")
-SWEEP_METHODS = list(_C["methods"])
-"""The method names Fig. 3's sweeps compare (the size's), the asv ``method`` parameter."""
+SWEEP_METHODS = with_registered(_C["methods"])
+"""The method names Fig. 3's sweeps compare, the asv ``method`` parameter: the size's, with the
+kernel variants and the methods registered from outside the package, as the runner's points
+(:func:`benchmarks.experiments.with_registered`)."""
 MODES = list(fig3.MODES)
 
 

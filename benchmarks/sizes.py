@@ -104,13 +104,15 @@ SIZES: dict[str, dict[str, dict]] = {
         # LLaMA-3.2-3B down projection's shape.
         # On the LLaMA shape a call takes 20 s to minutes from r = d/2 on (FLoRIST's and FRAQ's work grows as
         # (d + D) r^2) and FlexLoRA's dense SVD 20-30 s at every K: 2 rounds per launch there (6 in all, the
-        # fewest with a 95% sign interval); FRAQ at every K (to r = 1.5d), FLoRIST and the Cholesky backend up
-        # to K = 48, FlexLoRA not at all. The comparison with the dense path past r = d is the 768-wide shapes',
-        # measured to r = 4d.
+        # fewest with a 95% sign interval); FRAQ at every K (to r = 1.5d), FLoRIST, the Cholesky backend and
+        # FlexLoRA on FRAQ's kernel (which under the energy rule takes every triplet: min(d, r) of them) up to
+        # K = 48, FlexLoRA's dense path not at all. The comparison with the dense path past r = d is the
+        # 768-wide shapes', measured to r = 4d.
         clients=dict(shapes=[[768, 768, [2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384]],
                              [768, 3072, [2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384]],
                              [3072, 8192, [8, 48, 192, 576],
-                              dict(rounds=2, only={"florist": [8, 48], "flexlora": [], "fraq:backend=cholesky": [8, 48]})]],
+                              dict(rounds=2, only={"florist": [8, 48], "flexlora": [], "flexlora:kernel=fraq": [8, 48],
+                                                   "fraq:backend=cholesky": [8, 48]})]],
                      client_rank=8, tau=0.95, modules=1,
                      methods=_SWEEP_METHODS + ["fraq:backend=cholesky"], rounds=4, launches=3),
         clients_models=dict(jobs=[dict(preset="roberta-base", clients=128, layers=None),

@@ -2,8 +2,10 @@
 
 ``fraq.stack`` builds the exact weighted factor stacks of K clients' LoRA factors, and
 ``fraq.recompress`` cuts their product to a best rank-p adapter without forming the
-m x n aggregate. ``import fraq`` needs torch alone, and imports it on first use of a
-name below, so the command line (:mod:`fraq.cli`) parses its arguments without it.
+m x n aggregate; ``fraq.svd`` gives that aggregate's leading singular triplets from the
+same factors at the same cost. ``import fraq`` needs torch alone, and imports it on
+first use of a name below, so the command line (:mod:`fraq.cli`) parses its arguments
+without it.
 The functions live in private modules (``fraq._stack``, ``fraq._recompress``), as
 torch's public ``svd_lowrank`` lives in ``torch._lowrank``: a public name never shares
 its spelling with a module, so ``fraq.recompress`` is always the function.
@@ -21,6 +23,8 @@ _NAMES = {
     "register_backend": "fraq.backends",
     "select_rank": "fraq._energy",
     "stack": "fraq._stack",
+    "svd": "fraq._svd",
+    "ThinSVD": "fraq._svd",
 }
 
 __all__ = [
@@ -31,6 +35,8 @@ __all__ = [
     "register_backend",
     "select_rank",
     "stack",
+    "svd",
+    "ThinSVD",
     "__version__",
 ]
 

@@ -49,7 +49,10 @@ the paper's methods (:func:`fraq_model`, :func:`florist_model`, :func:`flexlora_
 ``model="table5"`` is the paper's Table 5 exactly (leading terms, SYRK Gram;
 :func:`fraq_table5`, :func:`florist_table5`, :func:`flexlora_table5`); ``model="full"`` is
 what the code runs, with the routines' constants and the lower-order terms (FRAQ from
-:func:`fraq_flops`, FLoRIST's and FlexLoRA's SVDs at ``gesdd``'s counts).
+:func:`fraq_flops`, FLoRIST's and FlexLoRA's SVDs at ``gesdd``'s counts). A method that
+runs on FRAQ's kernel (``flexlora:kernel=fraq``, :mod:`fraq.aggregators._kernel`) is
+counted as :func:`fraq.svd` runs (:func:`kernel_svd_flops`; ``analytic_flops(...,
+kernel="fraq")``).
 :func:`model_flops` sums either over a model's modules (Eq. 14).
 
 Data-dependent work is not modelled: a Cholesky-QR2 fallback adds Householder's count for
@@ -67,6 +70,7 @@ Demmel, *Applied Numerical Linear Algebra* (SIAM 1997), Sec. 5.3.3.
 from __future__ import annotations
 
 import functools
+import inspect
 import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -108,6 +112,7 @@ __all__ = [
     "fraq_model",
     "florist_model",
     "flexlora_model",
+    "kernel_svd_flops",
     "analytic_flops",
     "model_flops",
 ]
@@ -304,14 +309,37 @@ def florist_model(d: int, D: int, r: int, p: int, *, model: str) -> float:
     return florist_table5(d, D, r, p) if model == "table5" else _florist_full(d, D, r, p)
 
 
-def flexlora_model(d: int, D: int, r: int, p: int, *, model: str) -> float:
-    """FlexLoRA's FLOP model (``FlexLoRA.flop_model``): Table 5's, or its SVD at ``gesdd``'s count."""
+def flexlora_model(d: int, D: int, r: int, p: int, *, model: str, kernel: str = "dense") -> float:
+    """FlexLoRA's FLOP model (``FlexLoRA.flop_model``): Table 5's, or its SVD at ``gesdd``'s count.
+
+    ``kernel="fraq"`` (:mod:`fraq.aggregators._kernel`) counts :func:`fraq.svd` at rank p
+    (the largest client rank): :func:`fraq_flops` with Householder (the CPU default) on
+    the path :func:`cheapest_path` picks, the D x p SVD of the long side and the d x p by
+    p x p rotation. Table 5 has no row for it (a ValueError).
+    """
+    if kernel == "fraq":
+        if model == "table5":
+            raise ValueError("Table 5 has no row for FlexLoRA on FRAQ's kernel (kernel='fraq'); use model='full'")
+        return kernel_svd_flops(d, D, r, p)
+    if kernel != "dense":
+        raise ValueError(f"kernel(={kernel!r}) must be 'dense' or 'fraq'")
     return flexlora_table5(d, D, r, p) if model == "table5" else _flexlora_full(d, D, r, p)
+
+
+def kernel_svd_flops(d: int, D: int, r: int, p: int) -> float:
+    """:func:`fraq.svd` of a d x D aggregate (d <= D) of stacked rank r at rank p: the
+    recompression (Householder, the path of :func:`cheapest_path`) plus the thin SVD of
+    the D x p long side and its p x p rotation of the d x p short side."""
+    s = min(d, r)
+    p = min(p, s)
+    path = cheapest_path(d, D, r, p)
+    return fraq_flops(d, D, r, p, factored=path.factored, identity=path.identity) + \
+        (svd_flops(D, p) + gemm_flops(d, p, p) if p > 0 else 0.0)
 
 
 def analytic_flops(method: str, d: int, D: int, r: int, p: int, *, backend: str = "householder",
                    model: str = "full", steps: int | None = None, factored: bool = False,
-                   identity: bool = False) -> float:
+                   identity: bool = False, kernel: str | None = None) -> float:
     """Analytic FLOPs of one d x D module with stacked rank r and output rank p.
 
     Args:
@@ -330,6 +358,9 @@ def analytic_flops(method: str, d: int, D: int, r: int, p: int, *, backend: str 
             ``gram="auto"`` when ``info["product_gram_count"]`` is 0), ``model="full"`` only.
         identity: FRAQ's identity basis (r >= d; ``result.info["basis"] == "identity"``),
             ``model="full"`` only.
+        kernel: the method's ``kernel`` option (``flexlora:kernel=fraq``,
+            :mod:`fraq.aggregators._kernel`), for a method whose FLOP model takes one;
+            None: the method's default.
 
     Shapes are oriented here: d and D may come in either order.
 
@@ -350,10 +381,15 @@ def analytic_flops(method: str, d: int, D: int, r: int, p: int, *, backend: str 
         if value and (model != "full" or not cls.basis_backend):
             raise ValueError(f"{flag}=True models a path of FRAQ (model='full'), not method(={method!r}) "
                              f"with model(={model!r})")
+    extra = {}
+    if kernel is not None:
+        if "kernel" not in inspect.signature(cls.flop_model).parameters:
+            raise ValueError(f"method(={method!r}) has no kernel option in its FLOP model, got kernel(={kernel!r})")
+        extra["kernel"] = kernel
     if cls.basis_backend:
         return float(cls.flop_model(d, D, r, p, model=model, backend=backend, steps=steps, factored=factored,
-                                    identity=identity))
-    return float(cls.flop_model(d, D, r, p, model=model))
+                                    identity=identity, **extra))
+    return float(cls.flop_model(d, D, r, p, model=model, **extra))
 
 
 def model_flops(modules: Iterable[tuple[int, int, int]], method: str, r: int,

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 
 __all__ = ["DTYPE_OPTIONS", "PACKAGE_METHODS", "MethodSpec"]
 
-PACKAGE_METHODS = ("fedit", "lora-a2", "flora", "fedex-lora", "flexlora", "florg", "florist", "fraq")
+PACKAGE_METHODS = ("fedit", "lora-a2", "flora", "fedex-lora", "flexlora", "florg", "florist", "fraq", "fedsvd",
+                   "fedmomentum")
 """The package's own methods' names, in registration order: what a command's help lists
 without importing torch (``fraq.aggregators.AGGREGATORS`` holds the same first, then the
 methods from outside the package; a test keeps the two equal)."""

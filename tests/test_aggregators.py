@@ -101,7 +101,8 @@ def _florg_model(r, K, *, modules=MODULES, weights=None, dtype=F64, seed=0):
 
 
 def test_registry_has_every_method():
-    assert list(AGGREGATORS) == ["fedit", "lora-a2", "flora", "fedex-lora", "flexlora", "florg", "florist", "fraq"]
+    assert list(AGGREGATORS) == ["fedit", "lora-a2", "flora", "fedex-lora", "flexlora", "florg", "florist", "fraq",
+                                 "fedsvd", "fedmomentum"]
     for name, cls in AGGREGATORS.items():
         assert cls.name == name
         assert cls.client_init in (WARM_START, REINITIALIZE)
@@ -866,11 +867,12 @@ def test_partial_first_round_means_the_state_adds_a_step(method):
 
 def test_lora_a2_peculiarities_are_class_attributes():
     """LoRA-A^2's alternating freeze and rank budgets are declared on its class (callers read them, no
-    isinstance checks); every other method trains both factors at its own rank."""
+    isinstance checks); FedSVD's clients train B alone on a frozen A (FFA-LoRA), said by its class's
+    ``trained_factors``; every other method trains both factors at its own rank."""
     for name, cls in AGGREGATORS.items():
         special = name == "lora-a2"
         assert cls.alternating_freeze is special and cls.rank_budgets is special, name
-        want = ["B", "A", "B", "A"] if special else ["AB"] * 4
+        want = ["B", "A", "B", "A"] if special else ["B"] * 4 if name == "fedsvd" else ["AB"] * 4
         assert [cls.trained_factors(t) for t in (1, 2, 3, 4)] == want, name
     with pytest.raises(ValueError, match=r"round\(=0\)"):
         get_aggregator("lora-a2").trained_factors(0)

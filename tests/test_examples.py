@@ -9,7 +9,7 @@ import pytest
 import fraq
 
 
-@pytest.mark.parametrize("name", ["recompress", "stack"])
+@pytest.mark.parametrize("name", ["recompress", "stack", "svd"])
 def test_examples_run(name):
     fn = getattr(fraq, name)
     module = importlib.import_module(fn.__module__)

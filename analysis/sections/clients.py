@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analysis import clients
+from analysis import clients, kernel_variants
 from analysis.sections import Figure, Section
 
 reads = ("clients",)
@@ -11,4 +11,5 @@ reads = ("clients",)
 def draw(res) -> list[Section]:
     cl = res["clients"]
     fig = Figure("fig_clients", clients.figure(cl), cl, clients.detail(cl), clients.WHAT)
-    return [Section(clients.TITLE, "\n".join(clients.lines(cl)), fig)]
+    lines = clients.lines(cl) + kernel_variants.sweep_lines(clients.summary(cl), ["d", "D", "K"], "clients sweep")
+    return [Section(clients.TITLE, "\n".join(lines), fig)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis import figures, style, tables
+from analysis import figures, kernel_variants, style, tables
 from analysis.agreement import _ms, _ours
 from analysis.sections import Figure, Section
 from analysis.style import num
@@ -40,8 +40,13 @@ def draw(res) -> list[Section]:
              "handed back) and the first (*cold*, the libraries' own set-up included; "
              "`benchmarks.measure.rss`). Warm growth well above the tensor peak would be memory the libraries "
              "allocate outside torch.\n\n" + tables.markdown(mem))
+    summary = figures.fig3_summary(f3)
+    variants = kernel_variants.sweep_lines(summary, ["sweep", "d", "r", "mode"], "Fig. 3 sweeps")
+    kernels = ("" if not variants else
+               "\n\nThe dense-SVD methods on FRAQ's kernel (`kernel=fraq`: the same triplets from the factors, "
+               "`fraq.svd`) against their dense path, timed in the same rounds:\n\n" + "\n".join(variants))
     return [Section("Figure 3: runtime and peak memory",
-                    "\n".join(fig3_lines(figures.fig3_summary(f3))) + cross, fig),
+                    "\n".join(fig3_lines(summary)) + kernels + cross, fig),
             Section("Table 5: FLOPs, analytic next to counted next to measured time", table5)]
 
 
@@ -64,6 +69,7 @@ def fig3_lines(d: pd.DataFrame) -> list[str]:
     lines = []
     groups, points, slower, absent, sets = {}, [], [], [], []
     lowest = total = 0
+    d = d[[kernel_variants.dense_of(m) is None for m in d["method"]]]  # the paper's methods (variants: their own lines)
     for (sweep, x, mode), g in d.groupby(["sweep", "x", "mode"]):
         name = f"{sweep}={int(x)} {mode}"
         if "FRAQ" not in set(g["method_name"]):

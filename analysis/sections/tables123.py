@@ -1,13 +1,15 @@
 """Tables 1-3: every aggregator's downlink and server latency on the model presets, and
 their verdicts: the paper's speed-ups (``analysis/paper.json``'s ``speedups``) judged by
-what the device can test (:data:`MODEL_BAND` on a CPU), the fixed-rank methods' downlink."""
+what the device can test (:data:`MODEL_BAND` on a CPU), the fixed-rank methods' downlink,
+and each dense-SVD method's kernel variant against its dense path
+(:func:`analysis.kernel_variants.table_lines`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from analysis import style, tables
+from analysis import kernel_variants, style, tables
 from analysis.agreement import _arr, _ours
 from analysis.loaders import paper
 from analysis.sections import Section
@@ -26,15 +28,18 @@ def draw(res) -> list[Section]:
              "*x FRAQ*: latency over FRAQ's (tau = 0.95), ours and the paper's; *samples*: timed aggregations "
              "per row (fewer where one takes minutes); *how*: rows timed on some modules (a dense method on one "
              "module of every shape, or a preset built on some of its layers) are extrapolated to the whole "
-             "model, and say from how many; *Exactness*: the worst module's ||update - exact||_F / ||exact||_F "
-             "against the exact weighted aggregate (the result's certificate, float64 Grams, computed outside the "
-             "timed calls; \"<= b (rounding)\" where it is below the certificate's rounding resolution b). "
-             "The paper's numbers are one GH200's. " + thresholds(agg)
+             "model, and say from how many. A `(kernel=fraq)` row is the method of the row above it with its "
+             "SVD on FRAQ's kernel (`fraq.svd`: the same triplets from the factors, no m x n matrix), timed in "
+             "the same rounds; the paper has no such row. *Exactness*: the worst module's ||update - exact||_F / "
+             "||exact||_F against the exact weighted aggregate (the result's certificate, float64 Grams, computed "
+             "outside the timed calls; \"<= b (rounding)\" where it is below the certificate's rounding "
+             "resolution b). The paper's numbers are one GH200's. " + thresholds(agg)
              + f"{style.caption(agg)}.")
     out = [Section("Tables 1-3: downlink and server latency", intro)]
     for preset in tables.tables123_presets(agg):
+        rows = tables.tables123_rows(agg)
         body = tables.markdown(tables.tables123_latency(agg, preset)) + "\n\n" + "\n".join(
-            verdict_lines(agg, preset))
+            verdict_lines(agg, preset) + kernel_variants.table_lines(rows[rows["preset"] == preset]))
         out.append(Section(tables.PRESET_TITLES.get(preset, preset), body, level=3))
     return out
 
@@ -88,7 +93,7 @@ def verdict_lines(df: pd.DataFrame, preset: str) -> list[str]:
     if claim is not None:
         parts = []
         for name, thr in tests:
-            other = rows[rows["name"] == name]
+            other = rows[(rows["name"] == name) & rows["kernel"].isna()]  # the paper's row, not a kernel variant
             label = NAMES.get(name, name)
             groups = {f"{label} ({r.method})": _arr(r.samples) for r in other.itertuples()}
             groups.update({f"FRAQ ({r.method})": _arr(r.samples) for r in fraq.itertuples()})

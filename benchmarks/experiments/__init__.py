@@ -85,17 +85,28 @@ def cost(name: str, config: dict) -> float:
 
 
 def with_registered(methods) -> list[str]:
-    """``methods`` (a sweep's compared methods, :mod:`benchmarks.sizes`) followed by every
+    """``methods`` (a sweep's compared methods, :mod:`benchmarks.sizes`), each aggregator
+    among them followed by its kernel variants (its class's ``kernel_variants``:
+    ``flexlora`` by ``flexlora:kernel=fraq``, the same method on FRAQ's kernel), then every
     registered aggregator they do not name that has the per-module entry the sweeps time,
     ``aggregate_batch(Bs, As, *, rank, tau, weights, scales) -> (B_g, A_g, p)``
-    (:mod:`benchmarks.measure.methods`), in registration order. The package's such methods
-    (FRAQ, FLoRIST, FlexLoRA) are named at every size, so what this adds is a method
-    registered from outside the package (:mod:`fraq.aggregators.registry`): Fig. 3 and the
-    clients sweep compare it with no change to the sizes."""
+    (:mod:`benchmarks.measure.methods`), in registration order, with its variants. The
+    package's such methods (FRAQ, FLoRIST, FlexLoRA) are named at every size, so what the
+    last part adds is a method registered from outside the package
+    (:mod:`fraq.aggregators.registry`): Fig. 3 and the clients sweep compare it with no
+    change to the sizes."""
     from benchmarks.measure.methods import split_method
     from fraq.aggregators import AGGREGATORS
 
+    def variants(method: str) -> list[str]:
+        name, options = split_method(method)
+        cls = AGGREGATORS.get(name)
+        kernels = getattr(cls, "kernel_variants", ())  # an older fraq (benchmarks.regress) has none
+        extra = [] if cls is None or options else [f"{name}:kernel={k}" for k in kernels]
+        return [method] + [v for v in extra if v not in methods]
+
     methods = list(methods)
     named = {split_method(m)[0] for m in methods}
-    return methods + [name for name, cls in AGGREGATORS.items()
-                      if name not in named and callable(getattr(cls, "aggregate_batch", None))]
+    rest = [name for name, cls in AGGREGATORS.items()
+            if name not in named and callable(getattr(cls, "aggregate_batch", None))]
+    return [v for m in methods + rest for v in variants(m)]

@@ -95,10 +95,13 @@ def _call_seconds_estimate(config: dict) -> float:
     d, D, r = c["d"], c["D"], c["r"]
     p = min(d, r)
     path = default_path(d, D, r, p) if runs_backend(c["method"]) else {}
+    if "kernel" in options:  # a dense-SVD method on FRAQ's kernel
+        path = dict(path, kernel=options["kernel"])
     try:
         flops = analytic_flops(name, d, D, r, p, model="full", backend=backend or "householder", **path)
     except ValueError:  # a backend without a FLOP model (or one that needs its step count), a method without one
-        flops = analytic_flops(name if runs_backend(c["method"]) else "fraq", d, D, r, p, model="full", **path)
+        flops = analytic_flops(name if runs_backend(c["method"]) else "fraq", d, D, r, p, model="full",
+                               **{k: v for k, v in path.items() if k != "kernel"})
     return c["modules"] * flops / DENSE_RATE
 
 

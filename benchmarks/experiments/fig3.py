@@ -180,10 +180,11 @@ def _call_seconds_estimate(config: dict) -> float:
     from fraq.flops import analytic_flops
 
     c = config
-    name = split_method(c["method"])[0]
+    name, options = split_method(c["method"])
+    kernel = {"kernel": options["kernel"]} if "kernel" in options else {}
     try:
-        flops = c["modules"] * analytic_flops(name, c["d"], c["D"], c["r"], c["p"], model="table5")
-    except ValueError:
+        flops = c["modules"] * analytic_flops(name, c["d"], c["D"], c["r"], c["p"], model="table5", **kernel)
+    except ValueError:  # a method without a FLOP model (the textbook baselines): FRAQ's order
         flops = c["modules"] * analytic_flops("fraq", c["d"], c["D"], c["r"], c["p"], model="table5")
     return flops / DENSE_RATE
 
@@ -324,14 +325,16 @@ def _analytic(c: dict, ranks: list[int], device: torch.device) -> dict:
 
     method, options = split_method(c["method"])
     named = options.get("backend")
+    kernel = {"kernel": options["kernel"]} if "kernel" in options else {}  # a dense-SVD method on FRAQ's kernel
     fraq_ = runs_backend(c["method"])
     backend = (named or default_backend(device)) if fraq_ else None
     d, D, r = c["d"], c["D"], c["r"]
 
     def total(full: bool, **kw) -> float:
         try:  # the full model follows the path recompress takes at each module's (d, D, r, p)
-            return float(sum(analytic_flops(method, d, D, r, pp, **kw, **(default_path(d, D, r, pp) if full and fraq_
-                                                                           else {})) for pp in ranks))
+            return float(sum(analytic_flops(method, d, D, r, pp, **kw, **kernel, **(default_path(d, D, r, pp)
+                                                                                     if full and fraq_ else {}))
+                             for pp in ranks))
         except ValueError:
             return math.nan
 

@@ -21,8 +21,10 @@ time times its number of modules; ``quick`` (every size but ``paper``) does so f
 preset whose one-module-per-shape work is at most :data:`QUICK_DENSE_WORK` (RoBERTa-base)
 and skips the rest (LLaMA), and runs the LLaMA presets on 2 of their 28 layers (latency
 times 14). Every extrapolated row says from how many of how many modules
-(``modules_measured``, ``modules_total``). Its downlink is exact: it depends only on
-shapes and ranks. Timed on one module per shape, such a method is its own point
+(``modules_measured``, ``modules_total``). Its downlink is extrapolated alike, which is
+exact where it depends only on shapes and ranks (FlexLoRA, FLoRG, FedSVD; not
+FedMomentum's, whose residual rank follows each module's spectrum). Timed on one module
+per shape, such a method is its own point
 (``<preset>-<method>.json``), timed ``slow_rounds`` times (the size's) after a warm-up
 call, so a long run resumes between methods and the table says how many samples each row
 has. A size may build a preset on fewer layers (``layers``, latency times the layers'
@@ -33,6 +35,12 @@ The rows of a point are timed in paired rounds over ``launches`` fresh processes
 (:mod:`benchmarks.measure.paired`): each row's latency carries ``round``, ``launch``,
 ``loops`` and the point's ``group`` id, and the analysis judges ratios between rows of
 one point round by round.
+
+A method whose dense SVD also runs on FRAQ's kernel (its class's ``kernel_variants``:
+FlexLoRA, FedSVD, FedMomentum) has a row on each kernel, ``flexlora`` and
+``flexlora (kernel=fraq)``, timed in the same paired rounds; the kernel row also carries
+``agreement`` (:func:`kernel_agreement`): its updates against the dense row's on the same
+uploads, on the modules the dense row is measured on.
 
 Every measured row also carries the host's share of its call
 (:mod:`benchmarks.measure.overhead`), counted on a CPU as in the CUDA configuration so a
@@ -66,8 +74,8 @@ from benchmarks.sizes import size_config
 from fraq.aggregators import ClientUpdate, get_aggregator
 from fraq.presets import Preset, get_preset
 
-__all__ = ["DENSE_WORK", "PAPER_SETTINGS", "QUICK_DENSE_WORK", "TableRow", "dense_plan", "host_cost", "key", "measure",
-           "method_job", "model_for", "points", "run_preset", "table_rows"]
+__all__ = ["DENSE_WORK", "PAPER_SETTINGS", "QUICK_DENSE_WORK", "TableRow", "dense_plan", "host_cost",
+           "kernel_agreement", "key", "measure", "method_job", "model_for", "points", "run_preset", "table_rows"]
 
 
 @dataclass(frozen=True)
@@ -95,15 +103,19 @@ def _methods(preset: Preset) -> list[TableRow]:
     """The rows of ``preset``'s table: every registered aggregator (the package's and those
     from outside it, :mod:`fraq.aggregators.registry`) in the paper's order (its class's
     ``paper_order``; the others after, in registration order), with the paper's options
-    (:data:`PAPER_SETTINGS`); a method whose clients alternate the trained factor
-    (``alternating_freeze``) has a row for each round, B's and A's."""
+    (:data:`PAPER_SETTINGS`), each followed by the same on each of its kernel variants
+    (its class's ``kernel_variants``: ``flexlora (kernel=fraq)``); a method whose clients
+    alternate the trained factor (``alternating_freeze``) has a row for each round, B's
+    and A's."""
     from fraq.aggregators import AGGREGATORS
 
     hetero = len(set(preset.ranks)) > 1
     classes = sorted(AGGREGATORS.values(), key=lambda c: (c.paper_order is None, c.paper_order or 0))
     rows = []
     for cls in classes:
-        for options in PAPER_SETTINGS.get(cls.name, lambda h: [{}])(hetero):
+        settings = PAPER_SETTINGS.get(cls.name, lambda h: [{}])(hetero)
+        kernels = getattr(cls, "kernel_variants", ())  # an older fraq (benchmarks.regress) has none
+        for options in settings + [{**o, "kernel": k} for k in kernels for o in settings]:
             if cls.alternating_freeze:
                 rows += [TableRow(f"{_label(cls.name, options)} ({part} round)", cls.name, {**options, "round": rnd})
                          for part, rnd in (("B", 1), ("A", 2))]
@@ -192,7 +204,7 @@ def prepare(model: Model, method: TableRow, *, subset: bool) -> Job:
         flora = model.preset.stack_params()
         row["modules_measured"] = len(pieces)
         row["extrapolated"] = (f"from {len(pieces)} of {total} modules (one of every shape), each shape's time "
-                               f"times its number of modules")
+                               f"and downlink times its number of modules")
         row["parts"] = [{"shape": list(shape), "module": names[0], "count": count} for names, count, shape in pieces]
     else:
         scale = full_layers / model.layers
@@ -222,7 +234,7 @@ def prepare(model: Model, method: TableRow, *, subset: bool) -> Job:
         nbytes += mult * statistics.mean(res.downlink_bytes())
         ranks += [r for r in res.ranks.values() if isinstance(r, int)]
         for m in flops:
-            flops[m] += count * _model_flops(method.name, model, res.ranks, m)
+            flops[m] += count * _model_flops(method.name, model, res.ranks, m, kernel=method.options.get("kernel"))
         del res
         calls.append((lambda agg=agg, ups=ups, state=state: agg.aggregate(ups, state), count))
     row.update(modules=len(model.shapes), downlink_params=params, downlink_params_max=params_max,
@@ -286,26 +298,29 @@ def _described(method: TableRow) -> dict:
     return dict(fields, display_name=fields["display_name"] + suffix)
 
 
-def _model_flops(name: str, model: Model, ranks: dict, which: str) -> float:
+def _model_flops(name: str, model: Model, ranks: dict, which: str, *, kernel: str | None = None) -> float:
     """The analytic FLOPs (:func:`fraq.flops.analytic_flops`, ``which`` = ``"table5"``, the
     paper's formulas, or ``"full"``, the routines the code calls) of one aggregation of the
-    modules in ``ranks`` (module -> output rank; a fixed-rank method's tuple of client ranks
-    counts as their sum), each at its shape and the preset's stacked rank; NaN for a
-    method without a FLOP model. FRAQ's full model follows the path ``recompress`` takes
+    modules in ``ranks`` (module -> output rank; a per-client method's tuple of client ranks
+    counts as the largest, the rank its one SVD is cut at), each at its shape and the
+    preset's stacked rank, on the row's ``kernel`` where it names one; NaN for a method
+    without a FLOP model or a model without the row (Table 5 has no kernel rows). FRAQ's
+    full model follows the path ``recompress`` takes
     (:func:`benchmarks.measure.methods.default_path`)."""
     from benchmarks.measure.methods import default_path
     from fraq.aggregators import AGGREGATORS
     from fraq.flops import analytic_flops
 
-    if AGGREGATORS[name].flop_model is None:
+    if AGGREGATORS[name].flop_model is None or (kernel not in (None, "dense") and which == "table5"):
         return float("nan")
+    path_kernel = {} if kernel is None else {"kernel": kernel}
     r = sum(model.preset.ranks)
     total = 0.0
     for module, p in ranks.items():
         m, n = model.shapes[module]
-        p = sum(p) if isinstance(p, tuple) else int(p)
+        p = max(p) if isinstance(p, tuple) else int(p)
         path = default_path(m, n, r, p) if AGGREGATORS[name].basis_backend and which == "full" else {}
-        total += analytic_flops(name, m, n, r, min(p, r, m, n), model=which, **path)
+        total += analytic_flops(name, m, n, r, min(p, r, m, n), model=which, **path, **path_kernel)
     return total
 
 
@@ -357,6 +372,27 @@ def method_job(name: str, model: Model, method: TableRow, *, quick: bool) -> Job
         return (f"measured at --size paper only: a dense per-module factorization of {name}'s modules takes "
                 "about a minute per sample even on one module per shape; --size paper times it on one module per shape")
     return prepare(model, method, subset=plan == "per-shape")
+
+
+def kernel_agreement(model: Model, method: TableRow, *, quick: bool) -> dict:
+    """A kernel variant's row against its dense row (the same options without ``kernel``) on
+    the same uploads (:func:`benchmarks.measure.kernel_agreement.agreement`), on the modules
+    the dense row is measured on (:func:`dense_plan`: all of them, or one of every shape),
+    with ``reference`` (the dense row's label) and ``modules_compared_on``; where the dense
+    row is not measured at this size, only ``skipped`` and the reason."""
+    from benchmarks.measure.kernel_agreement import agreement
+
+    options = {k: v for k, v in method.options.items() if k != "kernel"}
+    dense_row = TableRow(_label(method.name, options), method.name, options)
+    dense = _aggregator(dense_row)
+    plan = dense_plan(model.preset, quick=quick)
+    if plan == "skip":
+        return {"reference": dense_row.label, "skipped": "the dense path is not measured at this size"}
+    names = None if plan == "full" else [name for name, _ in model.one_per_shape().values()]
+    ups, state = _inputs(model, dense, dense_row, names)
+    out = agreement(ups, dense.aggregate(ups, state), _aggregator(method).aggregate(ups, state))
+    where = "every module" if names is None else f"one module of every shape ({len(names)})"
+    return dict(out, reference=dense_row.label, modules_compared_on=where)
 
 
 GROUP = "benchmarks.experiments.tables123:group_calls"
@@ -413,6 +449,8 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = No
             rows.append({"method": method.label, "name": method.name, **_described(method), "skipped": job})
             log(f"  {method.label:<22} skipped: {job[:60]}")
             continue
+        if method.options.get("kernel", "dense") != "dense":
+            job.row["agreement"] = kernel_agreement(model, method, quick=quick)
         rows.append(job.row)
         jobs.append(job)
         log(f"  {method.label:<22} {job.row['downlink_pct']:7.2f}%  warm-up {job.first_s:.2f} s")
@@ -469,10 +507,11 @@ def points(size: str) -> list[dict]:
     return out
 
 
-SHAPE_ONLY = ("flexlora",)
+SHAPE_ONLY = ("flexlora", "fedsvd", "fedmomentum")
 """Dense methods whose time on one module depends on its shape alone, not on the client
-ranks: FlexLoRA forms the m x n aggregate (2 m n sum r_k FLOPs, under 2% of its SVD's
-~10 m n min(m, n) at LLaMA's shapes and ranks up to 232) and decomposes it. Timed on one
+ranks: FlexLoRA and FedMomentum form the m x n aggregate (2 m n sum r_k FLOPs, under 2% of
+its SVD's ~10 m n min(m, n) at LLaMA's shapes and ranks up to 232) and decompose it, FedSVD
+the product of the averaged factors (2 m n r). Timed on one
 module per shape for one preset, it serves every later preset with the same shapes
 (Table 3's heterogeneous ranks take Table 2's timing, each row saying so). FLoRG is not
 here: its Procrustes step and Gram follow the ranks."""

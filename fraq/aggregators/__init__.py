@@ -25,18 +25,25 @@ state's record (``state_type``, an :class:`AggregatorState`). What a report show
 (display name, paper order, downlink rule, FLOP model) is its class's too
 (:meth:`Aggregator.describe`), written into every result by the benchmarks.
 
-=============  ==========================  ============  ===================  ==========
-name           server math                 mixed ranks   downlink / module    next round
-=============  ==========================  ============  ===================  ==========
-``fedit``      average B and A             no            (m + n) r            warm start
-``lora-a2``    average the trained factor  no            m r or n r           warm start
-``flora``      weighted stack              yes           (m + n) sum r_k      merge
-``fedex-lora`` average + exact residual    no            (m + n)(sum r_k + r) warm start
-``flexlora``   dense SVD, per-client cut   yes           (m + n) r_k          warm start
-``florg``      Gram average + Procrustes   no            r min(m, n)          warm start
-``florist``    thin SVDs + core SVD        yes           (m + n) p            warm start
-``fraq``       QR + Gram eigenproblem      yes           (m + n) p            merge
-=============  ==========================  ============  ===================  ==========
+===============  ============================  ===========  ====================  ==========
+name             server math                   mixed ranks  downlink / module     next round
+===============  ============================  ===========  ====================  ==========
+``fedit``        average B and A               no           (m + n) r             warm start
+``lora-a2``      average the trained factor    no           m r or n r            warm start
+``flora``        weighted stack                yes          (m + n) sum r_k       merge
+``fedex-lora``   average + exact residual      no           (m + n)(sum r_k + r)  warm start
+``flexlora``     dense SVD, per-client cut     yes          (m + n) r_k           warm start
+``florg``        Gram average + Procrustes     no           r min(m, n)           warm start
+``florist``      thin SVDs + core SVD          yes          (m + n) p             warm start
+``fraq``         QR + Gram eigenproblem        yes          (m + n) p             merge
+``fedsvd``       SVD of the FedAvg adapter     no           (m + n) r             warm start
+``fedmomentum``  top r of the aggregate's SVD  yes          (m + n) max(r_k, p)   warm start
+===============  ============================  ===========  ====================  ==========
+
+FlexLoRA, FedSVD and FedMomentum decompose an m x n matrix densely by default, as their
+public code does; with ``kernel="fraq"`` (``flexlora:kernel=fraq``) they take the same
+singular triplets from the factors instead (:func:`fraq.svd`, :mod:`fraq.aggregators._kernel`).
+FedEx-LoRA's and FedMomentum's clients also merge a residual into their base weights.
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ from fraq.aggregators.certificate import Certificate, ModuleCertificate, certify
 from fraq.aggregators.base import Aggregator, AggregatorState, Group, ModuleSpec, validate_updates
 from fraq.aggregators.fedex_lora import FedExLoRA
 from fraq.aggregators.fedit import FedIT
+from fraq.aggregators.fedmomentum import FedMomentum
+from fraq.aggregators.fedsvd import FedSVD
 from fraq.aggregators.flexlora import FlexLoRA
 from fraq.aggregators.flora import FLoRA
 from fraq.aggregators.florg import FLoRG, FlorgState
@@ -84,6 +93,8 @@ __all__ = [
     "Factors",
     "FedExLoRA",
     "FedIT",
+    "FedMomentum",
+    "FedSVD",
     "FlexLoRA",
     "FLoRA",
     "FLoRG",

@@ -95,6 +95,11 @@ class Aggregator(ABC):
         nested: True when the method's rank-p result is the first p columns of B_g and
             rows of A_g of its rank-P result for any P >= p (a truncated SVD), so a sweep
             over p can decompose once at the largest p and cut.
+        kernel_variants: the values of the method's ``kernel`` option other than its
+            default (:mod:`fraq.aggregators._kernel`: ``("fraq",)`` for a method whose
+            dense SVD also runs on FRAQ's kernel); the suites run each variant beside the
+            default (``flexlora:kernel=fraq``) and the report compares the two. An
+            instance on such a kernel says so by its own ``dense_factorization``.
 
     What a report shows of the method, written into every result by the benchmarks
     (:meth:`describe`), so the analysis needs no list of methods of its own:
@@ -132,6 +137,7 @@ class Aggregator(ABC):
     basis_backend: ClassVar[bool] = False
     energy_rule: ClassVar[bool] = False
     nested: ClassVar[bool] = False
+    kernel_variants: ClassVar[tuple[str, ...]] = ()
     display_name: ClassVar[str | None] = None
     paper_order: ClassVar[int | None] = None
     downlink_rule: ClassVar[str | None] = None

@@ -6,43 +6,20 @@ and Client Resources", arXiv:2402.11505.
 
 from __future__ import annotations
 
-import numbers
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 
 import fraq
 from fraq._validation import compute_dtype
-from fraq.aggregators._linalg import first_columns, first_rows, own_copy, select, thin_svd
+from fraq.aggregators._kernel import DEFAULT_DENSE_BYTES, check_dense_bytes, check_kernel, triplets
+from fraq.aggregators._linalg import first_columns, first_rows, own_copy, select
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.florist import _tau_or_rank
 from fraq.aggregators.payload import WARM_START, Downlink, Factors
 from fraq.flops import flexlora_model
 
-__all__ = ["FlexLoRA", "dense_svd"]
-
-
-def dense_svd(B: torch.Tensor, A: torch.Tensor, *, chunk: int
-              ) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """Reduced SVDs of the dense products B @ A, ``chunk`` matrices at a time.
-
-    B (*, m, r), A (*, r, n) with at most one batch dimension. Yields ``(rows, left, S,
-    right)`` with ``left`` (c, m, s), ``S`` (c, s), ``right`` (c, s, n) for the batch
-    entries ``rows`` (unbatched input: one item with no batch dimension). The dense matrix
-    is formed by one GEMM in its tall orientation (as (A^T B^T) when m < n) and freed as
-    soon as it is decomposed.
-    """
-    m, n = B.shape[-2], A.shape[-1]
-    transposed = m < n
-    batched = B.dim() == 3
-    L = B.shape[0] if batched else 1
-    for lo in range(0, L, chunk):
-        rows = slice(lo, lo + chunk)
-        Bc, Ac = (B[rows], A[rows]) if batched else (B, A)
-        dense = torch.matmul(Ac.mT, Bc.mT) if transposed else torch.matmul(Bc, Ac)
-        U, S, Vh = thin_svd(dense)
-        del dense
-        yield (rows, Vh.mT, S, U.mT) if transposed else (rows, U, S, Vh)
+__all__ = ["FlexLoRA"]
 
 
 class FlexLoRA(Aggregator):
@@ -55,22 +32,38 @@ class FlexLoRA(Aggregator):
     so client k's warm start at its own scale reproduces the best rank-r_k
     approximation of the aggregate, :math:`s_k B'_k A'_k = \Delta_{r_k}`.
 
-    The dense m x n matrix is the method: it is formed here by one GEMM of the weighted
-    stacks (:func:`fraq.stack`), the cheapest way to form it, and decomposed by a reduced
-    (economy) SVD on its tall orientation, never a full one; a batch is split across
-    threads as FRAQ's is. The public code hard-codes alpha = 16 and runs a full SVD; here
-    each client's own scale is used. A client whose rank exceeds min(m, n) gets
-    zero-padded factors.
+    Where the triplets come from is ``kernel`` (:mod:`fraq.aggregators._kernel`):
 
-    Memory: the dense matrices of a batch; a group is decomposed in chunks of at most
-    ``max_dense_bytes`` of dense matrices (at least one matrix per chunk).
+    - ``"dense"`` (the default and the reference): the m x n matrix is formed by one GEMM
+      of the weighted stacks (:func:`fraq.stack`), the cheapest way to form it, and
+      decomposed by a reduced (economy) SVD on its tall orientation, never a full one; a
+      batch is split across threads as FRAQ's is.
+    - ``"fraq"``: the leading max_k r_k triplets of the same aggregate from the stacks,
+      :func:`fraq.svd` (FRAQ's basis, Gram and eigenproblem, then a small rotation); the
+      m x n matrix is never formed. Every client's truncation comes from that one SVD.
+
+    The two give the same adapter products :math:`s_k B'_k A'_k` to float32 rounding
+    wherever the spectrum has a gap at r_k (Wedin's bound, :func:`fraq.svd`); without a
+    gap the rank-r_k truncation is not unique, and each kernel's is a best one, its error
+    above the Eckart-Young optimum at rounding level. Use ``"fraq"`` whenever the stacked
+    rank r = sum_k r_k is well below min(m, n) (every LoRA round: O((m + n) r^2) against
+    O(m n min(m, n))); at r >= min(m, n) both cost a dense SVD's order.
+
+    The public code hard-codes alpha = 16 and runs a full SVD; here each client's own
+    scale is used. A client whose rank exceeds min(m, n) gets zero-padded factors.
+
+    Memory (dense kernel): the dense matrices of a batch; a group is decomposed in chunks
+    of at most ``max_dense_bytes`` of dense matrices (at least one matrix per chunk).
 
     Downlink per client k and module: (m + n) r_k parameters.
-    Flops per module (d = min(m, n), D = max(m, n), r = sum r_k): 2 d D r (dense)
-    + about 4 D d^2 + O(d^3) (SVD with vectors), the paper's Eq. 25.
+    Flops per module (d = min(m, n), D = max(m, n), r = sum r_k): dense, 2 d D r
+    + about 4 D d^2 + O(d^3) (SVD with vectors), the paper's Eq. 25; ``kernel="fraq"``,
+    :func:`fraq.recompress`'s at p = max r_k (about (2d + D) r^2) plus a D x p SVD
+    (:func:`fraq.flops.flexlora_model`).
 
     Args:
         max_dense_bytes: bound on the dense matrices held at once (default 1 GiB).
+        kernel: ``"dense"`` (default) or ``"fraq"`` (see above).
     """
 
     name = "flexlora"
@@ -82,16 +75,13 @@ class FlexLoRA(Aggregator):
     nested = True  # a truncated SVD: its rank-p result is the first p components of any larger one
     checks_finite = False  # fraq.stack does
     dense_factorization = True
+    kernel_variants = ("fraq",)
 
-    def __init__(self, *, max_dense_bytes: int = 2**30):
-        if isinstance(max_dense_bytes, bool) or not isinstance(max_dense_bytes, numbers.Integral):
-            raise TypeError(f"max_dense_bytes(={max_dense_bytes!r}) must be an int")
-        if max_dense_bytes < 1:
-            raise ValueError(f"max_dense_bytes(={max_dense_bytes}) must be positive")
-        self.max_dense_bytes = int(max_dense_bytes)
-
-    def _chunk(self, m: int, n: int, dtype: torch.dtype) -> int:
-        return max(1, self.max_dense_bytes // max(1, m * n * dtype.itemsize))
+    def __init__(self, *, max_dense_bytes: int = DEFAULT_DENSE_BYTES, kernel: str = "dense"):
+        self.max_dense_bytes = check_dense_bytes(max_dense_bytes)
+        self.kernel = check_kernel(kernel)
+        # the instance says what it runs: FRAQ's kernel forms no m x n matrix (see Aggregator)
+        self.dense_factorization = self.kernel == "dense"
 
     def _group(self, group: Group, state) -> GroupOutput:
         spec = group.spec
@@ -100,7 +90,8 @@ class FlexLoRA(Aggregator):
         Bst, Ast = fraq.stack(Bs, As, group.weights, spec.scales, dtype=cdt)
         variants = sorted(set(zip(spec.ranks, spec.scales)))
         pieces: dict[tuple[int, float], tuple[list, list]] = {v: ([], []) for v in variants}
-        for _, left, S, right in dense_svd(Bst, Ast, chunk=self._chunk(spec.m, spec.n, cdt)):
+        for _, left, S, right in triplets(Bst, Ast, kernel=self.kernel, rank=max(spec.ranks),
+                                          max_dense_bytes=self.max_dense_bytes):
             for r, s in variants:
                 q = min(r, S.shape[-1])
                 B = left[..., :, :q] * (S[..., None, :q] / s)
@@ -122,10 +113,13 @@ class FlexLoRA(Aggregator):
                         ) -> tuple[torch.Tensor, torch.Tensor, int | torch.Tensor]:
         """One global truncation ``(B_g, A_g, p)`` of a batch of equal-shape modules.
 
-        The same dense SVD as :meth:`aggregate`, cut at ``rank`` or by the energy rule at
-        ``tau`` (default ``max(r_k)``, the largest client's truncation) with all singular
-        values on B_g (scale 1). ``Bs[k]`` (*, m, r_k), ``As[k]`` (*, r_k, n) with at most
-        one batch dimension. This is the per-module entry the benchmark suites time.
+        The same SVD as :meth:`aggregate` (by the instance's ``kernel``), cut at ``rank``
+        or by the energy rule at ``tau`` (default ``max(r_k)``, the largest client's
+        truncation) with all singular values on B_g (scale 1). Under the energy rule FRAQ's
+        kernel takes every triplet of the stack (min(m, n, r) of them: the rest are zero)
+        and applies the same rule to them. ``Bs[k]`` (*, m, r_k), ``As[k]`` (*, r_k, n)
+        with at most one batch dimension. This is the per-module entry the benchmark
+        suites time.
         """
         dtype = Bs[0].dtype
         cdt = compute_dtype(dtype)
@@ -135,9 +129,9 @@ class FlexLoRA(Aggregator):
         if tau is None and rank is None:
             rank = min(max(b.shape[-1] for b in Bs), Bst.shape[-2], Ast.shape[-1])
         tau, rank = _tau_or_rank(tau, rank, 1.0, Bst, Ast)
-        m, n = Bst.shape[-2], Ast.shape[-1]
         Bgs, Ags, ps = [], [], []
-        for _, left, S, right in dense_svd(Bst, Ast, chunk=self._chunk(m, n, cdt)):
+        for _, left, S, right in triplets(Bst, Ast, kernel=self.kernel, rank=rank,
+                                          max_dense_bytes=self.max_dense_bytes):
             p, pmax, keep = select(S, tau=tau, rank=rank)
             Bgs.append(left[..., :, :pmax] * (S[..., :pmax] * keep).unsqueeze(-2))
             Ags.append(own_copy(right[..., :pmax, :] * keep.unsqueeze(-1)))

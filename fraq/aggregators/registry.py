@@ -39,6 +39,8 @@ from fraq.aggregators.base import Aggregator, AggregatorState
 from fraq.aggregators.payload import REINITIALIZE, WARM_START
 from fraq.aggregators.fedex_lora import FedExLoRA
 from fraq.aggregators.fedit import FedIT
+from fraq.aggregators.fedmomentum import FedMomentum
+from fraq.aggregators.fedsvd import FedSVD
 from fraq.aggregators.flexlora import FlexLoRA
 from fraq.aggregators.flora import FLoRA
 from fraq.aggregators.florg import FLoRG
@@ -115,7 +117,7 @@ class _Registry(dict):
 
 
 AGGREGATORS: dict[str, type[Aggregator]] = _Registry(
-    (cls.name, cls) for cls in (FedIT, LoraA2, FLoRA, FedExLoRA, FlexLoRA, FLoRG, FLoRIST, Fraq))
+    (cls.name, cls) for cls in (FedIT, LoraA2, FLoRA, FedExLoRA, FlexLoRA, FLoRG, FLoRIST, Fraq, FedSVD, FedMomentum))
 """Registry: name -> aggregator class, in the order of registration (the package's first,
 then the methods from outside it). The paper's order is each class's ``paper_order``."""
 
@@ -201,8 +203,9 @@ def register_aggregator(cls: type[Aggregator]) -> type[Aggregator]:
 
     - a ``name`` that is empty, has blanks at its ends or holds ``:``, ``,``, ``=`` or ``/``
       (it could not be written in the method grammar or a file name);
-    - a ``client_init`` that is missing or not ``WARM_START`` / ``REINITIALIZE``, and a
-      boolean attribute (``energy_rule``, ``nested``, ...) that is not a bool;
+    - a ``client_init`` that is missing or not ``WARM_START`` / ``REINITIALIZE``, a
+      boolean attribute (``energy_rule``, ``nested``, ...) that is not a bool, and
+      ``kernel_variants`` that is not a tuple of strings;
     - a description (:meth:`Aggregator.describe`: display name, paper order, downlink rule,
       FLOP model) of the wrong types, or a display name or paper order another registered
       method has (a report keys its rows by them: one of the two would vanish or be
@@ -223,6 +226,9 @@ def register_aggregator(cls: type[Aggregator]) -> type[Aggregator]:
     for flag in _FLAGS:
         if not isinstance(getattr(cls, flag), bool):
             raise TypeError(f"{cls.__name__}.{flag}(={getattr(cls, flag)!r}) must be a bool")
+    variants = cls.kernel_variants
+    if not isinstance(variants, tuple) or not all(isinstance(v, str) and v for v in variants):
+        raise TypeError(f"{cls.__name__}.kernel_variants(={variants!r}) must be a tuple of option values (str)")
     st = cls.state_type
     if st is not None and not (isinstance(st, type) and issubclass(st, AggregatorState) and st.aggregator == cls.name):
         raise ValueError(f"{cls.__name__}.state_type(={st!r}) must be an AggregatorState subclass whose "

@@ -1,0 +1,94 @@
+r"""Where a dense-SVD method gets the singular triplets of its aggregate: two kernels.
+
+FlexLoRA, FedSVD and FedMomentum each decompose an m x n aggregate given as a product of
+factors, :math:`M = BA` (B (*, m, r), A (*, r, n)), and use only its leading triplets
+(or all of its at most r nonzero ones). ``kernel`` (an option of each method, written
+``flexlora:kernel=fraq``) says how:
+
+- ``"dense"`` (the default, and the reference: what the methods' public code does): form
+  M by one GEMM on its tall orientation and take its reduced SVD (``gesdd``), chunk by
+  chunk of a batch under a bound on the dense bytes held at once: O(m n min(m, n));
+- ``"fraq"``: :func:`fraq.svd` on the factors, FRAQ's basis, r x r Gram and eigenproblem
+  with its range and cancellation safeguards, then a p x p rotation: O((m + n) r^2),
+  never m x n.
+
+Both give the leading triplets of the same M: the same products U_q S_q V_q^T for every
+q where :math:`\sigma_q > \sigma_{q+1}`, to the rounding bounds of a first-order method
+(Wedin, :func:`fraq.svd`); the singular vectors themselves are each determined up to
+sign, and inside a cluster of equal singular values up to a rotation, by either kernel.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterator
+
+import torch
+
+from fraq._svd import svd
+from fraq.aggregators._linalg import thin_svd
+
+__all__ = ["DEFAULT_DENSE_BYTES", "KERNELS", "check_kernel", "check_dense_bytes", "dense_svd", "triplets"]
+
+KERNELS = ("dense", "fraq")
+"""The values of a dense-SVD method's ``kernel`` option (module docstring); the first is the default."""
+
+DEFAULT_DENSE_BYTES = 2**30
+"""The dense kernel's default bound on the dense matrices of a batch held at once (1 GiB)."""
+
+
+def check_kernel(kernel: object) -> str:
+    """``kernel`` if it is one of :data:`KERNELS`, else the ValueError naming it."""
+    if not isinstance(kernel, str) or kernel not in KERNELS:
+        raise ValueError(f"kernel(={kernel!r}) must be one of {list(KERNELS)}")
+    return kernel
+
+
+def check_dense_bytes(max_dense_bytes: object) -> int:
+    """A positive int bound on the dense bytes held at once, else the error naming it."""
+    if isinstance(max_dense_bytes, bool) or not isinstance(max_dense_bytes, numbers.Integral):
+        raise TypeError(f"max_dense_bytes(={max_dense_bytes!r}) must be an int")
+    if max_dense_bytes < 1:
+        raise ValueError(f"max_dense_bytes(={max_dense_bytes}) must be positive")
+    return int(max_dense_bytes)
+
+
+def dense_svd(B: torch.Tensor, A: torch.Tensor, *, chunk: int
+              ) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Reduced SVDs of the dense products B @ A, ``chunk`` matrices at a time.
+
+    B (*, m, r), A (*, r, n) with at most one batch dimension. Yields ``(rows, left, S,
+    right)`` with ``left`` (c, m, s), ``S`` (c, s), ``right`` (c, s, n), s = min(m, n), for
+    the batch entries ``rows`` (unbatched input: one item with no batch dimension). The
+    dense matrix is formed by one GEMM in its tall orientation (as (A^T B^T) when m < n)
+    and freed as soon as it is decomposed.
+    """
+    m, n = B.shape[-2], A.shape[-1]
+    transposed = m < n
+    batched = B.dim() == 3
+    L = B.shape[0] if batched else 1
+    for lo in range(0, L, chunk):
+        rows = slice(lo, lo + chunk)
+        Bc, Ac = (B[rows], A[rows]) if batched else (B, A)
+        dense = torch.matmul(Ac.mT, Bc.mT) if transposed else torch.matmul(Bc, Ac)
+        U, S, Vh = thin_svd(dense)
+        del dense
+        yield (rows, Vh.mT, S, U.mT) if transposed else (rows, U, S, Vh)
+
+
+def triplets(B: torch.Tensor, A: torch.Tensor, *, kernel: str, rank: int | None, max_dense_bytes: int
+             ) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The singular triplets of B @ A as :func:`dense_svd` yields them, by ``kernel``.
+
+    ``"dense"``: every min(m, n) triplet, chunk by chunk under ``max_dense_bytes``.
+    ``"fraq"``: the leading ``rank`` (None: all of the at most min(m, n, r) nonzero ones;
+    capped there) from :func:`fraq.svd`, one item for the whole batch: a caller reads
+    ``S.shape[-1]`` for the width it got, as it does of the dense kernel's.
+    """
+    if kernel == "fraq":
+        s = min(B.shape[-2], B.shape[-1], A.shape[-1])
+        p = None if rank is None or s == 0 else min(rank, s)
+        yield (slice(None), *svd(B, A, rank=p))
+        return
+    m, n = B.shape[-2], A.shape[-1]
+    yield from dense_svd(B, A, chunk=max(1, max_dense_bytes // max(1, m * n * B.dtype.itemsize)))
