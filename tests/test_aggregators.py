@@ -764,6 +764,7 @@ def test_roberta_preset_all_methods_run():
     assert flo.ranks == frq.ranks
 
 
+@pytest.mark.integration  # several seconds: the end-to-end tier
 def test_measurement_rows_on_a_tiny_preset():
     """The measurement command's pieces: downlink % by rule, exact one-module-per-shape counts."""
     from benchmarks.cases import build_model

@@ -229,6 +229,7 @@ def test_gpu_results_say_gpu_in_the_caption(tmp_path):
 # ----------------------------------------------------------------------------- figures
 
 
+@pytest.mark.integration  # several seconds: the end-to-end tier
 def test_fig3(tiny, tmp_path):
     style.setup()
     df = loaders.load_results(tiny / "results" / "fig3")
@@ -245,6 +246,7 @@ def test_fig3(tiny, tmp_path):
     assert (tmp_path / "fig3.pdf").stat().st_size > 0
 
 
+@pytest.mark.integration  # several seconds: the end-to-end tier
 def test_fig4(tiny, tmp_path):
     style.setup()
     rk = loaders.load_results(tiny / "results" / "fig4_rank")

@@ -243,6 +243,7 @@ def tiny(tmp_path_factory, tiny_results):
 EXPECTED = {"fig1_downlink", "fig3_scalability", "fig4_fidelity", "fig_clients", "fig_backends", "fig_peft"}
 
 
+@pytest.mark.integration  # several seconds: the end-to-end tier
 def test_every_figure_at_the_tiny_size_is_laid_out_for_a_reviewer(tiny, tmp_path):
     figs = saved_figures(tiny, tmp_path)
     assert EXPECTED <= set(figs), sorted(figs)
