@@ -28,7 +28,7 @@ import torch
 from fraq._svd import svd
 from fraq.aggregators._linalg import thin_svd
 
-__all__ = ["DEFAULT_DENSE_BYTES", "KERNELS", "check_kernel", "check_dense_bytes", "dense_svd", "triplets"]
+__all__ = ["DEFAULT_DENSE_BYTES", "KERNELS", "check_kernel", "check_dense_bytes", "dense_svd", "triplets", "use_kernel"]
 
 KERNELS = ("dense", "fraq")
 """The values of a dense-SVD method's ``kernel`` option (module docstring); the first is the default."""
@@ -51,6 +51,15 @@ def check_dense_bytes(max_dense_bytes: object) -> int:
     if max_dense_bytes < 1:
         raise ValueError(f"max_dense_bytes(={max_dense_bytes}) must be positive")
     return int(max_dense_bytes)
+
+
+def use_kernel(agg, kernel: object, max_dense_bytes: object) -> None:
+    """Set ``agg``'s ``kernel`` and ``max_dense_bytes`` (checked, the error naming the
+    argument) and its ``dense_factorization``: the instance says what it runs, and FRAQ's
+    kernel forms no m x n matrix (:class:`fraq.aggregators.base.Aggregator`)."""
+    agg.kernel = check_kernel(kernel)
+    agg.max_dense_bytes = check_dense_bytes(max_dense_bytes)
+    agg.dense_factorization = agg.kernel == "dense"
 
 
 def dense_svd(B: torch.Tensor, A: torch.Tensor, *, chunk: int

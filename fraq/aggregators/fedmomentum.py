@@ -10,7 +10,7 @@ import torch
 
 import fraq
 from fraq._validation import check_tau, compute_dtype
-from fraq.aggregators._kernel import DEFAULT_DENSE_BYTES, check_dense_bytes, check_kernel, triplets
+from fraq.aggregators._kernel import DEFAULT_DENSE_BYTES, triplets, use_kernel
 from fraq.aggregators._linalg import first_columns, first_rows, select
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.payload import WARM_START, Downlink, Factors
@@ -84,9 +84,7 @@ class FedMomentum(Aggregator):
     def __init__(self, *, tau: float = DEFAULT_RESIDUAL_TAU, kernel: str = "dense",
                  max_dense_bytes: int = DEFAULT_DENSE_BYTES):
         self.tau = check_tau(tau)
-        self.kernel = check_kernel(kernel)
-        self.max_dense_bytes = check_dense_bytes(max_dense_bytes)
-        self.dense_factorization = self.kernel == "dense"  # the instance says what it runs (Aggregator)
+        use_kernel(self, kernel, max_dense_bytes)
 
     def _group(self, group: Group, state) -> GroupOutput:
         spec = group.spec

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from fraq._validation import compute_dtype
-from fraq.aggregators._kernel import DEFAULT_DENSE_BYTES, check_dense_bytes, check_kernel, triplets
+from fraq.aggregators._kernel import DEFAULT_DENSE_BYTES, triplets, use_kernel
 from fraq.aggregators._linalg import first_columns, first_rows, own_copy
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.fedit import weighted_sum
@@ -70,9 +70,7 @@ class FedSVD(Aggregator):
     kernel_variants = ("fraq",)
 
     def __init__(self, *, kernel: str = "dense", max_dense_bytes: int = DEFAULT_DENSE_BYTES):
-        self.kernel = check_kernel(kernel)
-        self.max_dense_bytes = check_dense_bytes(max_dense_bytes)
-        self.dense_factorization = self.kernel == "dense"  # the instance says what it runs (Aggregator)
+        use_kernel(self, kernel, max_dense_bytes)
 
     @classmethod
     def trained_factors(cls, round: int) -> str:

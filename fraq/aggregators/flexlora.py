@@ -12,7 +12,7 @@ import torch
 
 import fraq
 from fraq._validation import compute_dtype
-from fraq.aggregators._kernel import DEFAULT_DENSE_BYTES, check_dense_bytes, check_kernel, triplets
+from fraq.aggregators._kernel import DEFAULT_DENSE_BYTES, triplets, use_kernel
 from fraq.aggregators._linalg import first_columns, first_rows, own_copy, select
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.florist import _tau_or_rank
@@ -78,10 +78,7 @@ class FlexLoRA(Aggregator):
     kernel_variants = ("fraq",)
 
     def __init__(self, *, max_dense_bytes: int = DEFAULT_DENSE_BYTES, kernel: str = "dense"):
-        self.max_dense_bytes = check_dense_bytes(max_dense_bytes)
-        self.kernel = check_kernel(kernel)
-        # the instance says what it runs: FRAQ's kernel forms no m x n matrix (see Aggregator)
-        self.dense_factorization = self.kernel == "dense"
+        use_kernel(self, kernel, max_dense_bytes)
 
     def _group(self, group: Group, state) -> GroupOutput:
         spec = group.spec
