@@ -105,7 +105,7 @@ figures:
 # Tables 1-3's latency columns, Fig. 3 and Table 4 on a GPU (DEVICE=cuda:N for another one).
 DEVICE ?= cuda
 bench-gpu:
-	$(PY) -m benchmarks.run fig3 table4 tables123 --size paper --device $(DEVICE) --out results/gpu/results
+	$(PY) -m benchmarks.run fig3 table4 tables123 --size gpu --device $(DEVICE) --out results/gpu/results
 	$(PY) -m analysis.reproduce --out results/gpu
 
 # Everything the suite measures on a GPU inside BUDGET seconds, in one command: the device record, the

@@ -8,6 +8,8 @@
 - ``reduced``: what ``make run`` reproduces (``--estimate`` gives its minutes) and what the asv
   suite tracks.
 - ``paper``: the paper's sizes where this machine allows (``make reproduce-paper``).
+- ``gpu``: the paper's sizes on a GPU (``make gpu-check``, ``make bench-gpu``): ``paper``'s,
+  but Tables 1-3 on every preset whole and with the headline rows first (:data:`GPU_TABLES123`).
 
 Which methods a point runs is the experiment's ``methods`` list here, cut by each
 method's own limits (:class:`benchmarks.measure.methods.MethodTraits`, e.g. FlexLoRA's
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["ASV", "QUICK", "SIZES", "size_config"]
+__all__ = ["ASV", "GPU_TABLES123", "QUICK", "SIZES", "size_config"]
 
 ASV = os.environ.get("FRAQ_ASV_SIZE") or "reduced"
 """The size the asv suite's parameters are taken from: ``FRAQ_ASV_SIZE`` where it is set
@@ -150,6 +152,17 @@ SIZES: dict[str, dict[str, dict]] = {
                           backends=_BASES, client_rank=8, repeats=7),
     ),
 }
+
+GPU_TABLES123 = dict(SIZES["paper"]["tables123"], layers={}, dense_alone=True)
+"""Tables 1-3 at the ``gpu`` size: every preset whole, the heterogeneous one too (its stacked
+rank 232 makes a whole-model call of every method minutes on a CPU, seconds on a GPU), since a
+time measured on fewer layers and multiplied up overstates a method that batches per shape
+group: CuPy's batched eigensolver takes 17.7 ms for one 232 x 232 Gram and 114 ms for 196 of
+them on an H100 (docs/results/gpu/h100-2026-11-28). And every dense-factorization method in a
+point of its own after every preset's shared point (``dense_alone``), so a budgeted GPU call
+measures FRAQ, FLoRA and FLoRIST on every preset before the minutes of FlexLoRA's SVDs."""
+
+SIZES["gpu"] = dict(SIZES["paper"], tables123=GPU_TABLES123)
 
 
 def size_config(size: str, experiment: str) -> dict:

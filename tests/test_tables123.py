@@ -33,10 +33,12 @@ def test_dense_plan_follows_the_dense_work(name):
         assert tables123.dense_plan(preset, quick=False) == "per-shape"
 
 
-@pytest.mark.parametrize("size", ["tiny", "reduced", "paper"])
+@pytest.mark.parametrize("size", ["tiny", "reduced", "paper", "gpu"])
 def test_points_time_every_row_once(size):
     """Every row of every preset is in exactly one point; a dense method timed on one module per shape at full
     size is a point of its own (resumable between methods), with the size's slow_rounds in one launch."""
+    from benchmarks.sizes import size_config
+
     points = tables123.points(size)
     keys = [tables123.key(c) for c in points]
     assert len(set(keys)) == len(keys)
@@ -51,10 +53,40 @@ def test_points_time_every_row_once(size):
             alone = c["part"] != "shared"
             if alone:
                 assert c["methods"] == [c["part"]] and get_aggregator(c["part"]).dense_factorization
-                assert tables123.dense_plan(preset, quick=c["quick"]) == "per-shape" and not c["quick"]
+                assert not c["quick"]
+                assert (size_config(size, "tables123").get("dense_alone")
+                        or tables123.dense_plan(preset, quick=False) == "per-shape")
                 assert c["rounds"] == 2 and c["launches"] == 1 and tables123.key(c) == f"{name}-{c['part']}"
             else:
                 assert tables123.key(c) == name
+
+
+def test_a_gpu_builds_every_preset_whole_and_times_the_headline_rows_first():
+    """At the ``gpu`` size every preset is built whole (a per-shape-group batched method's time is
+    not proportional to its modules, so it is never timed on a few layers and multiplied up), the
+    rows are the paper size's, and every preset's shared point (FRAQ, FLoRA, FLoRIST) comes before
+    any dense method's point, so a budget that cuts the part keeps the headline."""
+    from benchmarks.sizes import size_config
+
+    assert size_config("paper", "tables123")["layers"], "the paper size on a CPU builds the heterogeneous preset on fewer layers"
+    points = tables123.points("gpu")
+    assert all(c["layers"] is None for c in points)
+    parts = [c["part"] for c in points]
+    shared = [i for i, p in enumerate(parts) if p == "shared"]
+    assert shared == list(range(len(size_config("gpu", "tables123")["presets"])))
+    assert all(get_aggregator(p).dense_factorization for p in parts[len(shared):])
+    for c in points[: len(shared)]:
+        preset = get_preset(c["preset"])
+        dense = [m.label for m in tables123._methods(preset)
+                 if tables123._aggregator(m).dense_factorization and tables123._applicable(m, preset) is None]
+        assert dense and not set(dense) & set(c["methods"])
+
+    def rows(size):
+        return sorted((c["preset"], label) for c in tables123.points(size) for label in c["methods"])
+
+    served = sorted((p, label) for c in tables123.points("gpu") for p in c.get("serves") or [] for label in c["methods"])
+    assert sorted(rows("gpu") + served) == sorted(rows("paper") + sorted(
+        (p, label) for c in tables123.points("paper") for p in c.get("serves") or [] for label in c["methods"]))
 
 
 @pytest.mark.integration

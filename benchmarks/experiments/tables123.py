@@ -482,13 +482,15 @@ def points(size: str) -> list[dict]:
     rounds (``rounds`` per launch, ``launches`` launches; ``layers`` of the preset where the
     size gives them), and one point per dense method timed on one module per shape
     (:func:`dense_plan`), ``slow_rounds`` rounds in this process: a call of it takes a
-    minute, and each launch would add a warm-up call."""
+    minute, and each launch would add a warm-up call. Where the size says ``dense_alone``
+    (a GPU's), every dense method is a point of its own, timed as its plan says, and these
+    points come after every preset's shared one."""
     c = size_config(size, "tables123")
-    out, timed = [], {}  # (method label, module shapes) -> the point that times it on one module per shape
+    out, later, timed = [], [], {}  # timed: (method label, module shapes) -> the point that times it alone
     for name in c["presets"]:
         preset = get_preset(name)
         alone = []
-        if dense_plan(preset, quick=c["quick"]) == "per-shape" and not c["quick"]:
+        if not c["quick"] and (c.get("dense_alone") or dense_plan(preset, quick=False) == "per-shape"):
             alone = [m for m in _methods(preset)
                      if _aggregator(m).dense_factorization and _applicable(m, preset) is None]
         shared = [m.label for m in _methods(preset) if m not in alone]
@@ -503,8 +505,8 @@ def points(size: str) -> list[dict]:
             point = dict(base, methods=[m.label], rounds=c["slow_rounds"], launches=1, part=m.name, layers=None,
                          serves=[])
             timed[(m.label, _shapes(preset))] = point
-            out.append(point)
-    return out
+            (later if c.get("dense_alone") else out).append(point)
+    return out + later
 
 
 SHAPE_ONLY = ("flexlora", "fedsvd", "fedmomentum")
@@ -549,6 +551,8 @@ def cost(config: dict) -> float:
     shapes = {(g.m, g.n) for g in preset.groups}
     if c.get("part", "shared") != "shared":
         served = len(c.get("serves") or [])  # a build and one call (the downlink) per preset served
+        if dense_plan(preset, quick=c["quick"]) == "full":  # timed on the whole model
+            return BUILD_SECONDS + n * sum(g.count * _dense_seconds(c["part"], g.m, g.n) for g in preset.groups)
         return (1 + served) * BUILD_SECONDS + (n + served) * sum(_dense_seconds(c["part"], m, n_) for m, n_ in shapes)
     full = max(g.count for g in preset.groups)
     layers = _layers(c["preset"], c["quick"], c.get("layers"))

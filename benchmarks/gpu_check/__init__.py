@@ -1,6 +1,6 @@
 """Everything the suite measures on a GPU, in one command that keeps to a time budget.
 
-    python -m benchmarks.gpu_check --out DIR [--device cuda] [--budget-s 420] [--size paper]
+    python -m benchmarks.gpu_check --out DIR [--device cuda] [--budget-s 420] [--size gpu]
         [--parts NAME,...]
 
 A GPU is lent rarely and briefly, so the call that uses it is prepared and tested here:

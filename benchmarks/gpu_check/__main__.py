@@ -22,7 +22,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, help=f"directory for its files ({', '.join(FILES)}); required")
     ap.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default cuda)")
     ap.add_argument("--budget-s", type=float, default=420.0, help="seconds for every part together (default 420)")
-    ap.add_argument("--size", choices=list(SIZES), default="paper", help="the experiments' size (default paper)")
+    ap.add_argument("--size", choices=list(SIZES), default="gpu", help="the experiments' size (default gpu)")
     ap.add_argument("--parts", help=f"comma-separated subset of {','.join(part_names())} (default all)")
     # the parent's call of one part, in its own process
     ap.add_argument("--part", choices=part_names(), help=argparse.SUPPRESS)

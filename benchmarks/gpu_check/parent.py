@@ -57,7 +57,12 @@ def _env(device: torch.device) -> dict:
 def _pipeline_presets(size: str) -> tuple[str, ...]:
     """The presets the pipeline part measures: both whole models at the paper's size, one
     layer of RoBERTa-base at a smaller one (a CPU's check of the flow)."""
-    return ("roberta-base", "llama-3.2-3b") if size == "paper" else ("roberta-base",)
+    return ("roberta-base", "llama-3.2-3b") if _whole(size) else ("roberta-base",)
+
+
+def _whole(size: str) -> bool:
+    """Whether ``size`` measures the presets whole: the paper's and a GPU's."""
+    return size in ("paper", "gpu")
 
 
 def _command(part: Part, *, device: torch.device, size: str, work: Path, until: float) -> list[str]:
@@ -65,9 +70,9 @@ def _command(part: Part, *, device: torch.device, size: str, work: Path, until: 
         return [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                 f"--junitxml={work / 'tests.xml'}", *CUDA_TESTS]
     if part.name == "pipeline":
-        scope = [] if size == "paper" else ["--layers", "1"]
+        scope = [] if _whole(size) else ["--layers", "1"]
         return [sys.executable, "-m", "benchmarks.pipeline_check", "--out", str(work), "--device", str(device),
-                "--presets", ",".join(_pipeline_presets(size)), "--rounds", "15" if size == "paper" else "2", *scope]
+                "--presets", ",".join(_pipeline_presets(size)), "--rounds", "15" if _whole(size) else "2", *scope]
     return [sys.executable, "-m", "benchmarks.gpu_check", "--part", part.name, "--device", str(device),
             "--size", size, "--work", str(work), "--until", repr(until)]
 
@@ -91,7 +96,7 @@ def _tests_status(work: Path, returncode: int) -> dict:
 
 
 def _status(part: Part, work: Path, returncode: int | None, seconds: float, share_s: float,
-            size: str = "paper") -> dict:
+            size: str = "gpu") -> dict:
     """What a finished or stopped part did (``returncode`` None: stopped at the end of its time)."""
     if part.name == "tests":
         st = _tests_status(work, returncode) if returncode is not None else \
