@@ -183,7 +183,7 @@ Factor = torch.Tensor | Sequence[torch.Tensor]
 
 
 def fill_stacks(B: torch.Tensor | None, A: torch.Tensor, clients: Iterable[tuple[Factor | None, Factor]],
-                a: Sequence[float], s: Sequence[float]) -> None:
+                a: Sequence[float], s: Sequence[float], *, in_dtype: bool = False) -> None:
     r"""Write Eq. 7's weighted stacks into the preallocated ``B`` (*, m, r) and ``A`` (*, r, n).
 
     Client k's factors go to columns (rows of A) ``lo:lo + r_k`` in client order, as
@@ -202,6 +202,11 @@ def fill_stacks(B: torch.Tensor | None, A: torch.Tensor, clients: Iterable[tuple
     dtype than the client's) the factor is scaled in at least float32 and rounded on the
     way in.
 
+    ``in_dtype=True`` says the caller has checked that every factor is in the stacks' dtype
+    (:func:`fraq.aggregators.validate_updates` does, per module), so no factor's dtype is
+    read again here: that is one attribute read per (client, module) pair, the Python cost
+    of a round that grows with the model.
+
     It trusts its arguments (the callers validate) and never synchronizes with the host:
     a caller may fill disjoint stacks from several threads or streams. On a CPU with more
     than one torch thread, a batch of stacks worth sharing (:func:`fraq._parallel.chunk_bounds`)
@@ -210,21 +215,21 @@ def fill_stacks(B: torch.Tensor | None, A: torch.Tensor, clients: Iterable[tuple
     """
     clients = list(clients)
     if A.dim() < 3 or A.shape[0] < 2 or A.device.type != "cpu" or torch.get_num_threads() < 2:
-        _fill(B, A, clients, a, s, None)
+        _fill(B, A, clients, a, s, None, in_dtype)
         return
     bounds = chunk_bounds(A.shape[0], (A[0].numel() + (0 if B is None else B[0].numel())) * A.element_size())
 
     def chunk(Ac: torch.Tensor, lo: int) -> None:
         span = slice(lo, lo + Ac.shape[0])
-        _fill(None if B is None else B[span], Ac, clients, a, s, span)
+        _fill(None if B is None else B[span], Ac, clients, a, s, span, in_dtype)
 
     map_chunks(chunk, bounds, A, with_offset=True)
 
 
 def _fill(B: torch.Tensor | None, A: torch.Tensor, clients: list, a: Sequence[float], s: Sequence[float],
-          span: slice | None) -> None:
+          span: slice | None, in_dtype: bool = False) -> None:
     """:func:`fill_stacks` on stacks that hold the matrices ``span`` of each client's factors (all: None)."""
-    if _one_copy(B, A, clients):
+    if _one_copy(B, A, clients, in_dtype):
         if span is not None:
             clients = [(None if Bk is None else Bk[span], Ak[span]) for Bk, Ak in clients]
         _fill_one_copy(B, A, clients, a, s)
@@ -239,11 +244,14 @@ def _fill(B: torch.Tensor | None, A: torch.Tensor, clients: list, a: Sequence[fl
         lo = hi
 
 
-def _one_copy(B: torch.Tensor | None, A: torch.Tensor, clients: list) -> bool:
-    """Whether every client's factors are per-module lists in the stacks' own dtype, and the
-    stacks' rows are contiguous: then each stack is filled by one copy (:func:`_fill_one_copy`)."""
+def _one_copy(B: torch.Tensor | None, A: torch.Tensor, clients: list, in_dtype: bool = False) -> bool:
+    """Whether every client's factors are per-module lists in the stacks' own dtype (known
+    where ``in_dtype``), and the stacks' rows are contiguous: then each stack is filled by
+    one copy (:func:`_fill_one_copy`)."""
     if A.dim() != 3 or not A.is_contiguous() or (B is not None and not B.mT.is_contiguous()):
         return False
+    if in_dtype:
+        return not any(isinstance(Ak, torch.Tensor) for _, Ak in clients)
     return all(not isinstance(Ak, torch.Tensor) and all(t.dtype == A.dtype for t in Ak)
                and (B is None or all(t.dtype == B.dtype for t in Bk)) for Bk, Ak in clients)
 

@@ -877,3 +877,24 @@ def test_lora_a2_peculiarities_are_class_attributes():
         assert [cls.trained_factors(t) for t in (1, 2, 3, 4)] == want, name
     with pytest.raises(ValueError, match=r"round\(=0\)"):
         get_aggregator("lora-a2").trained_factors(0)
+
+
+@pytest.mark.parametrize("name", ["fraq", "flora", "florist", "fedit"])
+@pytest.mark.parametrize("where", [(0, "layers.0.q", 0), (3, "layers.0.k", 1)])
+def test_factors_that_require_grad_aggregate_as_their_values(name, where):
+    """A client's live LoRA weights (``nn.Parameter``, requiring grad) are aggregated as their values: one
+    factor requiring grad, on the first or the last client and module, gives downlinks that require no
+    grad and equal, bit for bit, the aggregate of the same uploads detached (the grad is found in the
+    same pass that checks the shapes, so a late one counts too)."""
+    _, ups, _, _ = _model([3, 3, 3, 3] if name == "fedit" else [2, 3, 2, 3], dtype=F32)  # FedIT: one rank
+    k, module, i = where
+    live = list(ups[k].factors[module])
+    live[i] = torch.nn.Parameter(live[i].clone())
+    grad_ups = list(ups)
+    grad_ups[k] = dataclasses.replace(ups[k], factors={**ups[k].factors, module: tuple(live)})
+    agg = get_aggregator(name)
+    got, ref = agg.aggregate(grad_ups), agg.aggregate(ups)
+    for mine, theirs in zip(got.downlinks, ref.downlinks):
+        for mod in MODULES:
+            for t, u in zip(mine[mod].sent, theirs[mod].sent):
+                assert not t.requires_grad and torch.equal(t, u)

@@ -179,9 +179,10 @@ class Aggregator(ABC):
         """
         if not isinstance(batched, bool):
             raise TypeError(f"batched(={batched!r}) must be a bool")
-        updates, specs = validate_updates(updates, single_matrix=self.single_matrix,
+        updates, specs, grad = _validated(updates, single_matrix=self.single_matrix,
                                           check_values=self.checks_finite)
-        updates = [_detached(u) for u in updates]  # aggregation works on values: no autograd graph
+        if grad:  # aggregation works on values: no autograd graph
+            updates = [_detached(u) for u in updates]
         if not self.heterogeneous_ranks:
             for spec in specs:
                 if len(set(spec.ranks)) > 1 or len(set(spec.scales)) > 1:
@@ -286,6 +287,14 @@ def _per_client(specs: Sequence[ModuleSpec], outputs: GroupOutput, K: int) -> li
 
 def validate_updates(updates: object, *, single_matrix: bool = False,
                      check_values: bool = True) -> tuple[list[ClientUpdate], list[ModuleSpec]]:
+    """Check a round's uploads; return them as a list and one :class:`ModuleSpec` per module
+    (:func:`_validated`, whose rules these are)."""
+    updates, specs, _ = _validated(updates, single_matrix=single_matrix, check_values=check_values)
+    return updates, specs
+
+
+def _validated(updates: object, *, single_matrix: bool = False,
+               check_values: bool = True) -> tuple[list[ClientUpdate], list[ModuleSpec], bool]:
     """Check a round's uploads; return them as a list and one :class:`ModuleSpec` per module.
 
     Every client must upload the same modules; per module, every client's factors must
@@ -295,7 +304,8 @@ def validate_updates(updates: object, *, single_matrix: bool = False,
     The checks run per module over all clients at once (:func:`_module_spec`), and the
     finiteness of every factor in one reduction and one host read (:func:`_check_values`);
     only when one of them fails are the clients' factors checked one by one, so that the
-    error names the client and module.
+    error names the client and module. The third value says whether a factor may require
+    grad (True where a module took the one-by-one checks), so the caller detaches only then.
     """
     if isinstance(updates, ClientUpdate) or not isinstance(updates, Sequence) or isinstance(updates, (str, bytes)):
         raise TypeError(f"updates must be a sequence of ClientUpdate, got {type(updates).__name__}")
@@ -319,13 +329,18 @@ def validate_updates(updates: object, *, single_matrix: bool = False,
             extra = sorted(set(u.factors) - set(names))
             raise ValueError(f"updates[{k}] has different modules from updates[0]: missing {missing}, extra {extra}")
     plain = [_plain_scale(u.scale) for u in updates]
-    specs = []
+    specs, grad = [], False
     for name in names:
-        spec = None if single_matrix else _module_spec(name, updates, plain)
-        specs.append(spec or _module_spec_checked(name, updates, single_matrix))
+        fast = None if single_matrix else _module_spec(name, updates, plain)
+        if fast is None:
+            specs.append(_module_spec_checked(name, updates, single_matrix))
+            grad = True  # not known: every client is looked at (:func:`_detached`)
+        else:
+            specs.append(fast[0])
+            grad = grad or fast[1]
     if check_values:
         _check_values(updates, names)
-    return updates, specs
+    return updates, specs, grad
 
 
 def _plain_scale(scale: object) -> float | None:
@@ -336,12 +351,15 @@ def _plain_scale(scale: object) -> float | None:
     return float(scale)
 
 
-def _module_spec(name: str, updates: list[ClientUpdate], plain: list[float | None]) -> ModuleSpec | None:
-    """Module ``name``'s spec, checked over all clients at once; None when any check fails
-    (the caller then checks client by client, :func:`_module_spec_checked`, and names it).
-    One loop of plain comparisons per client: this runs for every (client, module) pair."""
+def _module_spec(name: str, updates: list[ClientUpdate], plain: list[float | None]) -> tuple[ModuleSpec, bool] | None:
+    """Module ``name``'s spec, checked over all clients at once, and whether any of its
+    factors requires grad; None when any check fails (the caller then checks client by
+    client, :func:`_module_spec_checked`, and names it). One loop of plain comparisons per
+    client, nothing called per client: this runs for every (client, module) pair, the
+    Python cost of a round that grows with the model."""
     Tensor, strided = torch.Tensor, torch.strided
-    B0, A0 = _pair(updates[0].factors[name])
+    pairs = [u.factors[name] for u in updates]
+    B0, A0 = _pair(pairs[0])
     if not isinstance(A0, Tensor) or not isinstance(B0, Tensor) or A0.dim() != 2 or B0.dim() != 2:
         return None
     dtype, device = A0.dtype, A0.device
@@ -349,8 +367,11 @@ def _module_spec(name: str, updates: list[ClientUpdate], plain: list[float | Non
         return None
     m, n = B0.shape[0], A0.shape[1]
     ranks = []
-    for u in updates:
-        B, A = _pair(u.factors[name])
+    grad = False
+    for p in pairs:
+        if (type(p) is not tuple and type(p) is not list) or len(p) != 2:
+            return None
+        B, A = p
         if not isinstance(A, Tensor) or not isinstance(B, Tensor):
             return None
         try:
@@ -360,6 +381,7 @@ def _module_spec(name: str, updates: list[ClientUpdate], plain: list[float | Non
         if bm != m or an != n or br != ar or B.dtype is not dtype or A.dtype is not dtype or \
                 B.layout is not strided or A.layout is not strided or B.device != device or A.device != device:
             return None
+        grad = grad or B.requires_grad or A.requires_grad
         ranks.append(ar)
     scales = []
     for k, (u, flat) in enumerate(zip(updates, plain)):
@@ -369,7 +391,7 @@ def _module_spec(name: str, updates: list[ClientUpdate], plain: list[float | Non
                 return None
             flat = _check_scale(f"updates[{k}].scale for {name!r}", raw)
         scales.append(flat)
-    return ModuleSpec(name, m, n, tuple(ranks), tuple(scales), dtype, device)
+    return ModuleSpec(name, m, n, tuple(ranks), tuple(scales), dtype, device), grad
 
 
 def _pair(p: object) -> tuple[object, object]:

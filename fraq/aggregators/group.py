@@ -122,7 +122,8 @@ class Group:
         clients = (self.module_factors(k) for k in range(len(self._updates)))
         if not self.batched:
             clients = ((b[0], a[0]) for b, a in clients)
-        fill_stacks(B, A, clients, self.weights, spec.scales if scaled else [1.0] * len(spec.scales))
+        fill_stacks(B, A, clients, self.weights, spec.scales if scaled else [1.0] * len(spec.scales),
+                    in_dtype=dtype == spec.dtype)  # every factor is in spec.dtype: validate_updates checked
         if scan and not self.checked and A.numel():
             stacks = [A] if B is None else [B, A]
             if not math.isfinite(float(torch.nn.utils.get_total_norm(stacks, math.inf))):
