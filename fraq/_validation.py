@@ -20,6 +20,7 @@ __all__ = [
     "check_pair",
     "check_rank",
     "check_tau",
+    "check_tau_or_rank",
     "check_client_numbers",
     "NonFiniteError",
     "compute_dtype",
@@ -137,6 +138,18 @@ def check_rank(rank: object, limit: int | None) -> int:
     elif rank < 1 or rank > limit:
         raise ValueError(f"rank(={rank}) must be in [1, min(d, r)={limit}]")
     return rank
+
+
+def check_tau_or_rank(tau: object, rank: object, default_tau: float, B: torch.Tensor,
+                      A: torch.Tensor) -> tuple[float | None, int | None]:
+    """A per-call (tau, rank) request for stacks B (*, m, r), A (*, r, n): at most one of the
+    two, ``rank`` within min(m, r, n), ``tau`` defaulting to ``default_tau``; returns the
+    checked pair with the other None."""
+    if tau is not None and rank is not None:
+        raise ValueError(f"pass at most one of tau and rank, got tau={tau!r}, rank={rank!r}")
+    if rank is not None:
+        return None, check_rank(rank, min(B.shape[-2], B.shape[-1], A.shape[-1]))
+    return check_tau(default_tau if tau is None else tau), None
 
 
 def check_eig_dtype(eig_dtype: object) -> torch.dtype:

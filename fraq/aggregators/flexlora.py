@@ -11,11 +11,10 @@ from collections.abc import Sequence
 import torch
 
 import fraq
-from fraq._validation import compute_dtype
+from fraq._validation import check_tau_or_rank, compute_dtype
 from fraq.aggregators._kernel import DEFAULT_DENSE_BYTES, triplets, use_kernel
 from fraq.aggregators._linalg import first_columns, first_rows, own_copy, select
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
-from fraq.aggregators.florist import _tau_or_rank
 from fraq.aggregators.payload import WARM_START, Downlink, Factors
 from fraq.flops import flexlora_model
 
@@ -125,7 +124,7 @@ class FlexLoRA(Aggregator):
             raise ValueError(f"Bs[0].shape={tuple(Bs[0].shape)}: at most one batch dimension")
         if tau is None and rank is None:
             rank = min(max(b.shape[-1] for b in Bs), Bst.shape[-2], Ast.shape[-1])
-        tau, rank = _tau_or_rank(tau, rank, 1.0, Bst, Ast)
+        tau, rank = check_tau_or_rank(tau, rank, 1.0, Bst, Ast)
         Bgs, Ags, ps = [], [], []
         for _, left, S, right in triplets(Bst, Ast, kernel=self.kernel, rank=rank,
                                           max_dense_bytes=self.max_dense_bytes):

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import torch
 
 import fraq
-from fraq._validation import check_rank, check_tau, compute_dtype
+from fraq._validation import check_tau, check_tau_or_rank, compute_dtype
 from fraq.aggregators._linalg import select, thin_svd
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.payload import WARM_START, Downlink, Factors
@@ -101,15 +101,6 @@ class FLoRIST(Aggregator):
         is the per-module entry the benchmark suites time against ``fraq.recompress``.
         """
         Bst, Ast = fraq.stack(Bs, As, weights, scales, dtype=compute_dtype(Bs[0].dtype))
-        tau, rank = _tau_or_rank(tau, rank, self.tau, Bst, Ast)
+        tau, rank = check_tau_or_rank(tau, rank, self.tau, Bst, Ast)
         Bg, Ag, p = florist_recompress(Bst, Ast, tau=tau, rank=rank)
         return Bg.to(Bs[0].dtype), Ag.to(Bs[0].dtype), (int(p) if p.dim() == 0 else p)
-
-
-def _tau_or_rank(tau, rank, default_tau, B, A):
-    """Validate a (tau, rank) request for stacks B, A; default to ``default_tau``."""
-    if tau is not None and rank is not None:
-        raise ValueError(f"pass at most one of tau and rank, got tau={tau!r}, rank={rank!r}")
-    if rank is not None:
-        return None, check_rank(rank, min(B.shape[-2], B.shape[-1], A.shape[-1]))
-    return check_tau(default_tau if tau is None else tau), None
