@@ -25,8 +25,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.agreement import _ours
-from analysis.verdicts import exact, judge, not_measured, paired
+from analysis.verdicts import exact, judge, not_measured, ours, paired
 
 __all__ = ["FIDELITY", "dense_of", "sweep_lines", "table_lines"]
 
@@ -47,7 +46,7 @@ def dense_of(method: str) -> str | None:
     return name + (":" + ",".join(others) if others else "")
 
 
-def _ms(rows: pd.DataFrame) -> np.ndarray:
+def milliseconds(rows: pd.DataFrame) -> np.ndarray:
     return 1e3 * np.asarray(rows["timing.samples"].iloc[0], dtype=float)
 
 
@@ -74,14 +73,14 @@ def sweep_lines(df: pd.DataFrame, point: list[str], what: str) -> list[str]:
             at = " ".join(f"{c}={p[c]}" for c in point)
             sel = np.logical_and.reduce([df[c] == p[c] for c in point])
             kr, dr = df[sel & (df["method"] == kernel)], df[sel & (df["method"] == dense)]
-            groups[f"{dlabel} {at}"], groups[f"{label} {at}"] = _ms(dr), _ms(kr)
+            groups[f"{dlabel} {at}"], groups[f"{label} {at}"] = milliseconds(dr), milliseconds(kr)
             pairs.append((f"{dlabel} {at}", f"{label} {at}"))
             sets.append(pd.concat([kr, dr]))
         ratios = [np.median(groups[a]) / np.median(groups[b]) for a, b in pairs]
         v = judge(groups, lambda g: np.min(np.stack([g[a] / g[b] for a, b in pairs]), axis=0), above=1.0,
                   claim=f"{label} faster than {dlabel} on the {what}", machine=pd.concat(sets),
                   paired=paired(*sets))
-        speed = _ours(v, f"{v.value:.3g}x at the least", ".3g", "x",
+        speed = ours(v, f"{v.value:.3g}x at the least", ".3g", "x",
                       test=f"{dlabel}'s time over {label}'s above 1 at each of the {len(pairs)} points both ran, "
                            "the smallest ratio")
         by = pd.concat(sets).groupby("method")
@@ -115,20 +114,20 @@ def table_lines(rows: pd.DataFrame) -> list[str]:
         claim = f"{label} faster than {dlabel}"
         if missing:
             v = not_measured(claim, [f"{k} ({_why(d if k == dlabel else here)})" for k in missing])
-            speed = _ours(v, "")
+            speed = ours(v, "")
         else:
             compared = pd.concat([d, here])
             v = judge(groups, lambda g: g[dlabel] / g[label], above=1.0, claim=claim, machine=compared,
                       paired=paired(compared))
-            speed = _ours(v, f"{v.value:.3g}x faster", ".3g", "x", test=f"{dlabel}'s time over {label}'s above 1")
+            speed = ours(v, f"{v.value:.3g}x faster", ".3g", "x", test=f"{dlabel}'s time over {label}'s above 1")
             dm, km = float(np.median(groups[dlabel])), float(np.median(groups[label]))
             speed += f" (medians {dm:.4g} ms and {km:.4g} ms: {dm / km:.3g}x)"
         if not a or "skipped" in a:
             why = a.get("skipped", "no agreement record in these results")
-            agree = _ours(not_measured(f"{label}'s outputs agree with {dlabel}'s", [f"{label} ({why})"]), "")
+            agree = ours(not_measured(f"{label}'s outputs agree with {dlabel}'s", [f"{label} ({why})"]), "")
         else:
             va = exact(float(a["ratio_max"]), below=1.0)
-            agree = _ours(va, f"on {a.get('modules_compared_on', 'the modules compared')}, every client's update "
+            agree = ours(va, f"on {a.get('modules_compared_on', 'the modules compared')}, every client's update "
                               f"is as close to the exact aggregate as {dlabel}'s, within {a['bound_min']:.2g} of the "
                               f"aggregate's norm (the largest difference {a['error_difference_max']:.2g}, "
                               f"{a['ratio_max']:.2g} of that bound, over {int(a['compared'])} distinct update(s) "

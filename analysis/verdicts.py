@@ -58,7 +58,7 @@ import numpy as np
 from analysis.notes import Busy, Note, NotMeasured
 
 __all__ = ["BUSY_LOAD", "BUSY_STEAL", "DRAWS", "HOW", "MIN_ROUNDS", "Verdict", "busy", "judge", "exact", "holds",
-           "not_measured", "paired", "sign_interval"]
+           "milliseconds", "not_measured", "ours", "paired", "samples", "sign_interval"]
 
 DRAWS = 2000
 """Draws per unpaired interval: the 2.5th and 97.5th percentiles of 2,000 draws move by well
@@ -319,3 +319,23 @@ def not_measured(claim: str, missing: list[str]) -> Verdict:
     """"no verdict", naming the points, with a warning."""
     warnings.warn(NotMeasured(f"no verdict on '{claim}': not measured: {', '.join(missing)}"), stacklevel=3)
     return Verdict("no verdict", missing=tuple(missing))
+
+
+def ours(v: Verdict, text: str, fmt: str = ".3g", unit: str = "", test: str = "") -> str:
+    """How a report section writes a verdict beside our number:
+    ``Ours **word** (tested: test): text [lo, hi]``, or the points not measured."""
+    tested = f" (tested: {test})" if test else ""
+    if v.word == "no verdict":
+        return f"Ours {v.bold()}{tested}: {v.interval()}"
+    iv = v.interval(fmt, unit)
+    return f"Ours {v.bold()}{tested}: {text} {iv if v.has_interval and iv != 'exact' else f'({iv})'}"
+
+
+def samples(x) -> np.ndarray:
+    """A result's samples (a list, or one number) as a float array."""
+    return np.asarray(x if isinstance(x, (list, tuple, np.ndarray)) else [x], dtype=float)
+
+
+def milliseconds(row) -> np.ndarray:
+    """A result row's timing samples (``timing.samples``, seconds) in milliseconds."""
+    return 1e3 * samples(row["timing.samples"])

@@ -7,7 +7,7 @@ Every section module exports
   the GPU results, is drawn in every report: it says when there is nothing to judge);
 - ``draw(res) -> list[Section]``: its part of ``report.md`` from the checked frames of
   :func:`analysis.load` (``res[experiment]``), as :class:`Section` objects: a title, the
-  markdown body (tables, the verdict lines of :mod:`analysis.agreement` or the section's
+  markdown body (tables, the verdict lines of :func:`analysis.verdicts.ours` or the section's
   own) and at most one :class:`Figure`.
 
 :func:`analysis.reproduce.build` is one loop over :data:`analysis.reproduce.SECTIONS`:

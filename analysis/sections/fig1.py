@@ -6,9 +6,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import figures
-from analysis.agreement import _ours
+from analysis.verdicts import exact, holds, not_measured, ours
 from analysis.sections import Figure, Section
-from analysis.verdicts import exact, holds, not_measured
 
 reads = ("fig1",)
 
@@ -31,12 +30,12 @@ def fig1_lines(df: pd.DataFrame) -> list[str]:
         names = [f"{r.method} K={r.clients} r_k={r.client_rank}" for r in bad.itertuples()]
         v = not_measured("Fig. 1 downlink", names)
         return ["- Paper: exact stacking's per-client downlink grows with the client count and local rank. "
-                + _ours(v, "")]
+                + ours(v, "")]
     flora = df[df["method"] == "flora"].set_index(["clients", "client_rank"])["downlink_params_full"]
     grows = all(np.all(np.diff(flora.xs(rk, level="client_rank").sort_index().values) > 0)
                 for rk in flora.index.get_level_values("client_rank").unique())
     lines.append(f"- Paper: exact stacking's per-client downlink grows with the client count and local rank. "
-                 + _ours(holds(grows), f"FLoRA's stack goes from {flora.min() / 1e6:.1f} M to "
+                 + ours(holds(grows), f"FLoRA's stack goes from {flora.min() / 1e6:.1f} M to "
                          f"{flora.max() / 1e6:.1f} M parameters per client over the grid")
                  + " (it is (m + n) K r_k per module).")
     fr = df[(df["method"] == "fraq") & (df["tau"].round(2) == 0.90)].set_index(["clients", "client_rank"])
@@ -44,7 +43,7 @@ def fig1_lines(df: pd.DataFrame) -> list[str]:
         cut = 100 * (1 - fr["downlink_params_full"] / flora.reindex(fr.index))
         lines.append(f"- Paper: with at least 90% energy retained, recompression cuts the payload by 55.5-87.3% "
                      f"(real LLaMA-3.2-3B updates). "
-                     + _ours(exact(cut.min(), above=50), f"{cut.min():.1f}-{cut.max():.1f}%",
+                     + ours(exact(cut.min(), above=50), f"{cut.min():.1f}-{cut.max():.1f}%",
                              test="a cut of more than 50% at 90% energy")
                      + " (in kind; the spread depends on the synthetic spectra, not real adapters).")
     for tau in sorted(df["tau"].dropna().unique()):

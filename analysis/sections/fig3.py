@@ -6,10 +6,9 @@ import numpy as np
 import pandas as pd
 
 from analysis import figures, kernel_variants, style, tables
-from analysis.agreement import _ms, _ours
+from analysis.verdicts import holds, judge, milliseconds, not_measured, ours, paired
 from analysis.sections import Figure, Section
 from analysis.style import num
-from analysis.verdicts import holds, judge, not_measured, paired
 
 reads = ("fig3",)
 
@@ -82,7 +81,7 @@ def fig3_lines(d: pd.DataFrame) -> list[str]:
         keys = {}
         for _, r in g.iterrows():
             keys[r["method_name"]] = f"{name} {r['method_name']}"
-            groups[keys[r["method_name"]]] = _ms(r)
+            groups[keys[r["method_name"]]] = milliseconds(r)
         points.append((keys["FRAQ"], [k for m, k in keys.items() if m != "FRAQ"]))
         f = g[g["method_name"] == "FRAQ"].iloc[0]
         others = g[g["method_name"] != "FRAQ"]
@@ -97,11 +96,11 @@ def fig3_lines(d: pd.DataFrame) -> list[str]:
 
     if absent:
         v = not_measured("FRAQ is the fastest method", absent)
-        lines.append(f"- Paper: FRAQ is the fastest method across both sweeps. {_ours(v, '')}")
+        lines.append(f"- Paper: FRAQ is the fastest method across both sweeps. {ours(v, '')}")
     elif points:
         v = judge(groups, margin, above=1.0, claim="FRAQ is the fastest method", machine=d, paired=paired(*sets))
         lines.append(f"- Paper: FRAQ is the fastest method across both sweeps. "
-                     + _ours(v, f"{v.value:.2f}x", ".2f", "x", test=f"the fastest other method's time over FRAQ's "
+                     + ours(v, f"{v.value:.2f}x", ".2f", "x", test=f"the fastest other method's time over FRAQ's "
                              f"above 1 at each of the {total} points, the smallest ratio")
                      + f"; FRAQ's median is the fastest at {total - len(slower)} of {total}"
                      + (f" (not at {'; '.join(slower)})" if slower else "") + ".")
@@ -117,8 +116,8 @@ def fig3_lines(d: pd.DataFrame) -> list[str]:
     fl = d[(d["method_name"] == "FlexLoRA") & (d["sweep"] == "d") & (d["mode"] == "batched")].sort_values("x")
     fr = d[(d["method_name"] == "FRAQ") & (d["sweep"] == "d") & (d["mode"] == "batched")].sort_values("x")
     if len(fl) >= 2 and len(fr) >= 2:
-        g = {f"FlexLoRA d={int(r['x'])}": _ms(r) for _, r in fl.iterrows()}
-        g.update({f"FRAQ d={int(r['x'])}": _ms(r) for _, r in fr.iterrows()})
+        g = {f"FlexLoRA d={int(r['x'])}": milliseconds(r) for _, r in fl.iterrows()}
+        g.update({f"FRAQ d={int(r['x'])}": milliseconds(r) for _, r in fr.iterrows()})
         lfl, lfr = np.log(fl["x"].to_numpy(float)), np.log(fr["x"].to_numpy(float))
         kfl, kfr = [f"FlexLoRA d={int(x)}" for x in fl["x"]], [f"FRAQ d={int(x)}" for x in fr["x"]]
         v = judge(g, lambda g: _slope_rows(lfl, [g[k] for k in kfl]) - _slope_rows(lfr, [g[k] for k in kfr]),
@@ -127,7 +126,7 @@ def fig3_lines(d: pd.DataFrame) -> list[str]:
                                                                     for x in fl["x"]]))
         lines.append(f"- Paper: FlexLoRA's runtime and memory grow rapidly with d (dense d x D aggregate and SVD), "
                      f"FRAQ's do not. "
-                     f"{_ours(v, f'{v.value:.2f}', '.2f', test=EXP)}; FlexLoRA's time grows as "
+                     f"{ours(v, f'{v.value:.2f}', '.2f', test=EXP)}; FlexLoRA's time grows as "
                      f"d^{_slope(fl['x'], fl['ms']):.1f} (FRAQ's as d^{_slope(fr['x'], fr['ms']):.1f}) and its memory "
                      f"as d^{_slope(fl['x'], fl['peak_mib']):.1f}, measured up to d = {int(fl['x'].max())} (larger d "
                      "skipped as too slow here; the dense SVD's asymptote is d^3).")
@@ -152,11 +151,11 @@ def table5_lines(t5: pd.DataFrame) -> list[str]:
     claim = "- Paper (Table 5): FRAQ needs the fewest FLOPs, FlexLoRA the most. "
     if not bad.empty:
         v = not_measured("Table 5 FLOPs", [f"{r.Method} {r.sweep} d={r._4} r={r.r}" for r in bad.itertuples()])
-        return lines + [claim + _ours(v, "")]
+        return lines + [claim + ours(v, "")]
     order_ok = True
     for _, g in t5.groupby(["sweep", "d = D", "r"]):
         c = g.set_index("Method")["counted GFLOP"]
         if "FRAQ" in c and (c.drop("FRAQ") < c["FRAQ"]).any():
             order_ok = False
-    lines.append(claim + _ours(holds(order_ok), "on counted FLOPs at every batched point of the sweeps") + ".")
+    lines.append(claim + ours(holds(order_ok), "on counted FLOPs at every batched point of the sweeps") + ".")
     return lines

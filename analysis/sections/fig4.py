@@ -6,10 +6,9 @@ import numpy as np
 import pandas as pd
 
 from analysis import figures
-from analysis.agreement import _arr, _ours
+from analysis.verdicts import exact, judge, not_measured, ours, samples
 from analysis.sections import Figure, Section
 from analysis.style import NAMES
-from analysis.verdicts import exact, judge, not_measured
 
 reads = ("fig4_rank", "fig4_cond")
 
@@ -30,7 +29,7 @@ def _per_point(df: pd.DataFrame, key: str, col: str) -> dict:
     """``{(method, key value): per-matrix array}``, the rows of one (method, key) concatenated."""
     out = {}
     for (m, k), g in df.groupby(["method", key]):
-        out[(m, k)] = np.concatenate([_arr(v) for v in g[col]]) if len(g) else np.array([])
+        out[(m, k)] = np.concatenate([samples(v) for v in g[col]]) if len(g) else np.array([])
     return out
 
 
@@ -54,7 +53,7 @@ def fig4_lines(rank: pd.DataFrame, cond: pd.DataFrame) -> list[str]:
         lines.extend(_first_order_lines(rank, trunc))
     elif trunc:
         v = not_measured("FRAQ tracks the Eckart-Young optimum", ["the first-order metrics (results without them)"])
-        lines.append(f"- Paper: FRAQ tracks the Eckart-Young optimum. {_ours(v, '')}")
+        lines.append(f"- Paper: FRAQ tracks the Eckart-Young optimum. {ours(v, '')}")
     both = [p for p in ps if ("florist", p) in err and p in trunc]
     if both and "sin_left" in rank:
         first = _per_point(rank, "p", "sin_left")
@@ -63,7 +62,7 @@ def fig4_lines(rank: pd.DataFrame, cond: pd.DataFrame) -> list[str]:
         if g:
             v = judge(g, _max_over(list(g)), below=10.0, center=np.mean, claim="FRAQ matches FLoRIST's fidelity")
             lines.append(f"- Paper: FRAQ matches FLoRIST's fidelity. "
-                         f"{_ours(v, f'{v.value:.2g}', '.2g', test='FRAQ / FLoRIST largest principal-angle sine below 10 at every truncating p')}"
+                         f"{ours(v, f'{v.value:.2g}', '.2g', test='FRAQ / FLoRIST largest principal-angle sine below 10 at every truncating p')}"
                          " (first order; the total errors, which truncation dominates, agree by construction).")
     full = [p for p in ps if p not in trunc]
     if full:
@@ -87,7 +86,7 @@ def fig4_lines(rank: pd.DataFrame, cond: pd.DataFrame) -> list[str]:
         g = {f"kappa={k:.0e}": c.get(("fraq", k), np.array([])) for k in kappas}
         v = judge(g, _max_over(list(g)), below=1e-6, center=np.mean, claim="FRAQ stays near 1e-7 through kappa=1e10")
         lines.append(f"- Paper: FRAQ stays near 1e-7 through kappa = 1e10 (full output rank). "
-                     f"{_ours(v, f'{v.value:.1e}', '.1e', test='mean error below 1e-6 at every kappa')}, the "
+                     f"{ours(v, f'{v.value:.1e}', '.1e', test='mean error below 1e-6 at every kappa')}, the "
                      f"largest over kappa = {kappas[0]:.0e}..{kappas[-1]:.0e}; at full rank no eigenvector error "
                      "can show (Q U U^T H = Q H for any orthogonal U).")
     if not cond_cut.empty and "sin_left" in cond_cut:
@@ -108,7 +107,7 @@ def fig4_lines(rank: pd.DataFrame, cond: pd.DataFrame) -> list[str]:
             continue
         v = judge(g, _min_over(list(g)), above=thr, center=np.mean, claim=claim)
         lines.append(f"- Paper: {claim}. "
-                     f"{_ours(v, f'{v.value:.1f}x', '.1f', 'x', test=f'{name} / FRAQ above {thr}x at every kappa')}"
+                     f"{ours(v, f'{v.value:.1f}x', '.1f', 'x', test=f'{name} / FRAQ above {thr}x at every kappa')}"
                      ", the smallest mean ratio.")
     return lines
 
@@ -148,7 +147,7 @@ def _first_order_lines(rank: pd.DataFrame, trunc: list) -> list[str]:
             continue
         v = exact(worst, below=1.0)
         lines.append(f"- Paper: FRAQ tracks the Eckart-Young optimum; tested on {label}, at first order. "
-                     f"{_ours(v, f'{ok}/{n} modules within the Wedin bound, worst sin / bound {worst:.2g}', test='the largest principal-angle sine to the float64 subspaces within Wedin bound at every truncating p')}"
+                     f"{ours(v, f'{ok}/{n} modules within the Wedin bound, worst sin / bound {worst:.2g}', test='the largest principal-angle sine to the float64 subspaces within Wedin bound at every truncating p')}"
                      f" (p = {int(min(trunc))}..{int(max(trunc))}).")
     if "excess_quadrature" in rank:
         eq, op = _per_point(cut, "p", "excess_quadrature"), _per_point(cut, "p", "optimal_error")

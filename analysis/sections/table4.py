@@ -6,9 +6,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import style, tables
-from analysis.agreement import _arr, _ms, _ours
+from analysis.verdicts import exact, judge, milliseconds, not_measured, ours, paired, samples
 from analysis.sections import Section
-from analysis.verdicts import exact, judge, not_measured, paired
 
 reads = ("table4",)
 
@@ -42,29 +41,29 @@ def table4_lines(df: pd.DataFrame) -> list[str]:
     missing = [n for n in need if n not in rows]
     if missing:
         v = not_measured("Table 4", [f"{n} (no result)" for n in missing])
-        return [f"- Paper: Table 4's ablation. {_ours(v, '')}"]
+        return [f"- Paper: Table 4's ablation. {ours(v, '')}"]
     a, f, s = (rows[n] for n in need)
-    t = {n: _ms(rows[n]) for n in need}
+    t = {n: milliseconds(rows[n]) for n in need}
     mib = {n: float(rows[n]["peak_bytes"]) / 2**20 for n in need}
     same = paired(df[df["variant"].isin(need)])
     orient = judge({"fixed": t["fixed-gram"], "adaptive": t["adaptive-gram"]}, lambda g: g["fixed"] / g["adaptive"],
                    above=1.0, claim="adaptive orientation is faster than fixed", machine=df, paired=same)
     gram = judge({"svd": t["adaptive-svd"], "gram": t["adaptive-gram"]}, lambda g: g["svd"] / g["gram"], above=2.0,
                  claim="Gram recovery is faster than coordinate SVD", machine=df, paired=same)
-    gaps = {"adaptive": _arr(a["gap_to_svd"]), "fixed": _arr(f["gap_to_svd"])}
+    gaps = {"adaptive": samples(a["gap_to_svd"]), "fixed": samples(f["gap_to_svd"])}
     gap = judge(gaps, lambda g: np.maximum(g["adaptive"], g["fixed"]), below=1e-3, center=np.mean,
                 claim="Gram variants within 0.1% of coordinate SVD")
     less = 100 * (1 - mib["adaptive-gram"] / mib["adaptive-svd"])
     gap_text = f"{np.mean(gaps['adaptive']):.1e} and {np.mean(gaps['fixed']):.1e}"
     return [
         f"- Paper: adaptive orientation is 1.83x faster than fixed, at equal memory. "
-        f"{_ours(orient, f'{orient.value:.2f}x', '.2f', 'x', test='fixed / adaptive time above 1')}, memory ratio "
+        f"{ours(orient, f'{orient.value:.2f}x', '.2f', 'x', test='fixed / adaptive time above 1')}, memory ratio "
         f"{mib['fixed-gram'] / mib['adaptive-gram']:.2f} (exact).",
         f"- Paper: Gram recovery is 4.38x faster than coordinate SVD and uses 54.7% less memory. "
-        f"{_ours(gram, f'{gram.value:.2f}x', '.2f', 'x', test='coordinate SVD / Gram time above 2')}; "
-        f"{_ours(exact(less, above=0), f'{less:.1f}% less', test='less tensor memory')}.",
+        f"{ours(gram, f'{gram.value:.2f}x', '.2f', 'x', test='coordinate SVD / Gram time above 2')}; "
+        f"{ours(exact(less, above=0), f'{less:.1f}% less', test='less tensor memory')}.",
         f"- Paper: both Gram variants within 0.1% of the coordinate-SVD reference (2.56e-4, 8.51e-4). "
-        f"{_ours(gap, gap_text, '.1e', test='both mean errors below 1e-3')} "
+        f"{ours(gap, gap_text, '.1e', test='both mean errors below 1e-3')} "
         "(LoRA-like synthetic stacks, CPU float32).",
         f"- Absolute numbers are not comparable (GH200 vs {int(df['modules'].iloc[0])} modules on this machine): "
         f"Adaptive + Gram {np.median(t['adaptive-gram']):.1f} ms and {mib['adaptive-gram']:.1f} MiB here.",

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from analysis import style, tables
-from analysis.agreement import _ours
+from analysis.verdicts import judge, ours
 from analysis.sections import Section
-from analysis.verdicts import judge
 
 reads = ("table4_steps",)
 
@@ -39,7 +38,7 @@ def draw(res) -> list[Section]:
               above=1.0, claim="adaptive orientation faster, summed over steps", paired=True, machine=df)
     worst = table.iloc[:-1].sort_values("adaptive - fixed ms", ascending=False).iloc[0]
     best = table.iloc[:-1].sort_values("adaptive - fixed ms").iloc[0]
-    lines = [f"- Summed over the steps: {_ours(v, f'{v.value:.2f}x', '.2f', 'x', test='fixed / adaptive time above 1')}.",
+    lines = [f"- Summed over the steps: {ours(v, f'{v.value:.2f}x', '.2f', 'x', test='fixed / adaptive time above 1')}.",
              f"- Adaptive loses most in **{worst['step']}** ({worst['what']}: {worst['adaptive ms']:.1f} ms against "
              f"{worst['fixed ms']:.1f} ms fixed) and gains most in **{best['step']}** ({best['what']}: "
              f"{best['adaptive ms']:.1f} against {best['fixed ms']:.1f} ms). Adaptive moves the QR to the shorter "

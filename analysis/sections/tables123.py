@@ -10,11 +10,10 @@ import numpy as np
 import pandas as pd
 
 from analysis import kernel_variants, style, tables
-from analysis.agreement import _arr, _ours
+from analysis.verdicts import holds, judge, not_measured, ours, paired, samples
 from analysis.loaders import paper
 from analysis.sections import Section
 from analysis.style import NAMES
-from analysis.verdicts import holds, judge, not_measured, paired
 
 reads = ("tables123",)
 
@@ -95,12 +94,12 @@ def verdict_lines(df: pd.DataFrame, preset: str) -> list[str]:
         for name, thr in tests:
             other = rows[(rows["name"] == name) & rows["kernel"].isna()]  # the paper's row, not a kernel variant
             label = NAMES.get(name, name)
-            groups = {f"{label} ({r.method})": _arr(r.samples) for r in other.itertuples()}
-            groups.update({f"FRAQ ({r.method})": _arr(r.samples) for r in fraq.itertuples()})
+            groups = {f"{label} ({r.method})": samples(r.samples) for r in other.itertuples()}
+            groups.update({f"FRAQ ({r.method})": samples(r.samples) for r in fraq.itertuples()})
             missing = [f"{k} ({_why(rows, k)})" for k, v in groups.items() if v.size == 0]
             if other.empty or fraq.empty or missing:
                 v = not_measured(f"{preset}: FRAQ faster than {label}", missing or [f"{label} (no result)"])
-                parts.append(_ours(v, ""))
+                parts.append(ours(v, ""))
                 continue
             o = [k for k in groups if not k.startswith("FRAQ")]
             f = [k for k in groups if k.startswith("FRAQ")]
@@ -111,7 +110,7 @@ def verdict_lines(df: pd.DataFrame, preset: str) -> list[str]:
             if _on_gpu(compared):
                 v = judge(ms, ratio, above=thr, claim=f"{preset}: FRAQ faster than {label}", machine=compared,
                           paired=paired(compared))
-                parts.append(_ours(v, f"{v.value:.3g}x", ".3g", "x",
+                parts.append(ours(v, f"{v.value:.3g}x", ".3g", "x",
                                    test=f"{label} / FRAQ time above {thr:g}x; the paper: {quoted[name]}"))
                 continue
             parts.append(_model_verdicts(ms, ratio, other, fraq, label, quoted[name], preset, compared))
@@ -122,7 +121,7 @@ def verdict_lines(df: pd.DataFrame, preset: str) -> list[str]:
         diff = fixed[(fixed["downlink_pct"] - fixed["paper_pct"]).abs() > 0.05 + 0.005 * fixed["paper_pct"]]
         others = "; ".join(f"{r.shown} {r.downlink_pct:.3g}% against {r.paper_pct:.3g}%" for r in diff.itertuples())
         lines.append("- Paper: the downlink of the methods whose rank is fixed (no energy threshold) is set by the "
-                     "shapes and ranks alone. " + _ours(holds(diff.empty), f"ours equals the paper's to its rounding "
+                     "shapes and ranks alone. " + ours(holds(diff.empty), f"ours equals the paper's to its rounding "
                                                         f"for {len(fixed) - len(diff)} of {len(fixed)} methods",
                                                         test="equal to the paper's percentage")
                      + (f" (differs: {others})." if others else "."))
@@ -155,7 +154,7 @@ def _model_verdicts(ms: dict, ratio, other: pd.DataFrame, fraq: pd.DataFrame, la
         model = float(o.min() / f.max())
         v = judge(ms, lambda g: ratio(g) / model, above=lo, below=hi, machine=compared, paired=paired(compared),
                   claim=f"{preset}: {label} / FRAQ as {name} predicts")
-        out.append(_ours(v, f"{v.value * model:.3g}x against the {model:.3g}x {name} predicts "
+        out.append(ours(v, f"{v.value * model:.3g}x against the {model:.3g}x {name} predicts "
                             f"(measured / model {v.value:.2f})", ".2f",
                          test=f"measured / model within [{lo:g}, {hi:g}]"))
     return "; ".join(out)
