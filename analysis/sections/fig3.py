@@ -65,10 +65,15 @@ EXP = "FlexLoRA's exponent of d minus FRAQ's above 1"
 
 def fig3_lines(d: pd.DataFrame) -> list[str]:
     """``d``: :func:`analysis.figures.fig3_summary` rows (with ``timing.samples``)."""
-    lines = []
+    d = d[[kernel_variants.dense_of(m) is None for m in d["method"]]]  # the paper's methods (variants: their own lines)
+    return _fastest_lines(d) + _exponent_lines(d) + _flexlora_growth_lines(d) + _ratio_lines(d)
+
+
+def _fastest_lines(d: pd.DataFrame) -> list[str]:
+    """FRAQ the fastest method at every point of both sweeps (paired, the smallest margin over
+    the points), and its tensor peak the lowest."""
     groups, points, slower, absent, sets = {}, [], [], [], []
     lowest = total = 0
-    d = d[[kernel_variants.dense_of(m) is None for m in d["method"]]]  # the paper's methods (variants: their own lines)
     for (sweep, x, mode), g in d.groupby(["sweep", "x", "mode"]):
         name = f"{sweep}={int(x)} {mode}"
         if "FRAQ" not in set(g["method_name"]):
@@ -96,16 +101,22 @@ def fig3_lines(d: pd.DataFrame) -> list[str]:
 
     if absent:
         v = not_measured("FRAQ is the fastest method", absent)
-        lines.append(f"- Paper: FRAQ is the fastest method across both sweeps. {ours(v, '')}")
-    elif points:
-        v = judge(groups, margin, above=1.0, claim="FRAQ is the fastest method", machine=d, paired=paired(*sets))
-        lines.append(f"- Paper: FRAQ is the fastest method across both sweeps. "
-                     + ours(v, f"{v.value:.2f}x", ".2f", "x", test=f"the fastest other method's time over FRAQ's "
-                             f"above 1 at each of the {total} points, the smallest ratio")
-                     + f"; FRAQ's median is the fastest at {total - len(slower)} of {total}"
-                     + (f" (not at {'; '.join(slower)})" if slower else "") + ".")
-        lines.append(f"- Paper: FRAQ keeps low peak memory. Ours: FRAQ's tensor peak is the lowest at {lowest} of "
-                     f"{total} points (exact).")
+        return [f"- Paper: FRAQ is the fastest method across both sweeps. {ours(v, '')}"]
+    if not points:
+        return []
+    v = judge(groups, margin, above=1.0, claim="FRAQ is the fastest method", machine=d, paired=paired(*sets))
+    return [f"- Paper: FRAQ is the fastest method across both sweeps. "
+            + ours(v, f"{v.value:.2f}x", ".2f", "x", test=f"the fastest other method's time over FRAQ's "
+                   f"above 1 at each of the {total} points, the smallest ratio")
+            + f"; FRAQ's median is the fastest at {total - len(slower)} of {total}"
+            + (f" (not at {'; '.join(slower)})" if slower else "") + ".",
+            f"- Paper: FRAQ keeps low peak memory. Ours: FRAQ's tensor peak is the lowest at {lowest} of "
+            f"{total} points (exact)."]
+
+
+def _exponent_lines(d: pd.DataFrame) -> list[str]:
+    """Each method's fitted exponent of time and memory in d and in r (batched)."""
+    lines = []
     for name in ["FRAQ", "FLoRIST", "FlexLoRA"]:
         for sweep, var in (("d", "d"), ("r", "r")):
             s = d[(d["method_name"] == name) & (d["sweep"] == sweep) & (d["mode"] == "batched")]
@@ -113,25 +124,36 @@ def fig3_lines(d: pd.DataFrame) -> list[str]:
                 lines.append(f"  - {name}, batched, time ~ {var}^{_slope(s['x'], s['ms']):.2f} over {var} = "
                              f"{int(s['x'].min())}..{int(s['x'].max())} ({s['ms'].min():.1f} -> {s['ms'].max():.1f} ms), "
                              f"peak memory ~ {var}^{_slope(s['x'], s['peak_mib']):.2f}.")
+    return lines
+
+
+def _flexlora_growth_lines(d: pd.DataFrame) -> list[str]:
+    """FlexLoRA's time grows faster with d than FRAQ's: the difference of the fitted exponents
+    above 1 (:data:`EXP`), paired where both were timed at the same d in the same rounds."""
     fl = d[(d["method_name"] == "FlexLoRA") & (d["sweep"] == "d") & (d["mode"] == "batched")].sort_values("x")
     fr = d[(d["method_name"] == "FRAQ") & (d["sweep"] == "d") & (d["mode"] == "batched")].sort_values("x")
-    if len(fl) >= 2 and len(fr) >= 2:
-        g = {f"FlexLoRA d={int(r['x'])}": milliseconds(r) for _, r in fl.iterrows()}
-        g.update({f"FRAQ d={int(r['x'])}": milliseconds(r) for _, r in fr.iterrows()})
-        lfl, lfr = np.log(fl["x"].to_numpy(float)), np.log(fr["x"].to_numpy(float))
-        kfl, kfr = [f"FlexLoRA d={int(x)}" for x in fl["x"]], [f"FRAQ d={int(x)}" for x in fr["x"]]
-        v = judge(g, lambda g: _slope_rows(lfl, [g[k] for k in kfl]) - _slope_rows(lfr, [g[k] for k in kfr]),
-                  above=1.0, claim="FlexLoRA's time grows faster with d", machine=pd.concat([fl, fr]),
-                  paired=list(fl["x"]) == list(fr["x"]) and paired(*[pd.concat([fl[fl["x"] == x], fr[fr["x"] == x]])
-                                                                    for x in fl["x"]]))
-        lines.append(f"- Paper: FlexLoRA's runtime and memory grow rapidly with d (dense d x D aggregate and SVD), "
-                     f"FRAQ's do not. "
-                     f"{ours(v, f'{v.value:.2f}', '.2f', test=EXP)}; FlexLoRA's time grows as "
-                     f"d^{_slope(fl['x'], fl['ms']):.1f} (FRAQ's as d^{_slope(fr['x'], fr['ms']):.1f}) and its memory "
-                     f"as d^{_slope(fl['x'], fl['peak_mib']):.1f}, measured up to d = {int(fl['x'].max())} (larger d "
-                     "skipped as too slow here; the dense SVD's asymptote is d^3).")
-    pt = d[(d["mode"] == "batched")]
-    for (sweep, x), g in pt.groupby(["sweep", "x"]):
+    if len(fl) < 2 or len(fr) < 2:
+        return []
+    g = {f"FlexLoRA d={int(r['x'])}": milliseconds(r) for _, r in fl.iterrows()}
+    g.update({f"FRAQ d={int(r['x'])}": milliseconds(r) for _, r in fr.iterrows()})
+    lfl, lfr = np.log(fl["x"].to_numpy(float)), np.log(fr["x"].to_numpy(float))
+    kfl, kfr = [f"FlexLoRA d={int(x)}" for x in fl["x"]], [f"FRAQ d={int(x)}" for x in fr["x"]]
+    v = judge(g, lambda g: _slope_rows(lfl, [g[k] for k in kfl]) - _slope_rows(lfr, [g[k] for k in kfr]),
+              above=1.0, claim="FlexLoRA's time grows faster with d", machine=pd.concat([fl, fr]),
+              paired=list(fl["x"]) == list(fr["x"]) and paired(*[pd.concat([fl[fl["x"] == x], fr[fr["x"] == x]])
+                                                                for x in fl["x"]]))
+    return [f"- Paper: FlexLoRA's runtime and memory grow rapidly with d (dense d x D aggregate and SVD), "
+            f"FRAQ's do not. "
+            f"{ours(v, f'{v.value:.2f}', '.2f', test=EXP)}; FlexLoRA's time grows as "
+            f"d^{_slope(fl['x'], fl['ms']):.1f} (FRAQ's as d^{_slope(fr['x'], fr['ms']):.1f}) and its memory "
+            f"as d^{_slope(fl['x'], fl['peak_mib']):.1f}, measured up to d = {int(fl['x'].max())} (larger d "
+            "skipped as too slow here; the dense SVD's asymptote is d^3)."]
+
+
+def _ratio_lines(d: pd.DataFrame) -> list[str]:
+    """At each d of the d sweep where all three ran (batched): FLoRIST's and FlexLoRA's time over FRAQ's."""
+    lines = []
+    for (sweep, x), g in d[d["mode"] == "batched"].groupby(["sweep", "x"]):
         if set(g["method_name"]) >= {"FRAQ", "FLoRIST", "FlexLoRA"} and sweep == "d":
             t = g.set_index("method_name")["ms"]
             lines.append(f"- At d = {num(x)}, r = {int(g['r'].iloc[0])} (batched): FRAQ {t['FRAQ']:.1f} ms, FLoRIST "
