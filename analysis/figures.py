@@ -242,86 +242,18 @@ def fig4_fidelity(rank_df: pd.DataFrame, cond_df: pd.DataFrame):
     the largest sine of the principal angles between the kept subspaces and the float64
     SVD's (first order), with the Wedin bound at float32's eps dotted. Both kappa axes are
     the condition number measured on the inputs as rounded to float32."""
-    from analysis.loaders import explode_per_matrix
-
     plt = _plt()
     cut = cut_rank(cond_df)
     panels = 3 if not cut.empty and "sin_left" in cut else 2
     fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.2))
-    ax1, ax2 = axes[0], axes[1]
     s = fig4_summary(rank_df)
     full = full_rank(cond_df).copy()
     look = styles(described(pd.concat([s[["method"] + [c for c in _FIELDS if c in s]],
                                        full[["method"] + [c for c in _FIELDS if c in full]]])))
-    for name, sub in described(s).groupby("method_name"):
-        color, marker = look[name]["color"], look[name]["marker"]
-        sub = sub.sort_values("p")
-        # The ranks that truncate form the curve; a rank with nothing left to truncate (optimum 0)
-        # is a marker of its own, so no line crosses the ranks between, where nothing was measured.
-        trunc, whole = sub[sub["optimum"] > 1e-15], sub[sub["optimum"] <= 1e-15]
-        ax1.plot(trunc["p"], trunc["mean"].clip(lower=FLOOR), color=color, marker=marker, label=name)
-        ax1.fill_between(trunc["p"], trunc["p10"].clip(lower=FLOOR), trunc["p90"].clip(lower=FLOOR),
-                         color=color, alpha=0.2, linewidth=0)
-        ax1.plot(whole["p"], whole["mean"].clip(lower=FLOOR), color=color, marker=marker,
-                 linestyle="none")
-    opt = s.groupby("p")["optimum"].mean()
-    opt = opt[opt > 1e-15]  # at p = stacked rank the optimum is 0, which a log axis cannot show
-    ax1.plot(opt.index, opt.values, color="#222222", linestyle="--", linewidth=1.6, label="Optimal",
-             zorder=5)  # drawn over the method curves, which lie on it
-    ax1.set_yscale("log")
-    log_labels(ax1.yaxis)
-    ax1.set_xlabel("output rank p")
-    ax1.set_ylabel(r"relative error $\|M - B_gA_g\|_F / \|M\|_F$")
-    n_mod = int(s["modules"].max()) if not s.empty else 0
-    ax1.set_title(f"LLaMA-3.2-3B-shaped updates ({n_mod} modules)")
-
-    full["kappa_axis"] = _kappa_axis(full)
-    c = explode_per_matrix(described(full), ["relative_error"])
-    c = c.groupby(["method_name", "kappa_axis"])["relative_error"].agg(["mean", "min", "max"]).reset_index()
-    for name, sub in c.groupby("method_name"):
-        sub = sub.sort_values("kappa_axis")
-        mean = sub["mean"].clip(lower=FLOOR)
-        err = np.vstack([mean - sub["min"].clip(lower=FLOOR), sub["max"].clip(lower=FLOOR) - mean])
-        ax2.errorbar(sub["kappa_axis"], mean, yerr=err, color=look[name]["color"], marker=look[name]["marker"],
-                     label=name,
-                     capsize=2)
-    ax2.axhline(np.finfo(np.float32).eps, color="#999999", linestyle=":", linewidth=1)
-    ax2.text(1.3, np.finfo(np.float32).eps * 1.05, "float32 eps", fontsize=9, color="#666666", va="bottom")
-    ax2.set_xscale("log")
-    ax2.set_yscale("log")
-    log_labels(ax2.xaxis)
-    log_labels(ax2.yaxis)
-    ax2.set_xlabel(r"measured condition number $\kappa$")
-    ax2.set_ylabel("relative error (full output rank)")
-    if not cond_df.empty:
-        ax2.set_title(f"rank-{int(cond_df['rank'].iloc[0])} aggregates, "
-                      f"{int(cond_df['m'].iloc[0])} x {int(cond_df['n'].iloc[0])}")
+    _fig4_rank_panel(axes[0], s, look)
+    _fig4_cond_panel(axes[1], full, cond_df, look)
     if panels == 3:
-        ax3 = axes[2]
-        cut = described(cut)
-        cut["kappa_axis"] = _kappa_axis(cut)
-        rows = []
-        for _, r in cut.iterrows():
-            sins = [max(a, b) for a, b in zip(r["sin_left"], r["sin_right"]) if a == a and b == b]
-            bounds = [b for b in r["bound_first"] if b == b]
-            rows.append(dict(method_name=r["method_name"], kappa_axis=r["kappa_axis"],
-                             sin=max(sins) if sins else np.nan, bound=max(bounds) if bounds else np.nan))
-        d = pd.DataFrame(rows)
-        d = d[d["bound"] < 1]  # where the bound reaches 1 the subspace is too ill-separated to test
-        for name, sub in d.groupby("method_name"):
-            sub = sub.sort_values("kappa_axis").dropna(subset=["sin"])
-            ax3.plot(sub["kappa_axis"], sub["sin"].clip(lower=FLOOR), color=look[name]["color"], marker=look[name]["marker"],
-                     label=name)
-        bound = d.groupby("kappa_axis")["bound"].max().dropna()
-        ax3.plot(bound.index, bound.values, color="#999999", linestyle=":", linewidth=1.2,
-                 label="Wedin bound, float32")
-        ax3.set_xscale("log")
-        ax3.set_yscale("log")
-        log_labels(ax3.xaxis)
-        log_labels(ax3.yaxis)
-        ax3.set_xlabel(r"measured condition number $\kappa$")
-        ax3.set_ylabel(r"$\sin\theta_{\max}$ to the float64 subspaces")
-        ax3.set_title(f"cut to p = {int(cut['p'].iloc[0])} (first order)")
+        _fig4_cut_panel(axes[2], cut, look)
     handles, labels = [], []
     for ax in axes[::-1]:
         for h, lab in zip(*ax.get_legend_handles_labels()):
@@ -331,6 +263,87 @@ def fig4_fidelity(rank_df: pd.DataFrame, cond_df: pd.DataFrame):
     order = [labels.index(n) for n in [*look, "Optimal", "Wedin bound, float32"] if n in labels]
     _legend_top(fig, [handles[i] for i in order], [labels[i] for i in order], min(len(order), 5))
     return fig
+
+
+def _fig4_rank_panel(ax, s: pd.DataFrame, look: dict) -> None:
+    """Fig. 4 left: each method's error against p (:func:`fig4_summary` rows ``s``), the optimum dashed."""
+    for name, sub in described(s).groupby("method_name"):
+        color, marker = look[name]["color"], look[name]["marker"]
+        sub = sub.sort_values("p")
+        # The ranks that truncate form the curve; a rank with nothing left to truncate (optimum 0)
+        # is a marker of its own, so no line crosses the ranks between, where nothing was measured.
+        trunc, whole = sub[sub["optimum"] > 1e-15], sub[sub["optimum"] <= 1e-15]
+        ax.plot(trunc["p"], trunc["mean"].clip(lower=FLOOR), color=color, marker=marker, label=name)
+        ax.fill_between(trunc["p"], trunc["p10"].clip(lower=FLOOR), trunc["p90"].clip(lower=FLOOR),
+                        color=color, alpha=0.2, linewidth=0)
+        ax.plot(whole["p"], whole["mean"].clip(lower=FLOOR), color=color, marker=marker,
+                linestyle="none")
+    opt = s.groupby("p")["optimum"].mean()
+    opt = opt[opt > 1e-15]  # at p = stacked rank the optimum is 0, which a log axis cannot show
+    ax.plot(opt.index, opt.values, color="#222222", linestyle="--", linewidth=1.6, label="Optimal",
+            zorder=5)  # drawn over the method curves, which lie on it
+    ax.set_yscale("log")
+    log_labels(ax.yaxis)
+    ax.set_xlabel("output rank p")
+    ax.set_ylabel(r"relative error $\|M - B_gA_g\|_F / \|M\|_F$")
+    n_mod = int(s["modules"].max()) if not s.empty else 0
+    ax.set_title(f"LLaMA-3.2-3B-shaped updates ({n_mod} modules)")
+
+
+def _fig4_cond_panel(ax, full: pd.DataFrame, cond_df: pd.DataFrame, look: dict) -> None:
+    """Fig. 4 middle: each method's error at full output rank against the measured kappa, min-max bars."""
+    from analysis.loaders import explode_per_matrix
+
+    full["kappa_axis"] = _kappa_axis(full)
+    c = explode_per_matrix(described(full), ["relative_error"])
+    c = c.groupby(["method_name", "kappa_axis"])["relative_error"].agg(["mean", "min", "max"]).reset_index()
+    for name, sub in c.groupby("method_name"):
+        sub = sub.sort_values("kappa_axis")
+        mean = sub["mean"].clip(lower=FLOOR)
+        err = np.vstack([mean - sub["min"].clip(lower=FLOOR), sub["max"].clip(lower=FLOOR) - mean])
+        ax.errorbar(sub["kappa_axis"], mean, yerr=err, color=look[name]["color"], marker=look[name]["marker"],
+                    label=name,
+                    capsize=2)
+    ax.axhline(np.finfo(np.float32).eps, color="#999999", linestyle=":", linewidth=1)
+    ax.text(1.3, np.finfo(np.float32).eps * 1.05, "float32 eps", fontsize=9, color="#666666", va="bottom")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    log_labels(ax.xaxis)
+    log_labels(ax.yaxis)
+    ax.set_xlabel(r"measured condition number $\kappa$")
+    ax.set_ylabel("relative error (full output rank)")
+    if not cond_df.empty:
+        ax.set_title(f"rank-{int(cond_df['rank'].iloc[0])} aggregates, "
+                     f"{int(cond_df['m'].iloc[0])} x {int(cond_df['n'].iloc[0])}")
+
+
+def _fig4_cut_panel(ax, cut: pd.DataFrame, look: dict) -> None:
+    """Fig. 4 right: the largest principal-angle sine of the cut matrices against kappa, the
+    Wedin bound at float32's eps dotted (where it is below 1: above, nothing can be tested)."""
+    cut = described(cut)
+    cut["kappa_axis"] = _kappa_axis(cut)
+    rows = []
+    for _, r in cut.iterrows():
+        sins = [max(a, b) for a, b in zip(r["sin_left"], r["sin_right"]) if a == a and b == b]
+        bounds = [b for b in r["bound_first"] if b == b]
+        rows.append(dict(method_name=r["method_name"], kappa_axis=r["kappa_axis"],
+                         sin=max(sins) if sins else np.nan, bound=max(bounds) if bounds else np.nan))
+    d = pd.DataFrame(rows)
+    d = d[d["bound"] < 1]  # where the bound reaches 1 the subspace is too ill-separated to test
+    for name, sub in d.groupby("method_name"):
+        sub = sub.sort_values("kappa_axis").dropna(subset=["sin"])
+        ax.plot(sub["kappa_axis"], sub["sin"].clip(lower=FLOOR), color=look[name]["color"], marker=look[name]["marker"],
+                label=name)
+    bound = d.groupby("kappa_axis")["bound"].max().dropna()
+    ax.plot(bound.index, bound.values, color="#999999", linestyle=":", linewidth=1.2,
+            label="Wedin bound, float32")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    log_labels(ax.xaxis)
+    log_labels(ax.yaxis)
+    ax.set_xlabel(r"measured condition number $\kappa$")
+    ax.set_ylabel(r"$\sin\theta_{\max}$ to the float64 subspaces")
+    ax.set_title(f"cut to p = {int(cut['p'].iloc[0])} (first order)")
 
 
 # ----------------------------------------------------------------------------- backends
