@@ -26,6 +26,9 @@ pytest.importorskip("tqdm")
 
 import analysis  # noqa: E402
 from analysis import figures, loaders, style, tables  # noqa: E402
+from analysis.sections.backends import fig_backends  # noqa: E402
+from analysis.sections.fig1 import fig1_downlink, fig1_table  # noqa: E402
+from analysis.sections.fig4 import fig4_fidelity, fig4_summary  # noqa: E402
 from benchmarks import run  # noqa: E402
 from benchmarks.results import write_result  # noqa: E402
 
@@ -180,7 +183,7 @@ def test_backends_results_draw(tmp_path):
     b = loaders.load_results(tmp_path, experiment="backends")
     assert len(b) == 3 and (b["case"] == "roberta-base").all()
     style.setup()
-    fig = figures.fig_backends(b)
+    fig = fig_backends(b)
     labels, legend = _axes_text(fig)
     assert "latency, 1 thread (ms)" in labels and {"householder", "cholesky-qr2"} <= set(legend)
     _png_ok(style.save(fig, tmp_path / "f", "backends", style.caption(b))[0])
@@ -204,7 +207,7 @@ def test_fig1_draws_four_or_more_thresholds(tiny, tmp_path):
     fraq_rows = df[df["method"] == "fraq"]
     extra = [fraq_rows.assign(tau=t) for t in (0.5, 0.6, 0.7)]  # 3 + 3 thresholds
     d = pd.concat([df, *extra], ignore_index=True)
-    fig = figures.fig1_downlink(d)
+    fig = fig1_downlink(d)
     _, legend = _axes_text(fig)
     fraq_labels = [x for x in legend if x.startswith("FRAQ")]
     assert len(fraq_labels) == 6
@@ -251,7 +254,7 @@ def test_fig4(tiny, tmp_path):
     style.setup()
     rk = loaders.load_results(tiny / "results" / "fig4_rank")
     cd = loaders.load_results(tiny / "results" / "fig4_cond")
-    fig = figures.fig4_fidelity(rk, cd)
+    fig = fig4_fidelity(rk, cd)
     labels, legend = _axes_text(fig)
     assert "output rank p" in labels and r"measured condition number $\kappa$" in labels
     assert r"$\sin\theta_{\max}$ to the float64 subspaces" in labels  # the first-order panel
@@ -259,19 +262,19 @@ def test_fig4(tiny, tmp_path):
     ax1 = fig.axes[0]
     optimal = [ln for ln in ax1.get_lines() if ln.get_label() == "Optimal"]
     assert optimal and all(optimal[0].get_zorder() > ln.get_zorder() for ln in ax1.get_lines() if ln is not optimal[0])
-    full = set(figures.fig4_summary(rk).query("optimum <= 1e-15")["p"])
+    full = set(fig4_summary(rk).query("optimum <= 1e-15")["p"])
     for ln in ax1.get_lines():  # no drawn segment reaches a rank with nothing to truncate
         if ln.get_linestyle() not in ("None", "none", "") and ln.get_label() != "Optimal":
             assert not set(ln.get_xdata()) & full, ln.get_label()
     _png_ok(style.save(fig, tmp_path, "fig4", style.caption(rk))[0])
-    s = figures.fig4_summary(rk)
+    s = fig4_summary(rk)
     assert ((s["p10"] <= s["mean"] * (1 + 1e-12)) & (s["mean"] <= s["p90"] * (1 + 1e-12))).all()
 
 
 def test_fig1(tiny, tmp_path):
     style.setup()
     df = loaders.load_results(tiny / "results" / "fig1")
-    fig = figures.fig1_downlink(df)
+    fig = fig1_downlink(df)
     labels, legend = _axes_text(fig)
     assert "downlink per client (M parameters)" in labels and "number of clients K" in labels
     assert {"FLoRA (exact stack)", "FRAQ, 80% energy", "FRAQ, 95% energy"} <= set(legend)
@@ -548,7 +551,7 @@ def test_figure_legends_cover_no_panel_title(tiny, tmp_path):
             write_result(tmp_path / "b", "backends", f"{case}-{i}", dict(mode="quick", section="lora", case=case,
                                                                          backend=f"backend-{i}"), r)
     style.setup()
-    drawn = [figures.fig_backends(loaders.load_results(tmp_path / "b")),
+    drawn = [fig_backends(loaders.load_results(tmp_path / "b")),
              figures.fig3_scalability(loaders.load_results(tiny / "results" / "fig3"))]
     for fig in drawn:
         style.save(fig, tmp_path, "f", "caption")
@@ -870,11 +873,11 @@ def test_fig1_ticks_titles_and_table_are_integers(tiny):
     f1 = analysis.load(tiny / "results")["fig1"]
     assert f1["clients"].dtype.kind == "i" and f1["client_rank"].dtype.kind == "i"
     for df in (f1, f1.astype({"clients": float, "client_rank": float})):
-        fig = figures.fig1_downlink(df)
+        fig = fig1_downlink(df)
         ticks = [t.get_text() for ax in fig.axes for t in ax.get_xticklabels()]
         assert ticks and all(re.fullmatch(r"\d+", t) for t in ticks), ticks
         assert not any(".0" in ax.get_title() for ax in fig.axes), [ax.get_title() for ax in fig.axes]
-        t = figures.fig1_table(df)
+        t = fig1_table(df)
         assert list(t.columns) == ["FLoRA (exact stack)", *(f"FRAQ, {p}% energy" for p in (80, 90, 95))]
         assert t.notna().all().all() and list(t.index.names) == ["clients", "local rank"]
         assert ".0" not in t.to_string()

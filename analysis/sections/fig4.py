@@ -5,17 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis import figures
+from analysis.figures import FLOOR, legend_top, pyplot
+from analysis.style import NAMES, described, log_labels, styles
 from analysis.verdicts import exact, judge, not_measured, ours, samples
 from analysis.sections import Figure, Section
-from analysis.style import NAMES
 
 reads = ("fig4_rank", "fig4_cond")
 
 
 def draw(res) -> list[Section]:
     rk, cd = res["fig4_rank"], res["fig4_cond"]
-    fig = Figure("fig4_fidelity", figures.fig4_fidelity(rk, cd), rk,
+    fig = Figure("fig4_fidelity", fig4_fidelity(rk, cd), rk,
                  f"float32 against float64 references; left: {int(rk['clients'].iloc[0])} clients of rank 8, "
                  f"{rk.groupby('group')['layers'].first().sum()} modules, band = 10-90th percentile, the optimum at "
                  f"p = stacked rank is 0 and not drawn; right: {int(cd['batch'].iloc[0])} matrices per kappa, "
@@ -107,8 +107,6 @@ def _florist_match_lines(rank: pd.DataFrame, both: list) -> list[str]:
 def _cond_lines(cond: pd.DataFrame) -> list[str]:
     """The right panel: the kappa axis as measured, FRAQ's error against kappa, the cut
     matrices' subspaces, and FlexLoRA's and FLoRIST's errors against FRAQ's."""
-    from analysis.figures import cut_rank, full_rank
-
     lines = []
     cond_cut = cut_rank(cond)
     cond = full_rank(cond)
@@ -214,3 +212,157 @@ def _cut_lines(cut: pd.DataFrame) -> list[str]:
             parts.append(f"{NAMES[m]} {ok}/{n} (worst {worst:.2g}x the bound)")
     return [f"- At p = {p} of {int(cut['rank'].iloc[0])} (sigma_p / sigma_1 below sqrt(eps) from kappa ~ 1e5), "
             "matrices whose kept subspaces lie within the Wedin bound at float32's eps: " + "; ".join(parts) + "."]
+
+
+def fig4_summary(rank_df: pd.DataFrame) -> pd.DataFrame:
+    """Per (method, p): mean, 10th and 90th percentile of the relative error over modules,
+    and the mean Eckart-Young optimum."""
+    from analysis.loaders import explode_per_matrix
+
+    e = explode_per_matrix(rank_df, ["relative_error", "optimal_error", "orthogonality"])
+    g = e.groupby(["method", "p"])
+    out = pd.DataFrame({
+        "mean": g["relative_error"].mean(), "p10": g["relative_error"].quantile(0.1),
+        "p90": g["relative_error"].quantile(0.9), "optimum": g["optimal_error"].mean(),
+        "modules": g["relative_error"].size()}).reset_index()
+    for col in [c for c in _FIELDS if c in rank_df]:  # how each method is shown (analysis.style.described)
+        out[col] = out["method"].map(rank_df.groupby("method")[col].first())
+    return out
+
+
+_FIELDS = ("display_name", "family", "paper_order")
+"""The result fields that say how a method is shown (:func:`analysis.style.described`)."""
+
+
+def full_rank(cond_df: pd.DataFrame) -> pd.DataFrame:
+    """The fig4_cond rows cut to their full rank (rows without ``p`` are full-rank results)."""
+    if "p" not in cond_df:
+        return cond_df
+    return cond_df[cond_df["p"].isna() | (cond_df["p"] == cond_df["rank"])]
+
+
+def cut_rank(cond_df: pd.DataFrame) -> pd.DataFrame:
+    """The fig4_cond rows cut below their full rank (where eigenvector errors show)."""
+    if "p" not in cond_df:
+        return cond_df.iloc[0:0]
+    return cond_df[cond_df["p"].notna() & (cond_df["p"] < cond_df["rank"])]
+
+
+def _kappa_axis(df: pd.DataFrame) -> pd.Series:
+    """The condition number measured on the rounded inputs (mean over the batch), or the
+    nominal kappa for results without it."""
+    if "kappa_measured" not in df:
+        return df["kappa"]
+    return df.apply(lambda r: float(np.nanmean(r["kappa_measured"])) if isinstance(r["kappa_measured"], list)
+                    else r["kappa"], axis=1)
+
+
+def fig4_fidelity(rank_df: pd.DataFrame, cond_df: pd.DataFrame):
+    """Left: relative error against output rank (mean over modules, 10-90th percentile band,
+    Eckart-Young optimum dashed). Middle: relative error against the condition number at
+    full output rank (mean over matrices, min-max bars). Right: at 3/4 of the full rank,
+    the largest sine of the principal angles between the kept subspaces and the float64
+    SVD's (first order), with the Wedin bound at float32's eps dotted. Both kappa axes are
+    the condition number measured on the inputs as rounded to float32."""
+    plt = pyplot()
+    cut = cut_rank(cond_df)
+    panels = 3 if not cut.empty and "sin_left" in cut else 2
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.2))
+    s = fig4_summary(rank_df)
+    full = full_rank(cond_df).copy()
+    look = styles(described(pd.concat([s[["method"] + [c for c in _FIELDS if c in s]],
+                                       full[["method"] + [c for c in _FIELDS if c in full]]])))
+    _fig4_rank_panel(axes[0], s, look)
+    _fig4_cond_panel(axes[1], full, cond_df, look)
+    if panels == 3:
+        _fig4_cut_panel(axes[2], cut, look)
+    handles, labels = [], []
+    for ax in axes[::-1]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    order = [labels.index(n) for n in [*look, "Optimal", "Wedin bound, float32"] if n in labels]
+    legend_top(fig, [handles[i] for i in order], [labels[i] for i in order], min(len(order), 5))
+    return fig
+
+
+def _fig4_rank_panel(ax, s: pd.DataFrame, look: dict) -> None:
+    """Fig. 4 left: each method's error against p (:func:`fig4_summary` rows ``s``), the optimum dashed."""
+    for name, sub in described(s).groupby("method_name"):
+        color, marker = look[name]["color"], look[name]["marker"]
+        sub = sub.sort_values("p")
+        # The ranks that truncate form the curve; a rank with nothing left to truncate (optimum 0)
+        # is a marker of its own, so no line crosses the ranks between, where nothing was measured.
+        trunc, whole = sub[sub["optimum"] > 1e-15], sub[sub["optimum"] <= 1e-15]
+        ax.plot(trunc["p"], trunc["mean"].clip(lower=FLOOR), color=color, marker=marker, label=name)
+        ax.fill_between(trunc["p"], trunc["p10"].clip(lower=FLOOR), trunc["p90"].clip(lower=FLOOR),
+                        color=color, alpha=0.2, linewidth=0)
+        ax.plot(whole["p"], whole["mean"].clip(lower=FLOOR), color=color, marker=marker,
+                linestyle="none")
+    opt = s.groupby("p")["optimum"].mean()
+    opt = opt[opt > 1e-15]  # at p = stacked rank the optimum is 0, which a log axis cannot show
+    ax.plot(opt.index, opt.values, color="#222222", linestyle="--", linewidth=1.6, label="Optimal",
+            zorder=5)  # drawn over the method curves, which lie on it
+    ax.set_yscale("log")
+    log_labels(ax.yaxis)
+    ax.set_xlabel("output rank p")
+    ax.set_ylabel(r"relative error $\|M - B_gA_g\|_F / \|M\|_F$")
+    n_mod = int(s["modules"].max()) if not s.empty else 0
+    ax.set_title(f"LLaMA-3.2-3B-shaped updates ({n_mod} modules)")
+
+
+def _fig4_cond_panel(ax, full: pd.DataFrame, cond_df: pd.DataFrame, look: dict) -> None:
+    """Fig. 4 middle: each method's error at full output rank against the measured kappa, min-max bars."""
+    from analysis.loaders import explode_per_matrix
+
+    full["kappa_axis"] = _kappa_axis(full)
+    c = explode_per_matrix(described(full), ["relative_error"])
+    c = c.groupby(["method_name", "kappa_axis"])["relative_error"].agg(["mean", "min", "max"]).reset_index()
+    for name, sub in c.groupby("method_name"):
+        sub = sub.sort_values("kappa_axis")
+        mean = sub["mean"].clip(lower=FLOOR)
+        err = np.vstack([mean - sub["min"].clip(lower=FLOOR), sub["max"].clip(lower=FLOOR) - mean])
+        ax.errorbar(sub["kappa_axis"], mean, yerr=err, color=look[name]["color"], marker=look[name]["marker"],
+                    label=name,
+                    capsize=2)
+    ax.axhline(np.finfo(np.float32).eps, color="#999999", linestyle=":", linewidth=1)
+    ax.text(1.3, np.finfo(np.float32).eps * 1.05, "float32 eps", fontsize=9, color="#666666", va="bottom")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    log_labels(ax.xaxis)
+    log_labels(ax.yaxis)
+    ax.set_xlabel(r"measured condition number $\kappa$")
+    ax.set_ylabel("relative error (full output rank)")
+    if not cond_df.empty:
+        ax.set_title(f"rank-{int(cond_df['rank'].iloc[0])} aggregates, "
+                     f"{int(cond_df['m'].iloc[0])} x {int(cond_df['n'].iloc[0])}")
+
+
+def _fig4_cut_panel(ax, cut: pd.DataFrame, look: dict) -> None:
+    """Fig. 4 right: the largest principal-angle sine of the cut matrices against kappa, the
+    Wedin bound at float32's eps dotted (where it is below 1: above, nothing can be tested)."""
+    cut = described(cut)
+    cut["kappa_axis"] = _kappa_axis(cut)
+    rows = []
+    for _, r in cut.iterrows():
+        sins = [max(a, b) for a, b in zip(r["sin_left"], r["sin_right"]) if a == a and b == b]
+        bounds = [b for b in r["bound_first"] if b == b]
+        rows.append(dict(method_name=r["method_name"], kappa_axis=r["kappa_axis"],
+                         sin=max(sins) if sins else np.nan, bound=max(bounds) if bounds else np.nan))
+    d = pd.DataFrame(rows)
+    d = d[d["bound"] < 1]  # where the bound reaches 1 the subspace is too ill-separated to test
+    for name, sub in d.groupby("method_name"):
+        sub = sub.sort_values("kappa_axis").dropna(subset=["sin"])
+        ax.plot(sub["kappa_axis"], sub["sin"].clip(lower=FLOOR), color=look[name]["color"], marker=look[name]["marker"],
+                label=name)
+    bound = d.groupby("kappa_axis")["bound"].max().dropna()
+    ax.plot(bound.index, bound.values, color="#999999", linestyle=":", linewidth=1.2,
+            label="Wedin bound, float32")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    log_labels(ax.xaxis)
+    log_labels(ax.yaxis)
+    ax.set_xlabel(r"measured condition number $\kappa$")
+    ax.set_ylabel(r"$\sin\theta_{\max}$ to the float64 subspaces")
+    ax.set_title(f"cut to p = {int(cut['p'].iloc[0])} (first order)")
