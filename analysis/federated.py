@@ -33,7 +33,7 @@ from analysis.style import PAPER_ORDER, described, styles
 from analysis.style import display_name as _shown
 from analysis.verdicts import Verdict
 
-__all__ = ["CLOSE_POINTS", "HOW", "PAPER_DOWNLINK", "accuracy_interval", "compare", "curves", "display_name",
+__all__ = ["CLOSE_POINTS", "HOW", "accuracy_interval", "compare", "curves", "display_name",
            "figure", "interval", "is_smoke", "paired", "runs", "shown", "table", "variant_settings", "variants",
            "verdict_lines"]
 

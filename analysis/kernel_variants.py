@@ -96,7 +96,7 @@ def sweep_lines(df: pd.DataFrame, point: list[str], what: str) -> list[str]:
 
 
 def table_lines(rows: pd.DataFrame) -> list[str]:
-    """One line per kernel row of one preset's Tables 1-3 rows (:func:`analysis.tables.tables123_rows`:
+    """One line per kernel row of one preset's Tables 1-3 rows (:func:`analysis.sections.tables123.tables123_rows`:
     ``method``, ``kernel``, ``agreement``, ``samples`` and the pairing's fields): its
     speed-up over its dense row, paired, and its ``agreement`` record's exact verdict."""
     out = []

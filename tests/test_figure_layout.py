@@ -306,6 +306,8 @@ def test_every_figure_of_a_committed_run_is_laid_out_for_a_reviewer(pack, tmp_pa
                 (tmp_path / m.name).parent.mkdir(parents=True, exist_ok=True)
                 (tmp_path / m.name).write_bytes(tar.extractfile(m).read())
     figs = saved_figures(tmp_path / "results", tmp_path / "figures")
-    assert figs
+    if not figs:  # a run of tables alone (a GPU call of Tables 1-3): nothing drawn, nothing to lay out
+        assert {p.name for p in (tmp_path / "results").iterdir()} <= {"tables123", "workspace", "eigensolver"}
+        pytest.skip("no figure in this run's results")
     found = {name: layout_problems(fig) for name, fig in figs.items()}
     assert not any(found.values()), {k: v for k, v in found.items() if v}

@@ -143,7 +143,7 @@ def test_every_compared_point_shares_its_groups_rounds():
 @pytest.mark.integration
 def test_tables123_rows_are_paired_over_fresh_launches_and_carry_the_machine():
     pytest.importorskip("pandas")
-    from analysis.tables import tables123_rows
+    from analysis.sections.tables123 import tables123_rows
     from analysis.verdicts import paired
     from benchmarks.experiments import tables123
     from benchmarks.measure.timing import threads

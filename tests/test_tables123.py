@@ -247,7 +247,7 @@ def test_a_dense_row_timed_for_one_preset_serves_another_of_the_same_shapes(tmp_
     downlink and a note saying where its latency was timed; the paper size measures it once."""
     pytest.importorskip("pandas")
     from analysis.loaders import load_results
-    from analysis.tables import tables123_rows
+    from analysis.sections.tables123 import tables123_rows
     from benchmarks.results import write_result
 
     points = tables123.points("paper")

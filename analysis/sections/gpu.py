@@ -32,20 +32,20 @@ def _gpu_name(res) -> str:
 
 
 def _latency_lines(res, targets: dict) -> tuple[str, list[str]]:
-    from analysis import tables
+    from analysis.sections.tables123 import tables123_presets, tables123_rows
     from analysis.verdicts import judge, not_measured, paired
 
     agg = res["tables123"]
     if agg.empty:
         return "", [f"- {p}: {not_measured(f'{p}: FRAQ within its GPU target', ['tables123 (no result)'])}"
                     for p in targets["fraq_ms"]]
-    rows = tables.tables123_rows(agg)
+    rows = tables123_rows(agg)
     keep = rows[rows["name"].isin(["fraq", "florist", "flexlora"])]
     table = pd.DataFrame({"preset": keep["preset"], "method": keep["shown"],
                           "ours ms (median)": keep["median_s"] * 1e3, "paper GH200 ms": keep["paper_ms"],
                           "how": keep["extrapolated"].fillna("whole model")})
     lines = []
-    for preset in tables.tables123_presets(agg):
+    for preset in tables123_presets(agg):
         mine = rows[rows["preset"] == preset]
         fraq, florist = mine[mine["name"] == "fraq"], mine[mine["name"] == "florist"]
         target = targets["fraq_ms"].get(preset)
