@@ -30,7 +30,8 @@ from fraq.federated.adapters import load_client_adapters, save_client_adapters  
 from fraq.federated.config import load_config  # noqa: E402
 from fraq.federated.export import export_peft
 from fraq.federated.export_cli import main as export_main  # noqa: E402
-from fraq.federated.server import Task, run_method  # noqa: E402
+from fraq.federated.round_loop import run_method  # noqa: E402
+from fraq.federated.task import Task  # noqa: E402
 from fraq.peft import aggregate_adapters  # noqa: E402
 
 EPS32 = torch.finfo(torch.float32).eps

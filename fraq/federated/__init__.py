@@ -16,7 +16,7 @@ every method of a run shares), :mod:`~fraq.federated.model` (backbone, LoRA, hea
 partitions), :mod:`~fraq.federated.seeding`
 (seeded draws), :mod:`~fraq.federated.client` (local training),
 :mod:`~fraq.federated.state` (the server state and its merges),
-:mod:`~fraq.federated.server` (the round loop), :mod:`~fraq.federated.experiment` (the
+:mod:`~fraq.federated.round_loop` (the round loop), :mod:`~fraq.federated.experiment` (the
 points of a run: variants, methods, seeds, and their result files),
 :mod:`~fraq.federated.config` (settings as data), :mod:`~fraq.federated.checkpoint`,
 :mod:`~fraq.federated.records` (the per-round record), :mod:`~fraq.federated.results`, :mod:`~fraq.federated.adapters` (one round's

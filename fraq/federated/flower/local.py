@@ -161,12 +161,12 @@ def check_run_config(app_dir: Path, run_config: str, out: Path, clients: int) ->
     except (ClickException, ValueError, OSError) as e:
         msg = e.format_message() if isinstance(e, ClickException) else str(e)
         raise ValueError(f"--run-config(={run_config!r}): {msg}") from None
-    cfg, spec, _ = from_run_config({**flatten_dict(app_config), **overrides, "results-dir": str(out)})
-    if cfg["federated"]["clients"] != clients:
-        raise ValueError(f"clients(={clients}) SuperNodes must equal the run config's clients "
-                         f"(={cfg['federated']['clients']}): pass --clients {cfg['federated']['clients']} or set "
-                         f"clients={clients} in --run-config")
-    return cfg, spec
+    config, spec, _ = from_run_config({**flatten_dict(app_config), **overrides, "results-dir": str(out)})
+    K = config.federated.clients
+    if K != clients:
+        raise ValueError(f"clients(={clients}) SuperNodes must equal the run config's clients (={K}): pass "
+                         f"--clients {K} or set clients={clients} in --run-config")
+    return config, spec
 
 
 def run_local(out: Path, *, app_dir: Path | None = None, run_config: str = "", clients: int = 2,
