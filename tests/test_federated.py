@@ -25,12 +25,12 @@ from fraq.federated.adapters import load_client_adapters, save_client_adapters  
 from fraq.federated.checkpoint import RoundState, load_checkpoint, save_checkpoint  # noqa: E402
 from fraq.federated.cli import main  # noqa: E402
 from fraq.federated.client import LocalJob, TrainSettings, load_start, local_update  # noqa: E402
-from fraq.federated.config import load_config, method_label, parse_method  # noqa: E402
+from fraq.federated.config import Config, load_config, method_label, parse_method  # noqa: E402
 from fraq.federated.dataset import load_dataset  # noqa: E402
+from fraq.federated.experiment import run_experiment  # noqa: E402
 from fraq.federated.intents import DOMAINS, generate_intents  # noqa: E402
 from fraq.federated.model import TINY_MODEL, Backbone  # noqa: E402
 from fraq.federated.partition import partition, partition_summary  # noqa: E402
-from fraq.federated.experiment import run_experiment  # noqa: E402
 from fraq.federated.round_loop import ClientPlan, MethodSetup, run_round  # noqa: E402
 from fraq.federated.state import eval_weights  # noqa: E402
 from fraq.federated.task import Task  # noqa: E402
@@ -44,7 +44,7 @@ def tiny_backbone(*, layers=(1,), cache=True) -> Backbone:
                     layers_to_transform=None if layers is None else list(layers), max_length=48, cache_prefix=cache)
 
 
-def tiny_config(**over) -> dict:
+def tiny_config(**over) -> Config:
     base = {"dataset": {"name": "intents", "train_per_intent": 10, "test_per_intent": 3},
             "federated.clients": 3, "federated.rounds": 2, "federated.head_rounds": 1, "federated.eval_every": 1,
             "train.steps": 3, "train.batch_size": 8, "train.lr": 0.01, "train.head_lr": 0.01,

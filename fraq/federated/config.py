@@ -308,7 +308,7 @@ class Config:
         before = self._as_dict()
         after = copy.deepcopy(before)
         _apply(after, overrides)
-        changed = [f.name for f in fields(self) if after[f.name] != before[f.name]]
+        changed = [f.name for f in fields(self) if _text(after[f.name]) != _text(before[f.name])]
         new = copy.copy(self)
         for key in changed:
             object.__setattr__(new, key, after[key])
@@ -374,6 +374,12 @@ class Config:
                 notes.append(f"variants.{name}: federated.ranks {ranks} cut to {over['federated.ranks']} for "
                              f"{flag}(={K}) (--variants leaves a variant out)")
         return self.override({"variants": variants}), notes
+
+
+def _text(value) -> str:
+    """``value`` as JSON text: two values are the same override only when their texts are
+    (``True`` is not ``1``, nor ``1`` ``1.0``: each is checked and recorded as given)."""
+    return json.dumps(value, default=str)
 
 
 @functools.cache
