@@ -106,17 +106,8 @@ def _data_dir(flag: str | None, config) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    from fraq.aggregators import MethodLoadError, load_outside_methods
-    from fraq.federated.config import load_config
-
-    try:  # the methods from outside the package, before any work: one line naming a failing one
-        load_outside_methods()
-    except MethodLoadError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-
+def _overrides(args: argparse.Namespace) -> dict:
+    """The dotted config keys the flags set (``--set`` last, so it wins)."""
     over: dict = {}
     for key, flag in (("federated.rounds", args.rounds), ("federated.clients", args.clients),
                       ("train.steps", args.steps), ("federated.ranks", args.ranks), ("partition.alpha", args.alpha),
@@ -129,38 +120,61 @@ def main(argv: list[str] | None = None) -> int:
         over["dataset"] = {"path": d} if Path(d).is_dir() else {"name": d}
     for key, value in args.set:
         over[key] = value
+    return over
+
+
+def _configure(args: argparse.Namespace):
+    """The run's :class:`~fraq.federated.config.Config` from the flags, and one note per
+    variant the flags changed (:meth:`~fraq.federated.config.Config.ranks_given`,
+    :meth:`~fraq.federated.config.Config.clients_given`); ValueError naming the key and value."""
+    from fraq.federated.config import load_config
+
+    config = load_config(args.config, _overrides(args))
+    data_dir = _data_dir(args.data_dir, config)
+    if data_dir is not None:
+        config = config.override({"dataset.data_dir": data_dir})
+    if args.variants is not None:
+        config = config.only_variants(args.variants)
+    notes = []
+    ranks = "--set federated.ranks" if any(k == "federated.ranks" for k, _ in args.set) else \
+        "--ranks" if args.ranks is not None else None
+    if ranks is not None:
+        config, notes = config.ranks_given(ranks, args.variants is not None)
+    given = "--set federated.clients" if any(k == "federated.clients" for k, _ in args.set) else \
+        "--clients" if args.clients is not None else None
+    if given is not None:
+        config, cut = config.clients_given(given)
+        notes += cut
+    return config, notes
+
+
+def _ask(question: str) -> bool:
+    """Overwrite earlier files? Only a yes at a terminal says so."""
+    if not sys.stdin.isatty():
+        return False
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from fraq.aggregators import MethodLoadError, load_outside_methods
+
+    try:  # the methods from outside the package, before any work: one line naming a failing one
+        load_outside_methods()
+    except MethodLoadError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
-        config = load_config(args.config, over)
-        data_dir = _data_dir(args.data_dir, config)
-        if data_dir is not None:
-            config = config.override({"dataset.data_dir": data_dir})
-        if args.variants is not None:
-            config = config.only_variants(args.variants)
-        notes = []
-        ranks = "--set federated.ranks" if any(k == "federated.ranks" for k, _ in args.set) else \
-            "--ranks" if args.ranks is not None else None
-        if ranks is not None:
-            config, notes = config.ranks_given(ranks, args.variants is not None)
-        given = "--set federated.clients" if any(k == "federated.clients" for k, _ in args.set) else \
-            "--clients" if args.clients is not None else None
-        if given is not None:
-            config, cut = config.clients_given(given)
-            notes += cut
-        plan = points(config)  # the run plan, once: the run and the Ctrl-C line read it
+        config, notes = _configure(args)
+        plan = points(config)  # the run plan, once: the output checks, the run and the Ctrl-C line read it
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = Path(args.out or Path("results") / "federated" / Path(args.config).stem)
     for note in notes:
         print(note, file=sys.stderr)
-
-    def ask(question: str) -> bool:
-        if not sys.stdin.isatty():
-            return False
-        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
-
     try:
-        run_experiment(config, out, plan=plan, resume=args.resume, overwrite=args.overwrite, ask=ask,
+        run_experiment(config, out, plan=plan, resume=args.resume, overwrite=args.overwrite, ask=_ask,
                        progress=not args.no_progress)
     except KeyboardInterrupt:
         print(interrupted(plan, out, sys.argv[1:] if argv is None else argv), file=sys.stderr)
