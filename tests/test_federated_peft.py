@@ -96,9 +96,9 @@ def hidden(model, tok) -> torch.Tensor:
 @pytest.mark.integration
 def test_export_matches_peft_save_pretrained(saved, exported, base, tmp_path):
     """Same tensor keys and config fields as peft's own save of the harness's LoRA, same adapted modules."""
-    cfg = load_config("quick")["model"]
+    model = load_config("quick").model
     own = get_peft_model(copy.deepcopy(base[0]), LoraConfig(
-        r=4, lora_alpha=8, target_modules=cfg["target_modules"], layers_to_transform=cfg["layers_to_transform"],
+        r=4, lora_alpha=8, target_modules=model.target_modules, layers_to_transform=model.layers_to_transform,
         lora_dropout=0.0, bias="none"))
     own.save_pretrained(tmp_path / "own")
     ref = json.loads((tmp_path / "own" / "adapter_config.json").read_text())
