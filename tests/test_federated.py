@@ -23,14 +23,17 @@ from fraq.aggregators import Factors, FlorgState, LoraA2State, get_aggregator  #
 from fraq.aggregators.florg import florg_delta  # noqa: E402
 from fraq.federated.adapters import load_client_adapters, save_client_adapters  # noqa: E402
 from fraq.federated.checkpoint import RoundState, load_checkpoint, save_checkpoint  # noqa: E402
-from fraq.federated.cli import main, run_experiment  # noqa: E402
+from fraq.federated.cli import main  # noqa: E402
 from fraq.federated.client import LocalJob, TrainSettings, load_start, local_update  # noqa: E402
-from fraq.federated.config import client_ranks, load_config, method_label, parse_method  # noqa: E402
+from fraq.federated.config import Config, load_config, method_label, parse_method  # noqa: E402
 from fraq.federated.dataset import load_dataset  # noqa: E402
+from fraq.federated.experiment import run_experiment  # noqa: E402
 from fraq.federated.intents import DOMAINS, generate_intents  # noqa: E402
 from fraq.federated.model import TINY_MODEL, Backbone  # noqa: E402
 from fraq.federated.partition import partition, partition_summary  # noqa: E402
-from fraq.federated.server import ClientPlan, MethodSetup, Task, eval_weights, run_round  # noqa: E402
+from fraq.federated.round_loop import ClientPlan, MethodSetup, run_round  # noqa: E402
+from fraq.federated.state import eval_weights  # noqa: E402
+from fraq.federated.task import Task  # noqa: E402
 
 EPS32 = torch.finfo(torch.float32).eps
 
@@ -41,7 +44,7 @@ def tiny_backbone(*, layers=(1,), cache=True) -> Backbone:
                     layers_to_transform=None if layers is None else list(layers), max_length=48, cache_prefix=cache)
 
 
-def tiny_config(**over) -> dict:
+def tiny_config(**over) -> Config:
     base = {"dataset": {"name": "intents", "train_per_intent": 10, "test_per_intent": 3},
             "federated.clients": 3, "federated.rounds": 2, "federated.head_rounds": 1, "federated.eval_every": 1,
             "train.steps": 3, "train.batch_size": 8, "train.lr": 0.01, "train.head_lr": 0.01,
@@ -58,7 +61,7 @@ def task() -> Task:
 
 def one_round(task: Task, spec: str, cfg: dict | None = None):
     """Round 1 of ``spec`` on ``task``: (method, state before, state after, uploads)."""
-    method = MethodSetup.make(spec, cfg or task.cfg)
+    method = MethodSetup.make(spec, cfg or task.config)
     s0 = method.initial_state(task)
     s1, rec, updates = run_round(task, method, s0, evaluate=False)
     return method, s0, s1, updates, rec
@@ -334,19 +337,20 @@ def test_a_method_is_parsed_once_where_the_config_is_loaded(tmp_path, method_par
     method once (with the setting), not once more per variant."""
     from fraq.federated.experiment import points
 
-    texts = method_parses
-    methods = ["fedit", "fraq:tau=0.9"]
-    cfg = tiny_config(**{"methods": methods, "federated.rounds": 1, "federated.clients": 2, "seeds": [1, 2],
-                         "variants": {"homogeneous": {}, "mixed": {"federated.ranks": [2, 4]}}})
-    assert texts == methods and [str(m) for m in cfg["methods"]] == methods
-    texts.clear()
     import fraq.federated.config as config
 
     checks, real = [], config.method_aggregator
     monkeypatch.setattr(config, "method_aggregator", lambda spec, *a, **k: checks.append(spec) or real(spec, *a, **k))
+    texts = method_parses
+    methods = ["fedit", "fraq:tau=0.9"]
+    cfg = tiny_config(**{"methods": methods, "federated.rounds": 1, "federated.clients": 2, "seeds": [1, 2],
+                         "variants": {"homogeneous": {}, "mixed": {"federated.ranks": [2, 4]}}})
+    assert texts == methods and [str(m) for m in cfg.methods] == methods
+    assert checks == list(cfg.methods)
+    texts.clear()
     files = run_experiment(cfg, tmp_path, progress=False, log=lambda *a: None)
     assert len(files) == len(points(cfg)) == 8 and texts == []
-    assert checks == cfg["methods"]  # checked with the setting, once: not per variant
+    assert checks == list(cfg.methods)  # checked with the setting, once: not per variant, nor by the run
     assert {json.loads(f.read_text())["config"]["method"] for f in files} == set(methods)
 
 
@@ -492,8 +496,8 @@ def test_saved_hf_dataset_directory(tmp_path):
 def test_config_settings_and_errors():
     for setting in ("quick", "roberta", "llama"):
         cfg = load_config(setting)
-        assert cfg["federated"]["rounds"] >= 1
-    assert load_config("llama")["partition"]["scheme"] == "pathological"
+        assert cfg.federated.rounds >= 1
+    assert load_config("llama").partition.scheme == "pathological"
     with pytest.raises(ValueError, match=r"train\.lr\(=-1\)"):
         load_config("quick", {"train.lr": -1})
     with pytest.raises(ValueError, match="unknown config key"):
@@ -504,7 +508,7 @@ def test_config_settings_and_errors():
         load_config("nosuch")
     with pytest.raises(ValueError, match="federated.ranks"):
         load_config("quick", {"federated.ranks": [8] * 11})
-    ranks, alphas = client_ranks(load_config("quick", {"federated.ranks": [4, 16, 32, 64]}))
+    ranks, alphas = load_config("quick", {"federated.ranks": [4, 16, 32, 64]}).federated.client_ranks()
     assert ranks == [4, 16, 32, 64, 4, 16, 32, 64, 4, 16] and alphas[:4] == [8.0, 32.0, 64.0, 128.0]
     assert parse_method("fraq:tau=0.80,backend=householder") == ("fraq", {"tau": 0.8, "backend": "householder"})
     assert method_label("fraq:tau=0.80") == "fraq-tau0.80"
@@ -587,7 +591,7 @@ def test_unknown_dataset_name_is_refused_before_loading():
     with pytest.raises(ValueError, match=r"dataset has unknown keys \['nmae'\]"):
         load_config("quick", {"dataset": {"nmae": "intents"}})
     # a legacy hub id without owner is taken when hub_id says so explicitly
-    assert load_config("quick", {"dataset": {"name": "imdb", "hub_id": "imdb"}})["dataset"]["hub_id"] == "imdb"
+    assert load_config("quick", {"dataset": {"name": "imdb", "hub_id": "imdb"}}).dataset["hub_id"] == "imdb"
 
 
 def test_unreachable_hub_dataset_gives_an_error_naming_it(monkeypatch):
@@ -609,7 +613,7 @@ def test_unreachable_hub_dataset_gives_an_error_naming_it(monkeypatch):
     (["--dataset", "nosuchdataset"], r"dataset.name\(='nosuchdataset'\)"),
 ])
 def test_cli_refuses_bad_input_before_any_work(argv, match, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
+    monkeypatch.setattr("fraq.federated.task.Task", _no_loading)
     out = tmp_path / "out"
     assert main([*argv, "--out", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err
@@ -627,8 +631,8 @@ def test_cli_clients_fits_the_variants_the_user_did_not_give(argv, tmp_path, cap
     seen = {}
     monkeypatch.setattr(cli, "run_experiment", lambda cfg, out, **k: seen.setdefault("points", points(cfg)))
     assert main([*argv, "--out", str(tmp_path / "out"), "--no-progress"]) == 0
-    K = seen["points"][0].cfg["federated"]["clients"]
-    hetero = {tuple(p.cfg["federated"]["ranks"]) for p in seen["points"] if p.variant == "heterogeneous"}
+    K = seen["points"][0].config.federated.clients
+    hetero = {tuple(p.config.federated.ranks) for p in seen["points"] if p.variant == "heterogeneous"}
     assert hetero == {tuple([4, 16, 32, 64][:1] if K == 1 else [4, 64] if K == 2 else [4, 32, 64])}
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "variants.heterogeneous" in err and "cut to" in err and f"(={K})" in err, err
@@ -659,13 +663,12 @@ def _resume_dir(tmp_path, cfg) -> Path:
     """An output directory as an interrupted run of ``cfg`` (fedit finished, fraq checkpointed) leaves it."""
     from fraq._results import write_result
     from fraq.federated.experiment import points
-    from fraq.federated.records import jsonable
 
     out = tmp_path / "run"
     fedit, fraq_ = points(cfg)
-    write_result(out / "results", "federated", fedit.key, fedit.config, {"method": "fedit", "rounds": [_record(1)]})
+    write_result(out / "results", "federated", fedit.key, fedit.record(), {"method": "fedit", "rounds": [_record(1)]})
     st = RoundState(1, {"q": torch.zeros(2, 2)}, {"weight": torch.zeros(2, 2)}, [None, None], None, [_record(1)])
-    save_checkpoint(out / CHECKPOINT, st, {"method": "fraq", "config": jsonable(fraq_.cfg)})
+    save_checkpoint(out / CHECKPOINT, st, {"method": "fraq", "config": fraq_.config.to_record()})
     return out
 
 
@@ -694,7 +697,7 @@ def _edit_result(out, change):
 def test_resume_names_a_damaged_file_before_loading_model_and_data(damage, name, tmp_path, monkeypatch):
     cfg = tiny_config(**{"methods": ["fedit", "fraq"], "federated.clients": 2})
     out = _resume_dir(tmp_path, cfg)
-    monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
+    monkeypatch.setattr("fraq.federated.task.Task", _no_loading)
     with pytest.raises(AssertionError, match="loaded"):  # intact: the files pass, then the model would load
         run_experiment(cfg, out, resume=True, progress=False, log=lambda *a: None)
     damage(out)
@@ -709,7 +712,7 @@ def test_cli_resume_with_a_damaged_checkpoint_prints_its_path(tmp_path, capsys, 
                                 "seeds": [42], "variants": {"homogeneous": {}}})
     out = _resume_dir(tmp_path, cfg)
     _truncate(out / CHECKPOINT)
-    monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
+    monkeypatch.setattr("fraq.federated.task.Task", _no_loading)
     assert main([*over, "--out", str(out), "--resume", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert str(out / CHECKPOINT) in err and "Traceback" not in err
@@ -725,7 +728,7 @@ def test_ctrl_c_says_what_is_kept_and_the_command_that_resumes(tmp_path, capsys,
     def ctrl_c(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("fraq.federated.server.Task", ctrl_c)
+    monkeypatch.setattr("fraq.federated.task.Task", ctrl_c)
     assert main([*over, "--out", str(out), "--resume", "--no-progress"]) == 130
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
@@ -758,7 +761,7 @@ def test_transformers_bars_are_off_with_no_progress_or_outside_a_terminal(progre
         raise KeyboardInterrupt
 
     hf_logging.enable_progress_bar()
-    monkeypatch.setattr("fraq.federated.server.Task", load)
+    monkeypatch.setattr("fraq.federated.task.Task", load)
     with pytest.raises(KeyboardInterrupt):  # stderr is captured here: not a terminal
         run_experiment(tiny_config(**{"methods": ["fedit"]}), tmp_path / "run", progress=progress)
     assert seen == [False] and hf_logging.is_progress_bar_enabled()
@@ -784,7 +787,7 @@ def test_overwrite_keeps_earlier_results_until_model_and_data_load(tmp_path, mon
     cfg = tiny_config(**{"methods": ["fedit", "fraq"], "federated.clients": 2})
     out = _resume_dir(tmp_path, cfg)
     before = (out / RESULT).read_text()
-    monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
+    monkeypatch.setattr("fraq.federated.task.Task", _no_loading)
     with pytest.raises(AssertionError):
         run_experiment(cfg, out, overwrite=True, progress=False, log=lambda *a: None)
     assert (out / RESULT).read_text() == before and (out / CHECKPOINT).exists()
@@ -844,7 +847,7 @@ def test_client_plan_reads_the_aggregator_class_not_its_type():
 def test_a_section_set_to_a_non_object_is_refused(key, value):
     with pytest.raises(ValueError, match=rf"config key '{key}'\(={value!r}\) is a section"):
         load_config("quick", {key: value})
-    assert load_config("quick", {"partition": {"scheme": "iid"}})["partition"]["alpha"] == 0.1  # merged, not replaced
+    assert load_config("quick", {"partition": {"scheme": "iid"}}).partition.alpha == 0.1  # merged, not replaced
 
 
 # ------------------------------------------------------------------ inputs and files we did not write
@@ -854,7 +857,7 @@ def test_a_file_we_did_not_write_is_never_replaced_unasked(name, text, tmp_path,
     cfg = tiny_config(**{"methods": ["fedit", "fraq"], "federated.clients": 2})
     (tmp_path / name).parent.mkdir(parents=True)
     (tmp_path / name).write_text(text)
-    monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
+    monkeypatch.setattr("fraq.federated.task.Task", _no_loading)
     with pytest.raises(FileExistsError, match=rf"holds files this run writes.*{re.escape(name)}.*--overwrite"):
         run_experiment(cfg, tmp_path, progress=False, log=lambda *a: None)
     asked = []
@@ -867,7 +870,7 @@ def test_a_file_we_did_not_write_is_never_replaced_unasked(name, text, tmp_path,
 
 def test_an_input_is_never_written_even_with_overwrite(tmp_path, monkeypatch, capsys):
     """A ``--config`` file at a path the run writes, or in a directory it writes to, is refused."""
-    monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
+    monkeypatch.setattr("fraq.federated.task.Task", _no_loading)
     out = tmp_path / "run"
     setting = out / RESULT
     inside = out / "checkpoints" / "setting.json"
@@ -906,7 +909,7 @@ def test_smoke_setting_to_report(tmp_path):
     cfg = load_config("smoke", {"model.name": TINY_MODEL, "model.layers_to_transform": [1], "model.max_length": 48,
                                 "federated.rounds": 1})
     files = run_experiment(cfg, tmp_path, progress=False, log=lambda *a: None)
-    assert len(files) == 2 * 2 * len(cfg["methods"]) and all(f.exists() for f in files)
+    assert len(files) == 2 * 2 * len(cfg.methods) and all(f.exists() for f in files)
     import matplotlib
 
     from analysis import federated
@@ -948,7 +951,7 @@ def test_cli_ranks_apply_to_the_variants(argv, variants, tmp_path, capsys, monke
     seen = {}
     monkeypatch.setattr(cli, "run_experiment", lambda cfg, out, **k: seen.setdefault("points", points(cfg)))
     assert main([*argv, "--out", str(tmp_path / "out"), "--no-progress"]) == 0
-    got = {p.variant: tuple(p.cfg["federated"]["ranks"]) for p in seen["points"]}
+    got = {p.variant: tuple(p.config.federated.ranks) for p in seen["points"]}
     assert got == variants
     err = capsys.readouterr().err
     if "heterogeneous" in variants:

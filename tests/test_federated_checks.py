@@ -67,7 +67,8 @@ def test_fixed_rank_is_capped_per_module_and_exact():
 def test_harness_round_caps_a_fixed_rank_like_fraq_aggregate():
     """The in-process harness: fraq:rank=32 with two rank-4 clients trains and keeps rank 8 per module."""
     from fraq.federated.model import TINY_MODEL
-    from fraq.federated.server import MethodSetup, Task, run_round
+    from fraq.federated.round_loop import MethodSetup, run_round
+    from fraq.federated.task import Task
 
     cfg = load_config("quick", {"dataset": {"name": "intents", "train_per_intent": 6, "test_per_intent": 2},
                                 "federated.clients": 2, "federated.ranks": [4], "federated.rounds": 1,

@@ -106,12 +106,12 @@ def test_data_dir_is_only_for_the_published_sets(tmp_path):
 
 def _no_model(monkeypatch):
     """Any model or data loading fails the test: the folder must be refused before."""
-    import fraq.federated.server as server
+    import fraq.federated.task as task
 
     def boom(*a, **k):
         raise AssertionError("the model loaded before the data folder was checked")
 
-    monkeypatch.setattr(server, "Task", boom)
+    monkeypatch.setattr(task, "Task", boom)
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])
@@ -133,15 +133,15 @@ def test_cli_refuses_a_bad_folder_in_one_line_before_any_model(tmp_path, monkeyp
 
 @needs_data
 def test_the_cli_parses_each_method_once_with_the_data_folder(tmp_path, monkeypatch, method_parses):
-    """The configuration is loaded a second time with the data folder; the methods parsed
-    the first time are carried into it, not read from their text again."""
+    """The data folder is an override of the loaded configuration; the methods parsed when it
+    was loaded are carried into it, not read from their text again."""
     seen = {}
     monkeypatch.setattr(cli, "run_experiment", lambda cfg, out, **k: seen.setdefault("cfg", cfg))
     argv = ["--config", "banking77", "--methods", "fedit", "fraq:tau=0.9", "--out", str(tmp_path), "--no-progress"]
     assert cli.main(argv) == 0
     assert method_parses == ["fedit", "fraq:tau=0.9"]
-    assert seen["cfg"]["dataset"]["data_dir"] == str(Path(DATA).absolute())
-    assert [str(m) for m in seen["cfg"]["methods"]] == ["fedit", "fraq:tau=0.9"]
+    assert seen["cfg"].dataset["data_dir"] == str(Path(DATA).absolute())
+    assert [str(m) for m in seen["cfg"].methods] == ["fedit", "fraq:tau=0.9"]
 
 
 def test_fraq_data_is_ignored_for_other_data_sets(tmp_path, monkeypatch):

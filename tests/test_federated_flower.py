@@ -30,7 +30,8 @@ from fraq.federated.config import load_config  # noqa: E402
 from fraq.federated.flower.run_config import DEFAULTS, from_run_config, parse_overrides  # noqa: E402
 from fraq.federated.flower.strategy import LoraStrategy, decode_downlink, encode_update  # noqa: E402
 from fraq.federated.model import TINY_MODEL  # noqa: E402
-from fraq.federated.server import MethodSetup, Task, run_round  # noqa: E402
+from fraq.federated.round_loop import MethodSetup, run_round  # noqa: E402
+from fraq.federated.task import Task  # noqa: E402
 from fraq.methods import MethodSpec  # noqa: E402
 
 EPS64 = torch.finfo(torch.float64).eps
@@ -193,16 +194,16 @@ def test_run_config_maps_kebab_keys_onto_the_harness():
           "seed": 0, "eval-every": 2, "threads": 1, "method": "flora",
           "overrides": "train.lr=1e-3 dataset.train_per_intent=20 federated.alphas=[4] model.pooling=first"}
     cfg, method, out = from_run_config(rc)
-    assert method == MethodSpec("flora") and cfg["methods"] == [method] and out == DEFAULTS["results-dir"]
-    f, t = cfg["federated"], cfg["train"]
-    assert (f["rounds"], f["clients"], f["ranks"], f["eval_every"], f["alphas"]) == (3, 4, [4], 2, [4])
-    assert (t["steps"], t["batch_size"], t["lr"], cfg["seed"], cfg["threads"]) == (7, 8, 1e-3, 0, 1)
-    assert cfg["dataset"] == {"name": "intents", "train_per_intent": 20} and cfg["model"]["pooling"] == "first"
+    assert method == MethodSpec("flora") and cfg.methods == (method,) and out == DEFAULTS["results-dir"]
+    f, t = cfg.federated, cfg.train
+    assert (f.rounds, f.clients, f.ranks, f.eval_every, f.alphas) == (3, 4, [4], 2, [4])
+    assert (t.steps, t.batch_size, t.lr, cfg.seed, cfg.threads) == (7, 8, 1e-3, 0, 1)
+    assert cfg.dataset == {"name": "intents", "train_per_intent": 20} and cfg.model.pooling == "first"
     quick = load_config("quick")
     keep, _, _ = from_run_config({**DEFAULTS, **{k: -1 for k in ("num-server-rounds", "clients", "local-steps")},
                                   "overrides": ""})
-    assert (keep["federated"]["rounds"], keep["federated"]["clients"], keep["train"]["steps"]) == \
-        (quick["federated"]["rounds"], quick["federated"]["clients"], quick["train"]["steps"])
+    assert (keep.federated.rounds, keep.federated.clients, keep.train.steps) == \
+        (quick.federated.rounds, quick.federated.clients, quick.train.steps)
 
 
 @pytest.mark.parametrize("over, match", [
@@ -375,7 +376,7 @@ def test_a_flower_run_parses_its_method_once(method_parses):
           "method": "fraq:tau=0.9", "overrides": "dataset.train_per_intent=8 dataset.test_per_intent=2 "
           f"model.name={TINY_MODEL} model.max_length=48 model.layers_to_transform=[1] partition.min_size=5"}
     cfg, method, _ = from_run_config(rc)
-    assert method_parses == ["fraq:tau=0.9"] and cfg["methods"] == [method]
+    assert method_parses == ["fraq:tau=0.9"] and cfg.methods == (method,)
     make_server_app(cfg, method), make_client_app(cfg, method)
     task = Task(cfg, log=lambda *a: None)
     m = MethodSetup.make(method, cfg)

@@ -30,7 +30,8 @@ from fraq.federated.adapters import load_client_adapters, save_client_adapters  
 from fraq.federated.config import load_config  # noqa: E402
 from fraq.federated.export import export_peft
 from fraq.federated.export_cli import main as export_main  # noqa: E402
-from fraq.federated.server import Task, run_method  # noqa: E402
+from fraq.federated.round_loop import run_method  # noqa: E402
+from fraq.federated.task import Task  # noqa: E402
 from fraq.peft import aggregate_adapters  # noqa: E402
 
 EPS32 = torch.finfo(torch.float32).eps
@@ -95,9 +96,9 @@ def hidden(model, tok) -> torch.Tensor:
 @pytest.mark.integration
 def test_export_matches_peft_save_pretrained(saved, exported, base, tmp_path):
     """Same tensor keys and config fields as peft's own save of the harness's LoRA, same adapted modules."""
-    cfg = load_config("quick")["model"]
+    model = load_config("quick").model
     own = get_peft_model(copy.deepcopy(base[0]), LoraConfig(
-        r=4, lora_alpha=8, target_modules=cfg["target_modules"], layers_to_transform=cfg["layers_to_transform"],
+        r=4, lora_alpha=8, target_modules=model.target_modules, layers_to_transform=model.layers_to_transform,
         lora_dropout=0.0, bias="none"))
     own.save_pretrained(tmp_path / "own")
     ref = json.loads((tmp_path / "own" / "adapter_config.json").read_text())

@@ -5,7 +5,6 @@ report of a published data set (``analysis.federated_report``) has its parts."""
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import subprocess
@@ -42,17 +41,13 @@ def write_points(out: Path, *, variants=None, seeds=(0, 1, 2), over=None, method
     for v, alpha in (variants or {"dir0.1": 0.1, "dir0.02": 0.02}).items():
         for s in seeds:
             for m in methods:
-                run = copy.deepcopy({k: x for k, x in cfg.items() if k not in ("methods", "seeds", "variants")})
-                run["partition"]["alpha"], run["seed"] = alpha, s
-                for key, value in (over or {}).get((v, s), {}).items():
-                    sec, _, name = key.partition(".")
-                    run[sec][name] = value
-                R = run["federated"]["rounds"]
+                run = cfg.override({"partition.alpha": alpha, "seed": s, **(over or {}).get((v, s), {})})
+                R = run.federated.rounds
                 down = 100.0 if m == "flora" else 110.0 if m == "fedex-lora" else 10.0
                 res = {"method": m, "rounds": _rounds([acc(m, v, s, t) for t in range(R)], down),
                        "wall_seconds": 3.0}
                 write_result(out / "results", "federated", f"{v}-{m}-seed{s}",
-                             {"variant": v, "method": m, **run}, res)
+                             {"variant": v, "method": m, **run.to_record(run=True)}, res)
     return out
 
 

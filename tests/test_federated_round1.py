@@ -13,7 +13,8 @@ pytest.importorskip("peft")
 
 from fraq.federated.config import load_config  # noqa: E402
 from fraq.federated.model import TINY_MODEL  # noqa: E402
-from fraq.federated.server import Task, run_method  # noqa: E402
+from fraq.federated.round_loop import run_method  # noqa: E402
+from fraq.federated.task import Task  # noqa: E402
 
 METHODS = ["flora", "fedex-lora", "fedit", "lora-a2", "flexlora", "florg", "florist", "fraq:tau=0.80",
            "fraq:tau=0.95"]
@@ -70,10 +71,10 @@ def test_every_table1_method_round1_trained_three_times_same_numbers():
 def test_another_start_is_another_signature():
     """A changed input (here the head a round starts from) is not reused: the digest sees it."""
     from fraq.federated.round1 import signature
-    from fraq.federated.server import MethodSetup
+    from fraq.federated.round_loop import MethodSetup
 
     task = Task(tiny_config(), log=lambda *a: None)
-    method = MethodSetup.make("flora", task.cfg)
+    method = MethodSetup.make("flora", task.config)
     state = method.initial_state(task)
     key = signature(task, method, state, "AB", True)
     assert key == signature(task, method, state, "AB", True)

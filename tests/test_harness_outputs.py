@@ -8,7 +8,8 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from fraq.federated.cli import main, run_experiment  # noqa: E402
+from fraq.federated.cli import main  # noqa: E402
+from fraq.federated.experiment import run_experiment  # noqa: E402
 from fraq.federated.config import load_config  # noqa: E402
 from fraq.federated.model import TINY_MODEL  # noqa: E402
 
@@ -63,12 +64,12 @@ def earlier_run(out) -> dict[str, str]:
 def test_overwrite_replaces_only_the_files_this_run_writes(tmp_path, monkeypatch):
     out = tmp_path / "run"
     files = earlier_run(out)
-    monkeypatch.setattr("fraq.federated.server.Task", NoTask)
+    monkeypatch.setattr("fraq.federated.task.Task", NoTask)
 
     def stop(*a, **k):
         raise Stop
 
-    monkeypatch.setattr("fraq.federated.server.run_method", stop)
+    monkeypatch.setattr("fraq.federated.round_loop.run_method", stop)
     with pytest.raises(Stop):  # stopped at the first point: the earlier files of this run are gone by then
         run_experiment(config(**{"federated.save_adapters_round": 1}), out, overwrite=True, progress=False,
                        log=lambda *a: None)
@@ -82,8 +83,8 @@ def test_overwrite_replaces_only_the_files_this_run_writes(tmp_path, monkeypatch
 def test_without_adapters_saved_overwrite_keeps_every_adapter_file(tmp_path, monkeypatch):
     out = tmp_path / "run"
     earlier_run(out)
-    monkeypatch.setattr("fraq.federated.server.Task", NoTask)
-    monkeypatch.setattr("fraq.federated.server.run_method", lambda *a, **k: (_ for _ in ()).throw(Stop))
+    monkeypatch.setattr("fraq.federated.task.Task", NoTask)
+    monkeypatch.setattr("fraq.federated.round_loop.run_method", lambda *a, **k: (_ for _ in ()).throw(Stop))
     with pytest.raises(Stop):
         run_experiment(config(), out, overwrite=True, progress=False, log=lambda *a: None)
     assert sorted(p.name for p in (out / "adapters").iterdir()) == [
@@ -96,7 +97,7 @@ def test_only_other_points_results_need_no_overwrite(tmp_path, monkeypatch):
     other = out / "results" / "federated" / "homogeneous-fedit-seed1.json"
     other.parent.mkdir(parents=True)
     other.write_text("another seed's result")
-    monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
+    monkeypatch.setattr("fraq.federated.task.Task", _no_loading)
     with pytest.raises(AssertionError, match="loaded"):  # not refused: nothing this run writes is there
         run_experiment(config(), out, progress=False, log=lambda *a: None)
     assert other.read_text() == "another seed's result"
@@ -110,7 +111,7 @@ def test_resume_with_nothing_to_resume_says_so_and_stops(tmp_path, monkeypatch, 
     if state == "other points only":
         (out / "results" / "federated").mkdir(parents=True)
         (out / "results" / "federated" / "homogeneous-flora-seed0.json").write_text("{}")
-    monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
+    monkeypatch.setattr("fraq.federated.task.Task", _no_loading)
     with pytest.raises(ValueError, match=r"--resume: .* holds no earlier run of these points to continue"):
         run_experiment(config(), out, resume=True, progress=False, log=lambda *a: None)
     assert main(["--methods", "fedit", "fraq", "--clients", "2", "--seeds", "0", "--variants", "homogeneous",
@@ -135,7 +136,7 @@ def test_a_fifo_under_a_name_this_run_writes_is_refused_before_any_work(tmp_path
     out = tmp_path / "run"
     (out / name).parent.mkdir(parents=True)
     os.mkfifo(out / name)
-    monkeypatch.setattr("fraq.federated.server.Task", _no_loading)
+    monkeypatch.setattr("fraq.federated.task.Task", _no_loading)
     with pytest.raises(ValueError, match=rf"output\(='{out / name}'\) is a FIFO .* not a regular file"):
         run_experiment(config(), out, overwrite=True, progress=False, log=lambda *a: None)
     assert stat.S_ISFIFO(os.lstat(out / name).st_mode)

@@ -355,14 +355,15 @@ def test_the_harness_runs_the_kernel_variants(method):
     started from, the same for all, and the next round starts from an A with orthonormal rows."""
     pytest.importorskip("transformers")
     pytest.importorskip("peft")
-    from fraq.federated.server import MethodSetup, Task, run_method, run_round
+    from fraq.federated.round_loop import MethodSetup, run_method, run_round
+    from fraq.federated.task import Task
     from test_new_method import tiny_config
 
     task = Task(tiny_config(), log=lambda *a: None)
     out = run_method(task, method, log=lambda *a: None)
     assert out["skipped"] is None and [r["round"] for r in out["rounds"]] == [1, 2]
     if method.startswith("fedsvd"):
-        setup = MethodSetup.make(method, task.cfg)
+        setup = MethodSetup.make(method, task.config)
         s0 = setup.initial_state(task)
         s1, _, updates = run_round(task, setup, s0, evaluate=False)
         for name in task.backbone.targets:

@@ -35,7 +35,9 @@ from fraq.aggregators import (  # noqa: E402
 from fraq.federated.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from fraq.federated.config import load_config  # noqa: E402
 from fraq.federated.model import TINY_MODEL  # noqa: E402
-from fraq.federated.server import MethodSetup, Task, eval_weights, run_method, run_round  # noqa: E402
+from fraq.federated.round_loop import MethodSetup, run_method, run_round  # noqa: E402
+from fraq.federated.state import eval_weights  # noqa: E402
+from fraq.federated.task import Task  # noqa: E402
 
 EPS32 = torch.finfo(torch.float32).eps
 EPS64 = torch.finfo(torch.float64).eps
@@ -167,7 +169,7 @@ def _strip(records):
 # ------------------------------------------------------------------------------ the harness
 def test_harness_runs_the_new_method_with_its_own_layer(task, tmp_path):
     built = PlainLayer.built
-    method = MethodSetup.make("stacked-start", task.cfg)
+    method = MethodSetup.make("stacked-start", task.config)
     s0 = method.initial_state(task)
     s1, rec, updates = run_round(task, method, s0, evaluate=False)
     assert PlainLayer.built - built == 2 * len(task.backbone.targets)  # its layer, not peft's, trained
@@ -185,7 +187,7 @@ def test_harness_runs_the_new_method_with_its_own_layer(task, tmp_path):
 
 
 def test_checkpoint_round_trip_resumes_exactly(task, tmp_path):
-    method = MethodSetup.make("stacked-start", task.cfg)
+    method = MethodSetup.make("stacked-start", task.config)
     s1, r1, _ = run_round(task, method, method.initial_state(task), evaluate=False)
     s1.records.append(r1)
     meta = {"method": "stacked-start"}

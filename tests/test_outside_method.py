@@ -176,7 +176,8 @@ def test_fraq_aggregate_in_process_and_in_a_fresh_process(outside, tmp_path):
 def test_harness_runs_it_in_process(outside):
     from test_new_method import tiny_config
 
-    from fraq.federated.server import Task, run_method
+    from fraq.federated.round_loop import run_method
+    from fraq.federated.task import Task
 
     task = Task(tiny_config(**{"federated.rounds": 1}), log=lambda *a: None)
     out = run_method(task, f"{NAME}:tau=1.0", log=lambda *a: None)
@@ -193,7 +194,7 @@ def test_flower_strategy_merges_its_exact_aggregate(outside, monkeypatch):
     from test_new_method import _exact, tiny_config
 
     from fraq.federated.flower.strategy import LoraStrategy, encode_update
-    from fraq.federated.server import MethodSetup
+    from fraq.federated.round_loop import MethodSetup
     from fraq.federated.state import RoundState
 
     for attr, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):

@@ -8,7 +8,7 @@ the aggregate itself. A method asked for a fixed rank above a module's limit (FR
 the middle of a round: ``fraq:rank=32`` over two rank-4 clients keeps all 8 components
 (it is exact), and a 3-label classifier module keeps at most 3. ``fraq aggregate
 --rank`` (:func:`fraq.peft.aggregate_adapters`), the in-process harness
-(:func:`fraq.federated.server.run_round`) and the Flower strategy
+(:func:`fraq.federated.round_loop.run_round`) and the Flower strategy
 (:class:`fraq.federated.flower.strategy.LoraStrategy`) all aggregate through
 :func:`capped_aggregate`, so the rule is the same everywhere. The ranks kept are in the
 result's ``ranks``, as always.

@@ -12,13 +12,17 @@ a user with a GPU, the models and data.
 
 Modules (Flower's file roles): :mod:`~fraq.federated.task` (data, partitions, model: what
 every method of a run shares), :mod:`~fraq.federated.model` (backbone, LoRA, head),
-:mod:`~fraq.federated.dataset` (data sets), :mod:`~fraq.federated.partition` (the clients'
-partitions), :mod:`~fraq.federated.seeding`
+:mod:`~fraq.federated.dataset` (data sources), :mod:`~fraq.federated.published` (the
+publishers' files), :mod:`~fraq.federated.text_data` (the split they all return),
+:mod:`~fraq.federated.partition` (the clients' partitions), :mod:`~fraq.federated.seeding`
 (seeded draws), :mod:`~fraq.federated.client` (local training),
 :mod:`~fraq.federated.state` (the server state and its merges),
-:mod:`~fraq.federated.server` (the round loop), :mod:`~fraq.federated.experiment` (the
-points of a run: variants, methods, seeds, and their result files),
-:mod:`~fraq.federated.config` (settings as data), :mod:`~fraq.federated.checkpoint`,
+:mod:`~fraq.federated.round_loop` (the in-process round loop), :mod:`~fraq.federated.experiment`
+(the points of a run: variants, methods, seeds, their result files, and the run of them all),
+:mod:`~fraq.federated.outputs` (the files a run writes and the checks before it writes),
+:mod:`~fraq.federated.config` (settings as data: the frozen ``Config``, its sections in
+:mod:`~fraq.federated.config_sections`), :mod:`~fraq.federated.cli` (the command line),
+:mod:`~fraq.federated.checkpoint`,
 :mod:`~fraq.federated.records` (the per-round record), :mod:`~fraq.federated.results`, :mod:`~fraq.federated.adapters` (one round's
 client adapters as safetensors), :mod:`~fraq.federated.export` (those as peft adapter
 directories; its command line is :mod:`~fraq.federated.export_cli`) and

@@ -4,37 +4,44 @@ A setting is ``quick`` (the embedded default), ``smoke`` (it shrunk to under a m
 ``banking77`` or ``clinc150`` (the published data sets, scaled to this CPU),
 ``roberta`` or ``llama`` (the paper's), or
 the path of a JSON file with the same shape; command-line flags override single keys
-(``--set train.lr=1e-3`` for any of them). :func:`load_config` merges and validates;
-every error names the key and the value.
+(``--set train.lr=1e-3`` for any of them). :func:`load_config` merges the files and the
+overrides and returns the frozen, checked :class:`Config`; every error names the key and
+the value. This module is the one place that reads the configuration as a dictionary:
+everything after it reads :class:`Config`'s attributes.
 
 Methods are registry names of :mod:`fraq.aggregators` with optional keyword options, in
 the grammar of :class:`fraq.methods.MethodSpec`: ``"fraq:tau=0.80"``, ``"florist:tau=0.85"``,
-``"fraq:rank=8,tau=null"``, ``"fraq:backend=cholesky,tau=0.9"``. Each is parsed once, where
-the configuration is checked (:class:`Config`); the dictionary :func:`load_config` returns
-holds the parsed :class:`~fraq.methods.MethodSpec` values under ``methods``, and everything
-after it (the variants' and points' checks, the runs, the Flower apps) carries those values
-and never reads the text a second time.
+``"fraq:rank=8,tau=null"``, ``"fraq:backend=cholesky,tau=0.9"``. Each is parsed and checked
+once, where the configuration is built (:class:`Config`); ``Config.methods`` holds the
+parsed :class:`~fraq.methods.MethodSpec` values, and everything after it (the variants,
+the points, the runs, the Flower apps) carries those values and never reads the text a
+second time.
 
 A setting is run over ``seeds`` (null: the one ``seed``) and over its ``variants``:
 named sets of dotted overrides of the same experiment, e.g. ``{"homogeneous": {},
 "heterogeneous": {"federated.ranks": [4, 16, 32, 64]}}``. :func:`runs` lists the
-(variant, seed, configuration) of every run; each run's configuration has ``seed`` set
-and is validated like the setting.
+:class:`Run` (variant, seed, configuration) of every run; each run's configuration is the
+setting's with the variant's overrides applied and ``seed`` set (:meth:`Config.override`,
+which checks again only the keys it changes). The command line's changes to the variants
+(:meth:`Config.only_variants`, :meth:`Config.ranks_given`, :meth:`Config.clients_given`)
+are here too, beside the checks they must pass.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import functools
 import json
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from fraq.federated.sections import Federated, Model, Partition, Train, check_index_list, check_int
+from fraq.federated.config_sections import Federated, Model, Partition, Train, check_index_list, check_int
 from fraq.methods import MethodSpec
 
-__all__ = ["CONFIG_DIR", "SETTINGS", "Config", "client_ranks", "load_config", "method_aggregator", "method_label", "parse_method",
-           "runs", "seeds_of", "set_key", "validate"]
+__all__ = ["CONFIG_DIR", "SETTINGS", "Config", "Run", "load_config", "method_aggregator", "method_label",
+           "parse_method", "runs"]
 
 CONFIG_DIR = Path(__file__).with_name("configs")
 SETTINGS = ("quick", "smoke", "banking77", "clinc150", "roberta", "llama")
@@ -74,7 +81,7 @@ def _read(path: Path) -> dict:
     return data
 
 
-def set_key(cfg: dict, dotted: str, value) -> None:
+def _set_key(cfg: dict, dotted: str, value) -> None:
     """Set ``cfg["a"]["b"] = value`` for ``dotted = "a.b"``; the key must exist (``dataset.*`` may be new)."""
     parts = dotted.split(".")
     node = cfg
@@ -91,10 +98,21 @@ def set_key(cfg: dict, dotted: str, value) -> None:
         node[parts[-1]] = value
 
 
-def load_config(setting: str = "quick", overrides: dict | None = None) -> dict:
-    """The merged, validated configuration of ``setting`` with ``overrides`` (dotted keys) applied.
+def _apply(cfg: dict, overrides: dict) -> None:
+    """Apply dotted ``overrides`` to the dictionary ``cfg`` in place; ``dataset`` or
+    ``variants`` given as an object replaces the section whole."""
+    for key, value in overrides.items():
+        if key in _WHOLE and isinstance(value, dict):
+            cfg[key] = copy.deepcopy(value)
+        else:
+            _set_key(cfg, key, value)
 
-    ``setting``: one of :data:`SETTINGS` or a path to a JSON file of overrides.
+
+def load_config(setting: str = "quick", overrides: dict | None = None) -> Config:
+    """The frozen, checked :class:`Config` of ``setting`` with ``overrides`` (dotted keys) applied.
+
+    ``setting``: one of :data:`SETTINGS` or a path to a JSON file of overrides. Raises
+    ValueError naming the key and its value before anything is loaded.
     """
     if not isinstance(setting, str) or not setting:
         raise ValueError(f"config(={setting!r}) must be one of {list(SETTINGS)} or a JSON file path")
@@ -110,13 +128,8 @@ def load_config(setting: str = "quick", overrides: dict | None = None) -> dict:
                 raise ValueError(f"config key {key!r} must be an object, got {over[key]!r}")
             cfg[key] = copy.deepcopy(over[key])
     cfg["setting"] = setting
-    for key, value in (overrides or {}).items():
-        if key in _WHOLE and isinstance(value, dict):
-            cfg[key] = value
-        else:
-            set_key(cfg, key, value)
-    cfg["methods"] = list(validate(cfg).methods)  # parsed once, here; carried from here on
-    return cfg
+    _apply(cfg, overrides or {})
+    return Config.of(cfg)
 
 
 def parse_method(spec: str | MethodSpec) -> tuple[str, dict]:
@@ -129,8 +142,8 @@ def parse_method(spec: str | MethodSpec) -> tuple[str, dict]:
 def method_aggregator(spec: str | MethodSpec, where: str = "method"):
     """The :class:`~fraq.aggregators.Aggregator` a method spec names, built with its options.
 
-    The one check of a method spec, shared by the harness's :func:`validate`, its
-    :class:`~fraq.federated.server.MethodSetup` and the Flower run config: an unknown name,
+    The one check of a method spec, shared by :class:`Config`, the round loop's
+    :class:`~fraq.federated.round_loop.MethodSetup` and the Flower run config: an unknown name,
     an unknown option or a bad option value raises ValueError naming ``where``, the spec and
     the option, e.g. ``method(='fraq:tau=abc'): tau(='abc') must be a real number in (0, 1]``.
     A :class:`~fraq.methods.MethodSpec` is used as it is; text is parsed first (a caller
@@ -162,14 +175,21 @@ def method_label(spec: str | MethodSpec) -> str:
 
 _SECTIONS = {"model": Model, "partition": Partition, "federated": Federated, "train": Train}
 
+_SETTING_ONLY = ("seeds", "variants", "methods")
+"""Keys of a setting that are no part of one run's record (a run has one seed, one variant
+and one method, recorded beside its configuration)."""
+
 
 @dataclass(frozen=True)
 class Config:
     """A setting's configuration, checked: every key a run reads, each section a frozen value.
 
-    Built from the merged dictionary (:meth:`of`); its defaults are ``configs/defaults.json``
-    alone, so a key has one default wherever it is read. Checks run in the order of the
-    fields, so the first bad key is the one reported.
+    Built by :func:`load_config` (from the merged dictionary, :meth:`of`); its defaults are
+    ``configs/defaults.json`` alone, so a key has one default wherever it is read. The
+    fields are in the order of that file, ``setting`` (the setting's name or file) last;
+    checks run in that order, so the first bad key is the one reported, each ValueError
+    naming the key and its value. A changed configuration is a new one
+    (:meth:`override`); the result files record :meth:`to_record`.
     """
 
     seed: int
@@ -177,41 +197,80 @@ class Config:
     variants: dict
     threads: int | None
     model: Model
+    dataset: dict
     partition: Partition
     federated: Federated
     train: Train
     methods: tuple[MethodSpec, ...]
-    dataset: dict
+    setting: str
 
     @classmethod
     def of(cls, cfg: dict) -> Config:
         """The checked configuration of a merged dictionary (sections as dictionaries);
         ValueError naming the key and its value."""
+        missing = [f.name for f in fields(cls) if f.name not in cfg]
+        if missing:
+            raise ValueError(f"configuration lacks {missing}")
         return cls(**{f.name: cfg[f.name] for f in fields(cls)})
 
     def __post_init__(self):
-        from fraq.federated.dataset import check_dataset_spec
+        self._check([f.name for f in fields(self)])
 
+    def _check(self, keys: list[str]) -> None:
+        """Check ``keys`` (in the order of the fields); a section or the methods given as
+        plain values are turned into their frozen forms here."""
+        for key in keys:
+            getattr(self, f"_check_{key}")()
+
+    def _check_seed(self):
         check_int("seed", self.seed, 0)
+
+    def _check_seeds(self):
         seeds = self.seeds
         if seeds is not None and (not check_index_list(seeds, 0) or len(set(seeds)) != len(seeds)):
             raise ValueError(f"seeds(={seeds!r}) must be null (the one seed) or a non-empty list of distinct "
                              f"ints >= 0")
+
+    def _check_variants(self):
         variants = self.variants
         if not isinstance(variants, dict) or not variants or \
                 not all(isinstance(k, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", k) for k in variants):
             raise ValueError(f"variants(={variants!r}) must be a non-empty object of named overrides, names of "
                              f"letters, digits, '.', '_' and '-', e.g. {{\"homogeneous\": {{}}}}")
         for name, over in variants.items():
-            if not isinstance(over, dict) or any(k.split(".")[0] in ("seed", "seeds", "variants", "methods")
+            if not isinstance(over, dict) or any(k.split(".")[0] in ("seed", "seeds", "variants", "methods", "setting")
                                                  for k in over):
                 raise ValueError(f"variants.{name}(={over!r}) must be an object of dotted config keys (not seed, "
-                                 f"seeds, variants or methods), e.g. {{\"federated.ranks\": [4, 16, 32, 64]}}")
+                                 f"seeds, variants, methods or setting), e.g. {{\"federated.ranks\": [4, 16, 32, 64]}}")
+
+    def _check_threads(self):
         check_int("threads", self.threads, 1, allow_none=True)
-        for key, section in _SECTIONS.items():  # a section given as a dictionary is checked here, in order
-            value = getattr(self, key)
-            if isinstance(value, dict):
-                object.__setattr__(self, key, section(**value))
+
+    def _section(self, key: str):
+        value, section = getattr(self, key), _SECTIONS[key]
+        if isinstance(value, dict):
+            object.__setattr__(self, key, section(**value))
+        elif not isinstance(value, section):
+            raise ValueError(f"{key}(={value!r}) must be an object of {key} keys")
+
+    def _check_model(self):
+        self._section("model")
+
+    def _check_dataset(self):
+        from fraq.federated.dataset import check_dataset_spec
+
+        check_dataset_spec(self.dataset)
+
+    def _check_partition(self):
+        self._section("partition")
+
+    def _check_federated(self):
+        self._section("federated")
+
+    def _check_train(self):
+        self._section("train")
+
+    def _check_methods(self):
         methods = self.methods
         if not isinstance(methods, (list, tuple)) or not methods:
             raise ValueError(f"methods(={methods!r}) must be a non-empty list")
@@ -225,63 +284,142 @@ class Config:
             labels.add(label)
             specs.append(spec)
         object.__setattr__(self, "methods", tuple(specs))
-        check_dataset_spec(self.dataset)
+
+    def _check_setting(self):
+        if not isinstance(self.setting, str) or not self.setting:
+            raise ValueError(f"setting(={self.setting!r}) must be one of {list(SETTINGS)} or a JSON file path")
+
+    def _as_dict(self) -> dict:
+        """The configuration as the merged dictionary it was built from: sections as
+        dictionaries, the methods as their specs (a copy: nothing of it is shared)."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = (dataclasses.asdict(value) if dataclasses.is_dataclass(value) and f.name in _SECTIONS
+                           else list(value) if f.name == "methods" else copy.deepcopy(value))
+        return out
+
+    def override(self, overrides: dict) -> Config:
+        """A new configuration: this one with dotted ``overrides`` applied (``{"train.lr": 1e-3}``;
+        ``dataset`` or ``variants`` given as an object replace the section whole). Only the
+        keys that change are checked again (a variant's overrides do not check the methods a
+        second time); this configuration is left as it is. ValueError naming the key and its
+        value."""
+        before = self._as_dict()
+        after = copy.deepcopy(before)
+        _apply(after, overrides)
+        changed = [f.name for f in fields(self) if _text(after[f.name]) != _text(before[f.name])]
+        new = copy.copy(self)
+        for key in changed:
+            object.__setattr__(new, key, after[key])
+        new._check(changed)
+        return new
+
+    def run_seeds(self) -> list[int]:
+        """The seeds a setting runs: ``seeds``, or ``[seed]`` when that is null."""
+        return list(self.seeds) if self.seeds is not None else [self.seed]
+
+    def to_record(self, *, run: bool = False) -> dict:
+        """The configuration as a result file records it: JSON types, keys in the order of
+        ``configs/defaults.json`` (its comments, the ``_`` keys, first) then ``setting``, the
+        methods as their text. ``run``:
+        one run's keys only, without the setting's ``seeds``, ``variants`` and ``methods``
+        (a run records its own seed, variant and method)."""
+        record = json.loads(json.dumps(self._as_dict(), default=str))  # a method spec as its text
+        return {**_comments(), **{k: v for k, v in record.items() if not (run and k in _SETTING_ONLY)}}
+
+    def only_variants(self, names: list[str]) -> Config:
+        """This configuration with only the variants ``names`` (``--variants``), in that order."""
+        unknown = [v for v in names if v not in self.variants]
+        if unknown:
+            raise ValueError(f"--variants: {unknown[0]!r} is not one of the setting's variants {list(self.variants)}")
+        return self.override({"variants": {v: self.variants[v] for v in dict.fromkeys(names)}})
+
+    def ranks_given(self, flag: str, chosen: bool) -> tuple[Config, list[str]]:
+        """Apply the user's ranks (``flag``: ``--ranks`` or ``--set federated.ranks``) to every
+        variant: a variant's own ``federated.ranks`` (and ``federated.alphas``) gives way to
+        them. A variant that then runs as another one does is left out, unless the user named
+        it with ``--variants`` (``chosen``). Returns the new configuration and one line per
+        variant changed, saying so."""
+        notes, seen, variants = [], [], {}
+        for name, over in self.variants.items():
+            own = over.get("federated.ranks")
+            if own is None:
+                seen.append(over)
+                variants[name] = over
+                continue
+            rest = {k: v for k, v in over.items() if k not in ("federated.ranks", "federated.alphas")}
+            if not chosen and rest in seen:
+                notes.append(f"variants.{name}: left out, as {flag} gives every client's rank (its own ranks {own}: "
+                             f"--variants {name} without {flag})")
+                continue
+            variants[name] = rest
+            seen.append(rest)
+            notes.append(f"variants.{name}: federated.ranks {own} replaced by {flag}(={self.federated.ranks})")
+        return self.override({"variants": variants}), notes
+
+    def clients_given(self, flag: str) -> tuple[Config, list[str]]:
+        """The variants whose ``federated.ranks`` list more clients than ``flag`` (the user's
+        ``--clients``) gives, cut to K ranks spread from the smallest to the largest (their
+        ``federated.alphas`` alike). Returns the new configuration and one line per variant
+        cut, saying so."""
+        K = self.federated.clients
+        notes, variants = [], copy.deepcopy(self.variants)
+        for name, over in variants.items():
+            ranks = over.get("federated.ranks")
+            if isinstance(ranks, list) and len(ranks) > K:
+                over["federated.ranks"] = _spread(ranks, K)
+                if isinstance(over.get("federated.alphas"), list) and len(over["federated.alphas"]) == len(ranks):
+                    over["federated.alphas"] = _spread(over["federated.alphas"], K)
+                notes.append(f"variants.{name}: federated.ranks {ranks} cut to {over['federated.ranks']} for "
+                             f"{flag}(={K}) (--variants leaves a variant out)")
+        return self.override({"variants": variants}), notes
 
 
-def validate(cfg: dict) -> Config:
-    """Check every key a run reads (:class:`Config`); raise ValueError naming the key and its value.
-
-    Runs before any model or data is loaded: every method is built with its options
-    (:func:`method_aggregator`), numbers must be finite and in range, ``model.device``
-    must exist on this machine and the ``dataset`` section must name a loadable source.
-    """
-    return Config.of(cfg)
+def _text(value) -> str:
+    """``value`` as JSON text: two values are the same override only when their texts are
+    (``True`` is not ``1``, nor ``1`` ``1.0``: each is checked and recorded as given)."""
+    return json.dumps(value, default=str)
 
 
-def seeds_of(cfg: dict) -> list[int]:
-    """The seeds a setting runs: ``seeds``, or ``[seed]`` when that is null."""
-    return list(cfg["seeds"]) if cfg.get("seeds") is not None else [cfg["seed"]]
+@functools.cache
+def _comments() -> dict:
+    """The comments (``_`` keys) of ``configs/defaults.json``: a record carries them, as the
+    merged dictionary it is written from begins with them."""
+    return {k: v for k, v in _read(CONFIG_DIR / "defaults.json").items() if k.startswith("_")}
 
 
-def _check_variant(cfg: dict) -> None:
-    """The checks of :class:`Config` on every key a variant may override: all but ``seed``,
-    ``seeds``, ``variants`` and ``methods``, which :class:`Config` refuses in a variant (the
-    methods were checked with the setting, and are carried as they are)."""
-    from fraq.federated.dataset import check_dataset_spec
-
-    check_int("threads", cfg["threads"], 1, allow_none=True)
-    for key, section in _SECTIONS.items():
-        section(**cfg[key])
-    check_dataset_spec(cfg["dataset"])
+def _spread(values: list, k: int) -> list:
+    """``k`` of ``values``, evenly spaced from the first to the last (both kept when k >= 2)."""
+    if k == 1:
+        return values[:1]
+    return [values[round(i * (len(values) - 1) / (k - 1))] for i in range(k)]
 
 
-def runs(cfg: dict) -> list[tuple[str, int, dict]]:
-    """(variant, seed, configuration) of every run of the validated setting ``cfg``, variants
-    in their order, seeds in theirs. A run's configuration is ``cfg`` with the variant's
-    overrides applied and ``seed`` set; what a variant overrides is validated (a bad override
-    raises ValueError naming the variant)."""
+@dataclass(frozen=True)
+class Run:
+    """One run of a setting: ``variant`` under ``seed``; ``config`` is its configuration (the
+    setting's with the variant's overrides and ``seed`` set), checked."""
+
+    variant: str
+    seed: int
+    config: Config
+
+
+def runs(config: Config) -> list[Run]:
+    """Every :class:`Run` of the setting ``config``, variants in their order, seeds in theirs.
+    What a variant overrides is checked (a bad override raises ValueError naming the variant
+    and, where fewer clients than ranks is the trouble, the flags that fix it)."""
     out = []
-    for name, over in cfg["variants"].items():
-        base = copy.deepcopy(cfg)
+    for name, over in config.variants.items():
         try:
-            for key, value in over.items():
-                set_key(base, key, value)
-            _check_variant(base)
+            base = config.override(over)
         except ValueError as e:
             hint = ""
             if "federated.ranks" in over and "entries for federated.clients" in str(e):
                 hint = (f"; give more clients (--clients {len(over['federated.ranks'])}) or leave the variant out "
-                        f"(--variants {' '.join(v for v in cfg['variants'] if v != name) or 'NAME'})")
+                        f"(--variants {' '.join(v for v in config.variants if v != name) or 'NAME'})")
             raise ValueError(f"variants.{name}: {e}{hint}") from None
-        for seed in seeds_of(cfg):
-            out.append((name, seed, {**copy.deepcopy(base), "seed": seed}))
+        for seed in config.run_seeds():
+            out.append(Run(name, seed, base.override({"seed": seed})))
     return out
-
-
-def client_ranks(cfg: dict) -> tuple[list[int], list[float]]:
-    """Per-client LoRA ranks and alphas: the ``federated.ranks`` pattern repeated to K clients, alpha = 2 r by default."""
-    f = cfg["federated"]
-    K, ranks = f["clients"], f["ranks"]
-    alphas = f["alphas"] or [2 * r for r in ranks]
-    reps = -(-K // len(ranks))
-    return (ranks * reps)[:K], [float(a) for a in (alphas * reps)[:K]]

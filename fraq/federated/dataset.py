@@ -1,6 +1,6 @@
 """Text-classification data for the federated harness (the clients' partitions: :mod:`~fraq.federated.partition`).
 
-Sources (``load_dataset``):
+Sources (``load_dataset``; each returns a :class:`~fraq.federated.text_data.TextData`):
 
 - ``"intents"``: the generated corpus of :mod:`fraq.federated.intents` (offline default);
 - a local directory with ``train`` and ``test`` files in CSV, JSON Lines or JSON (a list
@@ -21,12 +21,13 @@ import csv
 import io
 import json
 import numbers
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["HUB_DATASETS", "TextData", "check_dataset_spec", "load_dataset"]
+from fraq.federated.text_data import TextData
+
+__all__ = ["HUB_DATASETS", "check_dataset_spec", "load_dataset"]
 
 HUB_DATASETS = {
     "banking77": {"hub_id": "PolyAI/banking77", "text_column": "text", "label_column": "label"},
@@ -37,30 +38,6 @@ HUB_DATASETS = {
 }
 """Short names of the paper's data sets -> hub id, subset and columns (override any in the config);
 ``out_of_scope``: a class left out of both splits (CLINC150's, as in the paper's in-scope accuracy)."""
-
-
-@dataclass(frozen=True)
-class TextData:
-    """A labelled train / test split.
-
-    Attributes:
-        train_texts, test_texts: the sentences.
-        train_labels, test_labels: int64 arrays of label indices into ``label_names``.
-        train_tasks: per training example its task (the generated corpus's domain, or a
-            ``task`` column), for the pathological partition; None when the data has none.
-        label_names: one name per class.
-    """
-
-    train_texts: list[str]
-    train_labels: np.ndarray
-    test_texts: list[str]
-    test_labels: np.ndarray
-    label_names: list[str]
-    train_tasks: list[str] | None = None
-
-    @property
-    def num_labels(self) -> int:
-        return len(self.label_names)
 
 
 _INTS = ("max_train", "max_test", "train_per_intent", "test_per_intent")

@@ -16,19 +16,24 @@ written, so an interrupted experiment continues where it stopped (``--resume``).
 The data and the model are loaded and encoded once for the whole experiment
 (:meth:`~fraq.federated.task.Task.derive`); a point only draws its partition again.
 One progress display (:mod:`fraq._progress`) counts the rounds of every point and estimates the time
-left from the steady rounds.
+left from the steady rounds. :func:`run_experiment` runs them all into an output directory,
+after the checks of :mod:`fraq.federated.outputs`; its command line is
+:mod:`fraq.federated.cli`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from fraq.federated.config import Config
 from fraq.methods import MethodSpec
 
-__all__ = ["EXPERIMENT", "PACKAGES", "Point", "points", "rounds_of", "run_points"]
+__all__ = ["EXPERIMENT", "PACKAGES", "Point", "points", "rounds_of", "run_experiment", "run_points"]
 
 EXPERIMENT = "federated"
 """The experiment name of the result files (their directory under ``<out>/results``)."""
@@ -39,14 +44,15 @@ PACKAGES = ("transformers", "peft", "safetensors", "flwr")
 
 @dataclass(frozen=True)
 class Point:
-    """One run: ``method`` under ``variant`` with ``seed``; ``cfg`` is its validated configuration.
+    """One run: ``method`` under ``variant`` with ``seed``; ``config`` is the run's checked
+    :class:`~fraq.federated.config.Config` (its :class:`~fraq.federated.config.Run`'s).
     ``method`` is the :class:`~fraq.methods.MethodSpec` the configuration was parsed into,
     carried to the run as it is."""
 
     variant: str
     method: MethodSpec
     seed: int
-    cfg: dict
+    config: Config
 
     @property
     def key(self) -> str:
@@ -54,14 +60,11 @@ class Point:
 
         return f"{self.variant}-{method_label(self.method)}-seed{self.seed}"
 
-    @property
-    def config(self) -> dict:
-        """What the result file records as its config: the run's configuration (every key a
-        run reads, ``seed`` included), the variant and the method."""
-        from fraq.federated.records import jsonable
-
-        run = {k: v for k, v in self.cfg.items() if k not in ("methods", "seeds", "variants")}
-        return jsonable({"variant": self.variant, "method": self.method, **run})
+    def record(self) -> dict:
+        """What the result file records as its config: the variant, the method and the run's
+        configuration (:meth:`Config.to_record <fraq.federated.config.Config.to_record>`:
+        every key a run reads, ``seed`` included)."""
+        return {"variant": self.variant, "method": str(self.method), **self.config.to_record(run=True)}
 
     def result_file(self, out: Path) -> Path:
         from fraq._results import result_path
@@ -77,7 +80,7 @@ class Point:
     def files(self, out: Path) -> list[Path]:
         """Every file this point writes in ``out``."""
         paths = [self.result_file(out), self.checkpoint_file(out)]
-        saved = self.cfg["federated"].get("save_adapters_round")
+        saved = self.config.federated.save_adapters_round
         if saved is not None:
             paths.append(self.adapters_file(out, saved))
         return paths
@@ -94,7 +97,7 @@ class Point:
             raise ValueError(f"result file {str(path)!r} cannot be read ({type(e).__name__}: {e})") from None
         if not isinstance(rec, dict) or not isinstance(rec.get("result"), dict):
             raise ValueError(f"result file {str(path)!r} is not a result record (no 'result' object)")
-        if rec.get("config") != json.loads(json.dumps(self.config)):
+        if rec.get("config") != self.record():
             raise ValueError(f"result file {str(path)!r} was written with another configuration")
         from fraq.federated.results import check_records
 
@@ -102,22 +105,18 @@ class Point:
         return rec
 
 
-def points(cfg: dict) -> list[Point]:
-    """Every point of the validated setting ``cfg`` (a :func:`~fraq.federated.config.load_config`
-    dictionary, its ``methods`` parsed): variants in order, then seeds, then methods (an
-    interrupted experiment has every method on its first seeds)."""
+def points(config: Config) -> list[Point]:
+    """Every point of the setting ``config`` (:func:`~fraq.federated.config.load_config`'s):
+    its runs (:func:`~fraq.federated.config.runs`: variants in order, then seeds), each
+    with every method (an interrupted experiment has every method on its first seeds)."""
     from fraq.federated.config import runs
 
-    by_variant: dict[str, list[tuple[int, dict]]] = {}
-    for variant, seed, run_cfg in runs(cfg):
-        by_variant.setdefault(variant, []).append((seed, run_cfg))
-    return [Point(variant, spec, seed, run_cfg) for variant, seeded in by_variant.items()
-            for seed, run_cfg in seeded for spec in cfg["methods"]]
+    return [Point(run.variant, spec, run.seed, run.config) for run in runs(config) for spec in config.methods]
 
 
 def rounds_of(point: Point) -> int:
     """The rounds of ``point`` (the progress bar's unit)."""
-    return point.cfg["federated"]["rounds"]
+    return point.config.federated.rounds
 
 
 def run_points(task, todo: list[Point], out: Path, *, states: dict | None = None, total: int | None = None,
@@ -130,7 +129,7 @@ def run_points(task, todo: list[Point], out: Path, *, states: dict | None = None
     """
     from fraq._results import write_result
     from fraq.federated.adapters import save_client_adapters
-    from fraq.federated.server import run_method
+    from fraq.federated.round_loop import run_method
     from fraq.federated.task import DTYPES
 
     states = dict(states or {})
@@ -148,7 +147,7 @@ def run_points(task, todo: list[Point], out: Path, *, states: dict | None = None
             if bar is not None:
                 bar.label(p.key[:60])
             if drawn != (p.variant, p.seed):  # points come seed by seed: one partition per seed
-                drawn, run_task = (p.variant, p.seed), task.derive(p.cfg, log=lambda *a: None)
+                drawn, run_task = (p.variant, p.seed), task.derive(p.config, log=lambda *a: None)
             ckpt = p.checkpoint_file(out)
 
             def save(t, updates, meta, p=p):
@@ -161,11 +160,100 @@ def run_points(task, todo: list[Point], out: Path, *, states: dict | None = None
             if res.get("skipped") and bar is not None:
                 bar.update(rounds_of(p))
             res["wall_seconds"] = time.perf_counter() - t0
-            written.append(write_result(Path(out) / "results", EXPERIMENT, p.key, p.config, res,
-                                        device=task.backbone.device, dtype=DTYPES[p.cfg["model"]["dtype"]],
+            written.append(write_result(Path(out) / "results", EXPERIMENT, p.key, p.record(), res,
+                                        device=task.backbone.device, dtype=DTYPES[p.config.model.dtype],
                                         packages=PACKAGES))
             ckpt.unlink(missing_ok=True)
     finally:
         if bar is not None:
             bar.close()
     return written
+
+
+@contextlib.contextmanager
+def _hf_bars(enabled: bool):
+    """transformers' and the hub's progress bars on only when ``enabled``, as they were afterwards."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        yield
+        return
+    before = hf_logging.is_progress_bar_enabled()
+    (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()
+    try:
+        yield
+    finally:
+        (hf_logging.enable_progress_bar if before else hf_logging.disable_progress_bar)()
+
+
+def run_experiment(config: Config, out_dir: str | Path, *, plan: list[Point] | None = None, resume: bool = False,
+                   overwrite: bool = False, ask=None, backbone=None, progress: bool = True, log=print) -> list[Path]:
+    """Run every point of ``config`` (:func:`points`) into ``out_dir``; return the result files of all of them.
+
+    Everything is checked before the model and the data are loaded: the configuration
+    (when :func:`~fraq.federated.config.load_config` built it, every variant's when the
+    points are drawn), ``out_dir`` (never an input, nor a place holding files of this run's
+    names, unasked: :mod:`fraq.federated.outputs`), and with ``resume`` every earlier result
+    and checkpoint. Earlier results are deleted only once the model and data have loaded.
+
+    Args:
+        plan: ``points(config)``, when the caller computed it already (the command line
+            computes it once, for this run and for its Ctrl-C line); None: computed here.
+        resume: continue: finished points are kept, interrupted ones continue from their
+            last checkpoint; a result of another configuration is refused (ValueError).
+            An ``out_dir`` with nothing of this run's to continue is refused too.
+        overwrite: delete the earlier versions of the files this run writes
+            (:func:`~fraq.federated.outputs.written`) first; every other file in ``out_dir``
+            is left alone.
+        ask: called with a question when earlier files exist and neither ``resume`` nor
+            ``overwrite`` is set; it returns True to overwrite. None: raise instead.
+        backbone: a prebuilt :class:`~fraq.federated.model.Backbone` (tests).
+    """
+    from fraq._files import file_target
+    from fraq.federated.outputs import check_inputs, check_out_dir, existing, read_earlier, written
+    from fraq.federated.task import Task
+
+    if resume and overwrite:
+        raise ValueError("resume and overwrite exclude each other")
+    pts = points(config) if plan is None else plan
+    out_dir = Path(out_dir)
+    check_out_dir(out_dir)
+    check_inputs(config, pts, out_dir)
+    for path in written(pts, out_dir):  # a FIFO, a device or a directory there is refused, even with overwrite
+        file_target(path, "output")
+    old = existing(pts, out_dir) if out_dir.is_dir() else []
+    if resume and not old:
+        raise ValueError(f"--resume: {str(out_dir)!r} holds no earlier run of these points to continue (no result "
+                         f"or checkpoint of them): run without --resume to start one, or give the --out of the run "
+                         f"to continue")
+    replace = bool(old) and not resume
+    if replace:
+        names = [str(p.relative_to(out_dir)) for p in old]
+        question = (f"{out_dir} holds files this run writes, e.g. results of an earlier run ({', '.join(names[:4])}"
+                    f"{', ...' if len(old) > 4 else ''}). Overwrite them?")
+        if not overwrite and not (ask is not None and ask(question)):
+            raise FileExistsError(f"{question} Refused: pass --resume to continue that run or --overwrite to "
+                                  f"replace it, or choose another --out")
+    finished, states = read_earlier(pts, out_dir) if resume else (set(), {})
+    if config.threads is not None:
+        import torch
+
+        torch.set_num_threads(config.threads)
+    t0 = time.perf_counter()
+    with _hf_bars(progress and sys.stderr.isatty()):  # transformers' weight-loading bar: at a terminal only
+        task = Task(pts[0].config, backbone=backbone, log=log)
+    if replace:
+        for p in old:
+            p.unlink(missing_ok=True)
+    todo = [p for p in pts if p.key not in finished]
+    if finished:
+        log(f"{len(finished)} of {len(pts)} points finished earlier: kept")
+    done = sum(rounds_of(p) for p in pts if p.key in finished)
+    done += sum(states[p.key].round for p in todo if p.key in states)
+    run_points(task, todo, out_dir, states=states, total=sum(rounds_of(p) for p in pts), done=done,
+               progress=progress, log=log)
+    files = [p.result_file(out_dir) for p in pts]
+    log(f"{len(pts)} results ({len(todo)} run now, in {(time.perf_counter() - t0) / 60:.1f} min) in "
+        f"{out_dir / 'results' / 'federated'}; the table, curves and verdicts: "
+        f"python -m analysis.reproduce --out {out_dir}")
+    return files

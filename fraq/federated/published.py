@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fraq.federated.text_data import TextData
+
 __all__ = ["PUBLISHED", "Published", "check_folder", "load_published"]
 
 
@@ -157,13 +159,11 @@ def _read(name: str, folder: Path) -> tuple[dict[str, tuple[list[str], list[str]
     return splits, sorted(set(splits["train"][1]))
 
 
-def load_published(name: str, data_dir: str | os.PathLike):
+def load_published(name: str, data_dir: str | os.PathLike) -> TextData:
     """The train and test splits of ``data_dir/name`` (checked by :func:`check_folder`) as
-    :class:`~fraq.federated.dataset.TextData`: BANKING77's train / test; CLINC150's train /
+    :class:`~fraq.federated.text_data.TextData`: BANKING77's train / test; CLINC150's train /
     test, in-scope only. ValueError, naming the folder, when a split does not have the
     published count or holds an intent outside the label list."""
-    from fraq.federated.dataset import TextData
-
     folder = check_folder(name, data_dir)
     spec = PUBLISHED[name]
     splits, names = _read(name, folder)

@@ -1,6 +1,6 @@
 """A method's per-round record, its log line and its result dict, built here once.
 
-The in-process harness (:func:`fraq.federated.server.run_round`) and the Flower strategy
+The in-process harness (:func:`fraq.federated.round_loop.run_round`) and the Flower strategy
 (:class:`fraq.federated.flower.strategy.LoraStrategy`) both turn a round's
 :class:`~fraq.aggregators.AggregationResult` into a record with :func:`round_record`, so
 ``result.json`` has the same keys whichever runtime wrote it:
@@ -89,8 +89,8 @@ def round_line(spec: str, t: int, R: int, rec: dict) -> str:
 def method_result(task, method, records: list[dict]) -> dict:
     """A method's result dict (``result.json``): its client plan, the FLoRA downlink reference, the rounds.
 
-    ``task`` is a :class:`~fraq.federated.server.Task`, ``method`` a
-    :class:`~fraq.federated.server.MethodSetup`.
+    ``task`` is a :class:`~fraq.federated.round_loop.Task`, ``method`` a
+    :class:`~fraq.federated.round_loop.MethodSetup`.
     """
     plan = method.plan
     return {"method": str(method.spec), "label": method.label, "display_name": method.display_name, "skipped": None,

@@ -43,7 +43,7 @@ def signature(task, method, state, trains: str, train_head: bool) -> str:
     """The digest of every input of round ``state.round + 1``'s local training under ``method``.
 
     ``task``: the :class:`~fraq.federated.task.Task` (its clients' data are the same for
-    every method of a partition); ``method``: the :class:`~fraq.federated.server.MethodSetup`;
+    every method of a partition); ``method``: the :class:`~fraq.federated.round_loop.MethodSetup`;
     ``state``: the :class:`~fraq.federated.state.RoundState` the round starts from.
     """
     layer = task.client_layer(method.agg)

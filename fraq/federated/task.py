@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from fraq.aggregators import Aggregator, ClientLayer
+from fraq.federated.config import Config
 from fraq.federated.dataset import load_dataset
 from fraq.federated.model import Backbone, Inputs, resolve_device
 from fraq.federated.partition import partition, partition_summary
@@ -34,7 +35,7 @@ class Task:
     Built once per run; ``backbone`` may be passed in (tests build a tiny BERT).
 
     Attributes:
-        cfg: the run's configuration.
+        config: the run's :class:`~fraq.federated.config.Config`.
         data: the data set (:func:`~fraq.federated.dataset.load_dataset`).
         parts: per client, the indices of its training examples.
         backbone: the :class:`~fraq.federated.model.Backbone`.
@@ -48,17 +49,15 @@ class Task:
 
     share_round1: bool = True
 
-    def __init__(self, cfg: dict, *, backbone: Backbone | None = None, log=print):
-        if cfg["threads"] is not None:
-            torch.set_num_threads(cfg["threads"])
-        self.data = load_dataset(cfg["dataset"])
-        m = cfg["model"]
+    def __init__(self, config: Config, *, backbone: Backbone | None = None, log=print):
+        if config.threads is not None:
+            torch.set_num_threads(config.threads)
+        self.data = load_dataset(config.dataset)
+        m = config.model
         if backbone is None:
-            device = resolve_device(m["device"])
-            backbone = Backbone(m["name"], target_modules=m["target_modules"],
-                                layers_to_transform=m["layers_to_transform"], layers_pattern=m["layers_pattern"],
-                                pooling=m["pooling"], max_length=m["max_length"], dtype=DTYPES[m["dtype"]],
-                                device=device, cache_prefix=m["cache_prefix"])
+            backbone = Backbone(m.name, target_modules=m.target_modules, layers_to_transform=m.layers_to_transform,
+                                layers_pattern=m.layers_pattern, pooling=m.pooling, max_length=m.max_length,
+                                dtype=DTYPES[m.dtype], device=resolve_device(m.device), cache_prefix=m.cache_prefix)
         self.backbone = backbone
         t0 = time.perf_counter()
         self._train = backbone.encode(self.data.train_texts)
@@ -70,17 +69,17 @@ class Task:
             + (f" (frozen prefix of {backbone.cache_from} layers cached)" if backbone.cache_from else ""))
         self.test_labels = torch.from_numpy(self.data.test_labels)
         self.pretrained = backbone.weights()
-        self._split(cfg, log)
+        self._split(config, log)
 
-    def _split(self, cfg: dict, log) -> None:
-        """The clients' partitions and examples under ``cfg``'s seed and partition settings."""
-        self.cfg = cfg
-        p = cfg["partition"]
-        K = cfg["federated"]["clients"]
-        self.parts = partition(self.data.train_labels, K, scheme=p["scheme"], alpha=p["alpha"],
-                               tasks=self.data.train_tasks, min_size=p["min_size"], seed=cfg["seed"])
-        log(f"seed {cfg['seed']}: partition {p['scheme']}"
-            + (f"(alpha={p['alpha']})" if p["scheme"] == "dirichlet" else "") + " over " + str(K) + " clients")
+    def _split(self, config: Config, log) -> None:
+        """The clients' partitions and examples under ``config``'s seed and partition settings."""
+        self.config = config
+        p = config.partition
+        K = config.federated.clients
+        self.parts = partition(self.data.train_labels, K, scheme=p.scheme, alpha=p.alpha,
+                               tasks=self.data.train_tasks, min_size=p.min_size, seed=config.seed)
+        log(f"seed {config.seed}: partition {p.scheme}"
+            + (f"(alpha={p.alpha})" if p.scheme == "dirichlet" else "") + " over " + str(K) + " clients")
         log(partition_summary(self.parts, self.data.train_labels, self.data.label_names))
         labels = torch.from_numpy(self.data.train_labels)
         train = self._train
@@ -89,22 +88,22 @@ class Task:
         self._layers: dict[type, ClientLayer] = {}
         self.round1: dict[str, tuple] = {}
 
-    def derive(self, cfg: dict, log=print) -> Task:
-        """This task under ``cfg``, another seed or client setting of the same model and data:
+    def derive(self, config: Config, log=print) -> Task:
+        """This task under ``config``, another seed or client setting of the same model and data:
         the data, its encoding and the model are shared (loaded and encoded once), the
-        partition is drawn again from ``cfg``'s seed. ``cfg`` must name the same model and
-        data set (ValueError naming the section otherwise)."""
+        partition is drawn again from ``config``'s seed. ``config`` must name the same model
+        and data set (ValueError naming the section otherwise)."""
         for section in ("model", "dataset"):
-            if cfg[section] != self.cfg[section]:
-                raise ValueError(f"derive: cfg[{section!r}](={cfg[section]!r}) differs from this task's "
-                                 f"({self.cfg[section]!r}); build a new Task")
+            if getattr(config, section) != getattr(self.config, section):
+                raise ValueError(f"derive: config.{section}(={getattr(config, section)!r}) differs from this "
+                                 f"task's ({getattr(self.config, section)!r}); build a new Task")
         out = copy.copy(self)
-        out._split(cfg, log)
+        out._split(config, log)
         return out
 
     def seeds(self, *parts) -> int:
         """The run's seed function: :func:`~fraq.federated.seeding.stable_seed` of the run's seed and ``parts``."""
-        return stable_seed(self.cfg["seed"], *parts)
+        return stable_seed(self.config.seed, *parts)
 
     def client_layer(self, agg: Aggregator) -> ClientLayer:
         """``agg``'s clients' layer on this task's modules (:meth:`Aggregator.client_layer`), built once."""
@@ -116,7 +115,7 @@ class Task:
     def new_head(self) -> nn.Linear:
         """The initial head, nn.Linear's default initialization drawn from the run's seed."""
         head = nn.Linear(self.backbone.hidden_size, self.data.num_labels)
-        g = torch.Generator().manual_seed(stable_seed(self.cfg["seed"], "head"))
+        g = torch.Generator().manual_seed(stable_seed(self.config.seed, "head"))
         bound = 1 / math.sqrt(self.backbone.hidden_size)
         with torch.no_grad():
             head.weight.copy_((torch.rand(head.weight.shape, generator=g) * 2 - 1) * bound)

@@ -5,7 +5,7 @@ each client its own downlink, ``aggregate_train`` calls a :mod:`fraq.aggregators
 :mod:`~fraq.federated.flower.client_app` (the ``ClientApp``: local LoRA training with
 :func:`fraq.federated.client.local_update`) and :mod:`~fraq.federated.flower.server_app`
 (the ``ServerApp`` and :func:`run_simulation`). The rounds, seeds and arithmetic are the
-in-process harness's, so a simulation reproduces :func:`fraq.federated.server.run_round`.
+in-process harness's, so a simulation reproduces :func:`fraq.federated.round_loop.run_round`.
 
 For ``flwr run``: ``server_app.app`` and ``client_app.app`` are the components of the Flower
 App ``apps/flower/pyproject.toml``; they read ``context.run_config``, mapped by

@@ -25,8 +25,9 @@ from fraq.federated.client import LocalJob, local_update
 from fraq.federated.flower import console  # noqa: F401  (flwr's log lines plain outside a terminal)
 from fraq.federated.flower.run_config import from_run_config
 from fraq.federated.flower.strategy import decode_downlink, encode_update
-from fraq.federated.server import MethodSetup
+from fraq.federated.round_loop import MethodSetup
 from fraq.federated.state import merge_into
+from fraq.federated.config import Config
 from fraq.federated.task import Task
 from fraq.methods import MethodSpec
 
@@ -35,11 +36,11 @@ __all__ = ["app", "make_client_app"]
 _TASKS: dict[str, Task] = {}
 
 
-def _task(cfg: dict) -> Task:
+def _task(config: Config) -> Task:
     """The run's Task, built once per process (a simulation node reuses it across rounds)."""
-    key = json.dumps(cfg, sort_keys=True, default=str)  # a method spec as its text
+    key = json.dumps(config.to_record(), sort_keys=True)
     if key not in _TASKS:
-        _TASKS[key] = Task(cfg, log=lambda *a: None)
+        _TASKS[key] = Task(config, log=lambda *a: None)
     return _TASKS[key]
 
 
@@ -58,23 +59,23 @@ def _partition(context: Context, K: int) -> int:
     return int(pid)
 
 
-def _register(app: ClientApp, resolve: Callable[[Context], tuple[dict, MethodSetup]]) -> ClientApp:
-    """Add the query and train handlers; ``resolve(context)`` gives (cfg, method), built once per run."""
+def _register(app: ClientApp, resolve: Callable[[Context], tuple[Config, MethodSetup]]) -> ClientApp:
+    """Add the query and train handlers; ``resolve(context)`` gives (config, method), built once per run."""
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
-        cfg, _ = resolve(context)
-        pid = _partition(context, cfg["federated"]["clients"])
+        config, _ = resolve(context)
+        pid = _partition(context, config.federated.clients)
         return Message(RecordDict({"metrics": MetricRecord({"partition-id": pid})}), reply_to=msg)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        cfg, m = resolve(context)
-        task = _task(cfg)
+        config, m = resolve(context)
+        task = _task(config)
         layer = task.client_layer(m.agg)
         c = msg.content["config"]
         k = int(c["client"])
-        pid = _partition(context, cfg["federated"]["clients"])
+        pid = _partition(context, config.federated.clients)
         if pid != k:
             raise ValueError(f"node with partition-id {pid} was sent client {k}'s round")
         tensors = msg.content["arrays"].to_torch_state_dict()
@@ -99,31 +100,31 @@ def _register(app: ClientApp, resolve: Callable[[Context], tuple[dict, MethodSet
     return app
 
 
-def make_client_app(cfg: dict, method: str | MethodSpec) -> ClientApp:
-    """A ``ClientApp`` for configuration ``cfg`` (a :func:`fraq.federated.config.load_config` dict)
+def make_client_app(config: Config, method: str | MethodSpec) -> ClientApp:
+    """A ``ClientApp`` for ``config`` (a :func:`fraq.federated.config.load_config` configuration)
     and method ``method`` (a :class:`~fraq.methods.MethodSpec`, or its text, parsed here once;
     for the local-training settings)."""
     method = MethodSpec.parse(method)
     made: list[MethodSetup] = []  # the method is built on the first message, once
 
-    def resolve(context: Context) -> tuple[dict, MethodSetup]:
+    def resolve(context: Context) -> tuple[Config, MethodSetup]:
         if not made:
-            made.append(MethodSetup.make(method, cfg))
-        return cfg, made[0]
+            made.append(MethodSetup.make(method, config))
+        return config, made[0]
 
     return _register(ClientApp(), resolve)
 
 
-_RUNS: dict[str, tuple[dict, MethodSetup]] = {}
-"""Run config (as JSON) -> (cfg, method): each run's configuration is parsed and checked once
+_RUNS: dict[str, tuple[Config, MethodSetup]] = {}
+"""Run config (as JSON) -> (config, method): each run's configuration is parsed and checked once
 per process, not on every message."""
 
 
-def _from_run_config(context: Context) -> tuple[dict, MethodSetup]:
+def _from_run_config(context: Context) -> tuple[Config, MethodSetup]:
     key = json.dumps(dict(context.run_config), sort_keys=True)
     if key not in _RUNS:
-        cfg, method, _ = from_run_config(context.run_config)
-        _RUNS[key] = cfg, MethodSetup.make(method, cfg)
+        config, method, _ = from_run_config(context.run_config)
+        _RUNS[key] = config, MethodSetup.make(method, config)
     return _RUNS[key]
 
 

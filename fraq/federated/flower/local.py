@@ -42,6 +42,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from fraq._files import replacing_file
+from fraq.federated.config import Config, method_label
+from fraq.methods import MethodSpec
 
 __all__ = ["check_run_config", "default_app_dir", "free_port", "main", "run_local"]
 
@@ -132,8 +134,8 @@ def _quote(v: str) -> str:
     return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def check_run_config(app_dir: Path, run_config: str, out: Path, clients: int) -> tuple[dict, str]:
-    """(harness config, method spec) of the run ``flwr run`` would start, checked before any process starts.
+def check_run_config(app_dir: Path, run_config: str, out: Path, clients: int) -> tuple[Config, MethodSpec]:
+    """(harness :class:`~fraq.federated.config.Config`, method spec) of the run ``flwr run`` would start, checked before any process starts.
 
     Fuses the App's ``[tool.flwr.app.config]`` with ``run_config`` (``flwr run
     --run-config``) and ``results-dir`` as Flower does and checks the result with
@@ -161,12 +163,12 @@ def check_run_config(app_dir: Path, run_config: str, out: Path, clients: int) ->
     except (ClickException, ValueError, OSError) as e:
         msg = e.format_message() if isinstance(e, ClickException) else str(e)
         raise ValueError(f"--run-config(={run_config!r}): {msg}") from None
-    cfg, spec, _ = from_run_config({**flatten_dict(app_config), **overrides, "results-dir": str(out)})
-    if cfg["federated"]["clients"] != clients:
-        raise ValueError(f"clients(={clients}) SuperNodes must equal the run config's clients "
-                         f"(={cfg['federated']['clients']}): pass --clients {cfg['federated']['clients']} or set "
-                         f"clients={clients} in --run-config")
-    return cfg, spec
+    config, spec, _ = from_run_config({**flatten_dict(app_config), **overrides, "results-dir": str(out)})
+    K = config.federated.clients
+    if K != clients:
+        raise ValueError(f"clients(={clients}) SuperNodes must equal the run config's clients (={K}): pass "
+                         f"--clients {K} or set clients={clients} in --run-config")
+    return config, spec
 
 
 def run_local(out: Path, *, app_dir: Path | None = None, run_config: str = "", clients: int = 2,
@@ -175,92 +177,141 @@ def run_local(out: Path, *, app_dir: Path | None = None, run_config: str = "", c
 
     The run configuration is checked first (:func:`check_run_config`): a bad one raises
     ValueError before any process starts or any file is written. ``clients`` must equal the
-    run config's ``clients`` (the App's default is 2).
+    run config's ``clients`` (the App's default is 2). The steps are the module's: one
+    helper each, in this order.
     """
-    from fraq.federated.config import method_label
-
     out = Path(out).resolve()
     app_dir = (app_dir or default_app_dir()).resolve()
     _, spec = check_run_config(app_dir, run_config, out, clients)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out(={str(out)!r}) is a file, not a directory")
     echo(f"results and logs go to {out}")
-    home = out / "flwr-home"
-    home.mkdir(parents=True, exist_ok=True)
     port = free_port()
+    env = _environment(_write_flwr_home(out / "flwr-home", port))
+    result_path = out / method_label(spec) / "result.json"
+    earlier = _identity(result_path)  # kept until the ServerApp replaces it; never reported as this run's
+    t0 = time.perf_counter()
+    with _Processes(out, env, echo, "the SuperLink and SuperNodes" if deployment else "the SuperLink") as procs:
+        _wait_healthy(port, procs.spawn(_superlink_command(port, deployment), "superlink.log"),
+                      out / "superlink.log", timeout=60)
+        if deployment:
+            for k in range(clients):
+                procs.spawn(_supernode_command(port, k, clients), f"supernode-{k}.log")
+        procs.stream(_flwr_run_command(app_dir, run_config, out, clients, deployment), "flwr-run.log",
+                     deadline=t0 + timeout, timeout=timeout)
+    result = _new_result(result_path, earlier, out)
+    result["wall_seconds"] = time.perf_counter() - t0
+    result["result_path"] = str(result_path)
+    return result
+
+
+def _write_flwr_home(home: Path, port: int) -> Path:
+    """``home/config.toml`` with the one SuperLink connection, :data:`CONNECTION` on ``port``."""
+    home.mkdir(parents=True, exist_ok=True)
     with replacing_file(home / "config.toml") as tmp:
         tmp.write_text(f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
                        f'address = "127.0.0.1:{port}"\ninsecure = true\n', encoding="utf-8")
+    return home
+
+
+def _environment(home: Path) -> dict:
+    """The environment of every process started: Flower's home, no telemetry, update check or
+    dependency installation, plain logs, and this interpreter's ``bin/`` first on ``PATH``."""
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0",
            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_DISABLE_UPDATE_CHECK": "1",
            "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1",
            "NO_COLOR": "1"}  # their output goes into log files
     env.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-    rc_items = [run_config.strip(), f"results-dir={_quote(str(out))}"]
-    rc = " ".join(x for x in rc_items if x)
-    result_path = out / method_label(spec) / "result.json"
-    earlier = _identity(result_path)  # kept until the ServerApp replaces it; never reported as this run's
-    started: list[subprocess.Popen] = []
-    logs = []
-    known: list = []
-    t0 = time.perf_counter()
+    return env
 
-    def spawn(cmd: list[str], log_name: str) -> subprocess.Popen:
-        f = open(out / log_name, "w", encoding="utf-8")
-        logs.append(f)
-        echo("$ " + shlex.join(cmd) + f"   > {out / log_name}")
-        p = subprocess.Popen(cmd, env=env, cwd=out, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        started.append(p)
+
+def _superlink_command(port: int, deployment: bool) -> list[str]:
+    return ["flower-superlink", "--insecure", *([] if deployment else ["--simulation"]),
+            "--host", "127.0.0.1", "--port", str(port)]
+
+
+def _supernode_command(port: int, k: int, clients: int) -> list[str]:
+    return ["flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{port}",
+            "--node-config", f"partition-id={k} num-partitions={clients}", "--port", str(free_port())]
+
+
+def _flwr_run_command(app_dir: Path, run_config: str, out: Path, clients: int, deployment: bool) -> list[str]:
+    """``flwr run`` of the App with ``run_config`` and ``results-dir`` set to ``out``."""
+    rc = " ".join(x for x in (run_config.strip(), f"results-dir={_quote(str(out))}") if x)
+    cmd = ["flwr", "run", str(app_dir), CONNECTION, "--run-config", rc, "--stream"]
+    if not deployment:
+        cmd += ["--federation-config", f"num-supernodes={clients} client-resources-num-cpus=1"]
+    return cmd
+
+
+class _Processes:
+    """The processes one launch starts, each in its own session with its output in a log file
+    under ``out``; leaving the ``with`` block stops them all and every descendant seen
+    (:func:`_stop`), whatever happened, and says so. SIGTERM meanwhile raises
+    KeyboardInterrupt, so a terminated launcher stops them too."""
+
+    def __init__(self, out: Path, env: dict, echo, what: str):
+        self.out, self.env, self.echo, self.what = out, env, echo, what
+        self.started: list[subprocess.Popen] = []
+        self.known: list = []
+        self.logs: list = []
+
+    def __enter__(self) -> _Processes:
+        self.previous = signal.signal(signal.SIGTERM, _interrupt)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        killed = _stop(self.started, self.known)
+        for f in self.logs:
+            f.close()
+        signal.signal(signal.SIGTERM, self.previous)
+        self.echo(f"stopped {self.what}" + (f" (SIGKILL for pids {killed})" if killed else ""))
+
+    def spawn(self, cmd: list[str], log_name: str) -> subprocess.Popen:
+        """Start ``cmd`` with its output in ``out/log_name``."""
+        f = open(self.out / log_name, "w", encoding="utf-8")
+        self.logs.append(f)
+        self.echo("$ " + shlex.join(cmd) + f"   > {self.out / log_name}")
+        p = subprocess.Popen(cmd, env=self.env, cwd=self.out, stdout=f, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+        self.started.append(p)
         return p
 
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        link = spawn(["flower-superlink", "--insecure", *([] if deployment else ["--simulation"]),
-                      "--host", "127.0.0.1", "--port", str(port)], "superlink.log")
-        _wait_healthy(port, link, out / "superlink.log", timeout=60)
-        if deployment:
-            for k in range(clients):
-                spawn(["flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{port}",
-                       "--node-config", f"partition-id={k} num-partitions={clients}",
-                       "--port", str(free_port())], f"supernode-{k}.log")
-        cmd = ["flwr", "run", str(app_dir), CONNECTION, "--run-config", rc, "--stream"]
-        if not deployment:
-            cmd += ["--federation-config", f"num-supernodes={clients} client-resources-num-cpus=1"]
-        echo("$ " + shlex.join(cmd))
-        known += _descendants([p.pid for p in started])
-        with open(out / "flwr-run.log", "w", encoding="utf-8") as f:
-            run = subprocess.Popen(cmd, env=env, cwd=out, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, start_new_session=True)
-            started.append(run)
+    def stream(self, cmd: list[str], log_name: str, *, deadline: float, timeout: float) -> None:
+        """Run ``cmd`` to its end, its output echoed and kept in ``out/log_name``; RuntimeError
+        when it fails, TimeoutError past ``deadline`` (a ``time.perf_counter()`` value)."""
+        self.echo("$ " + shlex.join(cmd))
+        self.known += _descendants([p.pid for p in self.started])
+        with open(self.out / log_name, "w", encoding="utf-8") as f:
+            run = subprocess.Popen(cmd, env=self.env, cwd=self.out, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            self.started.append(run)
             for line in run.stdout:
-                echo(line.rstrip("\n"))
+                self.echo(line.rstrip("\n"))
                 f.write(line)
-                known += [p for p in _descendants([s.pid for s in started]) if p.pid not in {q.pid for q in known}]
-                if time.perf_counter() - t0 > timeout:
+                seen = {q.pid for q in self.known}
+                self.known += [p for p in _descendants([s.pid for s in self.started]) if p.pid not in seen]
+                if time.perf_counter() > deadline:
                     raise TimeoutError(f"flwr run exceeded {timeout:.0f} s")
             run.wait()
         if run.returncode != 0:
-            raise RuntimeError(f"flwr run exited with code {run.returncode}; see {out / 'flwr-run.log'}")
-    finally:
-        killed = _stop(started, known)
-        for f in logs:
-            f.close()
-        signal.signal(signal.SIGTERM, previous)
-        echo(f"stopped the SuperLink{' and SuperNodes' if deployment else ''}"
-             + (f" (SIGKILL for pids {killed})" if killed else ""))
+            raise RuntimeError(f"flwr run exited with code {run.returncode}; see {self.out / log_name}")
+
+
+def _new_result(result_path: Path, earlier: tuple | None, out: Path) -> dict:
+    """The ServerApp's result of this run: a file that is not the ``earlier`` one, with every
+    round it announced; RuntimeError naming the logs otherwise."""
+    import json
+
     if not result_path.is_file() or _identity(result_path) == earlier:
         raise RuntimeError(f"the ServerApp wrote no {'new ' if earlier else ''}{result_path}"
                            f"{' (the earlier one is kept)' if earlier else ''}; see {out / 'flwr-run.log'} and "
                            f"{out / 'superlink.log'}")
-    import json
-
     result = json.loads(result_path.read_text(encoding="utf-8"))
     if len(result["rounds"]) != result["num_rounds"]:
         raise RuntimeError(f"the run stopped after round {len(result['rounds'])} of {result['num_rounds']}; see "
                            f"{out / 'flwr-run.log'}")
-    result["wall_seconds"] = time.perf_counter() - t0
-    result["result_path"] = str(result_path)
     return result
 
 

@@ -2,8 +2,8 @@
 
 ``flwr run`` hands the ``ServerApp`` and every ``ClientApp`` the same ``context.run_config``:
 the kebab-case keys of ``apps/flower/pyproject.toml``, with ``--run-config`` overrides
-applied. :func:`from_run_config` turns it into a :func:`fraq.federated.config.load_config`
-dictionary, a method spec and the results directory. Every key is checked once; errors
+applied. :func:`from_run_config` turns it into a :class:`~fraq.federated.config.Config`
+(:func:`~fraq.federated.config.load_config`'s), a method spec and the results directory. Every key is checked once; errors
 name the run-config key and its value.
 
 Keys (:class:`RunConfig` holds them, with the App's defaults):
@@ -35,7 +35,7 @@ import json
 import numbers
 from dataclasses import dataclass, fields
 
-from fraq.federated.config import client_ranks, load_config, method_aggregator
+from fraq.federated.config import Config, load_config, method_aggregator
 from fraq.methods import MethodSpec
 
 __all__ = ["DEFAULTS", "KEYS", "RunConfig", "from_run_config", "parse_overrides"]
@@ -138,9 +138,9 @@ def parse_overrides(text: str) -> dict:
     return out
 
 
-def from_run_config(run_config: dict) -> tuple[dict, MethodSpec, str]:
-    """(harness config, method spec, results directory) from a Flower ``run_config``; the
-    config's ``methods`` is ``[method]``.
+def from_run_config(run_config: dict) -> tuple[Config, MethodSpec, str]:
+    """(harness configuration, method spec, results directory) from a Flower ``run_config``;
+    the configuration's ``methods`` is ``(method,)``.
 
     Every key of :data:`DEFAULTS` must be present (Flower fuses the App's defaults with
     ``--run-config``); unknown keys are refused.
@@ -163,13 +163,13 @@ def from_run_config(run_config: dict) -> tuple[dict, MethodSpec, str]:
     agg = method_aggregator(rc.method, where="run config 'method'")
     over["methods"] = [rc.method]  # the run's one method, as the spec: the setting's list is never read
     try:
-        cfg = load_config(rc["setting"], over)
+        config = load_config(rc["setting"], over)
     except ValueError as e:
         keys = [f"{source[t]!r} ({t})" for t in source if t in str(e)] or [f"'setting'(={rc['setting']!r})"]
         raise ValueError(f"run config {', '.join(keys)}: {e}") from None
-    from fraq.federated.server import ClientPlan
+    from fraq.federated.round_loop import ClientPlan
 
-    skip = ClientPlan.make(agg, *client_ranks(cfg)).skip
+    skip = ClientPlan.make(agg, *config.federated.client_ranks()).skip
     if skip:
         raise ValueError(f"run config 'method'(={str(rc.method)!r}): {skip}")
-    return cfg, rc.method, rc["results-dir"]
+    return config, rc.method, rc["results-dir"]

@@ -25,9 +25,10 @@ from flwr.supercore import log
 from fraq.federated.flower import console  # noqa: F401  (flwr's log lines plain outside a terminal)
 from fraq.federated.flower.run_config import from_run_config
 from fraq.federated.flower.strategy import LoraStrategy
-from fraq.federated.records import jsonable, method_result, round_line
+from fraq.federated.config import Config
+from fraq.federated.records import method_result, round_line
 from fraq.federated.results import write_json
-from fraq.federated.server import MethodSetup
+from fraq.federated.round_loop import MethodSetup
 from fraq.federated.state import eval_weights
 from fraq.federated.task import Task
 from fraq.methods import MethodSpec
@@ -59,24 +60,25 @@ def _partitions(grid: Grid, K: int) -> dict[int, int]:
     return node_clients
 
 
-def _result(strategy: LoraStrategy, task: Task, m: MethodSetup, cfg: dict, run_id: int | None) -> dict:
+def _result(strategy: LoraStrategy, task: Task, m: MethodSetup, config: Config, run_id: int | None) -> dict:
     """The method's result in the in-process harness's shape (``run_method``), plus the run id and
     ``num_rounds`` (the run is complete when ``len(rounds) == num_rounds``)."""
-    return {**method_result(task, m, strategy.records), "num_rounds": cfg["federated"]["rounds"], "runtime": "flower",
-            "run_id": run_id, "config": jsonable(cfg)}
+    return {**method_result(task, m, strategy.records), "num_rounds": config.federated.rounds,
+            "runtime": "flower", "run_id": run_id, "config": config.to_record()}
 
 
-def _main(grid: Grid, context: Context, cfg: dict, method: MethodSpec, sink: dict | None, results_dir: str | None) -> None:
-    m = MethodSetup.make(method, cfg)
+def _main(grid: Grid, context: Context, config: Config, method: MethodSpec, sink: dict | None,
+          results_dir: str | None) -> None:
+    m = MethodSetup.make(method, config)
     if m.plan.skip:  # before the model and data are loaded
         raise ValueError(f"{method}: {m.plan.skip}")
-    task = Task(cfg, log=lambda msg: log(INFO, "%s", msg))
-    f = cfg["federated"]
-    node_clients = _partitions(grid, f["clients"])
+    task = Task(config, log=lambda msg: log(INFO, "%s", msg))
+    f = config.federated
+    node_clients = _partitions(grid, f.clients)
     state = m.initial_state(task)
     layer = task.client_layer(m.agg)
     strategy = LoraStrategy(m, state, task.backbone.targets, node_clients,
-                            initial_merges=layer.offset(state.starts[0]), head_rounds=f["head_rounds"], layer=layer)
+                            initial_merges=layer.offset(state.starts[0]), head_rounds=f.head_rounds, layer=layer)
     accuracy: dict[int, float] = {}
     out = None if results_dir is None else Path(results_dir).expanduser().resolve() / m.label / "result.json"
     if out is not None:
@@ -86,28 +88,28 @@ def _main(grid: Grid, context: Context, cfg: dict, method: MethodSpec, sink: dic
         if rnd == 0:
             return None
         metrics = None
-        if rnd % f["eval_every"] == 0 or rnd == f["rounds"]:
+        if rnd % f.eval_every == 0 or rnd == f.rounds:
             bb = task.backbone
             bb.set_weights(eval_weights(strategy.state, m.plan.ranks, layer))
             head = task.new_head()
             head.load_state_dict(strategy.state.head)
             accuracy[rnd] = strategy.records[-1]["accuracy"] = bb.accuracy(head, task.test, task.test_labels)
             metrics = MetricRecord({"accuracy": accuracy[rnd]})
-        log(INFO, "fraq: %s", round_line(m.spec, rnd, f["rounds"], strategy.records[-1]))
+        log(INFO, "fraq: %s", round_line(m.spec, rnd, f.rounds, strategy.records[-1]))
         if out is not None:
-            write_json(out, _result(strategy, task, m, cfg, context.run_id))
+            write_json(out, _result(strategy, task, m, config, context.run_id))
         return metrics
 
-    result = strategy.start(grid, ArrayRecord(torch_state_dict=dict(state.head)), num_rounds=f["rounds"],
+    result = strategy.start(grid, ArrayRecord(torch_state_dict=dict(state.head)), num_rounds=f.rounds,
                             evaluate_fn=evaluate)
     if sink is not None:
         sink.update(strategy=strategy, result=result, accuracy=accuracy)
 
 
-def make_server_app(cfg: dict, method: str | MethodSpec, sink: dict | None = None,
+def make_server_app(config: Config, method: str | MethodSpec, sink: dict | None = None,
                     results_dir: str | None = None) -> ServerApp:
     """A ``ServerApp`` running ``method`` (a :class:`~fraq.methods.MethodSpec`, or its text such
-    as ``"fraq:tau=0.95"``, parsed here once) with configuration ``cfg``.
+    as ``"fraq:tau=0.95"``, parsed here once) with configuration ``config``.
 
     ``sink`` (a dict) receives ``strategy`` (its ``state`` and ``records``), ``result``
     (Flower's ``Result``) and ``accuracy`` (round -> accuracy). With ``results_dir`` the
@@ -118,7 +120,7 @@ def make_server_app(cfg: dict, method: str | MethodSpec, sink: dict | None = Non
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        _main(grid, context, cfg, method, sink, results_dir)
+        _main(grid, context, config, method, sink, results_dir)
 
     return app
 
@@ -129,11 +131,11 @@ app = ServerApp()
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """``flwr run``'s entry point: the configuration comes from ``context.run_config``."""
-    cfg, method, results_dir = from_run_config(context.run_config)
-    _main(grid, context, cfg, method, None, results_dir)
+    config, method, results_dir = from_run_config(context.run_config)
+    _main(grid, context, config, method, None, results_dir)
 
 
-def run_simulation(cfg: dict, method: str | MethodSpec, *, flwr_home: str | None = None, results_dir: str | None = None) -> dict:
+def run_simulation(config: Config, method: str | MethodSpec, *, flwr_home: str | None = None, results_dir: str | None = None) -> dict:
     """Run ``method`` under Flower's simulation runtime with one node per client; return the sink.
 
     Sets ``FLWR_TELEMETRY_ENABLED=0`` and ``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1``,
@@ -154,8 +156,8 @@ def run_simulation(cfg: dict, method: str | MethodSpec, *, flwr_home: str | None
 
     sink: dict = {}
     method = MethodSpec.parse(method)  # once, for both apps
-    _run(make_server_app(cfg, method, sink, results_dir), make_client_app(cfg, method),
-         num_supernodes=cfg["federated"]["clients"],
+    _run(make_server_app(config, method, sink, results_dir), make_client_app(config, method),
+         num_supernodes=config.federated.clients,
          backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
     if "strategy" not in sink:
         raise RuntimeError("the Flower simulation ended without finishing the ServerApp (see the log above)")

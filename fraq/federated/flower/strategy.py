@@ -40,7 +40,7 @@ from flwr.supercore import log
 from fraq.aggregators import ClientLayer, ClientUpdate, Factors
 from fraq.aggregators.capping import capped_aggregate
 from fraq.federated.records import round_record
-from fraq.federated.server import MethodSetup
+from fraq.federated.round_loop import MethodSetup
 from fraq.federated.state import RoundState, apply_round
 
 __all__ = ["LoraStrategy", "decode_downlink", "decode_update", "encode_update"]
@@ -169,7 +169,7 @@ class LoraStrategy(FedAvg):
     """Federated LoRA rounds with ``method``'s aggregator, every client every round.
 
     Args:
-        method: the :class:`~fraq.federated.server.MethodSetup` (aggregator, client plan).
+        method: the :class:`~fraq.federated.round_loop.MethodSetup` (aggregator, client plan).
         state: the server state before round 1 (:meth:`MethodSetup.initial_state`).
         targets: adapted module -> (m, n), for the FLoRA downlink reference.
         node_clients: Flower node id -> client (data partition) index.

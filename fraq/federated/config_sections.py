@@ -128,6 +128,13 @@ class Federated:
             raise ValueError(f"federated.alphas(={alphas!r}) must be null (alpha = 2 r) or one finite positive "
                              f"number per entry of federated.ranks(={ranks})")
 
+    def client_ranks(self) -> tuple[list[int], list[float]]:
+        """Per-client LoRA ranks and alphas: the ``ranks`` pattern repeated to K clients
+        (client k takes ``ranks[k % len(ranks)]``), alpha = 2 r where ``alphas`` is null."""
+        alphas = self.alphas or [2 * r for r in self.ranks]
+        reps = -(-self.clients // len(self.ranks))
+        return (list(self.ranks) * reps)[:self.clients], [float(a) for a in (list(alphas) * reps)[:self.clients]]
+
 
 @dataclass(frozen=True)
 class Train:

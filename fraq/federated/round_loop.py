@@ -1,4 +1,4 @@
-"""The federated round loop: the paper's Algorithm 1, with each method's client behaviour.
+"""The in-process federated round loop: the paper's Algorithm 1, with each method's client behaviour.
 
 Per round t, every client trains its adapter on the frozen global weights W_t (clients
 run one after another), the server calls the method's :class:`fraq.aggregators.Aggregator`
@@ -36,16 +36,15 @@ from fraq.aggregators import REINITIALIZE, Aggregator, Factors
 from fraq.aggregators.capping import capped_aggregate
 from fraq.federated.checkpoint import load_checkpoint, save_checkpoint
 from fraq.federated.client import LocalJob, TrainSettings, local_update, lora_scale
-from fraq.federated.config import client_ranks, method_aggregator, method_label
-from fraq.federated.records import flora_downlink, jsonable, method_result, round_line, round_record
+from fraq.federated.config import Config, method_aggregator, method_label
+from fraq.federated.records import method_result, round_line, round_record
 from fraq.federated.round1 import signature
 from fraq.federated.seeding import init_lora, stable_seed
 from fraq.federated.state import RoundState, apply_round, eval_weights, merge_into
 from fraq.federated.task import Task
 from fraq.methods import MethodSpec
 
-__all__ = ["ClientPlan", "MethodSetup", "RoundState", "Task", "apply_round", "eval_weights", "flora_downlink",
-           "initial_state", "merge_into", "method_result", "round_line", "run_method", "run_round"]
+__all__ = ["ClientPlan", "MethodSetup", "initial_state", "run_method", "run_round"]
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,7 @@ class ClientPlan:
 
 def initial_state(task: Task, agg: Aggregator, plan: ClientPlan, use_rslora: bool) -> RoundState:
     """Round 0: pretrained weights plus the method's start offset, the initial head, the round-1 starts."""
-    seed = task.cfg["seed"]
+    seed = task.config.seed
     weights = {n: W.clone() for n, W in task.pretrained.items()}
     head = {k: v.detach().cpu().clone() for k, v in task.new_head().state_dict().items()}
     K = len(plan.ranks)
@@ -115,16 +114,16 @@ class MethodSetup:
         return self.agg.describe()["display_name"]
 
     @classmethod
-    def make(cls, spec: str | MethodSpec, cfg: dict) -> MethodSetup:
-        """``spec`` set up under configuration ``cfg``; a :class:`~fraq.methods.MethodSpec` is
-        carried as it is, text (a caller's front door) is parsed once here."""
+    def make(cls, spec: str | MethodSpec, config: Config) -> MethodSetup:
+        """``spec`` set up under ``config``; a :class:`~fraq.methods.MethodSpec` is carried as
+        it is, text (a caller's front door) is parsed once here."""
         spec = spec if isinstance(spec, MethodSpec) else MethodSpec.parse(spec)
         agg = method_aggregator(spec)
-        ranks, alphas = client_ranks(cfg)
+        ranks, alphas = config.federated.client_ranks()
         plan = ClientPlan.make(agg, ranks, alphas)
-        t = cfg["train"]
-        settings = TrainSettings(steps=t["steps"], batch_size=t["batch_size"], lr=t["lr"], head_lr=t["head_lr"],
-                                 weight_decay=t["weight_decay"], use_rslora=t["use_rslora"], seed=cfg["seed"])
+        t = config.train
+        settings = TrainSettings(steps=t.steps, batch_size=t.batch_size, lr=t.lr, head_lr=t.head_lr,
+                                 weight_decay=t.weight_decay, use_rslora=t.use_rslora, seed=config.seed)
         return cls(spec, agg, plan, settings, tuple(ranks))
 
     def initial_state(self, task: Task) -> RoundState:
@@ -138,14 +137,14 @@ def run_round(task: Task, method: MethodSetup, state: RoundState, *, evaluate: b
     Returns the new state (its ``records`` not yet extended), the round's record, and the
     clients' uploads.
     """
-    cfg, bb, plan, agg = task.cfg, task.backbone, method.plan, method.agg
-    f = cfg["federated"]
-    t, K = state.round + 1, f["clients"]
+    bb, plan, agg = task.backbone, method.plan, method.agg
+    f = task.config.federated
+    t, K = state.round + 1, f.clients
     layer = task.client_layer(agg)
     bb.set_weights(state.weights)
     head = task.new_head()
     head.load_state_dict(state.head)
-    train_head = t <= f["head_rounds"]
+    train_head = t <= f.head_rounds
     trains = agg.trained_factors(t)
     key = signature(task, method, state, trains, train_head) if t == 1 and task.share_round1 else None
     shared = key is not None and key in task.round1
@@ -158,7 +157,7 @@ def run_round(task: Task, method: MethodSetup, state: RoundState, *, evaluate: b
         if progress:
             from tqdm.auto import tqdm
 
-            it = tqdm(it, desc=f"{method.label} round {t}/{f['rounds']}", unit="client", leave=False)
+            it = tqdm(it, desc=f"{method.label} round {t}/{f.rounds}", unit="client", leave=False)
         for k in it:
             job = LocalJob(k, t, plan.ranks[k], plan.alphas[k], start=state.starts[k], train=trains,
                            train_head=train_head, layer=layer, upload_rank=plan.upload_ranks[k])
@@ -199,28 +198,28 @@ def run_method(task: Task, spec: str | MethodSpec, *, checkpoint: Path | None = 
     ``federated.save_adapters_round``. Accuracy is evaluated after every
     ``federated.eval_every``-th round and the last.
     """
-    cfg = task.cfg
-    method = MethodSetup.make(spec, cfg)
+    config = task.config
+    method = MethodSetup.make(spec, config)
     spec = str(method.spec)  # the text, for the log, the result and the checkpoint
     plan = method.plan
     if plan.skip:
         log(f"[{spec}] skipped: {plan.skip}")
         return {"method": spec, "label": method.label, "display_name": method.display_name, "skipped": plan.skip,
                 "rounds": []}
-    f = cfg["federated"]
-    meta = {"method": spec, "config": jsonable(cfg)}
+    f = config.federated
+    meta = {"method": spec, "config": config.to_record()}
     if state is None and resume and checkpoint is not None and checkpoint.exists():
         state = load_checkpoint(checkpoint, meta)
     if state is not None:
         log(f"[{spec}] resuming after round {state.round}")
     else:
         state = method.initial_state(task)
-    R = f["rounds"]
+    R = f.rounds
     while state.round < R:
         t = state.round + 1
-        state, rec, updates = run_round(task, method, state, evaluate=t % f["eval_every"] == 0 or t == R)
-        if save_adapters is not None and t == f["save_adapters_round"]:
-            save_adapters(t, updates, {"method": spec, "round": t, "model": cfg["model"]["name"],
+        state, rec, updates = run_round(task, method, state, evaluate=t % f.eval_every == 0 or t == R)
+        if save_adapters is not None and t == f.save_adapters_round:
+            save_adapters(t, updates, {"method": spec, "round": t, "model": config.model.name,
                                        "alphas": plan.alphas})
         state.records.append(rec)
         if checkpoint is not None:
