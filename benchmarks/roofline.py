@@ -1,7 +1,7 @@
 """``make bench-roofline``: FRAQ against its roofline and FLoRIST at 1 and 2 threads, one run.
 
     .venv/bin/python -m benchmarks.roofline [--backend B] [--gram G] [--presets P ...] [--repeats N] [--out DIR]
-    .venv/bin/python -m benchmarks.roofline --compare BACKEND:GRAM [BACKEND:GRAM ...] [--presets P ...]
+    .venv/bin/python -m benchmarks.roofline --compare METHOD [METHOD ...] [--presets P ...]
     .venv/bin/python -m benchmarks.roofline --clients SIZE [--shapes MxN ...] [--repeats N]
 
 First the fixed cost, at 1 thread: the aten ops one ``fraq.recompress`` call dispatches
@@ -37,8 +37,10 @@ project's targets (:data:`TARGETS`, met or not), and writes one result file per 
 (``<out>/roofline/<preset>-<backend>.json``). A benchmark: it prints and records, it
 asserts nothing. CPU only (thread scaling is a CPU question).
 
-``--compare`` times FRAQ configurations (``backend:gram``, e.g. ``householder:auto
-cholesky:product``) and FLoRIST on the same stacks *interleaved*: each repeat runs every
+``--compare`` times FRAQ configurations, each a method in the grammar of every front door
+(:class:`fraq.methods.MethodSpec`: ``fraq:backend=householder``, ``fraq:backend=cholesky,gram=product``,
+any of ``fraq.recompress``'s options but ``tau`` and ``rank``, which the run fixes), and
+FLoRIST on the same stacks *interleaved*: each repeat runs every
 configuration once, in turn, so a machine whose speed drifts between runs (shared or
 virtual cores) slows them alike and their ratios hold. One result file per preset
 (``<out>/roofline/<preset>-compare.json``).
@@ -215,21 +217,53 @@ def fixed_cost_report(rec: dict) -> list[str]:
             f"(target <= {TARGETS['ops_batch']}: {verdict(rec['ops_batch'] <= TARGETS['ops_batch'])})"]
 
 
-def compare_preset(name: str, configs: list[tuple[str, str]], repeats: int) -> dict:
-    """Interleaved medians of every FRAQ configuration and FLoRIST, at each thread count."""
+def compare_preset(name: str, specs: list, repeats: int) -> dict:
+    """Interleaved medians of every FRAQ configuration (:class:`fraq.methods.MethodSpec`, its
+    options ``fraq.recompress``'s) and FLoRIST, at each thread count."""
     import fraq
     from benchmarks.measure import round_robin
     from fraq.aggregators.florist import florist_recompress
 
     stacks = [(B, A) for _, B, A in cases.preset_stacks(name)]
-    calls = {f"fraq {b}:{g}": (lambda b=b, g=g: [fraq.recompress(B, A, tau=cases.TAU, backend=b, gram=g)
-                                                  for B, A in stacks]) for b, g in configs}
+    calls = {str(s): (lambda kw=s.kwargs: [fraq.recompress(B, A, tau=cases.TAU, **kw) for B, A in stacks])
+             for s in specs}
     calls["florist"] = lambda: [florist_recompress(B, A, tau=cases.TAU) for B, A in stacks]
     out = {"threads": {}}
     for n in THREAD_COUNTS:
         with threads(n):
             out["threads"][n] = {k: _summary(t) for k, t in round_robin(calls, repeats).items()}
     return out
+
+
+COMPARED = ("backend", "gram", "eig_dtype", "eigensolver", "pipeline")
+"""The options ``--compare`` takes: ``fraq.recompress``'s, but ``tau`` and ``rank``."""
+
+
+def compare_specs(texts: list[str]) -> list:
+    """``--compare``'s methods as :class:`fraq.methods.MethodSpec`, each FRAQ with options of
+    :data:`COMPARED` only, checked by the aggregator's own rules (its messages); ValueError
+    naming the text otherwise."""
+    from fraq.aggregators import get_aggregator
+    from fraq.methods import MethodSpec
+
+    specs = []
+    for text in texts:
+        if text.count(":") == 1 and "=" not in text and not text.startswith("fraq:"):
+            b, g = text.split(":")
+            raise ValueError(f"{text!r}: a configuration is a method, e.g. 'fraq:backend={b},gram={g}'")
+        try:
+            spec = MethodSpec.parse(text)
+        except ValueError as e:
+            raise ValueError(f"{text!r}: {e}") from None
+        if spec.name != "fraq" or set(spec.kwargs) - set(COMPARED):
+            raise ValueError(f"{text!r}: expected fraq with options among {list(COMPARED)} "
+                             f"(tau is {cases.TAU}), e.g. 'fraq:backend=cholesky,gram=product'")
+        try:
+            get_aggregator("fraq", **spec.kwargs)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{text!r}: {e}") from None
+        specs.append(spec)
+    return specs
 
 
 def compare_report(name: str, rec: dict) -> list[str]:
@@ -307,25 +341,31 @@ def report(name: str, rec: dict) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    import fraq
+def _parser() -> argparse.ArgumentParser:
     from fraq._gram import GRAMS
-    from fraq._machine import machine_record
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.roofline", description=plain(__doc__.split("\n")[0]))
     ap.add_argument("--backend", default=os.environ.get("FRAQ_BENCH_BACKEND") or None,
                     help="FRAQ backend to measure (default: FRAQ_BENCH_BACKEND, else recompress's default)")
     ap.add_argument("--gram", default=None, choices=list(GRAMS),
                     help="FRAQ's Gram form (default: recompress's default)")
-    ap.add_argument("--compare", nargs="+", metavar="BACKEND:GRAM",
-                    help="time these FRAQ configurations and FLoRIST interleaved instead (see above)")
+    ap.add_argument("--compare", nargs="+", metavar="METHOD",
+                    help="time these FRAQ configurations (fraq:backend=cholesky,gram=product) and FLoRIST "
+                         "interleaved instead (see above)")
     ap.add_argument("--clients", metavar="SIZE", choices=list(SIZES),
                     help="time FRAQ and the dense path interleaved along the clients sweep of SIZE instead (see above)")
     ap.add_argument("--shapes", nargs="+", metavar="MxN", help="with --clients: only these shapes of the sweep")
     ap.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(cases.PRESET_NAMES))
     ap.add_argument("--repeats", type=int, default=11, help="timed repeats per measurement (default 11)")
     ap.add_argument("--out", default="results/bench", help="results directory (<out>/roofline/)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _checked(ap: argparse.ArgumentParser, args) -> list:
+    """Every argument checked before anything is measured (argparse's error, naming it);
+    returns ``--compare``'s methods."""
+    import fraq
+
     if args.backend is not None and args.backend not in fraq.BACKENDS:
         ap.error(f"--backend / FRAQ_BENCH_BACKEND (={args.backend!r}) is not one of {sorted(fraq.BACKENDS)}")
     if args.repeats < 1:
@@ -339,59 +379,76 @@ def main(argv: list[str] | None = None) -> int:
     check_out_dir(args.out)
     try:
         table_path()  # the kernel table can be saved (FRAQ_KERNEL_TABLE), before anything is measured
+        return compare_specs(args.compare or [])
     except ValueError as e:
-        ap.error(str(e))
-    configs = []
-    for c in args.compare or []:
-        b, _, g = c.partition(":")
-        if b not in fraq.BACKENDS or g not in GRAMS:
-            ap.error(f"--compare {c!r}: expected BACKEND:GRAM with BACKEND in {sorted(fraq.BACKENDS)} "
-                     f"and GRAM in {list(GRAMS)}")
-        configs.append((b, g))
-    machine = machine_record()
-    load = os.getloadavg()
-    print(f"bench-roofline: {machine['cpu']}, {machine['cores']} cores, BLAS {machine['blas']}, torch "
-          f"{machine['torch']}; float32; torch threads {' and '.join(map(str, THREAD_COUNTS))} "
-          f"(default here {machine['threads']}); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
-    if args.clients:
-        from benchmarks.experiments import clients
+        ap.error(f"--compare {e}" if args.compare and str(e).startswith("'") else str(e))
 
-        with threads(1):
-            rec = clients.ratios(args.clients, repeats=args.repeats, shapes=args.shapes,
-                                 log=lambda s: print(s, flush=True))
-        rec.update(load_average_before=list(load), load_average_after=list(os.getloadavg()))
-        path = write_result(args.out, "roofline", f"clients-{args.clients}",
-                            {"size": args.clients, "shapes": args.shapes, "repeats": args.repeats}, rec)
-        print("\n".join(clients_report(rec)) + f"\n  -> {path}", flush=True)
-        after = os.getloadavg()
-        print(f"load average after: {after[0]:.2f} {after[1]:.2f} {after[2]:.2f}")
-        return 0
-    if not configs:
-        rec = fixed_cost(args.repeats)
-        path = write_result(args.out, "roofline", "fixed-cost", {"shape": list(SMALL), "tau": cases.TAU,
-                                                                 "repeats": 20 * args.repeats}, rec)
-        print("\n".join(fixed_cost_report(rec)) + f"\n  -> {path}", flush=True)
+
+def _load(label: str, load=None) -> str:
+    load = os.getloadavg() if load is None else load
+    return f"{label} {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+
+
+def _clients(args, load) -> None:
+    """``--clients``: FRAQ against the dense path along the clients sweep, one result file."""
+    from benchmarks.experiments import clients
+
+    with threads(1):
+        rec = clients.ratios(args.clients, repeats=args.repeats, shapes=args.shapes, log=lambda s: print(s, flush=True))
+    rec.update(load_average_before=list(load), load_average_after=list(os.getloadavg()))
+    path = write_result(args.out, "roofline", f"clients-{args.clients}",
+                        {"size": args.clients, "shapes": args.shapes, "repeats": args.repeats}, rec)
+    print("\n".join(clients_report(rec)) + f"\n  -> {path}", flush=True)
+
+
+def _compare(args, specs: list, load) -> None:
+    """``--compare``: per preset, the configurations and FLoRIST interleaved, one result file each."""
     for name in args.presets:
         print(f"{name}: measuring ...", flush=True)
-        if configs:
-            rec = compare_preset(name, configs, args.repeats)
-            rec.update(load_average_before=list(load), load_average_after=list(os.getloadavg()))
-            path = write_result(args.out, "roofline", f"{name}-compare",
-                                {"preset": name, "configs": [f"{b}:{g}" for b, g in configs], "tau": cases.TAU,
-                                 "repeats": args.repeats, "thread_counts": list(THREAD_COUNTS)}, rec)
-            print("\n".join(compare_report(name, rec)) + f"\n  -> {path}", flush=True)
-            continue
+        rec = compare_preset(name, specs, args.repeats)
+        rec.update(load_average_before=list(load), load_average_after=list(os.getloadavg()))
+        path = write_result(args.out, "roofline", f"{name}-compare",
+                            {"preset": name, "configs": [str(s) for s in specs], "tau": cases.TAU,
+                             "repeats": args.repeats, "thread_counts": list(THREAD_COUNTS)}, rec)
+        print("\n".join(compare_report(name, rec)) + f"\n  -> {path}", flush=True)
+
+
+def _roofline(args, load) -> None:
+    """The default run: the fixed cost, then per preset FRAQ against its roofline and FLoRIST."""
+    rec = fixed_cost(args.repeats)
+    path = write_result(args.out, "roofline", "fixed-cost", {"shape": list(SMALL), "tau": cases.TAU,
+                                                             "repeats": 20 * args.repeats}, rec)
+    print("\n".join(fixed_cost_report(rec)) + f"\n  -> {path}", flush=True)
+    for name in args.presets:
+        print(f"{name}: measuring ...", flush=True)
         rec = measure_preset(name, args.backend, args.repeats, log=lambda s: print(s, flush=True), gram=args.gram)
         rec["load_average_before"] = list(load)
         rec["load_average_after"] = list(os.getloadavg())
         key = f"{name}-{rec['backend']}" + ("" if args.gram is None else f"-{rec['gram']}")
         path = write_result(args.out, "roofline", key,
                             {"preset": name, "backend": rec["backend"], "gram": rec["gram"], "tau": cases.TAU,
-                             "repeats": args.repeats,
-                             "thread_counts": list(THREAD_COUNTS)}, rec)
+                             "repeats": args.repeats, "thread_counts": list(THREAD_COUNTS)}, rec)
         print("\n".join(report(name, rec)) + f"\n  -> {path}", flush=True)
-    after = os.getloadavg()
-    print(f"load average after: {after[0]:.2f} {after[1]:.2f} {after[2]:.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from fraq._machine import machine_record
+
+    ap = _parser()
+    args = ap.parse_args(argv)
+    specs = _checked(ap, args)
+    machine = machine_record()
+    load = os.getloadavg()
+    print(f"bench-roofline: {machine['cpu']}, {machine['cores']} cores, BLAS {machine['blas']}, torch "
+          f"{machine['torch']}; float32; torch threads {' and '.join(map(str, THREAD_COUNTS))} "
+          f"(default here {machine['threads']}); {_load('load average', load)}", flush=True)
+    if args.clients:
+        _clients(args, load)
+    elif specs:
+        _compare(args, specs, load)
+    else:
+        _roofline(args, load)
+    print(_load("load average after:"), flush=True)
     return 0
 
 

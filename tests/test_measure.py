@@ -451,13 +451,22 @@ def test_eq12_flops_is_table5_plus_the_rank_terms():
 
 
 def test_roofline_compare_refuses_a_bad_configuration_before_any_work(capsys):
-    from benchmarks.roofline import main
+    """--compare takes FRAQ methods in the front doors' grammar, with recompress's options but tau and
+    rank (the run fixes tau): anything else is refused before any work, naming the text; the
+    BACKEND:GRAM shorthand is refused with the method to write instead."""
+    from benchmarks.roofline import compare_specs, main
 
-    for bad in ("nope:auto", "householder:syrk", "householder"):
+    for bad in ("nope:auto", "householder:syrk", "householder", "florist", "fraq:tau=0.5", "fraq:backend=nope",
+                "fraq:gram=syrk", "fraq:backend=cholesky,rank=4"):
         with pytest.raises(SystemExit) as exc:
             main(["--compare", bad, "--presets", "roberta-base"])
         assert exc.value.code == 2
-        assert repr(bad) in capsys.readouterr().err
+        assert repr(bad) in capsys.readouterr().err, bad
+    main_err = pytest.raises(SystemExit, main, ["--compare", "cholesky:product"])
+    assert main_err.value.code == 2 and "'fraq:backend=cholesky,gram=product'" in capsys.readouterr().err
+    specs = compare_specs(["fraq:backend=cholesky,gram=product", "fraq"])
+    assert [str(s) for s in specs] == ["fraq:backend=cholesky,gram=product", "fraq"]
+    assert specs[0].kwargs == {"backend": "cholesky", "gram": "product"} and specs[1].kwargs == {}
 
 
 # ------------------------------------------------------------------ the machine record and the device

@@ -244,7 +244,7 @@ would hand every matrix to Householder anyway).
   R^-1, which run at half the float32 GEMM rate; the interleaved measurement on the
   presets is in docs/performance.md. ``cholesky`` (exact, same accuracy) stays one name
   away; re-measure on another CPU with ``python -m benchmarks.roofline --compare
-  householder:auto cholesky:auto``.
+  fraq:backend=householder fraq:backend=cholesky``.
 * CUDA: ``cholesky``. torch runs geqrf (d > 256) and ormqr as per-matrix loops on CUDA,
   ``cholesky_ex`` and the GEMMs batched. Measured end to end on an H100
   (docs/results/gpu/h100-routes, part ``alternatives``): ``fraq.recompress`` with
