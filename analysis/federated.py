@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.notes import NotMeasured
-from analysis.style import PAPER_ORDER, described, styles
+from analysis.style import PAPER_ORDER, described, method_parts, styles
 from analysis.style import display_name as _shown
 from analysis.verdicts import Verdict
 
@@ -64,14 +64,14 @@ def display_name(spec: str, recorded=None) -> str:
     (the ``display_name`` its result records, its class's: a method from outside the package
     by its own name) or, for results written without one, :func:`analysis.style.display_name`
     of its registry name, followed by the spec's options."""
-    name, _, opts = str(spec).partition(":")
+    name, opts = method_parts(spec)
     opts = opts.replace("tau=", "τ=").replace(",", ", ")
     family = recorded if isinstance(recorded, str) and recorded else _family(name)
     return f"{family} ({opts})" if opts else family
 
 
 def _family(spec: str) -> str:
-    return _shown(str(spec).partition(":")[0])
+    return _shown(method_parts(spec)[0])
 
 
 def interval(values) -> tuple[float, float, float]:
@@ -136,14 +136,14 @@ def shown(rows: pd.DataFrame, column: str = "name") -> dict[str, str]:
     for rows without the column)."""
     if column in rows:
         return dict(zip(rows["method"], rows[column]))
-    return {m: display_name(m if column == "name" else str(m).partition(":")[0]) for m in rows["method"]}
+    return {m: display_name(m if column == "name" else method_parts(m)[0]) for m in rows["method"]}
 
 
 def _names(r) -> dict:
     """A result row's ``name`` and ``family`` as shown (:func:`display_name`)."""
     recorded = r.get("display_name")
     recorded = recorded if isinstance(recorded, str) and recorded else None
-    return {"name": display_name(r["method"], recorded), "family": display_name(str(r["method"]).partition(":")[0],
+    return {"name": display_name(r["method"], recorded), "family": display_name(method_parts(r["method"])[0],
                                                                                 recorded)}
 
 
@@ -152,7 +152,7 @@ def _order(methods) -> list[str]:
     uncompressed baselines, the compressed ones, FRAQ; others after them), options in
     sorted order."""
     last = max(PAPER_ORDER.values()) + 1
-    return sorted(dict.fromkeys(methods), key=lambda m: (PAPER_ORDER.get(str(m).partition(":")[0], last), str(m)))
+    return sorted(dict.fromkeys(methods), key=lambda m: (PAPER_ORDER.get(method_parts(m)[0], last), str(m)))
 
 
 def variants(runs_: pd.DataFrame, df: pd.DataFrame | None = None) -> list[str]:
@@ -296,7 +296,7 @@ paper does not compare it) in a panel of its own group, "other methods"."""
 
 
 def _group(method: str) -> str | None:
-    order = PAPER_ORDER.get(str(method).partition(":")[0])
+    order = PAPER_ORDER.get(method_parts(method)[0])
     if order == PAPER_ORDER["fraq"]:
         return None  # in every panel
     return next((g for g, orders in GROUPS if order in orders), "other methods")

@@ -32,6 +32,7 @@ import pandas as pd
 from analysis import notes
 from analysis.atomic import cannot_write
 from analysis.reproduce import Built
+from analysis.style import method_parts
 
 __all__ = ["LONG_FACTOR", "build", "main"]
 
@@ -55,7 +56,7 @@ LICENCES = {
 
 def _paper_key(spec: str) -> str:
     """``"fraq:tau=0.95"`` -> ``"fraq (tau=0.95)"``: the paper's table keys (analysis/paper.json)."""
-    name, _, opts = spec.partition(":")
+    name, opts = method_parts(spec)
     return f"{name} ({opts})" if opts else name
 
 

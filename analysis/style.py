@@ -9,7 +9,7 @@ import pandas as pd
 
 from analysis.atomic import write_together
 
-__all__ = ["COLORS", "EXTRA_COLORS", "EXTRA_MARKERS", "MARKERS", "NAMES", "PAPER_ORDER", "described", "display_name",
+__all__ = ["COLORS", "EXTRA_COLORS", "EXTRA_MARKERS", "MARKERS", "NAMES", "PAPER_ORDER", "described", "display_name", "method_parts",
            "legend_key", "styles", "setup", "caption", "save", "integers", "num", "formatted", "log_labels",
            "log_tick"]
 
@@ -40,6 +40,25 @@ EXTRA_MARKERS = ["*", "h", "p", "d", "8", ">", "H", "x"]
 """Colours and markers of methods outside :data:`COLORS`, assigned in legend order."""
 
 
+def method_parts(method) -> tuple[str, str]:
+    """(registry name, options text) of a method written in :mod:`fraq.methods`' grammar, read by
+    its one parser (:class:`fraq.methods.MethodSpec`, which imports no torch):
+    ``"fraq:tau=0.95"`` -> ``("fraq", "tau=0.95")``. A name :data:`NAMES` holds whole is its own
+    name; text the grammar refuses (a table's label such as ``"fraq (tau=0.95)"``, the key-less
+    ``"fraq:cholesky"``) is split at its first ``:``, as written."""
+    from fraq.methods import MethodSpec
+
+    text = str(method)
+    if text in NAMES:
+        return text, ""
+    try:
+        spec = MethodSpec.parse(text)
+    except ValueError:
+        name, _, options = text.partition(":")
+        return name, options
+    return spec.name, ",".join(f"{k}={v}" for k, v in spec.options)
+
+
 def display_name(method: str, recorded=None) -> str:
     """The name a method is shown by: ``recorded`` (the result's ``display_name``) when
     given, else :data:`NAMES`'s for its registry name, followed by the options of
@@ -50,14 +69,14 @@ def display_name(method: str, recorded=None) -> str:
     method = str(method)
     if method in NAMES:
         return NAMES[method]
-    name, _, options = method.partition(":")
+    name, options = method_parts(method)
     base = NAMES.get(name, name)
     return f"{base} ({options})" if options else base
 
 
 def _base(method: str) -> str:
     """The registry name of ``name:options`` (a name :data:`NAMES` holds whole stays whole)."""
-    return method if method in NAMES else method.partition(":")[0]
+    return method_parts(method)[0]
 
 
 def _column(df: pd.DataFrame, col: str) -> pd.Series:

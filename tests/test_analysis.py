@@ -910,3 +910,21 @@ def test_a_result_without_a_commit_is_captioned_with_its_version(tmp_path):
     rec.write_text(json.dumps(data))
     cap = style.caption(loaders.load_results(tmp_path))
     assert "fraq ?" not in cap and f"fraq {fraq.__version__} (no git commit recorded)" in cap, cap
+
+
+def test_the_analysis_reads_a_method_by_the_one_grammar_without_torch():
+    """``analysis.style.method_parts`` reads a method by :class:`fraq.methods.MethodSpec` (blanks around the
+    separators dropped, as the grammar prints it), keeps a name the analysis holds whole, splits text the
+    grammar refuses at its first ':', and imports no torch, in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    from analysis.style import method_parts
+
+    assert method_parts("fraq:tau=0.95") == ("fraq", "tau=0.95")
+    assert method_parts("fraq : backend=cholesky , tau=0.9") == ("fraq", "backend=cholesky,tau=0.9")
+    assert method_parts("fraq:cholesky") == ("fraq", "cholesky")  # refused by the grammar: kept as written
+    assert method_parts("flora") == ("flora", "") and method_parts("outside-core") == ("outside-core", "")
+    code = "import sys; from analysis.style import method_parts; method_parts('fraq:tau=0.8'); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
