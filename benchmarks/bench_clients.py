@@ -56,7 +56,7 @@ class ClientsSweep(_Measured):
     track_peakmem = cached("peak_bytes", "bytes", "Tensor peak memory above the inputs of one call.")
     track_flops = cached("counted_flops", "flop", "Counted FLOPs (LAPACK included) of the call.")
     track_flops_model = cached("analytic_flops_full", "flop", "The pipeline the code runs, analytically "
-                               "(fraq.flops.analytic_flops(model='full')); NaN without a model.")
+                               "(fraq.aggregators.analytic_flops(model='full')); NaN without a model.")
     track_excess = cached("excess_quadrature", "relative", "Mean error of the float32 result above the float64 "
                           "Eckart-Young optimum at its own rank, in quadrature (Fidelity.excess_quadrature).")
     track_energy_kept = cached("energy_kept_min", "fraction", "The float64 energy fraction the chosen rank keeps "

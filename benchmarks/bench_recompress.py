@@ -82,7 +82,7 @@ class _Sweep(_Measured):
     track_flops = _track("counted_flops", "flop", "Counted FLOPs (LAPACK included) of the batched call; "
                          "NaN (not measured) for the unbatched mode.")
     track_flops_model = _track("analytic_flops_full", "flop", "The pipeline the code runs, analytically "
-                               "(fraq.flops.analytic_flops(model='full')).")
+                               "(fraq.aggregators.analytic_flops(model='full')).")
     track_flops_table5 = _track("analytic_flops_table5", "flop", "The paper's Table 5 formula at this point.")
     track_excess = _track("excess_quadrature", "relative", "Mean error of the float32 result above the float64 "
                           "Eckart-Young optimum, in quadrature (Fidelity.excess_quadrature), over the modules.")
@@ -142,7 +142,7 @@ class Backends(_Measured):
         """Analytic FLOPs (:func:`fraq.flops.fraq_flops`, Newton-Schulz at its measured steps);
         NaN for a backend registered without a FLOP model."""
         from benchmarks.measure.methods import ran_path
-        from fraq.flops import analytic_flops
+        from fraq.aggregators import analytic_flops
 
         res = self.call()
         steps = res.info.get("steps")

@@ -43,7 +43,7 @@ than the product form once r is above about D / 2 (a square matrix: before r rea
 d), and for D >> d from about r = 1.25 d on (768 x 3072); the comparison finds each
 crossing without a rule of its own.
 
-**Models of a method** (:func:`analytic_flops`): a method's FLOP model is its aggregator
+**Models of a method** (:func:`fraq.aggregators.analytic_flops`): a method's FLOP model is its aggregator
 class's ``flop_model`` (:class:`fraq.aggregators.Aggregator`), one of the functions here for
 the paper's methods (:func:`fraq_model`, :func:`florist_model`, :func:`flexlora_model`).
 ``model="table5"`` is the paper's Table 5 exactly (leading terms, SYRK Gram;
@@ -52,8 +52,7 @@ what the code runs, with the routines' constants and the lower-order terms (FRAQ
 :func:`fraq_flops`, FLoRIST's and FlexLoRA's SVDs at ``gesdd``'s counts). A method that
 runs on FRAQ's kernel (``flexlora:kernel=fraq``, :mod:`fraq.aggregators._kernel`) is
 counted as :func:`fraq.svd` runs (:func:`kernel_svd_flops`; ``analytic_flops(...,
-kernel="fraq")``).
-:func:`model_flops` sums either over a model's modules (Eq. 14).
+kernel="fraq")``). :func:`fraq.aggregators.model_flops` sums either over a model's modules (Eq. 14).
 
 Data-dependent work is not modelled: a Cholesky-QR2 fallback adds Householder's count for
 that matrix, and Newton-Schulz's step count comes from its tolerance (pass ``steps``,
@@ -70,9 +69,7 @@ Demmel, *Applied Numerical Linear Algebra* (SIAM 1997), Sec. 5.3.3.
 from __future__ import annotations
 
 import functools
-import inspect
 import numbers
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fraq._routine_flops import (cholesky_flops, eigh_flops, gemm_flops, gram_flops, orgqr_flops, qr_flops,
@@ -113,8 +110,6 @@ __all__ = [
     "florist_model",
     "flexlora_model",
     "kernel_svd_flops",
-    "analytic_flops",
-    "model_flops",
 ]
 
 GRAMS = ("gemm", "syrk")
@@ -259,8 +254,6 @@ def _cheapest_path(d: int, D: int, r: int, p: int, form: str) -> Path:
     return Path(identity=identity, factored=factored)
 
 
-
-
 # ------------------------------------------------------------------ the paper's Table 5 and the baselines
 
 
@@ -337,81 +330,3 @@ def kernel_svd_flops(d: int, D: int, r: int, p: int) -> float:
         (svd_flops(D, p) + gemm_flops(d, p, p) if p > 0 else 0.0)
 
 
-def analytic_flops(method: str, d: int, D: int, r: int, p: int, *, backend: str = "householder",
-                   model: str = "full", steps: int | None = None, factored: bool = False,
-                   identity: bool = False, kernel: str | None = None) -> float:
-    """Analytic FLOPs of one d x D module with stacked rank r and output rank p.
-
-    Args:
-        method: a registered aggregator (:data:`fraq.aggregators.AGGREGATORS`) with a FLOP
-            model, its class's ``flop_model`` (``fraq``, ``florist``, ``flexlora`` in the
-            package).
-        backend: FRAQ's basis backend (``model="full"`` only; a method whose class has
-            ``basis_backend``).
-        model: ``"table5"``, the paper's leading-order formulas exactly (FRAQ with a SYRK
-            Gram, (2d + 3D) r^2); ``"full"``, the same pipelines with the constants of what
-            the code runs and the lower-order terms: FRAQ from :func:`fraq_flops` (GEMM
-            Gram, every registered backend), FLoRIST and FlexLoRA with their SVDs with
-            singular vectors at ``gesdd``'s counts (:func:`svd_flops`).
-        steps: Newton-Schulz step count, for those backends.
-        factored: FRAQ's Gram formed factored (``recompress(gram="factored")``, or
-            ``gram="auto"`` when ``info["product_gram_count"]`` is 0), ``model="full"`` only.
-        identity: FRAQ's identity basis (r >= d; ``result.info["basis"] == "identity"``),
-            ``model="full"`` only.
-        kernel: the method's ``kernel`` option (``flexlora:kernel=fraq``,
-            :mod:`fraq.aggregators._kernel`), for a method whose FLOP model takes one;
-            None: the method's default.
-
-    Shapes are oriented here: d and D may come in either order.
-
-    Raises:
-        ValueError: a method that is not registered or has no FLOP model, naming it and
-            those that have one.
-    """
-    from fraq.aggregators import AGGREGATORS
-
-    if model not in MODELS:
-        raise ValueError(f"model(={model!r}) must be one of {MODELS}")
-    cls = AGGREGATORS.get(method) if isinstance(method, str) else None
-    if cls is None or cls.flop_model is None:
-        modelled = [n for n, c in AGGREGATORS.items() if c.flop_model is not None]
-        raise ValueError(f"method(={method!r}) has no FLOP model: the methods with one are {modelled}")
-    d, D = min(d, D), max(d, D)
-    for flag, value in (("factored", factored), ("identity", identity)):
-        if value and (model != "full" or not cls.basis_backend):
-            raise ValueError(f"{flag}=True models a path of FRAQ (model='full'), not method(={method!r}) "
-                             f"with model(={model!r})")
-    extra = {}
-    if kernel is not None:
-        if "kernel" not in inspect.signature(cls.flop_model).parameters:
-            raise ValueError(f"method(={method!r}) has no kernel option in its FLOP model, got kernel(={kernel!r})")
-        extra["kernel"] = kernel
-    if cls.basis_backend:
-        return float(cls.flop_model(d, D, r, p, model=model, backend=backend, steps=steps, factored=factored,
-                                    identity=identity, **extra))
-    return float(cls.flop_model(d, D, r, p, model=model, **extra))
-
-
-def model_flops(modules: Iterable[tuple[int, int, int]], method: str, r: int,
-                ranks: Iterable[int] | int, **kwargs) -> float:
-    """Eq. 14: the sum of per-module FLOPs over a model.
-
-    Args:
-        modules: (m, n, count) per group of equal-shape modules, e.g.
-            ``[(g.m, g.n, g.count) for g in preset.groups]``.
-        method, kwargs: as :func:`analytic_flops`.
-        r: stacked rank (sum of the clients' ranks).
-        ranks: output rank p of each module (one int for all, or one per module in the
-            order the groups list them).
-    """
-    modules = list(modules)
-    total_modules = sum(c for _, _, c in modules)
-    ps = [ranks] * total_modules if isinstance(ranks, int) else [int(x) for x in ranks]
-    if len(ps) != total_modules:
-        raise ValueError(f"ranks has {len(ps)} entries for {total_modules} modules")
-    out, i = 0.0, 0
-    for m, n, count in modules:
-        for _ in range(count):
-            out += analytic_flops(method, m, n, r, ps[i], **kwargs)
-            i += 1
-    return out

@@ -126,7 +126,8 @@ def test_paper_order_is_the_paper_tables_rows_and_the_analysis_fallback_agrees()
 
 
 def test_flop_models_are_the_classes_and_a_method_without_one_is_named():
-    from fraq.flops import analytic_flops, florist_table5
+    from fraq.aggregators import analytic_flops
+    from fraq.flops import florist_table5
 
     assert {n for n, c in AGGREGATORS.items() if c.flop_model is not None} == {"fraq", "florist", "flexlora"}
     assert analytic_flops("florist", 3072, 768, 64, 8, model="table5") == florist_table5(768, 3072, 64, 8)

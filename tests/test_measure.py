@@ -17,13 +17,12 @@ import torch
 import fraq
 from benchmarks.measure.ablation import VARIANTS, ablation_variant
 from benchmarks.measure.fidelity import fidelity, orthogonality_error
+from fraq.aggregators import analytic_flops, model_flops
 from fraq.flops import (
-    analytic_flops,
     eigh_flops,
     flexlora_table5,
     florist_table5,
     fraq_table5,
-    model_flops,
     svd_flops,
 )
 from fraq.flops import qr_flops as geqrf_flops

@@ -23,7 +23,8 @@ import fraq
 from benchmarks.measure.flops import count_flops
 from benchmarks.measure.methods import default_path
 from fraq.backends import EXACT_BACKENDS
-from fraq.flops import Path, analytic_flops, cheapest_path, fraq_flops
+from fraq.aggregators import analytic_flops
+from fraq.flops import Path, cheapest_path, fraq_flops
 from fraq.reference import optimal_error, relative_error
 from fraq.synthetic import lora_clients
 

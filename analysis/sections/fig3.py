@@ -24,7 +24,7 @@ def draw(res) -> list[Section]:
     t5 = tables.table5_flops(f3)
     table5 = ("Batched points of the Fig. 3 sweeps, all modules of one call. *Table 5 GFLOP*: the paper's "
               "leading-order formulas; *model (code)*: the same pipelines with the constants of what the code runs "
-              "(`fraq.flops.analytic_flops(model='full')`); *counted*: FlopCounterMode with LAPACK formulas "
+              "(`fraq.aggregators.analytic_flops(model='full')`); *counted*: FlopCounterMode with LAPACK formulas "
               "(`benchmarks.measure.count_flops`). *% of GEMM bound*: the counted FLOPs at the rate of a 2048^3 "
               "float32 GEMM measured in the same process, over the time: a bound only as far as every kernel could "
               "run at GEMM's rate, which LAPACK's reductions cannot; *% of roofline*: the call's roofline (every kernel "

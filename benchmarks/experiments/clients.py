@@ -83,11 +83,11 @@ def key(config: dict) -> str:
 
 def _call_seconds_estimate(config: dict) -> float:
     """One call's estimated seconds on one idle core: the method's analytic FLOPs on the path
-    it takes (:func:`fraq.flops.analytic_flops`, ``model="full"``) at the largest rank the
+    it takes (:func:`fraq.aggregators.analytic_flops`, ``model="full"``) at the largest rank the
     energy rule can keep, min(d, r), at :data:`~benchmarks.experiments.DENSE_RATE`."""
     from benchmarks.experiments import DENSE_RATE
     from benchmarks.measure.methods import default_path, runs_backend, split_method
-    from fraq.flops import analytic_flops
+    from fraq.aggregators import analytic_flops
 
     c = config
     name, options = split_method(c["method"])

@@ -177,7 +177,7 @@ def _call_seconds_estimate(config: dict) -> float:
     :data:`~benchmarks.experiments.DENSE_RATE`."""
     from benchmarks.experiments import DENSE_RATE
     from benchmarks.measure.methods import split_method
-    from fraq.flops import analytic_flops
+    from fraq.aggregators import analytic_flops
 
     c = config
     name, options = split_method(c["method"])
@@ -195,7 +195,7 @@ def timing_cost(config: dict) -> float:
 
 
 def cost(config: dict) -> float:
-    """The method's analytic FLOPs (:func:`fraq.flops.analytic_flops`) per call at about
+    """The method's analytic FLOPs (:func:`fraq.aggregators.analytic_flops`) per call at about
     :data:`~benchmarks.experiments.DENSE_RATE`, over its calls (:func:`call_seconds`); a batched
     point adds its roofs (each kernel replayed up to three times more, and about 10 ms of
     looped samples per kernel for some 60 kernels), and a batched point of the d sweep the
@@ -321,7 +321,7 @@ def _analytic(c: dict, ranks: list[int], device: torch.device) -> dict:
     a model has no entry (Table 5 for another backend, a backend without a FLOP model or
     with a step count)."""
     from benchmarks.measure.methods import default_backend, default_path, runs_backend, split_method
-    from fraq.flops import analytic_flops
+    from fraq.aggregators import analytic_flops
 
     method, options = split_method(c["method"])
     named = options.get("backend")

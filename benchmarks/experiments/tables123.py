@@ -299,7 +299,7 @@ def _described(method: TableRow) -> dict:
 
 
 def _model_flops(name: str, model: Model, ranks: dict, which: str, *, kernel: str | None = None) -> float:
-    """The analytic FLOPs (:func:`fraq.flops.analytic_flops`, ``which`` = ``"table5"``, the
+    """The analytic FLOPs (:func:`fraq.aggregators.analytic_flops`, ``which`` = ``"table5"``, the
     paper's formulas, or ``"full"``, the routines the code calls) of one aggregation of the
     modules in ``ranks`` (module -> output rank; a per-client method's tuple of client ranks
     counts as the largest, the rank its one SVD is cut at), each at its shape and the
@@ -309,7 +309,7 @@ def _model_flops(name: str, model: Model, ranks: dict, which: str, *, kernel: st
     (:func:`benchmarks.measure.methods.default_path`)."""
     from benchmarks.measure.methods import default_path
     from fraq.aggregators import AGGREGATORS
-    from fraq.flops import analytic_flops
+    from fraq.aggregators import analytic_flops
 
     if AGGREGATORS[name].flop_model is None or (kernel not in (None, "dense") and which == "table5"):
         return float("nan")

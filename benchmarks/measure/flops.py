@@ -46,7 +46,7 @@ with-vectors cost while the counter is active.
 
 **Analytic.** The formulas are the analytic ones of :mod:`fraq.flops` (the routine counts,
 FRAQ with each backend, the baselines, Table 5), so counted FLOPs and
-:func:`fraq.flops.analytic_flops` with ``model="full"`` agree to the r^3 constants;
+:func:`fraq.aggregators.analytic_flops` with ``model="full"`` agree to the r^3 constants;
 ``model="table5"`` differs from them by the Gram convention (SYRK there, GEMM in the
 code: 3D r^2 against 4D r^2) and the SVD constants (the paper's 4 a r^2 thin SVD is
 a values-only count; with singular vectors ``gesdd``'s QR path costs 6 a r^2).

@@ -78,6 +78,7 @@ from fraq.aggregators.registry import (
     load_outside_methods,
     register_aggregator,
 )
+from fraq.aggregators.flops import analytic_flops, model_flops
 
 __all__ = [
     "AGGREGATORS",
@@ -109,9 +110,11 @@ __all__ = [
     "ModuleSpec",
     "REINITIALIZE",
     "WARM_START",
+    "analytic_flops",
     "certify",
     "get_aggregator",
     "load_outside_methods",
+    "model_flops",
     "register_aggregator",
     "validate_updates",
 ]

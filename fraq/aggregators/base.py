@@ -117,7 +117,7 @@ class Aggregator(ABC):
             one d x D module (d <= D) of stacked rank r aggregated to rank p, with
             ``model`` ``"table5"`` (the paper's formulas) or ``"full"`` (the routines the
             code calls) and, for a :attr:`basis_backend` method, ``backend``, ``steps``,
-            ``factored``, ``identity`` (:func:`fraq.flops.analytic_flops`, which checks the
+            ``factored``, ``identity`` (:func:`fraq.aggregators.analytic_flops`, which checks the
             arguments and calls it); None for a method without one (its FLOP columns
             are then empty).
     """
