@@ -128,3 +128,23 @@ def test_the_circle_finder_finds_a_lazy_import_circle(tmp_path):
     mods = {"a": a, "b": b, "c": c}
     assert _circles(_edges(mods)) == [{"a", "b"}]
     assert _edges(mods)["c"] == set()
+
+
+def test_the_internal_surface_resolves_every_name_from_its_module_without_torch():
+    """``fraq.internals`` hands out every name of its surface from the module that defines it, refuses
+    another naming the surface, and imports nothing it is not asked for (a file helper: no torch)."""
+    import importlib
+    import subprocess
+    import sys
+
+    import pytest
+
+    import fraq.internals as internals
+
+    for name, module in internals.SURFACE.items():
+        assert getattr(internals, name) is getattr(importlib.import_module(module), name), name
+    with pytest.raises(AttributeError, match="replacing_file"):
+        internals.nope  # noqa: B018
+    code = "import sys; from fraq.internals import replacing_file, plain; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "False"
