@@ -31,7 +31,7 @@ __all__ = ["FIDELITY", "dense_of", "sweep_lines", "table_lines"]
 
 FIDELITY = 1e-6
 """The float32 result's error above the float64 optimum (relative) that the sweeps' exact
-methods stay under (:data:`analysis.clients.FIDELITY`)."""
+methods stay under (:data:`analysis.sections.clients.FIDELITY`)."""
 
 
 def dense_of(method: str) -> str | None:

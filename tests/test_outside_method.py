@@ -239,7 +239,7 @@ def test_tables_fig3_clients_and_report_show_it(outside, tmp_path):
     """Tables 1-3 get its row (after the paper's), Fig. 3 and the clients sweep compare it at
     every point, the results carry its class's fields, and the report and figures show it by
     its display name."""
-    from analysis.clients import figure as clients_figure
+    from analysis.sections.clients import figure as clients_figure
     from analysis.figures import fig3_scalability
     from analysis.loaders import load_results
     from analysis.reproduce import main as reproduce
