@@ -66,7 +66,8 @@ def _alpha_column(alpha: float) -> int | None:
 
 
 def _table(runs, df, variant: str, data: str) -> str:
-    from analysis import federated, tables
+    from analysis import tables
+    from analysis.sections import federated
     from analysis.loaders import paper
 
     p = paper()
@@ -88,7 +89,7 @@ def _table(runs, df, variant: str, data: str) -> str:
 
 def _schedule(df, long_df, data: str) -> list[str]:
     """How far the scaled schedule's final accuracy is from the 4x longer one, on the long run's seed."""
-    from analysis import federated
+    from analysis.sections import federated
 
     if long_df is None or long_df.empty:
         return ["The 4x longer schedule was not run: no comparison."]
@@ -167,7 +168,8 @@ def build(results: Path, long: Path | None, out: Path) -> Built:
     import matplotlib
 
     matplotlib.use("Agg")
-    from analysis import federated, style
+    from analysis import style
+    from analysis.sections import federated
     from analysis.atomic import write_text
     from analysis.resultset import load
     from analysis.sections.federated import _setting, titles

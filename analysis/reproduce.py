@@ -143,7 +143,7 @@ def _build(out: Path, pdf: bool = True) -> str:
             continue
         parts += drawn
 
-    from analysis.federated import SMOKE, is_smoke
+    from analysis.sections.federated import SMOKE, is_smoke
 
     smoke = is_smoke(res.all)
     federated = bool(res.experiments) and set(res.experiments) <= {"federated"}

@@ -912,7 +912,7 @@ def test_smoke_setting_to_report(tmp_path):
     assert len(files) == 2 * 2 * len(cfg.methods) and all(f.exists() for f in files)
     import matplotlib
 
-    from analysis import federated
+    from analysis.sections import federated
     from analysis.resultset import load
 
     drawn = []

@@ -16,12 +16,12 @@ import pytest
 pd = pytest.importorskip("pandas")
 stats = pytest.importorskip("scipy.stats")
 
-from analysis import federated  # noqa: E402
+from analysis.sections import federated  # noqa: E402
 
 
 def runs_frame(acc: dict[str, np.ndarray], seeds: np.ndarray, rng, down: dict[str, float] | None = None,
                variant: str = "homogeneous") -> pd.DataFrame:
-    """A :func:`analysis.federated.runs` frame: per method its accuracy on each seed, rows shuffled
+    """A :func:`analysis.sections.federated.runs` frame: per method its accuracy on each seed, rows shuffled
     (so a comparison that pairs rows by position instead of by seed would pair wrong seeds)."""
     rows = []
     for m, a in acc.items():

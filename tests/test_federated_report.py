@@ -18,7 +18,7 @@ pd = pytest.importorskip("pandas")
 pytest.importorskip("matplotlib")
 pytest.importorskip("scipy")
 
-from analysis import federated  # noqa: E402
+from analysis.sections import federated  # noqa: E402
 from analysis.resultset import MixedResults, load  # noqa: E402
 from fraq._results import write_result  # noqa: E402
 from fraq.federated.config import load_config  # noqa: E402
