@@ -153,14 +153,19 @@ SIZES: dict[str, dict[str, dict]] = {
     ),
 }
 
-GPU_TABLES123 = dict(SIZES["paper"]["tables123"], layers={}, dense_alone=True)
+GPU_TABLES123 = dict(SIZES["paper"]["tables123"], layers={}, dense_alone=True, rounds=6, launches=1)
 """Tables 1-3 at the ``gpu`` size: every preset whole, the heterogeneous one too (its stacked
 rank 232 makes a whole-model call of every method minutes on a CPU, seconds on a GPU), since a
 time measured on fewer layers and multiplied up overstates a method that batches per shape
 group: CuPy's batched eigensolver takes 17.7 ms for one 232 x 232 Gram and 114 ms for 196 of
 them on an H100 (docs/results/gpu/h100-2026-11-28). And every dense-factorization method in a
 point of its own after every preset's shared point (``dense_alone``), so a budgeted GPU call
-measures FRAQ, FLoRA and FLoRIST on every preset before the minutes of FlexLoRA's SVDs."""
+measures FRAQ, FLoRA and FLoRIST on every preset before the minutes of FlexLoRA's SVDs. And
+6 paired rounds in one process (the fewest with a 95% sign interval) rather than the paper
+size's 2 in each of 3 fresh processes: each fresh process builds the preset's inputs again
+(the whole heterogeneous model: about 25 s on one core, 1.4 GB moved to the device), which a
+budgeted GPU call cannot spend three times; the rows record ``launches`` = 1, so what they
+do not cover (the variance between processes) is on record."""
 
 SIZES["gpu"] = dict(SIZES["paper"], tables123=GPU_TABLES123)
 
