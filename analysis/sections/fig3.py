@@ -36,7 +36,8 @@ def draw(res) -> list[Section]:
     mem = tables.memory_crosscheck(f3)
     cross = ("" if mem.empty else
              "\n\nThe tensor peak (torch's allocator, above the inputs) cross-checked by the process's resident set: its "
-             "growth over one call in a fresh process at one thread, a second call (*warm*, after freed heap memory is "
+             "growth over one call in a process that has run nothing else (a child forked from a server that imported "
+             "torch and the suite) at one thread, a second call (*warm*, after freed heap memory is "
              "handed back) and the first (*cold*, the libraries' own set-up included; "
              "`benchmarks.measure.rss`). Warm growth well above the tensor peak would be memory the libraries "
              "allocate outside torch.\n\n" + tables.markdown(mem))

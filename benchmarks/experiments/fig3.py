@@ -18,7 +18,7 @@ job at every point. At each point:
   the call's roofline (each kernel alone at its shapes, the larger of its FLOP and bytes
   terms, summed), and ``gemm_bound_s``, the counted FLOPs at the large-GEMM rate;
 - ``rss_cold`` / ``rss_warm`` (batched points of the d sweep, CPU): the resident set's
-  growth over a first and a second call in a fresh process
+  growth over a first and a second call in a process that has run nothing else
   (:func:`benchmarks.measure.rss.rss_growth`), the cross-check of ``peak_bytes``;
 - fidelity: the float32 result's relative Frobenius error against a float64 reference of
   the same stack, the float64 Eckart-Young optimum at p, and the error above it
@@ -88,8 +88,8 @@ def expected_rounds(config: dict) -> float:
 ROOF_SAMPLE = 2e-3
 """Seconds of one looped sample of a kernel timed alone for the roofs
 (:data:`benchmarks.measure.kernels.MIN_SAMPLE`); the ``tiny`` size, a test of the flow,
-takes a tenth. The resident-set check (``rss``) is off at ``tiny``: it starts a process
-per point, and ``tests/test_rss.py`` checks it on its own."""
+takes a tenth. The resident-set check (``rss``) is off at ``tiny``: it starts a measuring
+server, and ``tests/test_rss.py`` checks it on its own."""
 
 GROUP = "benchmarks.experiments.fig3:group_calls"
 """The builder of a group's calls in every launch (:func:`benchmarks.measure.paired.launched`)."""
@@ -199,11 +199,12 @@ def cost(config: dict) -> float:
     :data:`~benchmarks.experiments.DENSE_RATE`, over its calls (:func:`call_seconds`); a batched
     point adds its roofs (each kernel replayed up to three times more, and about 10 ms of
     looped samples per kernel for some 60 kernels), and a batched point of the d sweep the
-    resident-set check's fresh process (3 s of start-up and two calls)."""
+    resident-set check's child (:mod:`benchmarks.measure.rss`: 0.3 s of fork and inputs, and
+    two calls)."""
     c = config
     seconds = _call_seconds_estimate(c)
     roofs = 4 * seconds + 0.6 if c["mode"] == "batched" else 0.0
-    rss = 3.0 + 2 * seconds if c["mode"] == "batched" and c["sweep"] == "d" and c.get("rss", True) else 0.0
+    rss = 0.3 + 2 * seconds if c["mode"] == "batched" and c["sweep"] == "d" and c.get("rss", True) else 0.0
     return call_seconds(seconds, c) + roofs + rss
 
 
