@@ -65,7 +65,7 @@ SIZES: dict[str, dict[str, dict]] = {
     "reduced": dict(
         fig3=dict(modules=2, client_rank=8, p=8, d_fixed=768, r_fixed=80, ranks=[16, 32, 64, 128, 256],
                   dims=[256, 512, 768, 1536, 3072], methods=_SWEEP_METHODS + ["qr-svd", "rsvd"], rounds=12,
-                  min_rounds=6, launches=1),
+                  min_rounds=6, launches=1, roof_methods=["fraq"]),
         # r = d/24 to 4d at 768 x 768, to 2d at 768 x 3072: past r = d on both shapes within minutes.
         clients=dict(shapes=[[768, 768, [4, 16, 48, 96, 192, 384]], [768, 3072, [8, 48, 96, 192]]], client_rank=8,
                      tau=0.95, modules=1, methods=_SWEEP_METHODS + ["fraq:backend=cholesky"], rounds=12,

@@ -906,3 +906,14 @@ def test_a_result_without_a_commit_is_captioned_with_its_version(tmp_path):
     rec.write_text(json.dumps(data))
     cap = style.caption(loaders.load_results(tmp_path))
     assert "fraq ?" not in cap and f"fraq {fraq.__version__} (no git commit recorded)" in cap, cap
+
+
+def test_table5_says_whose_kernels_the_size_left_untimed():
+    """Table 5's caption names the methods whose roofline is measured when some rows have none
+    (the runner's default size times FRAQ's kernels only), and says nothing when all have one."""
+    from analysis.sections.fig3 import _roofs_left_out
+
+    t5 = pd.DataFrame({"Method": ["FRAQ", "FLoRIST", "FRAQ"], "% of roofline": [40.0, float("nan"), 35.0]})
+    text = _roofs_left_out(t5)
+    assert "FRAQ's only" in text and "--size paper" in text and "FLoRIST" not in text
+    assert _roofs_left_out(t5.assign(**{"% of roofline": 1.0})) == ""

@@ -207,3 +207,21 @@ def test_a_busy_machine_withholds_the_tables123_verdicts(tmp_path, monkeypatch):
     busy = [x for x in text.split("## Not measured or skipped")[1].splitlines() if "machine was busy" in x]
     assert len(busy) == 1 and "load average 9.00" in busy[0] and "'roberta-base: FLoRIST / FRAQ as " in busy[0]
     assert "machine busy: " in built.summary()
+
+
+def test_a_size_that_times_some_methods_kernels_keeps_each_point_in_its_group():
+    """``roof_methods`` (the runner's default size: FRAQ's) marks which batched points carry
+    the kernel roofs; the mark is the method's own, so every method of a point still shares
+    one group (one paired timing), and a size without it marks nothing."""
+    import json
+
+    from benchmarks.experiments import fig3
+
+    reduced = fig3.points("reduced")
+    batched = [c for c in reduced if c["mode"] == "batched"]
+    assert {c["method"] for c in batched if c["roofs"]} == {"fraq"}
+    assert len({json.dumps(fig3.group(c), sort_keys=True) for c in reduced}) == len(
+        {(c["sweep"], c["d"], c["r"], c["mode"]) for c in reduced})
+    assert fig3.cost(next(c for c in batched if c["roofs"])) > fig3.cost(dict(next(c for c in batched if c["roofs"]),
+                                                                             roofs=False))
+    assert not any("roofs" in c for c in fig3.points("tiny"))

@@ -16,7 +16,9 @@ job at every point. At each point:
   formula) and ``analytic_flops_full`` (the pipeline the code runs);
 - the limits (batched, one torch thread; :mod:`benchmarks.measure.kernels`): ``roof_s``,
   the call's roofline (each kernel alone at its shapes, the larger of its FLOP and bytes
-  terms, summed), and ``gemm_bound_s``, the counted FLOPs at the large-GEMM rate;
+  terms, summed), and ``gemm_bound_s``, the counted FLOPs at the large-GEMM rate; at the
+  methods the size names where it names some (``roof_methods``: FRAQ's at ``reduced``,
+  :func:`roofs`), at every method's otherwise;
 - ``rss_cold`` / ``rss_warm`` (batched points of the d sweep, CPU): the resident set's
   growth over a first and a second call in a process that has run nothing else
   (:func:`benchmarks.measure.rss.rss_growth`), the cross-check of ``peak_bytes``;
@@ -45,7 +47,7 @@ from benchmarks.experiments import with_registered
 from benchmarks.sizes import size_config
 
 __all__ = ["GROUP", "call", "cost", "group", "group_calls", "key", "measure", "metrics", "paired_timing", "points",
-           "prepare_points", "reference", "timed_calls", "timed_seconds", "timing_cost"]
+           "prepare_points", "reference", "roofs", "timed_calls", "timed_seconds", "timing_cost"]
 
 MODES = ("batched", "unbatched")
 
@@ -65,7 +67,7 @@ def points(size: str) -> list[dict]:
                                 p=min(c["p"], r, d), modules=c["modules"], client_rank=c["client_rank"],
                                 rounds=c["rounds"], launches=c["launches"], compared=compared,
                                 rss=c.get("rss", True), roof_sample=c.get("roof_sample", ROOF_SAMPLE),
-                                **adaptive(c)))
+                                **adaptive(c), **roofs(c, method)))
     return out
 
 
@@ -74,6 +76,16 @@ def adaptive(size_config: dict) -> dict:
     a group is decided, after at least n of them: :func:`benchmarks.measure.paired.paired_rounds`),
     else nothing, so a size without it keeps its configs as they are."""
     return {"min_rounds": size_config["min_rounds"]} if "min_rounds" in size_config else {}
+
+
+def roofs(size_config: dict, method: str) -> dict:
+    """``{"roofs": bool}`` where the size names the methods whose batched points carry the
+    kernel roofs (``roof_methods``), else nothing (every batched point carries them). No
+    verdict reads the roofs; Table 5's *% of roofline* column shows them, and timing every
+    kernel of every method's call alone is most of a sweep's time on one core (some 10,000
+    kernels at ``reduced``), so the runner's default size times FRAQ's only."""
+    named = size_config.get("roof_methods")
+    return {} if named is None else {"roofs": method in named}
 
 
 def expected_rounds(config: dict) -> float:
@@ -96,8 +108,9 @@ GROUP = "benchmarks.experiments.fig3:group_calls"
 
 
 def group(config: dict) -> dict:
-    """The point's group: its config without the method (the methods are ``compared``)."""
-    return {k: v for k, v in config.items() if k != "method"}
+    """The point's group: its config without what is the method's own (``method``, the methods
+    being ``compared``, and ``roofs``, which the timing does not read)."""
+    return {k: v for k, v in config.items() if k not in ("method", "roofs")}
 
 
 def group_calls(group: dict, device: torch.device | str = "cpu") -> dict:
@@ -203,7 +216,7 @@ def cost(config: dict) -> float:
     two calls)."""
     c = config
     seconds = _call_seconds_estimate(c)
-    roofs = 4 * seconds + 0.6 if c["mode"] == "batched" else 0.0
+    roofs = 4 * seconds + 0.6 if c["mode"] == "batched" and c.get("roofs", True) else 0.0
     rss = 0.3 + 2 * seconds if c["mode"] == "batched" and c["sweep"] == "d" and c.get("rss", True) else 0.0
     return call_seconds(seconds, c) + roofs + rss
 
@@ -266,7 +279,7 @@ def reference(d: int, D: int, r: int, client_rank: int, modules: int):
 def metrics(config: dict, device: torch.device | str = "cpu", *, roofs: bool = True) -> dict:
     """Everything but the latency: peak memory, FLOPs (counted and analytic), fidelity and
     each module's output rank (``ranks``); at a batched point also the counted FLOPs and,
-    with ``roofs``, the call's limits (:func:`_roofs`: every kernel replayed alone, for
+    with ``roofs`` (and the point's own ``roofs``, where its size sets it: :func:`roofs`), the call's limits (:func:`_roofs`: every kernel replayed alone, for
     Table 5's "% of roofline"; the clients sweep, which no table reads them from, leaves
     them out)."""
     from benchmarks.measure import count_flops, fidelity, peak_memory
@@ -284,7 +297,7 @@ def metrics(config: dict, device: torch.device | str = "cpu", *, roofs: bool = T
     if c["mode"] == "batched":
         fc = count_flops(fn)
         out.update(counted_flops=fc.total, uncounted=list(fc.uncounted),
-                   **(_roofs(fn, device, c.get("roof_sample", ROOF_SAMPLE)) if roofs else {}))
+                   **(_roofs(fn, device, c.get("roof_sample", ROOF_SAMPLE)) if roofs and c.get("roofs", True) else {}))
         if c["sweep"] == "d" and c.get("rss", True):  # the memory row of the figure: the tensor peak cross-checked by the resident set
             from benchmarks.measure.rss import rss_growth
 
