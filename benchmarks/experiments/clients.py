@@ -25,7 +25,9 @@ Sizes: :data:`benchmarks.sizes.SIZES` ``[size]["clients"]``: ``shapes`` as ``[m,
 or ``[m, n, Ks, options]``, the options of that shape: ``rounds`` (per launch, in place of
 the size's) and ``only`` (method -> the Ks it runs at, where a call of it takes a minute
 or more; the sizes say why each cap is where it is). The methods of one K are timed
-together in paired rounds over ``launches`` fresh processes (:mod:`benchmarks.measure.paired`).
+together in paired rounds over ``launches`` fresh processes (:mod:`benchmarks.measure.paired`);
+with ``min_rounds`` the rounds stop once the comparisons the claims read are decided
+(:func:`decides`).
 FlexLoRA's largest-d limit of the 12-module Fig. 3 sweeps is not applied: the dense path
 is the comparison this sweep exists for, and its points hold one or two modules.
 :func:`ratios` times FRAQ against the dense path interleaved along the same points and fits
@@ -42,7 +44,7 @@ import torch
 from benchmarks.experiments import fig3, with_registered
 from benchmarks.sizes import size_config
 
-__all__ = ["call", "cost", "energy_check", "growth", "key", "measure", "metrics", "points", "prepare_points", "ratios",
+__all__ = ["DENSE", "call", "cost", "decides", "energy_check", "growth", "key", "measure", "metrics", "points", "prepare_points", "ratios",
            "timing_cost"]
 
 call = fig3.call
@@ -62,12 +64,37 @@ def points(size: str) -> list[dict]:
         rounds = opt.get("rounds", c["rounds"])
         for K in ks:
             compared = [x for x in with_registered(c["methods"]) if K in opt.get("only", {}).get(x, [K])]
+            extra = {"decides": decides(compared)} if "min_rounds" in c else {}
             for method in compared:
                 out.append(dict(figure="clients", sweep="K", method=method, mode="batched", d=m, D=n, K=K,
                                 r=K * c["client_rank"], p=None, tau=c["tau"], modules=c["modules"],
                                 client_rank=c["client_rank"], rounds=rounds, launches=c["launches"],
                                 compared=compared, **fig3.adaptive(dict(c, min_rounds=min(c["min_rounds"], rounds))
-                                                                   if "min_rounds" in c else c)))
+                                                                   if "min_rounds" in c else c), **extra))
+    return out
+
+
+DENSE = "flexlora"
+"""The dense path the sweep's claims compare FRAQ with (:func:`analysis.clients.lines`)."""
+
+
+def decides(compared: list[str]) -> list[list[str]]:
+    """The comparisons the claims on a point's timings read, as pairs of its methods: FRAQ
+    against the dense path (:data:`DENSE`: where they cross, and FRAQ no slower past r = d)
+    and each kernel variant against its dense path (``flexlora:kernel=fraq`` against
+    ``flexlora``: :mod:`analysis.kernel_variants`). With ``min_rounds`` the rounds stop once
+    these are decided (:func:`benchmarks.measure.paired.paired_rounds`): a pair no claim
+    reads (FRAQ against its other backends, nearly as fast) would hold every method of the
+    point to the most rounds."""
+    from benchmarks.measure.methods import split_method
+
+    out = [["fraq", DENSE]] if {"fraq", DENSE} <= set(compared) else []
+    for m in compared:
+        name, options = split_method(m)
+        if options.get("kernel", "dense") != "dense":
+            dense = m.split(":", 1)[0] if set(options) == {"kernel"} else None
+            if dense in compared:
+                out.append([dense, m])
     return out
 
 
