@@ -246,3 +246,7 @@ def test_the_clients_rounds_wait_on_the_comparisons_its_claims_read():
     reduced = clients.points("reduced")
     assert all(c["decides"] == clients.decides(c["compared"]) for c in reduced)
     assert not any("decides" in c for c in clients.points("paper"))  # a size without min_rounds runs every round
+    from benchmarks.experiments import fig3
+
+    assert all(c["decides"] == fig3.decides(c["compared"]) for c in fig3.points("reduced"))
+    assert fig3.decides(["fraq", "florist", "flexlora:kernel=fraq", "qr-svd", "rsvd"]) == []  # d past FlexLoRA's limit

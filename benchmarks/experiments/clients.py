@@ -44,7 +44,7 @@ import torch
 from benchmarks.experiments import fig3, with_registered
 from benchmarks.sizes import size_config
 
-__all__ = ["DENSE", "call", "cost", "decides", "energy_check", "growth", "key", "measure", "metrics", "points", "prepare_points", "ratios",
+__all__ = ["call", "cost", "decides", "energy_check", "growth", "key", "measure", "metrics", "points", "prepare_points", "ratios",
            "timing_cost"]
 
 call = fig3.call
@@ -64,7 +64,7 @@ def points(size: str) -> list[dict]:
         rounds = opt.get("rounds", c["rounds"])
         for K in ks:
             compared = [x for x in with_registered(c["methods"]) if K in opt.get("only", {}).get(x, [K])]
-            extra = {"decides": decides(compared)} if "min_rounds" in c else {}
+            extra = {"decides": fig3.decides(compared)} if "min_rounds" in c else {}
             for method in compared:
                 out.append(dict(figure="clients", sweep="K", method=method, mode="batched", d=m, D=n, K=K,
                                 r=K * c["client_rank"], p=None, tau=c["tau"], modules=c["modules"],
@@ -74,28 +74,10 @@ def points(size: str) -> list[dict]:
     return out
 
 
-DENSE = "flexlora"
-"""The dense path the sweep's claims compare FRAQ with (:func:`analysis.clients.lines`)."""
-
-
-def decides(compared: list[str]) -> list[list[str]]:
-    """The comparisons the claims on a point's timings read, as pairs of its methods: FRAQ
-    against the dense path (:data:`DENSE`: where they cross, and FRAQ no slower past r = d)
-    and each kernel variant against its dense path (``flexlora:kernel=fraq`` against
-    ``flexlora``: :mod:`analysis.kernel_variants`). With ``min_rounds`` the rounds stop once
-    these are decided (:func:`benchmarks.measure.paired.paired_rounds`): a pair no claim
-    reads (FRAQ against its other backends, nearly as fast) would hold every method of the
-    point to the most rounds."""
-    from benchmarks.measure.methods import split_method
-
-    out = [["fraq", DENSE]] if {"fraq", DENSE} <= set(compared) else []
-    for m in compared:
-        name, options = split_method(m)
-        if options.get("kernel", "dense") != "dense":
-            dense = m.split(":", 1)[0] if set(options) == {"kernel"} else None
-            if dense in compared:
-                out.append([dense, m])
-    return out
+decides = fig3.decides
+"""The comparisons the claims on a point's timings read (:func:`benchmarks.experiments.fig3.decides`):
+FRAQ against the dense path (where they cross, and FRAQ no slower past r = d) and each kernel
+variant against its dense path."""
 
 
 prepare_points = fig3.prepare_points

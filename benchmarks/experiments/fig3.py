@@ -10,7 +10,8 @@ job at every point. At each point:
 - ``timing``: latency of the call, the methods of one (sweep, d, r, mode) timed together
   in paired rounds over ``launches`` fresh processes (:mod:`benchmarks.measure.paired`:
   ``round``, ``launch``, ``loops`` and a ``group`` id per result, so that the analysis
-  judges each ratio round by round);
+  judges each ratio round by round); with ``min_rounds``, until the comparisons the
+  claims read one by one are decided (:func:`decides`);
 - ``peak_bytes``: tensor peak memory above the inputs;
 - ``counted_flops`` (batched; LAPACK included), ``analytic_flops_table5`` (the paper's
   formula) and ``analytic_flops_full`` (the pipeline the code runs);
@@ -46,7 +47,7 @@ from benchmarks.device import to_device
 from benchmarks.experiments import with_registered
 from benchmarks.sizes import size_config
 
-__all__ = ["GROUP", "call", "cost", "group", "group_calls", "key", "measure", "metrics", "paired_timing", "points",
+__all__ = ["DENSE", "GROUP", "call", "cost", "decides", "group", "group_calls", "key", "measure", "metrics", "paired_timing", "points",
            "prepare_points", "reference", "roofs", "timed_calls", "timed_seconds", "timing_cost"]
 
 MODES = ("batched", "unbatched")
@@ -67,7 +68,8 @@ def points(size: str) -> list[dict]:
                                 p=min(c["p"], r, d), modules=c["modules"], client_rank=c["client_rank"],
                                 rounds=c["rounds"], launches=c["launches"], compared=compared,
                                 rss=c.get("rss", True), roof_sample=c.get("roof_sample", ROOF_SAMPLE),
-                                **adaptive(c), **roofs(c, method)))
+                                **adaptive(c), **roofs(c, method),
+                                **({"decides": decides(compared)} if "min_rounds" in c else {})))
     return out
 
 
@@ -76,6 +78,32 @@ def adaptive(size_config: dict) -> dict:
     a group is decided, after at least n of them: :func:`benchmarks.measure.paired.paired_rounds`),
     else nothing, so a size without it keeps its configs as they are."""
     return {"min_rounds": size_config["min_rounds"]} if "min_rounds" in size_config else {}
+
+
+DENSE = "flexlora"
+"""The dense path the sweeps' claims compare FRAQ with (FlexLoRA's time growing faster
+with d, :mod:`analysis.sections.fig3`; FRAQ no slower past r = d, :mod:`analysis.clients`)."""
+
+
+def decides(compared: list[str]) -> list[list[str]]:
+    """The comparisons at one point that claims read one by one, as pairs of its methods:
+    FRAQ against the dense path (:data:`DENSE`) and each kernel variant against its dense
+    path (``flexlora:kernel=fraq`` against ``flexlora``: :mod:`analysis.kernel_variants`).
+    With ``min_rounds`` the rounds stop once these are decided
+    (:func:`benchmarks.measure.paired.paired_rounds`). The claim over every point ("FRAQ is
+    the fastest method": the smallest ratio over points, round by round) is judged over the
+    rounds all points have (:func:`analysis.verdicts.judge`), so rounds past ``min_rounds``
+    at some points would not enter it; a pair no claim reads alone (FRAQ against a method
+    nearly as fast: its other backends, the textbook baselines at small r) would hold every
+    method of the point, FlexLoRA's dense SVD included, to the most rounds."""
+    from benchmarks.measure.methods import split_method
+
+    out = [["fraq", DENSE]] if {"fraq", DENSE} <= set(compared) else []
+    for m in compared:
+        name, options = split_method(m)
+        if options.get("kernel", "dense") != "dense" and set(options) == {"kernel"} and name in compared:
+            out.append([name, m])
+    return out
 
 
 def roofs(size_config: dict, method: str) -> dict:
@@ -91,9 +119,11 @@ def roofs(size_config: dict, method: str) -> dict:
 def expected_rounds(config: dict) -> float:
     """Rounds a point's timing is expected to take in all: ``launches`` x ``rounds``, or with
     ``min_rounds``, halfway between it and ``rounds`` per launch (a decided comparison stops
-    at ``min_rounds``, an open one runs to ``rounds``)."""
+    at ``min_rounds``, an open one runs to ``rounds``), a quarter of the way where the
+    rounds wait on ``decides`` alone (comparisons with the dense path, rarely open)."""
     c = config
-    per_launch = (c["min_rounds"] + c["rounds"]) / 2 if c.get("min_rounds") else c["rounds"]
+    share = 0.25 if "decides" in c else 0.5
+    per_launch = c["min_rounds"] + share * (c["rounds"] - c["min_rounds"]) if c.get("min_rounds") else c["rounds"]
     return c["launches"] * per_launch
 
 
