@@ -57,8 +57,8 @@ def _roofs_left_out(t5: pd.DataFrame) -> str:
     missing = t5[t5["% of roofline"].isna()]
     if missing.empty:
         return ""
-    timed = sorted(set(t5["Method"]) - set(missing["Method"]))
-    return ("; `-` where the size does not time the call's kernels (" + (", ".join(timed) + "'s only" if timed else
+    having = sorted(set(t5["Method"]) - set(missing["Method"]))
+    return ("; `-` where the size does not time the call's kernels (" + (", ".join(having) + "'s only" if having else
             "none") + " here: no verdict reads them; `--size paper` times every method's)")
 
 
