@@ -245,6 +245,8 @@ def test_the_clients_rounds_wait_on_the_comparisons_its_claims_read():
     assert clients.decides(["fraq", "florist", "flexlora:kernel=fraq"]) == []  # no dense path at this K
     reduced = clients.points("reduced")
     assert all(c["decides"] == clients.decides(c["compared"]) for c in reduced)
+    # past r = d every round: the claim there takes the rounds all its points have
+    assert all((c["min_rounds"] == c["rounds"]) == (c["r"] >= c["d"]) for c in reduced)
     assert not any("decides" in c for c in clients.points("paper"))  # a size without min_rounds runs every round
     from benchmarks.experiments import fig3
 

@@ -54,7 +54,11 @@ call = fig3.call
 
 def points(size: str) -> list[dict]:
     """Every (shape, K, method) of the ``size`` sweep, as result configs (Fig. 3's fields,
-    so :func:`call` and :func:`metrics` read them as they read Fig. 3's)."""
+    so :func:`call` and :func:`metrics` read them as they read Fig. 3's). Where the size sets
+    ``min_rounds``, the points past r = d run every round all the same: the claim on them
+    (FRAQ no slower than the dense path at any of them, :mod:`analysis.clients`) is judged
+    round by round over the rounds they all have, and FRAQ and the dense path are close
+    there, so one point's extra rounds would not enter it unless every point has them."""
     c = size_config(size, "clients")
     out = []
     for m, n, ks, *options in c["shapes"]:
@@ -65,12 +69,15 @@ def points(size: str) -> list[dict]:
         for K in ks:
             compared = [x for x in with_registered(c["methods"]) if K in opt.get("only", {}).get(x, [K])]
             extra = {"decides": fig3.decides(compared)} if "min_rounds" in c else {}
+            first = min(c["min_rounds"], rounds) if "min_rounds" in c else None
+            if first is not None and K * c["client_rank"] >= m:  # past r = d: every round (:func:`points`)
+                first = rounds
             for method in compared:
                 out.append(dict(figure="clients", sweep="K", method=method, mode="batched", d=m, D=n, K=K,
                                 r=K * c["client_rank"], p=None, tau=c["tau"], modules=c["modules"],
                                 client_rank=c["client_rank"], rounds=rounds, launches=c["launches"],
-                                compared=compared, **fig3.adaptive(dict(c, min_rounds=min(c["min_rounds"], rounds))
-                                                                   if "min_rounds" in c else c), **extra))
+                                compared=compared, **fig3.adaptive(dict(c, min_rounds=first)
+                                                                   if first is not None else c), **extra))
     return out
 
 
