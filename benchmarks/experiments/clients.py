@@ -44,8 +44,8 @@ import torch
 from benchmarks.experiments import fig3, with_registered
 from benchmarks.sizes import size_config
 
-__all__ = ["call", "cost", "decides", "energy_check", "growth", "key", "measure", "metrics", "points", "prepare_points", "ratios",
-           "timing_cost"]
+__all__ = ["call", "cost", "decides", "energy_check", "growth", "key", "measure", "metrics", "points", "prepare_points",
+           "ratios", "timing_cost"]
 
 call = fig3.call
 """The timed call of a point (:func:`benchmarks.experiments.fig3.call`; the config's

@@ -47,8 +47,9 @@ from benchmarks.device import to_device
 from benchmarks.experiments import with_registered
 from benchmarks.sizes import size_config
 
-__all__ = ["DENSE", "GROUP", "call", "cost", "decides", "group", "group_calls", "key", "measure", "metrics", "paired_timing", "points",
-           "prepare_points", "reference", "roofs", "timed_calls", "timed_seconds", "timing_cost"]
+__all__ = ["DENSE", "GROUP", "call", "cost", "decides", "group", "group_calls", "key", "measure", "metrics",
+           "paired_timing", "points", "prepare_points", "reference", "roofs", "timed_calls", "timed_seconds",
+           "timing_cost"]
 
 MODES = ("batched", "unbatched")
 
@@ -309,7 +310,8 @@ def reference(d: int, D: int, r: int, client_rank: int, modules: int):
 def metrics(config: dict, device: torch.device | str = "cpu", *, roofs: bool = True) -> dict:
     """Everything but the latency: peak memory, FLOPs (counted and analytic), fidelity and
     each module's output rank (``ranks``); at a batched point also the counted FLOPs and,
-    with ``roofs`` (and the point's own ``roofs``, where its size sets it: :func:`roofs`), the call's limits (:func:`_roofs`: every kernel replayed alone, for
+    with ``roofs`` (and the point's own ``roofs`` where its size sets one, :func:`roofs`),
+    the call's limits (:func:`_roofs`: every kernel replayed alone, for
     Table 5's "% of roofline"; the clients sweep, which no table reads them from, leaves
     them out)."""
     from benchmarks.measure import count_flops, fidelity, peak_memory

@@ -209,7 +209,8 @@ def _one_launch(target: str, groups: list[dict], rounds: int, device: str, min_s
         calls = build(group, device)
         decides = group.get("decides")
         out.append(paired_rounds(calls, rounds, device=device, min_sample=min_sample, launch=launch,
-                                 min_rounds=min_rounds, decides=None if decides is None else [tuple(p) for p in decides]))
+                                 min_rounds=min_rounds,
+                                 decides=None if decides is None else [tuple(p) for p in decides]))
         del calls
         if on_group is not None:
             on_group(group)
