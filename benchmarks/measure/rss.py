@@ -166,8 +166,8 @@ def rss_growth(experiment: str, config: dict, device: str = "cpu", timeout: floa
     """``{"rss_cold": bytes, "rss_warm": bytes}`` of one call of ``experiment``'s point
     ``config``, measured in a child of the measuring server (see the module docstring);
     ``None`` values on a GPU (the tensor peak there is the device's) or where ``/proc``
-    cannot reset the mark."""
-    if str(device) != "cpu":
+    cannot reset the mark (off Linux, nothing is started)."""
+    if str(device) != "cpu" or not sys.platform.startswith("linux"):
         return {"rss_cold": None, "rss_warm": None}
     reply = _server().ask(experiment, config, timeout)
     if "error" in reply:
