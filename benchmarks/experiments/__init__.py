@@ -79,17 +79,19 @@ def dense_seconds(m: int, n: int, count: int = 1) -> float:
     return count * 10.0 * m * n * min(m, n) / DENSE_RATE
 
 
-SCALE: dict[str, float] = {"table4": 1.3, "table4_steps": 13.0, "fig4_cond": 0.4, "flexlora_precision": 1.4,
-                           "fig4_rank": 0.4, "fig1": 0.3, "fig3": 2.2, "clients": 1.1, "backends": 3.0,
-                           "backend_stages": 0.35, "peft": 1.6, "tables123": 0.4}
+SCALE: dict[str, float] = {"table4": 0.96, "table4_steps": 11, "fig4_cond": 0.3, "flexlora_precision": 1.4,
+                           "fig4_rank": 0.32, "fig1": 0.21, "fig3": 1.8, "clients": 1.2, "backends": 1.4,
+                           "backend_stages": 0.31, "peft": 1.4, "tables123": 0.37}
 """Per experiment, its measured seconds over the sum of its points' ``cost``, where they
 differ: each module's model counts the work it names (FLOPs at :data:`DENSE_RATE`, calls,
 launches) and misses what it does not (building inputs, traced metric calls, float64
 references, Python around small calls), by a factor that differs between experiments;
 the runner's time left is right from its first points only when every experiment's
-estimates are in one proportion to its time. Measured by ``make run``'s points on a
-2-core Intel Xeon (beside one other job, so the minutes ``--estimate`` prints are an
-idle machine's or somewhat more)."""
+estimates are in one proportion to its time. Measured by two runs of ``make run``'s
+points on a 2-core Intel Xeon, beside one other job (the geometric mean of their
+proportions, at the lighter-loaded run's level, so the minutes ``--estimate`` prints are an
+idle machine's or somewhat more). Experiments that time at 2 threads (the backends) move
+most with the load beside them."""
 
 
 def cost(name: str, config: dict) -> float:
