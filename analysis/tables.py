@@ -46,8 +46,8 @@ def _column(d: pd.DataFrame, name: str) -> pd.Series:
 
 
 def memory_crosscheck(df: pd.DataFrame) -> pd.DataFrame:
-    """The tensor peak beside the resident set's growth over one call in a fresh process
-    (``rss_warm``: a second call; ``rss_cold``: the first, libraries' set-up included), for
+    """The tensor peak beside the resident set's growth over one call in a process that has
+    run nothing else (``rss_warm``: a second call; ``rss_cold``: the first, libraries' set-up included), for
     the points that carry both (Fig. 3's batched d sweep); empty where none do."""
     if "rss_warm" not in df:
         return pd.DataFrame()

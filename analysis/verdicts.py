@@ -213,10 +213,13 @@ def paired(*sets, group: str = "timing.group", samples: str = "timing.samples") 
     ``sets``: the results compared at each point (DataFrames, or lists of dicts with the
     flattened ``group`` and ``samples`` fields of :mod:`benchmarks.measure.paired`). They
     pair when every set's results carry one and the same group id (measured together in
-    the same rounds: results of separate runs never share one) and every sample list, over
-    all sets, has the same length, so that round k exists for every group. A statistic that
-    combines several points (the smallest ratio over points) is then computed round by
-    round: each point's ratio in round k is paired, whatever the other points' rounds."""
+    the same rounds: results of separate runs never share one) and one sample count, so
+    that round k exists for every result of the set, and the sets either have one count
+    or all at least :data:`MIN_ROUNDS` (points whose rounds stopped when their comparisons
+    were decided, :func:`benchmarks.measure.paired.paired_rounds`): :func:`judge` then
+    uses the rounds every point has, the first n of each. A statistic that combines
+    several points (the smallest ratio over points) is computed round by round: each
+    point's ratio in round k is paired, whatever the other points' rounds."""
     lengths = set()
     for rows in sets:
         if hasattr(rows, "to_dict") and hasattr(rows, "columns"):
@@ -224,8 +227,11 @@ def paired(*sets, group: str = "timing.group", samples: str = "timing.samples") 
         ids = {r.get(group) for r in rows}
         if len(ids) != 1 or not isinstance(next(iter(ids)), str):
             return False
-        lengths |= {len(r.get(samples) or []) for r in rows}
-    return len(lengths) == 1 and lengths != {0}
+        mine = {len(r.get(samples) or []) for r in rows}
+        if len(mine) != 1:
+            return False
+        lengths |= mine
+    return bool(lengths) and (len(lengths) == 1 and lengths != {0} or min(lengths) >= MIN_ROUNDS)
 
 
 def _number(v) -> float:
@@ -250,8 +256,10 @@ def judge(groups: Mapping[str, object], statistic: Callable[[dict], np.ndarray],
 
     ``paired=True``: sample k of every group comes from round k of one round-robin run;
     the statistic is computed per round, its value is the median over rounds and its
-    interval the sign-test interval (module docstring). Groups of unequal length cannot be
-    paired: a warning says so and the unpaired interval is used. ``paired=False``: the
+    interval the sign-test interval (module docstring). Groups of unequal length (points
+    whose rounds stopped at different counts, :func:`paired`) are judged over the rounds
+    they all have, the first n of each, when n is at least :data:`MIN_ROUNDS`; below that
+    a warning says so and the unpaired interval is used. ``paired=False``: the
     statistic of the groups' ``center`` is the value, and the interval is over
     :data:`DRAWS` single draws.
 
@@ -278,6 +286,8 @@ def judge(groups: Mapping[str, object], statistic: Callable[[dict], np.ndarray],
         sizes = {a.size for a in arrays.values()}
         if len(sizes) == 1:
             return _paired(arrays, statistic, above, below)
+        if min(sizes) >= MIN_ROUNDS:  # the rounds every point has
+            return _paired({k: a[:min(sizes)] for k, a in arrays.items()}, statistic, above, below)
         warnings.warn(Note(f"'{claim}': samples of unequal length {sorted(sizes)} are not paired; "
                            "the unpaired interval is used"), stacklevel=2)
     value = float(statistic({k: np.asarray(center(a)) for k, a in arrays.items()}))

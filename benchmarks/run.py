@@ -41,11 +41,13 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 from benchmarks.experiments import DEFAULT, EXPERIMENTS
 from benchmarks.experiments import cost as registry_cost
+from benchmarks.experiments import timing_cost as registry_timing_cost
 from fraq._help import plain
 from fraq._progress import Progress
 
@@ -215,7 +217,8 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
                     mine = [cf for n, _, cf in todo if n == name]
                     if progress and hasattr(module, "timing_cost"):
                         bar.label(f"{name}: paired timings of {len(mine)} points"[:70])
-                        module.prepare_points(mine, device, on_group=partial(_credit, module, bar, credited, cost_of))
+                        shares = SimpleNamespace(timing_cost=partial(registry_timing_cost, name))
+                        module.prepare_points(mine, device, on_group=partial(_credit, shares, bar, credited, cost_of))
                     else:
                         module.prepare_points(mine, device)
                 write_result(out, name, key, _config(config, size), described(config, module.measure(config, device)),
@@ -230,7 +233,8 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
 
 
 def _credit(module, bar: Progress, credited: dict, cost_of: dict, configs: list[dict]) -> None:
-    """A group's paired timing is done: show its points' timing share (``module.timing_cost``,
+    """A group's paired timing is done: show its points' timing share (``module.timing_cost``:
+    the experiment's, scaled as its costs are, :func:`benchmarks.experiments.timing_cost`;
     at most each point's whole cost) as done, so the display moves and its rate holds while
     an experiment's timings run before its first point is written."""
     for c in configs:

@@ -67,7 +67,7 @@ SIZES: dict[str, dict[str, dict]] = {
     "reduced": dict(
         fig3=dict(modules=2, client_rank=8, p=8, d_fixed=768, r_fixed=80, ranks=[16, 32, 64, 128, 256],
                   dims=[256, 512, 768, 1536, 3072], methods=_SWEEP_METHODS + ["qr-svd", "rsvd"], rounds=12,
-                  min_rounds=6, launches=1),
+                  min_rounds=6, launches=1, roof_methods=["fraq"]),
         # r = d/24 to 4d at 768 x 768, to 2d at 768 x 3072: past r = d on both shapes within minutes.
         clients=dict(shapes=[[768, 768, [4, 16, 48, 96, 192, 384]], [768, 3072, [8, 48, 96, 192]]], client_rank=8,
                      tau=0.95, modules=1, methods=_SWEEP_METHODS + ["fraq:backend=cholesky"], rounds=12,
@@ -85,8 +85,10 @@ SIZES: dict[str, dict[str, dict]] = {
         fig1=dict(preset="llama-3.2-3b", layers=1, clients=[2, 4, 8, 16], client_ranks=[4, 8, 16],
                   taus=[0.80, 0.90, 0.95]),
         # The heterogeneous preset (stacked rank 232) on 1 of its layers (latency x 28, stated in every row).
-        tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=True, rounds=4,
-                       launches=3, slow_rounds=2, layers={"llama-3.2-3b-hetero": 1}),
+        # 6 rounds in each of 2 launches: 12 paired rounds, and the run-to-run variance of a second process
+        # (the ratio claims' need), for one interpreter start, model build and warm-up of every row fewer than 3.
+        tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=True, rounds=6,
+                       launches=2, slow_rounds=2, layers={"llama-3.2-3b-hetero": 1}),
         backends=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         backend_stages=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         eig_precision=dict(),

@@ -928,3 +928,14 @@ def test_the_analysis_reads_a_method_by_the_one_grammar_without_torch():
     code = "import sys; from analysis.style import method_parts; method_parts('fraq:tau=0.8'); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_table5_says_whose_kernels_the_size_left_untimed():
+    """Table 5's caption names the methods whose roofline is measured when some rows have none
+    (the runner's default size times FRAQ's kernels only), and says nothing when all have one."""
+    from analysis.sections.fig3 import _roofs_left_out
+
+    t5 = pd.DataFrame({"Method": ["FRAQ", "FLoRIST", "FRAQ"], "% of roofline": [40.0, float("nan"), 35.0]})
+    text = _roofs_left_out(t5)
+    assert "FRAQ's only" in text and "--size paper" in text and "FLoRIST" not in text
+    assert _roofs_left_out(t5.assign(**{"% of roofline": 1.0})) == ""

@@ -84,6 +84,14 @@ def test_rounds_stop_once_decided_and_run_on_while_open(monkeypatch):
     # the first call against each other: b and c tie, which no claim asks about
     out = paired_rounds({"a": lambda: 0.002, "b": lambda: 0.004, "c": lambda: 0.004}, 12, min_rounds=6)
     assert len(out["c"]["samples"]) == 6
+    # ``decides``: only the pairs a claim reads; a and b trade places, which none reads
+    straddle = iter([0.002, 0.003, 0.001] * 50)
+    calls = {"a": lambda: next(straddle), "b": lambda: 0.0025, "c": lambda: 0.01}
+    assert len(paired_rounds(calls, 12, min_rounds=6, decides=[("a", "c"), ("a", "gone")])["b"]["samples"]) == 6
+    straddle = iter([0.002, 0.003, 0.001] * 50)
+    assert len(paired_rounds(calls, 12, min_rounds=6, decides=[("a", "b")])["c"]["samples"]) == 12
+    assert decided({"a": [1.0] * 6, "b": [1.0] * 6}, pairs=[])  # nothing to wait on
+    assert not decided({"a": [1.0] * 6, "b": [1.0] * 6, "c": [2.0] * 6}, pairs=[("a", "b")])
     with pytest.raises(ValueError, match="min_rounds"):
         paired_rounds({"a": lambda: 0.002}, 4, min_rounds=6)
 
@@ -207,3 +215,40 @@ def test_a_busy_machine_withholds_the_tables123_verdicts(tmp_path, monkeypatch):
     busy = [x for x in text.split("## Not measured or skipped")[1].splitlines() if "machine was busy" in x]
     assert len(busy) == 1 and "load average 9.00" in busy[0] and "'roberta-base: FLoRIST / FRAQ as " in busy[0]
     assert "machine busy: " in built.summary()
+
+
+def test_a_size_that_times_some_methods_kernels_keeps_each_point_in_its_group():
+    """``roof_methods`` (the runner's default size: FRAQ's) marks which batched points carry
+    the kernel roofs; the mark is the method's own, so every method of a point still shares
+    one group (one paired timing), and a size without it marks nothing."""
+    import json
+
+    from benchmarks.experiments import fig3
+
+    reduced = fig3.points("reduced")
+    batched = [c for c in reduced if c["mode"] == "batched"]
+    assert {c["method"] for c in batched if c["roofs"]} == {"fraq"}
+    assert len({json.dumps(fig3.group(c), sort_keys=True) for c in reduced}) == len(
+        {(c["sweep"], c["d"], c["r"], c["mode"]) for c in reduced})
+    assert fig3.cost(next(c for c in batched if c["roofs"])) > fig3.cost(dict(next(c for c in batched if c["roofs"]),
+                                                                             roofs=False))
+    assert not any("roofs" in c for c in fig3.points("tiny"))
+
+
+def test_the_clients_rounds_wait_on_the_comparisons_its_claims_read():
+    """FRAQ against the dense path and each kernel variant against its dense path; FRAQ
+    against its other backends (nearly as fast, no claim) is not waited on."""
+    from benchmarks.experiments import clients
+
+    assert clients.decides(["fraq", "florist", "flexlora", "flexlora:kernel=fraq", "fraq:backend=cholesky"]) == [
+        ["fraq", "flexlora"], ["flexlora", "flexlora:kernel=fraq"]]
+    assert clients.decides(["fraq", "florist", "flexlora:kernel=fraq"]) == []  # no dense path at this K
+    reduced = clients.points("reduced")
+    assert all(c["decides"] == clients.decides(c["compared"]) for c in reduced)
+    # past r = d every round: the claim there takes the rounds all its points have
+    assert all((c["min_rounds"] == c["rounds"]) == (c["r"] >= c["d"]) for c in reduced)
+    assert not any("decides" in c for c in clients.points("paper"))  # a size without min_rounds runs every round
+    from benchmarks.experiments import fig3
+
+    assert all(c["decides"] == fig3.decides(c["compared"]) for c in fig3.points("reduced"))
+    assert fig3.decides(["fraq", "florist", "flexlora:kernel=fraq", "qr-svd", "rsvd"]) == []  # d past FlexLoRA's limit

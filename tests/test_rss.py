@@ -59,3 +59,28 @@ def test_the_measuring_process_finds_the_suite_from_any_directory(tmp_path, monk
     point = next(p for p in table4.points("reduced") if p["variant"] == "adaptive-svd")
     g = rss_growth("table4", point)
     assert g["rss_warm"] is not None and g["rss_warm"] > 0
+
+
+@pytest.mark.integration
+def test_a_forked_child_measures_what_a_fresh_interpreter_measures():
+    """The points run in children forked from one server that imported torch and computed
+    nothing: a warm call's growth is the fresh interpreter's (``python -m
+    benchmarks.measure.rss EXPERIMENT CONFIG``) to within 2 MiB (the allocator's arenas and
+    a page table's pages; the reduced point's growth is some 27 MiB), and after a failed
+    request the server goes on measuring."""
+    import json
+    import subprocess
+
+    from benchmarks.measure.children import child_env
+    from benchmarks.measure.rss import _MARK
+
+    point = next(p for p in table4.points("reduced") if p["variant"] == "adaptive-svd")
+    with pytest.raises(RuntimeError, match="rss_growth\\(.table4.\\): the measuring process failed: KeyError"):
+        rss_growth("table4", {"variant": "no-such-variant"})
+    forked = rss_growth("table4", point)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.measure.rss", "table4", json.dumps(point)],
+                          capture_output=True, text=True, env=child_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"),
+                          check=True)
+    fresh = json.loads(next(s for s in reversed(done.stdout.splitlines()) if s.startswith(_MARK))[len(_MARK):])
+    assert abs(forked["rss_warm"] - fresh["rss_warm"]) <= 2 * 2**20, (forked, fresh)
+    assert forked["rss_cold"] >= forked["rss_warm"] - 2**20

@@ -105,6 +105,29 @@ def test_rows_record_the_worst_certificate():
     assert fedit["certificate_module"] in model.shapes and fedit["certificate_error"] <= fedit["certificate_bound"]
 
 
+def test_a_fresh_launch_prepares_the_timed_calls_alone(monkeypatch):
+    """A launch that only times (``timing_only``) makes the same calls, weighted alike, with
+    its warm-up's times, and computes nothing the first process records (the certificate, the
+    host's share: each costs work per row, and the record is the first process's)."""
+    from benchmarks.cases import build_model
+    from fraq.presets import ModuleGroup, Preset
+
+    tiny = Preset("tiny", (ModuleGroup("q", 12, 12, 3), ModuleGroup("up", 20, 12, 2)), ranks=(2, 2), alphas=(4.0, 4.0))
+    model = build_model(tiny, seed=1)
+    monkeypatch.setattr(tables123, "host_cost", lambda *a, **k: {"host_reads_per_group": 1})
+    for method, subset in ((tables123.TableRow("flexlora", "flexlora"), True),
+                           (tables123.TableRow("florg", "florg"), False)):
+        full = tables123.prepare(model, method, subset=subset)
+        with monkeypatch.context() as m:
+            m.setattr(tables123, "host_cost", None)  # called: a TypeError
+            m.setattr(tables123, "_worst", None)
+            alone = tables123.prepare(model, method, subset=subset, timing_only=True)
+        assert [w for _, w in alone.calls] == [w for _, w in full.calls] and len(alone.first_parts) == len(alone.calls)
+        assert "certificate_bound" not in alone.row and "certificate_bound" in full.row
+        for (fn, _), (ref, _) in zip(alone.calls, full.calls):  # the same aggregation from the same state
+            assert fn().ranks == ref().ranks
+
+
 @pytest.mark.integration
 def test_rows_say_how_many_modules_were_timed():
     from benchmarks.cases import build_model

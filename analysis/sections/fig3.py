@@ -29,13 +29,14 @@ def draw(res) -> list[Section]:
               "float32 GEMM measured in the same process, over the time: a bound only as far as every kernel could "
               "run at GEMM's rate, which LAPACK's reductions cannot; *% of roofline*: the call's roofline (every kernel "
               "it runs timed alone at its own shapes, the larger of its FLOP time and its bytes at the copy bandwidth "
-              "of its size, summed; `benchmarks.measure.kernels`, one torch thread) over the time. "
-              f"{style.caption(f3)}.\n\n" + tables.markdown(t5) + "\n\n"
+              "of its size, summed; `benchmarks.measure.kernels`, one torch thread) over the time"
+              + _roofs_left_out(t5) + f". {style.caption(f3)}.\n\n" + tables.markdown(t5) + "\n\n"
               + "\n".join(table5_lines(t5)))
     mem = tables.memory_crosscheck(f3)
     cross = ("" if mem.empty else
              "\n\nThe tensor peak (torch's allocator, above the inputs) cross-checked by the process's resident set: its "
-             "growth over one call in a fresh process at one thread, a second call (*warm*, after freed heap memory is "
+             "growth over one call in a process that has run nothing else (a child forked from a server that imported "
+             "torch and the suite) at one thread, a second call (*warm*, after freed heap memory is "
              "handed back) and the first (*cold*, the libraries' own set-up included; "
              "`benchmarks.measure.rss`). Warm growth well above the tensor peak would be memory the libraries "
              "allocate outside torch.\n\n" + tables.markdown(mem))
@@ -47,6 +48,17 @@ def draw(res) -> list[Section]:
     return [Section("Figure 3: runtime and peak memory",
                     "\n".join(fig3_lines(summary)) + kernels + cross, fig),
             Section("Table 5: FLOPs, analytic next to counted next to measured time", table5)]
+
+
+def _roofs_left_out(t5: pd.DataFrame) -> str:
+    """The caption's words for Table 5's rows without a roofline (the size times the kernels
+    of the methods it names: :func:`benchmarks.experiments.fig3.roofs`), or nothing."""
+    missing = t5[t5["% of roofline"].isna()]
+    if missing.empty:
+        return ""
+    having = sorted(set(t5["Method"]) - set(missing["Method"]))
+    return ("; `-` where the size does not time the call's kernels (" + (", ".join(having) + "'s only" if having else
+            "none") + " here: no verdict reads them; `--size paper` times every method's)")
 
 
 def _slope(x, y) -> float:

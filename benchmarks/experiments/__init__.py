@@ -30,7 +30,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["DEFAULT", "DENSE_RATE", "EXPERIMENTS", "cost", "dense_seconds", "get", "with_registered"]
+__all__ = ["DEFAULT", "DENSE_RATE", "EXPERIMENTS", "SCALE", "cost", "dense_seconds", "get", "timing_cost",
+           "with_registered"]
 
 EXPERIMENTS: dict[str, str] = {
     "table4": "table4",
@@ -78,10 +79,33 @@ def dense_seconds(m: int, n: int, count: int = 1) -> float:
     return count * 10.0 * m * n * min(m, n) / DENSE_RATE
 
 
+SCALE: dict[str, float] = {"table4": 0.96, "table4_steps": 11, "fig4_cond": 0.3, "flexlora_precision": 1.4,
+                           "fig4_rank": 0.32, "fig1": 0.21, "fig3": 1.8, "clients": 1.2, "backends": 1.4,
+                           "backend_stages": 0.31, "peft": 1.4, "tables123": 0.37}
+"""Per experiment, its measured seconds over the sum of its points' ``cost``, where they
+differ: each module's model counts the work it names (FLOPs at :data:`DENSE_RATE`, calls,
+launches) and misses what it does not (building inputs, traced metric calls, float64
+references, Python around small calls), by a factor that differs between experiments;
+the runner's time left is right from its first points only when every experiment's
+estimates are in one proportion to its time. Measured by two runs of ``make run``'s
+points on a 2-core Intel Xeon, beside one other job (the geometric mean of their
+proportions, at the lighter-loaded run's level, so the minutes ``--estimate`` prints are an
+idle machine's or somewhat more). Experiments that time at 2 threads (the backends) move
+most with the load beside them."""
+
+
 def cost(name: str, config: dict) -> float:
-    """The estimated seconds of one point of experiment ``name`` (its module's ``cost``, else 1)."""
+    """The estimated seconds of one point of experiment ``name``: its module's ``cost`` (else
+    1), times the experiment's :data:`SCALE`."""
     fn = getattr(get(name), "cost", None)
-    return float(fn(config)) if fn is not None else 1.0
+    return SCALE.get(name, 1.0) * (float(fn(config)) if fn is not None else 1.0)
+
+
+def timing_cost(name: str, config: dict) -> float:
+    """The share of :func:`cost` spent in the point's paired timing (its module's
+    ``timing_cost``, else 0), scaled as :func:`cost` is."""
+    fn = getattr(get(name), "timing_cost", None)
+    return SCALE.get(name, 1.0) * float(fn(config)) if fn is not None else 0.0
 
 
 def with_registered(methods) -> list[str]:

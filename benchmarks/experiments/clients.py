@@ -25,7 +25,9 @@ Sizes: :data:`benchmarks.sizes.SIZES` ``[size]["clients"]``: ``shapes`` as ``[m,
 or ``[m, n, Ks, options]``, the options of that shape: ``rounds`` (per launch, in place of
 the size's) and ``only`` (method -> the Ks it runs at, where a call of it takes a minute
 or more; the sizes say why each cap is where it is). The methods of one K are timed
-together in paired rounds over ``launches`` fresh processes (:mod:`benchmarks.measure.paired`).
+together in paired rounds over ``launches`` fresh processes (:mod:`benchmarks.measure.paired`);
+with ``min_rounds`` the rounds stop once the comparisons the claims read are decided
+(:func:`decides`).
 FlexLoRA's largest-d limit of the 12-module Fig. 3 sweeps is not applied: the dense path
 is the comparison this sweep exists for, and its points hold one or two modules.
 :func:`ratios` times FRAQ against the dense path interleaved along the same points and fits
@@ -42,8 +44,8 @@ import torch
 from benchmarks.experiments import fig3, with_registered
 from benchmarks.sizes import size_config
 
-__all__ = ["call", "cost", "energy_check", "growth", "key", "measure", "metrics", "points", "prepare_points", "ratios",
-           "timing_cost"]
+__all__ = ["call", "cost", "decides", "energy_check", "growth", "key", "measure", "metrics", "points", "prepare_points",
+           "ratios", "timing_cost"]
 
 call = fig3.call
 """The timed call of a point (:func:`benchmarks.experiments.fig3.call`; the config's
@@ -52,7 +54,11 @@ call = fig3.call
 
 def points(size: str) -> list[dict]:
     """Every (shape, K, method) of the ``size`` sweep, as result configs (Fig. 3's fields,
-    so :func:`call` and :func:`metrics` read them as they read Fig. 3's)."""
+    so :func:`call` and :func:`metrics` read them as they read Fig. 3's). Where the size sets
+    ``min_rounds``, the points past r = d run every round all the same: the claim on them
+    (FRAQ no slower than the dense path at any of them, :mod:`analysis.clients`) is judged
+    round by round over the rounds they all have, and FRAQ and the dense path are close
+    there, so one point's extra rounds would not enter it unless every point has them."""
     c = size_config(size, "clients")
     out = []
     for m, n, ks, *options in c["shapes"]:
@@ -62,13 +68,23 @@ def points(size: str) -> list[dict]:
         rounds = opt.get("rounds", c["rounds"])
         for K in ks:
             compared = [x for x in with_registered(c["methods"]) if K in opt.get("only", {}).get(x, [K])]
+            extra = {"decides": fig3.decides(compared)} if "min_rounds" in c else {}
+            first = min(c["min_rounds"], rounds) if "min_rounds" in c else None
+            if first is not None and K * c["client_rank"] >= m:  # past r = d: every round (:func:`points`)
+                first = rounds
             for method in compared:
                 out.append(dict(figure="clients", sweep="K", method=method, mode="batched", d=m, D=n, K=K,
                                 r=K * c["client_rank"], p=None, tau=c["tau"], modules=c["modules"],
                                 client_rank=c["client_rank"], rounds=rounds, launches=c["launches"],
-                                compared=compared, **fig3.adaptive(dict(c, min_rounds=min(c["min_rounds"], rounds))
-                                                                   if "min_rounds" in c else c)))
+                                compared=compared, **fig3.adaptive(dict(c, min_rounds=first)
+                                                                   if first is not None else c), **extra))
     return out
+
+
+decides = fig3.decides
+"""The comparisons the claims on a point's timings read (:func:`benchmarks.experiments.fig3.decides`):
+FRAQ against the dense path (where they cross, and FRAQ no slower past r = d) and each kernel
+variant against its dense path."""
 
 
 prepare_points = fig3.prepare_points

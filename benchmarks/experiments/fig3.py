@@ -10,15 +10,18 @@ job at every point. At each point:
 - ``timing``: latency of the call, the methods of one (sweep, d, r, mode) timed together
   in paired rounds over ``launches`` fresh processes (:mod:`benchmarks.measure.paired`:
   ``round``, ``launch``, ``loops`` and a ``group`` id per result, so that the analysis
-  judges each ratio round by round);
+  judges each ratio round by round); with ``min_rounds``, until the comparisons the
+  claims read one by one are decided (:func:`decides`);
 - ``peak_bytes``: tensor peak memory above the inputs;
 - ``counted_flops`` (batched; LAPACK included), ``analytic_flops_table5`` (the paper's
   formula) and ``analytic_flops_full`` (the pipeline the code runs);
 - the limits (batched, one torch thread; :mod:`benchmarks.measure.kernels`): ``roof_s``,
   the call's roofline (each kernel alone at its shapes, the larger of its FLOP and bytes
-  terms, summed), and ``gemm_bound_s``, the counted FLOPs at the large-GEMM rate;
+  terms, summed), and ``gemm_bound_s``, the counted FLOPs at the large-GEMM rate; at the
+  methods the size names where it names some (``roof_methods``: FRAQ's at ``reduced``,
+  :func:`roofs`), at every method's otherwise;
 - ``rss_cold`` / ``rss_warm`` (batched points of the d sweep, CPU): the resident set's
-  growth over a first and a second call in a fresh process
+  growth over a first and a second call in a process that has run nothing else
   (:func:`benchmarks.measure.rss.rss_growth`), the cross-check of ``peak_bytes``;
 - fidelity: the float32 result's relative Frobenius error against a float64 reference of
   the same stack, the float64 Eckart-Young optimum at p, and the error above it
@@ -44,8 +47,9 @@ from benchmarks.device import to_device
 from benchmarks.experiments import with_registered
 from benchmarks.sizes import size_config
 
-__all__ = ["GROUP", "call", "cost", "group", "group_calls", "key", "measure", "metrics", "paired_timing", "points",
-           "prepare_points", "reference", "timed_calls", "timed_seconds", "timing_cost"]
+__all__ = ["DENSE", "GROUP", "call", "cost", "decides", "group", "group_calls", "key", "measure", "metrics",
+           "paired_timing", "points", "prepare_points", "reference", "roofs", "timed_calls", "timed_seconds",
+           "timing_cost"]
 
 MODES = ("batched", "unbatched")
 
@@ -65,7 +69,8 @@ def points(size: str) -> list[dict]:
                                 p=min(c["p"], r, d), modules=c["modules"], client_rank=c["client_rank"],
                                 rounds=c["rounds"], launches=c["launches"], compared=compared,
                                 rss=c.get("rss", True), roof_sample=c.get("roof_sample", ROOF_SAMPLE),
-                                **adaptive(c)))
+                                **adaptive(c), **roofs(c, method),
+                                **({"decides": decides(compared)} if "min_rounds" in c else {})))
     return out
 
 
@@ -76,28 +81,67 @@ def adaptive(size_config: dict) -> dict:
     return {"min_rounds": size_config["min_rounds"]} if "min_rounds" in size_config else {}
 
 
+DENSE = "flexlora"
+"""The dense path the sweeps' claims compare FRAQ with (FlexLoRA's time growing faster
+with d, :mod:`analysis.sections.fig3`; FRAQ no slower past r = d, :mod:`analysis.clients`)."""
+
+
+def decides(compared: list[str]) -> list[list[str]]:
+    """The comparisons at one point that claims read one by one, as pairs of its methods:
+    FRAQ against the dense path (:data:`DENSE`) and each kernel variant against its dense
+    path (``flexlora:kernel=fraq`` against ``flexlora``: :mod:`analysis.kernel_variants`).
+    With ``min_rounds`` the rounds stop once these are decided
+    (:func:`benchmarks.measure.paired.paired_rounds`). The claim over every point ("FRAQ is
+    the fastest method": the smallest ratio over points, round by round) is judged over the
+    rounds all points have (:func:`analysis.verdicts.judge`), so rounds past ``min_rounds``
+    at some points would not enter it; a pair no claim reads alone (FRAQ against a method
+    nearly as fast: its other backends, the textbook baselines at small r) would hold every
+    method of the point, FlexLoRA's dense SVD included, to the most rounds."""
+    from benchmarks.measure.methods import split_method
+
+    out = [["fraq", DENSE]] if {"fraq", DENSE} <= set(compared) else []
+    for m in compared:
+        name, options = split_method(m)
+        if options.get("kernel", "dense") != "dense" and set(options) == {"kernel"} and name in compared:
+            out.append([name, m])
+    return out
+
+
+def roofs(size_config: dict, method: str) -> dict:
+    """``{"roofs": bool}`` where the size names the methods whose batched points carry the
+    kernel roofs (``roof_methods``), else nothing (every batched point carries them). No
+    verdict reads the roofs; Table 5's *% of roofline* column shows them, and timing every
+    kernel of every method's call alone is most of a sweep's time on one core (some 10,000
+    kernels at ``reduced``), so the runner's default size times FRAQ's only."""
+    named = size_config.get("roof_methods")
+    return {} if named is None else {"roofs": method in named}
+
+
 def expected_rounds(config: dict) -> float:
     """Rounds a point's timing is expected to take in all: ``launches`` x ``rounds``, or with
     ``min_rounds``, halfway between it and ``rounds`` per launch (a decided comparison stops
-    at ``min_rounds``, an open one runs to ``rounds``)."""
+    at ``min_rounds``, an open one runs to ``rounds``), a quarter of the way where the
+    rounds wait on ``decides`` alone (comparisons with the dense path, rarely open)."""
     c = config
-    per_launch = (c["min_rounds"] + c["rounds"]) / 2 if c.get("min_rounds") else c["rounds"]
+    share = 0.25 if "decides" in c else 0.5
+    per_launch = c["min_rounds"] + share * (c["rounds"] - c["min_rounds"]) if c.get("min_rounds") else c["rounds"]
     return c["launches"] * per_launch
 
 
 ROOF_SAMPLE = 2e-3
 """Seconds of one looped sample of a kernel timed alone for the roofs
 (:data:`benchmarks.measure.kernels.MIN_SAMPLE`); the ``tiny`` size, a test of the flow,
-takes a tenth. The resident-set check (``rss``) is off at ``tiny``: it starts a process
-per point, and ``tests/test_rss.py`` checks it on its own."""
+takes a tenth. The resident-set check (``rss``) is off at ``tiny``: it starts a measuring
+server, and ``tests/test_rss.py`` checks it on its own."""
 
 GROUP = "benchmarks.experiments.fig3:group_calls"
 """The builder of a group's calls in every launch (:func:`benchmarks.measure.paired.launched`)."""
 
 
 def group(config: dict) -> dict:
-    """The point's group: its config without the method (the methods are ``compared``)."""
-    return {k: v for k, v in config.items() if k != "method"}
+    """The point's group: its config without what is the method's own (``method``, the methods
+    being ``compared``, and ``roofs``, which the timing does not read)."""
+    return {k: v for k, v in config.items() if k not in ("method", "roofs")}
 
 
 def group_calls(group: dict, device: torch.device | str = "cpu") -> dict:
@@ -199,11 +243,12 @@ def cost(config: dict) -> float:
     :data:`~benchmarks.experiments.DENSE_RATE`, over its calls (:func:`call_seconds`); a batched
     point adds its roofs (each kernel replayed up to three times more, and about 10 ms of
     looped samples per kernel for some 60 kernels), and a batched point of the d sweep the
-    resident-set check's fresh process (3 s of start-up and two calls)."""
+    resident-set check's child (:mod:`benchmarks.measure.rss`: 0.3 s of fork and inputs, and
+    two calls)."""
     c = config
     seconds = _call_seconds_estimate(c)
-    roofs = 4 * seconds + 0.6 if c["mode"] == "batched" else 0.0
-    rss = 3.0 + 2 * seconds if c["mode"] == "batched" and c["sweep"] == "d" and c.get("rss", True) else 0.0
+    roofs = 4 * seconds + 0.6 if c["mode"] == "batched" and c.get("roofs", True) else 0.0
+    rss = 0.3 + 2 * seconds if c["mode"] == "batched" and c["sweep"] == "d" and c.get("rss", True) else 0.0
     return call_seconds(seconds, c) + roofs + rss
 
 
@@ -265,7 +310,8 @@ def reference(d: int, D: int, r: int, client_rank: int, modules: int):
 def metrics(config: dict, device: torch.device | str = "cpu", *, roofs: bool = True) -> dict:
     """Everything but the latency: peak memory, FLOPs (counted and analytic), fidelity and
     each module's output rank (``ranks``); at a batched point also the counted FLOPs and,
-    with ``roofs``, the call's limits (:func:`_roofs`: every kernel replayed alone, for
+    with ``roofs`` (and the point's own ``roofs`` where its size sets one, :func:`roofs`),
+    the call's limits (:func:`_roofs`: every kernel replayed alone, for
     Table 5's "% of roofline"; the clients sweep, which no table reads them from, leaves
     them out)."""
     from benchmarks.measure import count_flops, fidelity, peak_memory
@@ -283,7 +329,7 @@ def metrics(config: dict, device: torch.device | str = "cpu", *, roofs: bool = T
     if c["mode"] == "batched":
         fc = count_flops(fn)
         out.update(counted_flops=fc.total, uncounted=list(fc.uncounted),
-                   **(_roofs(fn, device, c.get("roof_sample", ROOF_SAMPLE)) if roofs else {}))
+                   **(_roofs(fn, device, c.get("roof_sample", ROOF_SAMPLE)) if roofs and c.get("roofs", True) else {}))
         if c["sweep"] == "d" and c.get("rss", True):  # the memory row of the figure: the tensor peak cross-checked by the resident set
             from benchmarks.measure.rss import rss_growth
 

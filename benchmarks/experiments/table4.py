@@ -5,7 +5,7 @@
 (:mod:`benchmarks.measure.ablation`; ``library`` is :func:`fraq.recompress` itself on the
 same stacks). Per variant: latency (every variant in the same paired rounds over ``launches`` fresh
 processes, :mod:`benchmarks.measure.paired`), tensor peak memory and the resident set's growth
-over a first and a second call in a fresh process (its cross-check,
+over a first and a second call in a process that has run nothing else (its cross-check,
 :func:`benchmarks.measure.rss.rss_growth`), the relative error against the
 coordinate-SVD product (the paper's error column), the error above the float64
 Eckart-Young optimum and the first-order metrics (principal angles to the float64
@@ -26,7 +26,8 @@ from benchmarks import cases
 from benchmarks.device import to_device
 from benchmarks.sizes import size_config
 
-__all__ = ["GROUP", "call", "cost", "group", "group_calls", "key", "measure", "metrics", "points", "prepare_points"]
+__all__ = ["GROUP", "LAUNCH_SECONDS", "call", "cost", "group", "group_calls", "key", "measure", "metrics", "points",
+           "prepare_points", "timing_cost"]
 
 
 def points(size: str) -> list[dict]:
@@ -53,20 +54,43 @@ def group_calls(group: dict, device: torch.device | str = "cpu") -> dict:
     return {v: calls[v] for v in group["compared"]}
 
 
-def prepare_points(configs: list[dict], device: torch.device | str = "cpu") -> None:
-    """The variants' paired timing (every variant in the same rounds, ``launches`` fresh processes)."""
+def prepare_points(configs: list[dict], device: torch.device | str = "cpu", on_group=None) -> None:
+    """The variants' paired timing (every variant in the same rounds, ``launches`` fresh
+    processes); ``on_group(points)`` with the points of a group once its timing is complete
+    (the runner's progress advances by their :func:`timing_cost`)."""
     from benchmarks.measure.paired import measure_groups
 
     for c in configs:
-        measure_groups(GROUP, [group(c)], rounds=c["rounds"], launches=c["launches"], device=device)
+        mine = [x for x in configs if group(x) == group(c)]
+        measure_groups(GROUP, [group(c)], rounds=c["rounds"], launches=c["launches"], device=device,
+                       on_group=None if on_group is None else (lambda g, mine=mine: on_group(mine)))
+
+
+LAUNCH_SECONDS = 8.0
+"""A launch of the paired timing before its rounds, at the reduced size on one idle core:
+an interpreter's start with torch and the suite imported, and the stacks built."""
+
+
+def _call_seconds(config: dict) -> float:
+    """About 20 ms per 8192 x 3072 module and call."""
+    c = config
+    return 0.02 * c["modules"] * c["m"] * c["n"] / (8192 * 3072)
+
+
+def timing_cost(config: dict) -> float:
+    """The share of :func:`cost` spent in the paired timing: the point's share of the
+    launches (:data:`LAUNCH_SECONDS` each, shared by the compared variants) and its calls (a
+    warm-up per launch and one per round)."""
+    c = config
+    return c["launches"] * LAUNCH_SECONDS / len(c["compared"]) + _call_seconds(c) * c["launches"] * (c["rounds"] + 1)
 
 
 def cost(config: dict) -> float:
-    """About 20 ms per 8192 x 3072 module and call: the paired timing's (a warm-up per launch
-    and one per round), the metrics' two and the resident-set check's two (in a fresh process,
-    3 s of start-up)."""
+    """The paired timing's (:func:`timing_cost`), the metrics' two calls and the resident-set
+    check's two (in a child forked from the measuring server, :mod:`benchmarks.measure.rss`:
+    0.3 s of fork and inputs)."""
     c = config
-    return 3.0 * c.get("rss", True) + 0.02 * c["modules"] * (c["launches"] * (c["rounds"] + 1) + 4) * c["m"] * c["n"] / (8192 * 3072)
+    return timing_cost(c) + 0.3 * c.get("rss", True) + 4 * _call_seconds(c)
 
 
 def key(config: dict) -> str:

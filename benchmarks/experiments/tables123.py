@@ -188,8 +188,13 @@ class Job:
         return Weighted(self.calls, seconds=self.first_parts or None)
 
 
-def prepare(model: Model, method: TableRow, *, subset: bool) -> Job:
+def prepare(model: Model, method: TableRow, *, subset: bool, timing_only: bool = False) -> Job:
     """Inputs, the warm-up call (its result gives the downlink), and the calls to time.
+
+    ``timing_only``: the inputs, the warm-up call and the calls to time alone, for a fresh
+    launch that only times them (:func:`group_calls`): the row's record (downlink, the
+    certificate, FLOPs, the host's share) is the first process's, and recomputing it in each
+    launch costs about a second per row (:data:`HOST_COST_SECONDS`).
 
     For FLoRG the warm-up's state is passed on, so the timed calls include the
     Procrustes step of a steady-state round (``partial_first_round``).
@@ -224,6 +229,12 @@ def prepare(model: Model, method: TableRow, *, subset: bool) -> Job:
         res = agg.aggregate(ups, state)
         parts_s.append(time.perf_counter() - t0)
         first_s += parts_s[-1]
+        if timing_only:
+            if agg.partial_first_round:
+                state = res.state
+            del res
+            calls.append((lambda agg=agg, ups=ups, state=state: agg.aggregate(ups, state), count))
+            continue
         worst = _worst(worst, res.certificate(ups).summary())  # outside the timed region
         if agg.partial_first_round:
             state = res.state
@@ -237,6 +248,8 @@ def prepare(model: Model, method: TableRow, *, subset: bool) -> Job:
             flops[m] += count * _model_flops(method.name, model, res.ranks, m, kernel=method.options.get("kernel"))
         del res
         calls.append((lambda agg=agg, ups=ups, state=state: agg.aggregate(ups, state), count))
+    if timing_only:
+        return Job(method, calls, row, first_s, first_parts=parts_s)
     row.update(modules=len(model.shapes), downlink_params=params, downlink_params_max=params_max,
                downlink_bytes=nbytes, flora_params=flora, downlink_pct=100.0 * params / flora,
                downlink_pct_max=100.0 * params_max / flora, first_call_s=first_s,
@@ -361,9 +374,9 @@ def model_for(name: str, *, quick: bool, seed: int = 0, device: torch.device | s
     return build_model(get_preset(name), layers=_layers(name, quick, layers), seed=seed, device=device)
 
 
-def method_job(name: str, model: Model, method: TableRow, *, quick: bool) -> Job | str:
-    """The prepared :class:`Job` of one row on preset ``name`` (one warm-up call), or the
-    reason it is not measured."""
+def method_job(name: str, model: Model, method: TableRow, *, quick: bool, timing_only: bool = False) -> Job | str:
+    """The prepared :class:`Job` of one row on preset ``name`` (one warm-up call; with
+    ``timing_only`` its calls alone, :func:`prepare`), or the reason it is not measured."""
     problem = _applicable(method, model.preset)
     if problem:
         return f"not applicable: {problem}"
@@ -371,7 +384,7 @@ def method_job(name: str, model: Model, method: TableRow, *, quick: bool) -> Job
     if plan == "skip":
         return (f"measured at --size paper only: a dense per-module factorization of {name}'s modules takes "
                 "about a minute per sample even on one module per shape; --size paper times it on one module per shape")
-    return prepare(model, method, subset=plan == "per-shape")
+    return prepare(model, method, subset=plan == "per-shape", timing_only=timing_only)
 
 
 def kernel_agreement(model: Model, method: TableRow, *, quick: bool) -> dict:
@@ -409,7 +422,7 @@ def group_calls(group: dict, device: torch.device | str = "cpu") -> dict:
                       layers=group.get("layers"))
     out = {}
     for label in group["methods"]:
-        job = method_job(group["preset"], model, rows_of[label], quick=group["quick"])
+        job = method_job(group["preset"], model, rows_of[label], quick=group["quick"], timing_only=True)
         if not isinstance(job, str):
             out[label] = job.timed_calls()
     return out

@@ -100,7 +100,8 @@ def _loop_time(fn: Callable, loops: int, device: torch.device) -> float:
 
 
 def paired_rounds(calls: dict, rounds: int, *, device: torch.device | str = "cpu", min_sample: float = MIN_SAMPLE,
-                  launch: int = 0, min_rounds: int | None = None) -> dict[str, dict]:
+                  launch: int = 0, min_rounds: int | None = None,
+                  decides: list[tuple[str, str]] | None = None) -> dict[str, dict]:
     """``rounds`` rounds of every call in ``calls`` (key -> zero-argument callable, or a
     :class:`Weighted` list), the order rotated each round, after one untimed call of each
     (none where a Weighted list carries its warm-up's ``seconds``; a second for a call
@@ -110,8 +111,10 @@ def paired_rounds(calls: dict, rounds: int, *, device: torch.device | str = "cpu
     With ``min_rounds`` (at most ``rounds``), the rounds stop early, after round
     ``min_rounds`` or any later one, once the first call of ``calls`` is decided against
     every other (:func:`decided` with ``against`` the first key: the claims a sweep's
-    rounds serve compare one method, listed first, with each of the others): rounds are
-    spent where such a comparison is still open, up to ``rounds``.
+    rounds serve compare one method, listed first, with each of the others), or, with
+    ``decides``, once each of those pairs of keys is (the comparisons the claims on the
+    group read; a pair naming a key not in ``calls`` is left out): rounds are spent where
+    such a comparison is still open, up to ``rounds``.
 
     Returns ``{key: {"samples": [...], "loops": [k, ...], "round": [...], "launch": [...]}}``,
     sample j of every key from round j (``loops`` one k per part of a Weighted call)."""
@@ -121,6 +124,7 @@ def paired_rounds(calls: dict, rounds: int, *, device: torch.device | str = "cpu
         raise ValueError(f"min_rounds(={min_rounds}) must be between 1 and rounds(={rounds})")
     device = torch.device(device)
     keys = list(calls)
+    pairs = None if decides is None else [(a, b) for a, b in decides if a in calls and b in calls]
     loops: dict[str, list[int]] = {}
     for k in keys:
         loops[k] = []
@@ -138,7 +142,8 @@ def paired_rounds(calls: dict, rounds: int, *, device: torch.device | str = "cpu
             for k in keys[j % len(keys):] + keys[:j % len(keys)]:
                 samples[k].append(sum(w * _loop_time(fn, n, device)
                                       for (fn, w), n in zip(_parts(calls[k]), loops[k])))
-            if min_rounds is not None and j + 1 >= min_rounds and decided(samples, against=keys[0]):
+            if min_rounds is not None and j + 1 >= min_rounds and (
+                    decided(samples, against=keys[0]) if pairs is None else decided(samples, pairs=pairs)):
                 break
     done = len(samples[keys[0]])
     return {k: dict(samples=samples[k], loops=loops[k], round=list(range(done)), launch=[launch] * done)
@@ -163,19 +168,22 @@ def _sign_rank(n: int, level: float = SIGN_LEVEL) -> int | None:
     return best
 
 
-def decided(samples: dict[str, list[float]], level: float = SIGN_LEVEL, *, against: str | None = None) -> bool:
+def decided(samples: dict[str, list[float]], level: float = SIGN_LEVEL, *, against: str | None = None,
+            pairs: list[tuple[str, str]] | None = None) -> bool:
     """Whether the pairs of calls are decided: the per-round ratio of their times has a
     sign-test interval for its median (at ``level``) wholly above or wholly below 1, so the
     analysis's paired verdict on which is faster is as decisive as more rounds of this kind
-    could make it. The pairs: ``against`` with every other key, or (None) every pair. False
-    below the rounds that such an interval needs (6 at 95%)."""
+    could make it. The pairs: ``pairs`` where given (none: decided), else ``against`` with
+    every other key, or (None) every pair. False below the rounds that such an interval
+    needs (6 at 95%)."""
     keys = list(samples)
     n = len(samples[keys[0]]) if keys else 0
     j = _sign_rank(n, level) if n else None
     if j is None:
         return False
-    pairs = [(against, k) for k in keys if k != against] if against is not None else \
-        [(keys[a], keys[b]) for a in range(len(keys)) for b in range(a + 1, len(keys))]
+    if pairs is None:
+        pairs = [(against, k) for k in keys if k != against] if against is not None else \
+            [(keys[a], keys[b]) for a in range(len(keys)) for b in range(a + 1, len(keys))]
     for a, b in pairs:
         ratios = sorted(x / y if y > 0 else math.inf for x, y in zip(samples[a], samples[b]))
         if not (ratios[j - 1] > 1.0 or ratios[n - j] < 1.0):
@@ -192,14 +200,17 @@ def _target(name: str) -> Callable:
 def _one_launch(target: str, groups: list[dict], rounds: int, device: str, min_sample: float,
                 launch: int, min_rounds: int | None = None, on_group: Callable[[dict], None] | None = None
                 ) -> list[dict]:
-    """Every group's rounds in this process: ``target(group, device)`` gives the group's calls;
-    ``on_group(group)`` after each group's rounds."""
+    """Every group's rounds in this process: ``target(group, device)`` gives the group's calls,
+    and a group's ``decides`` (pairs of keys), where it has one, the comparisons its rounds
+    wait on (:func:`paired_rounds`); ``on_group(group)`` after each group's rounds."""
     build = _target(target)
     out = []
     for group in groups:
         calls = build(group, device)
+        decides = group.get("decides")
         out.append(paired_rounds(calls, rounds, device=device, min_sample=min_sample, launch=launch,
-                                 min_rounds=min_rounds))
+                                 min_rounds=min_rounds,
+                                 decides=None if decides is None else [tuple(p) for p in decides]))
         del calls
         if on_group is not None:
             on_group(group)

@@ -1,32 +1,55 @@
-"""The process's resident-set growth over one call, in a fresh process: the cross-check of
-the tensor peak (:mod:`benchmarks.measure.memory`).
+"""The process's resident-set growth over one call, in a process that has run nothing: the
+cross-check of the tensor peak (:mod:`benchmarks.measure.memory`).
 
 The tensor peak counts torch's allocator only; a server's memory also holds what BLAS and
 LAPACK allocate for themselves (MKL's buffers, OpenBLAS's work areas), the allocator's
 fragmentation and the pages the first call of a routine maps. The resident set sees all
-of it. :func:`rss_growth` runs an experiment's call (``<experiment>.call(config)``) in a
-fresh ``python -m benchmarks.measure.rss`` at one torch thread (where the tensor peak is
-taken) and reports, in bytes:
+of it. :func:`rss_growth` runs an experiment's call (``<experiment>.call(config)``) at one
+torch thread (where the tensor peak is taken) in a process that has imported torch and the
+suite and computed nothing, and reports, in bytes:
 
-- ``rss_cold``: the high-water mark of the first call above the resident set before it:
-  the tensor peak, what the libraries allocate, and their one-time set-up;
+- ``rss_cold``: the high-water mark of the first call above the resident set before it
+  (the call's inputs built): the tensor peak, what the libraries allocate, and their
+  one-time set-up (their buffers and the code pages the call runs);
 - ``rss_warm``: the same for a second call, after freed heap memory is handed back
   (``malloc_trim``): what a server that has run the call before needs again.
+
+**The measuring process.** Each point runs in a child forked from one measuring server
+(``python -m benchmarks.measure.rss --serve``, started once per measuring process at one
+thread, torch and the suite imported, then nothing computed), so a point pays a fork,
+not an interpreter's start with torch imported (seconds). The child is what a fresh
+interpreter is when its work starts: no BLAS or LAPACK routine has run, no thread pool is
+up, the allocator holds nothing of another point's (each point its own child, so the
+high-water mark and the libraries' set-up are that point's alone). One difference is
+counted, on the cold side only: a forked child does not inherit the page-table entries of
+the library code its server touched while importing (Linux copies none for file mappings
+it can fault in again), so the first call also counts the resident code pages it runs
+that an interpreter's own import would have touched already; a second call finds them
+resident, so ``rss_warm`` is the same number either way. The server and its children die
+with the process that started them.
 
 The high-water mark is reset before each call by writing 5 to ``/proc/self/clear_refs``
 (Linux; ``VmHWM`` in ``/proc/self/status``), so inputs built before the call do not hide
 the call's own peak. Where that is not available the growth is not measured (``None``):
-``ru_maxrss`` cannot be reset and would report the inputs' peak instead.
+``ru_maxrss`` cannot be reset and would report the inputs' peak instead. The server is
+started with :func:`benchmarks.measure.children.child_env`, so it imports the suite
+wherever the caller runs (asv's working directory included).
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import gc
 import json
+import os
 import re
+import select
+import signal
 import subprocess
 import sys
+import tempfile
+import traceback
 
 from benchmarks.measure.children import child_env, die_with_parent
 
@@ -72,33 +95,147 @@ def _growth(fn) -> int | None:
     return None if peak is None else max(0, peak - before)
 
 
-def rss_growth(experiment: str, config: dict, device: str = "cpu", timeout: float = 900.0) -> dict:
-    """``{"rss_cold": bytes, "rss_warm": bytes}`` of one call of ``experiment``'s point
-    ``config``, measured in a fresh process (see the module docstring); ``None`` values on a
-    GPU (the tensor peak there is the device's) or where ``/proc`` cannot reset the mark."""
-    if str(device) != "cpu":
-        return {"rss_cold": None, "rss_warm": None}
-    env = child_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.measure.rss", experiment, json.dumps(config)],
-                          capture_output=True, text=True, timeout=timeout, env=env, preexec_fn=die_with_parent())
-    line = next((s for s in reversed(proc.stdout.splitlines()) if s.startswith(_MARK)), None)
-    if proc.returncode != 0 or line is None:
-        raise RuntimeError(f"rss_growth({experiment!r}): the measuring process failed (rc {proc.returncode}): "
-                           f"{proc.stderr.strip().splitlines()[-1:] or proc.stdout[-200:]}")
-    return json.loads(line[len(_MARK):])
-
-
-def _main(argv: list[str]) -> int:
+def _measure(name: str, config: dict) -> dict:
+    """Both growths of one point, in this process (the measuring child)."""
     import torch
 
     from benchmarks import experiments
 
-    name, config = argv[0], json.loads(argv[1])
     torch.set_num_threads(1)
     fn = experiments.get(name).call(config, "cpu")
     cold = _growth(fn)
     warm = _growth(fn)
-    print(_MARK + json.dumps({"rss_cold": cold, "rss_warm": warm}), flush=True)
+    return {"rss_cold": cold, "rss_warm": warm}
+
+
+class _Server:
+    """The measuring server of this process (see the module docstring): one request line
+    (``[experiment, config]``) in, one reply line out (``{"ok": growths}`` or
+    ``{"error": text}``)."""
+
+    def __init__(self):
+        self.log = tempfile.TemporaryFile("w+")
+        env = child_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.measure.rss", "--serve"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                     env=env, preexec_fn=die_with_parent())
+        self.pid = os.getpid()  # a forked copy of this process must not share the pipes
+
+    def alive(self) -> bool:
+        return self.pid == os.getpid() and self.proc.poll() is None
+
+    def ask(self, name: str, config: dict, timeout: float) -> dict:
+        self.proc.stdin.write(json.dumps([name, config]) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            self.close()
+            self.log.seek(0)
+            tail = self.log.read().strip().splitlines()[-1:]
+            why = f"no reply in {timeout:g} s" if not ready else f"the server exited ({tail})"
+            raise RuntimeError(f"rss_growth({name!r}): the measuring process failed: {why}")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.pid != os.getpid():
+            return
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+_SERVER: _Server | None = None
+
+
+def _server() -> _Server:
+    global _SERVER
+    if _SERVER is None or not _SERVER.alive():
+        _SERVER = _Server()
+        atexit.register(_SERVER.close)
+    return _SERVER
+
+
+def rss_growth(experiment: str, config: dict, device: str = "cpu", timeout: float = 900.0) -> dict:
+    """``{"rss_cold": bytes, "rss_warm": bytes}`` of one call of ``experiment``'s point
+    ``config``, measured in a child of the measuring server (see the module docstring);
+    ``None`` values on a GPU (the tensor peak there is the device's) or where ``/proc``
+    cannot reset the mark (off Linux, nothing is started)."""
+    if str(device) != "cpu" or not sys.platform.startswith("linux"):
+        return {"rss_cold": None, "rss_warm": None}
+    reply = _server().ask(experiment, config, timeout)
+    if "error" in reply:
+        raise RuntimeError(f"rss_growth({experiment!r}): the measuring process failed: {reply['error']}")
+    return reply["ok"]
+
+
+def _child(name: str, config: dict, out: int, err: int) -> None:
+    """The forked child: measure, write the reply to ``out``, exit (never returns)."""
+    code = 1
+    try:
+        os.dup2(err, 1)  # the server's stdout carries replies only
+        os.dup2(err, 2)
+        if sys.platform.startswith("linux"):  # dies with the server
+            ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+        reply = json.dumps({"ok": _measure(name, config)})
+        code = 0
+    except BaseException:  # noqa: BLE001 -- everything the parent must hear of
+        traceback.print_exc()
+        reply = json.dumps({"error": traceback.format_exc().strip().splitlines()[-1]})
+    try:
+        os.write(out, (reply + "\n").encode())
+    finally:
+        os._exit(code)
+
+
+def _serve() -> int:
+    """Import torch and the suite, then fork a child per request line on stdin."""
+    import torch
+
+    from benchmarks import experiments
+
+    torch.set_num_threads(1)
+    for line in sys.stdin:
+        name, config = json.loads(line)
+        try:
+            experiments.get(name)  # imported here once (code, no computation), not in every child
+        except Exception as exc:  # noqa: BLE001 -- the reply names it
+            sys.stdout.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n")
+            sys.stdout.flush()
+            continue
+        r, w = os.pipe()
+        err = tempfile.TemporaryFile("w+")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            _child(name, config, w, err.fileno())
+        os.close(w)
+        with os.fdopen(r) as f:
+            reply = f.read().strip()
+        _, status = os.waitpid(pid, 0)
+        if not reply:
+            err.seek(0)
+            tail = err.read().strip().splitlines()[-1:]
+            reply = json.dumps({"error": f"exit status {os.waitstatus_to_exitcode(status)}: {tail}"})
+        err.close()
+        sys.stdout.write(reply + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+def _main(argv: list[str]) -> int:
+    if argv == ["--serve"]:
+        return _serve()
+    name, config = argv[0], json.loads(argv[1])  # one point in this process
+    print(_MARK + json.dumps(_measure(name, config)), flush=True)
     return 0
 
 
