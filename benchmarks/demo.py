@@ -31,7 +31,7 @@ from benchmarks.device import checked, to_device
 from benchmarks.measure import timed
 from fraq.presets import PRESETS, get_preset
 from benchmarks.measure.gram_error import gram_errors
-from fraq._help import plain
+from fraq.internals import plain
 
 __all__ = ["main", "run_preset"]
 
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--threads(={args.threads}) must be >= 1")
     torch.set_num_threads(args.threads)
     if args.json is not None:
-        from fraq._files import check_file_target
+        from fraq.internals import check_file_target
 
         try:  # before any work: a file (links followed) in a writable directory, not a directory or a FIFO
             check_file_target(args.json, "--json")
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from fraq._machine import machine_record
+    from fraq.internals import machine_record
 
     machine = machine_record(device)
     print(f"fraq {fraq.__version__} | torch {machine['torch']} | {machine['gpu'] or machine['cpu']} | "
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
 
         import json
 
-        from fraq._files import replacing_file
+        from fraq.internals import replacing_file
 
         rec = result_record("demo", args.json.stem, {"presets": list(args.preset or DEFAULT_PRESETS), "taus": taus,
                                                      "backend": args.backend, "seed": args.seed},

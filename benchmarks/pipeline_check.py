@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from fraq._files import replacing_file
+from fraq.internals import replacing_file
 
 __all__ = ["DEFAULT_METHODS", "main", "measure_preset"]
 
@@ -152,7 +152,7 @@ def _table(rec: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.device import checked
-    from fraq._machine import machine_record
+    from fraq.internals import machine_record
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.pipeline_check", description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="directory for pipeline.json")

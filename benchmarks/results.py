@@ -22,8 +22,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fraq._files import check_dir_out
-from fraq._results import result_path, result_record, versions, write_result
+from fraq.internals import check_dir_out
+from fraq.internals import result_path, result_record, versions, write_result
 
 __all__ = ["check_out_dir", "result_path", "result_record", "versions", "write_result"]
 

@@ -66,7 +66,7 @@ from benchmarks.measure import gemm_rate, threads, timed
 from benchmarks.measure.kernels import RateTable, kernel_roofs, table_path
 from benchmarks.results import check_out_dir, write_result
 from benchmarks.sizes import SIZES
-from fraq._help import plain
+from fraq.internals import plain
 
 PRESETS = ("roberta-base", "llama-3.2-3b")
 THREAD_COUNTS = (1, 2)
@@ -342,7 +342,7 @@ def report(name: str, rec: dict) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from fraq._gram import GRAMS
+    from fraq.internals import GRAMS
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.roofline", description=plain(__doc__.split("\n")[0]))
     ap.add_argument("--backend", default=os.environ.get("FRAQ_BENCH_BACKEND") or None,
@@ -432,7 +432,7 @@ def _roofline(args, load) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fraq._machine import machine_record
+    from fraq.internals import machine_record
 
     ap = _parser()
     args = ap.parse_args(argv)

@@ -48,8 +48,8 @@ import torch
 from benchmarks.experiments import DEFAULT, EXPERIMENTS
 from benchmarks.experiments import cost as registry_cost
 from benchmarks.experiments import timing_cost as registry_timing_cost
-from fraq._help import plain
-from fraq._progress import Progress
+from fraq.internals import plain
+from fraq.internals import Progress
 
 THREADS = 1
 """Default torch threads: on 2-core machines shared with other jobs, 2-thread LAPACK calls
@@ -102,7 +102,7 @@ def _foreign(path: Path, size: str, device: torch.device, dtype: str = "float32"
 def _finished(path: Path, config: dict) -> tuple[bool, str | None]:
     """(whether ``path`` holds a finished result of ``config``, what damages it when the
     config is this point's but the record is not whole: :func:`fraq._results.damage`)."""
-    from fraq._results import damage
+    from fraq.internals import damage
 
     try:
         rec = json.loads(path.read_text())
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.device import checked
     from benchmarks.measure.kernels import table_path
     from benchmarks.sizes import SIZES
-    from fraq._files import check_dir_out
+    from fraq.internals import check_dir_out
     from fraq.aggregators import MethodLoadError, load_outside_methods
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=plain(__doc__.split("\n")[0]))
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a result could not be written (disk full, made read-only meanwhile)
-        from fraq._files import failed_write
+        from fraq.internals import failed_write
 
         print(f"error: {failed_write(exc)}; the results written before it are kept (rerun to go on)",
               file=sys.stderr)

@@ -148,3 +148,13 @@ def test_the_internal_surface_resolves_every_name_from_its_module_without_torch(
     code = "import sys; from fraq.internals import replacing_file, plain; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"
+
+
+def test_the_measurement_reads_the_library_through_its_public_api_and_fraq_internals():
+    """No module under ``benchmarks/`` imports a private module of ``fraq`` (``fraq._gram``,
+    ``fraq.aggregators._kernel``): what it needs that is not public comes through
+    :mod:`fraq.internals`, one documented list."""
+    lib = _modules("fraq")
+    private = {m: f for m, f in lib.items() if any(part.startswith("_") for part in m.split("."))}
+    found = {m: sorted(t) for m, t in _edges(_modules("benchmarks"), private).items() if t}
+    assert not found, found

@@ -20,7 +20,7 @@ from benchmarks.experiments.backends import PRESETS, TAU, Case, lora_case
 from benchmarks.measure import round_robin
 from benchmarks.sizes import size_config
 from fraq.backends import get_backend
-from fraq._gram import Coordinates, coordinates, rows
+from fraq.internals import Coordinates, coordinates, rows
 
 __all__ = ["key", "measure", "points", "stage_breakdown"]
 
@@ -60,7 +60,7 @@ STAGE_PARTS = ("basis", "H = C Y", "G = H H^T", "eigh (float64)", "apply Q to U_
 
 def _stage_calls(case: Case, name: str) -> dict:
     """One closure per pipeline stage, each running that stage on every module group."""
-    from fraq._orient import orient
+    from fraq.internals import orient
 
     fn = get_backend(name)
     groups = []

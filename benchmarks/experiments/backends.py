@@ -126,7 +126,7 @@ def _reference(case: Case, reference: list, k: int) -> list:
 
 def _accuracy(case: Case, name: str, results: list, reference: list, exact: list, k: int) -> dict:
     """Worst accuracy measures over the first k matrices of every module group (float64)."""
-    from fraq._orient import orient
+    from fraq.internals import orient
 
     gap_opt, gap_hh, orth, fallbacks, kinds, steps, same_rank = 0.0, 0.0, 0.0, 0, set(), 0, True
     for (B, A), res, ref, (S, ref_norm) in zip(case.pairs, _on_cpu(results), _on_cpu(reference), exact):

@@ -116,7 +116,7 @@ def _chunk_bytes() -> int:
     """recompress's chunk working set (:data:`fraq._parallel.CHUNK_BYTES`; 16 MiB in a fraq
     without it, an older commit measured by ``benchmarks.regress``)."""
     try:
-        from fraq._parallel import CHUNK_BYTES
+        from fraq.internals import CHUNK_BYTES
     except ImportError:
         return 16 * 2**20
     return CHUNK_BYTES

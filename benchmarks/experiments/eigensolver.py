@@ -47,7 +47,7 @@ def cost(config: dict) -> float:
 
 
 def _unavailable(route: str, device: torch.device) -> str | None:
-    from fraq._eigen import check_eigensolver
+    from fraq.internals import check_eigensolver
 
     try:
         check_eigensolver(route, device)

@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
 def _checked(args) -> tuple[list, object]:
     """The parts and the device, or ValueError naming the bad argument."""
     from benchmarks.device import checked
-    from fraq._files import check_dir_out
+    from fraq.internals import check_dir_out
 
     if not (math.isfinite(args.budget_s) and args.budget_s >= 10):
         raise ValueError(f"--budget-s(={args.budget_s:g}) must be a number of seconds >= 10")

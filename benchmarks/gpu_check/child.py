@@ -42,7 +42,7 @@ def _smi_table() -> str | None:
 
 def device_record(device: torch.device) -> dict:
     """The machine record of ``device`` and ``nvidia-smi``'s table (None where it is absent)."""
-    from fraq._machine import machine_record
+    from fraq.internals import machine_record
 
     rec = machine_record(device)
     if device.type == "cuda":

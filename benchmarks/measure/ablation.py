@@ -57,7 +57,7 @@ def ablation_variant(B: torch.Tensor, A: torch.Tensor, rank: int, *, orientation
     Returns:
         ``Bg`` (*, m, p), ``Ag`` (*, p, n) with ``Bg @ Ag`` a best rank-p approximation.
     """
-    from fraq._orient import orient, unorient
+    from fraq.internals import orient, unorient
 
     if orientation not in ("adaptive", "fixed"):
         raise ValueError(f"orientation(={orientation!r}) must be 'adaptive' or 'fixed'")
@@ -114,7 +114,7 @@ def variant_steps(B: torch.Tensor, A: torch.Tensor, rank: int, orientation: str)
     """One zero-argument call per step of :data:`STEPS` of the ``(orientation, "gram")``
     variant of :func:`ablation_variant`, each on the previous steps' results computed once
     here, so that each step can be timed alone."""
-    from fraq._orient import orient
+    from fraq.internals import orient
 
     X, Y, _ = orient(B, A, adaptive=orientation == "adaptive")
     d, r = X.shape[-2], X.shape[-1]

@@ -52,8 +52,8 @@ def agreement(updates, dense, kernel) -> dict:
     ``product_difference_max`` (relative to ||M||_F).
     """
     import fraq
-    from fraq._gram import scale_sum
-    from fraq._validation import compute_dtype
+    from fraq.internals import scale_sum
+    from fraq.internals import compute_dtype
     from fraq.reference import factored_error, reference_svd, relative_error
 
     out = dict(compared=0, modules=0, ratio_max=0.0, error_difference_max=0.0, bound_min=math.inf,

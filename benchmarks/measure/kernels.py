@@ -66,7 +66,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from fraq._files import replacing_file
+from fraq.internals import replacing_file
 
 __all__ = ["Kernel", "RateTable", "Roofs", "copy_bandwidth", "kernel_roofs", "table_path"]
 
@@ -140,7 +140,7 @@ class Roofs:
 
 
 def _slug(device: torch.device) -> str:
-    from fraq._machine import machine_record
+    from fraq.internals import machine_record
 
     m = machine_record(device)
     text = json.dumps({k: m.get(k) for k in ("cpu", "cores", "blas", "torch", "gpu", "cuda")}, sort_keys=True)
@@ -168,7 +168,7 @@ def table_path(device: torch.device | str = "cpu") -> Path:
     """
     env = os.environ.get(TABLE_ENV)
     if env:
-        from fraq._files import check_file_target
+        from fraq.internals import check_file_target
 
         return check_file_target(env, TABLE_ENV)
     return _table_dir() / f"{_slug(torch.device(device))}.json"

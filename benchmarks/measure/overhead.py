@@ -49,7 +49,7 @@ PYTHON_SIDE = 16
 
 
 def _cuda_configuration() -> dict:
-    from fraq._plan import PIPELINE_DEFAULTS
+    from fraq.internals import PIPELINE_DEFAULTS
     from fraq.backends import DEVICE_DEFAULTS
 
     return {"backend": DEVICE_DEFAULTS["cuda"], "pipeline": PIPELINE_DEFAULTS["cuda"]}

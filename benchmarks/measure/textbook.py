@@ -42,7 +42,7 @@ POWER_ITERATIONS = 2
 
 def _stacks(Bs, As, weights, scales):
     import fraq
-    from fraq._validation import compute_dtype
+    from fraq.internals import compute_dtype
 
     return fraq.stack(Bs, As, weights, scales, dtype=compute_dtype(Bs[0].dtype))
 
