@@ -158,3 +158,11 @@ def test_the_measurement_reads_the_library_through_its_public_api_and_fraq_inter
     private = {m: f for m, f in lib.items() if any(part.startswith("_") for part in m.split("."))}
     found = {m: sorted(t) for m, t in _edges(_modules("benchmarks"), private).items() if t}
     assert not found, found
+
+
+def test_the_measurement_layer_imports_no_experiment():
+    """``benchmarks/measure/`` (how to measure) imports nothing of ``benchmarks/experiments/`` (what
+    is measured): an experiment hands the measurement its calls, never the other way round."""
+    back = {m: sorted(t) for m, t in _edges(_modules("benchmarks/measure"), _modules("benchmarks/experiments")).items()
+            if t}
+    assert not back, back

@@ -22,7 +22,7 @@ def test_the_resident_set_holds_at_least_the_tensor_peak():
     point = next(p for p in table4.points("reduced") if p["variant"] == "adaptive-svd")
     with threads(1):
         peak = peak_memory(table4.call(point)).peak
-    g = rss_growth("table4", point)
+    g = rss_growth("benchmarks.experiments.table4", point)
     assert peak > 16 * 2**20
     assert g["rss_warm"] >= 0.97 * peak, (g, peak)
     assert g["rss_cold"] >= g["rss_warm"] - 2**20
@@ -30,12 +30,12 @@ def test_the_resident_set_holds_at_least_the_tensor_peak():
 
 @pytest.mark.integration
 def test_a_failing_measurement_names_the_experiment():
-    with pytest.raises(RuntimeError, match="rss_growth\\('table4'\\)"):
-        rss_growth("table4", {"variant": "no-such-variant"})
+    with pytest.raises(RuntimeError, match="rss_growth\\('benchmarks.experiments.table4'\\)"):
+        rss_growth("benchmarks.experiments.table4", {"variant": "no-such-variant"})
 
 
 def test_no_resident_set_on_a_gpu():
-    assert rss_growth("table4", {}, device="cuda") == {"rss_cold": None, "rss_warm": None}
+    assert rss_growth("benchmarks.experiments.table4", {}, device="cuda") == {"rss_cold": None, "rss_warm": None}
 
 
 @pytest.mark.integration
@@ -57,7 +57,7 @@ def test_the_measuring_process_finds_the_suite_from_any_directory(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PYTHONPATH", raising=False)
     point = next(p for p in table4.points("reduced") if p["variant"] == "adaptive-svd")
-    g = rss_growth("table4", point)
+    g = rss_growth("benchmarks.experiments.table4", point)
     assert g["rss_warm"] is not None and g["rss_warm"] > 0
 
 
@@ -75,10 +75,11 @@ def test_a_forked_child_measures_what_a_fresh_interpreter_measures():
     from benchmarks.measure.rss import _MARK
 
     point = next(p for p in table4.points("reduced") if p["variant"] == "adaptive-svd")
-    with pytest.raises(RuntimeError, match="rss_growth\\(.table4.\\): the measuring process failed: KeyError"):
-        rss_growth("table4", {"variant": "no-such-variant"})
-    forked = rss_growth("table4", point)
-    done = subprocess.run([sys.executable, "-m", "benchmarks.measure.rss", "table4", json.dumps(point)],
+    with pytest.raises(RuntimeError, match="rss_growth\\(.benchmarks.experiments.table4.\\): the measuring process failed: KeyError"):
+        rss_growth("benchmarks.experiments.table4", {"variant": "no-such-variant"})
+    forked = rss_growth("benchmarks.experiments.table4", point)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.measure.rss", "benchmarks.experiments.table4",
+                           json.dumps(point)],
                           capture_output=True, text=True, env=child_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"),
                           check=True)
     fresh = json.loads(next(s for s in reversed(done.stdout.splitlines()) if s.startswith(_MARK))[len(_MARK):])

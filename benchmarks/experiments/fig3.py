@@ -333,7 +333,7 @@ def metrics(config: dict, device: torch.device | str = "cpu", *, roofs: bool = T
         if c["sweep"] == "d" and c.get("rss", True):  # the memory row of the figure: the tensor peak cross-checked by the resident set
             from benchmarks.measure.rss import rss_growth
 
-            out.update(rss_growth("fig3", c, str(device)))
+            out.update(rss_growth(__name__, c, str(device)))
     out.update(_analytic(c, ranks, device))
     return out
 

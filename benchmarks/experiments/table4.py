@@ -132,7 +132,7 @@ def metrics(config: dict, device: torch.device | str = "cpu") -> dict:
     f = fidelity(B, A, Bg, Ag, c["p"], reference=ref)
     from benchmarks.measure.rss import rss_growth
 
-    rss = rss_growth("table4", c, str(device)) if c.get("rss", True) else {}
+    rss = rss_growth(__name__, c, str(device)) if c.get("rss", True) else {}
     return dict(peak_bytes=peak_memory(fn, device=device).peak, **rss, gap_to_svd=relative_error(Bsvd, Asvd, Bg, Ag).tolist(),
                 excess=f.excess.tolist(), excess_quadrature=f.excess_quadrature.tolist(), **f.first.as_dict())
 

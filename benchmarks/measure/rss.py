@@ -4,7 +4,8 @@ cross-check of the tensor peak (:mod:`benchmarks.measure.memory`).
 The tensor peak counts torch's allocator only; a server's memory also holds what BLAS and
 LAPACK allocate for themselves (MKL's buffers, OpenBLAS's work areas), the allocator's
 fragmentation and the pages the first call of a routine maps. The resident set sees all
-of it. :func:`rss_growth` runs an experiment's call (``<experiment>.call(config)``) at one
+of it. :func:`rss_growth` runs a point's call (``<module>.call(config, "cpu")``, ``module`` the
+import path of the experiment that asks, so this layer imports no experiment itself) at one
 torch thread (where the tensor peak is taken) in a process that has imported torch and the
 suite and computed nothing, and reports, in bytes:
 
@@ -41,6 +42,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import gc
+import importlib
 import json
 import os
 import re
@@ -95,14 +97,12 @@ def _growth(fn) -> int | None:
     return None if peak is None else max(0, peak - before)
 
 
-def _measure(name: str, config: dict) -> dict:
+def _measure(module: str, config: dict) -> dict:
     """Both growths of one point, in this process (the measuring child)."""
     import torch
 
-    from benchmarks import experiments
-
     torch.set_num_threads(1)
-    fn = experiments.get(name).call(config, "cpu")
+    fn = importlib.import_module(module).call(config, "cpu")
     cold = _growth(fn)
     warm = _growth(fn)
     return {"rss_cold": cold, "rss_warm": warm}
@@ -110,7 +110,7 @@ def _measure(name: str, config: dict) -> dict:
 
 class _Server:
     """The measuring server of this process (see the module docstring): one request line
-    (``[experiment, config]``) in, one reply line out (``{"ok": growths}`` or
+    (``[module, config]``) in, one reply line out (``{"ok": growths}`` or
     ``{"error": text}``)."""
 
     def __init__(self):
@@ -162,16 +162,17 @@ def _server() -> _Server:
     return _SERVER
 
 
-def rss_growth(experiment: str, config: dict, device: str = "cpu", timeout: float = 900.0) -> dict:
-    """``{"rss_cold": bytes, "rss_warm": bytes}`` of one call of ``experiment``'s point
-    ``config``, measured in a child of the measuring server (see the module docstring);
+def rss_growth(module: str, config: dict, device: str = "cpu", timeout: float = 900.0) -> dict:
+    """``{"rss_cold": bytes, "rss_warm": bytes}`` of one call of point ``config`` of the
+    experiment module ``module`` (its import path: an experiment passes its ``__name__``;
+    the module's ``call(config, device)`` returns the call), measured in a child of the measuring server (see the module docstring);
     ``None`` values on a GPU (the tensor peak there is the device's) or where ``/proc``
     cannot reset the mark (off Linux, nothing is started)."""
     if str(device) != "cpu" or not sys.platform.startswith("linux"):
         return {"rss_cold": None, "rss_warm": None}
-    reply = _server().ask(experiment, config, timeout)
+    reply = _server().ask(module, config, timeout)
     if "error" in reply:
-        raise RuntimeError(f"rss_growth({experiment!r}): the measuring process failed: {reply['error']}")
+        raise RuntimeError(f"rss_growth({module!r}): the measuring process failed: {reply['error']}")
     return reply["ok"]
 
 
@@ -198,13 +199,11 @@ def _serve() -> int:
     """Import torch and the suite, then fork a child per request line on stdin."""
     import torch
 
-    from benchmarks import experiments
-
     torch.set_num_threads(1)
     for line in sys.stdin:
         name, config = json.loads(line)
         try:
-            experiments.get(name)  # imported here once (code, no computation), not in every child
+            importlib.import_module(name)  # imported here once (code, no computation), not in every child
         except Exception as exc:  # noqa: BLE001 -- the reply names it
             sys.stdout.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n")
             sys.stdout.flush()
