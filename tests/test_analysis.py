@@ -28,6 +28,7 @@ import analysis  # noqa: E402
 from analysis import figures, loaders, style, tables  # noqa: E402
 from analysis.sections.backends import fig_backends  # noqa: E402
 from analysis.sections.fig1 import fig1_downlink, fig1_table  # noqa: E402
+from analysis.sections.fig3 import fig3_scalability, table5_flops  # noqa: E402
 from analysis.sections.table4 import table4_ablation  # noqa: E402
 from analysis.sections.fig4 import fig4_fidelity, fig4_summary  # noqa: E402
 from benchmarks import run  # noqa: E402
@@ -237,7 +238,7 @@ def test_gpu_results_say_gpu_in_the_caption(tmp_path):
 def test_fig3(tiny, tmp_path):
     style.setup()
     df = loaders.load_results(tiny / "results" / "fig3")
-    fig = figures.fig3_scalability(df)
+    fig = fig3_scalability(df)
     labels, legend = _axes_text(fig)
     assert {"runtime (ms)", "tensor peak memory (MiB)", "counted GFLOP (batched)", "total stacked rank r"} <= set(labels)
     assert any("error above" in label for label in labels)  # fidelity, its own row
@@ -305,7 +306,7 @@ def test_tables(tiny):
     assert row["Paper ms (x)"] == f"{ms:.2f} ({ms / base_ms:.2f})"
     assert row["Paper MiB (x)"] == f"{mib:.2f} ({mib / base_mib:.2f})"
     assert t4.set_index("Variant").loc["fraq.recompress (library)", "Paper ms (x)"] == ""
-    t5 = tables.table5_flops(loaders.load_results(tiny / "results" / "fig3"))
+    t5 = table5_flops(loaders.load_results(tiny / "results" / "fig3"))
     assert (t5["counted GFLOP"] > 0).all() and set(t5["Method"]) == {"FRAQ", "FLoRIST", "FlexLoRA",
                                                                      "FlexLoRA (kernel=fraq)"}
     # FlexLoRA on FRAQ's kernel is counted as fraq.svd runs (fraq.flops.kernel_svd_flops, Householder: the
@@ -332,7 +333,7 @@ def test_fig3_tick_labels_do_not_overlap(tiny, dims):
     base = df[df["sweep"] == "d"]
     base = base[base["d"] == base["d"].min()]
     d = pd.concat([df[df["sweep"] == "r"]] + [base.assign(d=x, D=x) for x in dims], ignore_index=True)
-    fig = figures.fig3_scalability(d)
+    fig = fig3_scalability(d)
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     for ax in fig.axes:
@@ -535,7 +536,7 @@ def test_default_results_dir_is_found_from_a_subdirectory(tmp_path, monkeypatch)
 @pytest.mark.integration
 def test_fig3_panel_labels_are_distinct(tiny):
     style.setup()
-    fig = figures.fig3_scalability(loaders.load_results(tiny / "results" / "fig3"))
+    fig = fig3_scalability(loaders.load_results(tiny / "results" / "fig3"))
     labels = [ax.get_title().split(")")[0] + ")" for ax in fig.axes]
     assert labels == ["(a)", "(b)", "(c)", "(d)", "(e)", "(f)", "(g)", "(h)"]
 
@@ -553,7 +554,7 @@ def test_figure_legends_cover_no_panel_title(tiny, tmp_path):
                                                                          backend=f"backend-{i}"), r)
     style.setup()
     drawn = [fig_backends(loaders.load_results(tmp_path / "b")),
-             figures.fig3_scalability(loaders.load_results(tiny / "results" / "fig3"))]
+             fig3_scalability(loaders.load_results(tiny / "results" / "fig3"))]
     for fig in drawn:
         style.save(fig, tmp_path, "f", "caption")
         canvas = FigureCanvasAgg(fig)  # save closed the figure; draw it again as it was saved
@@ -699,7 +700,7 @@ def test_figure_text_overlaps_are_found(tiny):
 
     style.setup()
     with matplotlib.rc_context({"figure.constrained_layout.use": False}):
-        fig = figures.fig3_scalability(loaders.load_results(tiny / "results" / "fig3"))
+        fig = fig3_scalability(loaders.load_results(tiny / "results" / "fig3"))
     found = text_overlaps(fig)
     assert any(b.startswith("(c)") for _, b in found), found
     fig.set_layout_engine("constrained")
@@ -860,7 +861,7 @@ def test_table5_integer_columns_print_as_integers():
                  analytic_flops_table5=1e9, analytic_flops_full=1e9, counted_flops=1e9, **{"timing.median": 0.01}),
             dict(mode="batched", backend="householder", sweep="r", d=256.0, r=8.0, p=float("nan"), modules=2.0, method="florist",
                  analytic_flops_table5=2e9, analytic_flops_full=2e9, counted_flops=2e9, **{"timing.median": 0.02})]
-    t5 = tables.table5_flops(pd.DataFrame(rows))
+    t5 = table5_flops(pd.DataFrame(rows))
     text = tables.markdown(t5)
     assert "| 768 | 16 | 8 | 2 |" in text and "| 256 | 8 | - | 2 |" in text, text
     assert "768.0" not in text and "16.0 " not in text and "<NA>" not in text

@@ -5,23 +5,24 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis import figures, kernel_variants, style, tables
-from analysis.verdicts import holds, judge, milliseconds, not_measured, ours, paired
+from analysis import kernel_variants, style, tables
+from analysis.figures import FLOOR, legend_top, measured_columns, pyplot
 from analysis.sections import Figure, Section
-from analysis.style import num
+from analysis.style import described, integers, log_labels, num, styles
+from analysis.verdicts import holds, judge, milliseconds, not_measured, ours, paired
 
 reads = ("fig3",)
 
 
 def draw(res) -> list[Section]:
     f3 = res["fig3"]
-    fig = Figure("fig3_scalability", figures.fig3_scalability(f3), f3,
+    fig = Figure("fig3_scalability", fig3_scalability(f3), f3,
                  f"{int(f3['modules'].iloc[0])} square modules per call, clients of rank "
                  f"{int(f3['client_rank'].iloc[0])}, output rank {int(f3['p'].iloc[0])}; median, band = IQR; "
                  "tensor peak memory above the inputs",
                  "Runtime and tensor peak memory against total rank r and hidden size d; batched solid, "
                  "unbatched dashed.")
-    t5 = tables.table5_flops(f3)
+    t5 = table5_flops(f3)
     table5 = ("Batched points of the Fig. 3 sweeps, all modules of one call. *Table 5 GFLOP*: the paper's "
               "leading-order formulas; *model (code)*: the same pipelines with the constants of what the code runs "
               "(`fraq.aggregators.analytic_flops(model='full')`); *counted*: FlopCounterMode with LAPACK formulas "
@@ -32,7 +33,7 @@ def draw(res) -> list[Section]:
               "of its size, summed; `benchmarks.measure.kernels`, one torch thread) over the time"
               + _roofs_left_out(t5) + f". {style.caption(f3)}.\n\n" + tables.markdown(t5) + "\n\n"
               + "\n".join(table5_lines(t5)))
-    mem = tables.memory_crosscheck(f3)
+    mem = memory_crosscheck(f3)
     cross = ("" if mem.empty else
              "\n\nThe tensor peak (torch's allocator, above the inputs) cross-checked by the process's resident set: its "
              "growth over one call in a process that has run nothing else (a child forked from a server that imported "
@@ -40,7 +41,7 @@ def draw(res) -> list[Section]:
              "handed back) and the first (*cold*, the libraries' own set-up included; "
              "`benchmarks.measure.rss`). Warm growth well above the tensor peak would be memory the libraries "
              "allocate outside torch.\n\n" + tables.markdown(mem))
-    summary = figures.fig3_summary(f3)
+    summary = fig3_summary(f3)
     variants = kernel_variants.sweep_lines(summary, ["sweep", "d", "r", "mode"], "Fig. 3 sweeps")
     kernels = ("" if not variants else
                "\n\nThe dense-SVD methods on FRAQ's kernel (`kernel=fraq`: the same triplets from the factors, "
@@ -76,7 +77,7 @@ EXP = "FlexLoRA's exponent of d minus FRAQ's above 1"
 
 
 def fig3_lines(d: pd.DataFrame) -> list[str]:
-    """``d``: :func:`analysis.figures.fig3_summary` rows (with ``timing.samples``)."""
+    """``d``: :func:`fig3_summary` rows (with ``timing.samples``)."""
     d = d[[kernel_variants.dense_of(m) is None for m in d["method"]]]  # the paper's methods (variants: their own lines)
     return _fastest_lines(d) + _exponent_lines(d) + _flexlora_growth_lines(d) + _ratio_lines(d)
 
@@ -193,3 +194,123 @@ def table5_lines(t5: pd.DataFrame) -> list[str]:
             order_ok = False
     lines.append(claim + ours(holds(order_ok), "on counted FLOPs at every batched point of the sweeps") + ".")
     return lines
+
+
+def fig3_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (sweep, method, mode, d, r): median and IQR time (ms), peak MiB, counted
+    GFLOP (batched points) and the error above the float64 optimum (``excess``)."""
+    d = described(measured_columns(df))
+    d["x"] = np.where(d["sweep"] == "r", d["r"], d["d"])
+    return d.sort_values(["sweep", "method_name", "mode", "x"])
+
+
+def octave_ticks(ax, xs) -> None:
+    """Ticks labelled at ``xs`` on a log2 axis and nowhere else; labels turned upright
+    when two are less than 0.6 octave apart (768 and 1024 would run into each other)."""
+    from matplotlib.ticker import NullFormatter
+
+    ax.set_xticks(xs)
+    ax.set_xticklabels([str(int(v)) for v in xs])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    if len(xs) > 1 and np.min(np.diff(np.log2(np.asarray(xs, float)))) < 0.6:
+        for t in ax.get_xticklabels():
+            t.set_rotation(90)
+
+
+def fig3_scalability(df: pd.DataFrame):
+    """Runtime, tensor peak memory, counted FLOPs and the float32 result's error above the
+    float64 optimum (in quadrature) against total rank r (at the fixed d, left) and hidden
+    size d (at the fixed r, right): methods as colours, batched solid, unbatched dashed, log
+    axes."""
+    from matplotlib.lines import Line2D
+
+    plt = pyplot()
+    d = fig3_summary(df)
+    look = styles(d)
+    fig, axes = plt.subplots(len(FIG3_ROWS), 2, figsize=(10, 3.4 * len(FIG3_ROWS)), squeeze=False)
+    for col, sweep in enumerate(["r", "d"]):
+        sub = d[d["sweep"] == sweep]
+        if sub.empty:
+            continue
+        fixed = f"d = {int(sub['d'].iloc[0])}" if sweep == "r" else f"r = {int(sub['r'].iloc[0])}"
+        for row, (y, ylabel) in enumerate(FIG3_ROWS):
+            ax = axes[row, col]
+            for (name, mode), s in sub.groupby(["method_name", "mode"]):
+                s = s[s[y].notna()]
+                if s.empty:
+                    continue
+                batched = mode == "batched"
+                values = s[y].clip(lower=FLOOR) if y == "excess" else s[y]
+                color, marker = look[name]["color"], look[name]["marker"]
+                ax.plot(s["x"], values, color=color, marker=marker, linestyle="-" if batched else "--",
+                        markerfacecolor=color if batched else "white", linewidth=1.6)
+                if y == "ms":
+                    ax.fill_between(s["x"], s["q25_ms"], s["q75_ms"], color=color, alpha=0.15, linewidth=0)
+            if y == "excess":
+                ax.axhline(np.finfo(np.float32).eps, color="#999999", linestyle=":", linewidth=1)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            log_labels(ax.yaxis)
+            octave_ticks(ax, sorted(sub["x"].unique()))
+            ax.set_xlabel("total stacked rank r" if sweep == "r" else "hidden size d (square d x d modules)")
+            ax.set_ylabel(ylabel)
+            label = "error above optimum" if y == "excess" else ylabel.split(" (")[0]  # titles fit their panel
+            ax.set_title(f"({'abcdefgh'[2 * row + col]}) {label} vs {sweep} at {fixed}")
+    # every method drawn, the textbook ones and any registered from outside the package too
+    handles = [Line2D([], [], color=v["color"], marker=v["marker"], label=n) for n, v in look.items()]
+    handles += [Line2D([], [], color="k", linestyle="-", marker="o", label="batched"),
+                Line2D([], [], color="k", linestyle="--", marker="o", markerfacecolor="white", label="unbatched"),
+                Line2D([], [], color="#999999", linestyle=":", linewidth=1, label="float32 eps")]
+    legend_top(fig, handles, [h.get_label() for h in handles], len(handles))
+    return fig
+
+
+def table5_flops(df: pd.DataFrame) -> pd.DataFrame:
+    """Table 5: analytic FLOPs (the paper's leading-order formulas, and the same pipelines
+    with the code's constants) next to counted FLOPs next to measured time, for the batched
+    points of the Fig. 3 sweeps (all modules of one call)."""
+    model = df["analytic_flops_full"].notna() if "analytic_flops_full" in df else True
+    d = df[(df["mode"] == "batched") & model].copy()  # the textbook baselines have no FLOP model: left out
+    d = d.sort_values(["sweep", "d", "r", "method"], key=lambda s: s.map({"r": 0, "d": 1}) if s.name == "sweep" else s)
+    backend = d["backend"] if "backend" in d else pd.Series(None, index=d.index)
+    out = pd.DataFrame({
+        "sweep": d["sweep"], "Method": described(d)["method_name"], "backend": backend.fillna("-"),
+        "d = D": d["d"], "r": d["r"], "p": d["p"],
+        "modules": d["modules"],
+        "Table 5 GFLOP": d["analytic_flops_table5"] / 1e9,
+        "model (code) GFLOP": d["analytic_flops_full"] / 1e9,
+        "counted GFLOP": d["counted_flops"] / 1e9,
+        "counted / model": d["counted_flops"] / d["analytic_flops_full"],
+        "time (ms)": d["timing.median"] * 1e3,
+        "GFLOP/s": d["counted_flops"] / d["timing.median"] / 1e9,
+        "% of GEMM bound": 100 * _column(d, "gemm_bound_s") / d["timing.median"],
+        "% of roofline": 100 * _column(d, "roof_s") / d["timing.median"],
+    })
+    return integers(out, ["d = D", "r", "p", "modules"]).reset_index(drop=True)
+
+
+def _column(d: pd.DataFrame, name: str) -> pd.Series:
+    """Column ``name`` of ``d``, NaN where the results do not have it."""
+    return pd.to_numeric(d[name], errors="coerce") if name in d else pd.Series(np.nan, index=d.index)
+
+
+def memory_crosscheck(df: pd.DataFrame) -> pd.DataFrame:
+    """The tensor peak beside the resident set's growth over one call in a process that has
+    run nothing else (``rss_warm``: a second call; ``rss_cold``: the first, libraries' set-up included), for
+    the points that carry both (Fig. 3's batched d sweep); empty where none do."""
+    if "rss_warm" not in df:
+        return pd.DataFrame()
+    d = df[pd.to_numeric(df["rss_warm"], errors="coerce").notna()].sort_values(["d", "method"])
+    out = pd.DataFrame({
+        "Method": described(d)["method_name"], "d = D": d["d"], "r": d["r"],
+        "tensor peak (MiB)": d["peak_bytes"] / 2**20,
+        "RSS growth, warm (MiB)": d["rss_warm"] / 2**20,
+        "RSS growth, cold (MiB)": d["rss_cold"] / 2**20,
+        "warm / tensor": d["rss_warm"] / d["peak_bytes"],
+    })
+    return integers(out, ["d = D", "r"]).reset_index(drop=True)
+
+
+FIG3_ROWS = [("ms", "runtime (ms)"), ("peak_mib", "tensor peak memory (MiB)"), ("gflop", "counted GFLOP (batched)"),
+             ("excess", "float32 error above the\nfloat64 optimum")]
+"""The sweep figure's rows, one metric each: time, memory, FLOPs, fidelity."""
