@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from benchmarks.experiments import tables123
+from benchmarks.experiments import table_rows, tables123
 from fraq.aggregators import get_aggregator
 from fraq.presets import get_preset
 
@@ -27,8 +27,8 @@ def test_dense_plan_follows_the_dense_work(name):
     QUICK_DENSE_WORK (sum of m n min(m, n), counted here from the preset's groups)."""
     preset = get_preset(name)
     whole, shapes = _work(preset, per_shape=False), _work(preset, per_shape=True)
-    assert tables123.dense_plan(preset, quick=False) == ("full" if whole <= tables123.DENSE_WORK else "per-shape")
-    assert tables123.dense_plan(preset, quick=True) == ("per-shape" if shapes <= tables123.QUICK_DENSE_WORK else "skip")
+    assert tables123.dense_plan(preset, quick=False) == ("full" if whole <= table_rows.DENSE_WORK else "per-shape")
+    assert tables123.dense_plan(preset, quick=True) == ("per-shape" if shapes <= table_rows.QUICK_DENSE_WORK else "skip")
     if name.startswith("llama"):  # the case the rule exists for: minutes per whole-model call
         assert tables123.dense_plan(preset, quick=False) == "per-shape"
 
@@ -77,8 +77,8 @@ def test_a_gpu_builds_every_preset_whole_and_times_the_headline_rows_first():
     assert all(get_aggregator(p).dense_factorization for p in parts[len(shared):])
     for c in points[: len(shared)]:
         preset = get_preset(c["preset"])
-        dense = [m.label for m in tables123._methods(preset)
-                 if tables123._aggregator(m).dense_factorization and tables123._applicable(m, preset) is None]
+        dense = [m.label for m in tables123.table_rows(preset)
+                 if tables123.row_aggregator(m).dense_factorization and tables123.row_applicable(m, preset) is None]
         assert dense and not set(dense) & set(c["methods"])
 
     def rows(size):

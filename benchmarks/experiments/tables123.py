@@ -1,5 +1,8 @@
 """Downlink and server latency of every aggregator, in the shape of the paper's Tables 1-3.
 
+The rows (which aggregators, with which options, on which uploads, and how a dense method
+is timed on a preset) are :mod:`benchmarks.experiments.table_rows`'; this module times them.
+
 For the three presets (RoBERTa-base q/k/v; LLaMA-3.2-3B, seven projections; the same
 with heterogeneous ranks 4..64) it builds seeded LoRA-like client factors
 (:func:`fraq.synthetic.lora_clients`), runs each aggregator through
@@ -68,100 +71,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from benchmarks.cases import Model, build_model, lora_a2_inputs
-from benchmarks.measure import Timing, timed
+from benchmarks.cases import Model, build_model
+from benchmarks.measure import timed
 from benchmarks.sizes import size_config
-from fraq.aggregators import ClientUpdate, get_aggregator
-from fraq.presets import Preset, get_preset
+from benchmarks.experiments.table_rows import (SHAPE_ONLY, TableRow, dense_plan, module_shapes, row_aggregator,
+                                               row_applicable, row_fields, row_label, row_uploads, table_rows)
+from fraq.presets import get_preset
 
-__all__ = ["DENSE_WORK", "PAPER_SETTINGS", "QUICK_DENSE_WORK", "TableRow", "dense_plan", "host_cost",
-           "kernel_agreement", "key", "measure", "method_job", "model_for", "points", "run_preset", "table_rows"]
-
-
-@dataclass(frozen=True)
-class TableRow:
-    """One table row: a registry name, its options, and the preset rule for special cases."""
-
-    label: str
-    name: str
-    options: dict = field(default_factory=dict)
-
-
-PAPER_SETTINGS = {"florist": lambda hetero: [{"tau": 0.85 if hetero else 0.90}],  # the FLoRIST paper's thresholds
-                  "fraq": lambda hetero: [{"tau": 0.80}, {"tau": 0.95}]}
-"""The options of the paper's rows, by registry name: preset heterogeneity -> one options
-dict per row. A method not named here has one row with its default options."""
-
-
-def _label(name: str, options: dict) -> str:
-    """A row's label: ``fraq (tau=0.80)``; the name alone for default options."""
-    text = ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in options.items())
-    return f"{name} ({text})" if text else name
-
-
-def _methods(preset: Preset) -> list[TableRow]:
-    """The rows of ``preset``'s table: every registered aggregator (the package's and those
-    from outside it, :mod:`fraq.aggregators.registry`) in the paper's order (its class's
-    ``paper_order``; the others after, in registration order), with the paper's options
-    (:data:`PAPER_SETTINGS`), each followed by the same on each of its kernel variants
-    (its class's ``kernel_variants``: ``flexlora (kernel=fraq)``); a method whose clients
-    alternate the trained factor (``alternating_freeze``) has a row for each round, B's
-    and A's."""
-    from fraq.aggregators import AGGREGATORS
-
-    hetero = len(set(preset.ranks)) > 1
-    classes = sorted(AGGREGATORS.values(), key=lambda c: (c.paper_order is None, c.paper_order or 0))
-    rows = []
-    for cls in classes:
-        settings = PAPER_SETTINGS.get(cls.name, lambda h: [{}])(hetero)
-        kernels = getattr(cls, "kernel_variants", ())  # an older fraq (benchmarks.regress) has none
-        for options in settings + [{**o, "kernel": k} for k in kernels for o in settings]:
-            if cls.alternating_freeze:
-                rows += [TableRow(f"{_label(cls.name, options)} ({part} round)", cls.name, {**options, "round": rnd})
-                         for part, rnd in (("B", 1), ("A", 2))]
-            else:
-                rows.append(TableRow(_label(cls.name, options), cls.name, dict(options)))
-    return rows
-
-
-table_rows = _methods
-"""preset -> the rows measured for it."""
-
-DENSE_WORK = 1e12
-"""Above this sum of m n min(m, n) over a preset's modules, a dense per-module method is
-timed on one module per shape. The dense SVD costs ~10 m n min(m, n) FLOPs, ~1e10 per
-second on one core here: LLaMA-3.2-3B's 8.7e12 is minutes per aggregation (whole model),
-RoBERTa-base's 3.3e10 seconds."""
-
-QUICK_DENSE_WORK = 1e10
-"""In quick mode a dense method runs on one module per shape where that work is at most
-this (RoBERTa-base: 4.5e8, a fraction of a second) and is skipped above it (LLaMA-3.2-3B:
-1.9e11, about a minute per sample)."""
-
-
-def dense_plan(preset: Preset, *, quick: bool) -> str:
-    """How the preset's dense per-module methods are timed: ``"full"`` (the whole model),
-    ``"per-shape"`` (one module of every shape, extrapolated) or ``"skip"``."""
-    if quick:
-        per_shape = sum(m * n * min(m, n) for m, n in {(g.m, g.n) for g in preset.groups})
-        return "per-shape" if per_shape <= QUICK_DENSE_WORK else "skip"
-    whole = sum(g.count * g.m * g.n * min(g.m, g.n) for g in preset.groups)
-    return "full" if whole <= DENSE_WORK else "per-shape"
-
-
-def _aggregator(method: TableRow):
-    """The row's aggregator (``round`` is the table's option: which LoRA-A^2 round is timed)."""
-    return get_aggregator(method.name, **{k: v for k, v in method.options.items() if k != "round"})
-
-
-def _inputs(model: Model, agg, method: TableRow, names):
-    """The uploads of modules ``names`` as the method's clients send them, and the state
-    the timed round starts from."""
-    if agg.single_matrix:
-        return model.florg_updates(names), None
-    if agg.alternating_freeze:
-        return lora_a2_inputs(model, names, method.options.get("round", 1))
-    return model.updates(names), None
+__all__ = ["host_cost", "kernel_agreement", "key", "measure", "method_job", "model_for", "points", "run_preset"]
 
 
 @dataclass
@@ -199,9 +116,9 @@ def prepare(model: Model, method: TableRow, *, subset: bool, timing_only: bool =
     For FLoRG the warm-up's state is passed on, so the timed calls include the
     Procrustes step of a steady-state round (``partial_first_round``).
     """
-    agg = _aggregator(method)
+    agg = row_aggregator(method)
     full_layers = max(g.count for g in model.preset.groups)
-    row = {"method": method.label, "name": method.name, "options": method.options, **_described(method),
+    row = {"method": method.label, "name": method.name, "options": method.options, **row_fields(method),
            "threads": torch.get_num_threads()}
     total = model.preset.modules
     if subset:
@@ -224,7 +141,7 @@ def prepare(model: Model, method: TableRow, *, subset: bool, timing_only: bool =
     worst: dict = {}
     flops = {"table5": 0.0, "full": 0.0}
     for names, count, _ in pieces:
-        ups, state = _inputs(model, agg, method, names)
+        ups, state = row_uploads(model, agg, method, names)
         t0 = time.perf_counter()
         res = agg.aggregate(ups, state)
         parts_s.append(time.perf_counter() - t0)
@@ -282,7 +199,7 @@ def host_cost(model: Model, agg, method: TableRow, names=None) -> dict:
 
     def inputs(names):
         def of(m: Model):
-            ups, state = _inputs(m, agg, method, names)
+            ups, state = row_uploads(m, agg, method, names)
             if agg.partial_first_round:  # a steady-state round, as timed (:func:`prepare`)
                 state = agg.aggregate(ups, state).state
             return ups, state
@@ -299,16 +216,6 @@ def host_cost(model: Model, agg, method: TableRow, names=None) -> dict:
             "python_ms_16x16": ms[method.label],
             "host_counted_on": f"{small.name}: {where}, {counts.groups} shape groups, sides "
                                f"{sorted({(g.m, g.n) for g in small.groups})}"}
-
-
-def _described(method: TableRow) -> dict:
-    """The row's fields for the analysis (:func:`benchmarks.measure.described.describe`),
-    its display name carrying the row's options as its label does: ``FRAQ (tau=0.80)``."""
-    from benchmarks.measure.described import describe
-
-    fields = describe(method.name)
-    suffix = method.label[len(method.name):]
-    return dict(fields, display_name=fields["display_name"] + suffix)
 
 
 def _model_flops(name: str, model: Model, ranks: dict, which: str, *, kernel: str | None = None) -> float:
@@ -345,21 +252,6 @@ def sample(job: Job, device: torch.device | str = "cpu") -> None:
     job.samples.append(total)
 
 
-def _applicable(method: TableRow, preset: Preset) -> str | None:
-    """The aggregator's own error for the preset's client ranks, found on 4 x 4 stand-ins
-    named after the preset's first module."""
-    agg = _aggregator(method)
-    A0 = {r: torch.ones(r, 4) for r in set(preset.ranks)}
-    probe = f"layers.0.{preset.groups[0].name}"
-    ups = [ClientUpdate({probe: (None if agg.single_matrix else torch.zeros(4, r), A0[r])}, scale=s)
-           for r, s in zip(preset.ranks, preset.scales)]
-    try:
-        agg.aggregate(ups)
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
 def _layers(name: str, quick: bool, layers: int | None = None) -> int | None:
     """The layers a preset is built on: ``layers`` when given, else 2 of a LLaMA preset when
     ``quick``, else all (None)."""
@@ -377,10 +269,10 @@ def model_for(name: str, *, quick: bool, seed: int = 0, device: torch.device | s
 def method_job(name: str, model: Model, method: TableRow, *, quick: bool, timing_only: bool = False) -> Job | str:
     """The prepared :class:`Job` of one row on preset ``name`` (one warm-up call; with
     ``timing_only`` its calls alone, :func:`prepare`), or the reason it is not measured."""
-    problem = _applicable(method, model.preset)
+    problem = row_applicable(method, model.preset)
     if problem:
         return f"not applicable: {problem}"
-    plan = dense_plan(model.preset, quick=quick) if _aggregator(method).dense_factorization else "full"
+    plan = dense_plan(model.preset, quick=quick) if row_aggregator(method).dense_factorization else "full"
     if plan == "skip":
         return (f"measured at --size paper only: a dense per-module factorization of {name}'s modules takes "
                 "about a minute per sample even on one module per shape; --size paper times it on one module per shape")
@@ -396,14 +288,14 @@ def kernel_agreement(model: Model, method: TableRow, *, quick: bool) -> dict:
     from benchmarks.measure.kernel_agreement import agreement
 
     options = {k: v for k, v in method.options.items() if k != "kernel"}
-    dense_row = TableRow(_label(method.name, options), method.name, options)
-    dense = _aggregator(dense_row)
+    dense_row = TableRow(row_label(method.name, options), method.name, options)
+    dense = row_aggregator(dense_row)
     plan = dense_plan(model.preset, quick=quick)
     if plan == "skip":
         return {"reference": dense_row.label, "skipped": "the dense path is not measured at this size"}
     names = None if plan == "full" else [name for name, _ in model.one_per_shape().values()]
-    ups, state = _inputs(model, dense, dense_row, names)
-    out = agreement(ups, dense.aggregate(ups, state), _aggregator(method).aggregate(ups, state))
+    ups, state = row_uploads(model, dense, dense_row, names)
+    out = agreement(ups, dense.aggregate(ups, state), row_aggregator(method).aggregate(ups, state))
     where = "every module" if names is None else f"one module of every shape ({len(names)})"
     return dict(out, reference=dense_row.label, modules_compared_on=where)
 
@@ -417,7 +309,7 @@ def group_calls(group: dict, device: torch.device | str = "cpu") -> dict:
     sample is the calls' times weighted by their modules), for every measured row of ``group``
     (``preset``, ``quick``, ``seed``, ``methods``, ``layers``), on a model built here."""
     preset = get_preset(group["preset"])
-    rows_of = {m.label: m for m in _methods(preset)}
+    rows_of = {m.label: m for m in table_rows(preset)}
     model = model_for(group["preset"], quick=group["quick"], seed=group["seed"], device=device,
                       layers=group.get("layers"))
     out = {}
@@ -443,7 +335,7 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = No
     """
     from benchmarks.measure.paired import launched, merged, paired_rounds
     preset = get_preset(name)
-    rows_of = {m.label: m for m in _methods(preset)}
+    rows_of = {m.label: m for m in table_rows(preset)}
     methods = list(rows_of) if methods is None else list(methods)
     unknown = [m for m in methods if m not in rows_of]
     if unknown:
@@ -459,7 +351,7 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = No
         method = rows_of[label]
         job = method_job(name, model, method, quick=quick)
         if isinstance(job, str):
-            rows.append({"method": method.label, "name": method.name, **_described(method), "skipped": job})
+            rows.append({"method": method.label, "name": method.name, **row_fields(method), "skipped": job})
             log(f"  {method.label:<22} skipped: {job[:60]}")
             continue
         if method.options.get("kernel", "dense") != "dense":
@@ -504,36 +396,22 @@ def points(size: str) -> list[dict]:
         preset = get_preset(name)
         alone = []
         if not c["quick"] and (c.get("dense_alone") or dense_plan(preset, quick=False) == "per-shape"):
-            alone = [m for m in _methods(preset)
-                     if _aggregator(m).dense_factorization and _applicable(m, preset) is None]
-        shared = [m.label for m in _methods(preset) if m not in alone]
+            alone = [m for m in table_rows(preset)
+                     if row_aggregator(m).dense_factorization and row_applicable(m, preset) is None]
+        shared = [m.label for m in table_rows(preset) if m not in alone]
         base = dict(table="tables123", preset=name, quick=c["quick"], seed=0)
         out.append(dict(base, methods=shared, rounds=c["rounds"], launches=c["launches"], part="shared",
                         layers=c.get("layers", {}).get(name)))
         for m in alone:
-            same = timed.get((m.label, _shapes(preset)))
+            same = timed.get((m.label, module_shapes(preset)))
             if same is not None and m.name in SHAPE_ONLY:  # the same work: timed once, serving both tables
                 same["serves"].append(name)
                 continue
             point = dict(base, methods=[m.label], rounds=c["slow_rounds"], launches=1, part=m.name, layers=None,
                          serves=[])
-            timed[(m.label, _shapes(preset))] = point
+            timed[(m.label, module_shapes(preset))] = point
             (later if c.get("dense_alone") else out).append(point)
     return out + later
-
-
-SHAPE_ONLY = ("flexlora", "fedsvd", "fedmomentum")
-"""Dense methods whose time on one module depends on its shape alone, not on the client
-ranks: FlexLoRA and FedMomentum form the m x n aggregate (2 m n sum r_k FLOPs, under 2% of
-its SVD's ~10 m n min(m, n) at LLaMA's shapes and ranks up to 232) and decompose it, FedSVD
-the product of the averaged factors (2 m n r). Timed on one
-module per shape for one preset, it serves every later preset with the same shapes
-(Table 3's heterogeneous ranks take Table 2's timing, each row saying so). FLoRG is not
-here: its Procrustes step and Gram follow the ranks."""
-
-
-def _shapes(preset: Preset) -> tuple:
-    return tuple(sorted({(g.m, g.n) for g in preset.groups}))
 
 
 HOST_COST_SECONDS = 1.0
@@ -573,8 +451,8 @@ def cost(config: dict) -> float:
     builds = 1 + (c["launches"] if c["launches"] > 1 else 0)
     out = builds * BUILD_SECONDS + n * fraction * 2.4e-9 * sum(g.count * (g.m + g.n) for g in preset.groups) * \
         sum(preset.ranks) ** 2
-    dense = [m.name for m in _methods(preset) if _aggregator(m).dense_factorization and m.label in c["methods"]
-             and _applicable(m, preset) is None]
+    dense = [m.name for m in table_rows(preset) if row_aggregator(m).dense_factorization and m.label in c["methods"]
+             and row_applicable(m, preset) is None]
     out += len(c["methods"]) * HOST_COST_SECONDS
     plan = dense_plan(preset, quick=c["quick"])
     for name in dense:
@@ -608,7 +486,7 @@ def measure(config: dict, device: torch.device | str = "cpu") -> dict:
     served = {}
     for other in c.get("serves") or []:  # :data:`SHAPE_ONLY`: the other preset's row, this latency
         model = model_for(other, quick=c["quick"], seed=c["seed"], device=device)
-        rows_of = {m.label: m for m in _methods(model.preset)}
+        rows_of = {m.label: m for m in table_rows(model.preset)}
         served[other] = []
         for r in rec["rows"]:
             job = method_job(other, model, rows_of[r["method"]], quick=c["quick"])  # one call: its downlink
