@@ -7,7 +7,8 @@ import torch
 
 import fraq
 from fraq.aggregators import get_aggregator
-from fraq.aggregators.base import _make_groups, validate_updates
+from fraq.aggregators.group import _make_groups
+from fraq.aggregators.validation import validate_updates
 from fraq.aggregators.payload import ClientUpdate
 from fraq._stack import normalized_weights
 from fraq.synthetic import lora_clients

@@ -48,8 +48,10 @@ FedEx-LoRA's and FedMomentum's clients also merge a residual into their base wei
 
 from __future__ import annotations
 
+from fraq.aggregators.aggregation_result import AggregationResult
 from fraq.aggregators.certificate import Certificate, ModuleCertificate, certify
-from fraq.aggregators.base import Aggregator, AggregatorState, Group, ModuleSpec, validate_updates
+from fraq.aggregators.base import Aggregator, AggregatorState, Group, ModuleSpec
+from fraq.aggregators.validation import validate_updates
 from fraq.aggregators.fedex_lora import FedExLoRA
 from fraq.aggregators.fedit import FedIT
 from fraq.aggregators.fedmomentum import FedMomentum
@@ -64,7 +66,6 @@ from fraq.aggregators.lora_a2 import LoraA2, LoraA2State
 from fraq.aggregators.payload import (
     REINITIALIZE,
     WARM_START,
-    AggregationResult,
     ClientUpdate,
     Downlink,
     Factors,

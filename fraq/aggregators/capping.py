@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fraq.aggregators.base import Aggregator
-from fraq.aggregators.payload import AggregationResult, ClientUpdate
+from fraq.aggregators.aggregation_result import AggregationResult
+from fraq.aggregators.payload import ClientUpdate
 
 __all__ = ["capped_aggregate", "module_limit"]
 

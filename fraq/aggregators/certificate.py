@@ -65,11 +65,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from fraq._stack import normalized_weights
-from fraq.aggregators.payload import AggregationResult, ClientUpdate, Downlink, Factors
+from fraq.aggregators.payload import ClientUpdate, Downlink, Factors
+from fraq.aggregators.validation import validate_updates
+
+if TYPE_CHECKING:
+    from fraq.aggregators.aggregation_result import AggregationResult
 
 __all__ = ["Certificate", "ModuleCertificate", "certify"]
 
@@ -178,9 +183,8 @@ def certify(updates: Sequence[ClientUpdate], result: AggregationResult) -> Certi
         >>> cert["q"].error > 0.1
         True
     """
-    from fraq.aggregators.base import validate_updates
-
-    if not isinstance(result, AggregationResult):
+    if not isinstance(getattr(result, "downlinks", None), tuple) or not isinstance(getattr(result, "method", None), str):
+        # read by what it holds, not by its class: this module is below the result's (whose method calls it)
         raise TypeError(f"result must be an AggregationResult, got {type(result).__name__}")
     if isinstance(updates, ClientUpdate) or not isinstance(updates, Sequence):
         raise TypeError(f"updates must be a sequence of ClientUpdate, got {type(updates).__name__}")

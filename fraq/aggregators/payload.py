@@ -13,16 +13,12 @@ fresh one). Downlink accounting counts exactly the tensors listed in ``Downlink.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 
-if TYPE_CHECKING:
-    from fraq.aggregators.certificate import Certificate
-
-__all__ = ["AggregationResult", "ClientUpdate", "Downlink", "Factors", "WARM_START", "REINITIALIZE"]
+__all__ = ["ClientUpdate", "Downlink", "Factors", "WARM_START", "REINITIALIZE"]
 
 WARM_START = "warm-start"
 """Clients continue training from the adapter the server sent (``Downlink.start``)."""
@@ -121,75 +117,3 @@ class Downlink:
         return sum(f.dense(dtype) for f in terms)
 
 
-@dataclass(frozen=True)
-class AggregationResult:
-    """An aggregator's answer for one round.
-
-    Attributes:
-        method: the aggregator's registry name.
-        downlinks: one mapping per client (in upload order), module name -> :class:`Downlink`.
-            Methods that broadcast one global adapter give every client the same mapping
-            (one object, built once): treat it as read-only.
-        client_init: :data:`WARM_START` or :data:`REINITIALIZE`.
-        ranks: module name -> the rank of the global adapter, or a tuple of per-client
-            ranks (FlexLoRA).
-        state: server state to pass to the next round's ``aggregate`` call (LoRA-A^2,
-            FLoRG), or None for stateless methods.
-        info: method diagnostics (retained energy, round number, ...).
-    """
-
-    method: str
-    downlinks: tuple[Mapping[str, Downlink], ...]
-    client_init: str
-    ranks: Mapping[str, int | tuple[int, ...]]
-    state: object | None = None
-    info: dict = field(default_factory=dict)
-
-    @property
-    def clients(self) -> int:
-        return len(self.downlinks)
-
-    @property
-    def modules(self) -> tuple[str, ...]:
-        return tuple(self.downlinks[0]) if self.downlinks else ()
-
-    def downlink_params(self, client: int | None = None) -> int | list[int]:
-        """Parameters sent to ``client``, or a list with one entry per client."""
-        if client is None:
-            return [self.downlink_params(k) for k in range(self.clients)]
-        return sum(d.params for d in self._client(client).values())
-
-    def downlink_bytes(self, client: int | None = None, dtype: torch.dtype | None = None) -> int | list[int]:
-        """Bytes sent to ``client`` (or per client), in the tensors' dtypes or all in ``dtype``."""
-        if client is None:
-            return [self.downlink_bytes(k, dtype) for k in range(self.clients)]
-        return sum(d.nbytes(dtype) for d in self._client(client).values())
-
-    def merged(self, client: int = 0) -> dict[str, tuple[Factors, ...]]:
-        """module -> the products ``client`` adds to its frozen base weights."""
-        return {name: d.merge for name, d in self._client(client).items()}
-
-    def starts(self, client: int = 0) -> dict[str, Factors | None]:
-        """module -> the adapter ``client`` warm-starts from (None: fresh adapter)."""
-        return {name: d.start for name, d in self._client(client).items()}
-
-    def certificate(self, updates: Sequence[ClientUpdate]) -> Certificate:
-        """Per module, how far this result's update is from the exact weighted aggregate of
-        ``updates`` (the uploads this result was aggregated from), with a rounding bound:
-        :func:`fraq.aggregators.certificate.certify`, which says what is certified per method.
-
-        Computed on request, never inside ``aggregate``: float64 Grams of the uploads and
-        the downlink factors, about FRAQ's recompression cost, one host read. The uploads
-        are passed in rather than kept by the result, so a result does not hold every
-        client's upload alive after the round.
-        """
-        from fraq.aggregators.certificate import certify
-
-        return certify(updates, self)
-
-    def _client(self, client: int) -> Mapping[str, Downlink]:
-        if isinstance(client, bool) or not isinstance(client, int):
-            raise TypeError(f"client(={client!r}) must be an int")
-        if not 0 <= client < self.clients:
-            raise ValueError(f"client(={client}) must be in [0, {self.clients})")
-        return self.downlinks[client]
