@@ -56,7 +56,7 @@ def points(size: str) -> list[dict]:
     """Every (shape, K, method) of the ``size`` sweep, as result configs (Fig. 3's fields,
     so :func:`call` and :func:`metrics` read them as they read Fig. 3's). Where the size sets
     ``min_rounds``, the points past r = d run every round all the same: the claim on them
-    (FRAQ no slower than the dense path at any of them, :mod:`analysis.clients`) is judged
+    (FRAQ no slower than the dense path at any of them, :mod:`analysis.sections.clients`) is judged
     round by round over the rounds they all have, and FRAQ and the dense path are close
     there, so one point's extra rounds would not enter it unless every point has them."""
     c = size_config(size, "clients")

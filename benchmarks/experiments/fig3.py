@@ -83,7 +83,7 @@ def adaptive(size_config: dict) -> dict:
 
 DENSE = "flexlora"
 """The dense path the sweeps' claims compare FRAQ with (FlexLoRA's time growing faster
-with d, :mod:`analysis.sections.fig3`; FRAQ no slower past r = d, :mod:`analysis.clients`)."""
+with d, :mod:`analysis.sections.fig3`; FRAQ no slower past r = d, :mod:`analysis.sections.clients`)."""
 
 
 def decides(compared: list[str]) -> list[list[str]]:
