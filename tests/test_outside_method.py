@@ -240,7 +240,7 @@ def test_tables_fig3_clients_and_report_show_it(outside, tmp_path):
     every point, the results carry its class's fields, and the report and figures show it by
     its display name."""
     from analysis.sections.clients import figure as clients_figure
-    from analysis.figures import fig3_scalability
+    from analysis.sections.fig3 import fig3_scalability
     from analysis.loaders import load_results
     from analysis.reproduce import main as reproduce
     from benchmarks.experiments import clients, fig3, tables123
