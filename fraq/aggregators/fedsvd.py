@@ -6,8 +6,6 @@ arXiv:2505.12805 (NeurIPS 2025); public code github.com/seanie12/fed-svd.
 
 from __future__ import annotations
 
-import torch
-
 from fraq._validation import compute_dtype
 from fraq.aggregators._kernel import DEFAULT_DENSE_BYTES, triplets, use_kernel
 from fraq.aggregators._linalg import first_columns, first_rows, own_copy
