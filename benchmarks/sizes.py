@@ -155,14 +155,19 @@ SIZES: dict[str, dict[str, dict]] = {
     ),
 }
 
-GPU_TABLES123 = dict(SIZES["paper"]["tables123"], layers={}, dense_alone=True, rounds=6, launches=1)
+GPU_TABLES123 = dict(SIZES["paper"]["tables123"], layers={}, dense_alone=True, headline=["flora", "florist", "fraq"],
+                     rounds=6, launches=1)
 """Tables 1-3 at the ``gpu`` size: every preset whole, the heterogeneous one too (its stacked
 rank 232 makes a whole-model call of every method minutes on a CPU, seconds on a GPU), since a
 time measured on fewer layers and multiplied up overstates a method that batches per shape
 group: CuPy's batched eigensolver takes 17.7 ms for one 232 x 232 Gram and 114 ms for 196 of
 them on an H100 (docs/results/gpu/h100-2026-11-28). And every dense-factorization method in a
 point of its own after every preset's shared point (``dense_alone``), so a budgeted GPU call
-measures FRAQ, FLoRA and FLoRIST on every preset before the minutes of FlexLoRA's SVDs. And
+measures FRAQ, FLoRA and FLoRIST on every preset before the minutes of FlexLoRA's SVDs; and
+the ``headline`` rows (FRAQ, FLoRA, FLoRIST) alone in each preset's first point, the other
+rows (the kernel variants with their agreement against the dense path, FedIT, LoRA-A2, ...)
+in a point ``others`` after every preset's first, so a call cut inside a point still has
+the paper's headline comparison on every preset written. And
 6 paired rounds in one process (the fewest with a 95% sign interval) rather than the paper
 size's 2 in each of 3 fresh processes: each fresh process builds the preset's inputs again
 (the whole heterogeneous model: about 25 s on one core, 1.4 GB moved to the device), which a

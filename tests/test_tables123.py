@@ -50,7 +50,7 @@ def test_points_time_every_row_once(size):
         assert all(c["part"] in tables123.SHAPE_ONLY for c in served)
         assert sorted(label for c in mine + served for label in c["methods"]) == sorted(labels)
         for c in mine:
-            alone = c["part"] != "shared"
+            alone = c["part"] not in ("shared", "others")
             if alone:
                 assert c["methods"] == [c["part"]] and get_aggregator(c["part"]).dense_factorization
                 assert not c["quick"]
@@ -58,28 +58,31 @@ def test_points_time_every_row_once(size):
                         or tables123.dense_plan(preset, quick=False) == "per-shape")
                 assert c["rounds"] == 2 and c["launches"] == 1 and tables123.key(c) == f"{name}-{c['part']}"
             else:
-                assert tables123.key(c) == name
+                assert tables123.key(c) == (name if c["part"] == "shared" else f"{name}-others")
 
 
 def test_a_gpu_builds_every_preset_whole_and_times_the_headline_rows_first():
     """At the ``gpu`` size every preset is built whole (a per-shape-group batched method's time is
     not proportional to its modules, so it is never timed on a few layers and multiplied up), the
-    rows are the paper size's, and every preset's shared point (FRAQ, FLoRA, FLoRIST) comes before
-    any dense method's point, so a budget that cuts the part keeps the headline."""
+    rows are the paper size's, every preset's shared point holds exactly the headline rows (FRAQ,
+    FLoRA, FLoRIST) and comes first, then every preset's other rows, then the dense methods'
+    points, so a budget that cuts the part keeps the headline on every preset."""
     from benchmarks.sizes import size_config
 
     assert size_config("paper", "tables123")["layers"], "the paper size on a CPU builds the heterogeneous preset on fewer layers"
     points = tables123.points("gpu")
+    presets = size_config("gpu", "tables123")["presets"]
     assert all(c["layers"] is None for c in points)
     parts = [c["part"] for c in points]
-    shared = [i for i, p in enumerate(parts) if p == "shared"]
-    assert shared == list(range(len(size_config("gpu", "tables123")["presets"])))
-    assert all(get_aggregator(p).dense_factorization for p in parts[len(shared):])
-    for c in points[: len(shared)]:
+    n = len(presets)
+    assert parts[:n] == ["shared"] * n and parts[n:2 * n] == ["others"] * n
+    assert [c["preset"] for c in points[:n]] == presets == [c["preset"] for c in points[n:2 * n]]
+    assert all(get_aggregator(p).dense_factorization for p in parts[2 * n:])
+    for c in points[:n]:
         preset = get_preset(c["preset"])
-        dense = [m.label for m in tables123.table_rows(preset)
-                 if tables123.row_aggregator(m).dense_factorization and tables123.row_applicable(m, preset) is None]
-        assert dense and not set(dense) & set(c["methods"])
+        rows = tables123.table_rows(preset)
+        assert c["methods"] == [m.label for m in rows if m.name in ("flora", "florist", "fraq")]
+        assert not any(tables123.row_aggregator(m).dense_factorization for m in rows if m.label in c["methods"])
 
     def rows(size):
         return sorted((c["preset"], label) for c in tables123.points(size) for label in c["methods"])

@@ -66,6 +66,7 @@ from __future__ import annotations
 import gc
 import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -96,6 +97,9 @@ class Job:
     first_s: float
     samples: list[float] = field(default_factory=list)
     first_parts: list[float] = field(default_factory=list)
+    steps: dict[str, float] = field(default_factory=dict)
+    """Seconds of the preparation's steps (the warm-up calls, the certificates, the host
+    counts), for the point's log: where a point's time went when a budget cuts it."""
 
     def timed_calls(self):
         """The calls as one paired sample (:class:`~benchmarks.measure.paired.Weighted`), with
@@ -139,6 +143,7 @@ def prepare(model: Model, method: TableRow, *, subset: bool, timing_only: bool =
     row["modules_total"] = total
     calls, params, params_max, nbytes, first_s, ranks, parts_s = [], 0.0, 0.0, 0.0, 0.0, [], []
     worst: dict = {}
+    certificate_s = 0.0
     flops = {"table5": 0.0, "full": 0.0}
     for names, count, _ in pieces:
         ups, state = row_uploads(model, agg, method, names)
@@ -152,7 +157,9 @@ def prepare(model: Model, method: TableRow, *, subset: bool, timing_only: bool =
             del res
             calls.append((lambda agg=agg, ups=ups, state=state: agg.aggregate(ups, state), count))
             continue
+        t0 = time.perf_counter()
         worst = _worst(worst, res.certificate(ups).summary())  # outside the timed region
+        certificate_s += time.perf_counter() - t0
         if agg.partial_first_round:
             state = res.state
         per_client = res.downlink_params()
@@ -174,8 +181,10 @@ def prepare(model: Model, method: TableRow, *, subset: bool, timing_only: bool =
     if ranks and not subset:
         row["rank_mean"] = statistics.mean(ranks)
         row["rank_range"] = [min(ranks), max(ranks)]
+    t0 = time.perf_counter()
     row.update(host_cost(model, agg, method, pieces[0][0] if subset else None))
-    return Job(method, calls, row, first_s, first_parts=parts_s)
+    steps = {"warm-up": first_s, "certificate": certificate_s, "host counts": time.perf_counter() - t0}
+    return Job(method, calls, row, first_s, first_parts=parts_s, steps=steps)
 
 
 def _worst(a: dict, b: dict) -> dict:
@@ -355,11 +364,15 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = No
             log(f"  {method.label:<22} skipped: {job[:60]}")
             continue
         if method.options.get("kernel", "dense") != "dense":
+            t1 = time.perf_counter()
             job.row["agreement"] = kernel_agreement(model, method, quick=quick)
+            job.steps["agreement"] = time.perf_counter() - t1
         rows.append(job.row)
         jobs.append(job)
-        log(f"  {method.label:<22} {job.row['downlink_pct']:7.2f}%  warm-up {job.first_s:.2f} s")
+        steps = ", ".join(f"{k} {v:.2f} s" for k, v in job.steps.items())
+        log(f"  {method.label:<22} {job.row['downlink_pct']:7.2f}%  {steps}  (+{time.perf_counter() - t0:.1f} s)")
     load = [os.getloadavg()[0]]
+    log(f"  timing {len(jobs)} rows: {rounds} rounds x {launches} launch(es)  (+{time.perf_counter() - t0:.1f} s)")
     if jobs and launches == 1:  # this process: the jobs built above
         timing = merged([paired_rounds({j.method.label: j.timed_calls() for j in jobs}, rounds, device=device)],
                         device=device)
@@ -371,7 +384,7 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = No
         gc.collect()
         timing = launched(GROUP, [group], rounds=rounds, launches=launches, device=device)[0]
     load.append(os.getloadavg()[0])
-    log(f"  {rounds} rounds x {launches} launch(es), load average {load[-1]:.1f}")
+    log(f"  {rounds} rounds x {launches} launch(es), load average {load[-1]:.1f}  (+{time.perf_counter() - t0:.1f} s)")
     for job in jobs:
         job.row["latency"] = timing[job.method.label]
     del jobs
@@ -389,19 +402,25 @@ def points(size: str) -> list[dict]:
     (:func:`dense_plan`), ``slow_rounds`` rounds in this process: a call of it takes a
     minute, and each launch would add a warm-up call. Where the size says ``dense_alone``
     (a GPU's), every dense method is a point of its own, timed as its plan says, and these
-    points come after every preset's shared one."""
+    points come after every preset's shared one. Where it names ``headline`` methods, a
+    preset's shared point holds only their rows and the preset's other rows are a point
+    ``others`` of their own, after every preset's shared point: a budget that cuts the part
+    keeps the paper's headline comparison (FRAQ against FLoRA and FLoRIST) on every preset."""
     c = size_config(size, "tables123")
-    out, later, timed = [], [], {}  # timed: (method label, module shapes) -> the point that times it alone
+    out, others, later, timed = [], [], [], {}  # timed: (method label, module shapes) -> the point timing it alone
     for name in c["presets"]:
         preset = get_preset(name)
         alone = []
         if not c["quick"] and (c.get("dense_alone") or dense_plan(preset, quick=False) == "per-shape"):
             alone = [m for m in table_rows(preset)
                      if row_aggregator(m).dense_factorization and row_applicable(m, preset) is None]
-        shared = [m.label for m in table_rows(preset) if m not in alone]
+        shared = [m for m in table_rows(preset) if m not in alone]
+        rest = [m for m in shared if "headline" in c and m.name not in c["headline"]]
         base = dict(table="tables123", preset=name, quick=c["quick"], seed=0)
-        out.append(dict(base, methods=shared, rounds=c["rounds"], launches=c["launches"], part="shared",
-                        layers=c.get("layers", {}).get(name)))
+        point = dict(base, rounds=c["rounds"], launches=c["launches"], layers=c.get("layers", {}).get(name))
+        out.append(dict(point, methods=[m.label for m in shared if m not in rest], part="shared"))
+        if rest:
+            others.append(dict(point, methods=[m.label for m in rest], part="others"))
         for m in alone:
             same = timed.get((m.label, module_shapes(preset)))
             if same is not None and m.name in SHAPE_ONLY:  # the same work: timed once, serving both tables
@@ -411,7 +430,7 @@ def points(size: str) -> list[dict]:
                          serves=[])
             timed[(m.label, module_shapes(preset))] = point
             (later if c.get("dense_alone") else out).append(point)
-    return out + later
+    return out + others + later
 
 
 HOST_COST_SECONDS = 1.0
@@ -440,7 +459,7 @@ def cost(config: dict) -> float:
     preset = get_preset(c["preset"])
     n = calls(c)
     shapes = {(g.m, g.n) for g in preset.groups}
-    if c.get("part", "shared") != "shared":
+    if c.get("part", "shared") not in ("shared", "others"):
         served = len(c.get("serves") or [])  # a build and one call (the downlink) per preset served
         if dense_plan(preset, quick=c["quick"]) == "full":  # timed on the whole model
             return BUILD_SECONDS + n * sum(g.count * _dense_seconds(c["part"], g.m, g.n) for g in preset.groups)
@@ -479,10 +498,17 @@ def key(config: dict) -> str:
 
 
 def measure(config: dict, device: torch.device | str = "cpu") -> dict:
-    """The downlink and latency of the point's rows on its preset (:func:`run_preset`)."""
+    """The downlink and latency of the point's rows on its preset (:func:`run_preset`).
+
+    Off the CPU, the point logs its steps on stderr (each row's preparation, the rounds), with
+    the seconds since it began: a GPU call is budgeted, and a point its budget cuts writes
+    nothing, so the log is what says where its time went. On the CPU it logs nothing (the
+    runner's progress line is the output there)."""
     c = config
+    quiet = torch.device(device).type == "cpu"
+    log = (lambda s: None) if quiet else (lambda s: print(f"[{key(c)}]{s}", file=sys.stderr, flush=True))
     rec = run_preset(c["preset"], quick=c["quick"], seed=c["seed"], rounds=c["rounds"], launches=c["launches"],
-                     methods=c["methods"], log=lambda s: None, device=device, layers=c.get("layers"))
+                     methods=c["methods"], log=log, device=device, layers=c.get("layers"))
     served = {}
     for other in c.get("serves") or []:  # :data:`SHAPE_ONLY`: the other preset's row, this latency
         model = model_for(other, quick=c["quick"], seed=c["seed"], device=device)
