@@ -19,6 +19,7 @@ noise floor and every verdict are decided on the host from that read; the common
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -207,13 +208,68 @@ def _factors(B: torch.Tensor, A: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return B, A, min(B.shape[-2], B.shape[-1], A.shape[-1])
 
 
+@dataclass
+class Started:
+    """One call of :func:`start_checked`: its plan and checked factors, and its static pass
+    where one is queued (None: the call runs the stepwise pipeline in :func:`finish_started`)."""
+
+    plan: Plan
+    B: torch.Tensor
+    A: torch.Tensor
+    static: _static.Started | None
+
+
+def start_checked(options: Options, B: torch.Tensor, A: torch.Tensor) -> Started:
+    """:func:`recompress_checked` in two halves, for a caller with several calls to make
+    (the whole-model aggregator's shape groups): this one checks the call (the same checks,
+    raised before any work) and queues its static pass where the plan takes it, reading
+    nothing on the host; :func:`read_started` then reads every queued pass in one host read,
+    and :func:`finish_started` gives each call's result, exactly :func:`recompress_checked`'s.
+    The device runs one call's pass while the host queues the next, where one read per call
+    would make the host wait on each in turn."""
+    B, A, s = _factors(B, A)
+    if options.rank is not None and s > 0:
+        check_rank(options.rank, s)
+    plan = Plan.of(options, B, A)
+    return Started(plan, B, A, _static.start(plan, B, A) if plan.static else None)
+
+
+def read_started(started: list[Started]) -> list[np.ndarray | None]:
+    """Each call's rows of its static pass's packed values (None: no pass queued), every
+    queued pass read in one host read per device (:func:`fraq._static.read`)."""
+    out: list[np.ndarray | None] = [None] * len(started)
+    by_device: dict[torch.device, list[int]] = {}
+    for i, st in enumerate(started):
+        if st.static is not None:
+            by_device.setdefault(st.static.packed.device, []).append(i)
+    for idx in by_device.values():
+        for i, host in zip(idx, _static.read([started[i].static for i in idx])):
+            out[i] = host
+    return out
+
+
+def finish_started(started: Started, host: np.ndarray | None) -> RecompressResult:
+    """The result of a started call from its rows of :func:`read_started`: the static pass's
+    where its verdicts hold, else the stepwise pipeline's on the call's factors."""
+    if started.static is not None and host is not None:
+        res = _static.finish(started.plan, started.static, host)
+        if res is not None:
+            return res
+    return _stepwise(started.plan, started.B, started.A)
+
+
 def _recompress_impl(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> RecompressResult:
     """Validated arguments -> result: the static pipeline where the plan takes it and its
-    verdicts hold, else the batch flattened, applied whole or chunk by chunk."""
+    verdicts hold, else the stepwise pipeline (:func:`_stepwise`)."""
     if plan.static:
         res = _static.run(plan, B, A)
         if res is not None:
             return res
+    return _stepwise(plan, B, A)
+
+
+def _stepwise(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> RecompressResult:
+    """The stepwise pipeline on the batch flattened, applied whole or chunk by chunk."""
     batch = B.shape[:-2]
     m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
     nb = math.prod(batch)

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -77,7 +78,7 @@ from fraq.result import RecompressResult
 if TYPE_CHECKING:
     from fraq._plan import Plan
 
-__all__ = ["applies", "run"]
+__all__ = ["Started", "applies", "finish", "read", "run", "start"]
 
 
 def applies(backend: str, dtype: torch.dtype, identity: bool, factored: bool, eigensolver: str) -> bool:
@@ -91,20 +92,57 @@ def applies(backend: str, dtype: torch.dtype, identity: bool, factored: bool, ei
 def run(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> RecompressResult | None:
     """The result of B (*, m, r), A (*, r, n) by the static pipeline, or None where a verdict
     fails (then nothing of this pass is used). ``plan`` must satisfy :func:`applies`."""
+    started = start(plan, B, A)
+    return None if started is None else finish(plan, started, read([started])[0])
+
+
+@dataclass
+class Started:
+    """A static pass queued on the device and not yet read: its outputs at the static width,
+    the packed verdicts, ranks and energies (:func:`_pass`), and the batch's shape and
+    orientation for :func:`finish`."""
+
+    batch: tuple
+    transposed: bool
+    out: dict
+    packed: torch.Tensor
+
+
+def start(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> Started | None:
+    """Queue the pass of B (*, m, r), A (*, r, n): nothing is read on the host, so the
+    device works while the caller queues more (:func:`read` then reads many passes at
+    once). None where the pass cannot run (an empty batch or side, or the eigensolver
+    refused a non-finite Gram): the caller runs the stepwise pipeline."""
     batch = B.shape[:-2]
     m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
     nb = math.prod(batch)
     if nb == 0 or min(m, n, r) == 0:
         return None
     X, Y, transposed = orient(B.reshape(nb, m, r), A.reshape(nb, r, n))
-    pass_ = _pass(plan, X, Y)
-    if pass_ is None:  # the eigensolver refused a non-finite Gram
+    out = _pass(plan, X, Y)
+    if out is None:  # the eigensolver refused a non-finite Gram
         return None
-    packed = pass_.pop("packed")
-    host = (packed if packed.device.type == "cpu" else packed.cpu()).numpy()  # the one host read
+    return Started(batch, transposed, out, out.pop("packed"))
+
+
+def read(started: list[Started]) -> list[np.ndarray]:
+    """The packed rows of every pass in ``started``, read from the device in one host read
+    (the passes on one device; their rows joined there first when there are several)."""
+    if not started:
+        return []
+    packed = [s.packed for s in started]
+    joined = packed[0] if len(packed) == 1 else torch.cat(packed)
+    host = (joined if joined.device.type == "cpu" else joined.cpu()).numpy()  # the one host read
+    bounds = np.cumsum([0] + [p.shape[0] for p in packed])
+    return [host[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+def finish(plan: Plan, started: Started, host: np.ndarray) -> RecompressResult | None:
+    """The result of a pass from its rows of :func:`read`, or None where a verdict failed
+    (then nothing of the pass is used, and the caller runs the stepwise pipeline)."""
     if not host[:, 0].all():
         return None
-    return _result(plan, batch, pass_, host, transposed)
+    return _result(plan, started.batch, started.out, host, started.transposed)
 
 
 def _pass(plan: Plan, X: torch.Tensor, Y: torch.Tensor) -> dict | None:

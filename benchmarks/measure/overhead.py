@@ -50,14 +50,16 @@ PYTHON_SIDE = 16
 
 def _cuda_configuration() -> dict:
     from fraq.internals import PIPELINE_DEFAULTS
+    from fraq.aggregators.fraq import READS_DEFAULTS
     from fraq.backends import DEVICE_DEFAULTS
 
-    return {"backend": DEVICE_DEFAULTS["cuda"], "pipeline": PIPELINE_DEFAULTS["cuda"]}
+    return {"backend": DEVICE_DEFAULTS["cuda"], "pipeline": PIPELINE_DEFAULTS["cuda"],
+            "reads": READS_DEFAULTS.get("cuda", "group")}
 
 
 CUDA_CONFIGURATION = _cuda_configuration()
-"""FRAQ's options as ``"auto"`` resolves them on CUDA (basis and pipeline): what the counts
-of FRAQ are taken in, so a CPU counts what a GPU runs."""
+"""FRAQ's options as ``"auto"`` resolves them on CUDA (basis, pipeline and when the host
+reads): what the counts of FRAQ are taken in, so a CPU counts what a GPU runs."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -191,9 +191,7 @@ class Aggregator(ABC):
         weights = normalized_weights([u.weight for u in updates], len(updates))
         updates, state = self._prepare(updates, specs, state)
         groups = _make_groups(updates, specs, weights, batched, checked=self.checks_finite)
-        outputs: GroupOutput = {}
-        for g in groups:
-            outputs.update(self._group(g, state))
+        outputs = self._groups(groups, state)
         per_client = _per_client(specs, outputs, len(updates))
         ranks = {spec.name: outputs[spec.name][1] for spec in specs}
         new_state, info = self._finish(specs, per_client, state)
@@ -226,6 +224,14 @@ class Aggregator(ABC):
     @abstractmethod
     def _group(self, group: Group, state: object | None) -> GroupOutput:
         """Aggregate one group of modules."""
+
+    def _groups(self, groups: list[Group], state: object | None) -> GroupOutput:
+        """Aggregate every group, in order: :meth:`_group` on each (a method that serves
+        the groups together, as FRAQ's one host read per call does, overrides this)."""
+        outputs: GroupOutput = {}
+        for g in groups:
+            outputs.update(self._group(g, state))
+        return outputs
 
     def _check_state(self, state: object | None, specs: Sequence[ModuleSpec]) -> object | None:
         if state is not None:

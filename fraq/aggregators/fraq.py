@@ -8,14 +8,14 @@ import torch
 
 import fraq
 from fraq._plan import check_options
-from fraq._recompress import recompress_checked
+from fraq._recompress import finish_started, read_started, recompress_checked, start_checked
 from fraq._validation import NonFiniteError
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.payload import REINITIALIZE, Downlink, Factors
 from fraq.backends import AUTO
 from fraq.flops import fraq_model
 
-__all__ = ["DEFAULT_TAU", "Fraq"]
+__all__ = ["DEFAULT_TAU", "Fraq", "READS", "READS_DEFAULTS"]
 
 DEFAULT_TAU = 0.95
 """FRAQ's energy threshold when neither ``tau`` nor ``rank`` is given (the paper's higher setting)."""
@@ -45,6 +45,8 @@ class Fraq(Aggregator):
         gram: the Gram's form, one of :data:`fraq._gram.GRAMS` (default: recompress's).
         eigensolver: the eigenproblem's route (:mod:`fraq._eigen`; default ``"auto"``).
         pipeline: stepwise or static (:data:`fraq._plan.PIPELINES`; default ``"auto"``).
+        reads: when the host reads a shape group's static pass (:data:`READS`; default
+            ``"auto"``, the device's entry in :data:`READS_DEFAULTS`).
 
     The options are checked once, here, by :func:`fraq.recompress`'s own
     :func:`~fraq._plan.check_options` (same rules, same messages), and held as
@@ -63,7 +65,9 @@ class Fraq(Aggregator):
 
     def __init__(self, *, tau: float | None = None, rank: int | None = None, backend: str = AUTO,
                  eig_dtype: torch.dtype | None = None, gram: str | None = None, eigensolver: str = "auto",
-                 pipeline: str = "auto"):
+                 pipeline: str = "auto", reads: str = "auto"):
+        if not isinstance(reads, str) or reads not in READS:
+            raise ValueError(f"reads(={reads!r}) must be one of {list(READS)}")
         if tau is None and rank is None:
             tau = DEFAULT_TAU
         self.options = check_options(tau=tau, rank=rank, backend=backend, eig_dtype=eig_dtype,
@@ -76,6 +80,7 @@ class Fraq(Aggregator):
         self.eig_dtype = eig_dtype
         self.eigensolver = eigensolver
         self.pipeline = pipeline
+        self.reads = reads
 
     def capped(self, limit: int) -> Fraq:
         """A fixed ``rank`` above ``limit`` is capped there: a module whose stack or shape
@@ -83,7 +88,28 @@ class Fraq(Aggregator):
         if self.rank is None or self.rank <= limit:
             return self
         return Fraq(rank=limit, backend=self.backend, eig_dtype=self.eig_dtype, gram=self.gram,
-                    eigensolver=self.eigensolver, pipeline=self.pipeline)
+                    eigensolver=self.eigensolver, pipeline=self.pipeline, reads=self.reads)
+
+    def _groups(self, groups: list[Group], state) -> GroupOutput:
+        """Every group's output; under ``reads="call"`` every group's static pass is queued
+        before the one host read that serves them all (:func:`fraq._recompress.start_checked`),
+        so the device works through one group while the host stacks and queues the next.
+        The results are the per-group calls' exactly (the same operations on the same
+        stacks); a group whose verdicts fail runs the stepwise pipeline on its own stacks,
+        as it would alone, and a NaN or Inf there is named by client and module."""
+        device = groups[0].spec.device if groups else None
+        if len(groups) < 2 or _reads(self.reads, device) != "call":
+            return super()._groups(groups, state)
+        started = [start_checked(self.options, *g.stacked(scan=False)) for g in groups]
+        out: GroupOutput = {}
+        for g, st, host in zip(groups, started, read_started(started)):
+            try:
+                res = finish_started(st, host)
+            except NonFiniteError:
+                g.name_non_finite()
+                raise
+            out.update(_outputs(g, res))
+        return out
 
     def _group(self, group: Group, state) -> GroupOutput:
         # One host read per group: recompress's own check finds a NaN or Inf in the stacks,
@@ -94,12 +120,7 @@ class Fraq(Aggregator):
         except NonFiniteError:
             group.name_non_finite()
             raise
-        ranks = res.rank_list()  # the call's own read: none of its own here
-        out: GroupOutput = {}
-        for mod, B, A, p in zip(group.specs, group.split(res.B), group.split(res.A), ranks):
-            B, A = B[..., :p], A[..., :p, :]
-            out[mod.name] = (Downlink(sent=(B, A), merge=(Factors(B, A, 1.0),)), p)
-        return out
+        return _outputs(group, res)
 
     def aggregate_batch(self, Bs: Sequence[torch.Tensor], As: Sequence[torch.Tensor], *, rank: int | None = None,
                         tau: float | None = None, weights=None, scales=None
@@ -110,3 +131,35 @@ class Fraq(Aggregator):
         Bst, Ast = fraq.stack(Bs, As, weights, scales)
         res = recompress_checked(options, Bst, Ast)
         return res.B, res.A, res.rank
+
+
+READS = ("auto", "group", "call")
+"""Values of FRAQ's ``reads``: ``"group"`` reads each shape group's static pass as its
+group finishes (one host read per group); ``"call"`` queues every group's pass first and
+reads them all in one host read per call (:meth:`Fraq._groups`); ``"auto"`` is the
+device's entry in :data:`READS_DEFAULTS`. Without the static pipeline (the stepwise one,
+or a group whose verdicts fail) a group reads as that pipeline does, either way."""
+
+READS_DEFAULTS: dict[str, str] = {}
+"""Device type -> what ``reads="auto"`` runs (``"group"`` for every type not listed). A
+device takes ``"call"`` only from an end-to-end measurement on it that shows it no slower
+(the GPU check's pipeline part times both): on a CPU a host read costs nothing, and
+``"call"`` holds every group's stacks until the one read, where ``"group"`` frees each
+group's after its own."""
+
+
+def _reads(reads: str, device: torch.device | None) -> str:
+    """``reads`` with ``"auto"`` resolved for ``device`` (:data:`READS_DEFAULTS`)."""
+    if reads != "auto":
+        return reads
+    return READS_DEFAULTS.get(device.type, "group") if device is not None else "group"
+
+
+def _outputs(group: Group, res) -> GroupOutput:
+    """A group's result as each module's Downlink (one global adapter) and rank."""
+    ranks = res.rank_list()  # the call's own read: none of its own here
+    out: GroupOutput = {}
+    for mod, B, A, p in zip(group.specs, group.split(res.B), group.split(res.A), ranks):
+        B, A = B[..., :p], A[..., :p, :]
+        out[mod.name] = (Downlink(sent=(B, A), merge=(Factors(B, A, 1.0),)), p)
+    return out

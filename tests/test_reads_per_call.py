@@ -1,0 +1,143 @@
+"""FRAQ's ``reads="call"``: every shape group's static pass queued before one host read per
+call, against the per-group reads and against float64.
+
+What must hold: the same ranks and bit-identical downlinks as ``reads="group"`` (the same
+operations on the same stacks, only the read moved), on friendly uploads and on uploads
+whose verdicts fail in one group (clients rescaled against each other by 1e23: that group
+takes the stepwise pipeline on its own stacks); exactly one host read per call where every
+group passes; a NaN named by client and module as the per-group reads name it; and each
+module's product within the float32 rounding of the Eckart-Young optimum of its float64
+aggregate.
+
+Bound for the last: with M the float64 aggregate and p the module's rank,
+||M - B_g A_g||_F <= ||M - M_p||_F + 64 s eps32 ||M||_F, s = min(d, r): the first-order
+error of a float32 method whose basis keeps float32 orthogonality (the static pass's
+Cholesky verdict) carries a few s eps32 of ||M||_F from the two float32 GEMMs of each side
+and the basis; 64 leaves a margin of 8 over the static tests' own 8 s eps32 between the
+two pipelines.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from benchmarks.measure.host_reads import count_host_reads
+from fraq.aggregators import ClientUpdate, get_aggregator
+from fraq.aggregators.fraq import READS, READS_DEFAULTS
+from fraq.methods import MethodSpec
+from fraq.synthetic import lora_clients
+
+EPS32 = torch.finfo(torch.float32).eps
+SHAPES = {"q": (48, 40), "up": (64, 40), "down": (40, 64)}
+"""Three shape groups, two modules each; every stacked rank (9) below half the smaller side,
+so each group takes the static pass."""
+
+CUDA_LIKE = dict(backend="cholesky", pipeline="static")
+"""The CUDA configuration's basis and pipeline, run here on the CPU."""
+
+
+def _uploads(seed: int = 0, ranks=(2, 3, 4)) -> list[ClientUpdate]:
+    factors = [{} for _ in ranks]
+    for i, (kind, (m, n)) in enumerate(SHAPES.items()):
+        for layer in range(2):
+            Bs, As = lora_clients(m, n, list(ranks), seed=seed + 10 * i + layer)
+            for k in range(len(ranks)):
+                factors[k][f"layers.{layer}.{kind}"] = (Bs[k], As[k])
+    return [ClientUpdate(f, weight=float(k + 1), scale=2.0) for k, f in enumerate(factors)]
+
+
+def _both(updates, **kw):
+    return {reads: get_aggregator("fraq", **CUDA_LIKE, reads=reads, **kw).aggregate(updates)
+            for reads in ("group", "call")}
+
+
+def _assert_identical(a, b):
+    assert a.ranks == b.ranks
+    for name in a.ranks:
+        for x, y in zip(a.downlinks[0][name].sent, b.downlinks[0][name].sent):
+            assert x.shape == y.shape and torch.equal(x, y), name
+
+
+@pytest.mark.parametrize("kw", [dict(tau=0.95), dict(tau=0.999), dict(tau=1.0), dict(rank=3)])
+def test_same_result_as_per_group_reads(kw):
+    out = _both(_uploads(), **kw)
+    _assert_identical(out["group"], out["call"])
+
+
+def test_one_host_read_per_call():
+    ups = _uploads()
+    reads = {}
+    for mode in ("group", "call"):
+        agg = get_aggregator("fraq", **CUDA_LIKE, reads=mode)
+        reads[mode] = count_host_reads(lambda: agg.aggregate(ups)).total
+    assert reads == {"group": len(SHAPES), "call": 1}
+
+
+def test_a_group_whose_verdicts_fail_takes_the_stepwise_pipeline_alone():
+    """Client 1's factors of one group rescaled by 1e23 / 1e-23 (the product unchanged): the
+    static pass's range verdict fails there, that group runs stepwise, the others stay static;
+    the result equals the per-group reads' exactly."""
+    ups = _uploads()
+    f = dict(ups[1].factors)
+    for layer in range(2):
+        B, A = f[f"layers.{layer}.up"]
+        f[f"layers.{layer}.up"] = (B * 1e23, A * 1e-23)
+    ups[1] = ClientUpdate(f, weight=ups[1].weight, scale=ups[1].scale)
+    out = _both(ups, tau=0.95)
+    _assert_identical(out["group"], out["call"])
+
+
+def test_products_within_rounding_of_the_float64_optimum():
+    ups = _uploads(seed=3)
+    res = get_aggregator("fraq", **CUDA_LIKE, reads="call", tau=0.95).aggregate(ups)
+    weights = [u.weight for u in ups]
+    total = sum(weights)
+    for name, p in res.ranks.items():
+        M = sum((w / total) * u.scale * (u.factors[name][0].double() @ u.factors[name][1].double())
+                for w, u in zip(weights, ups))
+        sv = torch.linalg.svdvals(M)
+        B, A = res.downlinks[0][name].sent
+        err = float(torch.linalg.matrix_norm(M - B.double() @ A.double()))
+        optimum = float(sv[p:].square().sum().sqrt())
+        norm = float(sv.square().sum().sqrt())
+        s = min(*M.shape, sum(u.factors[name][1].shape[0] for u in ups))
+        assert err <= optimum + 64 * s * EPS32 * norm, (name, err, optimum)
+        # the energy rule on the float64 spectrum: p is the fewest components holding tau
+        energy = sv.square().cumsum(0) / sv.square().sum()
+        assert float(energy[p - 1]) >= 0.95 - 64 * s * EPS32 and (p == 1 or float(energy[p - 2]) < 0.95 + 64 * s * EPS32)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_named_by_client_and_module(bad):
+    ups = _uploads()
+    f = dict(ups[2].factors)
+    B = f["layers.1.down"][0].clone()
+    B[0, 0] = bad
+    f["layers.1.down"] = (B, f["layers.1.down"][1])
+    ups[2] = ClientUpdate(f, weight=ups[2].weight, scale=ups[2].scale)
+    messages = []
+    for mode in ("group", "call"):
+        with pytest.raises(ValueError, match=r"client 2, module 'layers.1.down', B contains a non-finite") as e:
+            get_aggregator("fraq", **CUDA_LIKE, reads=mode).aggregate(ups)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]
+
+
+def test_reads_option_checked_and_spelled_in_the_method_grammar():
+    with pytest.raises(ValueError, match=r"reads\(='once'\) must be one of"):
+        get_aggregator("fraq", reads="once")
+    assert get_aggregator("fraq", **MethodSpec.parse("fraq:tau=0.8,reads=call").kwargs).reads == "call"
+    assert get_aggregator("fraq", rank=5, reads="call").capped(2).reads == "call"
+    assert set(READS) == {"auto", "group", "call"} and set(READS_DEFAULTS.values()) <= {"group", "call"}
+
+
+def test_auto_is_per_group_where_no_device_has_measured_call():
+    """``"auto"`` reads per group on the CPU (a read costs nothing there; ``"call"`` holds
+    every group's stacks until the one read)."""
+    ups = _uploads()
+    agg = get_aggregator("fraq", **CUDA_LIKE)
+    assert count_host_reads(lambda: agg.aggregate(ups)).total == len(SHAPES)
+    assert math.isfinite(sum(agg.aggregate(ups).ranks.values()))
