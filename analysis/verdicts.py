@@ -213,13 +213,14 @@ def paired(*sets, group: str = "timing.group", samples: str = "timing.samples") 
     ``sets``: the results compared at each point (DataFrames, or lists of dicts with the
     flattened ``group`` and ``samples`` fields of :mod:`benchmarks.measure.paired`). They
     pair when every set's results carry one and the same group id (measured together in
-    the same rounds: results of separate runs never share one) and one sample count, so
-    that round k exists for every result of the set, and the sets either have one count
-    or all at least :data:`MIN_ROUNDS` (points whose rounds stopped when their comparisons
-    were decided, :func:`benchmarks.measure.paired.paired_rounds`): :func:`judge` then
-    uses the rounds every point has, the first n of each. A statistic that combines
-    several points (the smallest ratio over points) is computed round by round: each
-    point's ratio in round k is paired, whatever the other points' rounds."""
+    the same rounds: results of separate runs never share one), and the results either
+    have one sample count or all at least :data:`MIN_ROUNDS` (rounds that stopped when a
+    point's comparisons were decided, or a call that left its point's rounds when its own
+    were, :func:`benchmarks.measure.paired.paired_rounds`: sample k is from round k either
+    way): :func:`judge` then uses the rounds every result has, the first n of each. A
+    statistic that combines several points (the smallest ratio over points) is computed
+    round by round: each point's ratio in round k is paired, whatever the other points'
+    rounds."""
     lengths = set()
     for rows in sets:
         if hasattr(rows, "to_dict") and hasattr(rows, "columns"):
@@ -227,10 +228,7 @@ def paired(*sets, group: str = "timing.group", samples: str = "timing.samples") 
         ids = {r.get(group) for r in rows}
         if len(ids) != 1 or not isinstance(next(iter(ids)), str):
             return False
-        mine = {len(r.get(samples) or []) for r in rows}
-        if len(mine) != 1:
-            return False
-        lengths |= mine
+        lengths |= {len(r.get(samples) or []) for r in rows}
     return bool(lengths) and (len(lengths) == 1 and lengths != {0} or min(lengths) >= MIN_ROUNDS)
 
 

@@ -96,6 +96,47 @@ def test_rounds_stop_once_decided_and_run_on_while_open(monkeypatch):
         paired_rounds({"a": lambda: 0.002}, 4, min_rounds=6)
 
 
+def test_a_call_leaves_the_rounds_once_its_comparisons_are_decided(monkeypatch):
+    """With ``leave`` (one launch), a call in no open pair stops after min_rounds while the
+    open pair runs on; a ``hold`` pair runs to ``rounds`` though decided; sample j of every
+    call is from round j (the rotation over the calls still timed), so the first n samples
+    of any two calls pair. Made-up times, as above."""
+    import benchmarks.measure.paired as paired
+
+    order = []
+
+    def clock(fn, loops, device):
+        order.append(fn.__name__)
+        return fn()
+
+    monkeypatch.setattr(paired, "_loop_time", clock)
+    straddle = iter([0.002, 0.003, 0.001] * 50)
+
+    def a():
+        return next(straddle)
+
+    def b():
+        return 0.0025
+
+    def c():
+        return 0.01
+
+    def d():
+        return 0.02
+
+    out = paired_rounds({"a": a, "b": b, "c": c, "d": d}, 12, min_rounds=6, decides=[("a", "b"), ("a", "c")],
+                        leave=True)
+    assert [len(out[k]["samples"]) for k in "abcd"] == [12, 12, 6, 6]  # (a, b) never decides; (a, c) at 6
+    assert out["c"]["round"] == list(range(6)) and out["a"]["round"] == list(range(12))
+    rounds_after_six = order[4 * 6 + 4:]  # the calibration calls, then 6 rounds of 4
+    assert set(rounds_after_six) == {"a", "b"}
+    out = paired_rounds({"a": a, "b": b, "c": c, "d": d}, 12, min_rounds=6, decides=[("a", "c")],
+                        hold=[("c", "d")], leave=True)
+    assert [len(out[k]["samples"]) for k in "abcd"] == [6, 6, 12, 12]
+    out = paired_rounds({"a": a, "b": b, "c": c}, 12, min_rounds=6, decides=[("a", "c")], leave=False)
+    assert {len(out[k]["samples"]) for k in "abc"} == {6}  # without leave: every call, every round
+
+
 def test_rounds_refuse_zero():
     with pytest.raises(ValueError, match=r"rounds\(=0\)"):
         paired_rounds({"a": lambda: None}, 0)
@@ -245,8 +286,12 @@ def test_the_clients_rounds_wait_on_the_comparisons_its_claims_read():
     assert clients.decides(["fraq", "florist", "flexlora:kernel=fraq"]) == []  # no dense path at this K
     reduced = clients.points("reduced")
     assert all(c["decides"] == clients.decides(c["compared"]) for c in reduced)
-    # past r = d every round: the claim there takes the rounds all its points have
-    assert all((c["min_rounds"] == c["rounds"]) == (c["r"] >= c["d"]) for c in reduced)
+    # past r = d FRAQ and the dense path every round (a held pair, in one launch): the claim
+    # there takes the rounds all its points have; the other methods leave when their own are decided
+    assert all(c["launches"] == 1 for c in reduced)
+    assert all(c["min_rounds"] < c["rounds"] for c in reduced)
+    assert all((c.get("hold") == [["fraq", "flexlora"]]) == (c["r"] >= c["d"] and "flexlora" in c["compared"])
+               for c in reduced)
     assert not any("decides" in c for c in clients.points("paper"))  # a size without min_rounds runs every round
     from benchmarks.experiments import fig3
 

@@ -198,8 +198,9 @@ def test_a_busy_run_is_said_once_with_its_range_and_no_nan_is_printed():
 def test_points_whose_rounds_stopped_at_different_counts_are_judged_over_the_rounds_all_have():
     """Adaptive rounds (one point decided after 6, another run to 9): the sets still pair,
     and the statistic over both points is computed on rounds 0..5 of each (a paired verdict
-    over 6 rounds); a set shorter than the 6 a 95% interval needs, or one whose own results
-    differ in count, does not pair."""
+    over 6 rounds); a set shorter than the 6 a 95% interval needs does not pair, and a set
+    whose own results differ in count (a call that left its point's rounds) pairs over the
+    rounds all have where that is at least 6."""
     import numpy as np
 
     from analysis.verdicts import judge, paired
@@ -209,7 +210,8 @@ def test_points_whose_rounds_stopped_at_different_counts_are_judged_over_the_rou
     assert paired(a, b)
     short = [{"timing.group": "g3", "timing.samples": [1.0] * 3}, {"timing.group": "g3", "timing.samples": [3.0] * 3}]
     assert not paired(a, short)
-    assert not paired([a[0], {"timing.group": "g1", "timing.samples": [2.0] * 7}])
+    assert paired([a[0], {"timing.group": "g1", "timing.samples": [2.0] * 7}])
+    assert not paired([short[0], {"timing.group": "g3", "timing.samples": [2.0] * 7}])
     groups = {"a0": [1.0] * 6, "a1": [2.0] * 6, "b0": [1.0] * 8 + [50.0], "b1": [3.0] * 9}
     v = judge(groups, lambda g: np.minimum(g["a1"] / g["a0"], g["b1"] / g["b0"]), above=1.5, paired=True)
     assert v.method == "paired" and v.rounds == 6 and v.word == "agrees" and v.value == 2.0

@@ -55,10 +55,14 @@ call = fig3.call
 def points(size: str) -> list[dict]:
     """Every (shape, K, method) of the ``size`` sweep, as result configs (Fig. 3's fields,
     so :func:`call` and :func:`metrics` read them as they read Fig. 3's). Where the size sets
-    ``min_rounds``, the points past r = d run every round all the same: the claim on them
-    (FRAQ no slower than the dense path at any of them, :mod:`analysis.sections.clients`) is judged
-    round by round over the rounds they all have, and FRAQ and the dense path are close
-    there, so one point's extra rounds would not enter it unless every point has them."""
+    ``min_rounds``, FRAQ and the dense path run every round at the points past r = d all the
+    same: the claim on them (FRAQ no slower than the dense path at any of them,
+    :mod:`analysis.sections.clients`) is judged round by round over the rounds they all have,
+    and FRAQ and the dense path are close there, so one point's extra rounds would not enter
+    it unless every point has them. In one launch that pair is the points' ``hold`` and the
+    other methods leave the rounds once their own comparisons are decided
+    (:func:`benchmarks.measure.paired.paired_rounds`); over several launches, whose rounds
+    are concatenated, every method runs every round."""
     c = size_config(size, "clients")
     out = []
     for m, n, ks, *options in c["shapes"]:
@@ -71,7 +75,10 @@ def points(size: str) -> list[dict]:
             extra = {"decides": fig3.decides(compared)} if "min_rounds" in c else {}
             first = min(c["min_rounds"], rounds) if "min_rounds" in c else None
             if first is not None and K * c["client_rank"] >= m:  # past r = d: every round (:func:`points`)
-                first = rounds
+                if c["launches"] == 1 and {"fraq", fig3.DENSE} <= set(compared):
+                    extra["hold"] = [["fraq", fig3.DENSE]]
+                else:
+                    first = rounds
             for method in compared:
                 out.append(dict(figure="clients", sweep="K", method=method, mode="batched", d=m, D=n, K=K,
                                 r=K * c["client_rank"], p=None, tau=c["tau"], modules=c["modules"],

@@ -121,8 +121,11 @@ def expected_rounds(config: dict) -> float:
     """Rounds a point's timing is expected to take in all: ``launches`` x ``rounds``, or with
     ``min_rounds``, halfway between it and ``rounds`` per launch (a decided comparison stops
     at ``min_rounds``, an open one runs to ``rounds``), a quarter of the way where the
-    rounds wait on ``decides`` alone (comparisons with the dense path, rarely open)."""
+    rounds wait on ``decides`` alone (comparisons with the dense path, rarely open); every
+    round for a method of a ``hold`` pair (:func:`benchmarks.experiments.clients.points`)."""
     c = config
+    if any(c["method"] in pair for pair in c.get("hold") or ()):  # a held pair runs every round
+        return c["launches"] * c["rounds"]
     share = 0.25 if "decides" in c else 0.5
     per_launch = c["min_rounds"] + share * (c["rounds"] - c["min_rounds"]) if c.get("min_rounds") else c["rounds"]
     return c["launches"] * per_launch

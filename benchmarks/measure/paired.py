@@ -101,7 +101,8 @@ def _loop_time(fn: Callable, loops: int, device: torch.device) -> float:
 
 def paired_rounds(calls: dict, rounds: int, *, device: torch.device | str = "cpu", min_sample: float = MIN_SAMPLE,
                   launch: int = 0, min_rounds: int | None = None,
-                  decides: list[tuple[str, str]] | None = None) -> dict[str, dict]:
+                  decides: list[tuple[str, str]] | None = None, hold: list[tuple[str, str]] | None = None,
+                  leave: bool = False) -> dict[str, dict]:
     """``rounds`` rounds of every call in ``calls`` (key -> zero-argument callable, or a
     :class:`Weighted` list), the order rotated each round, after one untimed call of each
     (none where a Weighted list carries its warm-up's ``seconds``; a second for a call
@@ -116,6 +117,16 @@ def paired_rounds(calls: dict, rounds: int, *, device: torch.device | str = "cpu
     group read; a pair naming a key not in ``calls`` is left out): rounds are spent where
     such a comparison is still open, up to ``rounds``.
 
+    With ``decides`` and ``leave`` (one launch: :func:`launched`), a call leaves the rounds
+    on its own, after round ``min_rounds`` or a later one, once no pair it belongs to is
+    open: a pair counts as decided from the first round it is, and a call in no pair leaves
+    at ``min_rounds``; a pair of ``hold`` keeps both its calls to ``rounds`` (a comparison
+    a claim judges over several points round by round). The rounds end when no call is
+    left. Sample j of every call is still from round j, so the analysis pairs the first n
+    samples of the calls it compares (:func:`analysis.verdicts.judge`), n at least
+    ``min_rounds``; a slow call no open comparison needs (FLoRIST beside FRAQ against the
+    dense path) is not timed in rounds that serve only the others.
+
     Returns ``{key: {"samples": [...], "loops": [k, ...], "round": [...], "launch": [...]}}``,
     sample j of every key from round j (``loops`` one k per part of a Weighted call)."""
     if rounds < 1:
@@ -125,6 +136,7 @@ def paired_rounds(calls: dict, rounds: int, *, device: torch.device | str = "cpu
     device = torch.device(device)
     keys = list(calls)
     pairs = None if decides is None else [(a, b) for a, b in decides if a in calls and b in calls]
+    held = [(a, b) for a, b in hold or () if a in calls and b in calls]
     loops: dict[str, list[int]] = {}
     for k in keys:
         loops[k] = []
@@ -136,18 +148,25 @@ def paired_rounds(calls: dict, rounds: int, *, device: torch.device | str = "cpu
                 t = _loop_time(fn, 1, device)
             loops[k].append(1 if t >= min_sample else min(MAX_LOOPS, math.ceil(min_sample / max(t, 1e-9))))
     samples: dict[str, list[float]] = {k: [] for k in keys}
+    active, open_pairs = list(keys), list(pairs or ())
     _sync(device)
     with gc_off():
         for j in range(rounds):
-            for k in keys[j % len(keys):] + keys[:j % len(keys)]:
+            for k in active[j % len(active):] + active[:j % len(active)]:
                 samples[k].append(sum(w * _loop_time(fn, n, device)
                                       for (fn, w), n in zip(_parts(calls[k]), loops[k])))
-            if min_rounds is not None and j + 1 >= min_rounds and (
-                    decided(samples, against=keys[0]) if pairs is None else decided(samples, pairs=pairs)):
+            if min_rounds is None or j + 1 < min_rounds:
+                continue
+            if leave and pairs is not None:
+                open_pairs = [(a, b) for a, b in open_pairs
+                              if not decided({a: samples[a], b: samples[b]}, pairs=[(a, b)])]
+                active = [k for k in active if any(k in p for p in open_pairs + held)]
+                if not active:
+                    break
+            elif decided(samples, against=keys[0]) if pairs is None else decided(samples, pairs=pairs):
                 break
-    done = len(samples[keys[0]])
-    return {k: dict(samples=samples[k], loops=loops[k], round=list(range(done)), launch=[launch] * done)
-            for k in keys}
+    return {k: dict(samples=samples[k], loops=loops[k], round=list(range(len(samples[k]))),
+                    launch=[launch] * len(samples[k])) for k in keys}
 
 
 SIGN_LEVEL = 0.95
@@ -198,11 +217,12 @@ def _target(name: str) -> Callable:
 
 
 def _one_launch(target: str, groups: list[dict], rounds: int, device: str, min_sample: float,
-                launch: int, min_rounds: int | None = None, on_group: Callable[[dict], None] | None = None
-                ) -> list[dict]:
+                launch: int, min_rounds: int | None = None, on_group: Callable[[dict], None] | None = None,
+                leave: bool = False) -> list[dict]:
     """Every group's rounds in this process: ``target(group, device)`` gives the group's calls,
-    and a group's ``decides`` (pairs of keys), where it has one, the comparisons its rounds
-    wait on (:func:`paired_rounds`); ``on_group(group)`` after each group's rounds."""
+    and a group's ``decides`` and ``hold`` (pairs of keys), where it has them, the comparisons
+    its rounds wait on (:func:`paired_rounds`, whose ``leave`` this passes on);
+    ``on_group(group)`` after each group's rounds."""
     build = _target(target)
     out = []
     for group in groups:
@@ -210,7 +230,8 @@ def _one_launch(target: str, groups: list[dict], rounds: int, device: str, min_s
         decides = group.get("decides")
         out.append(paired_rounds(calls, rounds, device=device, min_sample=min_sample, launch=launch,
                                  min_rounds=min_rounds,
-                                 decides=None if decides is None else [tuple(p) for p in decides]))
+                                 decides=None if decides is None else [tuple(p) for p in decides],
+                                 hold=[tuple(p) for p in group.get("hold") or ()], leave=leave))
         del calls
         if on_group is not None:
             on_group(group)
@@ -243,8 +264,8 @@ def launched(target: str, groups: list[dict], *, rounds: int, launches: int, dev
     if launches < 1:
         raise ValueError(f"launches(={launches}) must be >= 1")
     device = str(torch.device(device))
-    if launches == 1:
-        runs = [_one_launch(target, groups, rounds, device, min_sample, 0, min_rounds, on_group)]
+    if launches == 1:  # the calls may leave the rounds on their own (:func:`paired_rounds`)
+        runs = [_one_launch(target, groups, rounds, device, min_sample, 0, min_rounds, on_group, leave=True)]
     else:
         runs = [_fresh(target, groups, rounds, device, min_sample, i, min_rounds) for i in range(launches)]
         for group in groups if on_group is not None else ():
