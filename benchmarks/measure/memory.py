@@ -94,17 +94,28 @@ def peak_memory(fn: Callable[[], object], *, device: torch.device | str = "cpu",
     first call populates caches (the CUDA allocator's pool does not affect these counts,
     but lazily built constants would). ``single_thread`` (CPU only): run at one torch
     thread so that work fanned out to Python threads is seen (see the module docstring).
+
+    The garbage collector is off while ``fn`` runs: a collection inside the call would free
+    the garbage of earlier calls and move the count by what that held, and the call's own
+    garbage counts as what it allocated, as it stays allocated until a collection. (A full
+    collection before each call would cost about 75 ms with torch and the suite imported,
+    more than most calls measured; with it the counts come out the same on the sweeps' points.)
     """
-    device = torch.device(device)
-    gc.collect()
-    if device.type == "cuda":
-        return _peak_cuda(fn, device)
-    if device.type != "cpu":
-        raise ValueError(f"device(={device}) must be cpu or cuda")
     from benchmarks.measure.timing import threads
 
-    with threads(1 if single_thread else None):
-        return _peak_cpu(fn)
+    device = torch.device(device)
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device(={device}) must be cpu or cuda")
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        if device.type == "cuda":
+            return _peak_cuda(fn, device)
+        with threads(1 if single_thread else None):
+            return _peak_cpu(fn)
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _peak_cuda(fn, device: torch.device) -> MemoryPeak:
