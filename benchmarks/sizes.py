@@ -85,8 +85,9 @@ SIZES: dict[str, dict[str, dict]] = {
         fig1=dict(preset="llama-3.2-3b", layers=1, clients=[2, 4, 8, 16], client_ranks=[4, 8, 16],
                   taus=[0.80, 0.90, 0.95]),
         # The heterogeneous preset (stacked rank 232) on 1 of its layers (latency x 28, stated in every row).
-        # 6 rounds in each of 2 launches: 12 paired rounds, and the run-to-run variance of a second process
-        # (the ratio claims' need), for one interpreter start, model build and warm-up of every row fewer than 3.
+        # 6 rounds in each of 2 launches (the runner's process, whose rows are prepared, and one fresh one):
+        # 12 paired rounds, and the run-to-run variance of a second process (the ratio claims' need), for one
+        # interpreter start, model build and warm-up of every row.
         tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=True, rounds=6,
                        launches=2, slow_rounds=2, layers={"llama-3.2-3b-hetero": 1}),
         backends=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),

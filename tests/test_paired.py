@@ -165,6 +165,14 @@ def test_launches_in_fresh_processes_concatenate_rounds_with_their_launch():
     assert paired(rows(first)) and paired(rows(second)[:1])
     assert not paired(rows(first)[:1] + rows(second)[1:])  # two measurements: never paired
     assert not paired(rows(first), rows(second))  # equal ids within each, but 6 against 3 rounds
+    # launch 0 run here on prepared calls (first=), launch 1 fresh: concatenated in that order
+    here = paired_rounds(fig3.group_calls(group), 3, launch=0)
+    with threads(1):
+        both = launched(fig3.GROUP, [group], rounds=3, launches=2, first=here)[0]
+    for k, t in both.items():
+        assert t["launch"] == [0, 0, 0, 1, 1, 1] and t["samples"][:3] == here[k]["samples"] and t["launches"] == 2
+    with pytest.raises(ValueError, match="one group"):
+        launched(fig3.GROUP, [group, group], rounds=3, launches=2, first=here)
 
 
 @pytest.mark.slow  # measures fig3, clients and table4 groups; the report test below reads the shared tiny results

@@ -34,8 +34,9 @@ has. A size may build a preset on fewer layers (``layers``, latency times the la
 ratio, stated in each row's ``extrapolated``): the heterogeneous preset's stacked rank
 (232) makes one whole-model call of every method minutes.
 
-The rows of a point are timed in paired rounds over ``launches`` fresh processes
-(:mod:`benchmarks.measure.paired`): each row's latency carries ``round``, ``launch``,
+The rows of a point are timed in paired rounds over ``launches`` processes, this one (whose
+rows are prepared and warm) and ``launches`` - 1 fresh ones (:mod:`benchmarks.measure.paired`):
+each row's latency carries ``round``, ``launch``,
 ``loops`` and the point's ``group`` id, and the analysis judges ratios between rows of
 one point round by round.
 
@@ -376,13 +377,14 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = No
     if jobs and launches == 1:  # this process: the jobs built above
         timing = merged([paired_rounds({j.method.label: j.timed_calls() for j in jobs}, rounds, device=device)],
                         device=device)
-    elif jobs:  # fresh processes, each building the model again; this one's is freed first
+    elif jobs:  # launch 0 here, on the jobs built above; then fresh processes, each building the model again
+        here = paired_rounds({j.method.label: j.timed_calls() for j in jobs}, rounds, device=device)
         group = dict(preset=name, quick=quick, seed=seed, methods=[j.method.label for j in jobs], layers=layers)
         for job in jobs:
             job.calls = []
         del model
         gc.collect()
-        timing = launched(GROUP, [group], rounds=rounds, launches=launches, device=device)[0]
+        timing = launched(GROUP, [group], rounds=rounds, launches=launches, device=device, first=here)[0]
     load.append(os.getloadavg()[0])
     log(f"  {rounds} rounds x {launches} launch(es), load average {load[-1]:.1f}  (+{time.perf_counter() - t0:.1f} s)")
     for job in jobs:
@@ -444,7 +446,7 @@ def calls(config: dict) -> int:
     """Calls of each row per point: a warm-up here (the downlink; it calibrates the loops of
     this process's rounds), the rounds, and a warm-up in each fresh process."""
     c = config
-    return 1 + c["launches"] * c["rounds"] + (c["launches"] if c["launches"] > 1 else 0)
+    return 1 + c["launches"] * c["rounds"] + (c["launches"] - 1)
 
 
 def cost(config: dict) -> float:
@@ -467,7 +469,7 @@ def cost(config: dict) -> float:
     full = max(g.count for g in preset.groups)
     layers = _layers(c["preset"], c["quick"], c.get("layers"))
     fraction = 1.0 if layers is None else min(layers, full) / full
-    builds = 1 + (c["launches"] if c["launches"] > 1 else 0)
+    builds = c["launches"]  # here, and in each fresh process
     out = builds * BUILD_SECONDS + n * fraction * 2.4e-9 * sum(g.count * (g.m + g.n) for g in preset.groups) * \
         sum(preset.ranks) ** 2
     dense = [m.name for m in table_rows(preset) if row_aggregator(m).dense_factorization and m.label in c["methods"]

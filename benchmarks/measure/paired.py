@@ -254,16 +254,26 @@ def _fresh(target: str, groups: list[dict], rounds: int, device: str, min_sample
 
 def launched(target: str, groups: list[dict], *, rounds: int, launches: int, device: torch.device | str = "cpu",
              min_sample: float = MIN_SAMPLE, min_rounds: int | None = None,
-             on_group: Callable[[dict], None] | None = None) -> list[dict[str, dict]]:
+             on_group: Callable[[dict], None] | None = None, first: dict | None = None) -> list[dict[str, dict]]:
     """Per group, ``{key: timing}``: ``rounds`` paired rounds of the group's calls in each of
     ``launches`` launches (fresh interpreters, one after another; one launch: this process),
-    concatenated (module docstring for the fields). With ``min_rounds``, each launch stops a
+    concatenated (module docstring for the fields). ``first``: one group's launch 0, its
+    :func:`paired_rounds` output from this process (calls the caller prepared and warmed
+    already), then launches 1 to ``launches`` - 1 fresh. With ``min_rounds``, each launch stops a
     group's rounds once its comparisons are decided (:func:`paired_rounds`). ``on_group(group)``
     once a group's timing is complete: after its rounds in this process (one launch), after
     the last launch otherwise (a progress display's steps)."""
     if launches < 1:
         raise ValueError(f"launches(={launches}) must be >= 1")
     device = str(torch.device(device))
+    if first is not None:  # launch 0 ran in this process, on calls the caller had prepared
+        if len(groups) != 1:
+            raise ValueError(f"first is one group's launch 0; got {len(groups)} groups")
+        runs = [first] + [_fresh(target, groups, rounds, device, min_sample, i, min_rounds)[0]
+                          for i in range(1, launches)]
+        if on_group is not None:
+            on_group(groups[0])
+        return [merged(runs, device=device, min_sample=min_sample)]
     if launches == 1:  # the calls may leave the rounds on their own (:func:`paired_rounds`)
         runs = [_one_launch(target, groups, rounds, device, min_sample, 0, min_rounds, on_group, leave=True)]
     else:
