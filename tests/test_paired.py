@@ -170,7 +170,7 @@ def test_launches_in_fresh_processes_concatenate_rounds_with_their_launch():
     with threads(1):
         both = launched(fig3.GROUP, [group], rounds=3, launches=2, first=here)[0]
     for k, t in both.items():
-        assert t["launch"] == [0, 0, 0, 1, 1, 1] and t["samples"][:3] == here[k]["samples"] and t["launches"] == 2
+        assert t["launch"] == [0, 0, 0, 1, 1, 1] and list(t["samples"][:3]) == here[k]["samples"] and t["launches"] == 2
     with pytest.raises(ValueError, match="one group"):
         launched(fig3.GROUP, [group, group], rounds=3, launches=2, first=here)
 
