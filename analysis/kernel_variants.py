@@ -1,8 +1,8 @@
 """Verdicts on the dense-SVD methods run on FRAQ's kernel, against their own dense path.
 
 A method whose dense SVD also runs on FRAQ's kernel is measured twice, on the default
-dense path (``flexlora``) and on the kernel (``flexlora:kernel=fraq`` in the sweeps,
-``flexlora (kernel=fraq)`` in Tables 1-3), in the same paired rounds. Per such method the
+dense path (``flexlora``) and on the kernel (``flexlora:kernel=fraq``: the sweeps' method and
+Tables 1-3's row spec, labelled ``flexlora (kernel=fraq)`` there), in the same paired rounds. Per such method the
 report says how much faster the kernel variant is and whether its outputs agree:
 
 - **speed**: the dense path's time over the kernel's, round by round where the two were
@@ -35,7 +35,7 @@ methods stay under (:data:`analysis.sections.clients.FIDELITY`)."""
 
 
 def dense_of(method: str) -> str | None:
-    """The dense path of a kernel variant's sweep name (``flexlora:kernel=fraq`` ->
+    """The dense path of a kernel variant's spec (``flexlora:kernel=fraq`` ->
     ``flexlora``, options other than ``kernel`` kept in order), or None for any other name."""
     name, _, rest = str(method).partition(":")
     items = [s for s in rest.split(",") if s]
@@ -97,13 +97,15 @@ def sweep_lines(df: pd.DataFrame, point: list[str], what: str) -> list[str]:
 
 def table_lines(rows: pd.DataFrame) -> list[str]:
     """One line per kernel row of one preset's Tables 1-3 rows (:func:`analysis.sections.tables123.tables123_rows`:
-    ``method``, ``kernel``, ``agreement``, ``samples`` and the pairing's fields): its
-    speed-up over its dense row, paired, and its ``agreement`` record's exact verdict."""
+    ``method``, ``spec``, ``kernel``, ``agreement``, ``samples`` and the pairing's fields): its
+    speed-up over its dense row (the row whose spec is :func:`dense_of` its own), paired, and
+    its ``agreement`` record's exact verdict."""
     out = []
     for _, r in rows[rows["kernel"].notna() & (rows["kernel"] != "dense")].iterrows():
         a = r["agreement"] if isinstance(r["agreement"], dict) else {}
-        dense_label = a.get("reference") or r["method"].split(" (")[0]
-        d = rows[rows["method"] == dense_label]
+        dense = dense_of(r["spec"])
+        d = rows[rows["spec"] == dense]
+        dense_label = a.get("reference") or (d["method"].iloc[0] if len(d) else dense)
         label = r.get("display_name") or r["method"]
         dlabel = (d["display_name"].iloc[0] if len(d) and isinstance(d["display_name"].iloc[0], str)
                   else dense_label)

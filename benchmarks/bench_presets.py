@@ -1,7 +1,8 @@
 """Whole-model aggregation on the paper's model presets: Tables 1-3's latency column.
 
 Every row of :mod:`benchmarks.experiments.tables123` (every aggregator, FRAQ and FLoRIST
-at their thresholds) on every preset of size :data:`benchmarks.sizes.ASV`: the same
+at their thresholds), named by its spec (``method``: ``fraq:tau=0.95``,
+:class:`~benchmarks.experiments.table_rows.TableRow`), on every preset of size :data:`benchmarks.sizes.ASV`: the same
 prepared calls the runner times (:func:`~benchmarks.experiments.tables123.method_job`),
 with the same skips (a method not applicable to a preset's ranks, or too slow for the
 size). ``time_aggregate`` times one federated round's server aggregation of the measured
@@ -23,12 +24,12 @@ from benchmarks.sizes import ASV, size_config
 _C = size_config(ASV, "tables123")
 
 
-def _labels() -> list[str]:
+def _specs() -> list[str]:
     from fraq.presets import get_preset
 
     out = []
     for name in _C["presets"]:
-        out += [m.label for m in tables123.table_rows(get_preset(name)) if m.label not in out]
+        out += [str(m) for m in tables123.table_rows(get_preset(name)) if str(m) not in out]
     return out
 
 
@@ -40,7 +41,7 @@ def _model(preset: str, device: str):
 class Presets:
     """One federated round's server aggregation for a whole model (its measured layers)."""
 
-    params = [list(_C["presets"]), _labels()]
+    params = [list(_C["presets"]), _specs()]
     param_names = ["preset", "method"]
     timeout = 900.0
     repeat = (1, 5, 60.0)
@@ -50,7 +51,7 @@ class Presets:
         from fraq.presets import get_preset
 
         self.device = prepare()
-        rows = {m.label: m for m in tables123.table_rows(get_preset(preset))}
+        rows = {str(m): m for m in tables123.table_rows(get_preset(preset))}
         if method not in rows:
             skip(f"{method} is not a row of {preset}'s table")
         job = tables123.method_job(preset, _model(preset, str(self.device)), rows[method], quick=_C["quick"])

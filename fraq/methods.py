@@ -31,6 +31,7 @@ Examples:
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 
@@ -106,6 +107,37 @@ class MethodSpec:
             return cls(name, tuple(options))
         except (TypeError, ValueError) as e:
             raise ValueError(f"method(={text!r}): {e}") from None
+
+    @classmethod
+    def of(cls, name: str, options: dict) -> MethodSpec:
+        """The spec of ``name`` with keyword ``options``, the inverse of :attr:`kwargs`: each value
+        written as JSON (``0.8`` -> ``0.8``, ``None`` -> ``null``), text as itself, a dtype
+        option's ``torch.dtype`` by its torch name, in the order given
+        (``MethodSpec.of("fraq", {"tau": 0.8})`` is ``fraq:tau=0.8``), so that
+        ``MethodSpec.of(name, spec.kwargs) == spec`` for a spec written in this form. A text value
+        that would read back as something else (``"0.9"``, ``"null"``) and a value of another
+        type are refused (ValueError, TypeError naming the option)."""
+        if not isinstance(options, dict):
+            raise TypeError(f"options(={options!r}) must be a dict of keyword options")
+        pairs = []
+        for key, value in options.items():
+            if isinstance(value, str):
+                try:
+                    json.loads(value)
+                except json.JSONDecodeError:
+                    pairs.append((key, value))
+                    continue
+                raise ValueError(f"option {key}(={value!r}): text that reads as JSON would not read back as text")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"option {key}(={value!r}) must be finite: JSON has no {value!r}")
+            if value is None or isinstance(value, (bool, int, float)):
+                pairs.append((key, json.dumps(value)))
+            elif key in DTYPE_OPTIONS and type(value).__name__ == "dtype":  # a torch.dtype, without importing torch
+                pairs.append((key, str(value).removeprefix("torch.")))
+            else:
+                raise TypeError(f"option {key}(={value!r}) must be text, a number, a bool, None or (for "
+                                f"{', '.join(DTYPE_OPTIONS)}) a torch dtype")
+        return cls(name, tuple(pairs))
 
     @property
     def kwargs(self) -> dict:

@@ -776,8 +776,7 @@ def test_measurement_rows_on_a_tiny_preset():
                   alphas=(4.0, 4.0, 4.0))
     model = build_model(tiny, seed=1)
     rows = []
-    for method in (TableRow("fedit", "fedit"), TableRow("lora-a2 (B round)", "lora-a2", {"round": 1}),
-                   TableRow("flexlora", "flexlora"), TableRow("fraq (tau=0.95)", "fraq", {"tau": 0.95})):
+    for method in map(TableRow.parse, ("fedit", "lora-a2:round=1", "flexlora", "fraq:tau=0.95")):
         full = prepare(model, method, subset=False)
         sample(full)
         assert len(full.samples) == 1 and full.samples[0] > 0

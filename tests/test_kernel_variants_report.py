@@ -50,7 +50,8 @@ def test_sweep_lines_say_when_the_dense_path_never_ran_beside_it():
 
 
 def _table_row(method, ms, *, kernel=None, agreement=None, skipped=None, group="t1"):
-    return {"preset": "roberta-base", "method": method, "name": method.split(" ")[0], "kernel": kernel,
+    spec = method.replace(" (", ":").rstrip(")")  # a label's spec: "flexlora (kernel=fraq)" -> "flexlora:kernel=fraq"
+    return {"preset": "roberta-base", "method": method, "spec": spec, "name": method.split(" ")[0], "kernel": kernel,
             "agreement": agreement, "skipped": skipped, "display_name": None, "samples": [x / 1e3 for x in ms],
             **_timing(ms, group)}
 

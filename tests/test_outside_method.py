@@ -258,7 +258,7 @@ def test_tables_fig3_clients_and_report_show_it(outside, tmp_path):
 
     out = tmp_path / "results"
     shared = next(p for p in tables123.points("tiny") if p["part"] == "shared")
-    shared = dict(shared, methods=["fraq (tau=0.95)", NAME], rounds=2, layers=1)
+    shared = dict(shared, methods=["fraq:tau=0.95", NAME], rounds=2, layers=1)
     rec = tables123.measure(shared)
     write_result(out, "tables123", tables123.key(shared), shared, rec)
     row = rec["rows"][-1]

@@ -208,7 +208,7 @@ def test_tables123_rows_are_paired_over_fresh_launches_and_carry_the_machine():
 
     with threads(1):  # two fresh launches, each building the preset and timing its Weighted samples
         rec = tables123.run_preset("roberta-base", quick=True, rounds=3, launches=2,
-                                   methods=["fedit", "fraq (tau=0.95)"], log=lambda s: None)
+                                   methods=["fedit", "fraq:tau=0.95"], log=lambda s: None)
     lat = [r["latency"] for r in rec["rows"]]
     assert len({t["group"] for t in lat}) == 1 and all(t["round"] == list(range(6)) for t in lat)
     assert all(t["launch"] == [0, 0, 0, 1, 1, 1] for t in lat)
@@ -254,7 +254,7 @@ def test_a_busy_machine_withholds_the_tables123_verdicts(tmp_path, monkeypatch):
     monkeypatch.setattr(fraq._machine, "steal_share", lambda: 0.0)
     monkeypatch.setattr("benchmarks.experiments.tables123.points",
                         lambda size: [dict(table="tables123", preset="roberta-base", quick=True, seed=0,
-                                           methods=["florist (tau=0.90)", "fraq (tau=0.95)"], rounds=6, launches=1,
+                                           methods=["florist:tau=0.9", "fraq:tau=0.95"], rounds=6, launches=1,
                                            part="shared", layers=None)])
     run.run(tmp_path / "results", ("tables123",), size="tiny", progress=False)
     built = build_report(tmp_path)

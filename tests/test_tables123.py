@@ -44,11 +44,11 @@ def test_points_time_every_row_once(size):
     assert len(set(keys)) == len(keys)
     for name in {c["preset"] for c in points}:
         preset = get_preset(name)
-        labels = [m.label for m in tables123.table_rows(preset)]
+        specs = [str(m) for m in tables123.table_rows(preset)]
         mine = [c for c in points if c["preset"] == name]
         served = [c for c in points if name in (c.get("serves") or [])]  # the same shapes, timed for another
         assert all(c["part"] in tables123.SHAPE_ONLY for c in served)
-        assert sorted(label for c in mine + served for label in c["methods"]) == sorted(labels)
+        assert sorted(spec for c in mine + served for spec in c["methods"]) == sorted(specs)
         for c in mine:
             alone = c["part"] not in ("shared", "others")
             if alone:
@@ -81,8 +81,8 @@ def test_a_gpu_builds_every_preset_whole_and_times_the_headline_rows_first():
     for c in points[:n]:
         preset = get_preset(c["preset"])
         rows = tables123.table_rows(preset)
-        assert c["methods"] == [m.label for m in rows if m.name in ("flora", "florist", "fraq")]
-        assert not any(tables123.row_aggregator(m).dense_factorization for m in rows if m.label in c["methods"])
+        assert c["methods"] == [str(m) for m in rows if m.name in ("flora", "florist", "fraq")]
+        assert not any(tables123.row_aggregator(m).dense_factorization for m in rows if str(m) in c["methods"])
 
     def rows(size):
         return sorted((c["preset"], label) for c in tables123.points(size) for label in c["methods"])
@@ -101,8 +101,8 @@ def test_rows_record_the_worst_certificate():
 
     tiny = Preset("tiny", (ModuleGroup("q", 12, 12, 3), ModuleGroup("up", 20, 12, 2)), ranks=(2, 2), alphas=(4.0, 4.0))
     model = build_model(tiny, seed=1)
-    flora = tables123.prepare(model, tables123.TableRow("flora", "flora"), subset=False).row
-    fedit = tables123.prepare(model, tables123.TableRow("fedit", "fedit"), subset=False).row
+    flora = tables123.prepare(model, tables123.TableRow.parse("flora"), subset=False).row
+    fedit = tables123.prepare(model, tables123.TableRow.parse("fedit"), subset=False).row
     assert flora["certificate_rounding_level"] and flora["certificate_bound"] <= 1e-5
     assert not fedit["certificate_rounding_level"] and fedit["certificate_bound"] > 1e-2
     assert fedit["certificate_module"] in model.shapes and fedit["certificate_error"] <= fedit["certificate_bound"]
@@ -118,8 +118,8 @@ def test_a_fresh_launch_prepares_the_timed_calls_alone(monkeypatch):
     tiny = Preset("tiny", (ModuleGroup("q", 12, 12, 3), ModuleGroup("up", 20, 12, 2)), ranks=(2, 2), alphas=(4.0, 4.0))
     model = build_model(tiny, seed=1)
     monkeypatch.setattr(tables123, "host_cost", lambda *a, **k: {"host_reads_per_group": 1})
-    for method, subset in ((tables123.TableRow("flexlora", "flexlora"), True),
-                           (tables123.TableRow("florg", "florg"), False)):
+    for method, subset in ((tables123.TableRow.parse("flexlora"), True),
+                           (tables123.TableRow.parse("florg"), False)):
         full = tables123.prepare(model, method, subset=subset)
         with monkeypatch.context() as m:
             m.setattr(tables123, "host_cost", None)  # called: a TypeError
@@ -138,14 +138,15 @@ def test_rows_say_how_many_modules_were_timed():
 
     tiny = Preset("tiny", (ModuleGroup("q", 12, 12, 3), ModuleGroup("up", 20, 12, 2)), ranks=(2, 2), alphas=(4.0, 4.0))
     model = build_model(tiny, seed=1)
-    method = tables123.TableRow("flexlora", "flexlora")
+    method = tables123.TableRow.parse("flexlora")
     part = tables123.prepare(model, method, subset=True).row
     full = tables123.prepare(model, method, subset=False).row
     assert (part["modules_measured"], part["modules_total"]) == (2, 5) and "from 2 of 5 modules" in part["extrapolated"]
     assert (full["modules_measured"], full["modules_total"]) == (5, 5) and "extrapolated" not in full
-    rec = tables123.run_preset("roberta-base", quick=True, rounds=2, methods=["fedit", "fraq (tau=0.95)"],
+    rec = tables123.run_preset("roberta-base", quick=True, rounds=2, methods=["fedit", "fraq:tau=0.95"],
                                log=lambda s: None)
     assert [r["method"] for r in rec["rows"]] == ["fedit", "fraq (tau=0.95)"]
+    assert [r["spec"] for r in rec["rows"]] == ["fedit", "fraq:tau=0.95"]
     assert all(len(r["latency"]["samples"]) == 2 for r in rec["rows"])
     # the host's share of every row's call: counts per shape group (RoBERTa's one shape) and its 16 x 16 time
     for r in [part, full, *rec["rows"]]:

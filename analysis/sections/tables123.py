@@ -6,6 +6,9 @@ and each dense-SVD method's kernel variant against its dense path
 
 from __future__ import annotations
 
+import json
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -185,7 +188,9 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     (``host_reads_per_group``, ``ops_per_group``, ``python_ms_16x16``:
     :mod:`benchmarks.experiments.tables123`), a kernel variant's ``kernel`` and ``agreement``
     (None for the other rows; :mod:`analysis.kernel_variants`) and the record's ``loadavg``,
-    ``steal``, ``threads`` and ``device``; ``shown``, the name the report shows the row by
+    ``steal``, ``threads`` and ``device``; ``spec``, the row's method spec (:func:`row_spec`:
+    ``fraq:tau=0.95``; ``method`` is its label, ``fraq (tau=0.95)``, the key of the paper's
+    numbers); ``shown``, the name the report shows the row by
     (:func:`shown_name`); the worst module's exactness certificate (``certificate_error``,
     ``certificate_bound``, ``certificate_rounding_level``, ``certificate_module``; None in
     results written without it); ``adaptive``, whether it cuts by the energy rule, and ``tau``, the
@@ -212,7 +217,7 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
             kernel = options.get("kernel")  # a dense-SVD method on another kernel: a row the paper has not
             paper = table.get(r["method"]) or (None if kernel else table.get(r["method"].split(" (")[0])) \
                 or [None, None]
-            rows.append({"preset": rec["preset"], "method": r["method"], "name": r["name"],
+            rows.append({"preset": rec["preset"], "method": r["method"], "spec": row_spec(r), "name": r["name"],
                          "adaptive": _cuts_by_tau(r), "tau": options.get("tau"),
                          "kernel": kernel, "agreement": r.get("agreement"),
                          "downlink_pct": r.get("downlink_pct"), "samples": list(lat.get("samples", [])),
@@ -240,6 +245,53 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     presets = tables123_presets(df)
     out["_preset"] = out["preset"].map(presets.index)
     return out.sort_values(["_preset", "_order"], kind="stable").drop(columns=["_order", "_preset"])
+
+
+REFERENCE = "fraq:tau=0.95"
+"""The row every latency is divided by (*x FRAQ*): FRAQ at tau = 0.95, the paper's."""
+
+ROUNDS = {"B": 1, "A": 2}
+"""An alternating-freeze method's round by the factor its clients train, as its row's label
+writes it (``lora-a2 (B round)``) and its spec's ``round`` option numbers it
+(``lora-a2:round=1``: :data:`benchmarks.experiments.table_rows.ROUNDS`)."""
+
+_PART = re.compile(r" \(([^()]*)\)")
+
+
+def row_spec(row: dict) -> str | None:
+    """A Tables 1-3 result row's method spec (:mod:`fraq.methods`' grammar): its ``spec``;
+    for a row written without one, the spec of its registry ``name`` and ``options``
+    (:meth:`fraq.methods.MethodSpec.of`: ``{"tau": 0.8}`` -> ``fraq:tau=0.8``), and for a
+    skipped row, which recorded no options, the options its ``method`` label writes
+    (``fraq (tau=0.80)``, ``lora-a2 (B round)``: :data:`ROUNDS`). None for a label of
+    another form: the row is still shown, by its label."""
+    from fraq.methods import MethodSpec
+
+    if isinstance(row.get("spec"), str):
+        return row["spec"]
+    name, label = row["name"], str(row["method"])
+    if isinstance(row.get("options"), dict):
+        return str(MethodSpec.of(name, row["options"]))
+    rest, options = label[len(name):] if label.startswith(name) else None, {}
+    parts = _PART.findall(rest or "")
+    if rest is None or "".join(f" ({p})" for p in parts) != rest:
+        return None
+    for part in parts:
+        if part.endswith(" round") and part[:-len(" round")] in ROUNDS:
+            options["round"] = ROUNDS[part[:-len(" round")]]
+            continue
+        for item in part.split(", "):
+            key, eq, text = item.partition("=")
+            if not eq:
+                return None
+            try:
+                options[key] = json.loads(text)
+            except json.JSONDecodeError:
+                options[key] = text
+    try:
+        return str(MethodSpec.of(name, options))
+    except (TypeError, ValueError):
+        return None
 
 
 CERTIFICATE_FIELDS = ("certificate_error", "certificate_bound", "certificate_rounding_level", "certificate_module")
@@ -299,7 +351,7 @@ def tables123_latency(df: pd.DataFrame, preset: str) -> pd.DataFrame:
     (:func:`exactness`), and how the latency was obtained."""
     rows = tables123_rows(df)
     rows = rows[rows["preset"] == preset]
-    fraq = rows[rows["method"] == "fraq (tau=0.95)"]
+    fraq = rows[rows["spec"] == REFERENCE]
     ours0 = fraq["median_s"].iloc[0] if len(fraq) and pd.notna(fraq["median_s"].iloc[0]) else None
     paper0 = fraq["paper_ms"].iloc[0] if len(fraq) else None
     out = []

@@ -154,9 +154,10 @@ def _method(name: str, tau: float):
 
     from benchmarks.experiments.tables123 import TableRow
     from fraq.aggregators import AGGREGATORS
+    from fraq.methods import MethodSpec
 
     takes_tau = "tau" in inspect.signature(AGGREGATORS[name].__init__).parameters
-    return TableRow(f"{name} (tau={tau:.2f})", name, {"tau": tau}) if takes_tau else TableRow(name, name)
+    return TableRow(MethodSpec.of(name, {"tau": tau} if takes_tau else {}))
 
 
 def measure(config: dict, device: torch.device | str = "cpu", log=None) -> dict:

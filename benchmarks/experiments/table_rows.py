@@ -1,49 +1,117 @@
 """The rows of Tables 1-3: which aggregators, with which options, on which uploads.
 
+A row is a method spec in :mod:`fraq.methods`' grammar (``fraq:tau=0.95``,
+``flexlora:kernel=fraq``, ``lora-a2:round=1``: :class:`TableRow`), built from its text and
+selected by it (:func:`select_rows`); its label (``fraq (tau=0.95)``, :func:`row_label`) is
+derived from the spec for display, and is the key the paper's numbers
+(``analysis/paper.json``) and every result row's ``method`` carry.
+
 Every registered aggregator is a row (the package's and those from outside it), in the
 paper's order, with the paper's options (:data:`PAPER_SETTINGS`), each followed by the same
 on each of its kernel variants; a method whose clients alternate the trained factor has a
-row per round. A row that the preset's client ranks rule out carries the aggregator's own
-error (:func:`row_applicable`). How a dense-factorization row is timed on a preset
-(:func:`dense_plan`: the whole model, one module per shape, or not at all) is decided here
-too, from the preset's shapes alone. The timing of the rows is
+row per round (:data:`ROW_OPTIONS`). A row that the preset's client ranks rule out carries
+the aggregator's own error (:func:`row_applicable`). How a dense-factorization row is timed
+on a preset (:func:`dense_plan`: the whole model, one module per shape, or not at all) is
+decided here too, from the preset's shapes alone. The timing of the rows is
 :mod:`benchmarks.experiments.tables123`'s.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from benchmarks.cases import Model, lora_a2_inputs
 from fraq.aggregators import ClientUpdate, get_aggregator
+from fraq.methods import MethodSpec
 from fraq.presets import Preset
 
-__all__ = ["DENSE_WORK", "PAPER_SETTINGS", "QUICK_DENSE_WORK", "SHAPE_ONLY", "TableRow", "dense_plan",
-           "module_shapes", "row_aggregator", "row_applicable", "row_fields", "row_label", "row_uploads",
-           "table_rows"]
+__all__ = ["DENSE_WORK", "PAPER_SETTINGS", "QUICK_DENSE_WORK", "ROUNDS", "ROW_OPTIONS", "SHAPE_ONLY", "TableRow",
+           "dense_plan", "module_shapes", "row_aggregator", "row_applicable", "row_fields", "row_label",
+           "row_uploads", "select_rows", "table_rows"]
+
+ROUNDS = {1: "B", 2: "A"}
+"""The rounds of a method whose clients alternate the trained factor (its class's
+``alternating_freeze``: LoRA-A²), by number, and the factor its clients train in each: in
+round 1 they train B against the frozen initial A, in round 2 A against the B that round 1
+aggregated (:func:`benchmarks.cases.lora_a2_inputs`)."""
+
+ROW_OPTIONS = ("round",)
+"""Options of a row's spec that the row layer reads and the aggregator is not given:
+``round`` (:data:`ROUNDS`), which round of an alternating-freeze method is timed. The two
+rounds run the same aggregator with the same options on different uploads
+(:func:`row_uploads`), so which one is timed is a property of the row, not of the method:
+``lora-a2:round=1`` is the B round (labelled ``lora-a2 (B round)``), ``lora-a2:round=2`` the
+A round. Every alternating-freeze row names its round and no other row has one
+(:class:`TableRow`), so one spec names one row."""
 
 
 @dataclass(frozen=True)
 class TableRow:
-    """One table row: a registry name, its options, and the preset rule for special cases."""
+    """One table row: its method spec (:class:`fraq.methods.MethodSpec`), the registry name
+    and options of the aggregator it times, plus the row options (:data:`ROW_OPTIONS`).
 
-    label: str
-    name: str
-    options: dict = field(default_factory=dict)
+    Build one from its text with :meth:`parse` (``TableRow.parse("fraq:tau=0.95")``);
+    ``name``, ``options`` (the spec's keyword options, row options included) and ``label``
+    (:func:`row_label`) are read from the spec.
+    """
+
+    spec: MethodSpec
+
+    def __post_init__(self):
+        from fraq.aggregators import AGGREGATORS
+
+        if not isinstance(self.spec, MethodSpec):
+            raise TypeError(f"spec(={self.spec!r}) must be a fraq.methods.MethodSpec; TableRow.parse reads text")
+        if self.name not in AGGREGATORS:
+            raise ValueError(f"row {str(self.spec)!r}: {self.name!r} is not a registered aggregator: "
+                             f"{', '.join(AGGREGATORS)}")
+        alternating = AGGREGATORS[self.name].alternating_freeze
+        rnd = self.options.get("round")
+        if alternating and rnd not in ROUNDS:
+            raise ValueError(f"row {str(self.spec)!r}: {self.name}'s clients alternate the trained factor, so its "
+                             f"row names its round: round(={rnd!r}) must be one of {', '.join(map(str, ROUNDS))} "
+                             f"({', '.join(f'{k}: {v}' for k, v in ROUNDS.items())})")
+        if not alternating and "round" in self.options:
+            raise ValueError(f"row {str(self.spec)!r}: round is the row option of a method whose clients alternate "
+                             f"the trained factor; {self.name}'s do not")
+
+    @classmethod
+    def parse(cls, text: str | MethodSpec) -> TableRow:
+        """The row ``text`` names, in :mod:`fraq.methods`' grammar (``flexlora:kernel=fraq``)."""
+        return cls(MethodSpec.parse(text))
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def options(self) -> dict:
+        return self.spec.kwargs
+
+    @property
+    def label(self) -> str:
+        return row_label(self.name, self.options)
+
+    def __str__(self) -> str:
+        return str(self.spec)
 
 
-PAPER_SETTINGS = {"florist": lambda hetero: [{"tau": 0.85 if hetero else 0.90}],  # the FLoRIST paper's thresholds
-                  "fraq": lambda hetero: [{"tau": 0.80}, {"tau": 0.95}]}
-"""The options of the paper's rows, by registry name: preset heterogeneity -> one options
-dict per row. A method not named here has one row with its default options."""
+PAPER_SETTINGS = {"florist": lambda hetero: ["tau=0.85" if hetero else "tau=0.9"],  # the FLoRIST paper's thresholds
+                  "fraq": lambda hetero: ["tau=0.8", "tau=0.95"]}
+"""The options of the paper's rows, by registry name, in :mod:`fraq.methods`' grammar:
+preset heterogeneity -> one options text per row. A method not named here has one row with
+its default options."""
 
 
 def row_label(name: str, options: dict) -> str:
-    """A row's label: ``fraq (tau=0.80)``; the name alone for default options."""
-    text = ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in options.items())
-    return f"{name} ({text})" if text else name
+    """A row's label: ``fraq (tau=0.80)``, the name alone for default options, a round
+    (:data:`ROW_OPTIONS`) last as the factor its clients train: ``lora-a2 (B round)``."""
+    shown = {k: v for k, v in options.items() if k != "round"}
+    text = ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
+    label = f"{name} ({text})" if text else name
+    return f"{label} ({ROUNDS[options['round']]} round)" if "round" in options else label
 
 
 def table_rows(preset: Preset) -> list[TableRow]:
@@ -51,25 +119,44 @@ def table_rows(preset: Preset) -> list[TableRow]:
     from outside it, :mod:`fraq.aggregators.registry`) in the paper's order (its class's
     ``paper_order``; the others after, in registration order), with the paper's options
     (:data:`PAPER_SETTINGS`), each followed by the same on each of its kernel variants
-    (its class's ``kernel_variants``: ``flexlora (kernel=fraq)``); a method whose clients
+    (its class's ``kernel_variants``: ``flexlora:kernel=fraq``); a method whose clients
     alternate the trained factor (``alternating_freeze``) has a row for each round, B's
-    and A's."""
+    and A's (``lora-a2:round=1``, ``lora-a2:round=2``: :data:`ROW_OPTIONS`)."""
     from fraq.aggregators import AGGREGATORS
 
     hetero = len(set(preset.ranks)) > 1
     classes = sorted(AGGREGATORS.values(), key=lambda c: (c.paper_order is None, c.paper_order or 0))
     rows = []
     for cls in classes:
-        settings = PAPER_SETTINGS.get(cls.name, lambda h: [{}])(hetero)
+        settings = PAPER_SETTINGS.get(cls.name, lambda h: [""])(hetero)
         kernels = getattr(cls, "kernel_variants", ())  # an older fraq (benchmarks.regress) has none
-        for options in settings + [{**o, "kernel": k} for k in kernels for o in settings]:
-            if cls.alternating_freeze:
-                rows += [TableRow(f"{row_label(cls.name, options)} ({part} round)", cls.name, {**options, "round": rnd})
-                         for part, rnd in (("B", 1), ("A", 2))]
-            else:
-                rows.append(TableRow(row_label(cls.name, options), cls.name, dict(options)))
+        rounds = [f"round={r}" for r in ROUNDS] if cls.alternating_freeze else [""]
+        for options in settings + [_joined(o, f"kernel={k}") for k in kernels for o in settings]:
+            rows += [TableRow.parse(f"{cls.name}:{_joined(options, rnd)}") for rnd in rounds]
     return rows
 
+
+def _joined(*options: str) -> str:
+    return ",".join(o for o in options if o)
+
+
+def select_rows(rows: list[TableRow], methods, where: str) -> list[TableRow]:
+    """The rows of ``rows`` that ``methods`` name, in the order given: each a spec in
+    :mod:`fraq.methods`' grammar, naming the row with the same registry name and keyword
+    options (``fraq:tau=0.950`` names ``fraq:tau=0.95``). ValueError naming those that are
+    no row of ``where``'s table, with the rows it has."""
+    def same(text):
+        try:
+            spec = MethodSpec.parse(text)
+        except ValueError:
+            return None
+        return next((r for r in rows if r.name == spec.name and r.options == spec.kwargs), None)
+
+    found = [same(m) for m in methods]
+    unknown = [m for m, r in zip(methods, found) if r is None]
+    if unknown:
+        raise ValueError(f"methods(={unknown}) are not rows of {where}'s table: {[str(r) for r in rows]}")
+    return found
 
 
 DENSE_WORK = 1e12
@@ -96,8 +183,8 @@ def dense_plan(preset: Preset, *, quick: bool) -> str:
 
 
 def row_aggregator(method: TableRow):
-    """The row's aggregator (``round`` is the table's option: which LoRA-A^2 round is timed)."""
-    return get_aggregator(method.name, **{k: v for k, v in method.options.items() if k != "round"})
+    """The row's aggregator: its spec's options but the row's own (:data:`ROW_OPTIONS`)."""
+    return get_aggregator(method.name, **{k: v for k, v in method.options.items() if k not in ROW_OPTIONS})
 
 
 def row_uploads(model: Model, agg, method: TableRow, names):
@@ -106,7 +193,7 @@ def row_uploads(model: Model, agg, method: TableRow, names):
     if agg.single_matrix:
         return model.florg_updates(names), None
     if agg.alternating_freeze:
-        return lora_a2_inputs(model, names, method.options.get("round", 1))
+        return lora_a2_inputs(model, names, method.options["round"])
     return model.updates(names), None
 
 

@@ -42,7 +42,7 @@ one point round by round.
 
 A method whose dense SVD also runs on FRAQ's kernel (its class's ``kernel_variants``:
 FlexLoRA, FedSVD, FedMomentum) has a row on each kernel, ``flexlora`` and
-``flexlora (kernel=fraq)``, timed in the same paired rounds; the kernel row also carries
+``flexlora:kernel=fraq`` (labelled ``flexlora (kernel=fraq)``), timed in the same paired rounds; the kernel row also carries
 ``agreement`` (:func:`kernel_agreement`): its updates against the dense row's on the same
 uploads, on the modules the dense row is measured on.
 
@@ -76,8 +76,10 @@ import torch
 from benchmarks.cases import Model, build_model
 from benchmarks.measure import timed
 from benchmarks.sizes import size_config
-from benchmarks.experiments.table_rows import (SHAPE_ONLY, TableRow, dense_plan, module_shapes, row_aggregator,
-                                               row_applicable, row_fields, row_label, row_uploads, table_rows)
+from benchmarks.experiments.table_rows import (SHAPE_ONLY, TableRow, dense_plan, module_shapes,
+                                               row_aggregator, row_applicable, row_fields, row_uploads, select_rows,
+                                               table_rows)
+from fraq.methods import MethodSpec
 from fraq.presets import get_preset
 
 __all__ = ["host_cost", "kernel_agreement", "key", "measure", "method_job", "model_for", "points", "run_preset"]
@@ -123,7 +125,8 @@ def prepare(model: Model, method: TableRow, *, subset: bool, timing_only: bool =
     """
     agg = row_aggregator(method)
     full_layers = max(g.count for g in model.preset.groups)
-    row = {"method": method.label, "name": method.name, "options": method.options, **row_fields(method),
+    row = {"method": method.label, "spec": str(method), "name": method.name, "options": method.options,
+           **row_fields(method),
            "threads": torch.get_num_threads()}
     total = model.preset.modules
     if subset:
@@ -218,12 +221,12 @@ def host_cost(model: Model, agg, method: TableRow, names=None) -> dict:
     device = next(iter(model.factors.values()))[1][0].device
     layers = model.layers if model.layers < max(g.count for g in model.preset.groups) else None
     counts = per_group(agg, model.preset, inputs=inputs(names), layers=layers, device=device)
-    ms = python_ms({method.label: agg}, model.preset, repeats=PYTHON_REPEATS, layers=layers, device=device,
-                   inputs={method.label: inputs(None)})
+    ms = python_ms({str(method): agg}, model.preset, repeats=PYTHON_REPEATS, layers=layers, device=device,
+                   inputs={str(method): inputs(None)})
     small = counted_preset(model.preset)
     where = "one module per shape" if names is not None else f"{model.layers} layers"
     return {"host_reads_per_group": counts.host_reads_per_group, "ops_per_group": counts.ops_per_group,
-            "python_ms_16x16": ms[method.label],
+            "python_ms_16x16": ms[str(method)],
             "host_counted_on": f"{small.name}: {where}, {counts.groups} shape groups, sides "
                                f"{sorted({(g.m, g.n) for g in small.groups})}"}
 
@@ -297,8 +300,7 @@ def kernel_agreement(model: Model, method: TableRow, *, quick: bool) -> dict:
     row is not measured at this size, only ``skipped`` and the reason."""
     from benchmarks.measure.kernel_agreement import agreement
 
-    options = {k: v for k, v in method.options.items() if k != "kernel"}
-    dense_row = TableRow(row_label(method.name, options), method.name, options)
+    dense_row = TableRow(MethodSpec(method.name, tuple((k, v) for k, v in method.spec.options if k != "kernel")))
     dense = row_aggregator(dense_row)
     plan = dense_plan(model.preset, quick=quick)
     if plan == "skip":
@@ -315,25 +317,26 @@ GROUP = "benchmarks.experiments.tables123:group_calls"
 
 
 def group_calls(group: dict, device: torch.device | str = "cpu") -> dict:
-    """Row label -> its timed calls (a :class:`~benchmarks.measure.paired.Weighted` list: one
+    """Row spec -> its timed calls (a :class:`~benchmarks.measure.paired.Weighted` list: one
     sample is the calls' times weighted by their modules), for every measured row of ``group``
-    (``preset``, ``quick``, ``seed``, ``methods``, ``layers``), on a model built here."""
-    preset = get_preset(group["preset"])
-    rows_of = {m.label: m for m in table_rows(preset)}
+    (``preset``, ``quick``, ``seed``, ``methods``: row specs, ``layers``), on a model built here."""
+    rows = select_rows(table_rows(get_preset(group["preset"])), group["methods"], group["preset"])
     model = model_for(group["preset"], quick=group["quick"], seed=group["seed"], device=device,
                       layers=group.get("layers"))
     out = {}
-    for label in group["methods"]:
-        job = method_job(group["preset"], model, rows_of[label], quick=group["quick"], timing_only=True)
+    for method in rows:
+        job = method_job(group["preset"], model, method, quick=group["quick"], timing_only=True)
         if not isinstance(job, str):
-            out[label] = job.timed_calls()
+            out[str(method)] = job.timed_calls()
     return out
 
 
 def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = None, launches: int = 1, methods=None,
                log=print, device: torch.device | str = "cpu", layers: int | None = None) -> dict:
-    """Measure ``methods`` (row labels; default every row) on preset ``name``; returns the
-    JSON-ready record.
+    """Measure ``methods`` (row specs in :mod:`fraq.methods`' grammar, ``fraq:tau=0.95``:
+    :func:`~benchmarks.experiments.table_rows.select_rows`; default every row) on preset
+    ``name``; returns the JSON-ready record, each row with its ``spec`` (the row's text) and
+    ``method`` (its label, :func:`~benchmarks.experiments.table_rows.row_label`).
 
     Methods are timed in paired rounds, one sample of each per round (a call under 1 ms
     looped to 1 ms), ``rounds`` rounds in each of ``launches`` launches (fresh processes
@@ -345,11 +348,8 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = No
     """
     from benchmarks.measure.paired import launched, merged, paired_rounds
     preset = get_preset(name)
-    rows_of = {m.label: m for m in table_rows(preset)}
-    methods = list(rows_of) if methods is None else list(methods)
-    unknown = [m for m in methods if m not in rows_of]
-    if unknown:
-        raise ValueError(f"methods(={unknown}) are not rows of {name}'s table: {list(rows_of)}")
+    rows_all = table_rows(preset)
+    selected = rows_all if methods is None else select_rows(rows_all, list(methods), name)
     layers = _layers(name, quick, layers)
     rounds = rounds or (3 if quick else 5)
     t0 = time.perf_counter()
@@ -357,11 +357,11 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = No
     log(f"  built {len(model.shapes)} modules x {preset.clients} clients in {time.perf_counter() - t0:.1f} s")
     rows: list[dict] = []
     jobs: list[Job] = []
-    for label in methods:
-        method = rows_of[label]
+    for method in selected:
         job = method_job(name, model, method, quick=quick)
         if isinstance(job, str):
-            rows.append({"method": method.label, "name": method.name, **row_fields(method), "skipped": job})
+            rows.append({"method": method.label, "spec": str(method), "name": method.name, **row_fields(method),
+                         "skipped": job})
             log(f"  {method.label:<22} skipped: {job[:60]}")
             continue
         if method.options.get("kernel", "dense") != "dense":
@@ -375,11 +375,11 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = No
     load = [os.getloadavg()[0]]
     log(f"  timing {len(jobs)} rows: {rounds} rounds x {launches} launch(es)  (+{time.perf_counter() - t0:.1f} s)")
     if jobs and launches == 1:  # this process: the jobs built above
-        timing = merged([paired_rounds({j.method.label: j.timed_calls() for j in jobs}, rounds, device=device)],
+        timing = merged([paired_rounds({str(j.method): j.timed_calls() for j in jobs}, rounds, device=device)],
                         device=device)
     elif jobs:  # launch 0 here, on the jobs built above; then fresh processes, each building the model again
-        here = paired_rounds({j.method.label: j.timed_calls() for j in jobs}, rounds, device=device)
-        group = dict(preset=name, quick=quick, seed=seed, methods=[j.method.label for j in jobs], layers=layers)
+        here = paired_rounds({str(j.method): j.timed_calls() for j in jobs}, rounds, device=device)
+        group = dict(preset=name, quick=quick, seed=seed, methods=[str(j.method) for j in jobs], layers=layers)
         for job in jobs:
             job.calls = []
         del model
@@ -388,7 +388,7 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = No
     load.append(os.getloadavg()[0])
     log(f"  {rounds} rounds x {launches} launch(es), load average {load[-1]:.1f}  (+{time.perf_counter() - t0:.1f} s)")
     for job in jobs:
-        job.row["latency"] = timing[job.method.label]
+        job.row["latency"] = timing[str(job.method)]
     del jobs
     gc.collect()
     return {"preset": name, "clients": preset.clients, "ranks": list(preset.ranks), "alphas": list(preset.alphas),
@@ -407,9 +407,10 @@ def points(size: str) -> list[dict]:
     points come after every preset's shared one. Where it names ``headline`` methods, a
     preset's shared point holds only their rows and the preset's other rows are a point
     ``others`` of their own, after every preset's shared point: a budget that cuts the part
-    keeps the paper's headline comparison (FRAQ against FLoRA and FLoRIST) on every preset."""
+    keeps the paper's headline comparison (FRAQ against FLoRA and FLoRIST) on every preset.
+    A point's ``methods`` are its rows' specs (``fraq:tau=0.95``)."""
     c = size_config(size, "tables123")
-    out, others, later, timed = [], [], [], {}  # timed: (method label, module shapes) -> the point timing it alone
+    out, others, later, timed = [], [], [], {}  # timed: (row spec, module shapes) -> the point timing it alone
     for name in c["presets"]:
         preset = get_preset(name)
         alone = []
@@ -420,17 +421,17 @@ def points(size: str) -> list[dict]:
         rest = [m for m in shared if "headline" in c and m.name not in c["headline"]]
         base = dict(table="tables123", preset=name, quick=c["quick"], seed=0)
         point = dict(base, rounds=c["rounds"], launches=c["launches"], layers=c.get("layers", {}).get(name))
-        out.append(dict(point, methods=[m.label for m in shared if m not in rest], part="shared"))
+        out.append(dict(point, methods=[str(m) for m in shared if m not in rest], part="shared"))
         if rest:
-            others.append(dict(point, methods=[m.label for m in rest], part="others"))
+            others.append(dict(point, methods=[str(m) for m in rest], part="others"))
         for m in alone:
-            same = timed.get((m.label, module_shapes(preset)))
+            same = timed.get((str(m), module_shapes(preset)))
             if same is not None and m.name in SHAPE_ONLY:  # the same work: timed once, serving both tables
                 same["serves"].append(name)
                 continue
-            point = dict(base, methods=[m.label], rounds=c["slow_rounds"], launches=1, part=m.name, layers=None,
+            point = dict(base, methods=[str(m)], rounds=c["slow_rounds"], launches=1, part=m.name, layers=None,
                          serves=[])
-            timed[(m.label, module_shapes(preset))] = point
+            timed[(str(m), module_shapes(preset))] = point
             (later if c.get("dense_alone") else out).append(point)
     return out + others + later
 
@@ -472,8 +473,8 @@ def cost(config: dict) -> float:
     builds = c["launches"]  # here, and in each fresh process
     out = builds * BUILD_SECONDS + n * fraction * 2.4e-9 * sum(g.count * (g.m + g.n) for g in preset.groups) * \
         sum(preset.ranks) ** 2
-    dense = [m.name for m in table_rows(preset) if row_aggregator(m).dense_factorization and m.label in c["methods"]
-             and row_applicable(m, preset) is None]
+    dense = [m.name for m in select_rows(table_rows(preset), c["methods"], c["preset"])
+             if row_aggregator(m).dense_factorization and row_applicable(m, preset) is None]
     out += len(c["methods"]) * HOST_COST_SECONDS
     plan = dense_plan(preset, quick=c["quick"])
     for name in dense:
@@ -514,10 +515,11 @@ def measure(config: dict, device: torch.device | str = "cpu") -> dict:
     served = {}
     for other in c.get("serves") or []:  # :data:`SHAPE_ONLY`: the other preset's row, this latency
         model = model_for(other, quick=c["quick"], seed=c["seed"], device=device)
-        rows_of = {m.label: m for m in table_rows(model.preset)}
+        rows_of = table_rows(model.preset)
         served[other] = []
         for r in rec["rows"]:
-            job = method_job(other, model, rows_of[r["method"]], quick=c["quick"])  # one call: its downlink
+            (method,) = select_rows(rows_of, [r["spec"]], other)
+            job = method_job(other, model, method, quick=c["quick"])  # one call: its downlink
             row = dict(job.row, latency=r["latency"], timed_on=c["preset"])
             row["extrapolated"] = (f"{row['extrapolated']}; latency timed on {c['preset']}'s modules of the same "
                                    "shapes (the dense factorization's time does not depend on the client ranks)")
