@@ -32,6 +32,42 @@ def test_a_spec_prints_to_the_string_it_parses_from(spec):
     assert str(MethodSpec.parse(text)) == text
 
 
+@given(SPECS)
+def test_keyword_options_are_written_back_in_the_grammar(spec):
+    """MethodSpec.of(name, spec.kwargs) reads back to the same keyword options, and is its own
+    fixed point (the form a table row writes); a value JSON cannot hold (a list, NaN) is refused."""
+    import math
+
+    kwargs = spec.kwargs
+    if any(isinstance(v, list) or isinstance(v, float) and not math.isfinite(v) for v in kwargs.values()):
+        with pytest.raises((TypeError, ValueError), match=r"option \w+\(="):
+            MethodSpec.of(spec.name, kwargs)
+        return
+    written = MethodSpec.of(spec.name, kwargs)
+    assert written.kwargs == kwargs and list(written.kwargs) == list(kwargs)
+    assert MethodSpec.of(spec.name, written.kwargs) == written == MethodSpec.parse(str(written))
+
+
+@pytest.mark.parametrize("options, text", [
+    ({}, "fraq"), ({"tau": 0.8}, "fraq:tau=0.8"), ({"tau": 0.95, "kernel": "fraq"}, "fraq:tau=0.95,kernel=fraq"),
+    ({"round": 1}, "fraq:round=1"), ({"rank": None, "x": True}, "fraq:rank=null,x=true"),
+    ({"eig_dtype": torch.float64}, "fraq:eig_dtype=float64"),
+])
+def test_keyword_options_written_as_json_and_dtypes_by_name(options, text):
+    assert str(MethodSpec.of("fraq", options)) == text
+
+
+@pytest.mark.parametrize("options, error, match", [
+    ({"tau": "0.9"}, ValueError, r"option tau\(='0.9'\): text that reads as JSON"),
+    ({"tau": float("nan")}, ValueError, r"option tau\(=nan\) must be finite"),
+    ({"rank": [4]}, TypeError, r"option rank\(=\[4\]\) must be text"),
+    ({"backend": "a,b"}, ValueError, r"option backend\(='a,b'\)"),
+])
+def test_keyword_options_the_grammar_cannot_hold_are_refused(options, error, match):
+    with pytest.raises(error, match=match):
+        MethodSpec.of("fraq", options)
+
+
 @pytest.mark.parametrize("text, name, kwargs", [
     ("fraq", "fraq", {}),
     ("fraq:tau=0.80", "fraq", {"tau": 0.8}),

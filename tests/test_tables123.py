@@ -335,3 +335,124 @@ def test_florist_and_fraq_thresholds_are_said_and_why_they_differ():
     text = thresholds(_records(rows))
     assert "FLoRIST at tau = 0.95;" in text and "no threshold" not in text
     assert thresholds(_records(rows[1:])) == ""  # no FLoRIST row: nothing to compare
+
+
+# ----------------------------------------------------------------------------- rows as method specs
+
+ROBERTA_LABELS = ["flora", "fedex-lora", "fedit", "lora-a2 (B round)", "lora-a2 (A round)", "flexlora",
+                  "flexlora (kernel=fraq)", "florg", "florist (tau=0.90)", "fraq (tau=0.80)", "fraq (tau=0.95)",
+                  "fedsvd", "fedsvd (kernel=fraq)", "fedmomentum", "fedmomentum (kernel=fraq)"]
+"""The package's rows of RoBERTa-base's table by label, as the committed result files
+(docs/results/**) and analysis/paper.json key them."""
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_rows_are_built_from_their_spec_text(name):
+    """Every row is the spec its text names (parse(str(row)) == row) and its aggregator gets
+    the spec's keyword options but the row's round: the paper's thresholds (FRAQ 0.8 and 0.95,
+    FLoRIST 0.9, 0.85 with mixed ranks), a kernel variant's kernel, LoRA-A²'s round 1 (B) and 2
+    (A) on its uploads, not its aggregator. Labels are the ones result files and the paper's
+    numbers are keyed by."""
+    from fraq.aggregators import AGGREGATORS
+    from fraq.methods import MethodSpec
+
+    preset = get_preset(name)
+    rows = table_rows.table_rows(preset)
+    assert len({str(r) for r in rows}) == len(rows) == len({r.label for r in rows})
+    hetero = len(set(preset.ranks)) > 1
+    for row in rows:
+        assert table_rows.TableRow.parse(str(row)) == row and MethodSpec.parse(str(row)).kwargs == row.options
+        assert row.label == table_rows.row_label(row.name, row.options)
+        agg_options = {k: v for k, v in row.options.items() if k != "round"}
+        expected = {"fraq": [{"tau": 0.8}, {"tau": 0.95}], "florist": [{"tau": 0.85 if hetero else 0.9}]}.get(
+            row.name, [{}]) + [{"kernel": k} for k in getattr(AGGREGATORS[row.name], "kernel_variants", ())]
+        assert agg_options in expected, (str(row), expected)
+        for key, value in agg_options.items():  # the aggregator is built with them
+            assert getattr(table_rows.row_aggregator(row), key) == value, (str(row), key)
+        assert ("round" in row.options) == AGGREGATORS[row.name].alternating_freeze
+    package = [r.label for r in rows if r.name in {"flora", "fedex-lora", "fedit", "lora-a2", "flexlora", "florg",
+                                                    "florist", "fraq", "fedsvd", "fedmomentum"}]
+    if name == "roberta-base":
+        assert package == ROBERTA_LABELS
+    assert [str(r) for r in rows if r.name == "lora-a2"] == ["lora-a2:round=1", "lora-a2:round=2"]
+    from analysis.loaders import paper
+
+    labels, names = {r.label for r in rows}, {r.name for r in rows}
+    assert all(k in labels or k in names for k in paper()["tables123"][name])  # the paper's numbers find their row
+
+
+def test_rows_are_selected_by_spec_and_bad_rows_are_refused():
+    """A spec names the row with its registry name and keyword options (0.950 is 0.95), in the
+    order given; a label, an unknown method, LoRA-A² without its round and a round on another
+    method are refused, naming the text."""
+    rows = table_rows.table_rows(get_preset("roberta-base"))
+    got = table_rows.select_rows(rows, ["fraq:tau=0.950", "lora-a2:round=2", "flexlora:kernel=fraq"], "roberta-base")
+    assert [str(r) for r in got] == ["fraq:tau=0.95", "lora-a2:round=2", "flexlora:kernel=fraq"]
+    assert [r.label for r in got] == ["fraq (tau=0.95)", "lora-a2 (A round)", "flexlora (kernel=fraq)"]
+    with pytest.raises(ValueError, match=r"methods\(=\['fraq \(tau=0.95\)', 'fraq:tau=0.5'\]\) are not rows of "
+                                         r"roberta-base's table: \['flora', "):
+        table_rows.select_rows(rows, ["fraq (tau=0.95)", "fraq:tau=0.5", "fedit"], "roberta-base")
+    with pytest.raises(ValueError, match=r"row 'lora-a2': .*round\(=None\) must be one of 1, 2 \(1: B, 2: A\)"):
+        table_rows.TableRow.parse("lora-a2")
+    with pytest.raises(ValueError, match=r"row 'fedit:round=1': round is the row option of a method whose clients "
+                                         r"alternate"):
+        table_rows.TableRow.parse("fedit:round=1")
+    with pytest.raises(ValueError, match=r"row 'nope': 'nope' is not a registered aggregator"):
+        table_rows.TableRow.parse("nope")
+    with pytest.raises(TypeError, match=r"spec\(='fraq'\) must be a fraq.methods.MethodSpec"):
+        table_rows.TableRow("fraq")
+
+
+@pytest.mark.parametrize("size", ["tiny", "paper", "gpu"])
+def test_points_name_their_rows_by_spec(size):
+    """A point's methods are its rows' specs, each naming one row of its preset; the cost of a
+    point reads them alike."""
+    for c in tables123.points(size):
+        rows = table_rows.table_rows(get_preset(c["preset"]))
+        assert [str(r) for r in table_rows.select_rows(rows, c["methods"], c["preset"])] == c["methods"]
+        assert tables123.cost(c) > 0
+
+
+def _spec_free(rows):
+    """Result rows as written before rows carried a ``spec``."""
+    return [{k: v for k, v in r.items() if k != "spec"} for r in rows]
+
+
+def test_result_rows_without_a_spec_read_as_rows_with_one():
+    """Result files written before rows carried ``spec`` (docs/results/**): the analysis maps each
+    row to its spec, from its name and options or, for a skipped row (no options), from its label,
+    the same spec table_rows writes for every row of every preset; and a table, its x FRAQ column
+    (FRAQ's row found by spec) and a kernel row's line against its dense row read the same with
+    and without the field."""
+    pytest.importorskip("pandas")
+    from analysis.kernel_variants import table_lines
+    from analysis.sections.tables123 import row_spec, tables123_latency, tables123_rows
+
+    for name in PRESETS:
+        for r in table_rows.table_rows(get_preset(name)):
+            assert row_spec({"method": r.label, "name": r.name, "options": r.options}) == str(r)
+            assert row_spec({"method": r.label, "name": r.name, "skipped": "slow"}) == str(r)
+            assert row_spec({"method": r.label, "spec": str(r), "name": r.name}) == str(r)
+    assert row_spec({"method": "fraq [tau 0.95]", "name": "fraq", "skipped": "x"}) is None  # shown by its label alone
+
+    agree = {"compared": 36, "modules": 36, "ratio_max": 0.25, "error_difference_max": 1e-9, "bound_min": 4e-9,
+             "product_difference_max": 3e-7, "reference": "flexlora", "modules_compared_on": "every module"}
+    new = [dict(_row("fedit", "fedit", 10.0, 1.0), spec="fedit"),
+           dict(_row("lora-a2 (B round)", "lora-a2", 5.0, 1.0), options={"round": 1}, spec="lora-a2:round=1"),
+           dict(_row("flexlora", "flexlora", 10.0, 3000.0, n=6), spec="flexlora"),
+           dict(_row("flexlora (kernel=fraq)", "flexlora", 10.0, 60.0, n=6), options={"kernel": "fraq"},
+                agreement=agree, spec="flexlora:kernel=fraq"),
+           dict(_row("fedsvd", "fedsvd", None, None, skipped="slow"), spec="fedsvd"),
+           dict(_row("fraq (tau=0.80)", "fraq", 20.0, 45.0, tau=0.8), spec="fraq:tau=0.8"),
+           dict(_row("fraq (tau=0.95)", "fraq", 40.0, 50.0, tau=0.95), spec="fraq:tau=0.95")]
+    for r in new:
+        r["latency"] = dict(r.get("latency") or {}, group="g") if "latency" in r else None
+    read_new, read_old = tables123_rows(_records(new)), tables123_rows(_records(_spec_free(new)))
+    assert list(read_old["spec"]) == list(read_new["spec"]) and sorted(read_old["spec"]) == sorted(r["spec"] for r in new)
+    ours = tables123_latency(_records(new), "roberta-base")
+    assert ours.equals(tables123_latency(_records(_spec_free(new)), "roberta-base"))
+    x = dict(zip(ours["Method"], ours["x FRAQ"]))
+    assert x["FRAQ (tau=0.95)"] == 1.0 and x["FedIT"] == pytest.approx(1 / 50)
+    assert table_lines(read_old) == table_lines(read_new)
+    (line,) = table_lines(read_old)
+    assert line.startswith("- flexlora (kernel=fraq) against flexlora: ") and "50x faster" in line
