@@ -1,7 +1,7 @@
 """A method as one value: a registry name and its options, parsed once from one grammar.
 
 The grammar, wherever a method is named (``fraq aggregate --method``, the harness's
-``methods``, the Flower run config's ``method``)::
+``methods``, the Flower run config's ``method``, the rows of Tables 1-3)::
 
     NAME                      fraq
     NAME:KEY=VALUE,...        fraq:tau=0.95       fraq:backend=cholesky,tau=0.9
