@@ -17,7 +17,7 @@ result labels and file names made from it do not change when a spec is passed on
 form ``fraq:cholesky`` (a backend without its key) is refused with the spelling to use.
 
 This module imports neither torch nor the registry: a spec is checked against the
-registry where an aggregator is built from it (:func:`fraq.federated.config.method_aggregator`).
+registry where an aggregator is built from it (:func:`fraq.federated.method_specs.method_aggregator`).
 
 Examples:
     >>> from fraq.methods import MethodSpec

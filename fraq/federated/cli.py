@@ -59,7 +59,7 @@ def _assignment(text: str) -> tuple[str, object]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fraq.federated.config import SETTINGS
+    from fraq.federated.config_files import SETTINGS
 
     p = argparse.ArgumentParser(prog="python -m fraq.federated", description=plain(__doc__.split("\n\n")[0]),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

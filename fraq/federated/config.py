@@ -1,18 +1,17 @@
-"""Configuration as data: ``configs/defaults.json`` plus one small override file per setting.
+"""A setting's configuration as one frozen, checked value: :class:`Config`, its variants and runs.
 
-A setting is ``quick`` (the embedded default), ``smoke`` (it shrunk to under a minute),
-``banking77`` or ``clinc150`` (the published data sets, scaled to this CPU),
-``roberta`` or ``llama`` (the paper's), or
-the path of a JSON file with the same shape; command-line flags override single keys
-(``--set train.lr=1e-3`` for any of them). :func:`load_config` merges the files and the
-overrides and returns the frozen, checked :class:`Config`; every error names the key and
-the value. This module is the one place that reads the configuration as a dictionary:
-everything after it reads :class:`Config`'s attributes.
+:func:`load_config` builds it from the configuration files and the command line's dotted
+overrides (``--set train.lr=1e-3``), merged as one dictionary by
+:mod:`fraq.federated.config_files` (the settings, :data:`SETTINGS`: ``quick``, ``smoke``,
+``banking77``, ``clinc150``, ``roberta``, ``llama``, or a JSON file of the same shape), and
+checks every key; every error names the key and the value. Nothing after :class:`Config`
+reads the configuration as a dictionary: everything reads its attributes.
 
 Methods are registry names of :mod:`fraq.aggregators` with optional keyword options, in
 the grammar of :class:`fraq.methods.MethodSpec`: ``"fraq:tau=0.80"``, ``"florist:tau=0.85"``,
 ``"fraq:rank=8,tau=null"``, ``"fraq:backend=cholesky,tau=0.9"``. Each is parsed and checked
-once, where the configuration is built (:class:`Config`); ``Config.methods`` holds the
+once, where the configuration is built (:class:`Config`, by
+:func:`~fraq.federated.method_specs.method_aggregator`); ``Config.methods`` holds the
 parsed :class:`~fraq.methods.MethodSpec` values, and everything after it (the variants,
 the points, the runs, the Flower apps) carries those values and never reads the text a
 second time.
@@ -31,146 +30,29 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import json
 import re
 from dataclasses import dataclass, fields
-from pathlib import Path
 
+from fraq.federated.config_files import CONFIG_DIR, SETTINGS, apply_overrides, defaults_comments, merged
 from fraq.federated.config_sections import Federated, Model, Partition, Train, check_index_list, check_int
+from fraq.federated.method_specs import method_aggregator, method_label, parse_method
 from fraq.methods import MethodSpec
 
 __all__ = ["CONFIG_DIR", "SETTINGS", "Config", "Run", "load_config", "method_aggregator", "method_label",
            "parse_method", "runs"]
-
-CONFIG_DIR = Path(__file__).with_name("configs")
-SETTINGS = ("quick", "smoke", "banking77", "clinc150", "roberta", "llama")
-
-
-_WHOLE = ("dataset", "variants")
-"""Sections an override replaces whole instead of key by key."""
-
-
-def _merge(base: dict, over: dict, where: str = "") -> dict:
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        if k.startswith("_"):
-            continue
-        if k not in out:
-            raise ValueError(f"unknown config key {where + k!r}; known: {sorted(x for x in out if not x.startswith('_'))}")
-        if isinstance(out[k], dict):
-            if not isinstance(v, dict):
-                raise ValueError(f"config key {where + k!r}(={v!r}) is a section: give an object, or set one of "
-                                 f"its keys, e.g. {where + k}.{next(iter(out[k]), 'key')}=...")
-            out[k] = _merge(out[k], v, f"{where}{k}.")
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
-
-
-def _read(path: Path) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"config file {str(path)!r} is not valid JSON: {e}") from None
-    except OSError as e:
-        raise ValueError(f"config file {str(path)!r} cannot be read: {e}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"config file {str(path)!r} must hold a JSON object, got {type(data).__name__}")
-    return data
-
-
-def _set_key(cfg: dict, dotted: str, value) -> None:
-    """Set ``cfg["a"]["b"] = value`` for ``dotted = "a.b"``; the key must exist (``dataset.*`` may be new)."""
-    parts = dotted.split(".")
-    node = cfg
-    for i, p in enumerate(parts[:-1]):
-        if not isinstance(node.get(p), dict):
-            raise ValueError(f"config key {'.'.join(parts[:i + 1])!r} (from {dotted!r}) is not a section")
-        node = node[p]
-    if parts[-1] not in node and parts[0] != "dataset":
-        raise ValueError(f"unknown config key {dotted!r}")
-    prefix = "".join(p + "." for p in parts[:-1])
-    if isinstance(node.get(parts[-1]), dict) and dotted not in _WHOLE:  # a section: merged key by key
-        node[parts[-1]] = _merge({parts[-1]: node[parts[-1]]}, {parts[-1]: value}, prefix)[parts[-1]]
-    else:
-        node[parts[-1]] = value
-
-
-def _apply(cfg: dict, overrides: dict) -> None:
-    """Apply dotted ``overrides`` to the dictionary ``cfg`` in place; ``dataset`` or
-    ``variants`` given as an object replaces the section whole."""
-    for key, value in overrides.items():
-        if key in _WHOLE and isinstance(value, dict):
-            cfg[key] = copy.deepcopy(value)
-        else:
-            _set_key(cfg, key, value)
+"""The configuration's names, the files' (:mod:`fraq.federated.config_files`) and the method
+checks' (:mod:`fraq.federated.method_specs`) among them, as one front door."""
 
 
 def load_config(setting: str = "quick", overrides: dict | None = None) -> Config:
     """The frozen, checked :class:`Config` of ``setting`` with ``overrides`` (dotted keys) applied.
 
-    ``setting``: one of :data:`SETTINGS` or a path to a JSON file of overrides. Raises
-    ValueError naming the key and its value before anything is loaded.
+    ``setting``: one of :data:`SETTINGS` or a path to a JSON file of overrides
+    (:func:`fraq.federated.config_files.merged`). Raises ValueError naming the key and its
+    value before anything is loaded.
     """
-    if not isinstance(setting, str) or not setting:
-        raise ValueError(f"config(={setting!r}) must be one of {list(SETTINGS)} or a JSON file path")
-    base = _read(CONFIG_DIR / "defaults.json")
-    path = CONFIG_DIR / f"{setting}.json" if setting in SETTINGS else Path(setting)
-    if not path.is_file():
-        raise ValueError(f"config(={setting!r}) is neither one of {list(SETTINGS)} nor an existing JSON file")
-    over = _read(path)
-    cfg = _merge(base, {k: v for k, v in over.items() if k not in _WHOLE})
-    for key in _WHOLE:  # a data set or the variants replace the default ones whole
-        if key in over:
-            if not isinstance(over[key], dict):
-                raise ValueError(f"config key {key!r} must be an object, got {over[key]!r}")
-            cfg[key] = copy.deepcopy(over[key])
-    cfg["setting"] = setting
-    _apply(cfg, overrides or {})
-    return Config.of(cfg)
-
-
-def parse_method(spec: str | MethodSpec) -> tuple[str, dict]:
-    """``"fraq:tau=0.80,backend=householder"`` -> ``("fraq", {"tau": 0.8, "backend": "householder"})``
-    (:meth:`fraq.methods.MethodSpec.parse`, the one grammar)."""
-    parsed = MethodSpec.parse(spec)
-    return parsed.name, parsed.kwargs
-
-
-def method_aggregator(spec: str | MethodSpec, where: str = "method"):
-    """The :class:`~fraq.aggregators.Aggregator` a method spec names, built with its options.
-
-    The one check of a method spec, shared by :class:`Config`, the round loop's
-    :class:`~fraq.federated.round_loop.MethodSetup` and the Flower run config: an unknown name,
-    an unknown option or a bad option value raises ValueError naming ``where``, the spec and
-    the option, e.g. ``method(='fraq:tau=abc'): tau(='abc') must be a real number in (0, 1]``.
-    A :class:`~fraq.methods.MethodSpec` is used as it is; text is parsed first (a caller
-    holding text is a front door). Building an aggregator does no work (it only stores its
-    checked options).
-    """
-    from fraq.aggregators import AGGREGATORS, get_aggregator
-
-    if not isinstance(spec, MethodSpec):
-        try:
-            spec = MethodSpec.parse(spec)  # its errors read "method(=...): ..."
-        except ValueError as e:
-            if where == "method":
-                raise
-            raise ValueError(f"{where}: {e}") from None
-    text = str(spec)  # messages echo the spec as written
-    if spec.name not in AGGREGATORS:
-        raise ValueError(f"{where}(={text!r}): {spec.name!r} is not one of {sorted(AGGREGATORS)}")
-    try:
-        return get_aggregator(spec.name, **spec.kwargs)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{where}(={text!r}): {e}") from None
-
-
-def method_label(spec: str | MethodSpec) -> str:
-    """A file-name-safe label of a method spec: ``fraq:tau=0.80`` -> ``fraq-tau0.80``."""
-    return re.sub(r"[^A-Za-z0-9.]+", "-", str(spec).strip().replace("=", "")).strip("-")
+    return Config.of(merged(setting, overrides))
 
 
 _SECTIONS = {"model": Model, "partition": Partition, "federated": Federated, "train": Train}
@@ -307,7 +189,7 @@ class Config:
         value."""
         before = self._as_dict()
         after = copy.deepcopy(before)
-        _apply(after, overrides)
+        apply_overrides(after, overrides)
         changed = [f.name for f in fields(self) if _text(after[f.name]) != _text(before[f.name])]
         new = copy.copy(self)
         for key in changed:
@@ -326,7 +208,7 @@ class Config:
         one run's keys only, without the setting's ``seeds``, ``variants`` and ``methods``
         (a run records its own seed, variant and method)."""
         record = json.loads(json.dumps(self._as_dict(), default=str))  # a method spec as its text
-        return {**_comments(), **{k: v for k, v in record.items() if not (run and k in _SETTING_ONLY)}}
+        return {**defaults_comments(), **{k: v for k, v in record.items() if not (run and k in _SETTING_ONLY)}}
 
     def only_variants(self, names: list[str]) -> Config:
         """This configuration with only the variants ``names`` (``--variants``), in that order."""
@@ -380,13 +262,6 @@ def _text(value) -> str:
     """``value`` as JSON text: two values are the same override only when their texts are
     (``True`` is not ``1``, nor ``1`` ``1.0``: each is checked and recorded as given)."""
     return json.dumps(value, default=str)
-
-
-@functools.cache
-def _comments() -> dict:
-    """The comments (``_`` keys) of ``configs/defaults.json``: a record carries them, as the
-    merged dictionary it is written from begins with them."""
-    return {k: v for k, v in _read(CONFIG_DIR / "defaults.json").items() if k.startswith("_")}
 
 
 def _spread(values: list, k: int) -> list:

@@ -56,7 +56,7 @@ class Point:
 
     @property
     def key(self) -> str:
-        from fraq.federated.config import method_label
+        from fraq.federated.method_specs import method_label
 
         return f"{self.variant}-{method_label(self.method)}-seed{self.seed}"
 

@@ -35,7 +35,7 @@ def check_inputs(config, pts: list, out_dir: Path) -> None:
     ``out_dir`` equal to or inside a local model or data set directory, or a file this run
     writes (or deletes with ``--overwrite``) that is the ``--config`` file or inside one of
     those directories."""
-    from fraq.federated.config import SETTINGS
+    from fraq.federated.config_files import SETTINGS
 
     inputs = []
     if config.setting not in SETTINGS:

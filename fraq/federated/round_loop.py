@@ -36,7 +36,8 @@ from fraq.aggregators import REINITIALIZE, Aggregator, Factors
 from fraq.aggregators.capping import capped_aggregate
 from fraq.federated.checkpoint import load_checkpoint, save_checkpoint
 from fraq.federated.client import LocalJob, TrainSettings, local_update, lora_scale
-from fraq.federated.config import Config, method_aggregator, method_label
+from fraq.federated.config import Config
+from fraq.federated.method_specs import method_aggregator, method_label
 from fraq.federated.records import method_result, round_line, round_record
 from fraq.federated.round1 import signature
 from fraq.federated.seeding import init_lora, stable_seed

@@ -42,7 +42,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from fraq._files import replacing_file
-from fraq.federated.config import Config, method_label
+from fraq.federated.config import Config
+from fraq.federated.method_specs import method_label
 from fraq.methods import MethodSpec
 
 __all__ = ["check_run_config", "default_app_dir", "free_port", "main", "run_local"]

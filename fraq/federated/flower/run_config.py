@@ -11,7 +11,7 @@ Keys (:class:`RunConfig` holds them, with the App's defaults):
 ``setting``            ``quick``, ``roberta``, ``llama`` or a JSON file (harness settings)
 ``method``             one method spec, e.g. ``fraq:tau=0.95``, parsed once by :class:`RunConfig`
                        (its ``method`` is the :class:`~fraq.methods.MethodSpec`) and checked with its
-                       options by :func:`~fraq.federated.config.method_aggregator` (as the harness's
+                       options by :func:`~fraq.federated.method_specs.method_aggregator` (as the harness's
                        ``methods``)
 ``num-server-rounds``  ``federated.rounds``
 ``clients``            ``federated.clients`` (= the number of SuperNodes, ``num-partitions``)
@@ -35,7 +35,8 @@ import json
 import numbers
 from dataclasses import dataclass, fields
 
-from fraq.federated.config import Config, load_config, method_aggregator
+from fraq.federated.config import Config, load_config
+from fraq.federated.method_specs import method_aggregator
 from fraq.methods import MethodSpec
 
 __all__ = ["DEFAULTS", "KEYS", "RunConfig", "from_run_config", "parse_overrides"]
