@@ -159,7 +159,7 @@ def _outputs(group: Group, res) -> GroupOutput:
     """A group's result as each module's Downlink (one global adapter) and rank."""
     ranks = res.rank_list()  # the call's own read: none of its own here
     out: GroupOutput = {}
-    for mod, B, A, p in zip(group.specs, group.split(res.B), group.split(res.A), ranks):
-        B, A = B[..., :p], A[..., :p, :]
+    for mod, B, A, p in zip(group.specs, group.split_prefixes(res.B, ranks, -1), group.split_prefixes(res.A, ranks, -2),
+                            ranks):
         out[mod.name] = (Downlink(sent=(B, A), merge=(Factors(B, A, 1.0),)), p)
     return out
