@@ -172,22 +172,24 @@ def python_ratio(agg, baseline, preset, *, repeats: int = 7, device: torch.devic
 
 
 def main() -> None:
-    """Print FRAQ's (CUDA configuration) and FLoRA's counts and 16 x 16 times on the two
-    presets the targets name (docs/performance.md, "Host reads and launches")."""
+    """Print FRAQ's (CUDA configuration, and with ``reads="call"``) and FLoRA's counts and
+    16 x 16 times on the two presets the targets name (docs/performance.md, "Host reads and
+    launches"), the methods interleaved call by call."""
     import os
 
     from fraq.aggregators import get_aggregator
 
-    methods = {"fraq": dict(CUDA_CONFIGURATION), "flora": {}}
+    methods = {"fraq": dict(CUDA_CONFIGURATION), "fraq:reads=call": dict(CUDA_CONFIGURATION, reads="call"),
+               "flora": {}}
     print(f"torch {torch.__version__}, 1 thread, load average {os.getloadavg()[0]:.2f}")
-    print("preset          method  groups  reads/group  ops/group  (client, module)  Python ms at 16x16  / FLoRA")
+    print("preset          method           groups  reads/group  ops/group  (client, module)  Python ms at 16x16  / FLoRA")
     for name in ("roberta-base", "llama-3.2-3b"):
-        aggs = {m: get_aggregator(m, **o) for m, o in methods.items()}
+        aggs = {m: get_aggregator(m.split(":")[0], **o) for m, o in methods.items()}
         ms = python_ms(aggs, name, repeats=15)
         pairs = python_preset(name).modules * python_preset(name).clients
         for m, agg in aggs.items():
             c = per_group(agg, name)
-            print(f"{name:<15} {m:<7} {c.groups:>6} {c.host_reads_per_group:>12g} {c.ops_per_group:>10g} {pairs:>17}"
+            print(f"{name:<15} {m:<16} {c.groups:>6} {c.host_reads_per_group:>12g} {c.ops_per_group:>10g} {pairs:>17}"
                   f" {ms[m]:>19.2f} {ms[m] / ms['flora']:>8.2f}")
 
 
