@@ -300,6 +300,26 @@ def test_gpu_section_judges_gpu_results_against_the_targets(tmp_path, fraq_ms, f
     assert "14.3" in body and "NVIDIA H100" in body  # the paper's GH200 number beside ours, the GPU named
 
 
+def test_a_presets_rows_come_from_its_shared_and_its_others_point(tmp_path):
+    """At the ``gpu`` size a preset's rows are in two records (the headline rows' point and
+    ``<preset>-others``): the table holds both points' rows, and the verdicts, which pair
+    FRAQ with FLoRIST in the headline point, are the ones a single record gives."""
+    import analysis
+    from analysis.sections import gpu
+    from analysis.sections.tables123 import tables123_rows
+
+    _gpu_results(tmp_path, "cuda:0", 1.0, 20.0, 1.2)
+    alone = gpu.draw(analysis.load(tmp_path))[0].body
+    other = dict(method="fedit", name="fedit", options={}, downlink_pct=10.0,
+                 latency=dict(samples=[3e-3] * 5, median=3e-3, q25=3e-3, q75=3e-3))
+    _write(tmp_path, "tables123", "roberta-base-others", dict(table="tables123", preset="roberta-base", part="others"),
+           dict(preset="roberta-base", rows=[other]), "cuda:0")
+    df = analysis.load(tmp_path)
+    rows = tables123_rows(df["tables123"])
+    assert sorted(rows[rows["preset"] == "roberta-base"]["name"]) == ["fedit", "florist", "fraq"]
+    assert gpu.draw(analysis.load(tmp_path))[0].body == alone
+
+
 def test_gpu_section_prints_no_nan_for_a_point_not_measured(tmp_path):
     """FRAQ's row without samples: its verdicts say "not measured", naming it, and no NaN is printed."""
     import analysis
