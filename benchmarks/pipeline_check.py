@@ -14,7 +14,9 @@ one more warm call: the device synchronizations it made (CUDA:
 profiler, its kernels and the GPU time they took against the call's wall time (the
 host's share is the rest). Methods that cannot be built here (an option this code does
 not know) are named and skipped. Writes ``DIR/pipeline.json`` (whole, beside then
-renamed) after every preset and prints a table.
+renamed) after every preset and prints a table. On CUDA it then probes whether the static
+pass runs as a CUDA graph (:mod:`benchmarks.graph_probe`, the record's ``graphs``): a few
+seconds per preset, after every timing, so a budget that cuts it keeps the timings.
 """
 
 from __future__ import annotations
@@ -176,11 +178,18 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     out = dict(machine=machine_record(device), device=str(device), presets=[])
-    for name in [p.strip() for p in args.presets.split(",") if p.strip()]:
+    presets = [p.strip() for p in args.presets.split(",") if p.strip()]
+    for name in presets:
         rec = measure_preset(name, specs, device=device, rounds=args.rounds, layers=args.layers)
         out["presets"].append(rec)
         _write(args.out / "pipeline.json", out)
         print(_table(rec), flush=True)
+    if device.type == "cuda":  # whether the static pass captures as a CUDA graph (benchmarks.graph_probe)
+        from benchmarks.graph_probe import lines, probe
+
+        out["graphs"] = probe(presets, device, layers=args.layers)
+        _write(args.out / "pipeline.json", out)
+        print("\n".join(lines(out["graphs"])), flush=True)
     return 0
 
 

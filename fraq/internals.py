@@ -42,6 +42,9 @@ SURFACE = {
     "rows": "fraq._gram",
     "scale_sum": "fraq._gram",
     "check_eigensolver": "fraq._eigen",
+    "eigh": "fraq._eigen",
+    "check_options": "fraq._plan",
+    "start_checked": "fraq._recompress",
     "CHUNK_BYTES": "fraq._parallel",
     "PIPELINE_DEFAULTS": "fraq._plan",
 }

@@ -114,7 +114,8 @@ def _others(work: Path) -> list[str]:
 
 def _pipeline(work: Path) -> list[str]:
     try:
-        presets = json.loads((work / "pipeline.json").read_text())["presets"]
+        record = json.loads((work / "pipeline.json").read_text())
+        presets = record["presets"]
     except (OSError, ValueError, KeyError):
         return []
     lines = ["| preset (modules) | method | median ms | syncs | kernels | device busy ms | ranks as the first FRAQ's |",
@@ -126,6 +127,10 @@ def _pipeline(work: Path) -> list[str]:
             syncs = "-" if r.get("syncs") is None else r["syncs"]
             lines.append(f"| {rec['preset']} ({rec['modules']}) | {label} | {1e3 * r['median_s']:.3g} | {syncs} | "
                          f"{r.get('kernels', '-')} | {busy} | {'-' if same is None else 'yes' if same else 'NO'} |")
+    if record.get("graphs"):
+        from benchmarks.graph_probe import lines as graph_lines
+
+        lines += ["", "CUDA graphs of the static pass (benchmarks.graph_probe):", ""] + graph_lines(record["graphs"])
     return lines
 
 
