@@ -64,9 +64,9 @@ class Part:
 PARTS: tuple[Part, ...] = (
     Part("device", 0.02, (), "device record", min_s=8.0),
     Part("tests", 0.05, (), "tests marked cuda", min_s=15.0),
-    Part("pipeline", 0.17, (), "FRAQ's stepwise and static pipelines (the static one read per shape group and "
+    Part("pipeline", 0.22, (), "FRAQ's stepwise and static pipelines (the static one read per shape group and "
          "per call), FLoRA and FLoRIST on both presets, with each call's syncs and kernels "
-         "(benchmarks.pipeline_check)", min_s=30.0),
+         "and whether its static pass captures as a CUDA graph (benchmarks.pipeline_check)", min_s=30.0),
     Part("tables123", 0.20, ("tables123",), "Tables 1-3: every aggregator's latency on the presets"),
     Part("workspace", 0.05, ("workspace",), "peak memory against the analytic workspace"),
     Part("eigensolver", 0.05, ("eigensolver",), "FRAQ end to end with each eigensolver route (sets the default)"),
@@ -74,14 +74,16 @@ PARTS: tuple[Part, ...] = (
     Part("table4", 0.08, ("table4", "table4_steps"), "Table 4 and its steps"),
     Part("fig3", 0.12, ("fig3",), "Fig. 3: the r and d sweeps"),
     Part("tf32", 0.04, ("tf32",), "FlexLoRA and FRAQ with TF32 on and off"),
-    Part("fig4", 0.05, ("fig4_cond", "fig4_rank"), "Fig. 4: fidelity"),
-    Part("clients", 0.07, ("clients",), "the clients sweep"),
+    Part("fig4", 0.03, ("fig4_cond", "fig4_rank"), "Fig. 4: fidelity"),
+    Part("clients", 0.04, ("clients",), "the clients sweep"),
 )
 """The parts in the order they run: the headline first (FRAQ's pipelines against each other
 on the whole presets, then Tables 1-3 with CUDA's defaults and the workspace targets), then
 the routes the defaults were chosen from, re-measured. Shares
 add up to 1. The pipeline part took 60 of its 74 s for four methods on an H200
-(docs/results/gpu/h200-2026-11-28); its share holds a fifth, the static pipeline read per call. The CUDA tests took 11 s of an H100 call (docs/results/gpu/h100-routes), so
+(docs/results/gpu/h200-2026-11-28); its share holds a fifth, the static pipeline read per call,
+and the CUDA-graph probe after them (a whole-model build and three spans per preset), from the
+shares of Fig. 4 and the clients sweep, which every call so far cut at their first points. The CUDA tests took 11 s of an H100 call (docs/results/gpu/h100-routes), so
 their share is their floor."""
 
 CUDA_TESTS = ("tests/test_measure.py", "tests/test_recompress.py", "tests/test_gpu_check.py")
