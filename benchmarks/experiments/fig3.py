@@ -213,7 +213,6 @@ def call_seconds(seconds: float, config: dict, metric_calls: int = 3) -> float:
     least :data:`~benchmarks.measure.paired.MIN_SAMPLE` (a faster call is looped to it) plus
     5 ms, each warm-up, and each of the metrics' ``metric_calls`` calls (result, peak
     memory, FLOP count: traced, so 50 ms of overhead each)."""
-
     return timed_seconds(seconds, config) + metric_calls * (seconds + 0.05)
 
 
