@@ -394,7 +394,8 @@ def test_one_definition_per_figure():
         if re.search(r"^def main\(", text, re.M):
             mains.append(os.path.relpath(path, ROOT))
         flexlora += [path] * len(re.findall(r"""==\s*["']flexlora["']""", text))
-    assert sorted(mains) == ["benchmarks/certificate_cost.py", "benchmarks/demo.py", "benchmarks/gpu_check/__main__.py", "benchmarks/measure/overhead.py",
+    assert sorted(mains) == ["benchmarks/certificate_cost.py", "benchmarks/demo.py", "benchmarks/gpu_check/__main__.py", "benchmarks/graph_probe.py",
+                             "benchmarks/measure/overhead.py",
                              "benchmarks/pipeline_check.py",
                              "benchmarks/publish.py", "benchmarks/pytest_baseline.py", "benchmarks/pytest_compare.py",
                              "benchmarks/regress.py", "benchmarks/roofline.py", "benchmarks/run.py"]
