@@ -27,7 +27,7 @@ import torch
 import fraq
 from fraq.backends import resolve_backend
 from benchmarks import cases
-from benchmarks.device import checked, to_device
+from benchmarks.device import checked_or_said, to_device
 from benchmarks.measure import timed
 from fraq.presets import PRESETS, get_preset
 from benchmarks.measure.gram_error import gram_errors
@@ -120,10 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     for t in taus:
         if not 0.0 < t <= 1.0:
             parser.error(f"--tau(={t}) must be in (0, 1]")
-    try:
-        device = checked(args.device)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    device = checked_or_said(args.device)
+    if device is None:
         return 2
     from fraq.internals import machine_record
 

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 
 import torch
 
 __all__ = ["ENV", "DEVICE_RE", "DeviceUnavailable", "parse_device", "bench_device", "unavailable", "checked",
-           "require", "to_device"]
+           "checked_or_said", "require", "to_device"]
 
 ENV = "FRAQ_BENCH_DEVICE"
 DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
@@ -73,6 +74,16 @@ def checked(override: str | None = None) -> torch.device:
     if reason is not None:
         raise DeviceUnavailable(reason)
     return device
+
+
+def checked_or_said(override: str | None = None) -> torch.device | None:
+    """:func:`checked` for a command-line tool: the device, or None once its one-line error
+    is on stderr (the tool then exits with status 2)."""
+    try:
+        return checked(override)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
 
 
 def require(override: str | None = None) -> torch.device:

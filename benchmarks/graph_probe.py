@@ -38,40 +38,29 @@ __all__ = ["group_stacks", "main", "probe", "spans"]
 
 
 def group_stacks(preset: str, device: torch.device, layers: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """FRAQ's exact weighted stacks (:func:`fraq.stack`) of ``preset``'s first shape group, on ``device``."""
-    import fraq
-    from benchmarks.cases import build_model
-    from fraq.presets import get_preset
+    """The exact weighted stacks of ``preset``'s first shape group
+    (:func:`benchmarks.cases.preset_stacks`), on ``device``."""
+    from benchmarks.cases import preset_stacks
 
-    model = build_model(get_preset(preset), layers=layers, seed=0, device=device)
-    first = next(iter(model.shapes.values()))
-    names = [n for n, s in model.shapes.items() if s == first]
-    K = model.preset.clients
-    Bs = [torch.stack([model.factors[n][0][k] for n in names]) for k in range(K)]
-    As = [torch.stack([model.factors[n][1][k] for n in names]) for k in range(K)]
-    return fraq.stack(Bs, As, model.weights, list(model.preset.scales))
+    _, B, A = preset_stacks(preset, layers=layers)[0]
+    return B.to(device), A.to(device)
 
 
 def spans(B: torch.Tensor, A: torch.Tensor) -> dict[str, Callable[[], tuple[torch.Tensor, ...]]]:
     """The three spans of the static pass on the stacks B, A (module docstring), each a
     zero-argument call returning its output tensors: FRAQ at tau = 0.95 with the ``cholesky``
-    basis and the static pipeline, the pass queued by
-    :func:`fraq._recompress.start_checked` (which reads nothing on the host)."""
-    from fraq.internals import check_options, eigh, orient, start_checked
+    basis and the static pipeline; the Gram span is the pass's own first steps
+    (:func:`fraq._static.basis_and_gram`) and the pass is queued by
+    :func:`fraq._recompress.start_checked`, which reads nothing on the host (a ValueError
+    where the static pass does not apply to the stacks)."""
+    from fraq.internals import basis_and_gram, check_options, eigh, orient, start_checked
 
     options = check_options(tau=0.95, backend="cholesky", pipeline="static")
-    if start_checked(options, B, A).static is None:
-        raise ValueError(f"the static pass does not apply to stacks of shape {tuple(B.shape)}, {tuple(A.shape)}")
     X, Y, _ = orient(B.reshape(-1, *B.shape[-2:]), A.reshape(-1, *A.shape[-2:]))
-    eye = torch.eye(X.shape[-1], dtype=torch.float64, device=X.device)
 
     def gram():
-        Xw = X.to(torch.float64)
-        W = torch.bmm(Xw.mT, Xw)
-        L, _info = torch.linalg.cholesky_ex(W)
-        Linv = torch.linalg.solve_triangular(L, eye, upper=False)
-        WY = torch.bmm(Y, Y.mT).to(torch.float64)
-        return L, Linv, torch.bmm(L.mT, torch.bmm(WY, L))
+        out = basis_and_gram(X, Y)
+        return out.L, out.Linv, out.G
 
     G = gram()[2]
 
@@ -80,6 +69,8 @@ def spans(B: torch.Tensor, A: torch.Tensor) -> dict[str, Callable[[], tuple[torc
 
     def whole():
         st = start_checked(options, B, A).static
+        if st is None:
+            raise ValueError(f"the static pass does not apply to stacks of shape {tuple(B.shape)}, {tuple(A.shape)}")
         return (st.packed, *(v for v in st.out.values() if isinstance(v, torch.Tensor)))
 
     return {"gram": gram, "eigh": eigen, "pass": whole}
@@ -173,17 +164,15 @@ def lines(records: list[dict]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.device import checked
+    from benchmarks.device import checked_or_said
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.graph_probe", description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default cuda)")
     ap.add_argument("--presets", default="roberta-base,llama-3.2-3b", help="comma-separated presets")
     ap.add_argument("--repeats", type=int, default=15, help="timed calls per span (default 15)")
     args = ap.parse_args(argv)
-    try:
-        device = checked(args.device)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    device = checked_or_said(args.device)
+    if device is None:
         return 2
     records = probe([p.strip() for p in args.presets.split(",") if p.strip()], device, args.repeats)
     print(json.dumps(records, indent=1))

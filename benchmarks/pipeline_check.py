@@ -155,7 +155,7 @@ def _table(rec: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.device import checked
+    from benchmarks.device import checked_or_said
     from fraq.internals import machine_record
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.pipeline_check", description=__doc__.split("\n")[0])
@@ -167,10 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds (default 15)")
     ap.add_argument("--layers", type=int, help="the presets' first N layers only (default all)")
     args = ap.parse_args(argv)
-    try:
-        device = checked(args.device)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    device = checked_or_said(args.device)
+    if device is None:
         return 2
     if args.rounds < 1:
         ap.error(f"--rounds(={args.rounds}) must be >= 1")

@@ -61,7 +61,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
@@ -152,12 +152,7 @@ def _pass(plan: Plan, X: torch.Tensor, Y: torch.Tensor) -> dict | None:
     d, r = X.shape[-2], X.shape[-1]
     s = min(d, r)
     Y = Y.to(plan.cdt)  # no op for float32 data
-    Xw = X.to(torch.float64)
-    W = torch.bmm(Xw.mT, Xw)  # exact products, one rounding per sum
-    L, info = torch.linalg.cholesky_ex(W)
-    Linv = torch.linalg.solve_triangular(L, _eye(r, L.device), upper=False)
-    WY = torch.bmm(Y, Y.mT).to(torch.float64)  # over the long side D, in float32
-    G = torch.bmm(L.mT, torch.bmm(WY, L))  # C (Y Y^T) C^T, C = L^T
+    Xw, W, L, info, Linv, WY, G = basis_and_gram(X, Y)
     eig = eigh(G, plan.edt, plan.eigensolver, check=False)
     if eig is None:
         return None
@@ -177,6 +172,32 @@ def _pass(plan: Plan, X: torch.Tensor, Y: torch.Tensor) -> dict | None:
     packed = torch.cat([ok.unsqueeze(-1), rule.counts, rule.energy.unsqueeze(-1)], -1)
     return dict(L=Bp, R=Ap, rank=rule.counts[:, 1], energy=rule.energy.to(plan.cdt),
                 sv=rule.lam.sqrt().to(plan.cdt), packed=packed)
+
+
+class BasisAndGram(NamedTuple):
+    """The pass's first steps (:func:`basis_and_gram`)."""
+
+    Xw: torch.Tensor
+    W: torch.Tensor
+    L: torch.Tensor
+    info: torch.Tensor
+    Linv: torch.Tensor
+    WY: torch.Tensor
+    G: torch.Tensor
+
+
+def basis_and_gram(X: torch.Tensor, Y: torch.Tensor) -> BasisAndGram:
+    """The pass's basis and Gram of X (nb, d, r) and Y (nb, r, D) in the compute dtype: X in
+    float64 (exact), W = X^T X (one rounding per sum), its Cholesky factor L (``info`` its
+    verdict, read later) and L^{-1}, Y Y^T over the long side in Y's dtype then float64, and
+    G = L^T (Y Y^T) L. Nothing is read on the host."""
+    Xw = X.to(torch.float64)
+    W = torch.bmm(Xw.mT, Xw)  # exact products, one rounding per sum
+    L, info = torch.linalg.cholesky_ex(W)
+    Linv = torch.linalg.solve_triangular(L, _eye(X.shape[-1], L.device), upper=False)
+    WY = torch.bmm(Y, Y.mT).to(torch.float64)  # over the long side D, in float32
+    G = torch.bmm(L.mT, torch.bmm(WY, L))  # C (Y Y^T) C^T, C = L^T
+    return BasisAndGram(Xw, W, L, info, Linv, WY, G)
 
 
 def _verdict(plan: Plan, s: int, dr: tuple[int, int], info, kappa, wd, yd, lam1, n_sum, rule) -> torch.Tensor:

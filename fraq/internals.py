@@ -45,6 +45,7 @@ SURFACE = {
     "eigh": "fraq._eigen",
     "check_options": "fraq._plan",
     "start_checked": "fraq._recompress",
+    "basis_and_gram": "fraq._static",
     "CHUNK_BYTES": "fraq._parallel",
     "PIPELINE_DEFAULTS": "fraq._plan",
 }

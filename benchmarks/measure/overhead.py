@@ -178,13 +178,15 @@ def main() -> None:
     import os
 
     from fraq.aggregators import get_aggregator
+    from fraq.methods import MethodSpec
 
-    methods = {"fraq": dict(CUDA_CONFIGURATION), "fraq:reads=call": dict(CUDA_CONFIGURATION, reads="call"),
-               "flora": {}}
+    # method text -> the options beneath its own (FRAQ's: CUDA's configuration)
+    methods = {"fraq": CUDA_CONFIGURATION, "fraq:reads=call": CUDA_CONFIGURATION, "flora": {}}
     print(f"torch {torch.__version__}, 1 thread, load average {os.getloadavg()[0]:.2f}")
     print("preset          method           groups  reads/group  ops/group  (client, module)  Python ms at 16x16  / FLoRA")
     for name in ("roberta-base", "llama-3.2-3b"):
-        aggs = {m: get_aggregator(m.split(":")[0], **o) for m, o in methods.items()}
+        aggs = {m: get_aggregator(MethodSpec.parse(m).name, **{**o, **MethodSpec.parse(m).kwargs})
+                for m, o in methods.items()}
         ms = python_ms(aggs, name, repeats=15)
         pairs = python_preset(name).modules * python_preset(name).clients
         for m, agg in aggs.items():
