@@ -176,8 +176,8 @@ def busy(machine) -> str:
 
     ``machine``: one record or several (dicts or DataFrame rows) with ``loadavg`` (1-minute
     load average when the result was written), ``threads`` (the run's torch threads) and,
-    where recorded, ``steal`` (the share of CPU time stolen since the previous record). A
-    missing field is not evidence of a busy machine."""
+    where recorded, ``steal`` (the share of CPU time stolen since the previous record, over
+    at least ten seconds). A missing field is not evidence of a busy machine."""
     if machine is None:
         return ""
     if hasattr(machine, "to_dict") and hasattr(machine, "columns"):  # a DataFrame: its rows

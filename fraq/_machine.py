@@ -17,6 +17,7 @@ import glob
 import os
 import platform
 import subprocess
+import time
 
 import torch
 
@@ -53,18 +54,43 @@ def _cpu_times() -> tuple[int, int] | None:
     return None
 
 
-_last_times = _cpu_times()
+STEAL_WINDOW_S = 10.0
+"""The shortest span :func:`steal_share` reads. /proc/stat counts in jiffies (1/100 s per
+CPU): over half a second of two CPUs one stolen jiffy is 1% and a burst of eight is 8%, above
+the share a report calls busy (:data:`analysis.verdicts.BUSY_STEAL`), while the same burst
+over ten seconds is 0.4%. Results written in quick succession (a sweep's small points) would
+each read such a burst alone."""
+
+_times: list[tuple[float, tuple[int, int]]] = []  # (monotonic s, (steal, total)) of earlier calls, oldest first
+
+
+def _snapshot() -> None:
+    now = _cpu_times()
+    if now is not None:
+        _times.append((time.monotonic(), now))
+
+
+_snapshot()
 
 
 def steal_share() -> float | None:
-    """The share of CPU time stolen by the hypervisor since the previous call (or import).
+    """The share of CPU time stolen by the hypervisor since the previous call (or import),
+    over at least the last :data:`STEAL_WINDOW_S` seconds where this process has lived that
+    long (the span reaches back to an earlier call).
 
     None where /proc/stat has no steal column or cannot be read, and where no time passed.
     """
-    global _last_times
     now = _cpu_times()
-    before, _last_times = _last_times, now
-    if now is None or before is None or now[1] <= before[1]:
+    if now is None:
+        return None
+    t = time.monotonic()
+    # the newest earlier call at least the window back, or the oldest there is
+    older = [i for i, (ti, _) in enumerate(_times) if t - ti >= STEAL_WINDOW_S]
+    start = older[-1] if older else 0
+    before = _times[start][1] if _times else None
+    del _times[:start]  # what lies before the start is never read again
+    _times.append((t, now))
+    if before is None or now[1] <= before[1]:
         return None
     return (now[0] - before[0]) / (now[1] - before[1])
 

@@ -8,9 +8,9 @@
 
 ``config`` says what was measured, ``result`` what came out; ``machine`` is
 :func:`fraq._machine.machine_record`; ``loadavg`` the 1-minute load average and ``steal``
-the share of CPU time stolen by the hypervisor since the previous result
-(:func:`fraq._machine.steal_share`; null where not readable), both when the result was
-written. The writers in ``benchmarks/`` reach it as
+the share of CPU time stolen by the hypervisor since the previous result, over at least the
+last ten seconds (:func:`fraq._machine.steal_share`; null where not readable), both when the
+result was written. The writers in ``benchmarks/`` reach it as
 :mod:`benchmarks.results`; the federated harness (:mod:`fraq.federated`), which may not
 import ``benchmarks``, writes through it here, so there is one writer and one shape.
 :func:`analysis.loaders.load_results` is the one reader. A rerun replaces the file
