@@ -13,7 +13,7 @@ Every registered backend runs on the same inputs:
 (c) ``rank-deficient``: duplicate clients (every client twice), tau = 1, so the exact
     answer has half the stacked rank.
 
-Columns: latency (median and IQR of interleaved repeats, at 1 and 2 torch threads),
+Columns: latency (median and IQR of interleaved repeats, at the size's torch threads: 1 and 2 at ``paper``),
 analytic FLOPs (:func:`fraq.flops.fraq_flops`, Newton-Schulz at its measured step
 count), orthogonality ||Q^T Q - I||_F, relative error above the float64 Eckart-Young
 optimum, gap to Householder FRAQ, fallbacks taken, Newton-Schulz steps.
