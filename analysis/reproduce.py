@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from analysis import notes
+from analysis import forked, notes
 from analysis.atomic import cannot_write
 
 __all__ = ["SECTIONS", "Built", "build", "build_report", "main", "section_module"]
@@ -124,24 +124,8 @@ def _build(out: Path, pdf: bool = True) -> str:
     figs = out / "figures"
     parts: list[str] = []
     made: list[tuple[str, str]] = []
-    for name in SECTIONS:
-        mod = section_module(name)
-        have = [e for e in mod.reads if not res[e].empty]
-        if len(have) < len(mod.reads):
-            if have:
-                missing = ", ".join(e for e in mod.reads if e not in have)
-                warnings.warn(notes.NotDrawn(f"section {name!r} not drawn: it reads {', '.join(mod.reads)}, and "
-                                             f"{missing} has no results (python -m benchmarks.run "
-                                             f"{missing.replace(',', '')})"), stacklevel=2)
-            continue
-        try:
-            drawn = [_render(sec, figs, made, pdf) for sec in mod.draw(res)]
-        except OSError:  # a figure that cannot be written ends the run (main: one error line), the old one kept
-            raise
-        except Exception as exc:  # one section's failure is named in the report; the others are still drawn
-            warnings.warn(notes.NotDrawn(f"section {name!r} not drawn: {type(exc).__name__}: {exc}"), stacklevel=2)
-            continue
-        parts += drawn
+    with forked.in_children():  # figures written in forked children while the next are drawn; all done after
+        parts += _sections(res, figs, made, pdf)
 
     from analysis.sections.federated import SMOKE, is_smoke
 
@@ -201,6 +185,32 @@ def _unpack(out: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"unpacked {pack} into {out / 'results'}")
 
+
+
+def _sections(res, figs: Path, made: list, pdf: bool) -> list[str]:
+    """Every section's markdown in :data:`SECTIONS`' order, its figures saved under ``figs``
+    (listed in ``made``): a section whose experiments have no results, or whose drawing
+    fails, is a note instead (:class:`analysis.notes.NotDrawn`)."""
+    parts: list[str] = []
+    for name in SECTIONS:
+        mod = section_module(name)
+        have = [e for e in mod.reads if not res[e].empty]
+        if len(have) < len(mod.reads):
+            if have:
+                missing = ", ".join(e for e in mod.reads if e not in have)
+                warnings.warn(notes.NotDrawn(f"section {name!r} not drawn: it reads {', '.join(mod.reads)}, and "
+                                             f"{missing} has no results (python -m benchmarks.run "
+                                             f"{missing.replace(',', '')})"), stacklevel=2)
+            continue
+        try:
+            drawn = [_render(sec, figs, made, pdf) for sec in mod.draw(res)]
+        except OSError:  # a figure that cannot be written ends the run (main: one error line), the old one kept
+            raise
+        except Exception as exc:  # one section's failure is named in the report; the others are still drawn
+            warnings.warn(notes.NotDrawn(f"section {name!r} not drawn: {type(exc).__name__}: {exc}"), stacklevel=2)
+            continue
+        parts += drawn
+    return parts
 
 def _folder(member) -> bool:
     """Whether a member of ``results.tar.gz`` is the folder ``results/`` or one under it."""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis import forked
 from analysis.atomic import write_together
 
 __all__ = ["COLORS", "EXTRA_COLORS", "EXTRA_MARKERS", "MARKERS", "NAMES", "PAPER_ORDER", "described", "display_name", "method_parts",
@@ -303,7 +304,9 @@ def save(fig, out: Path, name: str, cap: str, formats: tuple[str, ...] = ("png",
     """Write ``name``.png and .pdf (``formats``) with the caption line under the axes.
 
     The files appear whole (:func:`analysis.atomic.write_together`): one that cannot be
-    written raises OSError naming it, and the old figures stay."""
+    written raises OSError naming it, and the old figures stay. Inside
+    :func:`analysis.forked.in_children` a forked child writes them while the caller goes on,
+    and the error is raised when the block ends."""
     import textwrap
 
     import matplotlib.pyplot as plt
@@ -320,8 +323,9 @@ def save(fig, out: Path, name: str, cap: str, formats: tuple[str, ...] = ("png",
         engine.set(rect=(0, bottom, 1, 1 - bottom))  # (left, bottom, width, height)
     else:
         fig.tight_layout(rect=(0, bottom, 1, 1))  # (left, bottom, right, top)
+    paths = [out / f"{name}.{ext}" for ext in formats]
     try:  # each written beside its target, all renamed into place once all are written (analysis.atomic)
-        return write_together([out / f"{name}.{ext}" for ext in formats],
-                              lambda tmp, target: fig.savefig(tmp, format=target.suffix[1:], bbox_inches="tight"))
+        return forked.write(paths, lambda: write_together(
+            paths, lambda tmp, target: fig.savefig(tmp, format=target.suffix[1:], bbox_inches="tight")))
     finally:
         plt.close(fig)

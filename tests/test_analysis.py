@@ -867,6 +867,34 @@ def test_table5_integer_columns_print_as_integers():
     assert "768.0" not in text and "16.0 " not in text and "<NA>" not in text
 
 
+def _t5_row(method, flops, *, d=768.0, r=16.0, **extra):
+    return dict(mode="batched", backend="householder", sweep="r", d=d, r=r, p=8.0, modules=2.0, method=method,
+                analytic_flops_table5=flops, analytic_flops_full=flops, counted_flops=flops,
+                **{"timing.median": 0.01}, **extra)
+
+
+def _t5_claim(rows) -> str:
+    from analysis.sections.fig3 import table5_lines
+
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        return next(x for x in table5_lines(table5_flops(pd.DataFrame(rows))) if "Table 5" in x)
+
+
+def test_table5_order_claim_judges_only_points_where_fraq_ran_beside_another_method():
+    """"FRAQ the fewest FLOPs, FlexLoRA the most": FRAQ alone (a GPU call's one point)
+    judges nothing; FlexLoRA not the most, or FRAQ not the fewest, disagrees."""
+    assert "no verdict" in _t5_claim([_t5_row("fraq", 1e9)])
+    assert "no verdict" in _t5_claim([_t5_row("fraq", 1e9), _t5_row("florist", 2e9)])  # the dense path never ran
+    assert "**agrees**" in _t5_claim([_t5_row("fraq", 1e9), _t5_row("florist", 2e9), _t5_row("flexlora", 5e9),
+                                      _t5_row("flexlora", 9e9, r=32.0)])  # FlexLoRA alone at r = 32: not judged
+    assert "**disagrees**" in _t5_claim([_t5_row("fraq", 1e9), _t5_row("florist", 6e9), _t5_row("flexlora", 5e9)])
+    assert "**disagrees**" in _t5_claim([_t5_row("fraq", 3e9), _t5_row("florist", 2e9), _t5_row("flexlora", 5e9)])
+    # a column no result fills (Table 5's formulas on a GPU backend: NaN everywhere) is not loaded: drawn as absent
+    rows = [{k: v for k, v in _t5_row("fraq", 1e9).items() if k != "analytic_flops_table5"}]
+    assert table5_flops(pd.DataFrame(rows))["Table 5 GFLOP"].isna().all()
+
+
 def test_fig1_ticks_titles_and_table_are_integers(tiny):
     """Loaded with the other experiments, Fig. 1's parameters are float columns (NaN in the
     other experiments' rows): the ticks, titles and table print them as integers, and the
