@@ -173,6 +173,21 @@ def test_launches_in_fresh_processes_concatenate_rounds_with_their_launch():
         assert t["launch"] == [0, 0, 0, 1, 1, 1] and list(t["samples"][:3]) == here[k]["samples"] and t["launches"] == 2
     with pytest.raises(ValueError, match="one group"):
         launched(fig3.GROUP, [group, group], rounds=3, launches=2, first=here)
+    # launch 0 built and run here (here=True), launch 1 fresh: the same fields, one fresh interpreter
+    import benchmarks.measure.paired as paired_module
+
+    fresh = []
+    real = paired_module._fresh
+    try:
+        paired_module._fresh = lambda *a, **k: fresh.append(a[5]) or real(*a, **k)
+        with threads(1):
+            mixed = launched(fig3.GROUP, [group], rounds=3, launches=2, here=True)[0]
+    finally:
+        paired_module._fresh = real
+    assert fresh == [1]  # only launch 1 started an interpreter
+    for t in mixed.values():
+        assert t["launch"] == [0, 0, 0, 1, 1, 1] and t["round"] == list(range(6)) and t["launches"] == 2
+    assert len({t["group"] for t in mixed.values()}) == 1
 
 
 @pytest.mark.slow  # measures fig3, clients and table4 groups; the report test below reads the shared tiny results

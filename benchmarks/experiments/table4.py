@@ -3,8 +3,8 @@
 ``modules`` LLaMA-3.2-3B-shaped gate/up projections (m x n), ``clients`` clients of rank
 ``client_rank``, output rank p, one batched call per variant
 (:mod:`benchmarks.measure.ablation`; ``library`` is :func:`fraq.recompress` itself on the
-same stacks). Per variant: latency (every variant in the same paired rounds over ``launches`` fresh
-processes, :mod:`benchmarks.measure.paired`), tensor peak memory and the resident set's growth
+same stacks). Per variant: latency (every variant in the same paired rounds over ``launches``
+processes, this one and fresh ones, :mod:`benchmarks.measure.paired`), tensor peak memory and the resident set's growth
 over a first and a second call in a process that has run nothing else (its cross-check,
 :func:`benchmarks.measure.rss.rss_growth`), the relative error against the
 coordinate-SVD product (the paper's error column), the error above the float64
@@ -55,14 +55,14 @@ def group_calls(group: dict, device: torch.device | str = "cpu") -> dict:
 
 
 def prepare_points(configs: list[dict], device: torch.device | str = "cpu", on_group=None) -> None:
-    """The variants' paired timing (every variant in the same rounds, ``launches`` fresh
-    processes); ``on_group(points)`` with the points of a group once its timing is complete
+    """The variants' paired timing (every variant in the same rounds over ``launches``
+    processes: this one, then fresh ones); ``on_group(points)`` with the points of a group once its timing is complete
     (the runner's progress advances by their :func:`timing_cost`)."""
     from benchmarks.measure.paired import measure_groups
 
     for c in configs:
         mine = [x for x in configs if group(x) == group(c)]
-        measure_groups(GROUP, [group(c)], rounds=c["rounds"], launches=c["launches"], device=device,
+        measure_groups(GROUP, [group(c)], rounds=c["rounds"], launches=c["launches"], device=device, here=True,
                        on_group=None if on_group is None else (lambda g, mine=mine: on_group(mine)))
 
 
@@ -79,10 +79,10 @@ def _call_seconds(config: dict) -> float:
 
 def timing_cost(config: dict) -> float:
     """The share of :func:`cost` spent in the paired timing: the point's share of the
-    launches (:data:`LAUNCH_SECONDS` each, shared by the compared variants) and its calls (a
-    warm-up per launch and one per round)."""
+    fresh launches (:data:`LAUNCH_SECONDS` each, shared by the compared variants; launch 0 runs
+    in this process) and its calls (a warm-up per launch and one per round)."""
     c = config
-    return c["launches"] * LAUNCH_SECONDS / len(c["compared"]) + _call_seconds(c) * c["launches"] * (c["rounds"] + 1)
+    return (c["launches"] - 1) * LAUNCH_SECONDS / len(c["compared"]) + _call_seconds(c) * c["launches"] * (c["rounds"] + 1)
 
 
 def cost(config: dict) -> float:

@@ -254,12 +254,14 @@ def _fresh(target: str, groups: list[dict], rounds: int, device: str, min_sample
 
 def launched(target: str, groups: list[dict], *, rounds: int, launches: int, device: torch.device | str = "cpu",
              min_sample: float = MIN_SAMPLE, min_rounds: int | None = None,
-             on_group: Callable[[dict], None] | None = None, first: dict | None = None) -> list[dict[str, dict]]:
+             on_group: Callable[[dict], None] | None = None, first: dict | None = None,
+             here: bool = False) -> list[dict[str, dict]]:
     """Per group, ``{key: timing}``: ``rounds`` paired rounds of the group's calls in each of
     ``launches`` launches (fresh interpreters, one after another; one launch: this process),
     concatenated (module docstring for the fields). ``first``: one group's launch 0, its
     :func:`paired_rounds` output from this process (calls the caller prepared and warmed
-    already), then launches 1 to ``launches`` - 1 fresh. With ``min_rounds``, each launch stops a
+    already), then launches 1 to ``launches`` - 1 fresh. ``here``: launch 0 built and run in
+    this process (one interpreter start and import fewer), the others fresh. With ``min_rounds``, each launch stops a
     group's rounds once its comparisons are decided (:func:`paired_rounds`). ``on_group(group)``
     once a group's timing is complete: after its rounds in this process (one launch), after
     the last launch otherwise (a progress display's steps)."""
@@ -277,7 +279,8 @@ def launched(target: str, groups: list[dict], *, rounds: int, launches: int, dev
     if launches == 1:  # the calls may leave the rounds on their own (:func:`paired_rounds`)
         runs = [_one_launch(target, groups, rounds, device, min_sample, 0, min_rounds, on_group, leave=True)]
     else:
-        runs = [_fresh(target, groups, rounds, device, min_sample, i, min_rounds) for i in range(launches)]
+        runs = [_one_launch(target, groups, rounds, device, min_sample, 0, min_rounds) if i == 0 and here else
+                _fresh(target, groups, rounds, device, min_sample, i, min_rounds) for i in range(launches)]
         for group in groups if on_group is not None else ():
             on_group(group)
     return [merged([run[g] for run in runs], device=device, min_sample=min_sample) for g in range(len(groups))]
@@ -306,16 +309,18 @@ def _cache_key(target: str, group: dict, device) -> tuple:
 
 def measure_groups(target: str, groups: list[dict], *, rounds: int, launches: int, device: torch.device | str = "cpu",
                    min_sample: float = MIN_SAMPLE, min_rounds: int | None = None,
-                   on_group: Callable[[dict], None] | None = None) -> None:
-    """Measure ``groups`` (:func:`launched`) and keep each group's timings for :func:`cached`.
-    Groups already kept are not measured again; repeated groups are measured once.
-    ``on_group(group)`` once each group's timing is complete (:func:`launched`)."""
+                   on_group: Callable[[dict], None] | None = None, here: bool = False) -> None:
+    """Measure ``groups`` (:func:`launched`, whose ``here`` this passes on) and keep each
+    group's timings for :func:`cached`. Groups already kept are not measured again; repeated
+    groups are measured once. ``on_group(group)`` once each group's timing is complete
+    (:func:`launched`)."""
     todo = list({json.dumps(g, sort_keys=True, default=str): g for g in groups
                  if _cache_key(target, g, device) not in _CACHE}.values())
     if not todo:
         return
     for group, timing in zip(todo, launched(target, todo, rounds=rounds, launches=launches, device=device,
-                                            min_sample=min_sample, min_rounds=min_rounds, on_group=on_group)):
+                                            min_sample=min_sample, min_rounds=min_rounds, on_group=on_group,
+                                            here=here)):
         _CACHE[_cache_key(target, group, device)] = timing
 
 
