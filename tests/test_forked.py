@@ -88,7 +88,8 @@ def test_another_failure_is_a_note_naming_the_figure_and_warnings_reach_the_pare
     got = [(w.category, str(w.message)) for w in caught]
     assert (UserWarning, "tight layout not applied") in got and (DeprecationWarning, "old API") in got
     notes = [w.message for w in caught if issubclass(w.category, NotDrawn)]
-    assert len(notes) == 1 and str(tmp_path / "x.png") in str(notes[0]) and "ValueError: cannot draw this" in str(notes[0])
+    assert len(notes) == 1 and str(tmp_path / "x.png") in str(notes[0])
+    assert "ValueError: cannot draw this" in str(notes[0])
     assert (tmp_path / "w.png").read_text() == "w .png" and not (tmp_path / "x.png").exists()
 
 

@@ -3,9 +3,10 @@
 ``modules`` LLaMA-3.2-3B-shaped gate/up projections (m x n), ``clients`` clients of rank
 ``client_rank``, output rank p, one batched call per variant
 (:mod:`benchmarks.measure.ablation`; ``library`` is :func:`fraq.recompress` itself on the
-same stacks). Per variant: latency (every variant in the same paired rounds over ``launches``
-processes, this one and fresh ones, :mod:`benchmarks.measure.paired`), tensor peak memory and the resident set's growth
-over a first and a second call in a process that has run nothing else (its cross-check,
+same stacks). Per variant: latency (every variant in the same paired rounds over
+``launches`` processes, this one and fresh ones, :mod:`benchmarks.measure.paired`), tensor
+peak memory and the resident set's growth over a first and a second call in a process that
+has run nothing else (its cross-check,
 :func:`benchmarks.measure.rss.rss_growth`), the relative error against the
 coordinate-SVD product (the paper's error column), the error above the float64
 Eckart-Young optimum and the first-order metrics (principal angles to the float64
@@ -56,8 +57,8 @@ def group_calls(group: dict, device: torch.device | str = "cpu") -> dict:
 
 def prepare_points(configs: list[dict], device: torch.device | str = "cpu", on_group=None) -> None:
     """The variants' paired timing (every variant in the same rounds over ``launches``
-    processes: this one, then fresh ones); ``on_group(points)`` with the points of a group once its timing is complete
-    (the runner's progress advances by their :func:`timing_cost`)."""
+    processes: this one, then fresh ones); ``on_group(points)`` with the points of a group
+    once its timing is complete (the runner's progress advances by their :func:`timing_cost`)."""
     from benchmarks.measure.paired import measure_groups
 
     for c in configs:
@@ -82,7 +83,8 @@ def timing_cost(config: dict) -> float:
     fresh launches (:data:`LAUNCH_SECONDS` each, shared by the compared variants; launch 0 runs
     in this process) and its calls (a warm-up per launch and one per round)."""
     c = config
-    return (c["launches"] - 1) * LAUNCH_SECONDS / len(c["compared"]) + _call_seconds(c) * c["launches"] * (c["rounds"] + 1)
+    return ((c["launches"] - 1) * LAUNCH_SECONDS / len(c["compared"])
+            + _call_seconds(c) * c["launches"] * (c["rounds"] + 1))
 
 
 def cost(config: dict) -> float:

@@ -261,8 +261,9 @@ def launched(target: str, groups: list[dict], *, rounds: int, launches: int, dev
     concatenated (module docstring for the fields). ``first``: one group's launch 0, its
     :func:`paired_rounds` output from this process (calls the caller prepared and warmed
     already), then launches 1 to ``launches`` - 1 fresh. ``here``: launch 0 built and run in
-    this process (one interpreter start and import fewer), the others fresh. With ``min_rounds``, each launch stops a
-    group's rounds once its comparisons are decided (:func:`paired_rounds`). ``on_group(group)``
+    this process (one interpreter start and import fewer), the others fresh. With
+    ``min_rounds``, each launch stops a group's rounds once its comparisons are decided
+    (:func:`paired_rounds`). ``on_group(group)``
     once a group's timing is complete: after its rounds in this process (one launch), after
     the last launch otherwise (a progress display's steps)."""
     if launches < 1:
