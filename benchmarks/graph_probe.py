@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from collections.abc import Callable
 
@@ -83,16 +82,10 @@ def _difference(replayed: tuple[torch.Tensor, ...], eager: tuple[torch.Tensor, .
 
 
 def _median_ms(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize(device)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    """Median of ``repeats`` calls in ms, CUDA events around each (:func:`benchmarks.measure.timed`)."""
+    from benchmarks.measure import timed
+
+    return timed(fn, repeats=repeats, warmup=0, device=device).median * 1e3
 
 
 def _span(fn: Callable[[], tuple[torch.Tensor, ...]], device: torch.device, repeats: int) -> dict:

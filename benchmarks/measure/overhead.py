@@ -182,11 +182,11 @@ def main() -> None:
 
     # method text -> the options beneath its own (FRAQ's: CUDA's configuration)
     methods = {"fraq": CUDA_CONFIGURATION, "fraq:reads=call": CUDA_CONFIGURATION, "flora": {}}
+    specs = {m: MethodSpec.parse(m) for m in methods}
     print(f"torch {torch.__version__}, 1 thread, load average {os.getloadavg()[0]:.2f}")
     print("preset          method           groups  reads/group  ops/group  (client, module)  Python ms at 16x16  / FLoRA")
     for name in ("roberta-base", "llama-3.2-3b"):
-        aggs = {m: get_aggregator(MethodSpec.parse(m).name, **{**o, **MethodSpec.parse(m).kwargs})
-                for m, o in methods.items()}
+        aggs = {m: get_aggregator(specs[m].name, **{**o, **specs[m].kwargs}) for m, o in methods.items()}
         ms = python_ms(aggs, name, repeats=15)
         pairs = python_preset(name).modules * python_preset(name).clients
         for m, agg in aggs.items():
