@@ -120,7 +120,8 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
             "Model": r["model_label"], "Method": r["method"], "Setting": r["setting"], "Output rank": ranks,
             "Params (M)": f"{r['params'] / 1e6:.3f}",
             "Time ms, median [min, max]": f"{r['median_s'] * 1e3:.1f} [{r['min_s'] * 1e3:.1f}, "
-                                          f"{r['max_s'] * 1e3:.1f}] (n={r['n']})",
+                                          f"{r['max_s'] * 1e3:.1f}] (n={r['n']}"
+                                          + (": the first call" if r.get("first_call_sample") is True else "") + ")",
             "Peak MiB": f"{r['peak_bytes'] / 2**20:.1f}",
             "Rel. error (mean)": f"{r['relative_error_mean']:.3f}",
             "Excess over optimum (max)": f"{r['excess_max']:.1e}",

@@ -10,6 +10,9 @@ Experiments are :mod:`benchmarks.experiments`' (default: what ``make run`` repro
 For every experiment and every point of ``points(size)`` it calls ``measure(config,
 device)`` and writes ``<out>/<experiment>/<key>.json`` in :mod:`benchmarks.results`'
 format (config with its ``size``, result, machine, versions, git sha, device, threads).
+The timed experiments run first, one point at a time; the untimed ones
+(:data:`benchmarks.experiments.UNTIMED`: errors, ranks, counts) after them, split between
+``--processes`` (two on a 2-core CPU), since nothing they record depends on the load.
 
 Each size has its own default ``--out`` (:data:`DEFAULT_OUT`: ``results/reproduce/results``
 for ``reduced``, what ``make run`` draws; ``results/reproduce-<size>/results`` for the
@@ -37,6 +40,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
+import subprocess
 import sys
 import time
 from functools import partial
@@ -45,7 +51,7 @@ from types import SimpleNamespace
 
 import torch
 
-from benchmarks.experiments import DEFAULT, EXPERIMENTS
+from benchmarks.experiments import DEFAULT, EXPERIMENTS, UNTIMED
 from benchmarks.experiments import cost as registry_cost
 from benchmarks.experiments import timing_cost as registry_timing_cost
 from fraq.internals import plain
@@ -130,15 +136,20 @@ def plan(experiments=DEFAULT, size: str = "reduced") -> list[tuple[str, object, 
     return out
 
 
-def estimate(experiments=DEFAULT, size: str = "reduced") -> str:
-    """Per experiment, its points and their estimated minutes on one idle core, and the total."""
+def estimate(experiments=DEFAULT, size: str = "reduced", threads: int = THREADS) -> str:
+    """Per experiment, its points and their estimated minutes on an idle machine (the timed
+    points one at a time on one core; the untimed ones split between the processes
+    :func:`untimed_processes` gives this machine), and the total."""
+    experiments = tuple(e for e in experiments if e not in UNTIMED) + tuple(e for e in experiments if e in UNTIMED)
+    split = untimed_processes([p for p in plan(experiments, size) if p[0] in UNTIMED], threads, torch.device("cpu"))
     lines, total = [], 0.0
     for name in experiments:
         configs = [c for n, _, c in plan((name,), size)]
-        minutes = sum(registry_cost(name, c) for c in configs) / 60
+        minutes = sum(registry_cost(name, c) for c in configs) / 60 / (split if name in UNTIMED else 1)
         total += minutes
-        lines.append(f"{name:<16} {len(configs):>4} points  {minutes:6.1f} min")
-    return "\n".join(lines + [f"{'total':<16} {'':>4}         {total:6.1f} min (estimated, one idle core)"])
+        lines.append(f"{name:<16} {len(configs):>4} points  {minutes:6.1f} min"
+                     + (f" ({split} processes)" if name in UNTIMED and split > 1 else ""))
+    return "\n".join(lines + [f"{'total':<16} {'':>4}         {total:6.1f} min (estimated, idle)"])
 
 
 def described(config: dict, result: dict) -> dict:
@@ -161,17 +172,28 @@ def described(config: dict, result: dict) -> dict:
 
 
 def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.device = torch.device("cpu"),
-        threads: int = THREADS, progress: bool = True, rerun: bool = False) -> dict:
+        threads: int = THREADS, progress: bool = True, rerun: bool = False, processes: int | None = None,
+        share: tuple[int, int] | None = None) -> dict:
     """Measure every point of ``experiments`` not yet in ``out`` (all of them with ``rerun``)
-    at ``threads`` torch threads; returns ``{"measured": n, "skipped": n, "seconds": s}``."""
+    at ``threads`` torch threads; returns ``{"measured": n, "skipped": n, "seconds": s, "processes": n}``.
+
+    The timed experiments run first, in ``experiments``' order, each point alone; then the
+    :data:`~benchmarks.experiments.UNTIMED` ones, split into ``processes`` contiguous shares
+    of their estimated cost (default :func:`untimed_processes`), this process measuring the
+    first and a fresh interpreter each other (``--share``): their results are the same in
+    any process. ``share`` = (i, n) measures only share i of n of the untimed experiments'
+    points (what such a second process runs) and nothing else."""
     from benchmarks.measure import threads as torch_threads
     from benchmarks.results import result_path, write_result
 
     t0 = time.perf_counter()
     out, device = Path(out), torch.device(device)
     counts = {"measured": 0, "skipped": 0}
+    experiments = tuple(e for e in experiments if e not in UNTIMED) + tuple(e for e in experiments if e in UNTIMED)
     with torch_threads(threads):
         points = plan(experiments, size)
+        if share is not None:
+            points = shares([p for p in points if p[0] in UNTIMED], share[1])[share[0] - 1]
         todo, damaged = [], []
         for name, module, config in points:
             path = result_path(out, name, module.key(config))
@@ -198,38 +220,201 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
                 raise ForeignResult(f"--out(={str(out)!r}) holds {str(path)!r}, a result of {why}: it is never "
                                     f"written over; choose another --out (the default of --size {size} is "
                                     f"{default_out(size)})")
-        costs = [registry_cost(name, config) for name, _, config in todo]
+        untimed = [] if share is not None else [p for p in todo if p[0] in UNTIMED]
+        names = tuple(e for e in experiments if e in UNTIMED)
+        split = untimed_processes(untimed, threads, device) if processes is None else max(1, int(processes))
+        others: list[tuple[str, object, dict]] = []  # the untimed points left to the other processes
+        if split > 1 and untimed:
+            # contiguous shares of the whole plan's untimed points: the same split in every
+            # process, however many results exist already
+            share_of = {_ident(p): i for i, part in enumerate(shares(plan(names, size), split)) for p in part}
+            parts = [[p for p in untimed if share_of[_ident(p)] == i] for i in range(split)]
+            others = [p for part in parts[1:] for p in part]
+            if not parts[0] or not others:  # one share left: measured here
+                others = []
+        if not others:
+            split = 1
+        theirs = {id(p[2]) for p in others}
+        mine = [p for p in todo if id(p[2]) not in theirs]
+        costs = [registry_cost(name, config) / (split if name in UNTIMED else 1) for name, _, config in mine]
+        other_costs = [registry_cost(name, config) / split for name, _, config in others]
         # The display advances by each point's estimated cost (seconds on one idle core): time
         # left = the steady rate (seconds per cost, the first point left out) x cost left,
-        # right however the machine's speed or load scales the estimates.
-        bar = Progress(sum(costs), desc=f"{size} on {device}", stream=sys.stderr,
+        # right however the machine's speed or load scales the estimates. Untimed points
+        # count 1 / split of their cost: that many processes measure them at once.
+        bar = Progress(sum(costs) + sum(other_costs), desc=f"{size} on {device}", stream=sys.stderr,
                        count=lambda n, total: f"{counts['measured']}/{len(todo)} points")
         prepared: set[str] = set()
         credited: dict[int, float] = {}  # id(config) -> cost already shown done by its paired timing
-        cost_of = {id(config): c for (_, _, config), c in zip(todo, costs)}
+        cost_of = {id(config): c for (_, _, config), c in zip(mine, costs)}
+        children: list[_Share] = []
         try:
-            for (name, module, config), c in zip(todo, costs):
+            for (name, module, config), c in zip(mine, costs):
+                if name in UNTIMED and others and not children:  # the untimed phase: start the other shares
+                    children = _start_shares(names, others, other_costs, split, out, size, threads, rerun)
                 key = module.key(config)
                 if progress:
                     bar.label(f"{name} {key}"[:70])
                 if name not in prepared and hasattr(module, "prepare_points"):  # measurements spanning its points
                     prepared.add(name)
-                    mine = [cf for n, _, cf in todo if n == name]
+                    these = [cf for n, _, cf in todo if n == name]
                     if progress and hasattr(module, "timing_cost"):
-                        bar.label(f"{name}: paired timings of {len(mine)} points"[:70])
-                        shares = SimpleNamespace(timing_cost=partial(registry_timing_cost, name))
-                        module.prepare_points(mine, device, on_group=partial(_credit, shares, bar, credited, cost_of))
+                        bar.label(f"{name}: paired timings of {len(these)} points"[:70])
+                        parts = SimpleNamespace(timing_cost=partial(registry_timing_cost, name))
+                        module.prepare_points(these, device, on_group=partial(_credit, parts, bar, credited, cost_of))
                     else:
-                        module.prepare_points(mine, device)
+                        module.prepare_points(these, device)
                 write_result(out, name, key, _config(config, size), described(config, module.measure(config, device)),
                              device=device)
                 counts["measured"] += 1
                 if progress:
                     bar.update(c - credited.pop(id(config), 0.0))
+                for child in children:
+                    _poll(child, counts, bar if progress else None)
+            for child in children:
+                if progress:
+                    bar.label(f"the other {len(children)} process(es)' untimed points")
+                while child.process.poll() is None:
+                    time.sleep(0.5)
+                    _poll(child, counts, bar if progress else None)
+                _poll(child, counts, bar if progress else None)
+                if child.process.returncode != 0:
+                    raise ShareFailed(child)
         finally:
+            for child in children:
+                child.stop()
             if progress:
                 bar.close()
-    return dict(counts, seconds=time.perf_counter() - t0)
+    return dict(counts, seconds=time.perf_counter() - t0, processes=split)
+
+
+def untimed_processes(untimed: list, threads: int, device: torch.device) -> int:
+    """How many processes the untimed points share: :data:`PROCESSES` on a CPU with a core
+    for each beside the run's ``threads`` (the cores this process may use), where their
+    estimated seconds are at least :data:`SPLIT_S` per process (a second interpreter's
+    start and inputs cost seconds); 1 on a GPU (one device) or else."""
+    if torch.device(device).type != "cpu" or not untimed:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    n = min(PROCESSES, max(1, cores // max(1, threads)))
+    total = sum(registry_cost(name, config) for name, _, config in untimed)
+    while n > 1 and total < SPLIT_S * n:
+        n -= 1
+    return n
+
+
+def shares(points: list, n: int) -> list[list]:
+    """``points`` in ``n`` contiguous shares of nearly equal estimated cost (each point in the
+    share its cost's midpoint falls in): the points of one experiment, group and method stay
+    together (their inputs and references are built once per process)."""
+    costs = [registry_cost(name, config) for name, _, config in points]
+    total = sum(costs) or 1.0
+    out: list[list] = [[] for _ in range(n)]
+    done = 0.0
+    for point, c in zip(points, costs):
+        out[min(n - 1, int((done + c / 2) / total * n))].append(point)
+        done += c
+    return out
+
+
+PROCESSES = 2
+"""The most processes the untimed experiments are split between (two cores hold two busy
+processes on the machines this suite is built for; more would hold more inputs in memory)."""
+
+SPLIT_S = 20.0
+"""The least estimated seconds of untimed points per process worth a second interpreter."""
+
+
+class ShareFailed(RuntimeError):
+    """A process measuring a share of the untimed points failed: its command, exit status
+    and the end of its error output."""
+
+    def __init__(self, share: "_Share"):
+        tail = share.tail()
+        super().__init__(f"the untimed points' share {share.index} ({' '.join(share.command[2:])}) exited with status "
+                         f"{share.process.returncode}" + (f": {tail}" if tail else ""))
+
+
+class _Share:
+    """A fresh interpreter measuring one share of the untimed points, and the points it
+    has been seen to write (a result file written since it started)."""
+
+    def __init__(self, index: int, points: list, costs: list, command: list[str], env: dict, out: Path):
+        import tempfile
+
+        from benchmarks.results import result_path
+
+        self.index, self.command = index, command
+        self.paths = {result_path(out, name, module.key(config)): c
+                      for (name, module, config), c in zip(points, costs)}
+        self.stderr = tempfile.TemporaryFile()
+        self.started = time.time()
+        self.process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=self.stderr)
+
+    def written(self) -> list[Path]:
+        """The share's result files written since it started, not yet reported."""
+        new = []
+        for path in list(self.paths):
+            try:
+                if path.stat().st_mtime >= self.started - 1.0:
+                    new.append(path)
+            except OSError:
+                continue
+        return new
+
+    def tail(self, lines: int = 5) -> str:
+        self.stderr.seek(0)
+        text = self.stderr.read().decode(errors="replace").strip().splitlines()
+        return " | ".join(text[-lines:])
+
+    def stop(self) -> None:
+        """End the process if it still runs (the run was interrupted or failed): what it
+        wrote is kept, whole."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.stderr.close()
+
+
+def _start_shares(names: tuple, others: list, costs: list, split: int, out: Path, size: str, threads: int,
+                  rerun: bool) -> list[_Share]:
+    """One fresh interpreter per share 2..split of the untimed experiments ``names``' points
+    (``others``: those of the shares not yet measured), each ``python -m benchmarks.run
+    NAMES --share i/split`` at the same size, results directory and threads, importing this
+    checkout's packages wherever it runs."""
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    every = shares(plan(names, size), split)
+    started = []
+    for i in range(2, split + 1):
+        keys = {_ident(p) for p in every[i - 1]}
+        pts = [(p, c) for p, c in zip(others, costs) if _ident(p) in keys]
+        if not pts:
+            continue
+        command = [sys.executable, "-m", "benchmarks.run", *names, "--size", size, "--out", str(Path(out).resolve()),
+                   "--device", "cpu", "--threads", str(threads), "--no-progress", "--share", f"{i}/{split}"]
+        started.append(_Share(i, [p for p, _ in pts], [c for _, c in pts], command + (["--rerun"] if rerun else []),
+                              env, Path(out)))
+    return started
+
+
+def _ident(point: tuple) -> tuple[str, str]:
+    """A planned point's (experiment, result key): the same in every process."""
+    name, module, config = point
+    return name, module.key(config)
+
+
+def _poll(share: _Share, counts: dict, bar: Progress | None) -> None:
+    """Count the share's newly written results as measured and advance ``bar`` by their cost."""
+    for path in share.written():
+        c = share.paths.pop(path)
+        counts["measured"] += 1
+        if bar is not None:
+            bar.update(c)
 
 
 def _credit(module, bar: Progress, credited: dict, cost_of: dict, configs: list[dict]) -> None:
@@ -242,6 +427,17 @@ def _credit(module, bar: Progress, credited: dict, cost_of: dict, configs: list[
         if share > 0:
             credited[id(c)] = credited.get(id(c), 0.0) + share
             bar.update(share)
+
+
+def _share_arg(text: str) -> tuple[int, int]:
+    """``--share I/N``: share I (1-based) of N."""
+    try:
+        i, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--share(={text!r}) is not I/N") from None
+    if not 1 <= i <= n:
+        raise argparse.ArgumentTypeError(f"--share(={text!r}) needs 1 <= I <= N")
+    return i, n
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,6 +459,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=THREADS, help=f"torch threads (default {THREADS})")
     ap.add_argument("--rerun", action="store_true", help="measure points whose results already exist again")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--processes", type=int, metavar="N",
+                    help="processes the untimed experiments (" + ", ".join(UNTIMED) + ": errors, ranks and counts, "
+                    "measured after the timed ones) are split between (default: 2 on a CPU with a core for each "
+                    "beside --threads, where they take a minute or more; else 1)")
+    ap.add_argument("--share", type=_share_arg, metavar="I/N", help=argparse.SUPPRESS)  # the runner's own children
     ap.add_argument("--estimate", action="store_true",
                     help="print each experiment's estimated minutes on one idle core (its points' cost) and exit")
     args = ap.parse_args(argv)
@@ -282,12 +483,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.threads < 1:
         ap.error(f"--threads(={args.threads}) must be >= 1")
+    if args.processes is not None and args.processes < 1:
+        ap.error(f"--processes(={args.processes}) must be >= 1")
     if args.estimate:
-        print(estimate(tuple(args.experiments) or DEFAULT, args.size))
+        print(estimate(tuple(args.experiments) or DEFAULT, args.size, args.threads))
         return 0
     try:
         done = run(args.out, tuple(args.experiments) or DEFAULT, size=args.size, device=device,
-                   threads=args.threads, progress=not args.no_progress, rerun=args.rerun)
+                   threads=args.threads, progress=not args.no_progress, rerun=args.rerun, processes=args.processes,
+                   share=args.share)
     except KeyboardInterrupt:
         print(f"interrupted: the results written in {args.out} are kept; the same command without --rerun "
               f"measures the rest", file=sys.stderr)
@@ -295,6 +499,9 @@ def main(argv: list[str] | None = None) -> int:
     except ForeignResult as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except ShareFailed as exc:
+        print(f"error: {exc}; the results written are kept (rerun to go on)", file=sys.stderr)
+        return 1
     except OSError as exc:  # a result could not be written (disk full, made read-only meanwhile)
         from fraq.internals import failed_write
 

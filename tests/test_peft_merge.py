@@ -115,6 +115,29 @@ def test_runner_and_report_section(tmp_path):
 
 
 @pytest.mark.integration
+def test_a_slow_merge_timed_by_its_first_call_says_so(tmp_path):
+    """``slow_repeats`` = 0 (the paper size's LLaMA layer): peft's svd merge is timed by its
+    first call alone, that call's time is its one sample, and the table says so."""
+    pytest.importorskip("pandas")
+    from analysis import loaders, peft_merge as report
+    from benchmarks.experiments import peft_compare
+    from benchmarks.results import write_result
+
+    config = dict(peft_compare.points("tiny")[0], slow_repeats=0)
+    write_result(tmp_path, "peft", peft_compare.key(config), dict(config, size="tiny"),
+                 peft_compare.measure(config))
+    rows = report.rows(loaders.load_results(tmp_path / "peft"))
+    svd, rest = rows[rows["method"] == "peft-svd"], rows[rows["method"] != "peft-svd"]
+    assert len(svd) == 2 and (svd["n"] == 1).all() and (rest["n"] == config["repeats"]).all()
+    assert all(s == [f] for s, f in zip(svd["samples_s"], svd["first_call_s"]))
+    assert (svd["first_call_sample"] == True).all()  # noqa: E712 (a column of objects)
+    table = report.table(loaders.load_results(tmp_path / "peft"))
+    times = table["Time ms, median [min, max]"]
+    assert times.str.contains(r"\(n=1: the first call\)").sum() == 2
+    assert not times[~times.str.contains("n=1")].str.contains("first call").any()
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("damage", [  # each measures and reports a peft point: one in the default run
     lambda r: r["result"]["rows"][1].update(median_s="fast"),
     pytest.param(lambda r: r["result"]["rows"][0].update(samples_s=[]), marks=pytest.mark.slow),

@@ -30,7 +30,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["DEFAULT", "DENSE_RATE", "EXPERIMENTS", "SCALE", "cost", "dense_seconds", "get", "timing_cost",
+__all__ = ["DEFAULT", "DENSE_RATE", "EXPERIMENTS", "SCALE", "UNTIMED", "cost", "dense_seconds", "get", "timing_cost",
            "with_registered"]
 
 EXPERIMENTS: dict[str, str] = {
@@ -57,9 +57,18 @@ EXPERIMENTS: dict[str, str] = {
 """Every experiment (its results' directory name) and its module here, in the runner's
 order (cheap first)."""
 
-DEFAULT = ("table4", "table4_steps", "fig4_cond", "flexlora_precision", "fig4_rank", "fig1", "fig3", "clients",
-           "backends", "backend_stages", "peft", "tables123")
-"""What ``make run`` reproduces."""
+DEFAULT = ("table4", "table4_steps", "fig3", "clients", "backends", "backend_stages", "peft", "tables123",
+           "fig4_cond", "flexlora_precision", "fig4_rank", "fig1")
+"""What ``make run`` reproduces, in the runner's order: the timed experiments, then the
+:data:`UNTIMED` ones."""
+
+UNTIMED = ("fig4_cond", "flexlora_precision", "fig4_rank", "fig1")
+"""Experiments whose results hold nothing timed or sized by the machine (errors against
+float64, ranks, parameter counts: deterministic at a given thread count), so nothing
+running beside them changes them. The runner measures them after every other experiment
+it was asked for, split between processes on a machine with a core free for each
+(:func:`benchmarks.run.run`): a timed result records the 1-minute load average, and a
+second busy process before it would mark it busy for a minute after."""
 
 
 def get(name: str) -> ModuleType:

@@ -36,7 +36,12 @@ __all__ = ["key", "measure", "points"]
 
 
 def points(size: str) -> list[dict]:
-    """The configs of a ``size`` run (:data:`benchmarks.sizes.SIZES` ``[size]["peft"]``)."""
+    """The configs of a ``size`` run (:data:`benchmarks.sizes.SIZES` ``[size]["peft"]``).
+
+    ``slow_repeats`` = 0 times peft's svd merge by its first call alone (the one that also
+    gives its adapter, errors and peak memory), ``first_call_sample`` in its row: for a call
+    of minutes (dense 8192 x 3072 SVDs) a warm-up changes nothing a timer sees, while the
+    profiler that records the peak adds about 0.1 ms per op, a few hundred ops."""
     from benchmarks.sizes import size_config
 
     return [dict(figure="peft", **c) for c in size_config(size, "peft")["points"]]
@@ -44,8 +49,8 @@ def points(size: str) -> list[dict]:
 
 def cost(config: dict) -> float:
     """peft's svd merge runs an SVD of every module's dense delta, twice per point (rank p
-    and FRAQ's ranks), on its first call and its ``slow_repeats`` timed ones; the rest is
-    seconds per point."""
+    and FRAQ's ranks), on its first call and its ``slow_repeats`` timed ones (none: the
+    first call is the sample, :func:`points`); the rest is seconds per point."""
     from benchmarks.experiments import dense_seconds
     from benchmarks.peft_merge import MODELS
     from fraq.presets import PRESETS
@@ -99,7 +104,9 @@ def measure(config: dict, device: torch.device | str = "cpu") -> dict:
                 t = timed(lambda i=i: methods[i](clients), repeats=1, warmup=0, device=device)
                 rows[i]["samples_s"].append(t.samples[0])
                 clients.delete()
-    for row in rows:
+    for i, row in enumerate(rows):
+        if repeats[i] == 0:  # a call of minutes: its first call is its one sample (:func:`points`)
+            row.update(samples_s=[row["first_call_s"]], first_call_sample=True)
         s = row["samples_s"]
         row.update(median_s=statistics.median(s), min_s=min(s), max_s=max(s), n=len(s))
     shapes = sorted({tuple(layer.get_base_layer().weight.shape) for layer in clients.layers.values()})
