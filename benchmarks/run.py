@@ -11,8 +11,9 @@ For every experiment and every point of ``points(size)`` it calls ``measure(conf
 device)`` and writes ``<out>/<experiment>/<key>.json`` in :mod:`benchmarks.results`'
 format (config with its ``size``, result, machine, versions, git sha, device, threads).
 The timed experiments run first, one point at a time; the untimed ones
-(:data:`benchmarks.experiments.UNTIMED`: errors, ranks, counts) after them, split between
-``--processes`` (two on a 2-core CPU), since nothing they record depends on the load.
+(:data:`benchmarks.experiments.UNTIMED`: errors, ranks, counts) after them, in
+``--processes`` processes (two on a 2-core CPU) that each take the next unclaimed chunk of
+points, since nothing they record depends on the load.
 
 Each size has its own default ``--out`` (:data:`DEFAULT_OUT`: ``results/reproduce/results``
 for ``reduced``, what ``make run`` draws; ``results/reproduce-<size>/results`` for the
@@ -41,9 +42,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from functools import partial
 from pathlib import Path
@@ -173,16 +176,18 @@ def described(config: dict, result: dict) -> dict:
 
 def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.device = torch.device("cpu"),
         threads: int = THREADS, progress: bool = True, rerun: bool = False, processes: int | None = None,
-        share: tuple[int, int] | None = None) -> dict:
+        claims: Path | None = None) -> dict:
     """Measure every point of ``experiments`` not yet in ``out`` (all of them with ``rerun``)
-    at ``threads`` torch threads; returns ``{"measured": n, "skipped": n, "seconds": s, "processes": n}``.
+    at ``threads`` torch threads; returns ``{"measured": n, "skipped": n, "seconds": s,
+    "processes": n}`` (and ``"helped"``: how many of those measured the other processes wrote).
 
     The timed experiments run first, in ``experiments``' order, each point alone; then the
-    :data:`~benchmarks.experiments.UNTIMED` ones, split into ``processes`` contiguous shares
-    of their estimated cost (default :func:`untimed_processes`), this process measuring the
-    first and a fresh interpreter each other (``--share``): their results are the same in
-    any process. ``share`` = (i, n) measures only share i of n of the untimed experiments'
-    points (what such a second process runs) and nothing else."""
+    :data:`~benchmarks.experiments.UNTIMED` ones, in ``processes`` processes (default
+    :func:`untimed_processes`): this one and fresh interpreters (``--claims``), each taking
+    the next chunk of points (:func:`chunks`) no other has claimed, so they finish together
+    however wrong the estimates are; their results are the same in any process.
+    ``claims``: the claims directory of such a run, for a helper process, which measures
+    only the untimed experiments' chunks it claims there."""
     from benchmarks.measure import threads as torch_threads
     from benchmarks.results import result_path, write_result
 
@@ -190,10 +195,11 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
     out, device = Path(out), torch.device(device)
     counts = {"measured": 0, "skipped": 0}
     experiments = tuple(e for e in experiments if e not in UNTIMED) + tuple(e for e in experiments if e in UNTIMED)
+    names = tuple(e for e in experiments if e in UNTIMED)
     with torch_threads(threads):
         points = plan(experiments, size)
-        if share is not None:
-            points = shares([p for p in points if p[0] in UNTIMED], share[1])[share[0] - 1]
+        if claims is not None:
+            points = [p for p in points if p[0] in UNTIMED]
         todo, damaged = [], []
         for name, module, config in points:
             path = result_path(out, name, module.key(config))
@@ -220,76 +226,93 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
                 raise ForeignResult(f"--out(={str(out)!r}) holds {str(path)!r}, a result of {why}: it is never "
                                     f"written over; choose another --out (the default of --size {size} is "
                                     f"{default_out(size)})")
-        untimed = [] if share is not None else [p for p in todo if p[0] in UNTIMED]
-        names = tuple(e for e in experiments if e in UNTIMED)
-        split = untimed_processes(untimed, threads, device) if processes is None else max(1, int(processes))
-        others: list[tuple[str, object, dict]] = []  # the untimed points left to the other processes
-        if split > 1 and untimed:
-            # contiguous shares of the whole plan's untimed points: the same split in every
-            # process, however many results exist already
-            share_of = {_ident(p): i for i, part in enumerate(shares(plan(names, size), split)) for p in part}
-            parts = [[p for p in untimed if share_of[_ident(p)] == i] for i in range(split)]
-            others = [p for part in parts[1:] for p in part]
-            if not parts[0] or not others:  # one share left: measured here
-                others = []
-        if not others:
+        untimed = [p for p in todo if p[0] in UNTIMED]
+        if claims is not None or not untimed:
             split = 1
-        theirs = {id(p[2]) for p in others}
-        mine = [p for p in todo if id(p[2]) not in theirs]
-        costs = [registry_cost(name, config) / (split if name in UNTIMED else 1) for name, _, config in mine]
-        other_costs = [registry_cost(name, config) / split for name, _, config in others]
+        else:
+            split = untimed_processes(untimed, threads, device) if processes is None else max(1, int(processes))
+            split = min(split, len(chunks(plan(names, size))))
+        costs = [registry_cost(name, config) / (split if name in UNTIMED else 1) for name, _, config in todo]
         # The display advances by each point's estimated cost (seconds on one idle core): time
         # left = the steady rate (seconds per cost, the first point left out) x cost left,
         # right however the machine's speed or load scales the estimates. Untimed points
         # count 1 / split of their cost: that many processes measure them at once.
-        bar = Progress(sum(costs) + sum(other_costs), desc=f"{size} on {device}", stream=sys.stderr,
+        bar = Progress(sum(costs), desc=f"{size} on {device}", stream=sys.stderr,
                        count=lambda n, total: f"{counts['measured']}/{len(todo)} points")
         prepared: set[str] = set()
         credited: dict[int, float] = {}  # id(config) -> cost already shown done by its paired timing
-        cost_of = {id(config): c for (_, _, config), c in zip(mine, costs)}
-        children: list[_Share] = []
+        cost_of = {id(config): c for (_, _, config), c in zip(todo, costs)}
+        helpers: list[_Helper] = []
+        folder = claims
+        unseen: dict[Path, float] = {}  # untimed results another process may write, and their costs
         try:
-            for (name, module, config), c in zip(mine, costs):
-                if name in UNTIMED and others and not children:  # the untimed phase: start the other shares
-                    children = _start_shares(names, others, other_costs, split, out, size, threads, rerun)
-                key = module.key(config)
-                if progress:
-                    bar.label(f"{name} {key}"[:70])
-                if name not in prepared and hasattr(module, "prepare_points"):  # measurements spanning its points
-                    prepared.add(name)
-                    these = [cf for n, _, cf in todo if n == name]
-                    if progress and hasattr(module, "timing_cost"):
-                        bar.label(f"{name}: paired timings of {len(these)} points"[:70])
-                        parts = SimpleNamespace(timing_cost=partial(registry_timing_cost, name))
-                        module.prepare_points(these, device, on_group=partial(_credit, parts, bar, credited, cost_of))
-                    else:
-                        module.prepare_points(these, device)
-                write_result(out, name, key, _config(config, size), described(config, module.measure(config, device)),
-                             device=device)
-                counts["measured"] += 1
-                if progress:
-                    bar.update(c - credited.pop(id(config), 0.0))
-                for child in children:
-                    _poll(child, counts, bar if progress else None)
-            for child in children:
-                if progress:
-                    bar.label(f"the other {len(children)} process(es)' untimed points")
-                while child.process.poll() is None:
-                    time.sleep(0.5)
-                    _poll(child, counts, bar if progress else None)
-                _poll(child, counts, bar if progress else None)
-                if child.process.returncode != 0:
-                    raise ShareFailed(child)
+            timed = [(p, c) for p, c in zip(todo, costs) if p[0] not in UNTIMED]
+            rest = [(p, c) for p, c in zip(todo, costs) if p[0] in UNTIMED]
+            if split > 1:  # the untimed points in chunks, each measured by the process that claims it first
+                unseen = {result_path(out, n, m.key(cf)): c for (n, m, cf), c in rest}
+            for (name, module, config), c in timed + (rest if split == 1 and claims is None else []):
+                _one(name, module, config, c, out, size, device, todo, bar if progress else None, prepared,
+                     credited, cost_of, counts, write_result)
+            if split > 1 or claims is not None:
+                if folder is None:
+                    folder = Path(tempfile.mkdtemp(prefix="fraq-claims-"))
+                    helpers = [_Helper(names, size, out, threads, rerun, folder) for _ in range(split - 1)]
+                left = {_ident(p): (p, c) for p, c in rest}
+                for i, chunk in enumerate(chunks(plan(names, size))):
+                    mine = [left[k] for k in chunk if k in left]
+                    if not mine or not _claim(folder, i):
+                        continue
+                    for (name, module, config), c in mine:
+                        unseen.pop(result_path(out, name, module.key(config)), None)
+                        if progress:
+                            bar.label(f"{name} {module.key(config)}"[:70])
+                        _one(name, module, config, c, out, size, device, todo, bar if progress else None,
+                             prepared, credited, cost_of, counts, write_result)
+                        _poll(unseen, helpers, counts, bar if progress else None)
+                for helper in helpers:
+                    if progress:
+                        bar.label(f"the other {len(helpers)} process(es)' untimed points")
+                    while helper.process.poll() is None:
+                        time.sleep(0.5)
+                        _poll(unseen, helpers, counts, bar if progress else None)
+                    _poll(unseen, helpers, counts, bar if progress else None)
+                    if helper.process.returncode != 0:
+                        raise ShareFailed(helper)
         finally:
-            for child in children:
-                child.stop()
+            for helper in helpers:
+                helper.stop()
+            if helpers and folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
             if progress:
                 bar.close()
     return dict(counts, seconds=time.perf_counter() - t0, processes=split)
 
 
+def _one(name, module, config, c, out, size, device, todo, bar, prepared, credited, cost_of, counts,
+         write_result) -> None:
+    """Measure one point and write its result; advance ``bar`` by its cost (less what its
+    paired timing already showed)."""
+    key = module.key(config)
+    if bar is not None:
+        bar.label(f"{name} {key}"[:70])
+    if name not in prepared and hasattr(module, "prepare_points"):  # measurements spanning its points
+        prepared.add(name)
+        these = [cf for n, _, cf in todo if n == name]
+        if bar is not None and hasattr(module, "timing_cost"):
+            bar.label(f"{name}: paired timings of {len(these)} points"[:70])
+            parts = SimpleNamespace(timing_cost=partial(registry_timing_cost, name))
+            module.prepare_points(these, device, on_group=partial(_credit, parts, bar, credited, cost_of))
+        else:
+            module.prepare_points(these, device)
+    write_result(out, name, key, _config(config, size), described(config, module.measure(config, device)),
+                 device=device)
+    counts["measured"] += 1
+    if bar is not None:
+        bar.update(c - credited.pop(id(config), 0.0))
+
+
 def untimed_processes(untimed: list, threads: int, device: torch.device) -> int:
-    """How many processes the untimed points share: :data:`PROCESSES` on a CPU with a core
+    """How many processes measure the untimed points: :data:`PROCESSES` on a CPU with a core
     for each beside the run's ``threads`` (the cores this process may use), where their
     estimated seconds are at least :data:`SPLIT_S` per process (a second interpreter's
     start and inputs cost seconds); 1 on a GPU (one device) or else."""
@@ -303,64 +326,65 @@ def untimed_processes(untimed: list, threads: int, device: torch.device) -> int:
     return n
 
 
-def shares(points: list, n: int) -> list[list]:
-    """``points`` in ``n`` contiguous shares of nearly equal estimated cost (each point in the
-    share its cost's midpoint falls in): the points of one experiment, group and method stay
-    together (their inputs and references are built once per process)."""
-    costs = [registry_cost(name, config) for name, _, config in points]
-    total = sum(costs) or 1.0
-    out: list[list] = [[] for _ in range(n)]
-    done = 0.0
-    for point, c in zip(points, costs):
-        out[min(n - 1, int((done + c / 2) / total * n))].append(point)
-        done += c
+def chunks(points: list) -> list[list[tuple[str, str]]]:
+    """The (experiment, key) of ``points`` in chunks, in order: consecutive points of one
+    experiment whose module's ``chunk(config)`` is the same (Fig. 4's points of one group and
+    method share a dense decomposition), else each point its own. The same in every process
+    (it depends on the plan alone), so a chunk's index names it in the claims directory."""
+    out: list[list[tuple[str, str]]] = []
+    last = None
+    for name, module, config in points:
+        tag = (name, module.chunk(config) if hasattr(module, "chunk") else module.key(config))
+        if tag != last:
+            out.append([])
+            last = tag
+        out[-1].append((name, module.key(config)))
     return out
 
 
+def _claim(folder: Path, index: int) -> bool:
+    """Claim chunk ``index`` for this process: True when no process claimed it before (the
+    claim is a file made with O_EXCL, which one process alone succeeds in making)."""
+    try:
+        os.close(os.open(folder / str(index), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
 PROCESSES = 2
-"""The most processes the untimed experiments are split between (two cores hold two busy
-processes on the machines this suite is built for; more would hold more inputs in memory)."""
+"""The most processes measuring the untimed experiments (two cores hold two busy processes on
+the machines this suite is built for; more would hold more inputs in memory)."""
 
 SPLIT_S = 20.0
 """The least estimated seconds of untimed points per process worth a second interpreter."""
 
 
 class ShareFailed(RuntimeError):
-    """A process measuring a share of the untimed points failed: its command, exit status
-    and the end of its error output."""
+    """A helper process measuring untimed points failed: its command, exit status and the end
+    of its error output."""
 
-    def __init__(self, share: "_Share"):
-        tail = share.tail()
-        super().__init__(f"the untimed points' share {share.index} ({' '.join(share.command[2:])}) exited with status "
-                         f"{share.process.returncode}" + (f": {tail}" if tail else ""))
+    def __init__(self, helper: "_Helper"):
+        tail = helper.tail()
+        super().__init__(f"a process measuring the untimed points ({' '.join(helper.command[2:])}) exited with "
+                         f"status {helper.process.returncode}" + (f": {tail}" if tail else ""))
 
 
-class _Share:
-    """A fresh interpreter measuring one share of the untimed points, and the points it
-    has been seen to write (a result file written since it started)."""
+class _Helper:
+    """A fresh interpreter measuring the untimed experiments' chunks it claims in ``claims``
+    (``python -m benchmarks.run NAMES --claims DIR``, the same size, results directory and
+    threads), importing this checkout's packages wherever it runs."""
 
-    def __init__(self, index: int, points: list, costs: list, command: list[str], env: dict, out: Path):
-        import tempfile
-
-        from benchmarks.results import result_path
-
-        self.index, self.command = index, command
-        self.paths = {result_path(out, name, module.key(config)): c
-                      for (name, module, config), c in zip(points, costs)}
+    def __init__(self, names: tuple, size: str, out: Path, threads: int, rerun: bool, claims: Path,
+                 command: list[str] | None = None):
+        root = str(Path(__file__).resolve().parents[1])
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+        self.command = command or ([sys.executable, "-m", "benchmarks.run", *names, "--size", size, "--out",
+                                    str(Path(out).resolve()), "--device", "cpu", "--threads", str(threads),
+                                    "--no-progress", "--claims", str(claims)] + (["--rerun"] if rerun else []))
         self.stderr = tempfile.TemporaryFile()
         self.started = time.time()
-        self.process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=self.stderr)
-
-    def written(self) -> list[Path]:
-        """The share's result files written since it started, not yet reported."""
-        new = []
-        for path in list(self.paths):
-            try:
-                if path.stat().st_mtime >= self.started - 1.0:
-                    new.append(path)
-            except OSError:
-                continue
-        return new
+        self.process = subprocess.Popen(self.command, env=env, stdout=subprocess.DEVNULL, stderr=self.stderr)
 
     def tail(self, lines: int = 5) -> str:
         self.stderr.seek(0)
@@ -380,41 +404,29 @@ class _Share:
         self.stderr.close()
 
 
-def _start_shares(names: tuple, others: list, costs: list, split: int, out: Path, size: str, threads: int,
-                  rerun: bool) -> list[_Share]:
-    """One fresh interpreter per share 2..split of the untimed experiments ``names``' points
-    (``others``: those of the shares not yet measured), each ``python -m benchmarks.run
-    NAMES --share i/split`` at the same size, results directory and threads, importing this
-    checkout's packages wherever it runs."""
-    root = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    every = shares(plan(names, size), split)
-    started = []
-    for i in range(2, split + 1):
-        keys = {_ident(p) for p in every[i - 1]}
-        pts = [(p, c) for p, c in zip(others, costs) if _ident(p) in keys]
-        if not pts:
-            continue
-        command = [sys.executable, "-m", "benchmarks.run", *names, "--size", size, "--out", str(Path(out).resolve()),
-                   "--device", "cpu", "--threads", str(threads), "--no-progress", "--share", f"{i}/{split}"]
-        started.append(_Share(i, [p for p, _ in pts], [c for _, c in pts], command + (["--rerun"] if rerun else []),
-                              env, Path(out)))
-    return started
-
-
 def _ident(point: tuple) -> tuple[str, str]:
     """A planned point's (experiment, result key): the same in every process."""
     name, module, config = point
     return name, module.key(config)
 
 
-def _poll(share: _Share, counts: dict, bar: Progress | None) -> None:
-    """Count the share's newly written results as measured and advance ``bar`` by their cost."""
-    for path in share.written():
-        c = share.paths.pop(path)
-        counts["measured"] += 1
-        if bar is not None:
-            bar.update(c)
+def _poll(unseen: dict, helpers: list, counts: dict, bar: Progress | None) -> None:
+    """Count the untimed results other processes wrote since they started as measured, and
+    advance ``bar`` by their cost."""
+    if not helpers:
+        return
+    since = min(h.started for h in helpers) - 1.0
+    for path in list(unseen):
+        try:
+            fresh = path.stat().st_mtime >= since
+        except OSError:
+            continue
+        if fresh:
+            c = unseen.pop(path)
+            counts["measured"] += 1
+            counts["helped"] = counts.get("helped", 0) + 1
+            if bar is not None:
+                bar.update(c)
 
 
 def _credit(module, bar: Progress, credited: dict, cost_of: dict, configs: list[dict]) -> None:
@@ -427,17 +439,6 @@ def _credit(module, bar: Progress, credited: dict, cost_of: dict, configs: list[
         if share > 0:
             credited[id(c)] = credited.get(id(c), 0.0) + share
             bar.update(share)
-
-
-def _share_arg(text: str) -> tuple[int, int]:
-    """``--share I/N``: share I (1-based) of N."""
-    try:
-        i, n = (int(v) for v in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--share(={text!r}) is not I/N") from None
-    if not 1 <= i <= n:
-        raise argparse.ArgumentTypeError(f"--share(={text!r}) needs 1 <= I <= N")
-    return i, n
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -463,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="processes the untimed experiments (" + ", ".join(UNTIMED) + ": errors, ranks and counts, "
                     "measured after the timed ones) are split between (default: 2 on a CPU with a core for each "
                     "beside --threads, where they take a minute or more; else 1)")
-    ap.add_argument("--share", type=_share_arg, metavar="I/N", help=argparse.SUPPRESS)  # the runner's own children
+    ap.add_argument("--claims", type=Path, help=argparse.SUPPRESS)  # a helper of a run: the run's claims directory
     ap.add_argument("--estimate", action="store_true",
                     help="print each experiment's estimated minutes on one idle core (its points' cost) and exit")
     args = ap.parse_args(argv)
@@ -491,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         done = run(args.out, tuple(args.experiments) or DEFAULT, size=args.size, device=device,
                    threads=args.threads, progress=not args.no_progress, rerun=args.rerun, processes=args.processes,
-                   share=args.share)
+                   claims=args.claims)
     except KeyboardInterrupt:
         print(f"interrupted: the results written in {args.out} are kept; the same command without --rerun "
               f"measures the rest", file=sys.stderr)

@@ -93,7 +93,7 @@ SIZES: dict[str, dict[str, dict]] = {
         # leaving out one at each end takes 9), and the run-to-run variance of a second process (the ratio
         # claims' need), for one interpreter start, model build and warm-up of every row. The claims it reads
         # sit far from their thresholds on a CPU (a measured / model ratio of 0.8-1.4 against [0.5, 2], kernel
-        # variants 2-76x against 1); the paper size's 3 launches x 2 rounds are the same count.
+        # variants 2-76x against 1); the paper size's rounds and launches are the same.
         tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=True, rounds=3,
                        launches=2, slow_rounds=2, layers={"llama-3.2-3b-hetero": 1}),
         # 1 thread: what the report reads (the 2-thread column is the paper size's)
@@ -141,13 +141,15 @@ SIZES: dict[str, dict[str, dict]] = {
         table4=dict(m=8192, n=3072, modules=56, clients=8, client_rank=8, p=8, rounds=4, launches=3),
         fig1=dict(preset="llama-3.2-3b", layers=4, clients=[2, 4, 8, 16, 32], client_ranks=[4, 8, 16, 32],
                   taus=[0.80, 0.90, 0.95]),
-        # 2 rounds in each of 3 launches: 6, the fewest with a 95% sign interval (whole-model calls of every
-        # method take seconds here). FlexLoRA and FLoRG on LLaMA (one module per shape) take about a minute
-        # per sample: 2 samples each, after a warm-up; Table 3's FlexLoRA row takes Table 2's (same shapes).
-        # The heterogeneous preset's stacked rank 232 makes a whole-model call of every method minutes: it is
-        # built on 4 of its 28 layers (latency x 7, stated in every row).
-        tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=False, rounds=2,
-                       launches=3, slow_rounds=2, layers={"llama-3.2-3b-hetero": 4}),
+        # 3 rounds in each of 2 launches (the runner's process, whose rows are prepared, and one fresh one): 6,
+        # the fewest with a 95% sign interval (whole-model calls of every method take seconds here), and a
+        # second process's variance in the samples, as at ``reduced`` (a third launch would build the model and
+        # warm every row up once more). FlexLoRA and FLoRG on LLaMA (one module per shape) take
+        # about a minute per sample: 2 samples each, after a warm-up; Table 3's FlexLoRA row takes Table 2's
+        # (same shapes). The heterogeneous preset's stacked rank 232 makes a whole-model call of every method
+        # minutes: it is built on 4 of its 28 layers (latency x 7, stated in every row).
+        tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=False, rounds=3,
+                       launches=2, slow_rounds=2, layers={"llama-3.2-3b-hetero": 4}),
         backends=dict(layers=None, repeats=7, diag_matrices=4, threads=[1, 2], stage_repeats=7),
         backend_stages=dict(layers=None, repeats=7, diag_matrices=4, threads=[1, 2], stage_repeats=7),
         eig_precision=dict(),
@@ -180,9 +182,9 @@ rows (the kernel variants with their agreement against the dense path, FedIT, Lo
 in a point ``others`` after every preset's first, so a call cut inside a point still has
 the paper's headline comparison on every preset written. And
 6 paired rounds in one process (the fewest with a 95% sign interval) rather than the paper
-size's 2 in each of 3 fresh processes: each fresh process builds the preset's inputs again
-(the whole heterogeneous model: about 25 s on one core, 1.4 GB moved to the device), which a
-budgeted GPU call cannot spend three times; the rows record ``launches`` = 1, so what they
+size's 3 in each of 2 processes: a fresh process builds the preset's inputs again (the whole
+heterogeneous model: about 25 s on one core, 1.4 GB moved to the device), which a budgeted
+GPU call cannot spend; the rows record ``launches`` = 1, so what they
 do not cover (the variance between processes) is on record."""
 
 SIZES["gpu"] = dict(SIZES["paper"], tables123=GPU_TABLES123)

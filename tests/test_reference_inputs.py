@@ -38,3 +38,27 @@ def test_matching_factors_still_agree_with_a_dense_svd():
     assert torch.allclose(S, dense[:S.shape[0]], rtol=0, atol=64 * torch.finfo(torch.float64).eps * float(dense[0]))
     assert float(optimal_error(B, A, 3)) <= 64 * torch.finfo(torch.float64).eps
     assert float(relative_error(B, A, B, A)) <= 16 * torch.finfo(torch.float64).eps
+
+
+def test_the_factored_error_is_the_dense_float64_residual():
+    """||B A - Bg Ag||_F from the two triangular factors alone against the residual formed
+    densely in float64: the two agree to a few eps64 of ||B A||_F + ||Bg Ag||_F (both are
+    float64 computations of the same number; the bound is the dense product's rounding,
+    about sqrt(r) eps64 per entry, with a factor 16 of margin), on a batch holding a
+    near-copy (the residual 1e-6 of the aggregate), a truncated rank-deficient stack and a
+    zero adapter."""
+    g = torch.Generator().manual_seed(7)
+    B, A = torch.randn(3, 40, 6, generator=g, dtype=torch.float64), torch.randn(3, 6, 70, generator=g,
+                                                                                dtype=torch.float64)
+    B[1, :, 5] = B[1, :, 4]  # rank-deficient stack
+    Bg, Ag = B * (1 + 1e-6), A.clone()  # matrix 0: a near-copy, the residual 1e-6 of the aggregate
+    Bg[1, :, 4:] = 0  # matrix 1: a truncation of the rank-deficient stack
+    Bg[2] = 0  # matrix 2: a zero adapter, the residual the whole aggregate
+    dense = torch.linalg.matrix_norm(B @ A - Bg @ Ag)
+    scale = torch.linalg.matrix_norm(B @ A) + torch.linalg.matrix_norm(Bg @ Ag)
+    eps = torch.finfo(torch.float64).eps
+    assert ((factored_error(B, A, Bg, Ag) - dense).abs() <= 16 * 6**0.5 * eps * scale).all()
+    rel = relative_error(B, A, Bg, Ag)
+    # relative to ||B A||_F the same bound (||Bg Ag|| <= 1.1 ||B A|| here): 16 sqrt(6) eps64 * 2.1 < 2e-14
+    assert ((rel - dense / torch.linalg.matrix_norm(B @ A)).abs() <= 2e-14).all()
+    assert rel[0] < 2e-6 and abs(rel[2] - 1) <= 2e-14  # the cases are what they say

@@ -1,5 +1,5 @@
-"""The runner's untimed experiments: measured after every timed one, split between processes
-in contiguous shares of their cost, every point once, the same results in any process."""
+"""The runner's untimed experiments: measured after every timed one, by processes that each
+claim the next chunk of points, every point once, the same results in any process."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import json
 import os
 import re
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from benchmarks import run
-from benchmarks.experiments import DEFAULT, UNTIMED, cost, get
+from benchmarks.experiments import DEFAULT, UNTIMED, get
 
 TIMED_FIELD = re.compile(r"(^|_)(ms|us|seconds|s|time|times|peak|mib|rss|gflops_per_s|rate)($|_)")
 """A result field named for a time, rate or memory size: what a busy machine changes."""
@@ -35,20 +37,23 @@ def test_the_recorded_untimed_results_hold_nothing_timed_or_sized(tiny_results):
     assert seen > 0
 
 
-def _points(n_experiments=("fig4_cond", "fig4_rank")):
-    return run.plan(n_experiments, "reduced")
+@pytest.mark.parametrize("size", ["tiny", "reduced", "paper"])
+def test_chunks_cover_every_untimed_point_once_in_order_and_keep_a_group_and_method_together(size):
+    points = run.plan(UNTIMED, size)
+    parts = run.chunks(points)
+    assert [k for part in parts for k in part] == [run._ident(p) for p in points]  # each once, in order
+    assert all(part for part in parts)
+    rank = [p for p in points if p[0] == "fig4_rank"]
+    where = {k: i for i, part in enumerate(parts) for k in part}
+    for name, module, c in rank:  # a group and method's ranks in one chunk (one dense decomposition)
+        assert where[run._ident((name, module, c))] == where[run._ident(next(
+            q for q in rank if q[2]["group"] == c["group"] and q[2]["method"] == c["method"]))]
+    assert len({where[run._ident(p)] for p in points if p[0] == "fig1"}) == sum(p[0] == "fig1" for p in points)
+    assert run.chunks(points) == parts  # the plan alone decides them: the same in every process
 
 
-@pytest.mark.parametrize("n", [1, 2, 3])
-def test_shares_are_contiguous_cover_every_point_once_and_balance_the_cost(n):
-    points = _points()
-    parts = run.shares(points, n)
-    assert len(parts) == n
-    assert [p for part in parts for p in part] == points  # contiguous, in order, each once
-    costs = [[cost(name, c) for name, _, c in part] for part in parts]
-    total, largest = sum(map(sum, costs)), max(max(c) for c in costs if c)
-    for c in costs:  # each share within one point's cost of an equal split
-        assert abs(sum(c) - total / n) <= largest
+def test_a_chunk_is_claimed_once(tmp_path):
+    assert run._claim(tmp_path, 3) and not run._claim(tmp_path, 3) and run._claim(tmp_path, 4)
 
 
 def test_the_split_needs_a_cpu_a_core_for_each_and_enough_work(monkeypatch):
@@ -86,20 +91,13 @@ def test_untimed_points_run_after_the_timed_ones_whatever_the_order_asked(record
     assert done["measured"] == len(recorded) == len(run.plan(("fig4_cond", "table4", "fig1"), "tiny"))
 
 
-def test_a_failed_share_names_its_command_status_and_error(tmp_path):
-    share = run._Share(2, [], [], [sys.executable, "-c", "import sys; print('boom: no inputs', file=sys.stderr); "
-                                   "sys.exit(3)"], dict(os.environ), tmp_path)
-    share.process.wait()
-    text = str(run.ShareFailed(share))
-    share.stop()
-    assert "share 2" in text and "status 3" in text and "boom: no inputs" in text
-
-
-def test_share_is_parsed_and_refused_when_malformed(capsys):
-    assert run._share_arg("2/2") == (2, 2)
-    for bad in ("2", "0/2", "3/2", "a/b"):
-        with pytest.raises(Exception, match="--share"):
-            run._share_arg(bad)
+def test_a_failed_helper_names_its_command_status_and_error(tmp_path):
+    helper = run._Helper((), "tiny", tmp_path, 1, False, tmp_path, command=[
+        sys.executable, "-c", "import sys; print('boom: no inputs', file=sys.stderr); sys.exit(3)"])
+    helper.process.wait()
+    text = str(run.ShareFailed(helper))
+    helper.stop()
+    assert "status 3" in text and "boom: no inputs" in text and "untimed" in text
 
 
 def _results(d: Path) -> dict:
@@ -108,16 +106,27 @@ def _results(d: Path) -> dict:
 
 @pytest.mark.integration
 def test_two_processes_write_the_results_one_process_writes(tmp_path, monkeypatch):
-    """The tiny fig4_cond and fig1 points measured in one process and split between two (a
-    fresh interpreter measuring the second share): the same files, configs and results."""
+    """The tiny fig4_cond and fig1 points measured in one process and in two (a fresh
+    interpreter claiming chunks beside this one): the same files, configs and results, and
+    the claims directory removed."""
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where the claims directory is made
     names = ("fig4_cond", "fig1")
     one = run.run(tmp_path / "one", names, size="tiny", progress=False, processes=1)
+    slow = get("fig4_cond").measure
+
+    def unhurried(config, device):  # this process slower than the helper: the helper claims chunks too
+        time.sleep(0.3)
+        return slow(config, device)
+
+    monkeypatch.setattr(get("fig4_cond"), "measure", unhurried)
     two = run.run(tmp_path / "two", names, size="tiny", progress=True, processes=2)
     a, b = _results(tmp_path / "one"), _results(tmp_path / "two")
     assert a.keys() == b.keys() and len(a) == one["measured"] == two["measured"] == len(run.plan(names, "tiny"))
     for k in a:
         assert a[k]["config"] == b[k]["config"] and a[k]["result"] == b[k]["result"], k
-    assert one["processes"] == 1 and two["processes"] == 2  # a second interpreter measured a share
-    # a rerun measures nothing: every point of both shares is there
+    assert one["processes"] == 1 and two["processes"] == 2 and two.get("helped", 0) > 0  # a second interpreter
+    assert not list((tmp_path / "tmp").iterdir())  # the claims directory removed
+    # a rerun measures nothing: every point is there
     assert run.run(tmp_path / "two", names, size="tiny", progress=False, processes=2)["measured"] == 0

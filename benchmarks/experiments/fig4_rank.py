@@ -27,7 +27,7 @@ from benchmarks import cases
 from benchmarks.device import to_device
 from benchmarks.sizes import size_config
 
-__all__ = ["key", "measure", "points"]
+__all__ = ["chunk", "key", "measure", "points"]
 
 
 def _modules(preset: str, layers: int | None) -> dict:
@@ -92,6 +92,13 @@ def cost(config: dict) -> float:
 
 def key(config: dict) -> str:
     return f"{config['group']}-{config['method']}-p{config['p']}"
+
+
+def chunk(config: dict) -> str:
+    """The points measured together when the runner splits them between processes
+    (:func:`benchmarks.run.chunks`): one group and method, whose nested method's dense
+    decomposition at ``p_max`` serves every p (:func:`_largest`)."""
+    return f"{config['group']}-{config['method']}"
 
 
 def measure(config: dict, device: torch.device | str = "cpu") -> dict:
