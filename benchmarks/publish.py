@@ -28,6 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -162,6 +163,12 @@ def main(argv=None) -> int:
         from asv.config import Config
 
         html_dir = os.path.join(ROOT, Config.load(args.config).html_dir)
+    named = re.search(r'"results_dir"\s*:\s*"([^"]*)"', Path(args.config).read_text())  # asv's default: results
+    results = os.path.join(os.path.dirname(args.config), named.group(1) if named else "results")
+    if not os.path.isfile(os.path.join(results, "benchmarks.json")):  # before asv says it in its own words
+        print(f"error: nothing to publish: {os.path.relpath(results)} holds no asv results yet; `make bench-quick` "
+              f"(one sample of each benchmark, minutes) or `make bench` records them", file=sys.stderr)
+        return 2
     try:
         publish(args.config, html_dir)
     except (RuntimeError, ValueError) as exc:

@@ -30,8 +30,20 @@ def served(tmp_path, monkeypatch):
     (html / "index.html").write_text("old")
     (html / "graphs" / "gone.json").write_text("{}")
     (tmp_path / "asv.conf.json").write_text("{}")
+    (tmp_path / "results").mkdir()  # asv's default results_dir, with a recorded benchmark list
+    (tmp_path / "results" / "benchmarks.json").write_text("{}")
     monkeypatch.chdir(html)
     return html
+
+
+def test_nothing_recorded_is_one_line_naming_the_command_that_records(served, monkeypatch, capsys):
+    (served.parent / "results" / "benchmarks.json").unlink()
+    seen = _fake_asv(monkeypatch)
+    before = _tree(served)
+    assert publish.main(_argv(served)) == 2
+    err = capsys.readouterr().err
+    assert "nothing to publish" in err and "make bench-quick" in err and len(err.strip().splitlines()) == 1
+    assert not seen and _tree(served) == before  # asv never ran; the old dashboard is as it was
 
 
 def _fake_asv(monkeypatch, rc: int = 0, index: str = TEMPLATE):
@@ -66,7 +78,7 @@ def test_a_publish_replaces_the_dashboard_whole_in_the_served_directory(served, 
     assert 'src="vendor/jquery-3.3.1/jquery.min.js"' in files["index.html"] and "integrity" not in files["index.html"]
     assert "vendor/jquery-3.3.1/jquery.min.js" in files
     assert os.getcwd() == str(served) and served.stat().st_ino == inode  # the server's directory is the same
-    assert sorted(p.name for p in served.parent.iterdir()) == ["asv.conf.json", "html"]  # no fresh or trash left
+    assert sorted(p.name for p in served.parent.iterdir()) == ["asv.conf.json", "html", "results"]  # no fresh or trash left
     assert "local server" in capsys.readouterr().out
 
 
@@ -82,7 +94,7 @@ def test_a_failed_publish_leaves_the_old_dashboard_as_it_was(served, monkeypatch
     assert err.startswith("error: ") and err.count("\n") == 1
     assert ("status 1" in err) if how == "asv fails" else ("https://example.org/new.js" in err)
     assert _tree(served) == before and os.getcwd() == str(served)
-    assert sorted(p.name for p in served.parent.iterdir()) == ["asv.conf.json", "html"]
+    assert sorted(p.name for p in served.parent.iterdir()) == ["asv.conf.json", "html", "results"]
 
 
 def test_swap_in_keeps_the_served_directory(served, tmp_path):
