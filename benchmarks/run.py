@@ -463,10 +463,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--processes", type=int, metavar="N",
                     help="processes the untimed experiments (" + ", ".join(UNTIMED) + ": errors, ranks and counts, "
                     "measured after the timed ones) are split between (default: 2 on a CPU with a core for each "
-                    "beside --threads, where they take a minute or more; else 1)")
+                    f"beside --threads, where their estimate is at least {SPLIT_S:g} s per process; else 1)")
     ap.add_argument("--claims", type=Path, help=argparse.SUPPRESS)  # a helper of a run: the run's claims directory
     ap.add_argument("--estimate", action="store_true",
-                    help="print each experiment's estimated minutes on one idle core (its points' cost) and exit")
+                    help="print each experiment's estimated minutes on an idle machine (its points' cost; the untimed ones "
+                    "divided between the processes that measure them) and exit")
     args = ap.parse_args(argv)
     if args.out is None:
         args.out = default_out(args.size)
