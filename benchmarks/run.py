@@ -139,11 +139,16 @@ def plan(experiments=DEFAULT, size: str = "reduced") -> list[tuple[str, object, 
     return out
 
 
+def _ordered(experiments) -> tuple:
+    """``experiments`` in the runner's order: the timed ones as given, then the untimed ones."""
+    return tuple(e for e in experiments if e not in UNTIMED) + tuple(e for e in experiments if e in UNTIMED)
+
+
 def estimate(experiments=DEFAULT, size: str = "reduced", threads: int = THREADS) -> str:
     """Per experiment, its points and their estimated minutes on an idle machine (the timed
     points one at a time on one core; the untimed ones split between the processes
     :func:`untimed_processes` gives this machine), and the total."""
-    experiments = tuple(e for e in experiments if e not in UNTIMED) + tuple(e for e in experiments if e in UNTIMED)
+    experiments = _ordered(experiments)
     split = untimed_processes([p for p in plan(experiments, size) if p[0] in UNTIMED], threads, torch.device("cpu"))
     lines, total = [], 0.0
     for name in experiments:
@@ -194,7 +199,7 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
     t0 = time.perf_counter()
     out, device = Path(out), torch.device(device)
     counts = {"measured": 0, "skipped": 0}
-    experiments = tuple(e for e in experiments if e not in UNTIMED) + tuple(e for e in experiments if e in UNTIMED)
+    experiments = _ordered(experiments)
     names = tuple(e for e in experiments if e in UNTIMED)
     with torch_threads(threads):
         points = plan(experiments, size)
@@ -227,11 +232,12 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
                                     f"written over; choose another --out (the default of --size {size} is "
                                     f"{default_out(size)})")
         untimed = [p for p in todo if p[0] in UNTIMED]
+        parts = chunks(plan(names, size)) if untimed else []  # the same in every process: the plan's alone
         if claims is not None or not untimed:
             split = 1
         else:
             split = untimed_processes(untimed, threads, device) if processes is None else max(1, int(processes))
-            split = min(split, len(chunks(plan(names, size))))
+            split = min(split, len(parts))
         costs = [registry_cost(name, config) / (split if name in UNTIMED else 1) for name, _, config in todo]
         # The display advances by each point's estimated cost (seconds on one idle core): time
         # left = the steady rate (seconds per cost, the first point left out) x cost left,
@@ -258,14 +264,12 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
                     folder = Path(tempfile.mkdtemp(prefix="fraq-claims-"))
                     helpers = [_Helper(names, size, out, threads, rerun, folder) for _ in range(split - 1)]
                 left = {_ident(p): (p, c) for p, c in rest}
-                for i, chunk in enumerate(chunks(plan(names, size))):
+                for i, chunk in enumerate(parts):
                     mine = [left[k] for k in chunk if k in left]
                     if not mine or not _claim(folder, i):
                         continue
                     for (name, module, config), c in mine:
                         unseen.pop(result_path(out, name, module.key(config)), None)
-                        if progress:
-                            bar.label(f"{name} {module.key(config)}"[:70])
                         _one(name, module, config, c, out, size, device, todo, bar if progress else None,
                              prepared, credited, cost_of, counts, write_result)
                         _poll(unseen, helpers, counts, bar if progress else None)
@@ -277,7 +281,7 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
                         _poll(unseen, helpers, counts, bar if progress else None)
                     _poll(unseen, helpers, counts, bar if progress else None)
                     if helper.process.returncode != 0:
-                        raise ShareFailed(helper)
+                        raise HelperFailed(helper)
         finally:
             for helper in helpers:
                 helper.stop()
@@ -360,7 +364,7 @@ SPLIT_S = 20.0
 """The least estimated seconds of untimed points per process worth a second interpreter."""
 
 
-class ShareFailed(RuntimeError):
+class HelperFailed(RuntimeError):
     """A helper process measuring untimed points failed: its command, exit status and the end
     of its error output."""
 
@@ -377,14 +381,15 @@ class _Helper:
 
     def __init__(self, names: tuple, size: str, out: Path, threads: int, rerun: bool, claims: Path,
                  command: list[str] | None = None):
-        root = str(Path(__file__).resolve().parents[1])
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+        from benchmarks.measure.children import child_env, die_with_parent
+
         self.command = command or ([sys.executable, "-m", "benchmarks.run", *names, "--size", size, "--out",
                                     str(Path(out).resolve()), "--device", "cpu", "--threads", str(threads),
                                     "--no-progress", "--claims", str(claims)] + (["--rerun"] if rerun else []))
         self.stderr = tempfile.TemporaryFile()
         self.started = time.time()
-        self.process = subprocess.Popen(self.command, env=env, stdout=subprocess.DEVNULL, stderr=self.stderr)
+        self.process = subprocess.Popen(self.command, env=child_env(), stdout=subprocess.DEVNULL, stderr=self.stderr,
+                                        preexec_fn=die_with_parent())
 
     def tail(self, lines: int = 5) -> str:
         self.stderr.seek(0)
@@ -466,8 +471,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"beside --threads, where their estimate is at least {SPLIT_S:g} s per process; else 1)")
     ap.add_argument("--claims", type=Path, help=argparse.SUPPRESS)  # a helper of a run: the run's claims directory
     ap.add_argument("--estimate", action="store_true",
-                    help="print each experiment's estimated minutes on an idle machine (its points' cost; the untimed ones "
-                    "divided between the processes that measure them) and exit")
+                    help="print each experiment's estimated minutes on an idle machine (its points' cost; the "
+                    "untimed ones divided between the processes that measure them) and exit")
     args = ap.parse_args(argv)
     if args.out is None:
         args.out = default_out(args.size)
@@ -501,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     except ForeignResult as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except ShareFailed as exc:
+    except HelperFailed as exc:
         print(f"error: {exc}; the results written are kept (rerun to go on)", file=sys.stderr)
         return 1
     except OSError as exc:  # a result could not be written (disk full, made read-only meanwhile)

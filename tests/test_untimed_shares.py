@@ -95,7 +95,7 @@ def test_a_failed_helper_names_its_command_status_and_error(tmp_path):
     helper = run._Helper((), "tiny", tmp_path, 1, False, tmp_path, command=[
         sys.executable, "-c", "import sys; print('boom: no inputs', file=sys.stderr); sys.exit(3)"])
     helper.process.wait()
-    text = str(run.ShareFailed(helper))
+    text = str(run.HelperFailed(helper))
     helper.stop()
     assert "status 3" in text and "boom: no inputs" in text and "untimed" in text
 
