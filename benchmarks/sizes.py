@@ -144,12 +144,13 @@ SIZES: dict[str, dict[str, dict]] = {
         # 3 rounds in each of 2 launches (the runner's process, whose rows are prepared, and one fresh one): 6,
         # the fewest with a 95% sign interval (whole-model calls of every method take seconds here), and a
         # second process's variance in the samples, as at ``reduced`` (a third launch would build the model and
-        # warm every row up once more). FlexLoRA and FLoRG on LLaMA (one module per shape) take
-        # about a minute per sample: 2 samples each, after a warm-up; Table 3's FlexLoRA row takes Table 2's
-        # (same shapes). The heterogeneous preset's stacked rank 232 makes a whole-model call of every method
+        # warm every row up once more). The dense methods on LLaMA (one module per shape) take
+        # about a minute per sample: 2 samples each, the first the warm-up call itself (``first_call_sample``: a
+        # call of seconds per module, whose first-call costs are milliseconds); Table 3's FlexLoRA and
+        # FedMomentum rows take Table 2's (same shapes). The heterogeneous preset's stacked rank 232 makes a whole-model call of every method
         # minutes: it is built on 4 of its 28 layers (latency x 7, stated in every row).
         tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=False, rounds=3,
-                       launches=2, slow_rounds=2, layers={"llama-3.2-3b-hetero": 4}),
+                       launches=2, slow_rounds=2, first_call_sample=True, layers={"llama-3.2-3b-hetero": 4}),
         backends=dict(layers=None, repeats=7, diag_matrices=4, threads=[1, 2], stage_repeats=7),
         backend_stages=dict(layers=None, repeats=7, diag_matrices=4, threads=[1, 2], stage_repeats=7),
         eig_precision=dict(),
@@ -169,7 +170,7 @@ SIZES: dict[str, dict[str, dict]] = {
 }
 
 GPU_TABLES123 = dict(SIZES["paper"]["tables123"], layers={}, dense_alone=True, headline=["flora", "florist", "fraq"],
-                     rounds=6, launches=1)
+                     rounds=6, launches=1, first_call_sample=False)
 """Tables 1-3 at the ``gpu`` size: every preset whole, the heterogeneous one too (its stacked
 rank 232 makes a whole-model call of every method minutes on a CPU, seconds on a GPU), since a
 time measured on fewer layers and multiplied up overstates a method that batches per shape
@@ -185,7 +186,8 @@ the paper's headline comparison on every preset written. And
 size's 3 in each of 2 processes: a fresh process builds the preset's inputs again (the whole
 heterogeneous model: about 25 s on one core, 1.4 GB moved to the device), which a budgeted
 GPU call cannot spend; the rows record ``launches`` = 1, so what they
-do not cover (the variance between processes) is on record."""
+do not cover (the variance between processes) is on record. No ``first_call_sample``: a
+device's call is timed by its events after a warm-up, never by the host's clock."""
 
 SIZES["gpu"] = dict(SIZES["paper"], tables123=GPU_TABLES123)
 

@@ -281,7 +281,9 @@ def test_a_dense_row_timed_for_one_preset_serves_another_of_the_same_shapes(tmp_
     flex = [c for c in points if c["part"] == "flexlora"]
     assert [c["preset"] for c in flex] == ["llama-3.2-3b"] and flex[0]["serves"] == ["llama-3.2-3b-hetero"]
     mine = _row("flexlora", "flexlora", 12.51, 10_000.0, n=2)
+    mine["latency"]["first_call_sample"] = True
     theirs = dict(_row("flexlora", "flexlora", 9.0, 10_000.0, n=2), extrapolated="...; latency timed on llama-3.2-3b's")
+    theirs["latency"] = mine["latency"]
     write_result(tmp_path, "tables123", "llama-3.2-3b-flexlora", {"table": "tables123", "preset": "llama-3.2-3b"},
                  {"preset": "llama-3.2-3b", "rows": [mine], "served": {"llama-3.2-3b-hetero": [theirs]}})
     rows = tables123_rows(load_results(tmp_path, "tables123"))
@@ -289,6 +291,11 @@ def test_a_dense_row_timed_for_one_preset_serves_another_of_the_same_shapes(tmp_
     hetero = rows[rows["preset"] == "llama-3.2-3b-hetero"].iloc[0]
     assert hetero["downlink_pct"] == 9.0 and "timed on llama-3.2-3b" in hetero["extrapolated"]
     assert list(hetero["samples"]) == list(rows[rows["preset"] == "llama-3.2-3b"].iloc[0]["samples"])
+    from analysis.sections.tables123 import tables123_latency
+
+    for preset in ("llama-3.2-3b", "llama-3.2-3b-hetero"):  # the table says the warm-up is a sample
+        how = tables123_latency(load_results(tmp_path, "tables123"), preset)["how"].iloc[0]
+        assert how.endswith("; the first sample is the warm-up call"), how
 
 
 def _records(rows, preset="roberta-base"):
@@ -456,3 +463,33 @@ def test_result_rows_without_a_spec_read_as_rows_with_one():
     assert table_lines(read_old) == table_lines(read_new)
     (line,) = table_lines(read_old)
     assert line.startswith("- flexlora (kernel=fraq) against flexlora: ") and "50x faster" in line
+
+
+def test_a_warm_up_taken_as_the_first_sample_is_weighted_as_one_and_refused_where_it_is_no_sample():
+    """``first_call_sample``: the warm-up's parts weighted by their modules are sample 0, the timed rounds
+    follow (``rounds`` samples in all, rounds numbered from 0, one loop per part), the paper size asks it of
+    its dense one-module-per-shape points alone (and counts one call fewer for them); a warm-up part under one
+    sample's MIN_SAMPLE (a call that would be looped) or a device's clock is refused with the reason."""
+    from benchmarks.measure.paired import MIN_SAMPLE
+
+    calls_made = []
+    job = tables123.Job(tables123.TableRow.parse("flexlora"), [(lambda: calls_made.append(1), 56.0),
+                                                              (lambda: calls_made.append(2), 28.0)],
+                        row={}, first_s=5.0, first_parts=[2.0, 3.0])
+    out = tables123._after_first_calls([job], 3, "cpu")["flexlora"]
+    assert out["samples"][0] == 56.0 * 2.0 + 28.0 * 3.0 and len(out["samples"]) == 3
+    assert all(s < 1.0 for s in out["samples"][1:]) and calls_made == [1, 2, 1, 2]  # two rounds, no warm-up
+    assert out["round"] == [0, 1, 2] and out["launch"] == [0, 0, 0] and out["loops"] == [1, 1]
+    assert tables123._after_first_calls([job], 1, "cpu")["flexlora"]["samples"] == [196.0]
+    fast = tables123.Job(job.method, job.calls, row={}, first_s=1.0, first_parts=[1.0, MIN_SAMPLE / 2])
+    with pytest.raises(ValueError, match="flexlora's warm-up has a part"):
+        tables123._after_first_calls([fast], 2, "cpu")
+    with pytest.raises(ValueError, match="a CPU's only"):
+        tables123._after_first_calls([job], 2, "cuda")
+    with pytest.raises(ValueError, match="launches=1"):
+        tables123.run_preset("roberta-base", quick=True, launches=2, first_call_sample=True)
+    for c in tables123.points("paper"):
+        alone = c["part"] not in ("shared", "others")
+        assert c.get("first_call_sample", False) is alone
+        assert tables123.calls(c) == (c["rounds"] if alone else 1 + c["launches"] * c["rounds"] + c["launches"] - 1)
+    assert not any(c.get("first_call_sample") for size in ("tiny", "reduced", "gpu") for c in tables123.points(size))

@@ -187,7 +187,9 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     formulas; ``flops_full``: the routines the code calls), the host's share of a call
     (``host_reads_per_group``, ``ops_per_group``, ``python_ms_16x16``:
     :mod:`benchmarks.experiments.tables123`), a kernel variant's ``kernel`` and ``agreement``
-    (None for the other rows; :mod:`analysis.kernel_variants`) and the record's ``loadavg``,
+    (None for the other rows; :mod:`analysis.kernel_variants`), ``first_call_sample`` (its
+    first sample is its warm-up call: :func:`benchmarks.experiments.tables123.run_preset`) and the
+    record's ``loadavg``,
     ``steal``, ``threads`` and ``device``; ``spec``, the row's method spec (:func:`row_spec`:
     ``fraq:tau=0.95``; ``method`` is its label, ``fraq (tau=0.95)``, the key of the paper's
     numbers); ``shown``, the name the report shows the row by
@@ -227,6 +229,7 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
                          "paper_pct": paper[0], "paper_ms": paper[1],
                          # what the verdicts need: the pairing and the machine's state when it was measured
                          "timing.samples": list(lat.get("samples", [])), "timing.group": lat.get("group"),
+                         "first_call_sample": lat.get("first_call_sample") is True,
                          "loadavg": rec.get("loadavg"), "steal": rec.get("steal"), "threads": rec.get("threads"),
                          "device": rec.get("device"), "flops_table5": r.get("flops_table5"),
                          "flops_full": r.get("flops_full"), "display_name": r.get("display_name"),
@@ -332,9 +335,10 @@ def shown_name(label: str, name: str, recorded=None) -> str:
 def _how(r) -> str:
     if isinstance(r["skipped"], str):
         return "not measured: " + r["skipped"].split(";")[0]
+    first = "; the first sample is the warm-up call" if bool(r.get("first_call_sample", False)) else ""
     if isinstance(r["extrapolated"], str):
-        return "extrapolated " + r["extrapolated"]
-    return f"all {int(r['modules_total'])} modules" if pd.notna(r["modules_total"]) else "measured"
+        return "extrapolated " + r["extrapolated"] + first
+    return (f"all {int(r['modules_total'])} modules" if pd.notna(r["modules_total"]) else "measured") + first
 
 
 def tables123_presets(df: pd.DataFrame) -> list[str]:

@@ -30,7 +30,10 @@ FedMomentum's, whose residual rank follows each module's spectrum). Timed on one
 per shape, such a method is its own point
 (``<preset>-<method>.json``), timed ``slow_rounds`` times (the size's) after a warm-up
 call, so a long run resumes between methods and the table says how many samples each row
-has. A size may build a preset on fewer layers (``layers``, latency times the layers'
+has; where the size says ``first_call_sample``, the warm-up call is the first of those
+samples (its latency record says ``first_call_sample``): each of its calls takes seconds,
+against first-call costs (allocating and touching a few hundred MB, MKL's workspaces) of
+milliseconds, and a second warm-up would add a minute per row. A size may build a preset on fewer layers (``layers``, latency times the layers'
 ratio, stated in each row's ``extrapolated``): the heterogeneous preset's stacked rank
 (232) makes one whole-model call of every method minutes.
 
@@ -332,7 +335,8 @@ def group_calls(group: dict, device: torch.device | str = "cpu") -> dict:
 
 
 def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = None, launches: int = 1, methods=None,
-               log=print, device: torch.device | str = "cpu", layers: int | None = None) -> dict:
+               log=print, device: torch.device | str = "cpu", layers: int | None = None,
+               first_call_sample: bool = False) -> dict:
     """Measure ``methods`` (row specs in :mod:`fraq.methods`' grammar, ``fraq:tau=0.95``:
     :func:`~benchmarks.experiments.table_rows.select_rows`; default every row) on preset
     ``name``; returns the JSON-ready record, each row with its ``spec`` (the row's text) and
@@ -344,7 +348,10 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = No
     load hits every method of a round alike and the ratios between them are judged round by
     round. Every row's ``latency`` carries the rounds, launches and group id, the record
     the load average before and after. ``layers``: build the preset on this many layers
-    (latency extrapolated to all, stated in each row).
+    (latency extrapolated to all, stated in each row). ``first_call_sample`` (one launch
+    only): each row's warm-up call is its round 0 and ``rounds`` - 1 rounds follow, each
+    row's latency saying ``first_call_sample``: for calls of seconds (the dense methods on
+    one module per shape), where the first call's own costs are within the calls' spread.
     """
     from benchmarks.measure.paired import launched, merged, paired_rounds
     preset = get_preset(name)
@@ -352,6 +359,9 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = No
     selected = rows_all if methods is None else select_rows(rows_all, list(methods), name)
     layers = _layers(name, quick, layers)
     rounds = rounds or (3 if quick else 5)
+    if first_call_sample and launches != 1:
+        raise ValueError(f"first_call_sample needs launches=1 (got launches={launches}): a fresh launch's warm-up "
+                         "is untimed")
     t0 = time.perf_counter()
     model = model_for(name, quick=quick, seed=seed, device=device, layers=layers)
     log(f"  built {len(model.shapes)} modules x {preset.clients} clients in {time.perf_counter() - t0:.1f} s")
@@ -374,7 +384,11 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = No
         log(f"  {method.label:<22} {job.row['downlink_pct']:7.2f}%  {steps}  (+{time.perf_counter() - t0:.1f} s)")
     load = [os.getloadavg()[0]]
     log(f"  timing {len(jobs)} rows: {rounds} rounds x {launches} launch(es)  (+{time.perf_counter() - t0:.1f} s)")
-    if jobs and launches == 1:  # this process: the jobs built above
+    if jobs and launches == 1 and first_call_sample:  # the warm-ups are round 0
+        timing = merged([_after_first_calls(jobs, rounds, device)], device=device)
+        for timing_row in timing.values():
+            timing_row["first_call_sample"] = True
+    elif jobs and launches == 1:  # this process: the jobs built above
         timing = merged([paired_rounds({str(j.method): j.timed_calls() for j in jobs}, rounds, device=device)],
                         device=device)
     elif jobs:  # launch 0 here, on the jobs built above; then fresh processes, each building the model again
@@ -395,6 +409,28 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = No
             "modules": preset.modules, "quick": quick, "seed": seed, "layers": layers or "all",
             "dtype": "float32", "batched": True, "rounds": rounds, "launches": launches, "load_average_1min": load,
             "rows": rows, "device": str(device)}
+
+
+def _after_first_calls(jobs: list[Job], rounds: int, device) -> dict:
+    """:func:`~benchmarks.measure.paired.paired_rounds`' record of ``jobs`` with each job's
+    warm-up call (its parts' times weighted as a sample's) as round 0 and ``rounds`` - 1
+    timed rounds after it, one loop per part (a part this slow is never looped)."""
+    from benchmarks.measure.paired import MIN_SAMPLE, paired_rounds
+
+    if torch.device(device).type != "cpu":
+        raise ValueError(f"first_call_sample times the warm-up on the host's clock: a CPU's only (device={device})")
+    for j in jobs:
+        if min(j.first_parts) < MIN_SAMPLE:
+            raise ValueError(f"first_call_sample: {j.method}'s warm-up has a part of {min(j.first_parts):.2g} s, under "
+                             f"one sample's {MIN_SAMPLE:g} s (such a call is looped, and its first call is no sample)")
+    calls = {str(j.method): j.timed_calls() for j in jobs}
+    out = paired_rounds(calls, rounds - 1, device=device) if rounds > 1 else \
+        {k: dict(samples=[], loops=[1] * len(c), round=[], launch=[]) for k, c in calls.items()}
+    for j in jobs:
+        rec = out[str(j.method)]
+        rec["samples"].insert(0, sum(w * s for (_, w), s in zip(j.calls, j.first_parts)))
+        rec["round"], rec["launch"] = list(range(len(rec["samples"]))), [0] * len(rec["samples"])
+    return out
 
 
 def points(size: str) -> list[dict]:
@@ -430,7 +466,7 @@ def points(size: str) -> list[dict]:
                 same["serves"].append(name)
                 continue
             point = dict(base, methods=[str(m)], rounds=c["slow_rounds"], launches=1, part=m.name, layers=None,
-                         serves=[])
+                         serves=[], **({"first_call_sample": True} if c.get("first_call_sample") else {}))
             timed[(str(m), module_shapes(preset))] = point
             (later if c.get("dense_alone") else out).append(point)
     return out + others + later
@@ -445,9 +481,10 @@ BUILD_SECONDS = 10.0
 
 def calls(config: dict) -> int:
     """Calls of each row per point: a warm-up here (the downlink; it calibrates the loops of
-    this process's rounds), the rounds, and a warm-up in each fresh process."""
+    this process's rounds; with ``first_call_sample`` it is the first round), the rounds, and a
+    warm-up in each fresh process."""
     c = config
-    return 1 + c["launches"] * c["rounds"] + (c["launches"] - 1)
+    return (0 if c.get("first_call_sample") else 1) + c["launches"] * c["rounds"] + (c["launches"] - 1)
 
 
 def cost(config: dict) -> float:
@@ -511,7 +548,8 @@ def measure(config: dict, device: torch.device | str = "cpu") -> dict:
     quiet = torch.device(device).type == "cpu"
     log = (lambda s: None) if quiet else (lambda s: print(f"[{key(c)}]{s}", file=sys.stderr, flush=True))
     rec = run_preset(c["preset"], quick=c["quick"], seed=c["seed"], rounds=c["rounds"], launches=c["launches"],
-                     methods=c["methods"], log=log, device=device, layers=c.get("layers"))
+                     methods=c["methods"], log=log, device=device, layers=c.get("layers"),
+                     first_call_sample=c.get("first_call_sample", False))
     served = {}
     for other in c.get("serves") or []:  # :data:`SHAPE_ONLY`: the other preset's row, this latency
         model = model_for(other, quick=c["quick"], seed=c["seed"], device=device)
