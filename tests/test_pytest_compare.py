@@ -69,3 +69,48 @@ def test_main_exit_status_and_one_line_errors(tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
     assert pytest_compare.main(["--new", str(new), "--storage", str(tmp_path / "empty")]) == 2
     assert "no saved baseline" in capsys.readouterr().err
+
+
+def _spread_runs(sigma: float, n: int = 40, moved: dict[int, float] | None = None) -> tuple[dict, dict]:
+    """A baseline and a new run of ``n`` checks whose calibrated changes spread as normal
+    quantiles of ``sigma`` on the log scale (identical code on a noisy machine), each check
+    steady within its run (2% spread), the checks in ``moved`` (index -> factor) changed too."""
+    import math
+    from statistics import NormalDist
+
+    base = {"test_calibration": 1e-3, **{f"test_point[{i}]": 1e-3 * (1 + i % 7) for i in range(n)}}
+    new = dict(base)
+    for i in range(n):
+        z = NormalDist().inv_cdf((i + 0.5) / n)
+        new[f"test_point[{i}]"] = base[f"test_point[{i}]"] * math.exp(sigma * z) * (moved or {}).get(i, 1.0)
+    return _run(base), _run(new)
+
+
+def test_the_runs_own_spread_sets_the_threshold_and_judges_nothing_on_a_machine_too_noisy():
+    """Identical code on a machine whose checks moved by a log-spread of 0.46 between runs (measured on a
+    2-core Xeon guest): the threshold is that spread's 3 robust widths, over MAX_THRESHOLD, so nothing is
+    judged (no "slower" at +80%); at a spread of 0.02 the threshold is --fail, and a check moved by 1.6x is
+    the one slower check, a check moved by 1/1.6 the one faster; at 0.1 a 1.3x move is within the noise."""
+    base, new = _spread_runs(0.46)
+    rows, _ = pytest_compare.compare(base, new, 25)
+    assert rows[0]["between"] > pytest_compare.MAX_THRESHOLD
+    assert {r["verdict"] for r in rows} == {"cannot judge"} and max(r["change"] for r in rows) > 0.8
+    base, new = _spread_runs(0.02, moved={5: 1.6, 30: 1 / 1.6})
+    rows, _ = pytest_compare.compare(base, new, 25)
+    assert rows[0]["between"] < 0.25 and all(r["threshold"] == pytest.approx(0.25) for r in rows)
+    verdicts = {r["check"].split("[")[1].rstrip("]"): r["verdict"] for r in rows}
+    assert verdicts.pop("5") == "slower" and verdicts.pop("30") == "faster" and set(verdicts.values()) == {"same"}
+    base, new = _spread_runs(0.1, moved={5: 1.3})
+    rows, _ = pytest_compare.compare(base, new, 10)
+    r5 = next(r for r in rows if r["check"].endswith("[5]"))
+    assert r5["threshold"] == pytest.approx(r5["between"]) and 0.3 < r5["between"] < 0.4 and r5["verdict"] == "same"
+
+
+def test_main_says_how_noisy_the_runs_were_and_exits_0_when_nothing_is_judged(tmp_path, capsys):
+    base, new = _spread_runs(0.46)
+    _saved(tmp_path / "s", base)
+    path = tmp_path / "new.json"
+    path.write_text(json.dumps(new))
+    assert pytest_compare.main(["--new", str(path), "--storage", str(tmp_path / "s")]) == 0
+    out = capsys.readouterr().out
+    assert "0 slower, 40 too noisy to judge, of 40 checks" in out and "two runs of the same code differ" in out
