@@ -50,8 +50,11 @@ FlexLoRA, FedSVD, FedMomentum) has a row on each kernel, ``flexlora`` and
 uploads, on the modules the dense row is measured on.
 
 Every measured row also carries the host's share of its call
-(:mod:`benchmarks.measure.overhead`), counted on a CPU as in the CUDA configuration so a
-regression shows before a GPU sees it: ``host_reads_per_group`` (device
+(:mod:`benchmarks.measure.overhead`), counted for the row as it runs on the measuring
+device, with the options ``"auto"`` resolves there (on a CPU, FRAQ's CPU basis and
+stepwise pipeline; FRAQ's counts in the CUDA
+configuration, which any CPU can take, are :mod:`benchmarks.bench_host`'s and
+``python -m benchmarks.measure.overhead``'s): ``host_reads_per_group`` (device
 synchronisations) and ``ops_per_group`` (non-view aten ops, kernel launches on a GPU) per
 shape group, on the row's modules at reduced sides (``host_counted_on``), and
 ``python_ms_16x16``, the row's call on every module at 16 x 16 factors, where the math
