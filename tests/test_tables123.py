@@ -468,8 +468,9 @@ def test_result_rows_without_a_spec_read_as_rows_with_one():
 def test_a_warm_up_taken_as_the_first_sample_is_weighted_as_one_and_refused_where_it_is_no_sample():
     """``first_call_sample``: the warm-up's parts weighted by their modules are sample 0, the timed rounds
     follow (``rounds`` samples in all, rounds numbered from 0, one loop per part), the paper size asks it of
-    its dense one-module-per-shape points alone (and counts one call fewer for them); a warm-up part under one
-    sample's MIN_SAMPLE (a call that would be looped) or a device's clock is refused with the reason."""
+    its dense one-module-per-shape points alone, but FLoRG's (whose first round skips the Procrustes step the
+    timed rounds make), and counts one call fewer for them; a warm-up part under one sample's MIN_SAMPLE (a
+    call that would be looped), a device's clock or a partial first round is refused with the reason."""
     from benchmarks.measure.paired import MIN_SAMPLE
 
     calls_made = []
@@ -488,8 +489,15 @@ def test_a_warm_up_taken_as_the_first_sample_is_weighted_as_one_and_refused_wher
         tables123._after_first_calls([job], 2, "cuda")
     with pytest.raises(ValueError, match="launches=1"):
         tables123.run_preset("roberta-base", quick=True, launches=2, first_call_sample=True)
+    florg = tables123.Job(tables123.TableRow.parse("florg"), job.calls, row={}, first_s=5.0, first_parts=[2.0, 3.0])
+    with pytest.raises(ValueError, match="florg's first round skips a step"):  # its warm-up has no Procrustes step
+        tables123._after_first_calls([florg], 2, "cpu")
+    seen = set()
     for c in tables123.points("paper"):
         alone = c["part"] not in ("shared", "others")
-        assert c.get("first_call_sample", False) is alone
-        assert tables123.calls(c) == (c["rounds"] if alone else 1 + c["launches"] * c["rounds"] + c["launches"] - 1)
+        sampled = alone and not get_aggregator(c["part"]).partial_first_round
+        seen.add((c["part"], sampled))
+        assert c.get("first_call_sample", False) is sampled
+        assert tables123.calls(c) == (c["rounds"] if sampled else 1 + c["launches"] * c["rounds"] + c["launches"] - 1)
+    assert {("flexlora", True), ("florg", False)} <= seen
     assert not any(c.get("first_call_sample") for size in ("tiny", "reduced", "gpu") for c in tables123.points(size))

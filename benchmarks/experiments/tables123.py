@@ -33,7 +33,9 @@ call, so a long run resumes between methods and the table says how many samples 
 has; where the size says ``first_call_sample``, the warm-up call is the first of those
 samples (its latency record says ``first_call_sample``): each of its calls takes seconds,
 against first-call costs (allocating and touching a few hundred MB, MKL's workspaces) of
-milliseconds, and a second warm-up would add a minute per row. A size may build a preset on fewer layers (``layers``, latency times the layers'
+milliseconds, and a second warm-up would add a minute per row. Not for a method whose
+first round skips a step (``partial_first_round``: FLoRG's Procrustes alignment): its
+warm-up is not the call timed. A size may build a preset on fewer layers (``layers``, latency times the layers'
 ratio, stated in each row's ``extrapolated``): the heterogeneous preset's stacked rank
 (232) makes one whole-model call of every method minutes.
 
@@ -423,6 +425,9 @@ def _after_first_calls(jobs: list[Job], rounds: int, device) -> dict:
     if torch.device(device).type != "cpu":
         raise ValueError(f"first_call_sample times the warm-up on the host's clock: a CPU's only (device={device})")
     for j in jobs:
+        if row_aggregator(j.method).partial_first_round:
+            raise ValueError(f"first_call_sample: {j.method}'s first round skips a step of the rounds timed "
+                             "(partial_first_round), so its warm-up is no sample")
         if min(j.first_parts) < MIN_SAMPLE:
             raise ValueError(f"first_call_sample: {j.method}'s warm-up has a part of {min(j.first_parts):.2g} s, under "
                              f"one sample's {MIN_SAMPLE:g} s (such a call is looped, and its first call is no sample)")
@@ -469,7 +474,8 @@ def points(size: str) -> list[dict]:
                 same["serves"].append(name)
                 continue
             point = dict(base, methods=[str(m)], rounds=c["slow_rounds"], launches=1, part=m.name, layers=None,
-                         serves=[], **({"first_call_sample": True} if c.get("first_call_sample") else {}))
+                         serves=[], **({"first_call_sample": True} if c.get("first_call_sample")
+                                       and not row_aggregator(m).partial_first_round else {}))
             timed[(str(m), module_shapes(preset))] = point
             (later if c.get("dense_alone") else out).append(point)
     return out + others + later
