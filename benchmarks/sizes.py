@@ -144,12 +144,12 @@ SIZES: dict[str, dict[str, dict]] = {
         # 3 rounds in each of 2 launches (the runner's process, whose rows are prepared, and one fresh one): 6,
         # the fewest with a 95% sign interval (whole-model calls of every method take seconds here), and a
         # second process's variance in the samples, as at ``reduced`` (a third launch would build the model and
-        # warm every row up once more). The dense methods on LLaMA (one module per shape) take
-        # about a minute per sample: 2 samples each, the first the warm-up call itself (``first_call_sample``: a
-        # call of seconds per module, whose first-call costs are milliseconds; not FLoRG's, whose first round
-        # skips its Procrustes step); Table 3's FlexLoRA and
-        # FedMomentum rows take Table 2's (same shapes). The heterogeneous preset's stacked rank 232 makes a whole-model call of every method
-        # minutes: it is built on 4 of its 28 layers (latency x 7, stated in every row).
+        # warm every row up once more). The dense methods on LLaMA (one module per shape) take about a minute
+        # per sample: 2 samples each, the first the warm-up call itself (``first_call_sample``: a call of seconds
+        # per module, whose first-call costs are milliseconds; not FLoRG's, whose first round skips its
+        # Procrustes step); Table 3's FlexLoRA and FedMomentum rows take Table 2's (same shapes). The
+        # heterogeneous preset's stacked rank 232 makes a whole-model call of every method minutes: it is built
+        # on 4 of its 28 layers (latency x 7, stated in every row).
         tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=False, rounds=3,
                        launches=2, slow_rounds=2, first_call_sample=True, layers={"llama-3.2-3b-hetero": 4}),
         backends=dict(layers=None, repeats=7, diag_matrices=4, threads=[1, 2], stage_repeats=7),

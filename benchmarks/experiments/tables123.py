@@ -35,9 +35,10 @@ samples (its latency record says ``first_call_sample``): each of its calls takes
 against first-call costs (allocating and touching a few hundred MB, MKL's workspaces) of
 milliseconds, and a second warm-up would add a minute per row. Not for a method whose
 first round skips a step (``partial_first_round``: FLoRG's Procrustes alignment): its
-warm-up is not the call timed. A size may build a preset on fewer layers (``layers``, latency times the layers'
-ratio, stated in each row's ``extrapolated``): the heterogeneous preset's stacked rank
-(232) makes one whole-model call of every method minutes.
+warm-up is not the call timed. A size may build a preset on fewer layers (``layers``,
+latency times the layers' ratio, stated in each row's ``extrapolated``): the
+heterogeneous preset's stacked rank (232) makes one whole-model call of every method
+minutes.
 
 The rows of a point are timed in paired rounds over ``launches`` processes, this one (whose
 rows are prepared and warm) and ``launches`` - 1 fresh ones (:mod:`benchmarks.measure.paired`):
