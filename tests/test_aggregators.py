@@ -632,6 +632,28 @@ def test_nonfinite_inputs_rejected():
         get_aggregator("fraq").aggregate(bad)
 
 
+@pytest.mark.parametrize("method", ["flora", "fedex-lora"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_stacking_methods_name_the_non_finite_upload(method, bad):
+    """A stacking method screens its stacks with one cheap sum and scans exactly only when
+    it fires: a NaN or an infinity in an A is still named by client and module, and
+    finite stacks whose sum overflows (entries near float32's largest) pass."""
+    _, ups, _, _ = _model((2, 2))
+    ups = [ClientUpdate({k: (b.float(), a.float()) for k, (b, a) in u.factors.items()}, scale=1.0,
+                        weight=u.weight) for u in ups]
+    f = dict(ups[1].factors)
+    A = f["layers.0.o"][1].clone()
+    A[1, 2] = bad
+    f["layers.0.o"] = (f["layers.0.o"][0], A)
+    with pytest.raises(ValueError, match=r"client 1, module 'layers.0.o', A contains a non-finite value"):
+        get_aggregator(method).aggregate([ups[0], ClientUpdate(f, scale=1.0)])
+    big = dict(ups[1].factors)
+    top = torch.finfo(torch.float32).max / 4  # weighted by sqrt(a_k) <= 1 and the scale: finite, its sum not
+    big["layers.0.o"] = (big["layers.0.o"][0], torch.full_like(A, top))
+    res = get_aggregator(method).aggregate([ups[0], ClientUpdate(big, scale=1.0)])
+    assert all(torch.isfinite(t).all() for d in res.downlinks for dl in d.values() for t in dl.sent)
+
+
 def test_validation_reads_the_host_once():
     """The uploads are checked per module over all clients at once, and every factor's
     finiteness in one reduction read once (a NaN is still named: the test above); an

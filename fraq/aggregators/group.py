@@ -9,13 +9,12 @@ shape () (the "unbatched" curves). Methods see (*, m, r) tensors either way.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from fraq._validation import check_finite
+from fraq._validation import check_finite, maybe_non_finite
 from fraq.aggregators.payload import ClientUpdate
 from fraq._stack import fill_stacks
 
@@ -109,9 +108,9 @@ class Group:
         uploads (B_k None) give B None and the row stack A. Unless :attr:`checked` (or
         ``scan=False``: a caller whose next step reads NaN and Inf anyway, and then calls
         :meth:`name_non_finite`), NaN or Inf in a factor raise a ValueError naming the
-        client and module, checked on both stacks with one reduction (their largest
-        |entry|, which NaN propagates through and finite entries cannot overflow) and one
-        host read.
+        client and module, screened on both stacks by one sum each and one host read
+        (:func:`fraq._validation.maybe_non_finite`); only a non-finite total pays for the
+        exact scan.
         """
         spec = self.spec
         dtype = dtype or spec.dtype
@@ -126,7 +125,7 @@ class Group:
                     in_dtype=dtype == spec.dtype)  # every factor is in spec.dtype: validate_updates checked
         if scan and not self.checked and A.numel():
             stacks = [A] if B is None else [B, A]
-            if not math.isfinite(float(torch.nn.utils.get_total_norm(stacks, math.inf))):
+            if maybe_non_finite(stacks):
                 self.name_non_finite()
         return B, A
 

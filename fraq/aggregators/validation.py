@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from fraq._validation import check_factor, check_finite, check_pair
+from fraq._validation import check_factor, check_finite, check_pair, maybe_non_finite
 from fraq.aggregators.group import ModuleSpec
 from fraq.aggregators.payload import ClientUpdate
 
@@ -161,12 +161,12 @@ def _pair(p: object) -> tuple[object, object]:
 
 
 def _check_values(updates: list[ClientUpdate], names: list[str]) -> None:
-    """Refuse NaN and infinity in any factor: the largest |entry| of all of them
-    (:func:`torch.nn.utils.get_total_norm` of order inf: one fused reduction per dtype and
-    device, NaN propagating through it, and no overflow) read in one host read; only when
-    that is not finite is every factor scanned, in upload order, to name the first."""
+    """Refuse NaN and infinity in any factor: one sum per factor added on the device and
+    read in one host read (:func:`fraq._validation.maybe_non_finite`); only when that total
+    is not finite is every factor scanned, in upload order, to name the first (a total that
+    overflowed from finite entries names none and passes)."""
     factors = [t for u in updates for name in names for t in u.factors[name] if t is not None and t.numel()]
-    if not factors or math.isfinite(float(torch.nn.utils.get_total_norm(factors, math.inf))):
+    if not maybe_non_finite(factors):
         return
     for k, u in enumerate(updates):
         for name in names:
