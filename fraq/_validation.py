@@ -72,6 +72,11 @@ def maybe_non_finite(tensors: Sequence[torch.Tensor]) -> bool:
     (``get_total_norm(ord=inf)``) runs a slow path on the CPU, about 50x a sum on a
     768 x 80 stack.
     """
+    with torch.no_grad():  # factors that require grad (a client's live LoRA weights) build no graph
+        return _maybe_non_finite(tensors)
+
+
+def _maybe_non_finite(tensors: Sequence[torch.Tensor]) -> bool:
     by_kind: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
     for t in tensors:
         if t.numel():

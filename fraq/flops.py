@@ -92,6 +92,7 @@ __all__ = [
     "cholesky_flops",
     "trsm_flops",
     "eigh_flops",
+    "florist_qr_flops",
     "svd_flops",
     "householder_flops",
     "polar_flops",
@@ -110,6 +111,7 @@ __all__ = [
     "florist_model",
     "flexlora_model",
     "kernel_svd_flops",
+    "rsvd_dense_flops",
 ]
 
 GRAMS = ("gemm", "syrk")
@@ -297,26 +299,63 @@ def fraq_model(d: int, D: int, r: int, p: int, *, model: str, backend: str = "ho
     return fraq_flops(d, D, r, p, backend, steps=steps, gram="gemm", factored=factored, identity=identity)
 
 
-def florist_model(d: int, D: int, r: int, p: int, *, model: str) -> float:
-    """FLoRIST's FLOP model (``FLoRIST.flop_model``): Table 5's, or its SVDs at ``gesdd``'s counts."""
+def florist_model(d: int, D: int, r: int, p: int, *, model: str, kernel: str = "svd") -> float:
+    """FLoRIST's FLOP model (``FLoRIST.flop_model``): Table 5's, or its SVDs at ``gesdd``'s counts.
+
+    ``kernel="qr"`` (:func:`fraq.aggregators.florist.florist_qr_recompress`) counts the
+    Householder bases of both stacks (the CPU default), the s x s core product, its SVD and
+    each basis applied to the p kept columns (:func:`florist_qr_flops`). Table 5 has no row
+    for it (a ValueError).
+    """
+    if kernel == "qr":
+        if model == "table5":
+            raise ValueError("Table 5 has no row for FLoRIST on the QR kernel (kernel='qr'); use model='full'")
+        return florist_qr_flops(d, D, r, p)
+    if kernel != "svd":
+        raise ValueError(f"kernel(={kernel!r}) must be 'svd' or 'qr'")
     return florist_table5(d, D, r, p) if model == "table5" else _florist_full(d, D, r, p)
+
+
+def florist_qr_flops(d: int, D: int, r: int, p: int) -> float:
+    """FLoRIST on the QR kernel, one d x D module of stacked rank r cut at p: Householder
+    bases of the d x r and D x r stacks with their reflectors applied to p columns
+    (:func:`fraq.backends.householder.householder_flops` each), the s x s core product
+    (s = min(d, r)) and its thin SVD with vectors."""
+    s = min(d, r)
+    p = min(p, s)
+    return float(householder_flops(d, r, p) + householder_flops(D, r, p) + gemm_flops(s, r, s) + svd_flops(s, s))
 
 
 def flexlora_model(d: int, D: int, r: int, p: int, *, model: str, kernel: str = "dense") -> float:
     """FlexLoRA's FLOP model (``FlexLoRA.flop_model``): Table 5's, or its SVD at ``gesdd``'s count.
 
-    ``kernel="fraq"`` (:mod:`fraq.aggregators._kernel`) counts :func:`fraq.svd` at rank p
+    ``kernel="rsvd"`` counts the dense aggregate's GEMM and :func:`torch.svd_lowrank`
+    (:func:`rsvd_dense_flops`). ``kernel="fraq"`` (:mod:`fraq.aggregators._kernel`) counts :func:`fraq.svd` at rank p
     (the largest client rank): :func:`fraq_flops` with Householder (the CPU default) on
     the path :func:`cheapest_path` picks, the D x p SVD of the long side and the d x p by
     p x p rotation. Table 5 has no row for it (a ValueError).
     """
-    if kernel == "fraq":
+    if kernel in ("fraq", "rsvd"):
         if model == "table5":
-            raise ValueError("Table 5 has no row for FlexLoRA on FRAQ's kernel (kernel='fraq'); use model='full'")
-        return kernel_svd_flops(d, D, r, p)
+            raise ValueError(f"Table 5 has no row for FlexLoRA on the {kernel!r} kernel (kernel={kernel!r}); "
+                             f"use model='full'")
+        return kernel_svd_flops(d, D, r, p) if kernel == "fraq" else rsvd_dense_flops(d, D, r, p)
     if kernel != "dense":
-        raise ValueError(f"kernel(={kernel!r}) must be 'dense' or 'fraq'")
+        raise ValueError(f"kernel(={kernel!r}) must be 'dense', 'fraq' or 'rsvd'")
     return flexlora_table5(d, D, r, p) if model == "table5" else _flexlora_full(d, D, r, p)
+
+
+def rsvd_dense_flops(d: int, D: int, r: int, p: int, *, oversample: int = 10, niter: int = 2) -> float:
+    """FlexLoRA's rsvd kernel on a d x D module (d <= D) of stacked rank r at rank p: the
+    GEMM forming the dense aggregate (2 d D r), then :func:`torch.svd_lowrank` with
+    q = min(p + oversample, d, r): 2 + 2 niter products with the dense matrix (2 d D q
+    each), 2 + 2 niter Householder QRs with explicit Q (alternately D x q and d x q), the
+    thin SVD of the q x D projection and the rotation of Q."""
+    q = min(p + oversample, d, r)
+    if q == 0:
+        return float(2 * d * D * r)
+    qrs = (1 + niter) * (qr_flops(d, q) + orgqr_flops(d, q, q)) + niter * (qr_flops(D, q) + orgqr_flops(D, q, q))
+    return float(2 * d * D * r + (2 + 2 * niter) * 2 * d * D * q + qrs + svd_flops(D, q) + gemm_flops(d, q, q))
 
 
 def kernel_svd_flops(d: int, D: int, r: int, p: int) -> float:

@@ -47,6 +47,7 @@ SURFACE = {
     "start_checked": "fraq._recompress",
     "basis_and_gram": "fraq._static",
     "CHUNK_BYTES": "fraq._parallel",
+    "batched": "fraq.aggregators._linalg",
     "PIPELINE_DEFAULTS": "fraq._plan",
 }
 """Name -> the private module that defines it."""

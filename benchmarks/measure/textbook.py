@@ -9,7 +9,7 @@ r"""Two baselines a numerical analyst reaches for, on the suites' calling conven
   one and the subspaces obey Wedin's bound at the dtype's eps (the float64 reference,
   :func:`fraq.reference.reference_svd`, is this algorithm in float64).
   Leading-order flops: 2 m r^2 + 2 n r^2 (two QRs) + 2 r^3 (core) + O(r^3) (SVD) +
-  2 (m + n) r p (the factors back).
+  2 (m + n) r p (the factors back: each Q applied to the p kept columns only).
 - ``rsvd``, a randomized SVD of the product operator, as :func:`torch.svd_lowrank` runs it
   (Halko, Martinsson and Tropp, SIAM Rev. 53, 2011, Algs. 4.4 and 5.1) but on
   :math:`x \mapsto B (A x)`, no m x n matrix: a Gaussian test matrix of q = p + 10
@@ -65,12 +65,22 @@ def _cut(U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor, rank, tau, out_dtyp
 
 
 def qr_svd(Bs, As, *, rank=None, tau=None, weights=None, scales=None):
-    """Two reduced QRs and the SVD of the core (see the module docstring)."""
+    """Two reduced QRs and the SVD of the core (see the module docstring), at its best: each
+    QR and the core's SVD a batch split over the threads as FRAQ's (one matrix per thread,
+    :func:`fraq.internals.batched`), and each Q applied to the p kept columns
+    of the core's vectors only (2 (m + n) r p, not 2 (m + n) r^2)."""
+    from fraq.internals import batched
+
     B, A = _stacks(Bs, As, weights, scales)
-    Q1, R1 = torch.linalg.qr(B)
-    Q2, R2 = torch.linalg.qr(A.mT)
-    Uc, S, Vch = torch.linalg.svd(R1 @ R2.mT, full_matrices=False)
-    return _cut(Q1 @ Uc, S, Vch @ Q2.mT, rank, tau, Bs[0].dtype)
+    Q1, R1 = batched(torch.linalg.qr, B)
+    Q2, R2 = batched(torch.linalg.qr, A.mT)
+    Uc, S, Vch = batched(_svd, R1 @ R2.mT)
+    Bc, Ac, p = _cut(Uc, S, Vch, rank, tau, S.dtype)
+    return (Q1 @ Bc).to(Bs[0].dtype), (Ac @ Q2.mT).to(Bs[0].dtype), p
+
+
+def _svd(X: torch.Tensor):
+    return torch.linalg.svd(X, full_matrices=False)
 
 
 def rsvd(Bs, As, *, rank=None, tau=None, weights=None, scales=None, seed: int = 0):

@@ -6,7 +6,7 @@ import torch
 
 from fraq._parallel import batch_map
 
-__all__ = ["batched", "thin_svd", "own_copy", "first_columns", "first_rows"]
+__all__ = ["batched", "thin_svd", "own_copy", "first_columns", "first_rows", "product_floor", "select"]
 
 
 def batched(fn, X: torch.Tensor):
@@ -67,17 +67,38 @@ def first_rows(t: torch.Tensor, p: int) -> torch.Tensor:
     return torch.cat([t, t.new_zeros(*t.shape[:-2], p - q, t.shape[-1])], dim=-2)
 
 
-def select(S: torch.Tensor, *, tau: float | None, rank: int | None) -> tuple[torch.Tensor, int, torch.Tensor]:
+def product_floor(B: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+    r"""The product's rounding per squared singular value of B @ A, B (*, m, r), A (*, r, n):
+    :func:`fraq._energy.noise_floor` of :math:`N = \sum_i \lVert b_i\rVert \lVert a_i\rVert`
+    in the stacks' dtype, one value per matrix. A singular value at or below its root
+    cannot be told from zero by any computation from these factors in this dtype (a dense
+    SVD of the product included), so the energy rule counts it as zero: the rule FRAQ
+    applies, and what keeps two exactly cancelling clients at rank 0 instead of a rank of
+    rounding noise."""
+    from fraq._energy import noise_floor, rounding_eps
+
+    n_sum = (torch.linalg.vector_norm(B, dim=-2) * torch.linalg.vector_norm(A, dim=-1)).sum(-1)
+    d = min(B.shape[-2], A.shape[-1])
+    return noise_floor(n_sum.double(), d, B.shape[-1], rounding_eps(B.dtype))
+
+
+def select(S: torch.Tensor, *, tau: float | None, rank: int | None, floor: torch.Tensor | None = None
+           ) -> tuple[torch.Tensor, int, torch.Tensor]:
     """Rank per matrix from descending singular values S (*, s), and a keep mask.
 
     The energy rule of :func:`fraq.select_rank` on S^2 when ``tau`` is given, else the
-    fixed ``rank`` (capped at s). Returns p (int64, batch shape), p_max, and the mask
-    (*, p_max) that is 1 for the first p columns of each matrix and 0 past them.
+    fixed ``rank`` (capped at s); under ``tau``, squared values at or below ``floor`` (per
+    matrix, :func:`product_floor`; None: none) count as zero, in the rank and the total.
+    Returns p (int64, batch shape), p_max, and the mask (*, p_max) that is 1 for the first
+    p columns of each matrix and 0 past them.
     """
     from fraq._energy import select_rank
 
     if tau is not None:
-        p = select_rank(S.square(), tau)
+        lam = S.square()
+        if floor is not None:
+            lam = torch.where(lam > floor.to(lam.device, lam.dtype).unsqueeze(-1), lam, 0.0)
+        p = select_rank(lam, tau)
     else:
         p = torch.full(S.shape[:-1], min(rank, S.shape[-1]), dtype=torch.int64, device=S.device)
     pmax = int(p.max().item()) if p.numel() else 0
