@@ -75,7 +75,7 @@ import numpy as np
 from analysis.notes import Busy, Note, NotMeasured
 from fraq.internals import sign_error, sign_ranks
 
-__all__ = ["BUSY_LOAD", "BUSY_STEAL", "DESCRIPTIVE", "DRAWS", "HOW", "MIN_ROUNDS", "Verdict", "busy", "judge", "exact",
+__all__ = ["BUSY_LOAD", "BUSY_STEAL", "DESCRIPTIVE", "against_range", "DRAWS", "HOW", "MIN_ROUNDS", "Verdict", "busy", "judge", "exact",
            "holds", "looks", "milliseconds", "not_measured", "ours", "paired", "samples", "sign_interval"]
 
 DRAWS = 2000
@@ -379,6 +379,28 @@ def _word(value, lo, hi, above, below) -> str:
     if not (_side(lo, above, below) or _side(hi, above, below)) and not _side(value, above, below):
         return "disagrees"
     return "inconclusive"
+
+
+def against_range(v: Verdict, low: float, high: float) -> str:
+    """Where a verdict on "``low`` < statistic < ``high``" (:func:`judge` with ``above=low``,
+    ``below=high``) puts the statistic against a claimed range: "within the paper's range"
+    (the whole interval inside it: the verdict agrees), "above the paper's range" or "below
+    the paper's range" (the whole interval past that end), or "straddles an end of the
+    paper's range"; for a verdict without an interval (descriptive, not measured) the value's
+    side, said as the value's. A range is tested against both ends: a ratio of 41x against
+    "8-15x" is above it, not in agreement."""
+    if v.word == "no verdict" or not math.isfinite(v.value):
+        return ""
+    if not v.has_interval:
+        where = "above" if v.value > high else "below" if v.value < low else "within"
+        return f"the value {where} the paper's range"
+    if v.lo > high:
+        return "above the paper's range"
+    if v.hi < low:
+        return "below the paper's range"
+    if low < v.lo and v.hi < high:
+        return "within the paper's range"
+    return "straddles an end of the paper's range"
 
 
 def exact(value: float, *, above: float | None = None, below: float | None = None) -> Verdict:
