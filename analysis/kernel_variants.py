@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.verdicts import exact, judge, not_measured, ours, paired
+from analysis.verdicts import exact, judge, looks, not_measured, ours, paired
 
 __all__ = ["FIDELITY", "dense_of", "sweep_lines", "table_lines"]
 
@@ -79,7 +79,7 @@ def sweep_lines(df: pd.DataFrame, point: list[str], what: str) -> list[str]:
         ratios = [np.median(groups[a]) / np.median(groups[b]) for a, b in pairs]
         v = judge(groups, lambda g: np.min(np.stack([g[a] / g[b] for a, b in pairs]), axis=0), above=1.0,
                   claim=f"{label} faster than {dlabel} on the {what}", machine=pd.concat(sets),
-                  paired=paired(*sets))
+                  paired=paired(*sets), looks=looks(*sets))
         speed = ours(v, f"{v.value:.3g}x at the least", ".3g", "x",
                       test=f"{dlabel}'s time over {label}'s above 1 at each of the {len(pairs)} points both ran, "
                            "the smallest ratio")

@@ -95,14 +95,18 @@ def ratios(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def ratio_lines(df: pd.DataFrame) -> list[str]:
-    """One sentence per model and setting, for the report."""
+    """One sentence per model and setting, for the report: below
+    :data:`analysis.verdicts.MIN_ROUNDS` paired rounds the median alone, said to be
+    descriptive (:data:`analysis.verdicts.DESCRIPTIVE`)."""
+    from analysis.verdicts import DESCRIPTIVE
+
     lines = []
     for _, r in ratios(df).iterrows():
         what = ("at the same rank" if r["kind"] == "rank" else
                 f"at FRAQ's {r['setting']} ranks (mean {r['rank_mean']:.1f}; peft through `rank_pattern`)")
         rounds = f"{r['n']} paired round{'' if r['n'] == 1 else 's'}"
         spread = (f"95% interval {r['lo']:.1f}-{r['hi']:.1f}x over {rounds}" if np.isfinite(r["lo"])
-                  else f"median of {rounds}, too few for an interval")  # analysis.verdicts.MIN_ROUNDS
+                  else f"median of {rounds}; {DESCRIPTIVE}")
         lines.append(f"- {r['model']} ({r['modules']} modules, {r['clients']} clients), {what}: peft's svd takes "
                      f"**{r['ratio']:.1f}x** FRAQ's time ({spread}; {r['peft_ms']:.0f} ms vs {r['fraq_ms']:.0f} ms); "
                      f"worst excess over the float64 optimum {r['peft_excess']:.1e} (peft) and "

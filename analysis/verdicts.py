@@ -18,11 +18,26 @@ load spikes), and an outlier moves it by one order statistic at most (from n = 9
 on, one outlier on either side is outside it). A bootstrap over rounds was not used: at
 the few rounds a slow method allows (n = 3 has 10 distinct resamples) its percentile
 interval is a handful of order statistics with no stated coverage (Efron and Tibshirani,
-*An Introduction to the Bootstrap*, 1993, for the method). Below :data:`MIN_ROUNDS` rounds no
-interval reaches 95% (n = 5: 94%): the verdict is "inconclusive" with [min, max].
+*An Introduction to the Bootstrap*, 1993, for the method).
 References: Hollander, Wolfe and Chicken, *Nonparametric Statistical Methods*, 3rd ed.
 (Wiley 2014), Sec. 3.6; Conover, *Practical Nonparametric Statistics*, 3rd ed. (1999),
 Sec. 3.2.
+
+**Rounds that stopped once decided** (``timing.looks``: the runner looked at every round
+count from ``first`` to ``last`` and stopped at the first decided one,
+:func:`benchmarks.measure.paired.decided`) are judged with the ranks of the same
+group-sequential sign test (:func:`fraq.internals.sign_ranks` over the looks, :func:`looks`):
+an interval at the nominal 95% after such a stop would miss the median more often than 5%
+(7.1% over the looks 6..12), the runner's own mistake made again. Over the looks 6..12 the
+ranks are j = 1 at 6..9 and 2 at 10..12, and the chance that the interval misses the median
+at whatever look the rounds stopped is at most 176 / 4096 = 4.3%. A result without
+``timing.looks`` is judged as rounds of a fixed count (one look, the plain sign test).
+
+**Fewer than** :data:`MIN_ROUNDS` **samples** (paired rounds, or the repeats of the
+smallest group unpaired): no sign-test interval reaches 95% (n = 5: 94%), and the 2.5th and
+97.5th percentiles of draws from five or fewer values are nearly their extremes, with no
+stated coverage. The verdict is **descriptive**: the statistic's value alone, printed with
+"descriptive: n < 6, no interval".
 
 **Not paired** (separate runs, per-matrix errors, or groups of unequal length; a paired
 request on such groups falls back with a warning). The interval is the **central 95% of
@@ -37,6 +52,8 @@ The words:
 - **agrees**: the whole interval is on the claim's side of the threshold;
 - **disagrees**: none of it is;
 - **inconclusive**: it straddles the threshold;
+- **descriptive**: fewer than :data:`MIN_ROUNDS` samples, the value without an interval or a
+  side;
 - **no verdict**: a point the claim covers was not measured (NaN, missing, failed), or
   the machine was busy while it was measured (:func:`busy`: load average or steal time
   above :data:`BUSY_LOAD` / :data:`BUSY_STEAL`); the verdict names the point, or says
@@ -56,9 +73,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.notes import Busy, Note, NotMeasured
+from fraq.internals import sign_error, sign_ranks
 
-__all__ = ["BUSY_LOAD", "BUSY_STEAL", "DRAWS", "HOW", "MIN_ROUNDS", "Verdict", "busy", "judge", "exact", "holds",
-           "milliseconds", "not_measured", "ours", "paired", "samples", "sign_interval"]
+__all__ = ["BUSY_LOAD", "BUSY_STEAL", "DESCRIPTIVE", "against_range", "DRAWS", "HOW", "MIN_ROUNDS", "Verdict", "busy", "judge", "exact",
+           "holds", "looks", "milliseconds", "not_measured", "ours", "paired", "samples", "sign_interval"]
 
 DRAWS = 2000
 """Draws per unpaired interval: the 2.5th and 97.5th percentiles of 2,000 draws move by well
@@ -68,8 +86,12 @@ LEVEL = 0.95
 """Coverage of every interval."""
 
 MIN_ROUNDS = 6
-"""The fewest paired rounds with a sign-test interval of 95%: n = 6 gives [min, max] at
-1 - 2 / 2^6 = 96.9%; n = 5 reaches only 93.8%."""
+"""The fewest samples with an interval or a verdict: the fewest paired rounds with a sign-test
+interval of 95% (n = 6 gives [min, max] at 1 - 2 / 2^6 = 96.9%; n = 5 reaches only 93.8%),
+and the same floor for the draws of unpaired samples. Below it a verdict is "descriptive"."""
+
+DESCRIPTIVE = f"descriptive: n < {MIN_ROUNDS}, no interval"
+"""What a verdict on fewer than :data:`MIN_ROUNDS` samples prints in place of its interval."""
 
 BUSY_LOAD = 0.5
 """A run is busy when its 1-minute load average exceeds its own torch threads by more than
@@ -88,8 +110,10 @@ HOW = ("Every verdict carries the interval it rests on, in brackets. Timings tak
        "central 95% of the statistic recomputed over 2,000 draws that each take one repeat of every timing "
        "(or one matrix or module of every error) at random. **agrees**: the whole interval satisfies the "
        "paper's claim as tested; **disagrees**: none of it does; **inconclusive**: it straddles the claim's "
-       f"threshold, or there are fewer than {MIN_ROUNDS} paired rounds, too few for a 95% interval (the median of "
-       "the rounds is printed alone); **no verdict**: a point the claim covers was not measured "
+       f"threshold; **descriptive**: fewer than {MIN_ROUNDS} samples (paired rounds, or repeats), too few for a "
+       "95% interval (the value is printed alone); rounds that stopped once decided are judged with the ranks "
+       "of the sign test over every round count the runner looked at, so the 5% holds over all the looks; "
+       "**no verdict**: a point the claim covers was not measured "
        "(listed under *Not measured or skipped*), or the machine was busy (load average above the run's threads "
        "+ 0.5, or steal time above 5%; said once there). Counts (parameters, FLOPs) are exact and carry no interval.")
 """The paragraph the report prints once, above the verdicts."""
@@ -97,11 +121,12 @@ HOW = ("Every verdict carries the interval it rests on, in brackets. Timings tak
 
 @dataclass(frozen=True)
 class Verdict:
-    """One claim's outcome: ``word`` (agrees / disagrees / inconclusive / no verdict), the
-    statistic's value (``value``) and its interval (``lo``, ``hi``), the points that were not
-    measured (``missing``), why a verdict was withheld (``withheld``) and how the interval
-    was computed (``method``: ``"paired"``, ``"unpaired"`` or ``"exact"``; ``rounds`` for
-    paired samples)."""
+    """One claim's outcome: ``word`` (agrees / disagrees / inconclusive / descriptive / no
+    verdict), the statistic's value (``value``) and its interval (``lo``, ``hi``), the points
+    that were not measured (``missing``), why a verdict was withheld (``withheld``) and how
+    the interval was computed (``method``: ``"paired"``, ``"unpaired"`` or ``"exact"``;
+    ``rounds``: the paired rounds, or the smallest group's samples unpaired; ``looks``: the
+    first and last round counts the rounds could have stopped at, where more than one)."""
 
     word: str
     value: float = float("nan")
@@ -111,30 +136,38 @@ class Verdict:
     withheld: str = ""
     method: str = "exact"
     rounds: int = 0
+    looks: tuple[int, ...] = ()
 
     def bold(self) -> str:
         return f"**{self.word}**"
 
     @property
     def has_interval(self) -> bool:
-        """Whether :meth:`interval` prints one: not for paired samples of fewer than
-        :data:`MIN_ROUNDS` rounds (no interval reaches 95% there: the verdict is
-        "inconclusive" and its value the median of the rounds)."""
-        return not (self.method == "paired" and self.rounds < MIN_ROUNDS)
+        """Whether :meth:`interval` prints one: not for a descriptive verdict (fewer than
+        :data:`MIN_ROUNDS` samples: its value is the statistic alone) nor for paired rounds
+        at a look whose sign test has no interval."""
+        return self.word != "descriptive" and not (self.method == "paired" and math.isnan(self.lo))
 
     def interval(self, fmt: str = ".3g", unit: str = "") -> str:
-        """``[lo, hi]`` formatted; or, below :data:`MIN_ROUNDS` paired rounds, that there
-        are too few for one; or why there is no verdict."""
+        """``[lo, hi]`` formatted; or, below :data:`MIN_ROUNDS` samples, that there are too
+        few for one (:data:`DESCRIPTIVE`); or why there is no verdict."""
         if self.missing:
             return f"not measured: {', '.join(self.missing)}"
         if self.withheld:
             return f"withheld: {self.withheld}"
+        if self.word == "descriptive":
+            what = f"median of {_rounds(self.rounds)}" if self.method == "paired" else \
+                f"{self.rounds} sample{'' if self.rounds == 1 else 's'}"
+            return f"{what}; {DESCRIPTIVE}"
         if not self.has_interval:
-            return f"median of {_rounds(self.rounds)}, too few for an interval"
+            return f"median of {_rounds(self.rounds)}, no interval at this look"
         if self.lo == self.hi:
             return "exact"
         text = f"[{self.lo:{fmt}}{unit}, {self.hi:{fmt}}{unit}]"
-        return f"{text}, paired over {self.rounds} rounds" if self.method == "paired" else text
+        if self.method != "paired":
+            return text
+        stop = f", stopped between {self.looks[0]} and {self.looks[-1]}" if len(self.looks) > 1 else ""
+        return f"{text}, paired over {self.rounds} rounds{stop}"
 
     def measured(self, fmt: str = ".3g", prefix: str = "", unit: str = "") -> str:
         """``prefix value unit [lo, hi]`` (``prefix value unit (median of n paired rounds, too
@@ -153,22 +186,25 @@ def _rounds(n: int) -> str:
     return f"{n} paired round{'' if n == 1 else 's'}"
 
 
-def sign_interval(x, level: float = LEVEL) -> tuple[float, float, float]:
+def sign_interval(x, level: float = LEVEL, looks=None) -> tuple[float, float, float]:
     """The sign-test interval for the median of ``x``: ``(lo, hi, coverage)``.
 
-    [x_(j), x_(n+1-j)] (order statistics, 1-based) for the largest j with coverage
-    1 - 2 P(Bin(n, 1/2) <= j - 1) >= ``level``; with fewer than :data:`MIN_ROUNDS` samples
-    (for 95%) no j qualifies and [min, max] is returned with its own, lower, coverage.
+    [x_(j), x_(n+1-j)] (order statistics, 1-based) with j from
+    :func:`fraq.internals.sign_ranks` over ``looks`` (the sample counts at which the rounds
+    could have stopped; None: n alone, the fixed-n test, the largest j with coverage
+    1 - 2 P(Bin(n, 1/2) <= j - 1) >= ``level``); ``coverage``: 1 minus the exact chance that
+    the interval at any of the looks misses the median. Where no j qualifies (fewer than
+    :data:`MIN_ROUNDS` samples at one look, for 95%) there is no interval: ``(nan, nan, nan)``.
     """
     x = np.sort(np.asarray(x, dtype=float).ravel())
     n = x.size
     if n == 0:
         raise ValueError("sign_interval needs at least one sample")
-    cdf = np.cumsum([math.comb(n, i) for i in range(n + 1)]) / 2.0**n  # P(Bin(n, 1/2) <= i)
-    j = 1
-    while j + 1 <= (n + 1) // 2 and 1 - 2 * cdf[j] >= level:
-        j += 1
-    return float(x[j - 1]), float(x[n - j]), float(1 - 2 * cdf[j - 1])
+    at = {n} | {int(k) for k in (looks or ())}
+    j = sign_ranks(at, level)[n]
+    if j is None:
+        return float("nan"), float("nan"), float("nan")
+    return float(x[j - 1]), float(x[n - j]), 1.0 - sign_error(at, level)
 
 
 def busy(machine) -> str:
@@ -232,6 +268,27 @@ def paired(*sets, group: str = "timing.group", samples: str = "timing.samples") 
     return bool(lengths) and (len(lengths) == 1 and lengths != {0} or min(lengths) >= MIN_ROUNDS)
 
 
+def looks(*sets, looks: str = "timing.looks", samples: str = "timing.samples") -> tuple[int, ...]:
+    """The sample counts at which the compared results' rounds could have stopped, for
+    :func:`judge` (``looks=``): every count from ``first`` to ``last`` of each result's
+    ``looks`` (:mod:`benchmarks.measure.paired`), together. A result without ``looks`` (rounds of
+    a fixed count, or written before the runner recorded them) adds its own sample count.
+    Together, because a statistic over several points is judged over the rounds they all
+    have: the smallest of the points' stops, which is among the union of their looks."""
+    out: set[int] = set()
+    for rows in sets:
+        if hasattr(rows, "to_dict") and hasattr(rows, "columns"):
+            rows = rows.to_dict("records")
+        for r in rows:
+            span = r.get(looks)
+            if isinstance(span, (list, tuple, np.ndarray)) and len(span) == 2:
+                out |= set(range(int(span[0]), int(span[1]) + 1))
+            else:
+                out.add(len(r.get(samples) or []))
+    out.discard(0)
+    return tuple(sorted(out))
+
+
 def _number(v) -> float:
     try:
         return float(v)
@@ -245,7 +302,7 @@ def _side(x, above: float | None, below: float | None) -> bool:
 
 def judge(groups: Mapping[str, object], statistic: Callable[[dict], np.ndarray], *, above: float | None = None,
           below: float | None = None, center: Callable = np.median, claim: str = "", seed: int = 0,
-          paired: bool = False, machine=None) -> Verdict:
+          paired: bool = False, machine=None, looks: tuple[int, ...] = ()) -> Verdict:
     """The verdict on "``statistic`` > ``above``" (and/or "< ``below``") over ``groups``.
 
     ``groups`` maps a point's name to its samples (repeats or per-matrix values);
@@ -254,12 +311,17 @@ def judge(groups: Mapping[str, object], statistic: Callable[[dict], np.ndarray],
 
     ``paired=True``: sample k of every group comes from round k of one round-robin run;
     the statistic is computed per round, its value is the median over rounds and its
-    interval the sign-test interval (module docstring). Groups of unequal length (points
+    interval the sign-test interval (module docstring), with the ranks of the sign test over
+    ``looks`` (:func:`looks`: the round counts the rounds could have stopped at; n is
+    always one of them; none: the fixed-n test at n). Groups of unequal length (points
     whose rounds stopped at different counts, :func:`paired`) are judged over the rounds
     they all have, the first n of each, when n is at least :data:`MIN_ROUNDS`; below that
     a warning says so and the unpaired interval is used. ``paired=False``: the
     statistic of the groups' ``center`` is the value, and the interval is over
     :data:`DRAWS` single draws.
+
+    Fewer than :data:`MIN_ROUNDS` paired rounds, or a group of fewer than
+    :data:`MIN_ROUNDS` samples unpaired: "descriptive", the value alone.
 
     A group that is empty or holds a non-finite sample is not measured: the verdict is "no
     verdict", naming it, with a warning (``claim`` names the claim in it). ``machine``:
@@ -283,12 +345,15 @@ def judge(groups: Mapping[str, object], statistic: Callable[[dict], np.ndarray],
     if paired:
         sizes = {a.size for a in arrays.values()}
         if len(sizes) == 1:
-            return _paired(arrays, statistic, above, below)
+            return _paired(arrays, statistic, above, below, looks)
         if min(sizes) >= MIN_ROUNDS:  # the rounds every point has
-            return _paired({k: a[:min(sizes)] for k, a in arrays.items()}, statistic, above, below)
+            return _paired({k: a[:min(sizes)] for k, a in arrays.items()}, statistic, above, below, looks)
         warnings.warn(Note(f"'{claim}': samples of unequal length {sorted(sizes)} are not paired; "
                            "the unpaired interval is used"), stacklevel=2)
     value = float(statistic({k: np.asarray(center(a)) for k, a in arrays.items()}))
+    fewest = min(a.size for a in arrays.values())
+    if fewest < MIN_ROUNDS:
+        return Verdict("descriptive", value, method="unpaired", rounds=fewest)
     rng = np.random.default_rng(seed)
     draws = {k: a[rng.integers(0, a.size, DRAWS)] for k, a in arrays.items()}
     stats = np.asarray(statistic(draws), dtype=float)
@@ -296,13 +361,16 @@ def judge(groups: Mapping[str, object], statistic: Callable[[dict], np.ndarray],
     return Verdict(_word(value, lo, hi, above, below), value, lo, hi, method="unpaired")
 
 
-def _paired(arrays: dict, statistic: Callable, above, below) -> Verdict:
+def _paired(arrays: dict, statistic: Callable, above, below, looks) -> Verdict:
     per_round = np.asarray(statistic(arrays), dtype=float).ravel()
     n = per_round.size
     value = float(np.median(per_round))
-    lo, hi, _ = sign_interval(per_round)
-    word = _word(value, lo, hi, above, below) if n >= MIN_ROUNDS else "inconclusive"
-    return Verdict(word, value, lo, hi, method="paired", rounds=n)
+    if n < MIN_ROUNDS:
+        return Verdict("descriptive", value, method="paired", rounds=n)
+    at = tuple(sorted({n} | {int(k) for k in looks}))
+    lo, hi, _ = sign_interval(per_round, looks=at)
+    word = "inconclusive" if math.isnan(lo) else _word(value, lo, hi, above, below)
+    return Verdict(word, value, lo, hi, method="paired", rounds=n, looks=at if len(at) > 1 else ())
 
 
 def _word(value, lo, hi, above, below) -> str:
@@ -311,6 +379,28 @@ def _word(value, lo, hi, above, below) -> str:
     if not (_side(lo, above, below) or _side(hi, above, below)) and not _side(value, above, below):
         return "disagrees"
     return "inconclusive"
+
+
+def against_range(v: Verdict, low: float, high: float) -> str:
+    """Where a verdict on "``low`` < statistic < ``high``" (:func:`judge` with ``above=low``,
+    ``below=high``) puts the statistic against a claimed range: "within the paper's range"
+    (the whole interval inside it: the verdict agrees), "above the paper's range" or "below
+    the paper's range" (the whole interval past that end), or "straddles an end of the
+    paper's range"; for a verdict without an interval (descriptive, not measured) the value's
+    side, said as the value's. A range is tested against both ends: a ratio of 41x against
+    "8-15x" is above it, not in agreement."""
+    if v.word == "no verdict" or not math.isfinite(v.value):
+        return ""
+    if not v.has_interval:
+        where = "above" if v.value > high else "below" if v.value < low else "within"
+        return f"the value {where} the paper's range"
+    if v.lo > high:
+        return "above the paper's range"
+    if v.hi < low:
+        return "below the paper's range"
+    if low < v.lo and v.hi < high:
+        return "within the paper's range"
+    return "straddles an end of the paper's range"
 
 
 def exact(value: float, *, above: float | None = None, below: float | None = None) -> Verdict:

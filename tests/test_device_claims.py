@@ -47,10 +47,29 @@ def test_a_cpu_ratio_far_from_the_models_disagrees():
     assert "**disagrees**" in line, line
 
 
-@pytest.mark.parametrize("ratio, word", [(250.0, "agrees"), (60.0, "disagrees")])
-def test_on_a_gpu_the_papers_wall_clock_ratio_is_judged(ratio, word):
+@pytest.mark.parametrize("ratio, word, where", [(250.0, "agrees", "within"), (60.0, "disagrees", "below"),
+                                               (6000.0, "disagrees", "above")])
+def test_on_a_gpu_the_papers_wall_clock_ratio_is_judged_against_its_range(ratio, word, where):
+    """The paper's "190-2,300x" is a range: a ratio inside it agrees, one below or above it
+    says which, and one above is never called in agreement (as 41x against "8-15x" was)."""
     line = _line(_rows(ratio, "cuda:0"))
-    assert f"**{word}**" in line and "above 190" in line and "not judged" not in line
+    assert f"**{word}**" in line and "within 190-2300x" in line and "not judged" not in line, line
+    assert f"{where} the paper's range" in line, line
+
+
+def test_against_range_says_where_the_interval_lies():
+    from analysis.verdicts import Verdict, against_range
+
+    def v(lo, hi, word="inconclusive"):
+        return Verdict(word, (lo + hi) / 2, lo, hi, method="paired", rounds=12)
+
+    assert against_range(v(40.0, 43.0), 8.0, 15.0) == "above the paper's range"
+    assert against_range(v(4.0, 6.0), 8.0, 15.0) == "below the paper's range"
+    assert against_range(v(9.0, 12.0), 8.0, 15.0) == "within the paper's range"
+    assert against_range(v(12.0, 17.0), 8.0, 15.0) == "straddles an end of the paper's range"
+    few = Verdict("descriptive", 41.0, method="paired", rounds=4)
+    assert against_range(few, 8.0, 15.0) == "the value above the paper's range"
+    assert against_range(Verdict("no verdict", missing=("x",)), 8.0, 15.0) == ""
 
 
 def test_the_claims_and_their_thresholds_are_the_papers_file(monkeypatch):

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from benchmarks.measure.paired import MIN_SAMPLE, Weighted, _sign_rank, decided, launched, paired_rounds
+from benchmarks.measure.paired import MIN_SAMPLE, Weighted, decided, launched, paired_rounds
 
 
 def _counter():
@@ -46,16 +46,120 @@ def test_a_weighted_sample_with_its_warm_up_times_makes_no_calibration_call():
     assert len(calls) == 2 * 4 and out["w"]["loops"] == [1, 1]
 
 
-def test_sign_rank_is_the_analysis_rule():
-    """The measurement's stopping rule asks of each pair the interval the verdicts use
-    (analysis.verdicts.sign_interval), at every n from 1 to 40."""
+def test_one_look_is_the_fixed_n_sign_test_the_analysis_uses():
+    """At one look the ranks are the fixed-n sign test's: the largest j with coverage
+    1 - 2 P(Bin(n, 1/2) <= j - 1) >= 95%, none below n = 6, at every n from 1 to 40; the
+    analysis's interval (analysis.verdicts.sign_interval) is [x_(j), x_(n+1-j)] with them."""
+    import math
+
     import numpy as np
 
     from analysis.verdicts import sign_interval
+    from fraq.internals import sign_ranks
 
     for n in range(1, 41):
-        lo, _, coverage = sign_interval(np.arange(1.0, n + 1))
-        assert _sign_rank(n) == (int(lo) if coverage >= 0.95 else None), n
+        ok = [j for j in range(1, (n + 1) // 2 + 1)
+              if 1 - 2 * sum(math.comb(n, i) for i in range(j)) / 2**n >= 0.95]
+        j = sign_ranks([n])[n]
+        assert j == (max(ok) if ok else None), n
+        lo, _, _ = sign_interval(np.arange(1.0, n + 1))
+        assert (int(lo) if lo == lo else None) == j, n
+
+
+LOOKS = (6, 12)
+"""The adaptive rounds of the sweeps (benchmarks.sizes: ``min_rounds`` 6, ``rounds`` 12)."""
+
+
+def _error_by_enumeration(first: int, last: int) -> float:
+    """P(some look of decided() at first..last decides) under exchangeable timings, by
+    enumerating every one of the 2^last sign sequences through the real decided(): a ratio
+    above or below 1 with probability 1/2 each, independently."""
+    import itertools
+
+    wrong = 0
+    for signs in itertools.product((2.0, 0.5), repeat=last):
+        wrong += any(decided({"a": list(signs[:n]), "b": [1.0] * n}, looks=(first, last))
+                     for n in range(first, last + 1))
+    return wrong / 2**last
+
+
+def test_the_looks_keep_a_wrong_decided_within_five_percent():
+    """Exact: the ranks over the looks 6..12 call a no-difference pair decided at some look
+    with probability 176 / 4096 = 4.30% (the dynamic programme of fraq._sign_test, and the
+    same number by enumerating all 4,096 sign sequences through decided()); 95% at each look
+    would be 290 / 4096 = 7.08%. At the looks a sweep's clients points use (12 alone) and
+    those two launches would add up to (12..24), at most 5% as well."""
+    from fraq.internals import sign_error, sign_ranks
+
+    assert sign_error(range(6, 13)) == 176 / 4096
+    assert _error_by_enumeration(*LOOKS) == 176 / 4096
+    assert sign_ranks(range(6, 13)) == {6: 1, 7: 1, 8: 1, 9: 1, 10: 2, 11: 2, 12: 2}
+    for looks in ([12], range(12, 25), range(6, 25), [6], range(9, 13)):
+        assert sign_error(looks) <= 0.05, looks
+    one_other_way = {"a": [2.0] * 8 + [0.5], "b": [1.0] * 9}  # 1 of 9 ratios below 1
+    assert decided(one_other_way)  # one look at 9: j = 2, decided
+    assert not decided(one_other_way, looks=LOOKS)  # the looks 6..12: j = 1 at 9, not decided
+    with pytest.raises(ValueError, match="not among the looks"):
+        decided({"a": [1.0] * 5, "b": [2.0] * 5}, looks=LOOKS)
+
+
+RUNS = 10_000
+"""Null runs of the simulation: the standard error of a rate near 5% is sqrt(0.05 * 0.95 /
+10,000) = 0.22%, so 4 of them (0.87%) bound the simulated rate's distance from the exact one
+for all but about 1 in 15,000 seeds."""
+
+
+def _runner(monkeypatch, draws):
+    """paired_rounds at the sweeps' LOOKS with its clock replaced by ``draws`` (one per call)."""
+    import benchmarks.measure.paired as paired
+
+    monkeypatch.setattr(paired, "_loop_time", lambda fn, loops, device: fn())
+    monkeypatch.setattr(paired, "_sync", lambda device: None)
+
+    def run(a, b):
+        ta, tb = iter(a), iter(b)
+        return paired_rounds({"a": lambda: next(ta), "b": lambda: next(tb)}, LOOKS[1], min_rounds=LOOKS[0])
+    return run
+
+
+def test_a_simulated_null_is_decided_wrongly_within_the_exact_rate(monkeypatch):
+    """10,000 runs of the adaptive rounds as the runner makes them (paired_rounds and its
+    decided(), the clock replaced by draws): both calls' times i.i.d. lognormal (sigma 0.3,
+    no difference). A run is wrongly decided when it stops before round 12 or is decided at
+    12. The rate is within 4 standard errors of the exact 4.30%, and so below 5% + 0.57%
+    whatever the seed; the exact rate itself is below 5% (the test above)."""
+    import numpy as np
+
+    rng = np.random.default_rng(11)
+    t = np.exp(0.3 * rng.standard_normal((RUNS, 2, LOOKS[1] + 1)))  # seconds, above min_sample: one calibration call, the +1
+    run = _runner(monkeypatch, t)
+    wrong = 0
+    for a, b in zip(t[:, 0].tolist(), t[:, 1].tolist()):
+        out = run(a, b)
+        n = len(out["a"]["samples"])
+        wrong += n < LOOKS[1] or decided({k: out[k]["samples"] for k in "ab"}, looks=LOOKS)
+    se = np.sqrt(0.043 * 0.957 / RUNS)
+    assert abs(wrong / RUNS - 176 / 4096) <= 4 * se, wrong / RUNS
+
+
+def test_a_real_difference_is_still_decided_within_the_rounds(monkeypatch):
+    """One call 1.2x the other's time with 5% noise on each (lognormal: a round's ratio is
+    below 1 with probability Phi(-ln 1.2 / (0.05 sqrt 2)) = 0.5%): decided within the 12
+    rounds in every one of 200 runs, and at the first look (6 rounds, all six ratios above 1)
+    in all but the few runs with a ratio below 1 among the first six (3% expected)."""
+    import numpy as np
+
+    rng = np.random.default_rng(12)
+    t = np.exp(0.05 * rng.standard_normal((200, 2, LOOKS[1] + 1)))
+    t[:, 0] *= 1.2
+    run = _runner(monkeypatch, t)
+    at_first = 0
+    for a, b in zip(t[:, 0].tolist(), t[:, 1].tolist()):
+        out = run(a, b)
+        assert decided({k: out[k]["samples"] for k in "ab"}, looks=LOOKS)
+        assert out["a"]["looks"] == list(LOOKS)
+        at_first += len(out["a"]["samples"]) == LOOKS[0]
+    assert at_first >= 0.9 * 200
 
 
 def test_decided_needs_every_pair_on_one_side_of_one():

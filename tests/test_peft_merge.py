@@ -108,8 +108,8 @@ def test_runner_and_report_section(tmp_path):
     assert rows["excess_max"].max() <= TOL
     table = report.table(df)
     assert len(table) == 5
-    lines = report.ratio_lines(df)  # 2 rounds at the tiny size: too few for an interval (MIN_ROUNDS)
-    assert len(lines) == 2 and all("median of 2 paired rounds, too few for an interval" in x and "95%" not in x
+    lines = report.ratio_lines(df)  # 2 rounds at the tiny size: descriptive, no interval (MIN_ROUNDS)
+    assert len(lines) == 2 and all("median of 2 paired rounds; descriptive: n < 6, no interval" in x and "95%" not in x
                                    for x in lines), lines
     report.figure(df)
 

@@ -57,7 +57,7 @@ def test_table4_verdicts_of_two_noisy_runs_do_not_oppose():
         return pd.DataFrame(rows)
 
     for _ in range(50):
-        first, second = (re.findall(r"\*\*(agrees|disagrees|inconclusive|no verdict)\*\*", "\n".join(
+        first, second = (re.findall(r"\*\*(agrees|disagrees|inconclusive|descriptive|no verdict)\*\*", "\n".join(
             table4_lines(table4()))) for _ in range(2))
         assert len(first) == len(second) == 4
         assert all({x, y} != OPPOSITE for x, y in zip(first, second)), (first, second)
@@ -137,29 +137,58 @@ def test_one_outlier_among_few_rounds_does_not_flip_the_verdict(where, outlier):
     assert v.word == "agrees", v
 
 
-def test_too_few_rounds_are_inconclusive_and_unpaired_samples_fall_back():
+def test_fewer_than_six_samples_are_descriptive_paired_or_not():
+    """No interval and no verdict on fewer than 6 samples: paired rounds (no sign-test
+    interval reaches 95% below 6) and unpaired groups (draws from five values or fewer are
+    nearly their extremes) give "descriptive", the value alone, with the words saying why."""
     g = _drifting_rounds(np.random.default_rng(0), 5, 2.5)
     v = judge(g, _ratio, above=2.0, paired=True)
-    assert v.word == "inconclusive" and v.rounds == 5 and (v.lo, v.hi) == (min(_ratio(g)), max(_ratio(g)))
-    # no interval printed from fewer rounds than MIN_ROUNDS: the median, and why there is no interval
-    assert not v.has_interval and v.interval() == "median of 5 paired rounds, too few for an interval"
+    assert v.word == "descriptive" and v.rounds == 5 and np.isnan(v.lo) and np.isnan(v.hi)
+    assert not v.has_interval and v.interval() == "median of 5 paired rounds; descriptive: n < 6, no interval"
     assert v.measured(".2f", unit="x") == (f"{np.median(_ratio(g)):.2f}x "
-                                           "(median of 5 paired rounds, too few for an interval)")
+                                           "(median of 5 paired rounds; descriptive: n < 6, no interval)")
+    assert str(v) == "**descriptive** (median of 5 paired rounds; descriptive: n < 6, no interval)"
     one = judge({k: x[:1] for k, x in g.items()}, _ratio, above=2.0, paired=True)
-    assert one.interval() == "median of 1 paired round, too few for an interval" and "[" not in one.measured()
+    assert one.interval() == "median of 1 paired round; descriptive: n < 6, no interval"
+    assert "[" not in one.measured()
     assert judge(_drifting_rounds(np.random.default_rng(0), 6, 2.5), _ratio, above=2.0, paired=True).has_interval
     uneven = {"a": [25.0, 26.0, 24.0], "b": [10.0, 10.5]}
     with pytest.warns(UserWarning, match=r"not paired.*unpaired interval"):
         v = judge(uneven, _ratio, above=2.0, paired=True, claim="c")
-    assert v.method == "unpaired" and v.word == "agrees"
+    assert v.method == "unpaired" and v.word == "descriptive" and v.rounds == 2
+    assert v.interval() == "2 samples; descriptive: n < 6, no interval" and "[" not in str(v)
+    for n in (2, 5):  # unpaired repeats: descriptive below 6, an interval from 6 on
+        few = {"a": np.full(n, 25.0), "b": np.full(n, 10.0)}
+        assert judge(few, _ratio, above=2.0).word == "descriptive"
+    assert judge({"a": np.full(6, 25.0), "b": np.full(6, 10.0)}, _ratio, above=2.0).word == "agrees"
+
+
+def test_adaptive_rounds_are_judged_with_the_ranks_of_all_their_looks():
+    """Rounds recorded as stopping between 6 and 12 (``timing.looks``) are judged with the
+    sign test over those looks, as the runner decided: 9 rounds with one ratio on the other
+    side are decided at a fixed 9 (j = 2) but not over the looks 6..12 (j = 1 at 9); results
+    without the record are judged as fixed-n, and the looks of several results add up."""
+    from analysis.verdicts import looks
+
+    g = {"a": np.array([2.0] * 8 + [0.5]), "b": np.ones(9)}
+    assert judge(g, _ratio, above=1.0, paired=True).word == "agrees"
+    v = judge(g, _ratio, above=1.0, paired=True, looks=tuple(range(6, 13)))
+    assert v.word == "inconclusive" and (v.lo, v.hi) == (0.5, 2.0) and v.looks == tuple(range(6, 13))
+    assert v.interval() == "[0.5, 2], paired over 9 rounds, stopped between 6 and 12"
+    rows = [{"timing.samples": [1.0] * 9, "timing.looks": [6, 12]}, {"timing.samples": [1.0] * 7}]
+    assert looks(rows) == (6, 7, 8, 9, 10, 11, 12)
+    assert looks([{"timing.samples": [1.0] * 9}]) == (9,)  # no record: fixed-n
+    assert looks([{"timing.samples": [1.0] * 24, "timing.looks": [12, 24]}]) == tuple(range(12, 25))
+    lo, hi, cover = sign_interval(np.arange(1.0, 10.0), looks=range(6, 13))
+    assert (lo, hi) == (1.0, 9.0) and cover == pytest.approx(1 - 176 / 4096)
 
 
 def test_sign_interval_matches_the_binomial():
-    # n = 10: [x_(2), x_(9)], coverage 1 - 2 * 11/1024; n = 6: [min, max], 1 - 2/64; n = 5: [min, max], 1 - 2/32
+    # n = 10: [x_(2), x_(9)], coverage 1 - 2 * 11/1024; n = 6: [min, max], 1 - 2/64; n = 5: none reaches 95%
     lo, hi, cover = sign_interval(np.arange(10.0)[::-1])
     assert (lo, hi) == (1.0, 8.0) and cover == pytest.approx(1 - 22 / 1024)
     assert sign_interval(np.arange(6.0)) == (0.0, 5.0, pytest.approx(1 - 2 / 64))
-    assert sign_interval(np.arange(5.0)) == (0.0, 4.0, pytest.approx(1 - 2 / 32))
+    assert all(np.isnan(sign_interval(np.arange(5.0))))
     assert 1 - 2 / 32 < 0.95 <= 1 - 2 / 64  # MIN_ROUNDS = 6
     # coverage checked by simulation: skewed (lognormal) samples, true median 1, n = 12, 4000 trials
     rng = np.random.default_rng(5)

@@ -20,7 +20,7 @@ from analysis import kernel_variants
 from analysis.figures import FLOOR, measured_columns
 from analysis.sections import Figure, Section
 from analysis.style import described, display_name, log_labels, styles
-from analysis.verdicts import exact, judge, milliseconds, paired
+from analysis.verdicts import exact, judge, looks, milliseconds, paired
 
 __all__ = ["TITLE", "WHAT", "crossings", "detail", "draw", "figure", "growth", "label", "lines", "summary"]
 
@@ -237,7 +237,7 @@ def _dense_lines(shape: str, sub: pd.DataFrame, fr: pd.DataFrame, de: pd.DataFra
 
     same = paired(*[pd.DataFrame([fk.loc[k], ek.loc[k]]) for k in past])
     v = judge(groups, worst, below=1.0, claim=f"FRAQ no slower than {label(dense)} past r = d on {shape}",
-              machine=sub, paired=same)
+              machine=sub, paired=same, looks=looks(*[pd.DataFrame([fk.loc[k], ek.loc[k]]) for k in past]))
     how = ("the two timed in the same rounds" if same else
            "timed in separate runs; `python -m benchmarks.roofline --clients SIZE` times the pairs "
            "interleaved")

@@ -9,7 +9,7 @@ from analysis import kernel_variants, style, tables
 from analysis.figures import FLOOR, legend_top, measured_columns, pyplot
 from analysis.sections import Figure, Section
 from analysis.style import described, integers, log_labels, num, styles
-from analysis.verdicts import holds, judge, milliseconds, not_measured, ours, paired
+from analysis.verdicts import holds, judge, looks, milliseconds, not_measured, ours, paired
 
 reads = ("fig3",)
 
@@ -117,7 +117,8 @@ def _fastest_lines(d: pd.DataFrame) -> list[str]:
         return [f"- Paper: FRAQ is the fastest method across both sweeps. {ours(v, '')}"]
     if not points:
         return []
-    v = judge(groups, margin, above=1.0, claim="FRAQ is the fastest method", machine=d, paired=paired(*sets))
+    v = judge(groups, margin, above=1.0, claim="FRAQ is the fastest method", machine=d, paired=paired(*sets),
+              looks=looks(*sets))
     return [f"- Paper: FRAQ is the fastest method across both sweeps. "
             + ours(v, f"{v.value:.2f}x", ".2f", "x", test=f"the fastest other method's time over FRAQ's "
                    f"above 1 at each of the {total} points, the smallest ratio")
@@ -154,7 +155,7 @@ def _flexlora_growth_lines(d: pd.DataFrame) -> list[str]:
     v = judge(g, lambda g: _slope_rows(lfl, [g[k] for k in kfl]) - _slope_rows(lfr, [g[k] for k in kfr]),
               above=1.0, claim="FlexLoRA's time grows faster with d", machine=pd.concat([fl, fr]),
               paired=list(fl["x"]) == list(fr["x"]) and paired(*[pd.concat([fl[fl["x"] == x], fr[fr["x"] == x]])
-                                                                for x in fl["x"]]))
+                                                                for x in fl["x"]]), looks=looks(fl, fr))
     return [f"- Paper: FlexLoRA's runtime and memory grow rapidly with d (dense d x D aggregate and SVD), "
             f"FRAQ's do not. "
             f"{ours(v, f'{v.value:.2f}', '.2f', test=EXP)}; FlexLoRA's time grows as "

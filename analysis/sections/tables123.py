@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import kernel_variants, style, tables
-from analysis.verdicts import holds, judge, not_measured, ours, paired, samples
+from analysis.verdicts import against_range, holds, judge, not_measured, ours, paired, samples
 from analysis.loaders import paper
 from analysis.sections import Section
 from analysis.columns import column_format
@@ -112,10 +112,14 @@ def verdict_lines(df: pd.DataFrame, preset: str) -> list[str]:
                      / np.max(np.stack([g[k] for k in f]), axis=0))
             ms = {k: v * 1e3 for k, v in groups.items()}
             if _on_gpu(compared):
-                v = judge(ms, ratio, above=thr, claim=f"{preset}: FRAQ faster than {label}", machine=compared,
-                          paired=paired(compared))
-                parts.append(ours(v, f"{v.value:.3g}x", ".3g", "x",
-                                   test=f"{label} / FRAQ time above {thr:g}x; the paper: {quoted[name]}"))
+                top = claimed.get("over_fraq_max", {}).get(name)  # a range: tested against both ends
+                v = judge(ms, ratio, above=thr, below=top, claim=f"{preset}: FRAQ faster than {label}",
+                          machine=compared, paired=paired(compared))
+                test = (f"{label} / FRAQ time within {thr:g}-{top:g}x" if top is not None else
+                        f"{label} / FRAQ time above {thr:g}x")
+                where = "" if top is None else against_range(v, thr, top)
+                parts.append(ours(v, f"{v.value:.3g}x", ".3g", "x", test=f"{test}; the paper: {quoted[name]}")
+                             + (f", {where}" if where else ""))
                 continue
             parts.append(_model_verdicts(ms, ratio, other, fraq, label, quoted[name], preset, compared))
         ms = ", ".join(f"{r.shown} {r.median_s * 1e3:.4g} ms" for r in fraq.itertuples() if pd.notna(r.median_s))

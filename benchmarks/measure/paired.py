@@ -31,9 +31,14 @@ Each launch measures every group of a list (a group is one point's compared call
 methods at one (sweep, d, r, mode) of Fig. 3), so one experiment pays for ``launches``
 interpreter starts, not one per point. The result of each call is
 :meth:`~benchmarks.measure.timing.Timing.as_dict` plus ``round``, ``launch``, ``loops``
-(k per launch), ``min_sample``, ``launches``, ``compared`` (the keys measured together)
-and ``group`` (a random id shared by the calls of one measurement: the analysis pairs
-samples only of results with the same id, so results of two runs are never paired).
+(k per launch), ``min_sample``, ``launches``, ``compared`` (the keys measured together),
+``group`` (a random id shared by the calls of one measurement: the analysis pairs
+samples only of results with the same id, so results of two runs are never paired) and
+``looks`` (``[first, last]``: the sample counts the rounds could have stopped at, every one
+between; ``[n, n]`` for rounds of a fixed count). Rounds that stop at the first decided look
+test at every look, so the analysis judges them with the sign-test ranks of all the looks
+(:func:`fraq.internals.sign_ranks`), as :func:`decided` did; a result without ``looks`` is
+judged as rounds of a fixed count.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ import torch
 
 from benchmarks.measure.children import child_env, die_with_parent
 from benchmarks.measure.timing import Timing, _sync, gc_off
+from fraq.internals import sign_ranks
 
 __all__ = ["MAX_LOOPS", "MIN_SAMPLE", "SIGN_LEVEL", "Weighted", "cached", "decided", "launched", "measure_groups",
            "merged", "paired_rounds"]
@@ -127,13 +133,20 @@ def paired_rounds(calls: dict, rounds: int, *, device: torch.device | str = "cpu
     ``min_rounds``; a slow call no open comparison needs (FLoRIST beside FRAQ against the
     dense path) is not timed in rounds that serve only the others.
 
-    Returns ``{key: {"samples": [...], "loops": [k, ...], "round": [...], "launch": [...]}}``,
-    sample j of every key from round j (``loops`` one k per part of a Weighted call)."""
+    The looks (every round from ``min_rounds`` to ``rounds``) are one group-sequential sign
+    test (:func:`decided` with ``looks``): a pair whose calls do not differ is called decided
+    at any of them with probability at most 1 - :data:`SIGN_LEVEL`, not that at each.
+
+    Returns ``{key: {"samples": [...], "loops": [k, ...], "round": [...], "launch": [...],
+    "looks": [first, last]}}``, sample j of every key from round j (``loops`` one k per part
+    of a Weighted call; ``looks`` the round counts the rounds could stop at, ``[rounds,
+    rounds]`` without ``min_rounds``)."""
     if rounds < 1:
         raise ValueError(f"rounds(={rounds}) must be >= 1")
     if min_rounds is not None and not 1 <= min_rounds <= rounds:
         raise ValueError(f"min_rounds(={min_rounds}) must be between 1 and rounds(={rounds})")
     device = torch.device(device)
+    looks = (rounds, rounds) if min_rounds is None else (min_rounds, rounds)
     keys = list(calls)
     pairs = None if decides is None else [(a, b) for a, b in decides if a in calls and b in calls]
     held = [(a, b) for a, b in hold or () if a in calls and b in calls]
@@ -159,45 +172,45 @@ def paired_rounds(calls: dict, rounds: int, *, device: torch.device | str = "cpu
                 continue
             if leave and pairs is not None:
                 open_pairs = [(a, b) for a, b in open_pairs
-                              if not decided({a: samples[a], b: samples[b]}, pairs=[(a, b)])]
+                              if not decided({a: samples[a], b: samples[b]}, pairs=[(a, b)], looks=looks)]
                 active = [k for k in active if any(k in p for p in open_pairs + held)]
                 if not active:
                     break
-            elif decided(samples, against=keys[0]) if pairs is None else decided(samples, pairs=pairs):
+            elif decided(samples, against=keys[0], looks=looks) if pairs is None else \
+                    decided(samples, pairs=pairs, looks=looks):
                 break
     return {k: dict(samples=samples[k], loops=loops[k], round=list(range(len(samples[k]))),
-                    launch=[launch] * len(samples[k])) for k in keys}
+                    launch=[launch] * len(samples[k]), looks=list(looks)) for k in keys}
 
 
 SIGN_LEVEL = 0.95
-"""Coverage of the interval :func:`decided` asks of each pair: the analysis's
-(:data:`analysis.verdicts.LEVEL`)."""
-
-
-def _sign_rank(n: int, level: float = SIGN_LEVEL) -> int | None:
-    """The largest j with 1 - 2 P(Bin(n, 1/2) <= j - 1) >= ``level`` (the sign-test interval
-    for a median is [x_(j), x_(n+1-j)]), or None below the n that reaches ``level`` (6 at 95%).
-    The same rule as :func:`analysis.verdicts.sign_interval`, which the verdicts use."""
-    best, cdf = None, 0.0
-    for j in range(1, (n + 1) // 2 + 1):
-        cdf += math.comb(n, j - 1) / 2.0**n  # P(Bin(n, 1/2) <= j - 1)
-        if 1 - 2 * cdf < level:
-            break
-        best = j
-    return best
+"""Coverage of the interval :func:`decided` asks of each pair over all the looks the rounds
+make: the analysis's (:data:`analysis.verdicts.LEVEL`)."""
 
 
 def decided(samples: dict[str, list[float]], level: float = SIGN_LEVEL, *, against: str | None = None,
-            pairs: list[tuple[str, str]] | None = None) -> bool:
+            pairs: list[tuple[str, str]] | None = None, looks: tuple[int, int] | None = None) -> bool:
     """Whether the pairs of calls are decided: the per-round ratio of their times has a
-    sign-test interval for its median (at ``level``) wholly above or wholly below 1, so the
-    analysis's paired verdict on which is faster is as decisive as more rounds of this kind
-    could make it. The pairs: ``pairs`` where given (none: decided), else ``against`` with
-    every other key, or (None) every pair. False below the rounds that such an interval
-    needs (6 at 95%)."""
+    sign-test interval for its median wholly above or wholly below 1, so the analysis's
+    paired verdict on which is faster is as decisive as more rounds of this kind could make
+    it. The pairs: ``pairs`` where given (none: decided), else ``against`` with every other
+    key, or (None) every pair. False below the rounds that such an interval needs (6 at 95%).
+
+    ``looks``: ``(first, last)``, the round counts at which the caller asks, every one from
+    ``first`` to ``last`` (rounds that stop at the first decided one); the interval's rank at
+    this n is then :func:`fraq.internals.sign_ranks` over those looks, so that a pair whose
+    calls' times are exchangeable is called decided at *any* of them with probability at most
+    1 - ``level`` (6..12 at 95%: 4.30%, where 95% at each look gives 7.1%). None: one look at
+    this n (the fixed-n sign test). The analysis reads the same looks from the result
+    (``looks``, module docstring) and judges with the same ranks."""
     keys = list(samples)
     n = len(samples[keys[0]]) if keys else 0
-    j = _sign_rank(n, level) if n else None
+    if n == 0:
+        return False
+    first, last = (n, n) if looks is None else looks
+    if not first <= n <= last:
+        raise ValueError(f"{n} rounds are not among the looks {first}..{last}")
+    j = sign_ranks(range(first, last + 1), level)[n]
     if j is None:
         return False
     if pairs is None:
@@ -289,15 +302,18 @@ def launched(target: str, groups: list[dict], *, rounds: int, launches: int, dev
 
 def merged(runs: list[dict], *, device: torch.device | str = "cpu", min_sample: float = MIN_SAMPLE) -> dict:
     """One group's :func:`paired_rounds` outputs, one per launch, as ``{key: timing}`` (the
-    module docstring's fields, one new group id)."""
+    module docstring's fields, one new group id). ``looks``: the sums of the launches' first
+    and last looks (a run without ``looks``: its own sample count, one look), the sample counts
+    the concatenation could end at."""
     gid, keys = uuid.uuid4().hex[:12], list(runs[0])
     out = {}
     for k in keys:
         samples = [s for run in runs for s in run[k]["samples"]]
+        spans = [run[k].get("looks") or [len(run[k]["samples"])] * 2 for run in runs]
         timing = Timing(tuple(samples), torch.get_num_threads(), str(torch.device(device))).as_dict()
         out[k] = dict(timing, round=list(range(len(samples))), launch=[x for run in runs for x in run[k]["launch"]],
                       loops=[run[k]["loops"] for run in runs], min_sample=min_sample, launches=len(runs),
-                      compared=keys, group=gid)
+                      compared=keys, group=gid, looks=[sum(a for a, _ in spans), sum(b for _, b in spans)])
     return out
 
 
