@@ -26,7 +26,7 @@ Sec. 3.2.
 **Rounds that stopped once decided** (``timing.looks``: the runner looked at every round
 count from ``first`` to ``last`` and stopped at the first decided one,
 :func:`benchmarks.measure.paired.decided`) are judged with the ranks of the same
-group-sequential sign test (:func:`fraq.internals.sign_ranks` over the looks, :func:`looks`):
+group-sequential sign test (:func:`fraq._sign_test.sign_ranks` over the looks, :func:`looks`):
 an interval at the nominal 95% after such a stop would miss the median more often than 5%
 (7.1% over the looks 6..12), the runner's own mistake made again. Over the looks 6..12 the
 ranks are j = 1 at 6..9 and 2 at 10..12, and the chance that the interval misses the median
@@ -73,7 +73,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.notes import Busy, Note, NotMeasured
-from fraq.internals import sign_error, sign_ranks
+from fraq._sign_test import sign_error, sign_ranks  # pure Python: the one rule the runner decides by
 
 __all__ = ["BUSY_LOAD", "BUSY_STEAL", "DESCRIPTIVE", "against_range", "DRAWS", "HOW", "MIN_ROUNDS", "Verdict", "busy", "judge", "exact",
            "holds", "looks", "milliseconds", "not_measured", "ours", "paired", "samples", "sign_interval"]
@@ -190,7 +190,7 @@ def sign_interval(x, level: float = LEVEL, looks=None) -> tuple[float, float, fl
     """The sign-test interval for the median of ``x``: ``(lo, hi, coverage)``.
 
     [x_(j), x_(n+1-j)] (order statistics, 1-based) with j from
-    :func:`fraq.internals.sign_ranks` over ``looks`` (the sample counts at which the rounds
+    :func:`fraq._sign_test.sign_ranks` over ``looks`` (the sample counts at which the rounds
     could have stopped; None: n alone, the fixed-n test, the largest j with coverage
     1 - 2 P(Bin(n, 1/2) <= j - 1) >= ``level``); ``coverage``: 1 minus the exact chance that
     the interval at any of the looks misses the median. Where no j qualifies (fewer than

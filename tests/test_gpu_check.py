@@ -276,7 +276,7 @@ def _write(out: Path, experiment: str, key: str, config: dict, result: dict, dev
 def _gpu_results(out: Path, device: str, fraq_ms: float, florist_ms: float, ratio: float) -> None:
     def row(method, name, ms):
         return dict(method=method, name=name, options={"tau": 0.95}, downlink_pct=10.0,
-                    latency=dict(samples=[ms / 1e3] * 5, median=ms / 1e3, q25=ms / 1e3, q75=ms / 1e3))
+                    latency=dict(samples=[ms / 1e3] * 6, median=ms / 1e3, q25=ms / 1e3, q75=ms / 1e3))
 
     _write(out, "tables123", "roberta-base", dict(table="tables123", preset="roberta-base", part="shared"),
            dict(preset="roberta-base", rows=[row("fraq (tau=0.95)", "fraq", fraq_ms),

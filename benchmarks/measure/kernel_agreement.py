@@ -13,7 +13,8 @@ start alone, in float64 and without an m x n matrix (:func:`fraq.reference.relat
     e = \lVert M - \Delta \rVert_F / \lVert M \rVert_F,\qquad
     M = \sum_k a_k s_k B_k A_k,
 
-and the two kernels agree where :math:`|e_\text{fraq} - e_\text{dense}| \le 2\,c\,u\,N /
+(for single-matrix uploads, FLoRG's, :math:`M = \sum_k a_k s_k A_k^\top A_k`: the update
+:math:`s L A^\top A R` with L, R semi-orthogonal has the same errors), and the two kernels agree where :math:`|e_\text{fraq} - e_\text{dense}| \le 2\,c\,u\,N /
 \lVert M\rVert_F`: each run's update is the method's exact one for a matrix within the
 rounding of a product of its factors, :math:`c\,u\,N`, of the one it decomposes, and moving
 the matrix by E moves the error of the update by at most :math:`\lVert E\rVert_F` (a best
@@ -35,8 +36,9 @@ __all__ = ["agreement"]
 
 
 def _factors(terms) -> tuple[torch.Tensor, torch.Tensor]:
-    """The products ``terms`` (:class:`~fraq.aggregators.Factors`) as one pair (B, A) in float64."""
-    Bs = [f.B.double() * f.scale for f in terms]
+    """The products ``terms`` (:class:`~fraq.aggregators.Factors`) as one pair (B, A) in float64;
+    a single-matrix term (FLoRG's, B None) is the product A^T A."""
+    Bs = [(f.A.mT if f.B is None else f.B).double() * f.scale for f in terms]
     As = [f.A.double() for f in terms]
     return torch.cat(Bs, dim=-1), torch.cat(As, dim=-2)
 
@@ -59,8 +61,8 @@ def agreement(updates, dense, kernel) -> dict:
     out = dict(compared=0, modules=0, ratio_max=0.0, error_difference_max=0.0, bound_min=math.inf,
                product_difference_max=0.0)
     for name in dense.modules:
-        Bk = [u.factors[name][0] for u in updates]
         Ak = [u.factors[name][1] for u in updates]
+        Bk = [A.mT if u.factors[name][0] is None else u.factors[name][0] for u, A in zip(updates, Ak)]
         B, A = fraq.stack(Bk, Ak, [u.weight for u in updates], [u.scale_of(name) for u in updates], dtype=torch.float64)
         m, n = B.shape[-2], A.shape[-1]
         norm = float(reference_svd(B, A)[1].square().sum().sqrt())
