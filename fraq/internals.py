@@ -6,7 +6,8 @@ from ``fraq`` that is not public API comes through here, so the library's privat
 stay private and the surface the suite depends on is one list (:data:`SURFACE`):
 
 - the tools every side of the project shares: the machine record, the result files, files
-  that appear whole, the progress display, ``--help`` text;
+  that appear whole, results archives read only once verified, the progress display,
+  ``--help`` text;
 - the stages of :func:`fraq.recompress` a benchmark times one by one: orientation, the
   Gram's forms, the eigensolver routes, the batch sharing and the device defaults.
 
@@ -31,6 +32,8 @@ SURFACE = {
     "versions": "fraq._results",
     "write_result": "fraq._results",
     "damage": "fraq._results",
+    "ArchiveError": "fraq._archive",
+    "open_tar_gz": "fraq._archive",
     "Progress": "fraq._progress",
     "compute_dtype": "fraq._validation",
     # the recompression's stages
