@@ -34,6 +34,7 @@ SURFACE = {
     "damage": "fraq._results",
     "ArchiveError": "fraq._archive",
     "open_tar_gz": "fraq._archive",
+    "finite": "fraq._json",
     "Progress": "fraq._progress",
     "compute_dtype": "fraq._validation",
     # the recompression's stages

@@ -244,8 +244,8 @@ def _fresh(target: str, groups: list[dict], rounds: int, device: str, min_sample
     root = Path(__file__).resolve().parents[2]
     job = dict(target=target, groups=groups, rounds=rounds, device=device, min_sample=min_sample, launch=launch,
                threads=torch.get_num_threads(), min_rounds=min_rounds)
-    done = subprocess.run([sys.executable, "-m", "benchmarks.measure.paired"], input=json.dumps(job), text=True,
-                          capture_output=True, cwd=root, env=child_env(), preexec_fn=die_with_parent())
+    done = subprocess.run([sys.executable, "-m", "benchmarks.measure.paired"], input=json.dumps(job, allow_nan=False),
+                          text=True, capture_output=True, cwd=root, env=child_env(), preexec_fn=die_with_parent())
     if done.returncode != 0:
         raise RuntimeError(f"launch {launch} of {target} failed (exit status {done.returncode}): "
                            f"{done.stderr.strip()[-2000:]}")
@@ -305,7 +305,7 @@ _CACHE: dict[tuple, dict] = {}
 
 
 def _cache_key(target: str, group: dict, device) -> tuple:
-    return target, json.dumps(group, sort_keys=True, default=str), str(torch.device(device))
+    return target, json.dumps(group, sort_keys=True, default=str, allow_nan=False), str(torch.device(device))
 
 
 def measure_groups(target: str, groups: list[dict], *, rounds: int, launches: int, device: torch.device | str = "cpu",
@@ -315,7 +315,7 @@ def measure_groups(target: str, groups: list[dict], *, rounds: int, launches: in
     group's timings for :func:`cached`. Groups already kept are not measured again; repeated
     groups are measured once. ``on_group(group)`` once each group's timing is complete
     (:func:`launched`)."""
-    todo = list({json.dumps(g, sort_keys=True, default=str): g for g in groups
+    todo = list({json.dumps(g, sort_keys=True, default=str, allow_nan=False): g for g in groups
                  if _cache_key(target, g, device) not in _CACHE}.values())
     if not todo:
         return
@@ -339,7 +339,7 @@ def _main() -> None:
     torch.set_num_threads(job["threads"])
     out = _one_launch(job["target"], job["groups"], job["rounds"], job["device"], job["min_sample"], job["launch"],
                       job.get("min_rounds"))
-    sys.stdout.write("\n" + json.dumps(out) + "\n")
+    sys.stdout.write("\n" + json.dumps(out, allow_nan=False) + "\n")
 
 
 if __name__ == "__main__":
