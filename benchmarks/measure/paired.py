@@ -45,7 +45,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -204,10 +204,17 @@ def decided(samples: dict[str, list[float]], level: float = SIGN_LEVEL, *, again
         pairs = [(against, k) for k in keys if k != against] if against is not None else \
             [(keys[a], keys[b]) for a in range(len(keys)) for b in range(a + 1, len(keys))]
     for a, b in pairs:
-        ratios = sorted(x / y if y > 0 else math.inf for x, y in zip(samples[a], samples[b]))
+        ratios = sorted(x / y for x, y in zip(samples[a], samples[b])) if _timed(samples[a], samples[b]) else [1.0] * n
         if not (ratios[j - 1] > 1.0 or ratios[n - j] < 1.0):
             return False
     return True
+
+
+def _timed(*timings: Sequence[float]) -> bool:
+    """Whether every time in ``timings`` is one a ratio can be taken of: positive and finite.
+    A zero (a clock too coarse for the call) or a NaN or infinity (a failed measurement) has no
+    ratio, so a pair with one is never decided by :func:`decided` (its ratios count as 1)."""
+    return all(0 < t < math.inf for ts in timings for t in ts)
 
 
 def _target(name: str) -> Callable:
