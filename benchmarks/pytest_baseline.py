@@ -5,8 +5,10 @@
 pytest-benchmark keeps saved runs in ``<storage>/<machine id>/NNNN_<name>.json``, the
 machine id being the platform, the Python implementation and version and the word size
 (``Linux-CPython-3.11-64bit``), and ``--benchmark-compare`` reads only this machine id's
-folder. Without a saved run there, the comparison runs every check and only then fails
-with a traceback; this says so in one line, with the command that saves one, and exits 2.
+folder. Without a saved run there, or with a newest saved run that cannot be compared
+(damaged, or not a pytest-benchmark run: :func:`benchmarks.pytest_compare.read_run`), the
+comparison would run every check and only then fail; this says so in one line, naming the
+file, with the command that saves one, and exits 2.
 """
 
 from __future__ import annotations
@@ -32,7 +34,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--storage", type=Path, default=Path(".benchmarks"),
                     help="pytest-benchmark's storage folder (default .benchmarks)")
     args = ap.parse_args(argv)
-    if baselines(args.storage):
+    saved = baselines(args.storage)
+    if saved:
+        from benchmarks.pytest_compare import RunError, read_run
+
+        try:
+            read_run(saved[-1])
+        except RunError as exc:
+            print(f"error: the saved baseline cannot be compared with: {exc}; save a new one with "
+                  "`make bench-pytest SAVE=NAME`", file=sys.stderr)
+            return 2
         return 0
     others = sorted(p.name for p in args.storage.glob("*") if p.is_dir() and any(p.glob("*.json")))
     also = f" (it holds runs of {', '.join(others)} only)" if others else ""
