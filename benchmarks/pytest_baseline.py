@@ -6,7 +6,7 @@ pytest-benchmark keeps saved runs in ``<storage>/<machine id>/NNNN_<name>.json``
 machine id being the platform, the Python implementation and version and the word size
 (``Linux-CPython-3.11-64bit``), and ``--benchmark-compare`` reads only this machine id's
 folder. Without a saved run there, or with a newest saved run that cannot be compared
-(damaged, or not a pytest-benchmark run: :func:`benchmarks.pytest_compare.read_run`), the
+(damaged, or not a pytest-benchmark run: :func:`read_run`), the
 comparison would run every check and only then fail; this says so in one line, naming the
 file, with the command that saves one, and exits 2.
 """
@@ -14,10 +14,60 @@ file, with the command that saves one, and exits 2.
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
 from pathlib import Path
 
-__all__ = ["baselines", "main"]
+__all__ = ["RunError", "baselines", "main", "read_run"]
+
+
+class RunError(ValueError):
+    """A saved or new run that cannot be compared: its one line names the file and what is wrong."""
+
+
+def read_run(path: Path) -> dict:
+    """The pytest-benchmark JSON at ``path``, checked so that :func:`benchmarks.pytest_compare.compare` can trust it: an
+    object whose ``benchmarks`` is a list of objects, each with a ``fullname`` (text) and, where
+    it has ``stats`` (an errored check has none), a ``min`` that is a positive number of
+    seconds and a ``q1`` that is a number no smaller.
+
+    Raises:
+        RunError: naming ``path`` and the first thing that is wrong.
+    """
+    try:
+        run = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise RunError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise RunError(f"{path} is not JSON ({exc})") from None
+    if not isinstance(run, dict):
+        raise RunError(f"{path} holds a JSON {type(run).__name__}, not a pytest-benchmark run (an object with "
+                       "'benchmarks')")
+    checks = run.get("benchmarks", [])
+    if not isinstance(checks, list):
+        raise RunError(f"{path}: 'benchmarks' is a {type(checks).__name__}, not a list")
+    for i, b in enumerate(checks):
+        if not isinstance(b, dict):
+            raise RunError(f"{path}: benchmarks[{i}] is a {type(b).__name__}, not an object")
+        name = b.get("fullname")
+        if not isinstance(name, str) or not name:
+            raise RunError(f"{path}: benchmarks[{i}] has no 'fullname'")
+        s = b.get("stats")
+        if s is None:
+            continue
+        if not isinstance(s, dict):
+            raise RunError(f"{path}: {name}: 'stats' is a {type(s).__name__}, not an object")
+        lo, q1 = s.get("min"), s.get("q1")
+        if not _seconds(lo) or lo <= 0:
+            raise RunError(f"{path}: {name}: 'min'(={lo!r}) must be a positive number of seconds")
+        if not _seconds(q1) or q1 < lo:
+            raise RunError(f"{path}: {name}: 'q1'(={q1!r}) must be a number of seconds no smaller than 'min'")
+    return run
+
+
+def _seconds(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def baselines(storage: Path) -> list[Path]:
@@ -36,8 +86,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     saved = baselines(args.storage)
     if saved:
-        from benchmarks.pytest_compare import RunError, read_run
-
         try:
             read_run(saved[-1])
         except RunError as exc:

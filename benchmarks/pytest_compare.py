@@ -26,20 +26,21 @@ exceeds :data:`MAX_NOISE`, or the runs' spread makes the threshold exceed
 :data:`MAX_THRESHOLD`, the check is reported as "cannot judge" instead, and one line says
 which noise it was. Exit status 1 when a check regressed, 2 when the runs cannot be
 compared (no baseline, no calibration, no check in common, a run that is damaged or not a
-pytest-benchmark run: :func:`read_run`, whose line names the file), else 0; every outcome is
-a table or one line, never a traceback.
+pytest-benchmark run: :func:`benchmarks.pytest_baseline.read_run`, whose line names the
+file), else 0; every outcome is a table or one line, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
 from pathlib import Path
 
-__all__ = ["BETWEEN_Z", "CALIBRATION", "MAX_THRESHOLD", "RunError", "between_runs", "compare", "main", "read_run"]
+from benchmarks.pytest_baseline import RunError, read_run
+
+__all__ = ["BETWEEN_Z", "CALIBRATION", "MAX_THRESHOLD", "between_runs", "compare", "main"]
 
 CALIBRATION = "test_calibration"
 """The calibration check's test name (its pytest-benchmark ``name``)."""
@@ -60,54 +61,6 @@ it is not measured and the line says so."""
 MAX_THRESHOLD = 1.0
 """A threshold above this (a doubling) judges nothing a regression would plausibly do: such
 a check is "cannot judge"."""
-
-
-class RunError(ValueError):
-    """A saved or new run that cannot be compared: its one line names the file and what is wrong."""
-
-
-def read_run(path: Path) -> dict:
-    """The pytest-benchmark JSON at ``path``, checked so that :func:`compare` can trust it: an
-    object whose ``benchmarks`` is a list of objects, each with a ``fullname`` (text) and, where
-    it has ``stats`` (an errored check has none), a ``min`` that is a positive number of
-    seconds and a ``q1`` that is a number no smaller.
-
-    Raises:
-        RunError: naming ``path`` and the first thing that is wrong.
-    """
-    try:
-        run = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise RunError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise RunError(f"{path} is not JSON ({exc})") from None
-    if not isinstance(run, dict):
-        raise RunError(f"{path} holds a JSON {type(run).__name__}, not a pytest-benchmark run (an object with "
-                       "'benchmarks')")
-    checks = run.get("benchmarks", [])
-    if not isinstance(checks, list):
-        raise RunError(f"{path}: 'benchmarks' is a {type(checks).__name__}, not a list")
-    for i, b in enumerate(checks):
-        if not isinstance(b, dict):
-            raise RunError(f"{path}: benchmarks[{i}] is a {type(b).__name__}, not an object")
-        name = b.get("fullname")
-        if not isinstance(name, str) or not name:
-            raise RunError(f"{path}: benchmarks[{i}] has no 'fullname'")
-        s = b.get("stats")
-        if s is None:
-            continue
-        if not isinstance(s, dict):
-            raise RunError(f"{path}: {name}: 'stats' is a {type(s).__name__}, not an object")
-        lo, q1 = s.get("min"), s.get("q1")
-        if not _seconds(lo) or lo <= 0:
-            raise RunError(f"{path}: {name}: 'min'(={lo!r}) must be a positive number of seconds")
-        if not _seconds(q1) or q1 < lo:
-            raise RunError(f"{path}: {name}: 'q1'(={q1!r}) must be a number of seconds no smaller than 'min'")
-    return run
-
-
-def _seconds(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _stats(run: dict) -> dict[str, dict]:
