@@ -155,21 +155,24 @@ def _unpack(out: Path) -> None:
     """``out/results.tar.gz`` unpacked into ``out/results/`` when that does not exist (its
     members must be ``results/<experiment>/<key>.json`` files, and the folders ``results/``
     and ``results/<experiment>/`` that ``tar czf results.tar.gz results`` records, which are
-    skipped; another member is refused).
+    skipped; another member is refused). The archive is read whole first
+    (:func:`fraq.internals.open_tar_gz`: gzip's checksum verified), so a damaged one is
+    refused with a ValueError naming it, and left as it is.
 
     The files are written into a folder beside and renamed into place whole, so an
     interrupted unpacking leaves no ``results/`` behind and the next run unpacks again
     (a partial folder would be drawn as if it were the whole run)."""
     import shutil
-    import tarfile
     import tempfile
+
+    from fraq.internals import open_tar_gz
 
     pack = out / "results.tar.gz"
     if (out / "results").exists() or not pack.is_file():
         return
     tmp = Path(tempfile.mkdtemp(prefix=".results-unpacking-", dir=out))
     try:
-        with tarfile.open(pack) as tar:
+        with open_tar_gz(pack) as tar:
             members = [m for m in tar.getmembers() if not _folder(m)]
             bad = [m.name for m in members if not (m.isfile() and m.name.startswith("results/")
                                                     and ".." not in m.name and m.name.endswith(".json"))]

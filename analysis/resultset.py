@@ -216,7 +216,11 @@ def _key(v) -> str:
     """A hashable, printable form of a setting value (lists included; NaN: not set)."""
     import json
 
-    return "unset" if _absent(v) else json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else str(v)
+    from fraq.internals import finite
+
+    if _absent(v):
+        return "unset"
+    return json.dumps(finite(v), sort_keys=True, allow_nan=False) if isinstance(v, (list, dict)) else str(v)
 
 
 def setting_mixes(fed: pd.DataFrame) -> list[str]:

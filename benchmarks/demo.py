@@ -143,14 +143,14 @@ def main(argv: list[str] | None = None) -> int:
 
         import json
 
-        from fraq.internals import replacing_file
+        from fraq.internals import finite, replacing_file
 
         rec = result_record("demo", args.json.stem, {"presets": list(args.preset or DEFAULT_PRESETS), "taus": taus,
                                                      "backend": args.backend, "seed": args.seed},
                             {"rows": rows}, device=device)
         try:  # swapped in whole; a symbolic link's target is replaced, the mode of a replaced file kept
             with replacing_file(args.json) as tmp:
-                tmp.write_text(json.dumps(rec, indent=1, default=str))
+                tmp.write_text(json.dumps(finite(rec), indent=1, default=str, allow_nan=False))
         except (ValueError, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

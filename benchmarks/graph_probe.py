@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     if device is None:
         return 2
     records = probe([p.strip() for p in args.presets.split(",") if p.strip()], device, args.repeats)
-    print(json.dumps(records, indent=1))
+    print(json.dumps(records, indent=1, allow_nan=False))
     print("\n".join(lines(records)))
     return 0
 

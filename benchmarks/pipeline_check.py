@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from fraq.internals import replacing_file
+from fraq.internals import finite, replacing_file
 
 __all__ = ["DEFAULT_METHODS", "main", "measure_preset"]
 
@@ -137,7 +137,7 @@ def measure_preset(name: str, specs, *, device: torch.device, rounds: int, layer
 
 def _write(path: Path, obj) -> None:
     with replacing_file(path) as tmp:  # whole: beside, then renamed
-        tmp.write_text(json.dumps(obj, indent=1, default=str))
+        tmp.write_text(json.dumps(finite(obj), indent=1, default=str, allow_nan=False))
 
 
 def _table(rec: dict) -> str:

@@ -25,18 +25,20 @@ be judged more finely across runs) and the runs' spread above. Where the check's
 exceeds :data:`MAX_NOISE`, or the runs' spread makes the threshold exceed
 :data:`MAX_THRESHOLD`, the check is reported as "cannot judge" instead, and one line says
 which noise it was. Exit status 1 when a check regressed, 2 when the runs cannot be
-compared (no baseline, no calibration, no check in common), else 0; every outcome is a
-table or one line, never a traceback.
+compared (no baseline, no calibration, no check in common, a run that is damaged or not a
+pytest-benchmark run: :func:`benchmarks.pytest_baseline.read_run`, whose line names the
+file), else 0; every outcome is a table or one line, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
 from pathlib import Path
+
+from benchmarks.pytest_baseline import RunError, read_run
 
 __all__ = ["BETWEEN_Z", "CALIBRATION", "MAX_THRESHOLD", "between_runs", "compare", "main"]
 
@@ -139,10 +141,10 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
-        base = json.loads(saved[-1].read_text())
-        new = json.loads(args.new.read_text())
-    except (OSError, ValueError) as exc:
-        print(f"error: cannot read the runs to compare ({type(exc).__name__}: {exc})", file=sys.stderr)
+        base = read_run(saved[-1])
+        new = read_run(args.new)
+    except RunError as exc:
+        print(f"error: cannot read the runs to compare: {exc}", file=sys.stderr)
         return 2
     rows, why = compare(base, new, args.fail)
     if why:

@@ -117,7 +117,7 @@ def _finished(path: Path, config: dict) -> tuple[bool, str | None]:
         rec = json.loads(path.read_text())
     except (OSError, ValueError):
         return False, None
-    if not isinstance(rec, dict) or rec.get("config") != json.loads(json.dumps(config, default=str)):
+    if not isinstance(rec, dict) or rec.get("config") != json.loads(json.dumps(config, default=str, allow_nan=False)):
         return False, None
     why = damage(rec)
     return why is None, why

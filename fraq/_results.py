@@ -14,7 +14,8 @@ result was written. The writers in ``benchmarks/`` reach it as
 :mod:`benchmarks.results`; the federated harness (:mod:`fraq.federated`), which may not
 import ``benchmarks``, writes through it here, so there is one writer and one shape.
 :func:`analysis.loaders.load_results` is the one reader. A rerun replaces the file
-(written beside it, then renamed).
+(written beside it, then renamed). The JSON is strict: a NaN or infinite number in a record is
+written as null (:func:`fraq._json.finite`), which readers take as a missing value.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 import torch
 
 from fraq._files import replacing_file
+from fraq._json import finite
 
 __all__ = ["result_path", "result_record", "versions", "write_result"]
 
@@ -105,5 +107,5 @@ def write_result(out: str | Path, experiment: str, key: str, config: dict, resul
     rec = result_record(experiment, key, config, result, device=device, dtype=dtype, packages=packages)
     path = result_path(out, experiment, key)
     with replacing_file(path) as tmp:  # whole; a replaced file keeps its mode, a link its target
-        tmp.write_text(json.dumps(rec, indent=1, default=str))
+        tmp.write_text(json.dumps(finite(rec), indent=1, default=str, allow_nan=False))
     return path

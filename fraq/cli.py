@@ -175,7 +175,7 @@ def _aggregate(args: argparse.Namespace) -> int:
             except (ValueError, OSError) as e:
                 return fail(e, 1)
         else:
-            print(json.dumps(agg.to_json(), indent=2))
+            print(json.dumps(agg.to_json(), indent=2, allow_nan=False))
     if agg.certificate is not None:  # the worst module (--report's table has every module's)
         from fraq.peft.report import certificate_line
 

@@ -6,8 +6,9 @@ from ``fraq`` that is not public API comes through here, so the library's privat
 stay private and the surface the suite depends on is one list (:data:`SURFACE`):
 
 - the tools every side of the project shares: the machine record, the result files, files
-  that appear whole, the progress display, ``--help`` text, the sign test's ranks over
-  several looks (the runner's stopping rule and the analysis's verdicts read the same ones);
+  that appear whole, results archives read only once verified, the progress display,
+  ``--help`` text, the sign test's ranks over several looks (the runner's stopping rule
+  and the analysis's verdicts read the same ones);
 - the stages of :func:`fraq.recompress` a benchmark times one by one: orientation, the
   Gram's forms, the eigensolver routes, the batch sharing and the device defaults.
 
@@ -32,6 +33,9 @@ SURFACE = {
     "versions": "fraq._results",
     "write_result": "fraq._results",
     "damage": "fraq._results",
+    "ArchiveError": "fraq._archive",
+    "open_tar_gz": "fraq._archive",
+    "finite": "fraq._json",
     "Progress": "fraq._progress",
     "sign_ranks": "fraq._sign_test",
     "sign_error": "fraq._sign_test",

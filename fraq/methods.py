@@ -131,7 +131,7 @@ class MethodSpec:
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"option {key}(={value!r}) must be finite: JSON has no {value!r}")
             if value is None or isinstance(value, (bool, int, float)):
-                pairs.append((key, json.dumps(value)))
+                pairs.append((key, json.dumps(value, allow_nan=False)))
             elif key in DTYPE_OPTIONS and type(value).__name__ == "dtype":  # a torch.dtype, without importing torch
                 pairs.append((key, str(value).removeprefix("torch.")))
             else:

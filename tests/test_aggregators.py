@@ -681,8 +681,14 @@ def test_one_adapter_for_all_is_one_mapping():
 def test_option_errors():
     with pytest.raises(ValueError, match="not one of"):
         get_aggregator("fedavg")
-    with pytest.raises(TypeError, match="does not take options"):
+    with pytest.raises(TypeError, match="does not take option tau; it takes no options; its output rank is its own"):
         get_aggregator("fedit", tau=0.9)
+    with pytest.raises(TypeError) as info:  # the accepted option is not named as refused
+        get_aggregator("flexlora", kernel="fraq", rank=4)
+    assert str(info.value).startswith("aggregator 'flexlora' does not take option rank; it takes max_dense_bytes, kernel;")
+    assert "each client receives (m + n) r_k parameters" in str(info.value)
+    with pytest.raises(TypeError, match="'florist' does not take option rank; it takes tau; its output rank is set by tau"):
+        get_aggregator("florist", rank=4)
     with pytest.raises(ValueError, match=r"tau\(=0.0\)"):
         get_aggregator("florist", tau=0.0)
     with pytest.raises(ValueError, match="exactly one of tau and rank"):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import tarfile
 import warnings
 from pathlib import Path
 
@@ -300,7 +299,9 @@ def test_the_checks_find_what_they_look_for():
 def test_every_figure_of_a_committed_run_is_laid_out_for_a_reviewer(pack, tmp_path):
     """The committed runs' results (the paper's and reduced shapes: more ticks, longer labels,
     more clients) drawn and checked as the tiny run's."""
-    with tarfile.open(pack) as tar:  # results/<experiment>/<key>.json files only (analysis.reproduce unpacks so)
+    from fraq.internals import open_tar_gz
+
+    with open_tar_gz(pack) as tar:  # results/<experiment>/<key>.json files only (analysis.reproduce unpacks so)
         for m in tar.getmembers():
             if m.isfile() and m.name.startswith("results/") and ".." not in m.name:
                 (tmp_path / m.name).parent.mkdir(parents=True, exist_ok=True)

@@ -458,3 +458,37 @@ def test_aggregate_prints_the_certificate_unless_told_not_to(example, tmp_path, 
     rc = cli.main(["aggregate", *map(str, dirs), "--report", "--no-certificate"])
     out, err = capsys.readouterr()
     assert rc == 0 and "certificate" not in out + err
+
+
+def _raise_on_constant(name):
+    raise ValueError(f"not strict JSON: {name}")
+
+
+def _with_lora_B(src: Path, dest: Path, edit) -> Path:
+    """A copy of the adapter ``src`` at ``dest`` with every ``lora_B`` weight replaced by ``edit(B)``."""
+    shutil.copytree(src, dest)
+    tensors = load_file(dest / "adapter_model.safetensors")
+    save_file({k: edit(v) if "lora_B" in k else v for k, v in tensors.items()}, dest / "adapter_model.safetensors")
+    return dest
+
+
+@pytest.mark.parametrize("case", ["untrained", "cancelling"])
+def test_json_on_a_zero_aggregate_is_strict_and_says_it_cannot_judge(example, tmp_path, capsys, case):
+    """Untrained adapters (every ``lora_B`` zero, as peft initialises them) and two that cancel
+    exactly: the --json report parses with a strict parser, the bound is null with a note in
+    words, and the certificate line says in words that it cannot judge."""
+    root, dirs, _ = example
+    if case == "untrained":
+        clients = [_with_lora_B(d, tmp_path / f"z{i}", torch.zeros_like) for i, d in enumerate(dirs[:2])]
+    else:
+        clients = [dirs[0], _with_lora_B(dirs[0], tmp_path / "minus", torch.neg)]
+    rc = cli.main(["aggregate", *map(str, clients), "--json", "-"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    doc = json.loads(out, parse_constant=_raise_on_constant)
+    assert doc["certificate"]["certificate_bound"] is None
+    assert doc["certificate"]["certificate_note"].startswith("cannot judge: the exact aggregate is zero")
+    for row in doc["rows"]:
+        assert row["certificate"]["bound"] is None and row["certificate"]["bound_note"].startswith("cannot judge")
+    line = [x for x in err.splitlines() if x.startswith("certificate")]
+    assert len(line) == 1 and "cannot judge" in line[0] and "inf" not in line[0], err

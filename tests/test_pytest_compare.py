@@ -114,3 +114,55 @@ def test_main_says_how_noisy_the_runs_were_and_exits_0_when_nothing_is_judged(tm
     assert pytest_compare.main(["--new", str(path), "--storage", str(tmp_path / "s")]) == 0
     out = capsys.readouterr().out
     assert "0 slower, 40 too noisy to judge, of 40 checks" in out and "two runs of the same code differ" in out
+
+
+def _damaged(edit) -> object:
+    run = _run(BASE)
+    return edit(run) or run
+
+
+DAMAGED = {
+    "a list": (lambda r: [r], "a JSON list, not a pytest-benchmark run"),
+    "benchmarks not a list": (lambda r: {"benchmarks": {"x": 1}}, "'benchmarks' is a dict"),
+    "a check not an object": (lambda r: r["benchmarks"].append("x"), "benchmarks[3] is a str"),
+    "no fullname": (lambda r: r["benchmarks"][1].pop("fullname") and None, "benchmarks[1] has no 'fullname'"),
+    "min 0": (lambda r: r["benchmarks"][1]["stats"].update(min=0), "'min'(=0) must be a positive number"),
+    "calibration min 0": (lambda r: r["benchmarks"][0]["stats"].update(min=0.0), "'min'(=0.0)"),
+    "min null": (lambda r: r["benchmarks"][2]["stats"].update(min=None), "'min'(=None)"),
+    "min a string": (lambda r: r["benchmarks"][2]["stats"].update(min="0.002"), "'min'(='0.002')"),
+    "no q1": (lambda r: r["benchmarks"][2]["stats"].pop("q1") and None, "'q1'(=None)"),
+    "stats a list": (lambda r: r["benchmarks"][2].update(stats=[1]), "'stats' is a list"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGED))
+@pytest.mark.parametrize("side", ["baseline", "new"])
+def test_a_damaged_run_is_one_line_naming_its_file_and_what_is_wrong(tmp_path, capsys, case, side):
+    edit, words = DAMAGED[case]
+    damaged = _damaged(edit)
+    _saved(tmp_path / "s", damaged if side == "baseline" else _run(BASE))
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps(damaged if side == "new" else _run(BASE)))
+    bad = baselines(tmp_path / "s")[-1] if side == "baseline" else new
+    assert pytest_compare.main(["--new", str(new), "--storage", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and str(bad) in err and words in err, err
+    assert "Traceback" not in err
+
+
+def test_the_baseline_is_checked_before_the_suite_runs(tmp_path, capsys):
+    """``make bench-pytest-compare`` runs ``benchmarks.pytest_baseline`` before the suite: a
+    damaged newest baseline stops it there, in one line naming the file."""
+    from benchmarks import pytest_baseline
+
+    _saved(tmp_path / "s", _run(BASE))
+    assert pytest_baseline.main(["--storage", str(tmp_path / "s")]) == 0
+    path = baselines(tmp_path / "s")[-1]
+    path.write_text(json.dumps([_run(BASE)]))
+    assert pytest_baseline.main(["--storage", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and str(path) in err and "a JSON list" in err
+    path.write_text("{cut")
+    assert pytest_baseline.main(["--storage", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "not JSON" in err

@@ -26,7 +26,9 @@ EXPERIMENTS = ("table4", "table4_steps", "fig4_cond", "flexlora_precision", "fig
 
 def unpack(dest: Path) -> Path:
     """The recording unpacked under ``dest``; returns ``dest/results``."""
-    with tarfile.open(ARCHIVE) as tar:
+    from fraq.internals import open_tar_gz
+
+    with open_tar_gz(ARCHIVE) as tar:
         for m in tar.getmembers():
             if m.isfile() and m.name.startswith("results/") and ".." not in m.name:
                 target = dest / m.name

@@ -198,8 +198,8 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     ``fraq:tau=0.95``; ``method`` is its label, ``fraq (tau=0.95)``, the key of the paper's
     numbers); ``shown``, the name the report shows the row by
     (:func:`shown_name`); the worst module's exactness certificate (``certificate_error``,
-    ``certificate_bound``, ``certificate_rounding_level``, ``certificate_module``; None in
-    results written without it); ``adaptive``, whether it cuts by the energy rule, and ``tau``, the
+    ``certificate_bound``, ``certificate_rounding_level``, ``certificate_module``,
+    ``certificate_note``; None in results written without it); ``adaptive``, whether it cuts by the energy rule, and ``tau``, the
     threshold it was given (None: its default, or none). A record's
     ``served`` rows (a dense method timed for one preset, serving another of the same shapes)
     are the other preset's."""
@@ -301,16 +301,19 @@ def row_spec(row: dict) -> str | None:
         return None
 
 
-CERTIFICATE_FIELDS = ("certificate_error", "certificate_bound", "certificate_rounding_level", "certificate_module")
+CERTIFICATE_FIELDS = ("certificate_error", "certificate_bound", "certificate_rounding_level", "certificate_module",
+                      "certificate_note")
 """A Tables 1-3 row's worst-module certificate (:meth:`fraq.aggregators.Certificate.summary`)."""
 
 
 def exactness(r) -> str:
     """A row's worst-module certificate as shown: the relative error, ``<= bound (rounding)``
-    when it is below the certificate's resolution, or "-" when the result has none."""
+    when it is below the certificate's resolution, the certificate's note when it cannot judge
+    (a zero aggregate), or "-" when the result has none."""
     bound = r.get("certificate_bound")
     if bound is None or pd.isna(bound):
-        return "-"
+        note = r.get("certificate_note")
+        return note if isinstance(note, str) else "-"
     if bool(r.get("certificate_rounding_level")):
         return f"<= {bound:.0e} (rounding)"
     return f"{r['certificate_error']:.2e}"

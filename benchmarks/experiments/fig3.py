@@ -163,9 +163,9 @@ def prepare_points(configs: list[dict], device: torch.device | str = "cpu", targ
 
     members: dict[str, list[dict]] = {}
     for c in configs:
-        members.setdefault(json.dumps(group(c), sort_keys=True, default=str), []).append(c)
+        members.setdefault(json.dumps(group(c), sort_keys=True, default=str, allow_nan=False), []).append(c)
     done = None if on_group is None else \
-        (lambda g: on_group(members.get(json.dumps(g, sort_keys=True, default=str), [])))
+        (lambda g: on_group(members.get(json.dumps(g, sort_keys=True, default=str, allow_nan=False), [])))
     for (rounds, launches, min_rounds), groups in _by_plan(configs).items():
         measure_groups(target, groups, rounds=rounds, launches=launches, device=device, min_rounds=min_rounds,
                        on_group=done)

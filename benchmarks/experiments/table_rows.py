@@ -69,7 +69,7 @@ class TableRow:
                              f"{', '.join(AGGREGATORS)}")
         alternating = AGGREGATORS[self.name].alternating_freeze
         rnd = self.options.get("round")
-        if alternating and rnd not in ROUNDS:
+        if alternating and (type(rnd) is not int or rnd not in ROUNDS):  # not 1.0, not true
             raise ValueError(f"row {str(self.spec)!r}: {self.name}'s clients alternate the trained factor, so its "
                              f"row names its round: round(={rnd!r}) must be one of {', '.join(map(str, ROUNDS))} "
                              f"({', '.join(f'{k}: {v}' for k, v in ROUNDS.items())})")
@@ -109,9 +109,27 @@ def row_label(name: str, options: dict) -> str:
     """A row's label: ``fraq (tau=0.80)``, the name alone for default options, a round
     (:data:`ROW_OPTIONS`) last as the factor its clients train: ``lora-a2 (B round)``."""
     shown = {k: v for k, v in options.items() if k != "round"}
-    text = ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
+    text = ", ".join(f"{k}={_shown(v)}" for k, v in shown.items())
     label = f"{name} ({text})" if text else name
     return f"{label} ({ROUNDS[options['round']]} round)" if "round" in options else label
+
+
+def _shown(v) -> str:
+    """An option value in a label: a float with two decimals (``0.80``, the paper's numbers'
+    keys) where those give it back exactly, else in full (``0.951``), so distinct values
+    never share a label."""
+    if isinstance(v, float) and float(f"{v:.2f}") == v:
+        return f"{v:.2f}"
+    return str(v)
+
+
+def _takes_kernel(cls) -> bool:
+    """Whether ``cls``'s constructor has a ``kernel`` option (a method from outside the
+    package may declare ``kernel_variants`` and still not take one)."""
+    import inspect
+
+    params = inspect.signature(cls).parameters
+    return "kernel" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def table_rows(preset: Preset) -> list[TableRow]:
@@ -129,7 +147,7 @@ def table_rows(preset: Preset) -> list[TableRow]:
     rows = []
     for cls in classes:
         settings = PAPER_SETTINGS.get(cls.name, lambda h: [""])(hetero)
-        kernels = getattr(cls, "kernel_variants", ())  # an older fraq (benchmarks.regress) has none
+        kernels = getattr(cls, "kernel_variants", ()) if _takes_kernel(cls) else ()  # an older fraq has none
         rounds = [f"round={r}" for r in ROUNDS] if cls.alternating_freeze else [""]
         for options in settings + [_joined(o, f"kernel={k}") for k in kernels for o in settings]:
             rows += [TableRow.parse(f"{cls.name}:{_joined(options, rnd)}") for rnd in rounds]

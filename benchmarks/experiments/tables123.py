@@ -74,6 +74,7 @@ on one module per shape. Latencies are
 from __future__ import annotations
 
 import gc
+import math
 import os
 import statistics
 import sys
@@ -201,8 +202,12 @@ def prepare(model: Model, method: TableRow, *, subset: bool, timing_only: bool =
 
 
 def _worst(a: dict, b: dict) -> dict:
-    """Of two :meth:`fraq.aggregators.Certificate.summary` records, the one with the larger bound."""
-    return b if not a or b["certificate_bound"] > a["certificate_bound"] else a
+    """Of two :meth:`fraq.aggregators.Certificate.summary` records, the one with the larger bound
+    (null, a certificate that cannot judge, counts as the largest)."""
+    def bound(s):
+        return math.inf if s["certificate_bound"] is None else s["certificate_bound"]
+
+    return b if not a or bound(b) > bound(a) else a
 
 
 PYTHON_REPEATS = 5

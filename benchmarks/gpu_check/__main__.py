@@ -51,6 +51,14 @@ def _checked(args) -> tuple[list, object]:
             raise ValueError(f"--out(={str(args.out)!r}) holds files this command does not write "
                              f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}): give it an empty "
                              "or new directory")
+        if (args.out / "results.tar.gz").is_file():  # an earlier call's results, added to: whole or refused
+            from fraq.internals import ArchiveError, open_tar_gz
+
+            try:
+                open_tar_gz(args.out / "results.tar.gz").close()
+            except ArchiveError as exc:
+                raise ValueError(f"--out(={str(args.out)!r}): {exc}; it is left as it is (move it aside to start "
+                                 "afresh)") from None
     return [p for p in PARTS if p.name in names], device
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from fraq.internals import finite
+
 __all__ = ["NOT_HERE", "run_part", "write_json"]
 
 NOT_HERE = "not on this device"
@@ -25,10 +27,11 @@ NOT_HERE = "not on this device"
 
 
 def write_json(path: Path, obj) -> None:
-    """``obj`` as JSON at ``path``, written beside it and renamed into place."""
+    """``obj`` as strict JSON at ``path`` (NaN and infinities as null), written beside it and
+    renamed into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=str))
+    tmp.write_text(json.dumps(finite(obj), indent=1, default=str, allow_nan=False))
     os.replace(tmp, path)
 
 

@@ -126,12 +126,16 @@ def _keep(out: Path, work: Path) -> int:
     """The result files of an earlier call's ``out/results.tar.gz`` copied into ``work``, so
     this call adds to them (a point measured again replaces its own file) instead of
     replacing the archive with its own points alone; returns how many were kept. Members
-    other than ``results/<experiment>/<key>.json`` are not copied."""
+    other than ``results/<experiment>/<key>.json`` are not copied. The archive is read whole
+    first (:func:`fraq.internals.open_tar_gz`), so a damaged one is refused (ArchiveError,
+    a ValueError naming it) before anything is copied or repacked over it."""
+    from fraq.internals import open_tar_gz
+
     pack = out / "results.tar.gz"
     if not pack.is_file():
         return 0
     kept = 0
-    with tarfile.open(pack) as tar:
+    with open_tar_gz(pack) as tar:
         for m in tar.getmembers():
             parts = Path(m.name).parts
             if m.isfile() and len(parts) == 3 and parts[0] == "results" and ".." not in parts \

@@ -143,7 +143,8 @@ def _slug(device: torch.device) -> str:
     from fraq.internals import machine_record
 
     m = machine_record(device)
-    text = json.dumps({k: m.get(k) for k in ("cpu", "cores", "blas", "torch", "gpu", "cuda")}, sort_keys=True)
+    text = json.dumps({k: m.get(k) for k in ("cpu", "cores", "blas", "torch", "gpu", "cuda")}, sort_keys=True,
+                      allow_nan=False)
     name = "".join(c if c.isalnum() else "-" for c in (m.get("gpu") or m.get("cpu") or "machine"))[:40].strip("-")
     return f"{name}-{hashlib.sha1(text.encode()).hexdigest()[:10]}"
 
@@ -283,7 +284,7 @@ class RateTable:
                 if plausible(k, v):
                     self.put(k, v)
             with replacing_file(target) as tmp:
-                tmp.write_text(json.dumps({"best": self.best}, sort_keys=True))
+                tmp.write_text(json.dumps({"best": self.best}, sort_keys=True, allow_nan=False))
 
 
 def _entries(path: Path) -> dict[str, float]:

@@ -50,7 +50,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -217,10 +217,17 @@ def decided(samples: dict[str, list[float]], level: float = SIGN_LEVEL, *, again
         pairs = [(against, k) for k in keys if k != against] if against is not None else \
             [(keys[a], keys[b]) for a in range(len(keys)) for b in range(a + 1, len(keys))]
     for a, b in pairs:
-        ratios = sorted(x / y if y > 0 else math.inf for x, y in zip(samples[a], samples[b]))
+        ratios = sorted(x / y for x, y in zip(samples[a], samples[b])) if _timed(samples[a], samples[b]) else [1.0] * n
         if not (ratios[j - 1] > 1.0 or ratios[n - j] < 1.0):
             return False
     return True
+
+
+def _timed(*timings: Sequence[float]) -> bool:
+    """Whether every time in ``timings`` is one a ratio can be taken of: positive and finite.
+    A zero (a clock too coarse for the call) or a NaN or infinity (a failed measurement) has no
+    ratio, so a pair with one is never decided by :func:`decided` (its ratios count as 1)."""
+    return all(0 < t < math.inf for ts in timings for t in ts)
 
 
 def _target(name: str) -> Callable:
@@ -257,8 +264,8 @@ def _fresh(target: str, groups: list[dict], rounds: int, device: str, min_sample
     root = Path(__file__).resolve().parents[2]
     job = dict(target=target, groups=groups, rounds=rounds, device=device, min_sample=min_sample, launch=launch,
                threads=torch.get_num_threads(), min_rounds=min_rounds)
-    done = subprocess.run([sys.executable, "-m", "benchmarks.measure.paired"], input=json.dumps(job), text=True,
-                          capture_output=True, cwd=root, env=child_env(), preexec_fn=die_with_parent())
+    done = subprocess.run([sys.executable, "-m", "benchmarks.measure.paired"], input=json.dumps(job, allow_nan=False),
+                          text=True, capture_output=True, cwd=root, env=child_env(), preexec_fn=die_with_parent())
     if done.returncode != 0:
         raise RuntimeError(f"launch {launch} of {target} failed (exit status {done.returncode}): "
                            f"{done.stderr.strip()[-2000:]}")
@@ -321,7 +328,7 @@ _CACHE: dict[tuple, dict] = {}
 
 
 def _cache_key(target: str, group: dict, device) -> tuple:
-    return target, json.dumps(group, sort_keys=True, default=str), str(torch.device(device))
+    return target, json.dumps(group, sort_keys=True, default=str, allow_nan=False), str(torch.device(device))
 
 
 def measure_groups(target: str, groups: list[dict], *, rounds: int, launches: int, device: torch.device | str = "cpu",
@@ -331,7 +338,7 @@ def measure_groups(target: str, groups: list[dict], *, rounds: int, launches: in
     group's timings for :func:`cached`. Groups already kept are not measured again; repeated
     groups are measured once. ``on_group(group)`` once each group's timing is complete
     (:func:`launched`)."""
-    todo = list({json.dumps(g, sort_keys=True, default=str): g for g in groups
+    todo = list({json.dumps(g, sort_keys=True, default=str, allow_nan=False): g for g in groups
                  if _cache_key(target, g, device) not in _CACHE}.values())
     if not todo:
         return
@@ -355,7 +362,7 @@ def _main() -> None:
     torch.set_num_threads(job["threads"])
     out = _one_launch(job["target"], job["groups"], job["rounds"], job["device"], job["min_sample"], job["launch"],
                       job.get("min_rounds"))
-    sys.stdout.write("\n" + json.dumps(out) + "\n")
+    sys.stdout.write("\n" + json.dumps(out, allow_nan=False) + "\n")
 
 
 if __name__ == "__main__":

@@ -125,7 +125,7 @@ class _Server:
         return self.pid == os.getpid() and self.proc.poll() is None
 
     def ask(self, name: str, config: dict, timeout: float) -> dict:
-        self.proc.stdin.write(json.dumps([name, config]) + "\n")
+        self.proc.stdin.write(json.dumps([name, config], allow_nan=False) + "\n")
         self.proc.stdin.flush()
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         line = self.proc.stdout.readline() if ready else ""
@@ -184,11 +184,11 @@ def _child(name: str, config: dict, out: int, err: int) -> None:
         os.dup2(err, 2)
         if sys.platform.startswith("linux"):  # dies with the server
             ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)
-        reply = json.dumps({"ok": _measure(name, config)})
+        reply = json.dumps({"ok": _measure(name, config)}, allow_nan=False)
         code = 0
     except BaseException:  # noqa: BLE001 -- everything the parent must hear of
         traceback.print_exc()
-        reply = json.dumps({"error": traceback.format_exc().strip().splitlines()[-1]})
+        reply = json.dumps({"error": traceback.format_exc().strip().splitlines()[-1]}, allow_nan=False)
     try:
         os.write(out, (reply + "\n").encode())
     finally:
@@ -205,7 +205,7 @@ def _serve() -> int:
         try:
             importlib.import_module(name)  # imported here once (code, no computation), not in every child
         except Exception as exc:  # noqa: BLE001 -- the reply names it
-            sys.stdout.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n")
+            sys.stdout.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}, allow_nan=False) + "\n")
             sys.stdout.flush()
             continue
         r, w = os.pipe()
@@ -223,7 +223,7 @@ def _serve() -> int:
         if not reply:
             err.seek(0)
             tail = err.read().strip().splitlines()[-1:]
-            reply = json.dumps({"error": f"exit status {os.waitstatus_to_exitcode(status)}: {tail}"})
+            reply = json.dumps({"error": f"exit status {os.waitstatus_to_exitcode(status)}: {tail}"}, allow_nan=False)
         err.close()
         sys.stdout.write(reply + "\n")
         sys.stdout.flush()
@@ -234,7 +234,7 @@ def _main(argv: list[str]) -> int:
     if argv == ["--serve"]:
         return _serve()
     name, config = argv[0], json.loads(argv[1])  # one point in this process
-    print(_MARK + json.dumps(_measure(name, config)), flush=True)
+    print(_MARK + json.dumps(_measure(name, config), allow_nan=False), flush=True)
     return 0
 
 

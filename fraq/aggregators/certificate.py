@@ -90,7 +90,8 @@ class ModuleCertificate:
     Attributes:
         error: the computed relative error (rounding noise when ``at_rounding_level``).
         bound: a guaranteed upper bound on the true relative error (``inf`` when the exact
-            aggregate is zero to rounding, so no relative error exists).
+            aggregate is zero to rounding, so no relative error exists: the certificate
+            cannot judge, and says so in words, :attr:`note`).
         resolution: the relative error the computation cannot resolve, sqrt(delta) / ||S||.
         at_rounding_level: True when the computed squared distance is within its rounding
             bound delta: the adapter is exact up to rounding, and ``bound`` is all that is
@@ -107,15 +108,36 @@ class ModuleCertificate:
     exact_norm: float
     client: int | None = None
 
+    @property
+    def note(self) -> str | None:
+        """Why the certificate cannot judge the adapter, in words, or None when it can (a
+        finite bound). Untrained adapters (every ``lora_B`` zero, as peft initialises them)
+        and clients that cancel exactly have a zero aggregate, against which no relative
+        error exists."""
+        if math.isfinite(self.bound):
+            return None
+        if self.at_rounding_level:
+            return "cannot judge: the exact aggregate is zero (to rounding), and so is the update"
+        return "cannot judge: the exact aggregate is zero (to rounding), but the update is not"
+
     def __str__(self) -> str:
+        if self.note is not None:
+            return self.note
         if self.at_rounding_level:
             return f"<= {self.bound:.1e} (rounding level)"
         return f"{self.error:.2e} (<= {self.bound:.2e})"
 
     def to_json(self) -> dict:
-        return {"error": self.error, "bound": self.bound, "resolution": self.resolution,
-                "at_rounding_level": self.at_rounding_level, "exact_norm": self.exact_norm,
-                "client": self.client}
+        """Strict JSON: a number that does not exist (the relative error, bound and resolution
+        against a zero aggregate) is null, and ``bound_note`` says why (null when judged)."""
+        num = _json_number
+        return {"error": num(self.error), "bound": num(self.bound), "bound_note": self.note,
+                "resolution": num(self.resolution), "at_rounding_level": self.at_rounding_level,
+                "exact_norm": self.exact_norm, "client": self.client}
+
+
+def _json_number(x: float) -> float | None:
+    return x if math.isfinite(x) else None
 
 
 class Certificate(Mapping[str, ModuleCertificate]):
@@ -143,10 +165,13 @@ class Certificate(Mapping[str, ModuleCertificate]):
     def summary(self) -> dict:
         """The worst module as flat JSON fields, what a result record keeps per round:
         ``certificate_error``, ``certificate_bound``, ``certificate_rounding_level``,
-        ``certificate_module``."""
+        ``certificate_module``, and ``certificate_note``: strict JSON, so against a zero
+        aggregate the error and bound are null and the note says in words that the
+        certificate cannot judge (null when it can)."""
         name, c = self.worst
-        return {"certificate_error": c.error, "certificate_bound": c.bound,
-                "certificate_rounding_level": c.at_rounding_level, "certificate_module": name}
+        return {"certificate_error": _json_number(c.error), "certificate_bound": _json_number(c.bound),
+                "certificate_rounding_level": c.at_rounding_level, "certificate_module": name,
+                "certificate_note": c.note}
 
     def __repr__(self) -> str:
         name, c = self.worst

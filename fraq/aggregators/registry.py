@@ -186,11 +186,32 @@ def get_aggregator(name: str, **options) -> Aggregator:
     cls = AGGREGATORS[name]
     try:
         inspect.signature(cls).bind(**options)
-    except TypeError:
-        accepted = [p for p in inspect.signature(cls).parameters if p not in ("args", "kwargs")]
-        raise TypeError(f"aggregator {name!r} does not take options {sorted(options)}; "
-                        f"it takes {accepted}") from None
+    except TypeError as exc:
+        raise TypeError(_refused(cls, options, exc)) from None
     return cls(**options)
+
+
+def _refused(cls: type[Aggregator], options: dict, exc: TypeError) -> str:
+    """One line naming the options of ``options`` that ``cls`` does not take (those alone),
+    what it takes instead, and, for a refused ``rank`` or ``tau``, how the method sets its
+    output rank (its ``energy_rule`` and ``downlink_rule``)."""
+    params = inspect.signature(cls).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return f"aggregator {cls.name!r} cannot be built with options {options}: {exc}"
+    accepted = [k for k, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    refused = [k for k in options if k not in accepted]
+    if not refused:
+        return f"aggregator {cls.name!r} cannot be built with options {options}: {exc}"
+    takes = f"it takes {', '.join(accepted)}" if accepted else "it takes no options"
+    line = f"aggregator {cls.name!r} does not take {'options' if len(refused) > 1 else 'option'} " \
+           f"{', '.join(refused)}; {takes}"
+    if {"rank", "tau"} & set(refused):
+        if "tau" in accepted and cls.energy_rule:
+            line += "; its output rank is set by tau (the energy rule)"
+        elif "rank" not in accepted:
+            rule = f": each client receives {cls.downlink_rule} parameters per module" if cls.downlink_rule else ""
+            line += f"; its output rank is its own rule, not an option{rule}"
+    return line
 
 
 def register_aggregator(cls: type[Aggregator]) -> type[Aggregator]:

@@ -61,8 +61,8 @@ def save_client_adapters(path: str | Path, updates: Sequence[ClientUpdate], meta
         scale = {n: float(u.scale_of(n)) for n in modules}
         clients.append({"rank": ranks, "scale": scale, "weight": float(u.weight), "upload_rank": u.upload_rank})
     shapes = {n: [None if B is None else int(B.shape[0]), int(A.shape[-1])] for n, (B, A) in updates[0].factors.items()}
-    header = {"format": _FORMAT, "modules": json.dumps(modules), "shapes": json.dumps(shapes),
-              "clients": json.dumps(clients), "meta": json.dumps(meta or {})}
+    fields = dict(modules=modules, shapes=shapes, clients=clients, meta=meta or {})
+    header = {"format": _FORMAT, **{k: json.dumps(v, allow_nan=False) for k, v in fields.items()}}
     path = Path(path)
     with replacing_file(path) as tmp:  # written beside, renamed over: never a half-written file at path
         save_file(tensors, str(tmp), metadata=header)

@@ -207,7 +207,7 @@ class Config:
         methods as their text. ``run``:
         one run's keys only, without the setting's ``seeds``, ``variants`` and ``methods``
         (a run records its own seed, variant and method)."""
-        record = json.loads(json.dumps(self._as_dict(), default=str))  # a method spec as its text
+        record = json.loads(json.dumps(self._as_dict(), default=str, allow_nan=False))  # a method spec as its text
         return {**defaults_comments(), **{k: v for k, v in record.items() if not (run and k in _SETTING_ONLY)}}
 
     def only_variants(self, names: list[str]) -> Config:
@@ -261,7 +261,7 @@ class Config:
 def _text(value) -> str:
     """``value`` as JSON text: two values are the same override only when their texts are
     (``True`` is not ``1``, nor ``1`` ``1.0``: each is checked and recorded as given)."""
-    return json.dumps(value, default=str)
+    return json.dumps(value, default=str, allow_nan=False)
 
 
 def _spread(values: list, k: int) -> list:

@@ -172,7 +172,7 @@ def _write_export(out_dir: Path, data: RoundAdapters, configs: list[dict], base:
                 tensors[f"{PREFIX}{m}.lora_A.weight"] = A.contiguous()
                 tensors[f"{PREFIX}{m}.lora_B.weight"] = B.contiguous()
             save_adapter(tmp / f"client{k}", _peft_config(data.modules, base, c, auto), tensors)
-        (tmp / "export.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        (tmp / "export.json").write_text(json.dumps(record, indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
 
 def _peft_config(modules: list[str], base: str | None, cfg: dict, auto: dict | None) -> dict:

@@ -15,6 +15,7 @@ import statistics
 from pathlib import Path
 
 from fraq._files import replacing_file
+from fraq._json import finite
 
 __all__ = ["ROUND_FIELDS", "check_records", "summarize", "write_json"]
 
@@ -40,8 +41,9 @@ def _write(path: Path, data: str | bytes) -> None:
 
 
 def write_json(path: Path, obj) -> None:
-    """Write ``obj`` as JSON, whole."""
-    _write(path, json.dumps(obj, indent=1, allow_nan=True))
+    """Write ``obj`` as strict JSON, whole: a NaN or infinite number (a run with no accuracy
+    measured) is written as null."""
+    _write(path, json.dumps(finite(obj), indent=1, allow_nan=False))
 
 
 def summarize(result: dict) -> dict:

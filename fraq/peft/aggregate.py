@@ -308,7 +308,7 @@ def _write(out: Path, agg: AdapterAggregation, tensors: dict[str, torch.Tensor],
         plain = {k: v for k, v in agg.options.items() if isinstance(v, (bool, int, float, str, type(None)))}
         meta = {"format": "pt", "fraq": json.dumps({"method": agg.method, "options": plain,
                                                     "weights": list(agg.weights),
-                                                    "clients": [str(c) for c in agg.clients]})}
+                                                    "clients": [str(c) for c in agg.clients]}, allow_nan=False)}
         write_delta(out, tensors, meta, opts.overwrite, paths)
     else:
         write_adapter(out, agg.config, tensors, opts.overwrite, paths)

@@ -116,7 +116,7 @@ def check_config(where: Path, cfg: object) -> None:
     empty) is refused, and so is an ``init_lora_weights`` outside :data:`_INITS` (those
     known to rewrite the base, PiSSA, OLoRA, CorDA, LoftQ and LoRA-GA, with how to convert)."""
     if not isinstance(cfg, dict):
-        text = json.dumps(cfg)
+        text = json.dumps(cfg, allow_nan=False)
         raise ValueError(f"{where}: holds {text if len(text) <= 60 else text[:57] + '...'}, not a JSON object; a peft adapter config is "
                          f"a JSON object (LoraConfig's fields)")
     if cfg.get("peft_type") != "LORA":

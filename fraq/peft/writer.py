@@ -94,7 +94,8 @@ def save_adapter(directory: Path, config: Mapping, tensors: Mapping[str, torch.T
     directory.mkdir(parents=True, exist_ok=True)
     save_file(dict(tensors), str(directory / WEIGHTS), metadata={"format": "pt"})
     default_mode(directory / WEIGHTS)
-    (directory / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    text = json.dumps(config, indent=2, sort_keys=True, allow_nan=False)
+    (directory / CONFIG).write_text(text + "\n", encoding="utf-8")
 
 
 def write_adapter(out: Path, config: Mapping, tensors: Mapping[str, torch.Tensor], overwrite: bool,
@@ -128,6 +129,6 @@ def write_delta(out: Path, tensors: Mapping[str, torch.Tensor], metadata: Mappin
 def write_json(path: Path, obj: object, overwrite: bool, inputs: Iterable[Path] = ()) -> None:
     """Write ``obj`` as indented JSON: beside ``path``, then renamed over it."""
     check_file_out(path, overwrite, list(inputs), "json")
-    text = json.dumps(obj, indent=2) + "\n"
+    text = json.dumps(obj, indent=2, allow_nan=False) + "\n"
     with replacing_file(path) as tmp:
         tmp.write_text(text, encoding="utf-8")

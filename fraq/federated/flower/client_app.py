@@ -38,7 +38,7 @@ _TASKS: dict[str, Task] = {}
 
 def _task(config: Config) -> Task:
     """The run's Task, built once per process (a simulation node reuses it across rounds)."""
-    key = json.dumps(config.to_record(), sort_keys=True)
+    key = json.dumps(config.to_record(), sort_keys=True, allow_nan=False)
     if key not in _TASKS:
         _TASKS[key] = Task(config, log=lambda *a: None)
     return _TASKS[key]
@@ -121,7 +121,7 @@ per process, not on every message."""
 
 
 def _from_run_config(context: Context) -> tuple[Config, MethodSetup]:
-    key = json.dumps(dict(context.run_config), sort_keys=True)
+    key = json.dumps(dict(context.run_config), sort_keys=True, allow_nan=False)
     if key not in _RUNS:
         config, method, _ = from_run_config(context.run_config)
         _RUNS[key] = config, MethodSetup.make(method, config)
