@@ -156,7 +156,7 @@ def _unpack(out: Path) -> None:
     members must be ``results/<experiment>/<key>.json`` files, and the folders ``results/``
     and ``results/<experiment>/`` that ``tar czf results.tar.gz results`` records, which are
     skipped; another member is refused). The archive is read whole first
-    (:func:`fraq.internals.open_tar_gz`: gzip's checksum verified), so a damaged one is
+    (:func:`fraq._archive.open_tar_gz`: gzip's checksum verified), so a damaged one is
     refused with a ValueError naming it, and left as it is.
 
     The files are written into a folder beside and renamed into place whole, so an
@@ -165,7 +165,7 @@ def _unpack(out: Path) -> None:
     import shutil
     import tempfile
 
-    from fraq.internals import open_tar_gz
+    from fraq._archive import open_tar_gz  # the standard library only, as the grammar
 
     pack = out / "results.tar.gz"
     if (out / "results").exists() or not pack.is_file():

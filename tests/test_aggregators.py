@@ -687,7 +687,7 @@ def test_option_errors():
         get_aggregator("flexlora", kernel="fraq", rank=4)
     assert str(info.value).startswith("aggregator 'flexlora' does not take option rank; it takes max_dense_bytes, kernel;")
     assert "each client receives (m + n) r_k parameters" in str(info.value)
-    with pytest.raises(TypeError, match="'florist' does not take option rank; it takes tau; its output rank is set by tau"):
+    with pytest.raises(TypeError, match="'florist' does not take option rank; it takes tau, kernel; its output rank is set by tau"):
         get_aggregator("florist", rank=4)
     with pytest.raises(ValueError, match=r"tau\(=0.0\)"):
         get_aggregator("florist", tau=0.0)
