@@ -216,7 +216,7 @@ def _key(v) -> str:
     """A hashable, printable form of a setting value (lists included; NaN: not set)."""
     import json
 
-    from fraq.internals import finite
+    from fraq._json import finite  # the standard library only, as the grammar
 
     if _absent(v):
         return "unset"
