@@ -189,3 +189,59 @@ def test_the_cli_refuses_what_the_model_cannot_hold_in_one_line(capsys, monkeypa
         assert main(["--set", flag, "--no-progress"]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: {says}") and err.count("\n") == 1, err
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+HUGE = "1" + "0" * 4999
+
+
+@pytest.mark.parametrize("text, says", [
+    (DEEP, "is nested deeper than 16 levels"),
+    (HUGE, "holds an integer of 5000 digits, beyond 2**63 - 1"),
+    ("9223372036854775808", "holds an integer of 19 digits"),
+])
+def test_a_deep_or_huge_set_value_is_one_line_naming_the_key(text, says, capsys, monkeypatch):
+    from fraq.federated.cli import main
+
+    def work(*a, **k):
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr("fraq.federated.cli.run_experiment", work)
+    assert main(["--set", f"seed={text}", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: config key 'seed'") and says.split("(")[0] in err and err.count("\n") == 1, \
+        err[:300]
+
+
+@pytest.mark.parametrize("text, says", [
+    ('{"seed": ' + DEEP + "}", r"is nested deeper than 16 levels"),
+    ('{"seed": ' + HUGE + "}", r"holds an integer of 5000 digits"),
+    ('{"variants": {"v": {"federated.ranks": ' + "[" * 17 + "]" * 17 + "}}}",
+     r"at 'variants\.v\.federated\.ranks\[0\]"),
+])
+def test_a_deep_or_huge_config_file_value_is_one_line_naming_the_file(text, says, tmp_path):
+    path = tmp_path / "setting.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=r"config file '.*setting\.json'.* " + says) as e:
+        load_config(str(path))
+    assert "\n" not in str(e.value) and len(str(e.value)) < 300
+
+
+def test_an_override_too_deep_for_a_copy_is_refused_naming_the_key():
+    value: list = []
+    for _ in range(100_000):
+        value = [value]
+    for load in (lambda: load_config("quick", {"dataset": {"name": value}}),
+                 lambda: load_config("quick").override({"federated.ranks": value})):
+        with pytest.raises(ValueError, match=r"config key '(dataset|federated\.ranks)' at .* deeper than 16"):
+            load()
+
+
+def test_the_flower_overrides_refuse_deep_or_huge_values_naming_the_key():
+    from fraq.federated.flower.run_config import parse_overrides
+
+    assert parse_overrides("train.lr=1e-3 seed=7 dataset.name=intents") == \
+        {"train.lr": 1e-3, "seed": 7, "dataset.name": "intents"}
+    for text, says in ((DEEP, "nested deeper"), (HUGE, "5000 digits")):
+        with pytest.raises(ValueError, match=f"run config 'overrides': config key 'seed' .*{says}"):
+            parse_overrides(f"seed={text}")
