@@ -877,7 +877,7 @@ def test_an_input_is_never_written_even_with_overwrite(tmp_path, monkeypatch, ca
     for path in (setting, inside):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"methods": ["fedit"], "seeds": [42], "variants": {"homogeneous": {}},
-                                    "federated": {"clients": 2}, "model": {"name": TINY_MODEL}}))
+                                    "federated": {"clients": 2}, "model": {"name": TINY_MODEL, "max_length": 48}}))
     before = setting.read_text()
     for path, says in ((setting, f"this run writes {str(setting)!r}, which is the --config input"),
                        (inside, f"the --config input {str(inside)!r} lies in {str(inside.parent)!r}")):

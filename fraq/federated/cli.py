@@ -26,7 +26,6 @@ the interrupted one's last completed round) and the command that resumes it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -52,10 +51,7 @@ def _assignment(text: str) -> tuple[str, object]:
     key, eq, raw = text.partition("=")
     if not eq or not key:
         raise argparse.ArgumentTypeError(f"--set(={text!r}) must be key=value, e.g. train.lr=0.001")
-    try:
-        return key, json.loads(raw)
-    except json.JSONDecodeError:
-        return key, raw
+    return key, raw  # parsed with the other flags' values (_overrides): an error is then one line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,7 +103,10 @@ def _data_dir(flag: str | None, config) -> str | None:
 
 
 def _overrides(args: argparse.Namespace) -> dict:
-    """The dotted config keys the flags set (``--set`` last, so it wins)."""
+    """The dotted config keys the flags set (``--set`` last, so it wins; its values are JSON,
+    else strings, :func:`~fraq.federated.config_files.parse_value`)."""
+    from fraq.federated.config_files import parse_value
+
     over: dict = {}
     for key, flag in (("federated.rounds", args.rounds), ("federated.clients", args.clients),
                       ("train.steps", args.steps), ("federated.ranks", args.ranks), ("partition.alpha", args.alpha),
@@ -118,8 +117,8 @@ def _overrides(args: argparse.Namespace) -> dict:
     if args.dataset is not None:
         d = args.dataset
         over["dataset"] = {"path": d} if Path(d).is_dir() else {"name": d}
-    for key, value in args.set:
-        over[key] = value
+    for key, raw in args.set:
+        over[key] = parse_value(key, raw)
     return over
 
 

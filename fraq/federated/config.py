@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 import re
 from dataclasses import dataclass, fields
 
@@ -103,6 +104,15 @@ class Config:
         plain values are turned into their frozen forms here."""
         for key in keys:
             getattr(self, f"_check_{key}")()
+        if "model" in keys or "federated" in keys:
+            self._check_ranks_fit()
+
+    def _check_ranks_fit(self):
+        limits = self.model.limits()
+        if limits is not None and max(self.federated.ranks) > limits.max_rank:
+            raise ValueError(f"federated.ranks(={self.federated.ranks}) has {max(self.federated.ranks)}, above "
+                             f"{limits.max_rank}, the {limits.max_rank_why}: a LoRA update B @ A of an (m, n) "
+                             f"weight has rank at most min(m, n)")
 
     def _check_seed(self):
         check_int("seed", self.seed, 0)
@@ -127,6 +137,10 @@ class Config:
 
     def _check_threads(self):
         check_int("threads", self.threads, 1, allow_none=True)
+        cores = os.cpu_count() or 1
+        if self.threads is not None and self.threads > cores:
+            raise ValueError(f"threads(={self.threads}) exceeds {cores}, this machine's CPU count (os.cpu_count()): "
+                             f"torch's threads beyond its cores only wait on one another")
 
     def _section(self, key: str):
         value, section = getattr(self, key), _SECTIONS[key]

@@ -19,7 +19,8 @@ import functools
 import json
 from pathlib import Path
 
-__all__ = ["CONFIG_DIR", "SETTINGS", "apply_overrides", "defaults_comments", "merged"]
+__all__ = ["CONFIG_DIR", "INT_LIMIT", "MAX_DEPTH", "SETTINGS", "apply_overrides", "check_plain", "defaults_comments",
+           "loads", "merged", "parse_value"]
 
 CONFIG_DIR = Path(__file__).with_name("configs")
 SETTINGS = ("quick", "smoke", "banking77", "clinc150", "roberta", "llama")
@@ -46,11 +47,81 @@ def _merge(base: dict, over: dict, where: str = "") -> dict:
     return out
 
 
+MAX_DEPTH = 16
+"""The deepest nesting a configuration value may have. The deepest a setting needs is four
+levels (a file's ``variants``, a variant, its key, a list of ranks); a value nested
+thousands deep would exhaust Python's recursion limit in the first copy, comparison or
+message that reads it, so it is refused where it is parsed, naming the file or the key."""
+
+INT_LIMIT = 2 ** 63 - 1
+"""The largest integer a configuration holds: seeds, sizes and counts end up in torch and
+numpy as int64. Checking the digits before converting them also keeps Python's own
+4300-digit limit on ``int(str)`` (a message naming neither file nor key) out of reach."""
+
+
+class _Huge(Exception):
+    """An integer of ``digits`` digits, met while parsing (before converting it)."""
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+
+def _int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > len(str(INT_LIMIT)):
+        raise _Huge(digits)
+    return int(text)
+
+
+def check_plain(where: str, value) -> None:
+    """Refuse a ``value`` nested more than :data:`MAX_DEPTH` deep or holding an int beyond
+    :data:`INT_LIMIT` in magnitude; ValueError naming ``where`` (a file or a key) and the
+    place inside it. Walks without recursion, so any depth is measured."""
+    todo = [(value, "", 0)]
+    while todo:
+        v, at, depth = todo.pop()
+        place = f"{where} at {at!r}" if at else where
+        if depth > MAX_DEPTH:
+            raise ValueError(f"{place} is nested deeper than {MAX_DEPTH} levels; a configuration needs at most four")
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) > INT_LIMIT:
+            raise ValueError(f"{place} holds an integer of {len(str(abs(v)))} digits, beyond 2**63 - 1 in magnitude")
+        if isinstance(v, dict):
+            todo.extend((x, f"{at}.{k}" if at else str(k), depth + 1) for k, x in v.items())
+        elif isinstance(v, (list, tuple)):
+            todo.extend((x, f"{at}[{i}]", depth + 1) for i, x in enumerate(v))
+
+
+def loads(where: str, text: str):
+    """``text`` parsed as JSON, checked by :func:`check_plain`: ValueError naming ``where``
+    for a value too deep or an integer too large; json.JSONDecodeError for text that is not
+    JSON (a caller may take it as a plain string)."""
+    try:
+        value = json.loads(text, parse_int=_int)
+    except _Huge as e:
+        raise ValueError(f"{where} holds an integer of {e.digits} digits, beyond 2**63 - 1 in magnitude") from None
+    except RecursionError:
+        raise ValueError(f"{where} is nested deeper than {MAX_DEPTH} levels; a configuration needs at most four") \
+            from None
+    check_plain(where, value)
+    return value
+
+
+def parse_value(key: str, text: str):
+    """A dotted override's ``text`` (``--set key=text``): JSON (numbers, ``true``, ``null``,
+    ``[4,8]``), else the text itself as a string; ValueError naming ``key`` where it is too
+    deep or too large (:func:`loads`)."""
+    try:
+        return loads(f"config key {key!r}", text)
+    except json.JSONDecodeError:
+        return text
+
+
 def _read(path: Path) -> dict:
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        data = loads(f"config file {str(path)!r}", path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"config file {str(path)!r} is not valid JSON: {e}") from None
+    except UnicodeDecodeError as e:
         raise ValueError(f"config file {str(path)!r} is not valid JSON: {e}") from None
     except OSError as e:
         raise ValueError(f"config file {str(path)!r} cannot be read: {e}") from None
@@ -80,6 +151,7 @@ def apply_overrides(cfg: dict, overrides: dict) -> None:
     """Apply dotted ``overrides`` to the dictionary ``cfg`` in place; ``dataset`` or
     ``variants`` given as an object replaces the section whole."""
     for key, value in overrides.items():
+        check_plain(f"config key {key!r}", value)
         if key in _WHOLE and isinstance(value, dict):
             cfg[key] = copy.deepcopy(value)
         else:

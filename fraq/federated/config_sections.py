@@ -75,6 +75,19 @@ class Model:
         if self.cache_prefix and lt is None:
             raise ValueError("model.cache_prefix needs model.layers_to_transform (the layers below the first one "
                              "are cached)")
+        limits = self.limits()
+        if limits is not None and self.max_length > limits.max_length:
+            raise ValueError(f"model.max_length(={self.max_length}) exceeds {limits.max_length}, "
+                             f"{limits.max_length_why}")
+
+    def limits(self):
+        """What this model can hold (:func:`fraq.federated.model_limits.model_limits`), None where
+        its configuration is not on this machine."""
+        from fraq.federated.model_limits import model_limits
+
+        lt = self.layers_to_transform
+        return model_limits(self.name, tuple(self.target_modules), None if lt is None else tuple(lt),
+                            self.layers_pattern)
 
 
 @dataclass(frozen=True)

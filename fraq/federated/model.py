@@ -36,15 +36,26 @@ generated corpus: no download, for tests, smoke runs and the Flower simulation c
 It learns little; it exercises every code path."""
 
 
-def tiny_bert(seed: int = 0):
-    """(model, tokenizer) of :data:`TINY_MODEL`, the same weights for the same ``seed``."""
-    from transformers import BertConfig, BertModel, BertTokenizer
-
+def _tiny_vocab() -> dict[str, int]:
     from fraq.federated.intents import vocabulary
 
-    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + vocabulary())}
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64)
+    return {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + vocabulary())}
+
+
+def tiny_config():
+    """The ``BertConfig`` of :data:`TINY_MODEL` (its shapes, without weights)."""
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=len(_tiny_vocab()), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=64)
+
+
+def tiny_bert(seed: int = 0):
+    """(model, tokenizer) of :data:`TINY_MODEL`, the same weights for the same ``seed``."""
+    from transformers import BertModel, BertTokenizer
+
+    vocab = _tiny_vocab()
+    config = tiny_config()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = BertModel(config, add_pooling_layer=False)

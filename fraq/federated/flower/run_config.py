@@ -31,11 +31,11 @@ An integer key set to ``-1`` keeps the setting's value.
 
 from __future__ import annotations
 
-import json
 import numbers
 from dataclasses import dataclass, fields
 
 from fraq.federated.config import Config, load_config
+from fraq.federated.config_files import parse_value
 from fraq.federated.method_specs import method_aggregator
 from fraq.methods import MethodSpec
 
@@ -133,9 +133,9 @@ def parse_overrides(text: str) -> dict:
         if key in out:
             raise ValueError(f"run config 'overrides'(={text!r}) sets {key!r} twice")
         try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
+            out[key] = parse_value(key, raw)
+        except ValueError as e:
+            raise ValueError(f"run config 'overrides': {e}") from None
     return out
 
 
