@@ -133,6 +133,10 @@ def _build(out: Path, pdf: bool = True) -> str:
     federated = bool(res.experiments) and set(res.experiments) <= {"federated"}
     head = ["# FRAQ smoke run: no verdicts" if smoke else
             "# FRAQ federated fine-tuning" if federated else "# FRAQ server-side reproduction", ""]
+    if not (smoke or federated):
+        from analysis.sections import headline
+
+        head += headline.lines(res)  # what was found, per claim, above the statistics
     size = res.configuration.get("size")
     head.append(f"Measured on {style.caption(res.all)}" + (f"; size `{size}`" if size else "") + ". ")
     rebuilt = ("Every figure and table below is rebuilt from the JSON files under `results/` by "

@@ -1,0 +1,128 @@
+"""The report's headline: what this run found, per claim of the paper, in at most 15 lines.
+
+It opens ``report.md`` (:func:`analysis.reproduce.build`), above the statistics. Per claim:
+**confirmed**, **refuted** or **not tested here**, on this run's device, and the numbers
+behind it, each peer at its best first (its fastest kernel on the same batched primitives,
+device routes and output rank as FRAQ: ``florist:kernel=qr``, ``flexlora:kernel=rsvd``, the
+textbook QR-QR-SVD) and as its authors publish it beside. Ratios are written as "time /
+FRAQ's" with faster or slower in words, never a bare "x FRAQ".
+
+What decides each word is the section's own verdict, never a stand-in: a GPU wall-clock
+claim (the paper's GH200 ratios) is **not tested here** on a CPU, its CPU ratio shown for
+what it is; on a GPU the median ratio is set against the paper's range (within / above /
+below). The sections below carry the intervals; the headline carries the medians.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.loaders import paper
+
+__all__ = ["MAX_LINES", "lines"]
+
+MAX_LINES = 15
+"""The headline's length, in lines: a reader sees every finding before the statistics."""
+
+
+def lines(res) -> list[str]:
+    """The headline's markdown lines (at most :data:`MAX_LINES`), from the loaded results
+    ``res`` (:func:`analysis.resultset.load`); [] when no experiment it reads has results."""
+    out = []
+    if "tables123" in res.experiments and not res["tables123"].empty:
+        out += _tables_lines(res["tables123"])
+    if "fig3" in res.experiments and not res["fig3"].empty:
+        out += _fig3_lines(res["fig3"])
+    if not out:
+        return []
+    return ["## Headline", ""] + out[: MAX_LINES - 3] + [""]
+
+
+def _ratio(t: float) -> str:
+    """``t`` (a peer's time over FRAQ's) as words: "2.3x FRAQ's time (slower)"."""
+    if not np.isfinite(t):
+        return "not measured"
+    word = "slower" if t > 1 else "faster" if t < 1 else "the same"
+    return f"{t:.2g}x FRAQ's time ({word})"
+
+
+def _median_ms(rows: pd.DataFrame, name: str, kernel: str | None) -> tuple[float, bool]:
+    """The median latency (ms) of ``name``'s row on ``kernel`` (None: its published kernel)
+    and whether it was extrapolated from some modules; NaN where not measured."""
+    sel = rows[(rows["name"] == name) & (rows["kernel"].isna() if kernel is None else rows["kernel"] == kernel)]
+    sel = sel[sel["samples"].map(len) > 0]
+    if sel.empty:
+        return float("nan"), False
+    r = sel.iloc[0]
+    return float(np.median(r["samples"])) * 1e3, isinstance(r["extrapolated"], str)
+
+
+def _tables_lines(df: pd.DataFrame) -> list[str]:
+    from analysis.sections.tables123 import REFERENCE, _on_gpu, tables123_presets, tables123_rows
+
+    rows = tables123_rows(df)
+    claims = {k: v for k, v in paper()["speedups"].items() if not k.startswith("_")}
+    out = []
+    for preset in tables123_presets(df):
+        pr = rows[rows["preset"] == preset]
+        ref = pr[pr["spec"] == REFERENCE]
+        if ref.empty or not len(ref.iloc[0]["samples"]):
+            continue
+        fraq_ms = float(np.median(ref.iloc[0]["samples"])) * 1e3
+        gpu = _on_gpu(pr)
+        claim = claims.get(preset, {})
+        for name, best_kernel in (("florist", "qr"), ("flexlora", "rsvd")):
+            best, best_x = _median_ms(pr, name, best_kernel)
+            pub, pub_x = _median_ms(pr, name, None)
+            if not (np.isfinite(best) or np.isfinite(pub)):
+                continue
+            low = claim.get("over_fraq_min", {}).get(name)
+            high = claim.get("over_fraq_max", {}).get(name)
+            said = claim.get("quoted", {}).get(name, f"{low:g}x" if low else None)
+            if said is None:
+                verdict = "the paper states no ratio"
+            elif not gpu:
+                verdict = f"paper {said} on a GH200: **not tested here** (a GPU wall-clock claim; this run is on a CPU)"
+            else:
+                t = pub / fraq_ms
+                inside = t >= low and (high is None or t <= high)
+                where = "within" if inside else "below" if t < low else "above"
+                verdict = (f"paper {said} on a GH200: **{'confirmed' if inside else 'refuted'}** as published "
+                           f"({where} the paper's range)")
+            shown = {"florist": "FLoRIST", "flexlora": "FlexLoRA"}[name]
+            out.append(f"- {preset}, FRAQ (tau=0.95) {fraq_ms:.3g} ms against {shown}: at its best "
+                       f"(kernel={best_kernel}) {_ratio(best / fraq_ms)}{' (extrapolated)' if best_x else ''}, "
+                       f"as published {_ratio(pub / fraq_ms)}{' (extrapolated)' if pub_x else ''}; {verdict}.")
+    return out
+
+
+def _fig3_lines(df: pd.DataFrame) -> list[str]:
+    """Fig. 3: at how many points FRAQ's median is the fastest of every exact method, and
+    which peers at their best beat it where."""
+    from analysis.sections.fig3 import fig3_summary
+
+    d = fig3_summary(df)
+    if "method_name" not in d or "ms" not in d:
+        return []
+    total, fastest, beaten = 0, 0, {}
+    for _, g in d.groupby(["sweep", "x", "mode"]):
+        f = g[g["method_name"] == "FRAQ"]
+        others = g[g["method_name"] != "FRAQ"]
+        if f.empty or others.empty:
+            continue
+        total += 1
+        ms = float(f["ms"].iloc[0])
+        faster = others[others["ms"] < ms]
+        fastest += faster.empty
+        for m in faster["method_name"]:
+            beaten[m] = beaten.get(m, 0) + 1
+    if not total:
+        return []
+    top = sorted(beaten.items(), key=lambda kv: -kv[1])[:4]
+    who = "; ".join(f"{m} at {k}" for m, k in top)
+    device = "a GPU" if any(str(v).startswith("cuda") for v in df.get("device", [])) else "the CPU"
+    return [f"- Fig. 3 (paper: FRAQ the fastest method across the r and d sweeps): FRAQ's median is the fastest at "
+            f"{fastest} of {total} points on {device} (medians; paired verdicts in its section): "
+            f"**{'confirmed' if fastest == total else 'refuted'}** here"
+            + (f"; faster than FRAQ: {who} (points)" if who else "") + "."]
