@@ -305,14 +305,14 @@ def certify_probe(updates: Sequence[ClientUpdate], result: AggregationResult, *,
                                  f"c u = {(m + n + R + p + 9) * u:.1e} > {_MAX_CU:g}; pass dtype=torch.float64")
             EZ = SZ - U @ (V @ Z)
             e_norms = torch.linalg.vector_norm(EZ.double(), dim=0)
-            sizes = torch.tensor([m + n + R + 8, m + n + R + p + 9], dtype=torch.float64, device=device)
-            rows.append(torch.cat([s_norms, e_norms, z_norms, NS.reshape(1), _norm_sum(U, V).reshape(1), sizes]))
-            where.append((spec.name, k, count))
+            rows.append(torch.cat([s_norms, e_norms, z_norms, NS.reshape(1), _norm_sum(U, V).reshape(1)]))
+            where.append((spec.name, k, count, (m + n + R + 8, m + n + R + p + 9)))
     values = torch.stack(rows).tolist()  # the one host read
-    shared = {name: count for name, _, count in where}
+    shared = {name: count for name, _, count, _ in where}
     modules: dict[str, ProbeModuleCertificate] = {}
-    for (name, k, _), row in zip(where, values):
-        c = _module(row, probes, u, x_lo, x_hi, delta=delta, seed=seed, client=None if shared[name] == 1 else k)
+    for (name, k, _, sizes), row in zip(where, values):
+        c = _module(row + list(sizes), probes, u, x_lo, x_hi, delta=delta, seed=seed,
+                    client=None if shared[name] == 1 else k)
         if name not in modules or c.bound > modules[name].bound:
             modules[name] = c
     return ProbeCertificate(modules, probes=probes, delta=delta, seed=seed)
