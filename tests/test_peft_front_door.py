@@ -460,6 +460,26 @@ def test_aggregate_prints_the_certificate_unless_told_not_to(example, tmp_path, 
     assert rc == 0 and "certificate" not in out + err
 
 
+def test_aggregate_prints_the_probe_certificate_with_its_probability(example, capsys):
+    """--probe-certificate: the line says "<= b with probability 0.999"; in --json each row's
+    bound lies over its report error (the QR-form float64 reference) and says its probes and
+    seed; --no-certificate with it is refused."""
+    root, dirs, _ = example
+    rc = cli.main(["aggregate", *map(str, dirs), "--tau", "0.5", "--probe-certificate", "--json", "-"])
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert rc == 0 and re.search(r"certificate \(.*worst of \d+ modules\): \S+: \S+ \(<= \S+ with probability 0\.999\)",
+                                 err), err
+    for r in doc["rows"]:
+        c = r["certificate"]
+        assert r["rel_error"] <= c["bound"] and c["probes"] == 8 and c["seed"] == 0
+        assert c["verdict"] == f"<= {c['bound']:.2e} with probability 0.999"
+    assert doc["certificate"]["certificate_probability"] == 0.999
+    with pytest.raises(SystemExit):
+        cli.main(["aggregate", *map(str, dirs), "--report", "--no-certificate", "--probe-certificate"])
+    assert "--no-certificate and --probe-certificate: give one" in capsys.readouterr().err
+
+
 def _raise_on_constant(name):
     raise ValueError(f"not strict JSON: {name}")
 

@@ -10,7 +10,8 @@ weight); :meth:`Aggregator.aggregate` returns an :class:`AggregationResult`: per
 and module what is sent, what is merged into the frozen base weights, and the adapter
 the client warm-starts from (or None: reinitialize), with downlink counts in parameters
 and bytes; ``result.certificate(updates)`` says per module how far the result is from
-the exact weighted aggregate, with a rounding bound (:mod:`fraq.aggregators.certificate`). Stateful methods (``lora-a2``, ``florg``) return ``result.state`` to pass to
+the exact weighted aggregate, with a rounding bound (:mod:`fraq.aggregators.certificate`), or with
+``method="probe"`` at about k / R of that cost, with a probability (:mod:`fraq.aggregators.probe_certificate`). Stateful methods (``lora-a2``, ``florg``) return ``result.state`` to pass to
 the next round. ``shared/reference/baselines.md`` describes each method.
 
 A new method is a subclass of :class:`Aggregator` in its own module and one call,
@@ -50,6 +51,7 @@ from __future__ import annotations
 
 from fraq.aggregators.aggregation_result import AggregationResult
 from fraq.aggregators.certificate import Certificate, ModuleCertificate, certify
+from fraq.aggregators.probe_certificate import ProbeCertificate, ProbeModuleCertificate, certify_probe
 from fraq.aggregators.base import Aggregator, AggregatorState, Group, ModuleSpec
 from fraq.aggregators.validation import validate_updates
 from fraq.aggregators.fedex_lora import FedExLoRA
@@ -109,10 +111,13 @@ __all__ = [
     "MethodLoadError",
     "ModuleCertificate",
     "ModuleSpec",
+    "ProbeCertificate",
+    "ProbeModuleCertificate",
     "REINITIALIZE",
     "WARM_START",
     "analytic_flops",
     "certify",
+    "certify_probe",
     "get_aggregator",
     "load_outside_methods",
     "model_flops",

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fraq.aggregators.certificate import Certificate, certify
+from fraq.aggregators.probe_certificate import certify_probe
 from fraq.aggregators.payload import ClientUpdate, Downlink, Factors
 
 __all__ = ["AggregationResult"]
@@ -71,16 +72,28 @@ class AggregationResult:
         """module -> the adapter ``client`` warm-starts from (None: fresh adapter)."""
         return {name: d.start for name, d in self._client(client).items()}
 
-    def certificate(self, updates: Sequence[ClientUpdate]) -> Certificate:
+    def certificate(self, updates: Sequence[ClientUpdate], method: str = "gram", **probe_options) -> Certificate:
         """Per module, how far this result's update is from the exact weighted aggregate of
-        ``updates`` (the uploads this result was aggregated from), with a rounding bound:
-        :func:`fraq.aggregators.certificate.certify`, which says what is certified per method.
+        ``updates`` (the uploads this result was aggregated from).
 
-        Computed on request, never inside ``aggregate``: float64 Grams of the uploads and
-        the downlink factors, about FRAQ's recompression cost, one host read. The uploads
-        are passed in rather than kept by the result, so a result does not hold every
-        client's upload alive after the round.
+        ``method="gram"`` (default): exact, with a rounding bound,
+        :func:`fraq.aggregators.certificate.certify` (which says what is certified per
+        method): float64 Grams of the uploads and the downlink factors, about FRAQ's
+        recompression cost. ``method="probe"``: a bound that holds with probability
+        ``1 - delta`` from k Gaussian probes, at about k / R of that cost,
+        :func:`fraq.aggregators.probe_certificate.certify_probe`, whose keywords
+        (``probes``, ``delta``, ``seed``, ``dtype``) ``probe_options`` passes on.
+
+        Computed on request, never inside ``aggregate``; one host read. The uploads are
+        passed in rather than kept by the result, so a result does not hold every client's
+        upload alive after the round.
         """
+        if method == "probe":
+            return certify_probe(updates, self, **probe_options)
+        if method != "gram":
+            raise ValueError(f"method(={method!r}) must be 'gram' or 'probe'")
+        if probe_options:
+            raise TypeError(f"{', '.join(sorted(probe_options))} apply to method='probe', not method='gram'")
         return certify(updates, self)
 
     def _client(self, client: int) -> Mapping[str, Downlink]:

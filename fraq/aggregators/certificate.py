@@ -208,6 +208,30 @@ def certify(updates: Sequence[ClientUpdate], result: AggregationResult) -> Certi
         >>> cert["q"].error > 0.1
         True
     """
+    updates, specs, a, single = checked_inputs(updates, result)
+    rows, where = [], []
+    for spec in specs:
+        X, Y = exact_factors(updates, spec.name, a, spec.scales, single)
+        exact = _exact_terms(X, Y)  # once per module, whatever the number of distinct downlinks
+        for k, down, n in distinct_downlinks(result, spec.name):
+            U, V = update_factors(down, spec.name, k, single, X, Y)
+            rows.append(_terms(exact, X, Y, U, V))
+            where.append((spec.name, k, n))
+    values = torch.stack(rows).tolist()  # the one host read
+    shared = {name: n for name, _, n in where}
+    modules: dict[str, ModuleCertificate] = {}
+    for (name, k, _), row in zip(where, values):
+        c = _certificate(*row, client=None if shared[name] == 1 else k)
+        if name not in modules or c.bound > modules[name].bound:
+            modules[name] = c
+    return Certificate(modules)
+
+
+def checked_inputs(updates: Sequence[ClientUpdate], result: AggregationResult
+                   ) -> tuple[list[ClientUpdate], list, list[float], bool]:
+    """What every certificate starts from: the validated uploads, their module specs (in
+    upload order, the result's modules), the normalized weights a_k, and whether the
+    uploads are single matrices (FLoRG's). Raises as :func:`certify` documents."""
     if not isinstance(getattr(result, "downlinks", None), tuple) or not isinstance(getattr(result, "method", None), str):
         # read by what it holds, not by its class: this module is below the result's (whose method calls it)
         raise TypeError(f"result must be an AggregationResult, got {type(result).__name__}")
@@ -220,33 +244,25 @@ def certify(updates: Sequence[ClientUpdate], result: AggregationResult) -> Certi
         raise ValueError(f"updates has {len(updates)} clients, the result {result.clients}")
     if [s.name for s in specs] != list(result.modules):
         raise ValueError(f"updates' modules {[s.name for s in specs]} differ from the result's {list(result.modules)}")
-    a = normalized_weights([u.weight for u in updates], len(updates))
-    rows, where = [], []
-    for spec in specs:
-        X, Y = _exact(updates, spec.name, a, spec.scales, single)
-        exact = _exact_terms(X, Y)  # once per module, whatever the number of distinct downlinks
-        seen: dict[int, int] = {}
-        for k, client in enumerate(result.downlinks):
-            down = client[spec.name]
-            if id(down) in seen:
-                continue
-            seen[id(down)] = k
-            U, V = _adapter(down, spec.name, k, single, X, Y)
-            rows.append(_terms(exact, X, Y, U, V))
-            where.append((spec.name, k, len(seen)))
-    values = torch.stack(rows).tolist()  # the one host read
-    shared = {name: n for name, _, n in where}
-    modules: dict[str, ModuleCertificate] = {}
-    for (name, k, _), row in zip(where, values):
-        c = _certificate(*row, client=None if shared[name] == 1 else k)
-        if name not in modules or c.bound > modules[name].bound:
-            modules[name] = c
-    return Certificate(modules)
+    return updates, specs, normalized_weights([u.weight for u in updates], len(updates)), single
 
 
-def _exact(updates, name, a, scales, single) -> tuple[torch.Tensor, torch.Tensor]:
-    """The exact aggregate's factors X (m, R), Y (R, n) in float64."""
-    f64 = torch.float64
+def distinct_downlinks(result: AggregationResult, name: str) -> Iterator[tuple[int, Downlink, int]]:
+    """(client, downlink, distinct so far) for each distinct Downlink object of module
+    ``name``, in client order: a broadcast adapter (one object shared by every client) is
+    certified once."""
+    seen: set[int] = set()
+    for k, client in enumerate(result.downlinks):
+        down = client[name]
+        if id(down) not in seen:
+            seen.add(id(down))
+            yield k, down, len(seen)
+
+
+def exact_factors(updates, name, a, scales, single, dtype=torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exact aggregate's factors X (m, R), Y (R, n) in ``dtype`` (float64 here): the
+    weights and scales are applied in ``dtype``, one rounding per factor entry for each."""
+    f64 = dtype
     if single:
         Y = torch.cat([math.sqrt(a[k] * scales[k]) * u.factors[name][1].to(f64) for k, u in enumerate(updates)])
         return Y.mT, Y
@@ -255,14 +271,15 @@ def _exact(updates, name, a, scales, single) -> tuple[torch.Tensor, torch.Tensor
     return X, Y
 
 
-def _adapter(down: Downlink, name: str, k: int, single: bool, X: torch.Tensor, Y: torch.Tensor
-             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The certified update of one downlink as U (m, p), V (p, n) in float64: its merged
-    products and its start adapter, side by side."""
+def update_factors(down: Downlink, name: str, k: int, single: bool, X: torch.Tensor, Y: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The certified update of one downlink as U (m, p), V (p, n) in X's dtype: its merged
+    products and its start adapter, side by side (each term's scale applied in that dtype,
+    one rounding per entry)."""
     if not isinstance(down, Downlink):
         raise TypeError(f"result.downlinks[{k}][{name!r}] must be a Downlink, got {type(down).__name__}")
     terms: list[Factors] = list(down.merge) + ([down.start] if down.start is not None else [])
-    f64 = torch.float64
+    f64 = X.dtype
     Us, Vs = [], []
     for f in terms:
         if (f.B is None) != single:

@@ -1,0 +1,363 @@
+r"""How far an aggregator's adapter is from the exact weighted aggregate, from k random probes.
+
+The same question as :mod:`fraq.aggregators.certificate` (what is certified per method, the
+exact aggregate :math:`S = XY` of the uploads' stack and the certified update :math:`G = UV`
+of each downlink), answered at about k / R of FRAQ's own cost instead of about all of it,
+with a probability in place of certainty.
+
+Probes. After the result is fixed, k Gaussian vectors :math:`z_j \sim N(0, I_n)` are drawn
+from a generator seeded with ``seed`` (both recorded in the certificate), and the error
+:math:`E = S - G` is applied to them through the factors, never as an m x n matrix:
+
+.. math::
+    E z = X (Y z) - U (V z), \qquad
+    T_E = \frac1k \sum_j \|E z_j\|^2, \qquad T_S = \frac1k \sum_j \|S z_j\|^2 .
+
+Why the bound holds for any E. With :math:`E = \sum_i \sigma_i u_i v_i^\top`,
+:math:`\|E z\|^2 = \sum_i \sigma_i^2 (v_i^\top z)^2`, so
+:math:`Q = T_E / \|E\|_F^2 = \sum_i w_i g_i` with :math:`w_i = \sigma_i^2 / \|E\|_F^2`
+summing to 1 and :math:`g_i` independent :math:`\chi^2_k / k` (the Gaussian estimator of
+:math:`\mathrm{tr}(E^\top E)`; Roosta-Khorasani and Ascher 2015, doi:10.1007/s10208-014-9220-1).
+For t >= 0, :math:`\mathbb{E} e^{-tQ} = \exp(-\tfrac k2 \sum_i f(w_i))` with
+:math:`f(w) = \log(1 + 2tw/k)` concave and f(0) = 0, hence subadditive:
+:math:`\sum_i f(w_i) \ge f(1)`, and :math:`\mathbb{E} e^{-tQ} \le (1 + 2t/k)^{-k/2}`, the
+rank-one case's. For 0 <= t < k/2, :math:`-\log(1 - 2tw/k)` is convex with value 0 at 0,
+hence superadditive, and :math:`\mathbb{E} e^{tQ} \le (1 - 2t/k)^{-k/2}`. Chernoff's bound at
+its best t then gives, for every E,
+
+.. math::
+    P(Q \le x) \le (x e^{1 - x})^{k/2} \ (x < 1), \qquad
+    P(Q \ge x) \le (x e^{1 - x})^{k/2} \ (x > 1).
+
+:func:`tail_points` solves :math:`(x e^{1-x})^{k/2} = \delta / 2` on each side of 1 by
+bisection: with probability at least :math:`1 - \delta/2` each, :math:`\|E\|_F^2 \le T_E /
+x_{lo}` and :math:`\|S\|_F^2 \ge T_S / x_{hi}`, so by the union bound (the two events share
+the probes; no independence is needed), with probability at least :math:`1 - \delta`,
+
+.. math::
+    \frac{\|S - G\|_F}{\|S\|_F} \le \sqrt{\frac{x_{hi}}{x_{lo}} \frac{T_E}{T_S}} .
+
+At k = 8, delta = 1e-3: x_lo = 0.0583, x_hi = 4.38, a factor sqrt(x_hi / x_lo) = 8.66 over
+the estimate. The numerator alone (delta = 1e-3 on one tail) would give
+:math:`\|E\|_F \le 3.77 \sqrt{T_E}`. The exact rank-one quantile is tighter (chi2(8)'s 0.001
+quantile is 0.857: 3.06 instead of 3.77), but using it for every E needs the claim that a
+rank-one E has the heaviest lower tail, which the Chernoff route does not: it proves the
+rank-one case's *bound* for all E (``tests/test_probe_certificate.py`` checks the
+rank-one quantiles against scipy and other spectra by sampling). Choosing k: the ratio's
+factor falls as k grows (8.66 at k = 8, 4.27 at 16, 2.72 at 32, delta = 1e-3) while the cost
+grows as k.
+
+Denominator from the same probes. :math:`S z_j` is formed anyway (E z = S z - G z), so
+:math:`T_S` is free; the exact :math:`\|S\|_F^2 = \langle X^\top X, Y Y^\top\rangle` would
+need the two R x R Grams, 2 (m + n) R^2 flops, the very step of FRAQ's that this certificate
+exists not to repeat.
+
+Cost: 2 k (m + n)(R + p) flops per module and distinct downlink (R the stacked rank, p the
+update's), against FRAQ's 2 (m + n) R (R + p) for its Grams and output (plus its R^3 terms):
+a ratio of at most k / R, 10% at k = 8 for R = 80 (10 clients of rank 8). Drawing the probes
+and the norms are O((m + n) k) more.
+
+Rounding (deterministic, added to the bound). The probes run in ``dtype`` with unit roundoff
+u (float64 by default: the arithmetic costs the same flops, and its rounding stays far below
+any error worth reporting; float32 halves the memory traffic and is covered as well). A
+computed matrix-vector product :math:`\widehat{C w}` errs by at most :math:`\gamma_L |C||w|`,
+L the inner length (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed.,
+Eq. 3.5), so forming the stacks (weights, scales, casts: at most 8 roundings per rank-one
+term), applying :math:`Y` (length n) then :math:`X` (length R), subtracting, and the float64
+norms (length m) give, to first order,
+
+.. math::
+    \bigl|\,\|\widehat{E z}\| - \|E z\|\,\bigr| \le \rho_E \|z\|,\quad
+    \rho_E = 1.01\, c_E u (N_S + N_G),\quad c_E = m + n + R + p + 9,
+
+with :math:`N_S = \sum_i \|x_i\|\|y_i\|` the sum of the stack's rank-one norms
+(:func:`fraq._gram.scale_sum`; N_G likewise for G), and :math:`\rho_S = 1.01\, c_S u N_S`,
+:math:`c_S = m + n + R + 8`, for :math:`S z`. The 1.01 covers second-order terms while
+c u <= 1e-3 (float32: c up to 16,000; a larger module in float32 is refused, float64 covers
+any real model). The bound uses :math:`T_E^+ = \frac1k\sum_j (\|\widehat{E z_j}\| + \rho_E
+\|z_j\|)^2` and :math:`T_S^- = \frac1k\sum_j \max(\|\widehat{S z_j}\| - \rho_S \|z_j\|, 0)^2`
+in place of :math:`T_E`, :math:`T_S`. An update whose every computed :math:`\|\widehat{E
+z_j}\|` lies within :math:`\rho_E \|z_j\|` is at the rounding level: exact to what the probes
+resolve, and ``bound`` is all that is known. The probes themselves are the dtype's numbers
+drawn by torch's generator, taken as Gaussian (their deviation is far below the margins
+above); the same seed gives the same probes on the same device type and dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from fraq.aggregators.certificate import (
+    Certificate,
+    _json_number,
+    checked_inputs,
+    distinct_downlinks,
+    exact_factors,
+    update_factors,
+)
+from fraq.aggregators.payload import ClientUpdate
+
+if TYPE_CHECKING:
+    from fraq.aggregators.aggregation_result import AggregationResult
+
+__all__ = ["PROBES", "DELTA", "ProbeCertificate", "ProbeModuleCertificate", "certify_probe", "tail_points"]
+
+PROBES = 8
+"""Default number of probes: the smallest k whose cost stays at 10% of FRAQ's at R = 80 while
+the bound's factor over the estimate (8.66 at delta = 1e-3) still names the order of magnitude."""
+DELTA = 1e-3
+"""Default failure probability of the stated bound."""
+_SAFETY = 1.01
+_MAX_CU = 1e-3  # c u above which the 1.01 no longer covers the second-order rounding terms
+_DTYPES = (torch.float32, torch.float64)
+
+
+def tail_points(probes: int, delta: float) -> tuple[float, float]:
+    r"""(x_lo, x_hi): the points below and above 1 where
+    :math:`(x e^{1-x})^{k/2} = \delta / 2`, the Chernoff bound on each tail of
+    :math:`T / \|E\|_F^2` for any E (module docstring), k = ``probes``.
+
+    Bisection on :math:`h(x) = \tfrac k2 (1 - x + \log x)`, increasing below 1 and
+    decreasing above; the returned ends are those on the safe side (x_lo never above the
+    root, x_hi never below). At k = 8, delta = 1e-3: (0.0583, 4.38).
+
+    Examples:
+        >>> lo, hi = tail_points(8, 1e-3)
+        >>> round(lo, 4), round(hi, 2), round((hi / lo) ** 0.5, 2)
+        (0.0583, 4.38, 8.66)
+    """
+    _check_options(probes, delta, 0)
+    k, target = probes, math.log(delta / 2)
+
+    def h(x: float) -> float:
+        return 0.5 * k * (1.0 - x + math.log(x))
+
+    lo, hi = math.ulp(0.0), 1.0  # below 1: h(lo) < target <= h(1) = 0
+    for _ in range(1100):  # the interval halves each step; 1100 steps reach adjacent floats from [2^-1074, 1]
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        lo, hi = (lo, mid) if h(mid) > target else (mid, hi)
+    x_lo = lo
+    lo, hi = 1.0, 2.0
+    while h(hi) > target:
+        hi *= 2.0
+    for _ in range(1100):
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        lo, hi = (mid, hi) if h(mid) > target else (lo, mid)
+    return x_lo, hi
+
+
+@dataclass(frozen=True)
+class ProbeModuleCertificate:
+    """One module's probe certificate: ``||S - G||_F / ||S||_F <= bound`` with probability at
+    least ``1 - delta`` over the probes (module docstring).
+
+    Attributes:
+        error: the estimate :math:`\\sqrt{T_E / T_S}` (rounding noise when
+            ``at_rounding_level``); an estimate, not a bound.
+        bound: the stated bound (``inf`` when the certificate cannot judge: :attr:`note`).
+        delta: the probability that ``bound`` is wrong is at most this.
+        probes: k, the number of Gaussian probes.
+        seed: the generator seed the probes were drawn with.
+        resolution: the probes' rounding relative to the estimated ||S||,
+            :math:`\\sqrt{\\sum_j \\rho_E^2 \\|z_j\\|^2 / \\sum_j \\|S z_j\\|^2}`.
+        at_rounding_level: every computed :math:`\\|E z_j\\|` is within its rounding bound.
+        exact_norm: the estimate :math:`\\sqrt{T_S}` of ||S||_F.
+        client: the client whose adapter this is when clients receive different ones (the
+            worst bound of them), else None.
+    """
+
+    error: float
+    bound: float
+    delta: float
+    probes: int
+    seed: int
+    resolution: float
+    at_rounding_level: bool
+    exact_norm: float
+    client: int | None = None
+
+    @property
+    def probability(self) -> float:
+        return 1.0 - self.delta
+
+    @property
+    def note(self) -> str | None:
+        """Why the certificate cannot judge, in words, or None when ``bound`` is finite."""
+        if math.isfinite(self.bound):
+            return None
+        if not math.isfinite(self.exact_norm):
+            return "cannot judge: the probes overflowed their dtype (pass dtype=torch.float64)"
+        if self.at_rounding_level:
+            return "cannot judge: the exact aggregate is zero on every probe (to rounding), and so is the update"
+        return "cannot judge: the exact aggregate is zero on every probe (to rounding), but the update is not"
+
+    @property
+    def verdict(self) -> str:
+        """``<= b with probability 1 - delta`` in words, or why it cannot judge."""
+        if self.note is not None:
+            return self.note
+        return f"<= {self.bound:.2e} with probability {self.probability:.6g}"
+
+    def __str__(self) -> str:
+        if self.note is not None:
+            return self.note
+        if self.at_rounding_level:
+            return f"{self.verdict} (rounding level)"
+        return f"{self.error:.2e} ({self.verdict})"
+
+    def to_json(self) -> dict:
+        """Strict JSON: a number that does not exist is null and ``bound_note`` says why;
+        ``verdict`` is the bound and its probability in words."""
+        num = _json_number
+        return {"error": num(self.error), "bound": num(self.bound), "bound_note": self.note,
+                "verdict": self.verdict, "probability": self.probability, "delta": self.delta,
+                "probes": self.probes, "seed": self.seed, "resolution": num(self.resolution),
+                "at_rounding_level": self.at_rounding_level, "exact_norm": num(self.exact_norm),
+                "client": self.client}
+
+
+class ProbeCertificate(Certificate):
+    """module name -> :class:`ProbeModuleCertificate`, with the probes' k, delta and seed."""
+
+    def __init__(self, modules: Mapping[str, ProbeModuleCertificate], *, probes: int, delta: float, seed: int):
+        super().__init__(modules)
+        self.probes, self.delta, self.seed = probes, delta, seed
+
+    def summary(self) -> dict:
+        """:meth:`Certificate.summary`'s fields (``certificate_error`` the worst module's
+        estimate) and ``certificate_verdict`` (its bound with the probability, in words),
+        ``certificate_probability``, ``certificate_probes``, ``certificate_seed``."""
+        name, c = self.worst
+        return {**super().summary(), "certificate_verdict": c.verdict, "certificate_probability": c.probability,
+                "certificate_probes": self.probes, "certificate_seed": self.seed}
+
+    def __repr__(self) -> str:
+        name, c = self.worst
+        return f"ProbeCertificate({len(self)} modules, {self.probes} probes, seed {self.seed}, worst {name!r}: {c})"
+
+
+def certify_probe(updates: Sequence[ClientUpdate], result: AggregationResult, *, probes: int = PROBES,
+                  delta: float = DELTA, seed: int = 0, dtype: torch.dtype = torch.float64) -> ProbeCertificate:
+    """Certify ``result`` against the exact weighted aggregate of ``updates`` with ``probes``
+    Gaussian probes: per module, ``||S - G||_F / ||S||_F <= bound`` with probability at least
+    ``1 - delta`` (module docstring: the bound, its constant, the rounding, the cost).
+
+    Args:
+        updates: the round's uploads, exactly as passed to ``aggregate``.
+        result: that round's :class:`AggregationResult`; the probes are drawn after it.
+        probes: k >= 2, the number of probes (each costs 2 (m + n)(R + p) flops per module).
+        delta: in (0, 1), the probability the bound may fail (split evenly between the
+            error's and the aggregate's estimates).
+        seed: the probes' generator seed (>= 0), recorded in the certificate.
+        dtype: float64 (default) or float32, the probes' arithmetic.
+
+    Returns:
+        :class:`ProbeCertificate`, read to the host once.
+
+    Raises:
+        TypeError, ValueError: the options out of range (named with their value), uploads
+            that do not validate or differ from the result's, a downlink of the wrong shape,
+            or a float32 module too large for the rounding bound.
+
+    Examples:
+        >>> import torch
+        >>> from fraq.aggregators import ClientUpdate, get_aggregator
+        >>> g = torch.Generator().manual_seed(0)
+        >>> ups = [ClientUpdate({"q": (torch.randn(16, 4, generator=g), torch.randn(4, 12, generator=g))},
+        ...                     scale=2.0, weight=w) for w in (3, 1)]
+        >>> cert = certify_probe(ups, get_aggregator("fraq", tau=1.0).aggregate(ups))
+        >>> cert["q"].bound < 1e-5, cert["q"].verdict.endswith("with probability 0.999")
+        (True, True)
+        >>> certify_probe(ups, get_aggregator("fedit").aggregate(ups))["q"].error > 0.1
+        True
+    """
+    _check_options(probes, delta, seed)
+    if dtype not in _DTYPES:
+        raise TypeError(f"dtype(={dtype!r}) must be torch.float32 or torch.float64")
+    updates, specs, a, single = checked_inputs(updates, result)
+    x_lo, x_hi = tail_points(probes, delta)
+    u = torch.finfo(dtype).eps / 2
+    device = next(iter(updates[0].factors.values()))[1].device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    rows, where = [], []
+    for spec in specs:
+        X, Y = exact_factors(updates, spec.name, a, spec.scales, single, dtype=dtype)
+        m, R, n = X.shape[0], X.shape[1], Y.shape[1]
+        Z = torch.randn(n, probes, generator=gen, dtype=dtype, device=device)
+        SZ = X @ (Y @ Z)
+        NS = _norm_sum(X, Y)
+        z_norms = torch.linalg.vector_norm(Z.double(), dim=0)
+        s_norms = torch.linalg.vector_norm(SZ.double(), dim=0)
+        for k, down, count in distinct_downlinks(result, spec.name):
+            U, V = update_factors(down, spec.name, k, single, X, Y)
+            p = U.shape[1]
+            if (m + n + R + p + 9) * u > _MAX_CU:
+                raise ValueError(f"dtype(={dtype}) rounds too coarsely for module {spec.name!r}: "
+                                 f"c u = {(m + n + R + p + 9) * u:.1e} > {_MAX_CU:g}; pass dtype=torch.float64")
+            EZ = SZ - U @ (V @ Z)
+            e_norms = torch.linalg.vector_norm(EZ.double(), dim=0)
+            rows.append(torch.cat([s_norms, e_norms, z_norms, NS.reshape(1), _norm_sum(U, V).reshape(1)]))
+            where.append((spec.name, k, count, (m + n + R + 8, m + n + R + p + 9)))
+    values = torch.stack(rows).tolist()  # the one host read
+    shared = {name: count for name, _, count, _ in where}
+    modules: dict[str, ProbeModuleCertificate] = {}
+    for (name, k, _, sizes), row in zip(where, values):
+        c = _module(row + list(sizes), probes, u, x_lo, x_hi, delta=delta, seed=seed,
+                    client=None if shared[name] == 1 else k)
+        if name not in modules or c.bound > modules[name].bound:
+            modules[name] = c
+    return ProbeCertificate(modules, probes=probes, delta=delta, seed=seed)
+
+
+def _check_options(probes, delta, seed) -> None:
+    if isinstance(probes, bool) or not isinstance(probes, int):
+        raise TypeError(f"probes(={probes!r}) must be an int")
+    if probes < 2:
+        raise ValueError(f"probes(={probes}) must be at least 2")
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)):
+        raise TypeError(f"delta(={delta!r}) must be a float")
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"delta(={delta}) must be in (0, 1)")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed(={seed!r}) must be an int")
+    if seed < 0:
+        raise ValueError(f"seed(={seed}) must be >= 0")
+
+
+def _norm_sum(C: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """N = sum_i ||c_i|| ||w_i|| over C's columns and W's rows, in float64 (a 0-d tensor)."""
+    return (torch.linalg.vector_norm(C.double(), dim=0) * torch.linalg.vector_norm(W.double(), dim=1)).sum()
+
+
+def _module(row: list[float], k: int, u: float, x_lo: float, x_hi: float, *, delta: float, seed: int,
+            client: int | None) -> ProbeModuleCertificate:
+    """The bound of the module docstring from one row of host numbers."""
+    s, e, z = row[:k], row[k:2 * k], row[2 * k:3 * k]
+    NS, NG, c_s, c_e = row[3 * k:]
+    rho_s = _SAFETY * c_s * u * NS
+    rho_e = _SAFETY * c_e * u * (NS + NG)
+    t_s = sum(v * v for v in s) / k
+    t_e = sum(v * v for v in e) / k
+    t_e_hi = sum((ej + rho_e * zj) ** 2 for ej, zj in zip(e, z)) / k
+    t_s_lo = sum(max(sj - rho_s * zj, 0.0) ** 2 for sj, zj in zip(s, z)) / k
+    at_rounding = all(ej <= rho_e * zj for ej, zj in zip(e, z))
+    rounding = sum((rho_e * zj) ** 2 for zj in z) / k
+    finite = all(math.isfinite(v) for v in row)
+    inf = math.inf
+    if not finite:
+        return ProbeModuleCertificate(error=inf, bound=inf, delta=delta, probes=k, seed=seed, resolution=inf,
+                                      at_rounding_level=False, exact_norm=inf, client=client)
+    error = math.sqrt(t_e / t_s) if t_s > 0 else (0.0 if at_rounding else inf)
+    bound = math.sqrt(x_hi / x_lo * t_e_hi / t_s_lo) if t_s_lo > 0 else inf
+    resolution = math.sqrt(rounding / t_s) if t_s > 0 else inf
+    return ProbeModuleCertificate(error=error, bound=bound, delta=delta, probes=k, seed=seed, resolution=resolution,
+                                  at_rounding_level=at_rounding, exact_norm=math.sqrt(t_s), client=client)
