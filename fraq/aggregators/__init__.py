@@ -63,6 +63,8 @@ from fraq.aggregators.florist import FLoRIST
 from fraq.aggregators.fraq import Fraq
 from fraq.aggregators.layer import ClientLayer
 from fraq.aggregators.lora_a2 import LoraA2, LoraA2State
+from fraq.aggregators.round_buffer import RoundBuffer
+from fraq.aggregators.upload_layout import Layout
 from fraq.aggregators.payload import (
     REINITIALIZE,
     WARM_START,
@@ -104,12 +106,14 @@ __all__ = [
     "FLoRIST",
     "Fraq",
     "Group",
+    "Layout",
     "LoraA2",
     "LoraA2State",
     "MethodLoadError",
     "ModuleCertificate",
     "ModuleSpec",
     "REINITIALIZE",
+    "RoundBuffer",
     "WARM_START",
     "analytic_flops",
     "certify",
