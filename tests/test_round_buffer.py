@@ -125,11 +125,13 @@ def test_stacking_methods_against_a_float64_dense_aggregate(method):
         assert torch.linalg.norm(got - ref) <= tol, name
 
 
+@pytest.mark.parametrize("dtype", [F32, F64, torch.bfloat16])
 @pytest.mark.parametrize("method", ["fraq", "flora"])
-def test_stacks_are_the_list_paths_bit_for_bit(method):
-    """The buffer weights its stacks by the list path's own multiply after an exact copy."""
+def test_stacks_are_the_list_paths_bit_for_bit(method, dtype):
+    """The buffer weights its stacks by the list path's own multiply after an exact copy
+    (half precision included: both multiply in float32 and round once)."""
     agg = get_aggregator(method)
-    ups, ranks = _uploads(method)
+    ups, ranks = _uploads(method, dtype=dtype)
     got, want = _buffer(agg, ups, ranks, order=[2, 1, 0]).aggregate(), agg.aggregate(ups)
     for name in MODULES:
         assert all(torch.equal(x, y) for x, y in zip(got.downlinks[0][name].sent, want.downlinks[0][name].sent))
@@ -283,6 +285,8 @@ def test_a_refused_upload_changes_nothing(method):
         (dataclasses.replace(ups[2], weight=-1.0), ValueError, r"client 2's weight\(=-1.0\)"),
         (dataclasses.replace(ups[2], scale={"layers.0.q": 1.0}), ValueError, r"client 2's scale has no entry"),
         (dataclasses.replace(ups[2], scale=0.0), ValueError, r"client 2's scale\(=0.0\)"),
+        (buf.layout_of(2).pack(_bad(ups, 2, "layers.0.o", 1, nan)), ValueError,
+         r"client 2, module 'layers.0.o', A .*nan"),
         (torch.zeros(5), ValueError, r"client 2's flat upload must be a dense 1-D tensor of"),
         ("weights", TypeError, r"client 2: an upload must be"),
     ]

@@ -11,7 +11,9 @@ and module what is sent, what is merged into the frozen base weights, and the ad
 the client warm-starts from (or None: reinitialize), with downlink counts in parameters
 and bytes; ``result.certificate(updates)`` says per module how far the result is from
 the exact weighted aggregate, with a rounding bound (:mod:`fraq.aggregators.certificate`). Stateful methods (``lora-a2``, ``florg``) return ``result.state`` to pass to
-the next round. ``shared/reference/baselines.md`` describes each method.
+the next round. ``agg.open_round(shapes, clients=K, ranks=...)`` takes the same uploads one
+client at a time as they arrive (:class:`RoundBuffer`; FRAQ and FLoRA then read the stacks
+the uploads were copied into). ``shared/reference/baselines.md`` describes each method.
 
 A new method is a subclass of :class:`Aggregator` in its own module and one call,
 ``register_aggregator(MyMethod)``; a method outside the package is found through the
