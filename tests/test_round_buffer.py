@@ -8,6 +8,7 @@ Tolerances are eps of the dtype times a stated factor.
 from __future__ import annotations
 
 import dataclasses
+import doctest
 import gc
 import itertools
 import math
@@ -347,3 +348,15 @@ def test_every_aggregator_opens_a_round_buffer():
         buf = get_aggregator(name).open_round(MODULES, clients=2, ranks=2)
         assert isinstance(buf, RoundBuffer) and buf.missing == (0, 1)
         assert (len(buf.storage) == 4) if cls.from_stacks else (len(buf.storage) == 2)
+
+
+def test_the_class_example_runs():
+    import fraq.aggregators.round_buffer as module
+
+    tests = [t for t in doctest.DocTestFinder().find(RoundBuffer, "RoundBuffer", module=module, globs={})
+             if t.examples]
+    assert tests
+    runner = doctest.DocTestRunner()
+    for t in tests:
+        runner.run(t)
+    assert runner.failures == 0

@@ -60,6 +60,23 @@ class RoundBuffer:
     groups those modules apart (a group shares its scales); so does :meth:`aggregate`,
     by views where such modules are adjacent in the block and a copy of their rows where
     they are not.
+
+    Examples:
+        >>> import torch
+        >>> from fraq.aggregators import ClientUpdate, get_aggregator
+        >>> g = torch.Generator().manual_seed(0)
+        >>> f = [(torch.randn(32, r, generator=g, dtype=torch.float64),
+        ...       torch.randn(r, 24, generator=g, dtype=torch.float64)) for r in (4, 8)]
+        >>> buf = get_aggregator("flora").open_round({"q": (32, 24)}, clients=2, ranks=[4, 8],
+        ...                                          dtype=torch.float64)
+        >>> buf.add(ClientUpdate({"q": f[1]}, scale=0.5, weight=10), client=1)
+        1
+        >>> buf.add(ClientUpdate({"q": f[0]}, scale=2.0, weight=30))
+        0
+        >>> delta = buf.aggregate().downlinks[0]["q"].delta()
+        >>> exact = 0.75 * 2.0 * f[0][0] @ f[0][1] + 0.25 * 0.5 * f[1][0] @ f[1][1]
+        >>> bool(torch.linalg.norm(delta - exact) <= 1e-13 * torch.linalg.norm(exact))
+        True
     """
 
     def __init__(self, aggregator, shapes: Mapping[str, tuple[int, int]], *, clients: int, ranks,
