@@ -11,8 +11,12 @@ and module what is sent, what is merged into the frozen base weights, and the ad
 the client warm-starts from (or None: reinitialize), with downlink counts in parameters
 and bytes; ``result.certificate(updates)`` says per module how far the result is from
 the exact weighted aggregate, with a rounding bound (:mod:`fraq.aggregators.certificate`), or with
-``method="probe"`` at about k / R of that cost, with a probability (:mod:`fraq.aggregators.probe_certificate`). Stateful methods (``lora-a2``, ``florg``) return ``result.state`` to pass to
-the next round. ``shared/reference/baselines.md`` describes each method.
+``method="probe"`` at about k / R of that cost, with a probability
+(:mod:`fraq.aggregators.probe_certificate`). Stateful methods (``lora-a2``, ``florg``) return
+``result.state`` to pass to the next round. ``agg.open_round(shapes, clients=K, ranks=...)``
+takes the same uploads one client at a time as they arrive (:class:`RoundBuffer`; FRAQ and
+FLoRA then read the stacks the uploads were copied into). ``shared/reference/baselines.md``
+describes each method.
 
 A new method is a subclass of :class:`Aggregator` in its own module and one call,
 ``register_aggregator(MyMethod)``; a method outside the package is found through the
@@ -65,6 +69,8 @@ from fraq.aggregators.florist import FLoRIST
 from fraq.aggregators.fraq import Fraq
 from fraq.aggregators.layer import ClientLayer
 from fraq.aggregators.lora_a2 import LoraA2, LoraA2State
+from fraq.aggregators.round_buffer import RoundBuffer
+from fraq.aggregators.upload_layout import Layout
 from fraq.aggregators.payload import (
     REINITIALIZE,
     WARM_START,
@@ -106,6 +112,7 @@ __all__ = [
     "FLoRIST",
     "Fraq",
     "Group",
+    "Layout",
     "LoraA2",
     "LoraA2State",
     "MethodLoadError",
@@ -114,6 +121,7 @@ __all__ = [
     "ProbeCertificate",
     "ProbeModuleCertificate",
     "REINITIALIZE",
+    "RoundBuffer",
     "WARM_START",
     "analytic_flops",
     "certify",

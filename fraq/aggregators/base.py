@@ -12,10 +12,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
+import torch
+
 from fraq.aggregators.group import Group, ModuleSpec, _make_groups
 from fraq.aggregators.layer import ClientLayer, Seeds
 from fraq.aggregators.aggregation_result import AggregationResult
 from fraq.aggregators.payload import ClientUpdate, Downlink
+from fraq.aggregators.round_buffer import RoundBuffer
 from fraq.aggregators.validation import detached, validated
 from fraq._stack import normalized_weights
 
@@ -72,6 +75,11 @@ class Aggregator(ABC):
             ``ClientUpdate.upload_rank``).
         checks_finite: False when the method validates finiteness in :func:`fraq.stack`,
             so the inputs are scanned once, not twice.
+        from_stacks: True when the method reads each group only through
+            :meth:`Group.stacked` (in the uploads' dtype, weighted and scaled) and keeps
+            the default ``_prepare``: a :class:`~fraq.aggregators.RoundBuffer` then fills
+            those stacks as uploads arrive and hands them over without re-stacking
+            (FRAQ, FLoRA). Any other method is given the round's uploads as a list.
         state_type: the :class:`AggregatorState` subclass of ``result.state``, or None
             for a stateless method.
         not_an_adapter: why the method's result cannot be written as one peft LoRA
@@ -126,6 +134,7 @@ class Aggregator(ABC):
     alternating_freeze: ClassVar[bool] = False
     rank_budgets: ClassVar[bool] = False
     checks_finite: ClassVar[bool] = True
+    from_stacks: ClassVar[bool] = False
     state_type: ClassVar[type[AggregatorState] | None] = None
     not_an_adapter: ClassVar[str | None] = None
     no_delta: ClassVar[str | None] = None
@@ -180,19 +189,43 @@ class Aggregator(ABC):
                                           check_values=self.checks_finite)
         if grad:  # aggregation works on values: no autograd graph
             updates = [detached(u) for u in updates]
-        if not self.heterogeneous_ranks:
-            for spec in specs:
-                if len(set(spec.ranks)) > 1 or len(set(spec.scales)) > 1:
-                    raise ValueError(
-                        f"{self.name} averages factors, so every client needs the same rank and LoRA scale "
-                        f"per module; module {spec.name!r} has ranks {list(spec.ranks)} and scales "
-                        f"{list(spec.scales)} (use flora, flexlora, florist or fraq for mixed ranks)")
+        self._check_ranks(specs)
         state = self._check_state(state, specs)
         weights = normalized_weights([u.weight for u in updates], len(updates))
         updates, state = self._prepare(updates, specs, state)
         groups = _make_groups(updates, specs, weights, batched, checked=self.checks_finite)
+        return self._aggregate_groups(specs, groups, state, len(updates))
+
+    def open_round(self, shapes: Mapping[str, tuple[int, int]], *, clients: int, ranks,
+                   dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> RoundBuffer:
+        """A :class:`~fraq.aggregators.RoundBuffer` that takes this round's ``clients``
+        uploads one at a time, as they arrive, and aggregates them with this method.
+
+        ``shapes`` is module name -> (m, n); ``ranks`` is an int (every client, every
+        module), a sequence of ``clients`` ints (client k's rank for every module), or a
+        mapping module -> either of those; the storage is preallocated in ``dtype`` on
+        ``device``. See :class:`~fraq.aggregators.RoundBuffer` for the rules and the
+        memory it holds."""
+        return RoundBuffer(self, shapes, clients=clients, ranks=ranks, dtype=dtype, device=device)
+
+    def _check_ranks(self, specs: Sequence[ModuleSpec]) -> None:
+        """Refuse mixed ranks or scales in a module for a method that averages factors."""
+        if self.heterogeneous_ranks:
+            return
+        for spec in specs:
+            if len(set(spec.ranks)) > 1 or len(set(spec.scales)) > 1:
+                raise ValueError(
+                    f"{self.name} averages factors, so every client needs the same rank and LoRA scale "
+                    f"per module; module {spec.name!r} has ranks {list(spec.ranks)} and scales "
+                    f"{list(spec.scales)} (use flora, flexlora, florist or fraq for mixed ranks)")
+
+    def _aggregate_groups(self, specs: Sequence[ModuleSpec], groups: list[Group], state: object | None,
+                          K: int) -> AggregationResult:
+        """The result of a round whose uploads are checked, prepared and grouped: every
+        group through :meth:`_groups`, the per-client downlinks, then :meth:`_finish`
+        (:meth:`aggregate` and a round buffer's stacks both end here)."""
         outputs = self._groups(groups, state)
-        per_client = _per_client(specs, outputs, len(updates))
+        per_client = _per_client(specs, outputs, K)
         ranks = {spec.name: outputs[spec.name][1] for spec in specs}
         new_state, info = self._finish(specs, per_client, state)
         return AggregationResult(method=self.name, downlinks=tuple(per_client), client_init=self.client_init,

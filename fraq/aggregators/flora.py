@@ -31,6 +31,7 @@ class FLoRA(Aggregator):
     paper_order = 1  # its row in the paper's Tables 1-3
     downlink_rule = "(m + n) sum_k r_k"
     checks_finite = False  # Group.stacked does
+    from_stacks = True  # reads each group only through Group.stacked(): a RoundBuffer's stacks feed it
 
     def _group(self, group: Group, state) -> GroupOutput:
         Bst, Ast = group.stacked()

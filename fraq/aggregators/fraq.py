@@ -61,6 +61,7 @@ class Fraq(Aggregator):
     flop_model = staticmethod(fraq_model)
     energy_rule = True
     checks_finite = False  # Group.stacked does
+    from_stacks = True  # reads each group only through Group.stacked(): a RoundBuffer's stacks feed it
     basis_backend = True
 
     def __init__(self, *, tau: float | None = None, rank: int | None = None, backend: str = AUTO,

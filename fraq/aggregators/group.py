@@ -49,16 +49,24 @@ class Group:
         batched: True when the factors carry a leading module dimension (L, *, *).
         weights: normalized client weights a_k.
         checked: True when the uploads were already scanned for NaN and infinity.
+
+    A group built from ``stacks`` (a :class:`~fraq.aggregators.RoundBuffer`'s, filled as
+    the uploads arrived) holds no uploads: :meth:`stacked` returns those stacks, weighted
+    and scaled, in the group's dtype, and a method that asks for the clients' factors
+    (:meth:`module_factors`, :meth:`client_factors`) is refused. Only a method whose class
+    says ``from_stacks`` is given such a group.
     """
 
     def __init__(self, specs: Sequence[ModuleSpec], updates: Sequence[ClientUpdate], weights: list[float],
-                 batched: bool, checked: bool = False):
+                 batched: bool, checked: bool = False, *,
+                 stacks: tuple[torch.Tensor | None, torch.Tensor] | None = None):
         self.specs = tuple(specs)
         self.batched = batched
         self.checked = checked
         self.weights = weights
         self._updates = updates
         self._stacked: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
+        self._stacks = stacks
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -71,6 +79,7 @@ class Group:
 
     def module_factors(self, k: int) -> tuple[list[torch.Tensor | None], list[torch.Tensor]]:
         """Client ``k``'s per-module factors, unstacked: two lists of length L."""
+        self._need_updates()
         f = self._updates[k].factors
         return [f[s.name][0] for s in self.specs], [f[s.name][1] for s in self.specs]
 
@@ -79,6 +88,7 @@ class Group:
 
         Stacking copies the factors once per round; the result is cached.
         """
+        self._need_updates()
         if self._stacked is None:
             Bs, As = [], []
             for k in range(len(self._updates)):
@@ -87,6 +97,11 @@ class Group:
                 As.append(self._stack(a))
             self._stacked = (Bs, As)
         return self._stacked
+
+    def _need_updates(self) -> None:
+        if self._stacks is not None:
+            raise ValueError(f"group {list(self.names)} was built from a round buffer's stacks and holds no "
+                             "client factors: only a method with from_stacks = True reads it")
 
     def stacked(self, dtype: torch.dtype | None = None, *, scaled: bool = True, scan: bool = True
                 ) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -111,8 +126,17 @@ class Group:
         client and module, screened on both stacks by one sum each and one host read
         (:func:`fraq._validation.maybe_non_finite`); only a non-finite total pays for the
         exact scan.
+
+        A group built from a round buffer's ``stacks`` returns them (its uploads were
+        scanned as they arrived); any other ``dtype`` or ``scaled=False`` is refused, as
+        those stacks exist only in the group's dtype, scaled.
         """
         spec = self.spec
+        if self._stacks is not None:
+            if (dtype is not None and dtype != spec.dtype) or not scaled:
+                raise ValueError(f"group {list(self.names)} holds only its weighted, scaled stacks in {spec.dtype} "
+                                 f"(a round buffer's); got dtype={dtype}, scaled={scaled}")
+            return self._stacks
         dtype = dtype or spec.dtype
         lead = (len(self.specs),) if self.batched else ()
         r = sum(spec.ranks)
