@@ -52,11 +52,17 @@ def test_points_time_every_row_once(size):
         for c in mine:
             alone = c["part"] not in ("shared", "others")
             if alone:
-                assert c["methods"] == [c["part"]] and get_aggregator(c["part"]).dense_factorization
+                from fraq.methods import MethodSpec
+
+                spec = MethodSpec.parse(c["methods"][0])
+                assert len(c["methods"]) == 1 and spec.name == c["part"]
+                assert get_aggregator(spec.name, **spec.kwargs).dense_factorization
                 assert not c["quick"]
                 assert (size_config(size, "tables123").get("dense_alone")
                         or tables123.dense_plan(preset, quick=False) == "per-shape")
-                assert c["rounds"] == 2 and c["launches"] == 1 and tables123.key(c) == f"{name}-{c['part']}"
+                kernel = spec.kwargs.get("kernel")
+                assert c["rounds"] == 2 and c["launches"] == 1 and \
+                    tables123.key(c) == f"{name}-{c['part']}" + (f"-{kernel}" if kernel else "")
             else:
                 assert tables123.key(c) == (name if c["part"] == "shared" else f"{name}-others")
 
@@ -249,8 +255,9 @@ def test_every_experiment_estimates_its_points_for_the_progress_bar():
             assert c > 0 and math.isfinite(c), (size, name, config)
     text = run.estimate(("tables123",), "paper")
     total = sum(cost("tables123", c) for c in tables123.points("paper")) / 60
-    # 3 presets, and the dense methods on LLaMA one module per shape: FlexLoRA, FLoRG, FedSVD, FedMomentum
-    assert f"{total:6.1f} min (estimated" in text and "tables123           7 points" in text
+    # 3 presets, and the dense methods on LLaMA one module per shape: FlexLoRA, FLoRG, FedSVD, FedMomentum,
+    # and FlexLoRA on rsvd for each LLaMA preset (its q follows the client ranks: it serves no other preset)
+    assert f"{total:6.1f} min (estimated" in text and "tables123           9 points" in text
     by_key = {tables123.key(c): cost("tables123", c) for c in tables123.points("paper")}
     assert by_key["llama-3.2-3b-flexlora"] > by_key["llama-3.2-3b"]
 
@@ -278,7 +285,7 @@ def test_a_dense_row_timed_for_one_preset_serves_another_of_the_same_shapes(tmp_
     from benchmarks.results import write_result
 
     points = tables123.points("paper")
-    flex = [c for c in points if c["part"] == "flexlora"]
+    flex = [c for c in points if c["methods"] == ["flexlora"]]
     assert [c["preset"] for c in flex] == ["llama-3.2-3b"] and flex[0]["serves"] == ["llama-3.2-3b-hetero"]
     mine = _row("flexlora", "flexlora", 12.51, 10_000.0, n=2)
     mine["latency"]["first_call_sample"] = True

@@ -476,7 +476,7 @@ def points(size: str) -> list[dict]:
             others.append(dict(point, methods=[str(m) for m in rest], part="others"))
         for m in alone:
             same = timed.get((str(m), module_shapes(preset)))
-            if same is not None and m.name in SHAPE_ONLY:  # the same work: timed once, serving both tables
+            if same is not None and str(m) in SHAPE_ONLY:  # the same work: timed once, serving both tables
                 same["serves"].append(name)
                 continue
             point = dict(base, methods=[str(m)], rounds=c["slow_rounds"], launches=1, part=m.name, layers=None,
@@ -548,8 +548,13 @@ def _dense_seconds(name: str, m: int, n: int) -> float:
 
 
 def key(config: dict) -> str:
+    """The point's file name: its preset, then its part (a method timed alone: its registry
+    name, and its kernel where it runs one, ``llama-3.2-3b-flexlora-rsvd``)."""
     part = config.get("part", "shared")
-    return config["preset"] if part == "shared" else f"{config['preset']}-{part}"
+    if part == "shared":
+        return config["preset"]
+    kernel = dict(MethodSpec.parse(config["methods"][0]).options).get("kernel") if part != "others" else None
+    return f"{config['preset']}-{part}" + (f"-{kernel}" if kernel else "")
 
 
 def measure(config: dict, device: torch.device | str = "cpu") -> dict:

@@ -75,11 +75,12 @@ def check_dense_bytes(max_dense_bytes: object) -> int:
 def use_kernel(agg, kernel: object, max_dense_bytes: object, allowed: tuple[str, ...] = KERNELS) -> None:
     """Set ``agg``'s ``kernel`` (one of ``allowed``) and ``max_dense_bytes`` (checked, the
     error naming the argument) and its ``dense_factorization``: the instance says what it
-    runs; FRAQ's kernel forms no m x n matrix and the rsvd kernel factorizes none
-    (:class:`fraq.aggregators.base.Aggregator`)."""
+    runs. FRAQ's kernel forms no m x n matrix; the rsvd kernel forms it and works on it,
+    O(m n q) per module (seconds per LLaMA-3.2-3B module on a CPU), so a benchmark treats it
+    as the dense path (:class:`fraq.aggregators.base.Aggregator`)."""
     agg.kernel = check_kernel(kernel, allowed)
     agg.max_dense_bytes = check_dense_bytes(max_dense_bytes)
-    agg.dense_factorization = agg.kernel == "dense"
+    agg.dense_factorization = agg.kernel in ("dense", "rsvd")
 
 
 def dense_svd(B: torch.Tensor, A: torch.Tensor, *, chunk: int
