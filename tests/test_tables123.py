@@ -355,7 +355,8 @@ def test_florist_and_fraq_thresholds_are_said_and_why_they_differ():
 
 ROBERTA_LABELS = ["flora", "fedex-lora", "fedit", "lora-a2 (B round)", "lora-a2 (A round)", "flexlora",
                   "flexlora (kernel=fraq)", "flexlora (kernel=rsvd)", "florg", "florg (kernel=gram)",
-                  "florist (tau=0.90)", "florist (tau=0.90, kernel=qr)", "fraq (tau=0.80)", "fraq (tau=0.95)",
+                  "florist (tau=0.90)", "florist (tau=0.90, kernel=qr)", "florist (tau=0.95, kernel=qr)",
+                  "fraq (tau=0.80)", "fraq (tau=0.95)",
                   "fedsvd", "fedsvd (kernel=fraq)", "fedmomentum", "fedmomentum (kernel=fraq)"]
 """The package's rows of RoBERTa-base's table by label, as the committed result files
 (docs/results/**) and analysis/paper.json key them."""
@@ -382,7 +383,8 @@ def test_rows_are_built_from_their_spec_text(name):
         settings = {"fraq": [{"tau": 0.8}, {"tau": 0.95}], "florist": [{"tau": 0.85 if hetero else 0.9}]}.get(
             row.name, [{}])
         expected = settings + [dict(o, kernel=k) for k in getattr(AGGREGATORS[row.name], "kernel_variants", ())
-                               for o in settings]
+                               for o in settings] + [MethodSpec.parse(f"{row.name}:{o}").kwargs
+                                                     for o in table_rows.LIKE_FOR_LIKE.get(row.name, [])]
         assert agg_options in expected, (str(row), expected)
         for key, value in agg_options.items():  # the aggregator is built with them
             assert getattr(table_rows.row_aggregator(row), key) == value, (str(row), key)

@@ -27,7 +27,7 @@ from fraq.aggregators import ClientUpdate, get_aggregator
 from fraq.methods import MethodSpec
 from fraq.presets import Preset
 
-__all__ = ["DENSE_WORK", "PAPER_SETTINGS", "QUICK_DENSE_WORK", "ROUNDS", "ROW_OPTIONS", "SHAPE_ONLY", "TableRow",
+__all__ = ["DENSE_WORK", "LIKE_FOR_LIKE", "PAPER_SETTINGS", "QUICK_DENSE_WORK", "ROUNDS", "ROW_OPTIONS", "SHAPE_ONLY", "TableRow",
            "dense_plan", "module_shapes", "row_aggregator", "row_applicable", "row_fields", "row_label",
            "row_uploads", "select_rows", "table_rows"]
 
@@ -104,6 +104,11 @@ PAPER_SETTINGS = {"florist": lambda hetero: ["tau=0.85" if hetero else "tau=0.9"
 preset heterogeneity -> one options text per row. A method not named here has one row with
 its default options."""
 
+LIKE_FOR_LIKE = {"florist": ["tau=0.95,kernel=qr"]}
+"""Rows beside the paper's that compare a peer at FRAQ's output: FLoRIST at its best at the
+reference FRAQ row's threshold (tau = 0.95, the same energy rule), so its rank, downlink and
+product are FRAQ's and the rows differ in time alone."""
+
 
 def row_label(name: str, options: dict) -> str:
     """A row's label: ``fraq (tau=0.80)``, the name alone for default options, a round
@@ -137,8 +142,8 @@ def table_rows(preset: Preset) -> list[TableRow]:
     from outside it, :mod:`fraq.aggregators.registry`) in the paper's order (its class's
     ``paper_order``; the others after, in registration order), with the paper's options
     (:data:`PAPER_SETTINGS`), each followed by the same on each of its kernel variants
-    (its class's ``kernel_variants``: ``flexlora:kernel=fraq``); a method whose clients
-    alternate the trained factor (``alternating_freeze``) has a row for each round, B's
+    (its class's ``kernel_variants``: ``flexlora:kernel=fraq``), then its like-for-like rows
+    (:data:`LIKE_FOR_LIKE`); a method whose clients alternate the trained factor (``alternating_freeze``) has a row for each round, B's
     and A's (``lora-a2:round=1``, ``lora-a2:round=2``: :data:`ROW_OPTIONS`)."""
     from fraq.aggregators import AGGREGATORS
 
@@ -149,7 +154,8 @@ def table_rows(preset: Preset) -> list[TableRow]:
         settings = PAPER_SETTINGS.get(cls.name, lambda h: [""])(hetero)
         kernels = getattr(cls, "kernel_variants", ()) if _takes_kernel(cls) else ()  # an older fraq has none
         rounds = [f"round={r}" for r in ROUNDS] if cls.alternating_freeze else [""]
-        for options in settings + [_joined(o, f"kernel={k}") for k in kernels for o in settings]:
+        extra = [o for o in LIKE_FOR_LIKE.get(cls.name, []) if "kernel=" not in o or kernels]
+        for options in settings + [_joined(o, f"kernel={k}") for k in kernels for o in settings] + extra:
             rows += [TableRow.parse(f"{cls.name}:{_joined(options, rnd)}") for rnd in rounds]
     return rows
 
