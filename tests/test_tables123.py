@@ -232,8 +232,8 @@ def test_report_tables_and_verdicts(tmp_path, quiet_machine):
     # a CPU's results: the paper's GH200 ratios are shown as GPU claims, not judged (tests/test_device_claims.py
     # judges them on a GPU's rows and a CPU's against the FLOP models)
     claims = next(x for x in t2.splitlines() if x.startswith("- Paper: FRAQ requires"))
-    assert "FLoRIST: the paper's 8-15x is a GH200 wall-clock ratio, a GPU claim: not judged on a CPU" in claims
-    assert "FlexLoRA: the paper's 190-2,300x is a GH200 wall-clock ratio, a GPU claim: not judged on a CPU" in claims
+    assert "FLoRIST: the paper's 8-15x is a GH200 wall-clock ratio: **not tested here** (a CPU run)" in claims
+    assert "FlexLoRA: the paper's 190-2,300x is a GH200 wall-clock ratio: **not tested here** (a CPU run)" in claims
     assert "no FLOP count in these results" in claims  # these hand-written rows carry none
     assert "**agrees** (tested: equal to the paper's percentage)" in t2  # flora 100, fedit 12.51
     assert "**no verdict**" in t1 and "quick mode: slow" in t1

@@ -1,6 +1,7 @@
 """Tables 1-3: every aggregator's downlink and server latency on the model presets, and
 their verdicts: the paper's speed-ups (``analysis/paper.json``'s ``speedups``) judged by
-what the device can test (:data:`MODEL_BAND` on a CPU), the fixed-rank methods' downlink,
+what the device can test (a GPU's wall-clock ratio only on a GPU; on a CPU the ratio measured
+and the FLOP models' predictions, with no verdict), the fixed-rank methods' downlink,
 and each dense-SVD method's kernel variant against its dense path
 (:func:`analysis.kernel_variants.table_lines`)."""
 
@@ -79,9 +80,6 @@ def _speedups() -> dict:
     return {k: v for k, v in paper()["speedups"].items() if not k.startswith("_")}
 
 
-MODEL_BAND = (paper()["cpu_model_band"]["low"], paper()["cpu_model_band"]["high"])
-"""On a CPU, the band the measured speed-up over a FLOP model's must fall in
-(``analysis/paper.json``'s ``cpu_model_band``, whose ``_about`` gives the reason)."""
 
 
 def verdict_lines(df: pd.DataFrame, preset: str) -> list[str]:
@@ -148,24 +146,29 @@ def _on_gpu(rows: pd.DataFrame) -> bool:
 
 def _model_verdicts(ms: dict, ratio, other: pd.DataFrame, fraq: pd.DataFrame, label: str, quoted: str,
                     preset: str, compared: pd.DataFrame) -> str:
-    """A CPU's verdicts on a speed-up: the paper's GPU ratio shown in its own words
-    (``quoted``: "around 12x"), not judged; the measured ratio against each FLOP model's
-    (:data:`MODEL_BAND`)."""
-    lo, hi = MODEL_BAND
-    out = [f"{label}: the paper's {quoted} is a GH200 wall-clock ratio, a GPU claim: not judged on a CPU"]
+    """What a CPU says of a GPU speed-up claim: the paper's GH200 ratio in its own words
+    (``quoted``: "around 12x"), **not tested here**, and the ratio measured here with its
+    interval; then, under its own name and with no verdict word, the FLOP-model check: the
+    ratio each FLOP model predicts and measured / predicted. A window around a model's
+    prediction tests the model, not the paper's claim, and a factor-4 window would pass a
+    1.1x-4.3x ratio for a 2.17x model: so it prints the number, never agrees/disagrees."""
+    r = judge(ms, ratio, above=1.0, machine=compared, paired=paired(compared),
+              claim=f"{preset}: {label} / FRAQ measured")
+    if r.word == "no verdict":
+        return f"{label}: the paper's {quoted} is a GH200 wall-clock ratio: **not tested here** (a CPU run)"
+    measured = f"{r.value:.3g}x " + (r.interval(".3g", "x") if r.has_interval else "(descriptive)")
+    checks = []
     for col, name in (("flops_table5", "the paper's FLOP model (Table 5)"), ("flops_full", "our routine-true model")):
         o = pd.to_numeric(other[col], errors="coerce") if col in other else pd.Series(dtype=float)
         f = pd.to_numeric(fraq[col], errors="coerce") if col in fraq else pd.Series(dtype=float)
         if o.dropna().empty or f.dropna().empty:
-            out.append(f"{name}: no FLOP count in these results")
+            checks.append(f"{name}: no FLOP count in these results")
             continue
         model = float(o.min() / f.max())
-        v = judge(ms, lambda g: ratio(g) / model, above=lo, below=hi, machine=compared, paired=paired(compared),
-                  claim=f"{preset}: {label} / FRAQ as {name} predicts")
-        out.append(ours(v, f"{v.value * model:.3g}x against the {model:.3g}x {name} predicts "
-                            f"(measured / model {v.value:.2f})", ".2f",
-                         test=f"measured / model within [{lo:g}, {hi:g}]"))
-    return "; ".join(out)
+        checks.append(f"{name} predicts {model:.3g}x (measured / predicted {r.value / model:.2f})")
+    return (f"{label}: the paper's {quoted} is a GH200 wall-clock ratio: **not tested here** (a CPU run); "
+            f"measured here {label} / FRAQ {measured}; FLOP-model check (not a claim, no verdict): "
+            + ", ".join(checks))
 
 
 def _why(rows: pd.DataFrame, key: str) -> str:
