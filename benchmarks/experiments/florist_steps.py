@@ -175,9 +175,14 @@ def _stack_work(config: dict) -> float:
     return sum((min(g.count, layers) if layers else g.count) * (g.m + g.n) * r**2 for g in preset.groups)
 
 
-SECONDS_PER_WORK = {"published": 4e-9, "batched": 3e-9, "qr": 1.5e-9, "fraq-stepwise": 1e-9, "fraq": 1e-9}
-"""Seconds per unit of (m + n) r^2 of one call of each row, on one idle core: FLoRIST's two
-thin SVDs about 4 (d + D) r^2 FLOPs at a few GFLOP/s, the QR rows about half of that."""
+SECONDS_PER_WORK = {"published": 5e-10, "batched": 5e-10, "qr": 2.5e-10, "fraq-stepwise": 1.5e-10, "fraq": 1.5e-10}
+"""Seconds per unit of (m + n) r^2 of one call of each row, on one core at one thread, as the
+reduced size measured them (RoBERTa-base whole, LLaMA-3.2-3B on 2 layers): FLoRIST's two
+thin SVDs about 4 (d + D) r^2 FLOPs, its QR kernel about half, FRAQ about a third."""
+
+POINT_SECONDS = 0.6
+"""A row's host counts (:func:`benchmarks.measure.overhead.per_group`: a model at reduced
+sides and three calls; twice for the FRAQ rows) and its share of building the preset."""
 
 
 def timing_cost(config: dict) -> float:
@@ -187,9 +192,9 @@ def timing_cost(config: dict) -> float:
 
 def cost(config: dict) -> float:
     """The paired timing's share (:func:`timing_cost`), the counted FLOPs' call, the ranks'
-    call and the host counts (three calls at reduced sides, twice that for the FRAQ rows)."""
+    call and :data:`POINT_SECONDS`."""
     one = SECONDS_PER_WORK[config["row"]] * _stack_work(config)
-    return timing_cost(config) + 2 * one + 0.3
+    return timing_cost(config) + 2 * one + POINT_SECONDS
 
 
 def _analytic(name: str, kernel: str | None, shapes: dict, ranks: dict, r: int) -> float:
