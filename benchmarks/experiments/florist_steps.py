@@ -162,7 +162,7 @@ def prepare_points(configs: list[dict], device: torch.device | str = "cpu", on_g
 def _key(g: dict) -> str:
     import json
 
-    return json.dumps(g, sort_keys=True, default=str)
+    return json.dumps(g, sort_keys=True, default=str, allow_nan=False)
 
 
 def _stack_work(config: dict) -> float:
