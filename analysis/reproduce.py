@@ -92,6 +92,7 @@ SECTIONS: dict[str, str] = {
     "federated": "federated",
     "table4": "table4",
     "table4_steps": "table4_steps",
+    "florist_steps": "florist_steps",
     "fig3": "fig3",
     "clients": "clients",
     "clients_models": "clients_models",

@@ -50,6 +50,8 @@ REQUIRED = {
                 "ranks", "rank_float64", "energy_kept_min"),
     "clients_models": ("preset", "clients", "stacked_rank"),
     "table4": ("variant", "timing.median", "timing.samples", "peak_bytes", "gap_to_svd", "excess"),
+    "florist_steps": ("preset", "row", "timing.samples", "modules", "modules_total", "flops_counted", "ops",
+                      "host_reads"),
     "fig4_rank": ("method", "p", "group", "relative_error", "optimal_error"),
     "fig4_cond": ("method", "kappa", "relative_error"),
     "fig1": ("method", "clients", "client_rank", "downlink_params_full"),
@@ -59,7 +61,7 @@ REQUIRED = {
 }
 """The columns each drawn experiment's figure, table and verdicts read."""
 
-LABELS = ("sweep", "method", "mode", "variant", "group", "case", "backend", "preset", "model")
+LABELS = ("sweep", "method", "mode", "variant", "group", "case", "backend", "preset", "model", "row")
 """The :data:`REQUIRED` columns that hold names (strings)."""
 
 LISTS = ("timing.samples", "gap_to_svd", "excess", "relative_error", "optimal_error", "ranks", "rank_float64")
