@@ -75,7 +75,7 @@ def test_the_console_has_one_line_and_the_report_every_point(tmp_path, monkeypat
     out, err = capsys.readouterr()
     assert "Warning" not in err and "Warning" not in out
     summary = out.splitlines()[-1]
-    assert re.fullmatch(r"not measured: 1 verdict; machine busy: \d+ verdicts withheld \(listed in .*report\.md, "
+    assert re.fullmatch(r"not measured: 1 verdict; machine busy: \d+ verdicts? withheld \(listed in .*report\.md, "
                         r"under 'Not measured or skipped'\)", summary), out
     text = (tmp_path / "report.md").read_text()
     claims = next(x for x in text.splitlines() if x.startswith("- Paper: FRAQ requires"))
