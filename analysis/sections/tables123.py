@@ -154,8 +154,9 @@ def _model_verdicts(ms: dict, ratio, other: pd.DataFrame, fraq: pd.DataFrame, la
     1.1x-4.3x ratio for a 2.17x model: so it prints the number, never agrees/disagrees."""
     r = judge(ms, ratio, above=1.0, machine=compared, paired=paired(compared),
               claim=f"{preset}: {label} / FRAQ measured")
-    if r.word == "no verdict":
-        return f"{label}: the paper's {quoted} is a GH200 wall-clock ratio: **not tested here** (a CPU run)"
+    if r.word == "no verdict":  # not measured, or withheld on a busy machine: the reason, once
+        return (f"{label}: the paper's {quoted} is a GH200 wall-clock ratio: **not tested here** (a CPU run); "
+                f"measured here: {r.interval()}")
     measured = f"{r.value:.3g}x " + (r.interval(".3g", "x") if r.has_interval else "(descriptive)")
     checks = []
     for col, name in (("flops_table5", "the paper's FLOP model (Table 5)"), ("flops_full", "our routine-true model")):
