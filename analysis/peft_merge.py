@@ -18,17 +18,21 @@ __all__ = ["rows", "table", "ratios", "ratio_lines", "figure"]
 
 MODEL_NAMES = {"minilm": "all-MiniLM-L6-v2", "roberta-base": "RoBERTa-base (random)",
                "llama-3.2-3b": "LLaMA-3.2-3B (random)", "tiny-bert": "tiny BERT (random)"}
-COLORS = {"peft-cat": "#999999", "peft-svd": "#E66101", "fraq": "#6A3D9A"}
-PAIRS = (("rank", "peft-svd", "fraq"), ("tau", "peft-svd", "fraq"))
-"""(setting kind, baseline, method): peft's svd against FRAQ at rank p, and at FRAQ's
-tau-selected ranks (peft through ``rank_pattern``)."""
+COLORS = {"peft-cat": "#999999", "peft-svd": "#E66101", "peft-svd-thin": "#FDB863", "fraq": "#6A3D9A"}
+PAIRS = (("rank", "peft-svd-thin", "fraq"), ("rank", "peft-svd", "fraq"), ("tau", "peft-svd-thin", "fraq"),
+         ("tau", "peft-svd", "fraq"))
+"""(setting kind, baseline, method): peft's svd at its best (the reduced SVD) and as published
+(its defaults) against FRAQ at rank p, and at FRAQ's tau-selected ranks (peft through
+``rank_pattern``): the at-its-best comparison first."""
+BASELINES = {"peft-svd": "peft's svd", "peft-svd-thin": "peft's svd at its best (svd_full_matrices=False)"}
 FLOOR = 1e-12
 """Errors below this (float32 rounding of an exact merge) are drawn at it on the log axis."""
 
 
 SERIES = {("peft-cat", "exact"): "peft cat (exact)", ("peft-svd", "rank"): "peft svd (rank p)",
-          ("fraq", "rank"): "FRAQ (rank p)", ("peft-svd", "tau"): "peft svd (FRAQ's ranks, rank_pattern)",
-          ("fraq", "tau"): "FRAQ (tau)"}
+          ("peft-svd-thin", "rank"): "peft svd, thin (rank p)", ("fraq", "rank"): "FRAQ (rank p)",
+          ("peft-svd", "tau"): "peft svd (FRAQ's ranks, rank_pattern)",
+          ("peft-svd-thin", "tau"): "peft svd, thin (FRAQ's ranks, rank_pattern)", ("fraq", "tau"): "FRAQ (tau)"}
 """Legend entry per (method, kind), in drawing order."""
 
 
@@ -76,7 +80,8 @@ def _ratio(base: list[float], ours: list[float]) -> tuple[float, float, float, i
 
 
 def ratios(df: pd.DataFrame) -> pd.DataFrame:
-    """Per model and setting: the median over paired rounds of peft-svd's time over FRAQ's,
+    """Per model, setting and peft baseline (:data:`PAIRS`: at its best first, then as
+    published): the median over paired rounds of the baseline's time over FRAQ's,
     its 95% sign-test interval (NaN below :data:`analysis.verdicts.MIN_ROUNDS` rounds), the
     rounds paired, and both sides' worst excess over the float64 optimum."""
     d = rows(df)
@@ -84,14 +89,21 @@ def ratios(df: pd.DataFrame) -> pd.DataFrame:
     for (model, kind), g in d.groupby(["model_label", "kind"], sort=False):
         if kind == "exact":
             continue
-        base = g[g["method"] == "peft-svd"].iloc[0]
-        ours = g[g["method"] == "fraq"].iloc[0]
-        ratio, lo, hi, n = _ratio(base["samples_s"], ours["samples_s"])
-        out.append(dict(model=model, kind=kind, setting=ours["setting"], p=int(ours["p"]), ratio=ratio, lo=lo, hi=hi,
-                        n=n, peft_ms=base["median_s"] * 1e3, fraq_ms=ours["median_s"] * 1e3,
-                        peft_excess=base["excess_max"], fraq_excess=ours["excess_max"],
-                        rank_mean=ours["rank_mean"], modules=int(ours["modules"]), clients=int(ours["clients"])))
+        for pair_kind, baseline, method in PAIRS:
+            if pair_kind != kind or (g["method"] == baseline).sum() == 0:
+                continue  # results written before the thin row have none
+            base = g[g["method"] == baseline].iloc[0]
+            ours = g[g["method"] == method].iloc[0]
+            out.append(_pair_row(model, kind, baseline, base, ours))
     return pd.DataFrame(out)
+
+
+def _pair_row(model: str, kind: str, baseline: str, base, ours) -> dict:
+    ratio, lo, hi, n = _ratio(base["samples_s"], ours["samples_s"])
+    return dict(model=model, kind=kind, baseline=baseline, setting=ours["setting"], p=int(ours["p"]), ratio=ratio,
+                lo=lo, hi=hi, n=n, peft_ms=base["median_s"] * 1e3, fraq_ms=ours["median_s"] * 1e3,
+                peft_excess=base["excess_max"], fraq_excess=ours["excess_max"],
+                rank_mean=ours["rank_mean"], modules=int(ours["modules"]), clients=int(ours["clients"]))
 
 
 def ratio_lines(df: pd.DataFrame) -> list[str]:
@@ -107,7 +119,8 @@ def ratio_lines(df: pd.DataFrame) -> list[str]:
         rounds = f"{r['n']} paired round{'' if r['n'] == 1 else 's'}"
         spread = (f"95% interval {r['lo']:.1f}-{r['hi']:.1f}x over {rounds}" if np.isfinite(r["lo"])
                   else f"median of {rounds}; {DESCRIPTIVE}")
-        lines.append(f"- {r['model']} ({r['modules']} modules, {r['clients']} clients), {what}: peft's svd takes "
+        lines.append(f"- {r['model']} ({r['modules']} modules, {r['clients']} clients), {what}: "
+                     f"{BASELINES.get(r['baseline'], r['baseline'])} takes "
                      f"**{r['ratio']:.1f}x** FRAQ's time ({spread}; {r['peft_ms']:.0f} ms vs {r['fraq_ms']:.0f} ms); "
                      f"worst excess over the float64 optimum {r['peft_excess']:.1e} (peft) and "
                      f"{r['fraq_excess']:.1e} (FRAQ).")

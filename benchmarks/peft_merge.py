@@ -12,6 +12,10 @@ methods here call exactly that, on a real ``PeftModel`` holding K client adapter
   (a truncated SVD truncates further by slicing) and writes them as a new adapter whose
   ``LoraConfig`` carries ``rank_pattern`` / ``alpha_pattern``: ``add_weighted_adapter``
   itself resets both and takes one ``svd_rank``.
+- ``peft-svd-thin``: the same merge at its best: ``svd_full_matrices=False`` (the reduced
+  SVD, all that ``svd_rank`` components need) and, on CUDA, ``svd_driver="gesvdj"``
+  (cuSOLVER's Jacobi SVD, torch's fastest driver there for these shapes; on the CPU torch
+  takes no driver: LAPACK's ``gesdd``).
 - ``peft-cat``: ``combination_type="cat"``, the exact stack: ``w_k s_k`` goes on A_k,
   rank sum_k r_k.
 - ``fraq``: the same clients' factors, read from the same ``PeftModel``, through
@@ -278,8 +282,8 @@ def build_clients(model: str, *, layers: int | None = None, ranks: Sequence[int]
 
 @dataclass(frozen=True)
 class AdapterMerge:
-    """One merge: ``peft-svd`` (``rank``, or per-module ``ranks`` through ``rank_pattern``),
-    ``peft-cat``, or ``fraq`` (``rank`` or ``tau``). Calling it adds one adapter to the
+    """One merge: ``peft-svd`` or ``peft-svd-thin`` (``rank``, or per-module ``ranks`` through
+    ``rank_pattern``), ``peft-cat``, or ``fraq`` (``rank`` or ``tau``). Calling it adds one adapter to the
     clients' model and returns its name."""
 
     name: str
@@ -306,21 +310,35 @@ class AdapterMerge:
         elif self.name == "peft-cat":
             clients.model.add_weighted_adapter(clients.adapters, clients.peft_weights(), adapter,
                                                combination_type="cat")
-        elif self.name == "peft-svd" and self.ranks is None:
+        elif self.name in SVD_MERGES and self.ranks is None:
             clients.model.add_weighted_adapter(clients.adapters, clients.peft_weights(), adapter,
-                                               combination_type="svd", svd_rank=self.rank)
-        elif self.name == "peft-svd":
-            _peft_svd_pattern(clients, adapter, self.ranks)
+                                               combination_type="svd", svd_rank=self.rank,
+                                               **_svd_options(self.name, clients))
+        elif self.name in SVD_MERGES:
+            _peft_svd_pattern(clients, adapter, self.ranks, _svd_options(self.name, clients))
         else:
-            raise ValueError(f"method(={self.name!r}) is not one of 'peft-svd', 'peft-cat', 'fraq'")
+            raise ValueError(f"method(={self.name!r}) is not one of {[*SVD_MERGES, 'peft-cat', 'fraq']}")
         return adapter
 
 
-def _peft_svd_pattern(clients: PeftClients, adapter: str, ranks: Mapping[str, int]) -> None:
+SVD_MERGES = ("peft-svd", "peft-svd-thin")
+"""peft's svd merge as published (its defaults) and at its best (module docstring)."""
+
+
+def _svd_options(name: str, clients: PeftClients) -> dict:
+    """``add_weighted_adapter``'s svd options for ``name``: none for ``peft-svd`` (peft's
+    defaults), the reduced SVD and on CUDA the Jacobi driver for ``peft-svd-thin``."""
+    if name != "peft-svd-thin":
+        return {}
+    cuda = next(clients.model.parameters()).device.type == "cuda"
+    return dict(svd_full_matrices=False, **({"svd_driver": "gesvdj"} if cuda else {}))
+
+
+def _peft_svd_pattern(clients: PeftClients, adapter: str, ranks: Mapping[str, int], options: dict) -> None:
     """peft's svd at the largest rank, each module cut to its own rank, written with ``rank_pattern``."""
     tmp = clients.fresh_name("peft-svd-max")
     clients.model.add_weighted_adapter(clients.adapters, clients.peft_weights(), tmp, combination_type="svd",
-                                       svd_rank=max(ranks.values()))
+                                       svd_rank=max(ranks.values()), **options)
     full = clients.merged(tmp)
     clients.write(adapter, {m: (B[:, :ranks[m]], A[:ranks[m]]) for m, (B, A) in full.items()})
     clients.model.delete_adapter(tmp)

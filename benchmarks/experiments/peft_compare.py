@@ -5,7 +5,8 @@ five merges of the same adapters, each adding one adapter to the same ``PeftMode
 (:class:`benchmarks.peft_merge.AdapterMerge`):
 
 - ``peft-cat``: peft's exact concatenation (rank sum_k r_k);
-- ``peft-svd`` and ``fraq`` at the same rank p for every module;
+- ``peft-svd`` (as published: peft's defaults), ``peft-svd-thin`` (at its best: the reduced
+  SVD, and on CUDA the Jacobi driver) and ``fraq`` at the same rank p for every module;
 - ``fraq`` at the energy threshold tau, and ``peft-svd`` at the per-module ranks FRAQ
   chose there, through ``rank_pattern``.
 
@@ -82,8 +83,9 @@ def measure(config: dict, device: torch.device | str = "cpu") -> dict:
     stacks = clients.stacks()
     p, tau = config["p"], config["tau"]
     tau_ranks = fraq_ranks(clients, tau)
-    methods = [AdapterMerge("peft-cat"), AdapterMerge("peft-svd", rank=p), AdapterMerge("fraq", rank=p),
-               AdapterMerge("peft-svd", ranks=tau_ranks), AdapterMerge("fraq", tau=tau)]
+    methods = [AdapterMerge("peft-cat"), AdapterMerge("peft-svd", rank=p), AdapterMerge("peft-svd-thin", rank=p),
+               AdapterMerge("fraq", rank=p), AdapterMerge("peft-svd", ranks=tau_ranks),
+               AdapterMerge("peft-svd-thin", ranks=tau_ranks), AdapterMerge("fraq", tau=tau)]
     rows = []
     for meth in methods:
         made: list[str] = []
@@ -95,7 +97,7 @@ def measure(config: dict, device: torch.device | str = "cpu") -> dict:
         rows.append(dict(method=meth.name, setting=meth.setting, label=meth.label, peak_bytes=peak.peak,
                          first_call_s=first_s, ranks=fid["rank"], excess=fid["excess"],
                          relative_error=fid["relative_error"], **fid["summary"], samples_s=[]))
-    repeats = {i: config["slow_repeats"] if m.name == "peft-svd" else config["repeats"]
+    repeats = {i: config["slow_repeats"] if m.name.startswith("peft-svd") else config["repeats"]
                for i, m in enumerate(methods)}
     order = list(range(len(methods)))
     for rnd in range(max(repeats.values())):
