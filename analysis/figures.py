@@ -38,8 +38,28 @@ def purples(n: int) -> list:
 
 def legend_top(fig, handles, labels, ncol) -> None:
     """One legend for the figure, its lower edge on the figure's top edge: however many rows
-    it takes, it never covers a panel title (files and inline figures are cut to fit it)."""
-    fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, 1.0))
+    it takes, it never covers a panel title (files and inline figures are cut to fit it).
+
+    At most ``ncol`` columns, fewer where a row of ``ncol`` entries would be wider than the
+    figure: a legend wider than its figure reaches past the left edge, where a notebook's
+    inline figure (and any viewer that shows the figure's own box) cuts it."""
+    ncol = max(1, min(ncol, len(labels)))
+    while True:
+        legend = fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, 1.0))
+        if ncol == 1 or legend.get_window_extent(_renderer(fig)).width <= fig.bbox.width:
+            return
+        legend.remove()
+        ncol -= 1
+
+
+def _renderer(fig):
+    """A renderer of ``fig`` to measure texts with (Agg's where the figure has no canvas that draws)."""
+    try:
+        return fig.canvas.get_renderer()
+    except AttributeError:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        return FigureCanvasAgg(fig).get_renderer()
 
 
 def measured_columns(df: pd.DataFrame) -> pd.DataFrame:

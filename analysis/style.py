@@ -10,9 +10,9 @@ import pandas as pd
 from analysis import forked
 from analysis.atomic import write_together
 
-__all__ = ["COLORS", "EXTRA_COLORS", "EXTRA_MARKERS", "MARKERS", "NAMES", "PAPER_ORDER", "described", "display_name", "method_parts",
-           "legend_key", "styles", "setup", "caption", "save", "integers", "num", "formatted", "log_labels",
-           "log_tick"]
+__all__ = ["COLORS", "EXTRA_COLORS", "EXTRA_MARKERS", "HIGHLIGHT", "MARKERS", "MIN_DELTA_E", "NAMES", "PAPER_ORDER",
+           "VARIANT_MARKERS", "VARIANT_SHADES", "described", "delta_e", "display_name", "method_parts", "legend_key",
+           "shade", "styles", "setup", "caption", "save", "integers", "num", "formatted", "log_labels", "log_tick"]
 
 # A method is shown by what its result files say of it (benchmarks.measure.described: the
 # runner writes ``display_name``, ``family`` and ``paper_order`` from the aggregator's class).
@@ -29,16 +29,31 @@ PAPER_ORDER = {"flora": 1, "fedex-lora": 2, "fedit": 3, "lora-a2": 4, "flexlora"
 """Rows in the paper's Tables 1-3 of the methods of result files without ``paper_order``."""
 
 COLORS = {"FRAQ": "#6A3D9A", "FLoRIST": "#1B9E77", "FlexLoRA": "#E66101", "FLoRA": "#555555",
-          "FRAQ (paper config.)": "#CAB2D6", "QR-QR-SVD": "#1F78B4", "rSVD": "#B15928", "FedEx-LoRA": "#999999",
+          "FRAQ (paper config.)": "#CAB2D6", "QR-QR-SVD": "#08306B", "rSVD": "#E6AB02", "FedEx-LoRA": "#999999",
           "FedIT": "#377EB8", "LoRA-A²": "#A6761D", "FLoRG": "#E7298A"}
 MARKERS = {"FRAQ": "o", "FLoRIST": "s", "FlexLoRA": "^", "FLoRA": "D", "FRAQ (paper config.)": "o",
            "QR-QR-SVD": "v", "rSVD": "P", "FedEx-LoRA": "P", "FedIT": "v", "LoRA-A²": "X", "FLoRG": "<"}
-"""The paper's methods' fixed colours and markers, by display name. A method not here is drawn
-in its family's colour (a variant: ``FRAQ (cholesky)``) or, with no known family, in the
-next of :data:`EXTRA_COLORS` (:func:`styles`)."""
-EXTRA_COLORS = ["#D62728", "#17BECF", "#BCBD22", "#8C564B", "#FF7F0E", "#2CA02C", "#7F7F7F", "#E377C2"]
+"""The paper's methods' fixed colours and markers, by display name: any two lie more than
+:data:`MIN_DELTA_E` apart (QR-QR-SVD navy, not FedIT's blue; rSVD gold, not FlexLoRA's orange),
+so methods drawn side by side never share a colour. A method not here is drawn in a shade of
+its family's colour (a variant: ``FRAQ (cholesky)``, :data:`VARIANT_SHADES`) or, with no known
+family, in the next of :data:`EXTRA_COLORS` (:func:`styles`)."""
+EXTRA_COLORS = ["#D62728", "#17BECF", "#BCBD22", "#8C564B", "#7570B3", "#2CA02C", "#66A61E", "#E377C2"]
 EXTRA_MARKERS = ["*", "h", "p", "d", "8", ">", "H", "x"]
 """Colours and markers of methods outside :data:`COLORS`, assigned in legend order."""
+VARIANT_SHADES = (("white", 0.45), ("black", 0.35), ("white", 0.7), ("black", 0.55))
+VARIANT_MARKERS = ("d", "h", "p", "8")
+"""The n-th variant of a known method (in legend order) is drawn in its family's colour mixed
+with white or black by the n-th fraction (lighter, darker, lighter still, ...) and with the
+n-th marker: the family's hue says which method it is a variant of, the lightness and the
+marker tell it from the method and from its other variants (two variants of FlexLoRA in one
+colour and one marker could not be told apart)."""
+MIN_DELTA_E = 10.0
+"""CIE76 colour difference (Euclidean distance in CIELAB) two methods' colours keep at least:
+about 2.3 is a just-noticeable difference; above 10 two thin lines are told apart at a glance."""
+HIGHLIGHT = "FRAQ"
+"""The paper's method: its lines are drawn above every other method's (``zorder``), never hidden
+under a method whose values coincide with its own (FlexLoRA on FRAQ's kernel)."""
 
 
 def method_parts(method) -> tuple[str, str]:
@@ -108,25 +123,55 @@ def legend_key(name: str, order) -> tuple:
 
 
 def styles(d: pd.DataFrame) -> dict[str, dict]:
-    """Display name -> ``color``, ``marker`` and ``variant`` (True for a variant of a known
-    method, drawn dotted in its family's colour) for every method of ``d`` (a frame from
+    """Display name -> ``color``, ``marker``, ``variant`` (True for a variant of a known
+    method: a shade of its family's colour and a marker of its own, :data:`VARIANT_SHADES`)
+    and ``zorder`` (:data:`HIGHLIGHT`'s above the others) for every method of ``d`` (a frame from
     :func:`described`), in legend order (:func:`legend_key`): the paper's methods keep
     their colours (:data:`COLORS`), any other takes the next of :data:`EXTRA_COLORS`, so a
     method the analysis has never heard of is still drawn and labelled."""
     seen = d.drop_duplicates("method_name")
     rows = sorted(zip(seen["method_name"], seen["method_family"], seen["method_order"]),
                   key=lambda t: legend_key(t[0], t[2]))
-    out, extra = {}, 0
+    out, extra, variants = {}, 0, {}
     for name, family, _ in rows:
         if name in COLORS:
             out[name] = dict(color=COLORS[name], marker=MARKERS[name], variant=False)
         elif family in COLORS:
-            out[name] = dict(color=COLORS[family], marker=".", variant=True)
+            n = variants[family] = variants.get(family, -1) + 1
+            to, t = VARIANT_SHADES[n % len(VARIANT_SHADES)]
+            out[name] = dict(color=shade(COLORS[family], to, t), marker=VARIANT_MARKERS[n % len(VARIANT_MARKERS)],
+                             variant=True)
         else:
             out[name] = dict(color=EXTRA_COLORS[extra % len(EXTRA_COLORS)],
                              marker=EXTRA_MARKERS[extra % len(EXTRA_MARKERS)], variant=False)
             extra += 1
+        out[name]["zorder"] = 3 if name == HIGHLIGHT else 2
     return out
+
+
+def shade(color, to: str, t: float) -> str:
+    """``color`` mixed with ``to`` (``"white"`` or ``"black"``) by the fraction ``t``, as hex."""
+    from matplotlib.colors import to_hex, to_rgb
+
+    a, b = to_rgb(color), to_rgb(to)
+    return to_hex(tuple((1 - t) * x + t * y for x, y in zip(a, b)))
+
+
+def delta_e(a, b) -> float:
+    """CIE76 colour difference of two matplotlib colours: the Euclidean distance of their
+    CIELAB coordinates (sRGB, D65 white)."""
+    import numpy as np
+    from matplotlib.colors import to_rgb
+
+    def lab(c):
+        rgb = np.asarray(to_rgb(c), float)
+        lin = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+        xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ lin
+        xyz /= np.array([0.95047, 1.0, 1.08883])
+        f = np.where(xyz > (6 / 29) ** 3, np.cbrt(xyz), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+        return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+    return float(np.linalg.norm(lab(a) - lab(b)))
 
 
 def num(x) -> str:

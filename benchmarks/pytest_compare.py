@@ -24,8 +24,9 @@ and its first quartile, in either run: a minimum that moves that much within a r
 be judged more finely across runs) and the runs' spread above. Where the check's own noise
 exceeds :data:`MAX_NOISE`, or the runs' spread makes the threshold exceed
 :data:`MAX_THRESHOLD`, the check is reported as "cannot judge" instead, and one line says
-which noise it was. Exit status 1 when a check regressed, 2 when the runs cannot be
-compared (no baseline, no calibration, no check in common, a run that is damaged or not a
+which noise it was. A run taken on a busy machine (:func:`busy`) is not compared: the
+comparison says it cannot judge. Exit status 1 when a check regressed, 2 when the runs cannot be
+compared (a busy machine, no baseline, no calibration, no check in common, a run that is damaged or not a
 pytest-benchmark run: :func:`benchmarks.pytest_baseline.read_run`, whose line names the
 file), else 0; every outcome is a table or one line, never a traceback.
 """
@@ -40,7 +41,7 @@ from pathlib import Path
 
 from benchmarks.pytest_baseline import RunError, read_run
 
-__all__ = ["BETWEEN_Z", "CALIBRATION", "MAX_THRESHOLD", "between_runs", "compare", "main"]
+__all__ = ["BETWEEN_Z", "BUSY_LOAD", "CALIBRATION", "MAX_THRESHOLD", "between_runs", "busy", "compare", "main"]
 
 CALIBRATION = "test_calibration"
 """The calibration check's test name (its pytest-benchmark ``name``)."""
@@ -58,6 +59,26 @@ MIN_SPREAD_CHECKS = 8
 """Fewest checks (each within :data:`MAX_NOISE`) the runs' spread is measured on; with fewer,
 it is not measured and the line says so."""
 
+BUSY_LOAD = 0.5
+"""A run is busy when its 1-minute load average exceeds its torch threads by more than this
+(the report's rule, ``analysis.verdicts.BUSY_LOAD``): something else was runnable beside the
+timed threads, and its checks slowed by it, each by its own amount, which no calibration
+cancels."""
+
+
+def busy(run: dict) -> str:
+    """Why a pytest-benchmark run was taken on a busy machine, or "": its ``machine_info``'s
+    ``fraq.loadavg`` (the 1-minute load average at the run's end, ``tests/conftest.py``)
+    above the checks' threads (``fraq.bench_threads``) + :data:`BUSY_LOAD`. A run without them is not judged busy."""
+    info = (run.get("machine_info") or {}).get("fraq") or {}
+    load, threads = info.get("loadavg"), info.get("bench_threads", info.get("threads"))
+    if not isinstance(load, (int, float)) or not isinstance(threads, (int, float)):
+        return ""
+    if load > threads + BUSY_LOAD:
+        return f"1-min load average {load:.2f} above its {threads:g} thread(s) + {BUSY_LOAD:g}"
+    return ""
+
+
 MAX_THRESHOLD = 1.0
 """A threshold above this (a doubling) judges nothing a regression would plausibly do: such
 a check is "cannot judge"."""
@@ -68,8 +89,13 @@ def _stats(run: dict) -> dict[str, dict]:
     return {b["fullname"]: b["stats"] for b in run.get("benchmarks", []) if isinstance(b.get("stats"), dict)}
 
 
+def _is_calibration(name: str) -> bool:
+    """The calibration check, parametrized (``test_calibration[calibration]``) or not."""
+    return name.split("[")[0].endswith(CALIBRATION)
+
+
 def _calibration(stats: dict[str, dict]) -> float | None:
-    mins = [s["min"] for name, s in stats.items() if name.endswith(CALIBRATION)]
+    mins = [s["min"] for name, s in stats.items() if _is_calibration(name)]
     return mins[0] if mins and mins[0] > 0 else None
 
 
@@ -93,12 +119,16 @@ def compare(base: dict, new: dict, fail_pct: float) -> tuple[list[dict], str | N
     """Rows (check, calibrated change, threshold, verdict, and ``between``: the runs' noise,
     :func:`between_runs`, None where not measured) of the checks in both runs, or an empty
     list and the reason they cannot be compared."""
+    for which, run in (("the baseline", base), ("the new run", new)):
+        why = busy(run)
+        if why:
+            return [], f"cannot judge: {which} ran on a busy machine ({why}); rerun it on an idle one"
     b, n = _stats(base), _stats(new)
     cb, cn = _calibration(b), _calibration(n)
     if cb is None or cn is None:
         which = "the baseline" if cb is None else "the new run"
         return [], f"{which} has no calibration check ({CALIBRATION}): save a baseline with the current tests/bench"
-    common = sorted(k for k in b.keys() & n.keys() if not k.endswith(CALIBRATION))
+    common = sorted(k for k in b.keys() & n.keys() if not _is_calibration(k))
     if not common:
         return [], "the two runs have no check in common"
     rows = []
@@ -148,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows, why = compare(base, new, args.fail)
     if why:
-        print(f"error: cannot compare {args.new} with {saved[-1]}: {why}", file=sys.stderr)
+        print(f"error: {args.new} against {saved[-1]}: {why}" if why.startswith("cannot judge") else
+              f"error: cannot compare {args.new} with {saved[-1]}: {why}", file=sys.stderr)
         return 2
     print(f"{args.new} against {saved[-1]}: each check's minimum over the calibration's minimum in its own run\n")
     print(_table(rows))

@@ -33,7 +33,7 @@ def fro(M: torch.Tensor) -> torch.Tensor:
 
 def pytest_benchmark_update_machine_info(config, machine_info):
     """pytest-benchmark's hook (tests/bench): torch, its BLAS, the torch thread count, the
-    CPU and GPU in the saved JSON's ``machine_info`` (:func:`fraq._machine.machine_record`)."""
+    CPU and GPU and the 1-minute load average in the saved JSON's ``machine_info`` (:func:`fraq._machine.machine_record`)."""
     from benchmarks.device import bench_device
     from fraq._machine import machine_record
 
@@ -44,6 +44,10 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     rec = machine_record(device)
     machine_info["fraq"] = {k: rec[k] for k in ("torch", "blas", "threads", "cpu", "cores", "device", "gpu",
                                                 "gpu_driver", "cuda", "cusolver", "git_sha") if k in rec}
+    from benchmarks import cases
+
+    # the load at the run's end and the checks' threads: benchmarks.pytest_compare.busy
+    machine_info["fraq"].update(loadavg=os.getloadavg()[0], bench_threads=cases.THREADS)
 
 
 @pytest.fixture(autouse=True, scope="session")

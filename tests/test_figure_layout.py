@@ -7,7 +7,9 @@
 - no two texts overlap (their rendered boxes, as ``tests/test_analysis.py::text_overlaps``);
 - every labelled line, collection or bar series is in a legend, and every unlabelled line
   (a reference line such as float32's eps) has its colour and line style in a legend;
-- no legend covers a plotted marker or bar.
+- no legend covers a plotted marker or bar, and a figure legend is no wider than its figure;
+- methods are told apart (:func:`method_problems`): distinct colours, FRAQ on top, line
+  styles the legend defines, every panel's axes labelled.
 
 The figures are built from the recorded tiny run (``tests/data/tiny-results.tar.gz``: the
 same numbers on every machine), from a tiny run measured now (integration tier: a layout
@@ -123,6 +125,8 @@ def layout_problems(fig) -> list[str]:
     above = fig_box.frozen()
     for lg in fig.legends:  # the figure legend is drawn above the panels, inside the saved file
         b = lg.get_window_extent(renderer)
+        if b.x0 < fig_box.x0 - SLACK or b.x1 > fig_box.x1 + SLACK:  # an inline figure cuts it at the sides
+            problems.append(f"the figure legend is wider than the figure ({b.bounds} past {fig_box.bounds})")
         above = Bbox.union([above, b]) if b.y0 >= fig_box.y1 - SLACK else above
     for t, box in texts:
         name = repr(t.get_text())
@@ -268,6 +272,7 @@ def test_the_federated_figure_is_laid_out_for_a_reviewer(tmp_path):
     figs = saved_figures(tmp_path / "run" / "results", tmp_path / "figures")
     assert set(figs) == {"federated_accuracy"}
     assert layout_problems(figs["federated_accuracy"]) == []
+    assert method_problems(figs["federated_accuracy"]) == []
 
 
 def test_the_checks_find_what_they_look_for():
@@ -312,3 +317,182 @@ def test_every_figure_of_a_committed_run_is_laid_out_for_a_reviewer(pack, tmp_pa
         pytest.skip("no figure in this run's results")
     found = {name: layout_problems(fig) for name, fig in figs.items()}
     assert not any(found.values()), {k: v for k, v in found.items() if v}
+
+
+# ----------------------------------------------------------------------------- methods told apart
+
+
+def _method(line) -> str | None:
+    """The method a line draws: its ``gid`` (the figures that keep method lines out of the legend
+    name them so), else its legend label; None for an unnamed line (a band's edge, a reference)."""
+    gid = line.get_gid()
+    if gid:
+        return gid
+    label = line.get_label()
+    return None if label.startswith("_") else label
+
+
+def _family(name: str) -> str:
+    """``FlexLoRA (kernel=fraq)`` -> ``FlexLoRA``: the method a variant is a variant of."""
+    return name.split(" (")[0]
+
+
+def _filled(line) -> bool:
+    face = line.get_markerfacecolor()
+    return not (isinstance(face, str) and face in ("white", "none")) and _hex(face) != "#ffffff"
+
+
+KNOWN = {_family(name) for name in style.COLORS}
+"""The methods' families (a reference line such as the optimum is drawn above them on purpose)."""
+
+
+def method_problems(fig) -> list[str]:
+    """What keeps a reader from telling the methods of ``fig`` apart:
+
+    - two methods' lines in one panel closer in colour than CIE76 delta-E
+      :data:`analysis.style.MIN_DELTA_E` (methods of different families always; a method and
+      its variant, or two variants, unless their line style or marker differs too);
+    - FRAQ's line not on top (the highest zorder, drawn after every other method's at it);
+    - two lines of one method in one panel on the same points (one hides the other);
+    - a line whose style and marker fill match no legend entry's where the legend defines
+      them (``batched`` solid and filled, ``unbatched`` dashed and hollow);
+    - a panel that draws a method with no x label in its column or no y label in its row."""
+    problems = []
+    handles = [h for lg in _legends(fig) for h in lg.legend_handles]
+    texts = [t.get_text() for lg in _legends(fig) for t in lg.get_texts()]
+    modes = {(_style(h)[1], _filled(h)) for h, t in zip(handles, texts) if t in ("batched", "unbatched")}
+    grid = [(ax, ax.get_subplotspec()) for ax in fig.axes if ax.get_subplotspec() is not None]
+    for ax in fig.axes:
+        where = f"panel {ax.get_title()!r}"
+        lines = [(i, ln, _method(ln)) for i, ln in enumerate(ax.get_lines()) if _method(ln) and len(ln.get_xdata())]
+        for a, (_, la, ma) in enumerate(lines):
+            for _, lb, mb in lines[a + 1:]:
+                if ma == mb:
+                    if la.get_linestyle() == lb.get_linestyle() and \
+                            [list(map(float, x)) for x in la.get_xydata()] == [list(map(float, x)) for x in lb.get_xydata()]:
+                        problems.append(f"{where}: two lines of {ma} on the same points")
+                    continue
+                de = style.delta_e(la.get_color(), lb.get_color())
+                differs = (la.get_linestyle(), la.get_marker()) != (lb.get_linestyle(), lb.get_marker())
+                if de <= style.MIN_DELTA_E and (_family(ma) != _family(mb) or not differs):
+                    problems.append(f"{where}: {ma} and {mb} in colours {de:.1f} apart (delta-E)")
+        if modes:
+            for _, ln, m in lines:
+                if (_style(ln)[1], _filled(ln)) not in modes:
+                    problems.append(f"{where}: {m} drawn {_style(ln)[1]}, markers "
+                                    f"{'filled' if _filled(ln) else 'hollow'}: not a mode of the legend")
+        ranked = [t for t in lines if t[1].get_gid() or _family(t[2]) in KNOWN]  # not "Optimal", a bound
+        if any(m == style.HIGHLIGHT for *_, m in ranked):
+            top = max(ranked, key=lambda t: (t[1].get_zorder(), t[0]))  # matplotlib draws by zorder, stably
+            if top[2] != style.HIGHLIGHT:
+                problems.append(f"{where}: {top[2]} drawn over FRAQ")
+        if lines:
+            spec = ax.get_subplotspec()
+            col = [o for o, s in grid if s.colspan == spec.colspan]
+            row = [o for o, s in grid if s.rowspan == spec.rowspan]
+            if not any(o.get_xlabel().strip() for o in col):
+                problems.append(f"{where}: no x label in its column")
+            if not any(o.get_ylabel().strip() for o in row):
+                problems.append(f"{where}: no y label in its row")
+    return list(dict.fromkeys(problems))
+
+
+NAMED = {"fig3_scalability", "fig_clients"}
+"""Figures whose method lines are named by ``gid`` (their legend lists methods and line styles
+apart)."""
+
+
+@pytest.mark.integration  # several seconds: the end-to-end tier
+def test_every_figure_at_the_tiny_size_tells_its_methods_apart(tiny, tmp_path):
+    figs = saved_figures(tiny, tmp_path)
+    assert NAMED <= set(figs), sorted(figs)
+    for name in NAMED:  # every method of the legend is named on its lines
+        drawn = {ln.get_gid() for ax in figs[name].axes for ln in ax.get_lines()} - {None}
+        legend = {t.get_text() for lg in _legends(figs[name]) for t in lg.get_texts()}
+        assert drawn and drawn <= legend and "FRAQ" in drawn, (name, drawn, legend)
+    found = {name: method_problems(fig) for name, fig in figs.items()}
+    assert not any(found.values()), {k: v for k, v in found.items() if v}
+
+
+def test_the_method_checks_find_what_they_look_for():
+    """Each check fails on the defect it names: two variants in one colour and marker, FRAQ
+    under another method, a mode the legend does not define, a panel without labels."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [1, 2], color="#6A3D9A", marker="o", gid="FRAQ")
+    ax.plot([1, 2], [1, 2], color="#E66101", marker=".", gid="FlexLoRA (kernel=fraq)")
+    ax.plot([1, 2], [2, 3], color="#E66101", marker=".", gid="FlexLoRA (kernel=rsvd)")
+    ax.plot([1, 2], [3, 4], color="#E66101", marker="^", linestyle="-", markerfacecolor="white", gid="FlexLoRA")
+    ax.plot([1, 2], [3, 4], color="#E66101", marker="^", linestyle="-", markerfacecolor="white", gid="FlexLoRA")
+    ax.plot([1, 2], [2, 4], color="#B15928", marker="P", gid="rSVD")
+    fig.legend([Line2D([], [], color="k", marker="o"),
+                Line2D([], [], color="k", linestyle="--", marker="o", markerfacecolor="white")],
+               ["batched", "unbatched"])
+    found = " | ".join(method_problems(fig))
+    for what in ("FlexLoRA (kernel=fraq) and FlexLoRA (kernel=rsvd) in colours", "drawn over FRAQ",
+                 "two lines of FlexLoRA on the same points", "FlexLoRA drawn -, markers hollow",
+                 "no x label", "no y label"):
+        assert what in found, (what, found)
+    assert "FlexLoRA and rSVD" not in found  # 22 apart in delta-E: told apart
+    plt.close(fig)
+
+
+def test_the_paper_methods_colours_are_told_apart():
+    """Any two of the paper's methods (drawn side by side in the federated figure), and any
+    of them and a variant's shade, lie more than MIN_DELTA_E apart."""
+    from itertools import combinations
+
+    colors = dict(style.COLORS)
+    for family in ("FRAQ", "FLoRIST", "FlexLoRA"):
+        for i, (to, t) in enumerate(style.VARIANT_SHADES[:2]):
+            colors[f"{family} variant {i}"] = style.shade(style.COLORS[family], to, t)
+    close = [(a, b, round(style.delta_e(ca, cb), 1)) for (a, ca), (b, cb) in combinations(colors.items(), 2)
+             if style.delta_e(ca, cb) <= style.MIN_DELTA_E]
+    assert not close, close
+
+
+def test_fig3_of_one_point_draws_that_point_and_names_what_is_missing(tiny_results, tmp_path):
+    """A run that timed one point (a GPU call: the d sweep at one d, batched, no FLOPs
+    counted) draws that point in every panel it has, no empty panel, and its caption names
+    the sweep and the metric it lacks."""
+    from analysis.resultset import load
+    from analysis.sections import fig3
+
+    style.setup()
+    out = tmp_path / "results" / "fig3"
+    out.mkdir(parents=True)
+    for f in (Path(tiny_results) / "fig3").glob("d-*-batched-d32-*.json"):
+        rec = json.loads(f.read_text())
+        rec["result"].pop("counted_flops", None)
+        (out / f.name).write_text(json.dumps(rec))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = load(tmp_path / "results")
+        (sec, _) = fig3.draw(res)
+    fig = sec.figure.fig
+    assert len(fig.axes) == 3, [ax.get_title() for ax in fig.axes]  # time, memory, error; the d column
+    assert all(ax.get_lines() for ax in fig.axes), [ax.get_title() for ax in fig.axes if not ax.get_lines()]
+    assert "not drawn: the r sweep, counted GFLOP (batched)" in sec.figure.detail, sec.figure.detail
+    assert layout_problems(fig) == [] and method_problems(fig) == []
+
+
+def test_a_legend_wider_than_its_figure_takes_more_rows():
+    """A figure legend never reaches past the figure's left or right edge (a notebook's
+    inline figure cuts it there): :func:`analysis.figures.legend_top` takes fewer columns."""
+    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.lines import Line2D
+
+    from analysis.figures import legend_top
+
+    style.setup()
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([1, 2], [1, 2])
+    labels = [f"FlexLoRA (kernel=method {i})" for i in range(8)]
+    legend_top(fig, [Line2D([], [], color="k") for _ in labels], labels, len(labels))
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    box = fig.legends[0].get_window_extent(renderer)
+    assert box.x0 >= fig.bbox.x0 - SLACK and box.x1 <= fig.bbox.x1 + SLACK, (box.bounds, fig.bbox.bounds)
+    plt.close(fig)

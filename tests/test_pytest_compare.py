@@ -166,3 +166,30 @@ def test_the_baseline_is_checked_before_the_suite_runs(tmp_path, capsys):
     assert pytest_baseline.main(["--storage", str(tmp_path / "s")]) == 2
     err = capsys.readouterr().err
     assert str(path) in err and "not JSON" in err
+
+
+def test_a_run_on_a_busy_machine_is_not_judged(tmp_path, capsys):
+    """Identical code, one run under load (a fake 1-min load average of 3.2 at 1 thread):
+    no verdict, one line saying it cannot judge and why, exit status 2; at 1.4 it is judged."""
+    from analysis.verdicts import BUSY_LOAD
+
+    assert pytest_compare.BUSY_LOAD == BUSY_LOAD  # the report's rule
+    loaded = {**_run(BASE), "machine_info": {"fraq": {"loadavg": 3.2, "bench_threads": 1}}}
+    rows, why = pytest_compare.compare(_run(BASE), loaded, 25)
+    assert rows == [] and why.startswith("cannot judge: the new run") and "3.20 above its 1 thread(s) + 0.5" in why
+    idle = {**_run(BASE), "machine_info": {"fraq": {"loadavg": 1.4, "bench_threads": 1}}}
+    assert pytest_compare.compare(idle, _run(BASE), 25)[1] is None
+    _saved(tmp_path / "s", _run(BASE))
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps(loaded))
+    assert pytest_compare.main(["--new", str(new), "--storage", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot judge" in err and "slower" not in err
+
+
+def test_the_parametrized_calibration_is_the_calibration():
+    """``test_calibration[calibration]`` (parametrized so any ``param:NAME`` grouping holds it)
+    is the calibration and not a check."""
+    base = _run({"test_calibration[calibration]": 1e-3, "test_point[a]": 2e-3})
+    rows, why = pytest_compare.compare(base, base, 25)
+    assert why is None and [r["check"].split("::")[1] for r in rows] == ["test_point[a]"]

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import kernel_variants
-from analysis.figures import FLOOR, measured_columns
+from analysis.figures import FLOOR, legend_top, measured_columns
 from analysis.sections import Figure, Section
 from analysis.style import described, display_name, log_labels, styles
 from analysis.verdicts import exact, judge, looks, milliseconds, paired
@@ -34,7 +34,7 @@ GROWTH = 1.15
 linear (the fixed per-call cost and the s^3 eigensolver bend a short fit by a few percent)."""
 
 ROWS = [("ms", "runtime (ms)"), ("peak_mib", "tensor peak memory (MiB)"), ("gflop", "counted GFLOP"),
-        ("excess", "float32 error above the\nfloat64 optimum")]
+        ("excess", "float32 error in quadrature\nabove the float64 optimum")]
 """The figure's rows, one metric each."""
 
 CROSS, EPS = "#777777", "#999999"
@@ -70,10 +70,10 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
 
 def _style(look: dict) -> dict:
     """Line keywords of one method (:func:`analysis.style.styles`): a variant of a known
-    method (FRAQ's other backends) dotted and lighter in its family's colour."""
-    if look["variant"]:
-        return dict(color=look["color"], marker=look["marker"], linestyle=":", alpha=0.7)
-    return dict(color=look["color"], marker=look["marker"], linestyle="-")
+    method (FRAQ's other backends, a method on another kernel) dotted, in its own shade of its
+    family's colour and its own marker; the paper's method above the others."""
+    return dict(color=look["color"], marker=look["marker"], linestyle=":" if look["variant"] else "-",
+                zorder=look["zorder"])
 
 
 def figure(df: pd.DataFrame):
@@ -93,12 +93,12 @@ def figure(df: pd.DataFrame):
         dd, rk = int(sub["d"].iloc[0]), int(sub["client_rank"].iloc[0])
         for row, (y, ylabel) in enumerate(ROWS):
             ax = axes[row, col]
-            for name, s in sub.groupby("label", sort=False):
-                s = s[s[y].notna()]
+            for name in reversed(list(look)):  # the paper's method last: on top of any curve it lies on
+                s = sub[(sub["label"] == name) & sub[y].notna()]
                 if s.empty:
                     continue
                 values = s[y].clip(lower=FLOOR) if y == "excess" else s[y]
-                ax.plot(s["K"], values, linewidth=1.5, **_style(look[name]))
+                ax.plot(s["K"], values, linewidth=1.5, gid=name, **_style(look[name]))
                 if y == "ms" and not look[name]["variant"]:
                     ax.fill_between(s["K"], s["q25_ms"], s["q75_ms"], color=look[name]["color"], alpha=0.15,
                                     linewidth=0)
@@ -114,13 +114,12 @@ def figure(df: pd.DataFrame):
             ax.xaxis.set_minor_formatter(NullFormatter())  # the Ks alone: no "3 x 2^4" between them
             ax.set_xlabel(f"clients K (rank {rk} each)")
             ax.set_ylabel(ylabel)
-            what = "error above optimum" if y == "excess" else ylabel.split(" (")[0]
+            what = "error in quadrature" if y == "excess" else ylabel.split(" (")[0]
             ax.set_title(f"({'abcdefghijkl'[row * len(shapes) + col]}) {what}, {shape.replace('x', ' x ')}")
     handles = [Line2D([], [], linewidth=1.5, label=n, **_style(v)) for n, v in look.items()]
     handles += [Line2D([], [], color=CROSS, linestyle="--", linewidth=1, label="r = K r_k reaches d"),
                 Line2D([], [], color=EPS, linestyle=":", linewidth=1, label="float32 eps")]
-    fig.legend(handles, [h.get_label() for h in handles], loc="lower center", ncol=min(len(handles), 5),
-               frameon=False, bbox_to_anchor=(0.5, 1.0))
+    legend_top(fig, handles, [h.get_label() for h in handles], 5)
     return fig
 
 

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import tables
+from analysis.figures import legend_top
 from analysis.notes import NotMeasured
 from analysis.sections import Figure, Section
 from analysis.style import PAPER_ORDER, described, method_parts, styles
@@ -324,7 +325,7 @@ def figure(curves_: pd.DataFrame, variants: list[str], titles: dict[str, str] | 
     names, families = shown(curves_), shown(curves_, "family")
     look = styles(described(pd.DataFrame({"method": list(families), "display_name": list(families.values())})))
     handles: dict[str, object] = {}
-    for row, variant in zip(axes, variants):
+    for i, (row, variant) in enumerate(zip(axes, variants)):
         d = curves_[curves_["variant"] == variant]
         fraqs = sorted(m for m in d["method"].unique() if _group(m) is None)
         for ax, group in zip(row, groups):
@@ -337,7 +338,7 @@ def figure(curves_: pd.DataFrame, variants: list[str], titles: dict[str, str] | 
                 dashed = m in fraqs and m != fraqs[-1]  # FRAQ's other settings: dashed, no band
                 (line,) = ax.plot(stats_.index, stats_["mean"], marker=look[fam]["marker"],
                                   linestyle="--" if dashed else "-", color=look[fam]["color"], label=names[m],
-                                  markersize=4)
+                                  markersize=4, zorder=look[fam]["zorder"])
                 if bands and not dashed:
                     ax.fill_between(stats_.index, stats_["lo"].clip(0, 100), stats_["hi"].clip(0, 100),
                                     color=line.get_color(), alpha=0.12, linewidth=0)  # an accuracy lies in [0, 100]
@@ -345,11 +346,10 @@ def figure(curves_: pd.DataFrame, variants: list[str], titles: dict[str, str] | 
             heading = titles.get(variant, f"{variant} ranks") if titles else f"{variant} ranks"
             ax.set_title(heading if groups == ["FRAQ"] else f"{heading}\nFRAQ and the {group}", fontsize=10)
             ax.set_xticks(sorted(d["round"].unique()))
-            ax.set_xlabel("round" if row is axes[-1] else "")
+            ax.set_xlabel("round" if i == len(variants) - 1 else "")  # the bottom row's
         row[0].set_ylabel("test accuracy (%)")
     order = [names[m] for m in _order(curves_["method"]) if names[m] in handles]  # the paper's row order
-    fig.legend([handles[n] for n in order], order, loc="lower center", ncol=min(len(handles), 5), frameon=False,
-               bbox_to_anchor=(0.5, 1.0))
+    legend_top(fig, [handles[n] for n in order], order, 5)
     return fig
 
 PUBLISHED = {

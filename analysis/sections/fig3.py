@@ -19,7 +19,7 @@ def draw(res) -> list[Section]:
     fig = Figure("fig3_scalability", fig3_scalability(f3), f3,
                  f"{int(f3['modules'].iloc[0])} square modules per call, clients of rank "
                  f"{int(f3['client_rank'].iloc[0])}, output rank {int(f3['p'].iloc[0])}; median, band = IQR; "
-                 "tensor peak memory above the inputs",
+                 "tensor peak memory above the inputs" + fig3_not_measured(f3),
                  "Runtime and tensor peak memory against total rank r and hidden size d; batched solid, "
                  "unbatched dashed.")
     t5 = table5_flops(f3)
@@ -235,6 +235,27 @@ def octave_ticks(ax, xs) -> None:
             t.set_rotation(90)
 
 
+ONE_MODE = ("gflop", "excess")
+"""Rows whose value does not depend on batching (the same FLOPs, the same float32 result):
+drawn once per method, from its batched points where it has them. Drawn in both modes the
+dashed unbatched curve lay on the solid batched one, and the panel showed solid lines with
+hollow markers, which the legend does not define."""
+
+
+def _curves(sub: pd.DataFrame, y: str, look: dict):
+    """(method name, mode, rows) of each curve of metric ``y`` in a panel, in reverse legend
+    order (the paper's method last, on top of any curve it coincides with); one mode per
+    method in :data:`ONE_MODE`'s rows."""
+    out = []
+    for name in reversed(list(look)):
+        m = sub[(sub["method_name"] == name) & sub[y].notna()]
+        modes = [md for md in ("batched", "unbatched") if (m["mode"] == md).any()]
+        if y in ONE_MODE:
+            modes = modes[:1]
+        out += [(name, md, m[m["mode"] == md]) for md in modes]
+    return out
+
+
 def fig3_scalability(df: pd.DataFrame):
     """Runtime, tensor peak memory, counted FLOPs and the float32 result's error above the
     float64 optimum (in quadrature) against total rank r (at the fixed d, left) and hidden
@@ -245,35 +266,42 @@ def fig3_scalability(df: pd.DataFrame):
     plt = pyplot()
     d = fig3_summary(df)
     look = styles(d)
-    fig, axes = plt.subplots(len(FIG3_ROWS), 2, figsize=(10, 3.4 * len(FIG3_ROWS)), squeeze=False)
-    for col, sweep in enumerate(["r", "d"]):
+    sweeps, rows = fig3_panels(d)
+    fig, axes = plt.subplots(max(len(rows), 1), max(len(sweeps), 1), figsize=(5 * max(len(sweeps), 1), 3.4 * max(len(rows), 1)),
+                             squeeze=False)
+    for col, sweep in enumerate(sweeps):
         sub = d[d["sweep"] == sweep]
-        if sub.empty:
-            continue
         fixed = f"d = {int(sub['d'].iloc[0])}" if sweep == "r" else f"r = {int(sub['r'].iloc[0])}"
-        for row, (y, ylabel) in enumerate(FIG3_ROWS):
+        for row, (y, ylabel) in enumerate(rows):
             ax = axes[row, col]
-            for (name, mode), s in sub.groupby(["method_name", "mode"]):
-                s = s[s[y].notna()]
-                if s.empty:
-                    continue
+            for name, mode, s in _curves(sub, y, look):
                 batched = mode == "batched"
                 values = s[y].clip(lower=FLOOR) if y == "excess" else s[y]
                 color, marker = look[name]["color"], look[name]["marker"]
                 ax.plot(s["x"], values, color=color, marker=marker, linestyle="-" if batched else "--",
-                        markerfacecolor=color if batched else "white", linewidth=1.6)
+                        markerfacecolor=color if batched else "white", linewidth=1.6, zorder=look[name]["zorder"],
+                        gid=name)
                 if y == "ms":
                     ax.fill_between(s["x"], s["q25_ms"], s["q75_ms"], color=color, alpha=0.15, linewidth=0)
-            if y == "excess":
-                ax.axhline(np.finfo(np.float32).eps, color="#999999", linestyle=":", linewidth=1)
             ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            log_labels(ax.yaxis)
             octave_ticks(ax, sorted(sub["x"].unique()))
             ax.set_xlabel("total stacked rank r" if sweep == "r" else "hidden size d (square d x d modules)")
             ax.set_ylabel(ylabel)
-            label = "error above optimum" if y == "excess" else ylabel.split(" (")[0]  # titles fit their panel
-            ax.set_title(f"({'abcdefgh'[2 * row + col]}) {label} vs {sweep} at {fixed}")
+            label = "error in quadrature" if y == "excess" else ylabel.split(" (")[0]  # titles fit their panel
+            ax.set_title(f"({'abcdefgh'[len(sweeps) * row + col]}) {label} vs {sweep} at {fixed}")
+            if not ax.get_lines():  # measured in the other sweep only
+                ax.text(0.5, 0.5, f"not measured\nin the {sweep} sweep", ha="center", va="center",
+                        transform=ax.transAxes, color="#555555")
+                ax.set_yticks([])
+                continue
+            if y == "excess":
+                ax.axhline(np.finfo(np.float32).eps, color="#999999", linestyle=":", linewidth=1)
+            ax.set_yscale("log")
+            log_labels(ax.yaxis)
+    if not sweeps:
+        axes[0, 0].text(0.5, 0.5, "no Fig. 3 point measured", ha="center", va="center",
+                        transform=axes[0, 0].transAxes)
+        axes[0, 0].set_axis_off()
     # every method drawn, the textbook ones and any registered from outside the package too
     handles = [Line2D([], [], color=v["color"], marker=v["marker"], label=n) for n, v in look.items()]
     handles += [Line2D([], [], color="k", linestyle="-", marker="o", label="batched"),
@@ -331,5 +359,23 @@ def memory_crosscheck(df: pd.DataFrame) -> pd.DataFrame:
 
 
 FIG3_ROWS = [("ms", "runtime (ms)"), ("peak_mib", "tensor peak memory (MiB)"), ("gflop", "counted GFLOP (batched)"),
-             ("excess", "float32 error above the\nfloat64 optimum")]
+             ("excess", "float32 error in quadrature\nabove the float64 optimum")]
 """The sweep figure's rows, one metric each: time, memory, FLOPs, fidelity."""
+
+
+def fig3_panels(d: pd.DataFrame) -> tuple[list[str], list[tuple[str, str]]]:
+    """The sweeps (columns) and rows (:data:`FIG3_ROWS`) of the figure: those with a measured
+    value; a run that timed one point draws that point, not empty panels."""
+    sweeps = [s for s in ("r", "d") if (d["sweep"] == s).any()]
+    rows = [(y, label) for y, label in FIG3_ROWS if y in d and pd.to_numeric(d[y], errors="coerce").notna().any()]
+    return sweeps, rows
+
+
+def fig3_not_measured(df: pd.DataFrame) -> str:
+    """The caption's words for what the figure leaves out (a sweep or a metric no result
+    holds), or nothing."""
+    d = fig3_summary(df)
+    sweeps, rows = fig3_panels(d)
+    gone = [f"the {s} sweep" for s in ("r", "d") if s not in sweeps]
+    gone += [label.replace("\n", " ") for y, label in FIG3_ROWS if (y, label) not in rows]
+    return ("; not measured in these results, so not drawn: " + ", ".join(gone)) if gone else ""

@@ -295,7 +295,8 @@ def _fig4_rank_panel(ax, s: pd.DataFrame, look: dict) -> None:
         # The ranks that truncate form the curve; a rank with nothing left to truncate (optimum 0)
         # is a marker of its own, so no line crosses the ranks between, where nothing was measured.
         trunc, whole = sub[sub["optimum"] > 1e-15], sub[sub["optimum"] <= 1e-15]
-        ax.plot(trunc["p"], trunc["mean"].clip(lower=FLOOR), color=color, marker=marker, label=name)
+        ax.plot(trunc["p"], trunc["mean"].clip(lower=FLOOR), color=color, marker=marker, label=name,
+                zorder=look[name]["zorder"])
         ax.fill_between(trunc["p"], trunc["p10"].clip(lower=FLOOR), trunc["p90"].clip(lower=FLOOR),
                         color=color, alpha=0.2, linewidth=0)
         ax.plot(whole["p"], whole["mean"].clip(lower=FLOOR), color=color, marker=marker,
@@ -324,8 +325,7 @@ def _fig4_cond_panel(ax, full: pd.DataFrame, cond_df: pd.DataFrame, look: dict) 
         mean = sub["mean"].clip(lower=FLOOR)
         err = np.vstack([mean - sub["min"].clip(lower=FLOOR), sub["max"].clip(lower=FLOOR) - mean])
         ax.errorbar(sub["kappa_axis"], mean, yerr=err, color=look[name]["color"], marker=look[name]["marker"],
-                    label=name,
-                    capsize=2)
+                    label=name, capsize=2, zorder=look[name]["zorder"])
     ax.axhline(np.finfo(np.float32).eps, color="#999999", linestyle=":", linewidth=1)
     ax.text(1.3, np.finfo(np.float32).eps * 1.05, "float32 eps", fontsize=9, color="#666666", va="bottom")
     ax.set_xscale("log")
@@ -355,7 +355,7 @@ def _fig4_cut_panel(ax, cut: pd.DataFrame, look: dict) -> None:
     for name, sub in d.groupby("method_name"):
         sub = sub.sort_values("kappa_axis").dropna(subset=["sin"])
         ax.plot(sub["kappa_axis"], sub["sin"].clip(lower=FLOOR), color=look[name]["color"], marker=look[name]["marker"],
-                label=name)
+                label=name, zorder=look[name]["zorder"])
     bound = d.groupby("kappa_axis")["bound"].max().dropna()
     ax.plot(bound.index, bound.values, color="#999999", linestyle=":", linewidth=1.2,
             label="Wedin bound, float32")

@@ -129,14 +129,27 @@ def test_point(benchmark, device, experiment, sweep, method, mode, d, D, r, vari
                                     **module.metrics(config, device))
 
 
-def test_calibration(benchmark):
+@pytest.mark.parametrize(",".join(PARAMS), [("calibration",) + (None,) * (len(PARAMS) - 1)], ids=["calibration"])
+def test_calibration(benchmark, device, experiment, sweep, method, mode, d, D, r, variant, K):
     """The machine's speed in this run: a fixed float32 product (256 x 256 x 256) at the
-    suite's threads, no project code in it. ``benchmarks.pytest_compare`` divides every
-    check's minimum by this one's, so two runs are compared as ratios taken in each run."""
+    suite's threads on the suite's device (``FRAQ_BENCH_DEVICE``; skipped with the checks
+    where it is missing), no project code in it. ``benchmarks.pytest_compare`` divides every
+    check's minimum by this one's, so two runs are compared as ratios taken in each run. It
+    has every parameter of :func:`test_point` (None but ``experiment``), so any
+    ``--benchmark-group-by=param:NAME`` groups it too."""
     g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g)
+    a, b = (torch.randn(256, 256, generator=g).to(device) for _ in range(2))
+    benchmark.group = "calibration"
     with threads(cases.THREADS):
-        benchmark(torch.mm, a, b)
+        benchmark(_synchronized(lambda: torch.mm(a, b), device))
+
+
+def test_the_calibration_runs_on_the_bench_device():
+    """The calibration takes the suite's ``device`` fixture: it times the device the checks
+    run on, and skips with them where that device is missing."""
+    import inspect
+
+    assert "device" in inspect.signature(test_calibration).parameters
 
 
 def test_params_name_every_varying_field():
@@ -144,6 +157,42 @@ def test_params_name_every_varying_field():
     needing another field would collide with one already listed)."""
     assert tuple(varying_fields()) == PARAMS, f"test_point's parameters should be {varying_fields()}"
     assert len(POINTS) == sum(len(experiments.get(n).points(QUICK)) for n in EXPERIMENTS)
+
+
+def test_the_documented_grouping_groups_every_check(tmp_path):
+    """The grouping of the documented command (docs/benchmarks.md: ``pytest tests/bench
+    --benchmark-only --benchmark-group-by=param:method``) applied, by pytest-benchmark's own
+    hook, to every benchmark pytest collects under tests/bench (collection only: nothing is
+    timed). A check without the parameter crashed the run at its end."""
+    import os
+    import re
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "docs", "benchmarks.md")) as f:
+        documented = re.findall(r"pytest tests/bench --benchmark-only --benchmark-group-by=(\S+)", f.read())
+    assert documented, "docs/benchmarks.md documents no --benchmark-group-by command"
+    (tmp_path / "grouping_probe.py").write_text(
+        "import json, os\n"
+        "from pytest_benchmark.plugin import pytest_benchmark_group_stats\n"
+        "def pytest_collection_finish(session):\n"
+        "    benches = [dict(name=i.name, fullname=i.nodeid, group=None, param=None,\n"
+        "                    params=dict(i.callspec.params) if hasattr(i, 'callspec') else None)\n"
+        "               for i in session.items if 'benchmark' in getattr(i, 'fixturenames', ())]\n"
+        "    out = {}\n"
+        "    for group_by in os.environ['GROUP_BY'].split(';'):\n"
+        "        out[group_by] = [[k, len(v)] for k, v in pytest_benchmark_group_stats(session.config, benches, group_by)]\n"
+        "    out['count'] = len(benches)\n"
+        "    open(os.environ['GROUPS_OUT'], 'w').write(json.dumps(out, default=str))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), root, os.environ.get("PYTHONPATH", "")]),
+           "GROUP_BY": ";".join(documented), "GROUPS_OUT": str(tmp_path / "groups.json")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "tests/bench", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-p", "grouping_probe", "--benchmark-only"], cwd=root, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    groups = json.loads((tmp_path / "groups.json").read_text())
+    assert groups["count"] == len(POINTS) + 1  # every check and the calibration
+    for group_by in documented:
+        assert sum(n for _, n in groups[group_by]) == groups["count"], groups[group_by]
 
 
 @pytest.mark.slow
