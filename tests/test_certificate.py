@@ -272,3 +272,22 @@ def test_certificate_holds_at_the_ends_of_float64s_range(c, tau, split):
         assert math.isclose(cc.exact_norm, c * one[mod].exact_norm, rel_tol=1e-12), (c, mod)
         if tau == 1.0:
             assert cc.bound < 1e-5, (c, mod, cc)
+
+
+@pytest.mark.parametrize("at_rounding_level", [False, True])
+def test_printed_bound_is_never_below_the_bound(at_rounding_level):
+    """The bound in a certificate's line is rounded up: read back as a decimal it is >= the
+    float it prints (exact Decimal comparison), and within one unit of its last digit.
+    Rounded to nearest, 0.0026129710... printed as 2.61e-03, below itself."""
+    from decimal import Decimal
+
+    from fraq.aggregators import ModuleCertificate
+
+    g = torch.Generator().manual_seed(5)
+    values = [0.0026129710352310194, 0.009996, 1.25e-7, 1.0] + (10.0 ** (-12 * torch.rand(200, generator=g, dtype=F64))).tolist()
+    for b in values:
+        c = ModuleCertificate(error=b / 2, bound=b, resolution=1e-9, at_rounding_level=at_rounding_level, exact_norm=1.0)
+        printed = str(c).split("<= ")[1].split(")")[0].split(" ")[0]
+        digits = 1 if at_rounding_level else 2
+        assert Decimal(printed) >= Decimal(b), (b, str(c))
+        assert Decimal(printed) - Decimal(b) <= Decimal(f"1e{int(printed.split('e')[1]) - digits}"), (b, str(c))

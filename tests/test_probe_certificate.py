@@ -99,7 +99,7 @@ def test_probe_bound_covers_the_float64_dense_error(name, exact, dtype):
         if exact:
             assert c.bound < (100 * torch.finfo(F32).eps * math.sqrt(hi / lo) if dtype == F64 else 1e-3), (name, mod, c)
         assert str(c).endswith("(rounding level)") == c.at_rounding_level
-        assert "with probability 0.999" in str(c) and c.verdict == f"<= {c.bound:.2e} with probability 0.999"
+        assert "with probability 0.999" in str(c) and c.bound <= float(c.verdict.split()[1]) <= c.bound * 1.01
 
 
 @pytest.mark.parametrize("name", ADAPTERS)

@@ -75,6 +75,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 import torch
@@ -136,8 +137,8 @@ class ModuleCertificate:
         if self.note is not None:
             return self.note
         if self.at_rounding_level:
-            return f"<= {self.bound:.1e} (rounding level)"
-        return f"{self.error:.2e} (<= {self.bound:.2e})"
+            return f"<= {bound_text(self.bound, 1)} (rounding level)"
+        return f"{self.error:.2e} (<= {bound_text(self.bound, 2)})"
 
     def to_json(self) -> dict:
         """Strict JSON: a number that does not exist (the relative error, bound and resolution
@@ -146,6 +147,16 @@ class ModuleCertificate:
         return {"error": num(self.error), "bound": num(self.bound), "bound_note": self.note,
                 "resolution": num(self.resolution), "at_rounding_level": self.at_rounding_level,
                 "exact_norm": self.exact_norm, "client": self.client}
+
+
+def bound_text(x: float, digits: int) -> str:
+    """A bound in e-notation with ``digits`` digits after the point, rounded up (never
+    printed below the bound, as plain ``:.2e`` rounding to nearest may be)."""
+    text = f"{x:.{digits}e}"
+    if not math.isfinite(x) or float(text) >= x:
+        return text
+    mant, exp = text.split("e")
+    return f"{float(f'{Decimal(mant) + Decimal(1).scaleb(-digits)}e{exp}'):.{digits}e}"
 
 
 def _json_number(x: float) -> float | None:

@@ -101,6 +101,7 @@ import torch
 from fraq.aggregators.certificate import (
     Certificate,
     _json_number,
+    bound_text,
     checked_inputs,
     distinct_downlinks,
     exact_factors,
@@ -213,7 +214,7 @@ class ProbeModuleCertificate:
         """``<= b with probability 1 - delta`` in words, or why it cannot judge."""
         if self.note is not None:
             return self.note
-        return f"<= {self.bound:.2e} with probability {self.probability:.6g}"
+        return f"<= {bound_text(self.bound, 2)} with probability {self.probability:.6g}"
 
     def __str__(self) -> str:
         if self.note is not None:
