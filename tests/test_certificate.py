@@ -234,3 +234,60 @@ def test_certificate_reads_the_host_once():
     ups = _uploads("fraq", exact=False, modules={**SQUARE, "wide": (9, 20), "sq2": (12, 12)})
     res = _agg("fraq").aggregate(ups)
     assert count_host_reads(lambda: res.certificate(ups)).total == 1
+
+
+RANGE_ENDS = [2.0 ** -520, 2.0 ** 520, 1e-160, 1e160]
+
+
+def _scaled_uploads(ups, c, *, split: bool):
+    """Every B_k times c (``split``: B_k and A_k each times sqrt(c)), float64: the aggregate
+    times c, near the ends of float64's range that fraq.recompress handles."""
+    f = math.sqrt(c) if split else c
+    return [ClientUpdate({n: (B * f, A * (f if split else 1.0)) for n, (B, A) in u.factors.items()},
+                         scale=u.scale, weight=u.weight) for u in ups]
+
+
+@pytest.mark.parametrize("c", RANGE_ENDS)
+@pytest.mark.parametrize("tau", [1.0, 0.9])
+@pytest.mark.parametrize("split", [False, True])
+def test_certificate_holds_at_the_ends_of_float64s_range(c, tau, split):
+    """FRAQ on float64 uploads whose aggregate is scaled by c (about 1e-157 to 1e160)
+    certifies the unscaled uploads' relative error, to the two resolutions, and its bound
+    holds against the float64 dense error of the unscaled uploads (the scaled adapter
+    divided by c: exact for a power of two, one rounding per entry for 1e+-160, far below
+    SLACK). ``exact_norm`` is ||S|| times c to rounding. Grams of unscaled factors would
+    square c (1e-320 underflows, 1e320 overflows)."""
+    ups = _uploads("fraq", exact=False, dtype=F64)
+    big = _scaled_uploads(ups, c, split=split)
+    agg = get_aggregator("fraq", tau=tau)
+    one, res = agg.aggregate(ups).certificate(ups), agg.aggregate(big)
+    cert = res.certificate(big)
+    for mod, cc in cert.items():
+        S = _dense_exact(ups, mod)
+        G = res.downlinks[0][mod].delta(F64) / c
+        dense = float(torch.linalg.matrix_norm(S - G) / torch.linalg.matrix_norm(S))
+        assert math.isfinite(cc.bound) and dense <= cc.bound * (1 + SLACK), (c, mod, dense, cc)
+        assert cc.at_rounding_level == one[mod].at_rounding_level, (c, mod, one[mod], cc)
+        assert abs(cc.error - one[mod].error) <= cc.resolution + one[mod].resolution, (c, mod, one[mod], cc)
+        assert math.isclose(cc.exact_norm, c * one[mod].exact_norm, rel_tol=1e-12), (c, mod)
+        if tau == 1.0:
+            assert cc.bound < 1e-5, (c, mod, cc)
+
+
+@pytest.mark.parametrize("at_rounding_level", [False, True])
+def test_printed_bound_is_never_below_the_bound(at_rounding_level):
+    """The bound in a certificate's line is rounded up: read back as a decimal it is >= the
+    float it prints (exact Decimal comparison), and within one unit of its last digit.
+    Rounded to nearest, 0.0026129710... printed as 2.61e-03, below itself."""
+    from decimal import Decimal
+
+    from fraq.aggregators import ModuleCertificate
+
+    g = torch.Generator().manual_seed(5)
+    values = [0.0026129710352310194, 0.009996, 1.25e-7, 1.0] + (10.0 ** (-12 * torch.rand(200, generator=g, dtype=F64))).tolist()
+    for b in values:
+        c = ModuleCertificate(error=b / 2, bound=b, resolution=1e-9, at_rounding_level=at_rounding_level, exact_norm=1.0)
+        printed = str(c).split("<= ")[1].split(")")[0].split(" ")[0]
+        digits = 1 if at_rounding_level else 2
+        assert Decimal(printed) >= Decimal(b), (b, str(c))
+        assert Decimal(printed) - Decimal(b) <= Decimal(f"1e{int(printed.split('e')[1]) - digits}"), (b, str(c))

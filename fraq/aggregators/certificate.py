@@ -58,6 +58,16 @@ relative error. The subtraction cancels: below ``resolution = sqrt(delta) / ||S|
 difference is rounding, and the certificate says ``at_rounding_level`` rather than print
 that noise. An exact method in float32 (FRAQ at full rank: errors near 1e-7) is
 certified at the rounding level; FedIT's averaging and any rank cut show their error.
+
+Range. A Gram squares its factors' scale, so float64 uploads whose aggregate lies near
+1e-150 or 1e150 (inside what :func:`fraq.recompress` handles) would under- or overflow in
+them. Each pair is therefore brought to unit scale first (:func:`unit_scaled`): X's columns
+balanced against Y's rows, U's against V's (each product unchanged), then X and U scaled
+by one power of two 2^-k_X, Y and V by 2^-k_Y, chosen so the balanced X and Y have
+their largest entries near 1. Powers of two are exact, S and G are scaled alike, and the
+relative error is scale-invariant: only ``exact_norm`` has 2^(k_X + k_Y) put back.
+Gradual underflow of what is left (terms 2^-1000 below the largest) adds at most
+2^-1074 per multiplication, counted in delta as c^3 2^-1074.
 """
 
 from __future__ import annotations
@@ -65,10 +75,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 import torch
 
+from fraq._range import balance, exponent, scale_pow2
 from fraq._stack import normalized_weights
 from fraq.aggregators.payload import ClientUpdate, Downlink, Factors
 from fraq.aggregators.validation import validate_updates
@@ -79,6 +91,7 @@ if TYPE_CHECKING:
 __all__ = ["Certificate", "ModuleCertificate", "certify"]
 
 _U = 2.0 ** -53
+_ETA = 2.0 ** -1074  # the smallest subnormal float64: gradual underflow's absolute error per multiplication
 _SAFETY = 1.01
 
 
@@ -124,8 +137,8 @@ class ModuleCertificate:
         if self.note is not None:
             return self.note
         if self.at_rounding_level:
-            return f"<= {self.bound:.1e} (rounding level)"
-        return f"{self.error:.2e} (<= {self.bound:.2e})"
+            return f"<= {bound_text(self.bound, 1)} (rounding level)"
+        return f"{self.error:.2e} (<= {bound_text(self.bound, 2)})"
 
     def to_json(self) -> dict:
         """Strict JSON: a number that does not exist (the relative error, bound and resolution
@@ -134,6 +147,16 @@ class ModuleCertificate:
         return {"error": num(self.error), "bound": num(self.bound), "bound_note": self.note,
                 "resolution": num(self.resolution), "at_rounding_level": self.at_rounding_level,
                 "exact_norm": self.exact_norm, "client": self.client}
+
+
+def bound_text(x: float, digits: int) -> str:
+    """A bound in e-notation with ``digits`` digits after the point, rounded up (never
+    printed below the bound, as plain ``:.2e`` rounding to nearest may be)."""
+    text = f"{x:.{digits}e}"
+    if not math.isfinite(x) or float(text) >= x:
+        return text
+    mant, exp = text.split("e")
+    return f"{float(f'{Decimal(mant) + Decimal(1).scaleb(-digits)}e{exp}'):.{digits}e}"
 
 
 def _json_number(x: float) -> float | None:
@@ -211,11 +234,11 @@ def certify(updates: Sequence[ClientUpdate], result: AggregationResult) -> Certi
     updates, specs, a, single = checked_inputs(updates, result)
     rows, where = [], []
     for spec in specs:
-        X, Y = exact_factors(updates, spec.name, a, spec.scales, single)
+        X, Y, ks = unit_scaled(*exact_factors(updates, spec.name, a, spec.scales, single))
         exact = _exact_terms(X, Y)  # once per module, whatever the number of distinct downlinks
         for k, down, n in distinct_downlinks(result, spec.name):
-            U, V = update_factors(down, spec.name, k, single, X, Y)
-            rows.append(_terms(exact, X, Y, U, V))
+            U, V, _ = unit_scaled(*update_factors(down, spec.name, k, single, X, Y), ks)
+            rows.append(_terms(exact, X, Y, U, V, ks))
             where.append((spec.name, k, n))
     values = torch.stack(rows).tolist()  # the one host read
     shared = {name: n for name, _, n in where}
@@ -301,30 +324,50 @@ def update_factors(down: Downlink, name: str, k: int, single: bool, X: torch.Ten
     return U, V
 
 
+def unit_scaled(X: torch.Tensor, Y: torch.Tensor, ks: tuple[torch.Tensor, torch.Tensor] | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """(X 2^-k_X, Y 2^-k_Y, (k_X, k_Y)) for X (m, q), Y (q, n) with X's columns first balanced
+    against Y's rows (:func:`fraq._range.balance`: X Y unchanged), every step a power of two
+    (exact but for what then falls below float64's normal range). ``ks`` None: k_X + k_Y
+    is the balanced pair's exponent sum (largest entries), split evenly, so the product's
+    scale is near 1 and its Grams neither under- nor overflow; given (the exact aggregate's,
+    for an update's U, V), the same scale is taken out, so relative errors are unchanged.
+    k_X, k_Y are int64 0-d tensors on X's device (no host read)."""
+    Xb, Yb = balance(X[None], Y[None], torch.ones(1, dtype=torch.bool, device=X.device))
+    if ks is None:
+        total = exponent(Xb)[0] + exponent(Yb)[0]
+        kx = torch.div(total, 2, rounding_mode="floor")
+        ks = (kx, total - kx)
+    kx, ky = ks
+    return scale_pow2(Xb, -kx, parts=2)[0], scale_pow2(Yb, -ky, parts=2)[0], ks
+
+
 def _exact_terms(X, Y) -> tuple[torch.Tensor, torch.Tensor]:
     """ss = ||S||_F^2 and N_S of the exact aggregate, on the device: (m + n) R^2 multiply-adds."""
     GX, GY = X.mT @ X, Y @ Y.mT
     return (GX * GY).sum(), (GX.diagonal().clamp_min(0) * GY.diagonal().clamp_min(0)).sqrt().sum()
 
 
-def _terms(exact, X, Y, U, V) -> torch.Tensor:
-    """[ss, sg, gg, N_S, N_G, c] for one downlink of a module, on the device (no host read):
-    (m + n)(R p + p^2) multiply-adds beside the module's :func:`_exact_terms`."""
+def _terms(exact, X, Y, U, V, ks) -> torch.Tensor:
+    """[ss, sg, gg, N_S, N_G, c, k] for one downlink of a module (k = k_X + k_Y, the power of
+    two taken out by :func:`unit_scaled`), on the device (no host read): (m + n)(R p + p^2)
+    multiply-adds beside the module's :func:`_exact_terms`."""
     ss, NS = exact
     GU, GV = U.mT @ U, V @ V.mT
     gg = (GU * GV).sum()
     sg = ((U.mT @ X) * (V @ Y.mT)).sum()
     NG = (GU.diagonal().clamp_min(0) * GV.diagonal().clamp_min(0)).sqrt().sum()
     c = X.shape[0] + Y.shape[1] + max(X.shape[1], U.shape[1]) ** 2 + 8
-    return torch.stack([ss, sg, gg, NS, NG, ss.new_tensor(float(c))])
+    return torch.stack([ss, sg, gg, NS, NG, ss.new_tensor(float(c)), (ks[0] + ks[1]).to(ss.dtype)])
 
 
-def _certificate(ss: float, sg: float, gg: float, NS: float, NG: float, c: float, *,
+def _certificate(ss: float, sg: float, gg: float, NS: float, NG: float, c: float, k: float, *,
                  client: int | None) -> ModuleCertificate:
-    """The bound of the module docstring, from the computed Gram terms."""
+    """The bound of the module docstring, from the computed Gram terms of the pairs scaled
+    by 2^-k (``exact_norm`` alone has the scale put back)."""
     d2 = ss - 2.0 * sg + gg
-    delta = _SAFETY * c * _U * (NS + NG) ** 2
-    delta_s = _SAFETY * c * _U * NS ** 2
+    delta = _SAFETY * c * _U * (NS + NG) ** 2 + c ** 3 * _ETA
+    delta_s = _SAFETY * c * _U * NS ** 2 + c ** 3 * _ETA
     norm = math.sqrt(max(ss, 0.0))
     low = ss - delta_s
     inf = math.inf
@@ -332,4 +375,12 @@ def _certificate(ss: float, sg: float, gg: float, NS: float, NG: float, c: float
     bound = math.sqrt(max(d2 + delta, 0.0)) / math.sqrt(low) if low > 0 else inf
     resolution = math.sqrt(delta) / norm if norm > 0 else inf
     return ModuleCertificate(error=error, bound=bound, resolution=resolution, at_rounding_level=d2 <= delta,
-                             exact_norm=norm, client=client)
+                             exact_norm=times_pow2(norm, int(k)), client=client)
+
+
+def times_pow2(x: float, k: int) -> float:
+    """x 2^k as a Python float: inf past float64's range (math.ldexp raises there)."""
+    try:
+        return math.ldexp(x, k)
+    except OverflowError:
+        return math.inf

@@ -81,6 +81,12 @@ z_j}\|` lies within :math:`\rho_E \|z_j\|` is at the rounding level: exact to wh
 resolve, and ``bound`` is all that is known. The probes themselves are the dtype's numbers
 drawn by torch's generator, taken as Gaussian (their deviation is far below the margins
 above); the same seed gives the same probes on the same device type and dtype.
+
+Range. Float64 uploads whose aggregate lies near 1e-150 or 1e150 would make :math:`S z`
+and its squared norms under- or overflow (and float32 probes could not hold such factors
+at all): the stacks are formed in float64 and brought to unit scale by exact powers of
+two, S and G alike (:func:`fraq.aggregators.certificate.unit_scaled`), before the cast to
+``dtype``; the ratio is scale-invariant, and only ``exact_norm`` has the scale put back.
 """
 
 from __future__ import annotations
@@ -95,9 +101,12 @@ import torch
 from fraq.aggregators.certificate import (
     Certificate,
     _json_number,
+    bound_text,
     checked_inputs,
     distinct_downlinks,
     exact_factors,
+    times_pow2,
+    unit_scaled,
     update_factors,
 )
 from fraq.aggregators.payload import ClientUpdate
@@ -205,7 +214,7 @@ class ProbeModuleCertificate:
         """``<= b with probability 1 - delta`` in words, or why it cannot judge."""
         if self.note is not None:
             return self.note
-        return f"<= {self.bound:.2e} with probability {self.probability:.6g}"
+        return f"<= {bound_text(self.bound, 2)} with probability {self.probability:.6g}"
 
     def __str__(self) -> str:
         if self.note is not None:
@@ -290,7 +299,9 @@ def certify_probe(updates: Sequence[ClientUpdate], result: AggregationResult, *,
     gen = torch.Generator(device=device).manual_seed(seed)
     rows, where = [], []
     for spec in specs:
-        X, Y = exact_factors(updates, spec.name, a, spec.scales, single, dtype=dtype)
+        X64, Y64, ks = unit_scaled(*exact_factors(updates, spec.name, a, spec.scales, single))
+        X, Y = X64.to(dtype), Y64.to(dtype)
+        scale = (ks[0] + ks[1]).to(torch.float64).reshape(1)
         m, R, n = X.shape[0], X.shape[1], Y.shape[1]
         Z = torch.randn(n, probes, generator=gen, dtype=dtype, device=device)
         SZ = X @ (Y @ Z)
@@ -298,14 +309,15 @@ def certify_probe(updates: Sequence[ClientUpdate], result: AggregationResult, *,
         z_norms = torch.linalg.vector_norm(Z.double(), dim=0)
         s_norms = torch.linalg.vector_norm(SZ.double(), dim=0)
         for k, down, count in distinct_downlinks(result, spec.name):
-            U, V = update_factors(down, spec.name, k, single, X, Y)
+            U, V, _ = unit_scaled(*update_factors(down, spec.name, k, single, X64, Y64), ks)
+            U, V = U.to(dtype), V.to(dtype)
             p = U.shape[1]
             if (m + n + R + p + 9) * u > _MAX_CU:
                 raise ValueError(f"dtype(={dtype}) rounds too coarsely for module {spec.name!r}: "
                                  f"c u = {(m + n + R + p + 9) * u:.1e} > {_MAX_CU:g}; pass dtype=torch.float64")
             EZ = SZ - U @ (V @ Z)
             e_norms = torch.linalg.vector_norm(EZ.double(), dim=0)
-            rows.append(torch.cat([s_norms, e_norms, z_norms, NS.reshape(1), _norm_sum(U, V).reshape(1)]))
+            rows.append(torch.cat([s_norms, e_norms, z_norms, NS.reshape(1), _norm_sum(U, V).reshape(1), scale]))
             where.append((spec.name, k, count, (m + n + R + 8, m + n + R + p + 9)))
     values = torch.stack(rows).tolist()  # the one host read
     shared = {name: count for name, _, count, _ in where}
@@ -340,9 +352,10 @@ def _norm_sum(C: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
 
 def _module(row: list[float], k: int, u: float, x_lo: float, x_hi: float, *, delta: float, seed: int,
             client: int | None) -> ProbeModuleCertificate:
-    """The bound of the module docstring from one row of host numbers."""
+    """The bound of the module docstring from one row of host numbers (the stacks scaled by
+    2^-scale: ``exact_norm`` alone has it put back)."""
     s, e, z = row[:k], row[k:2 * k], row[2 * k:3 * k]
-    NS, NG, c_s, c_e = row[3 * k:]
+    NS, NG, scale, c_s, c_e = row[3 * k:]
     rho_s = _SAFETY * c_s * u * NS
     rho_e = _SAFETY * c_e * u * (NS + NG)
     t_s = sum(v * v for v in s) / k
@@ -360,4 +373,5 @@ def _module(row: list[float], k: int, u: float, x_lo: float, x_hi: float, *, del
     bound = math.sqrt(x_hi / x_lo * t_e_hi / t_s_lo) if t_s_lo > 0 else inf
     resolution = math.sqrt(rounding / t_s) if t_s > 0 else inf
     return ProbeModuleCertificate(error=error, bound=bound, delta=delta, probes=k, seed=seed, resolution=resolution,
-                                  at_rounding_level=at_rounding, exact_norm=math.sqrt(t_s), client=client)
+                                  at_rounding_level=at_rounding, exact_norm=times_pow2(math.sqrt(t_s), int(scale)),
+                                  client=client)

@@ -56,7 +56,8 @@ from pathlib import Path
 
 import torch
 
-from fraq.aggregators import AGGREGATORS, Aggregator, Certificate, ClientUpdate, get_aggregator
+from fraq.aggregators import (AGGREGATORS, Aggregator, Certificate, ClientUpdate, Downlink, Factors, ProbeCertificate,
+                              get_aggregator)
 from fraq.aggregators.capping import capped_aggregate
 from fraq.peft.config import CONFIG, PREFIX, output_config
 from fraq.peft.layout import LINEAR, module_layouts
@@ -200,10 +201,12 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
             triangular factors of the stacks, about 4 (m + n) (sum_k r_k + p)^2 flops per module.
         base: the base model (a directory) whose module types give the delta's layouts
             (default: the first client's ``base_model_name_or_path``); read only with ``delta``.
-        certificate: certify the aggregator's result against the exact aggregate
+        certificate: certify what is written against the exact aggregate
             (:meth:`fraq.aggregators.AggregationResult.certificate`: per module a relative
-            error with its float64 rounding bound, in the compute dtype, before the cast to
-            ``dtype``), kept as ``.certificate``; about the cost of FRAQ's recompression.
+            error with its float64 rounding bound): the factors as cast to ``dtype``, or
+            with ``delta`` the factors' bound plus the cast of each dense entry to ``dtype``
+            (u (1 + bound), u its unit roundoff); kept as ``.certificate``; about the cost
+            of FRAQ's recompression.
         certificate_method: ``"gram"`` (default) the exact certificate above; ``"probe"``
             a bound that holds with probability 0.999 from 8 Gaussian probes, at about
             8 / R of FRAQ's cost (:func:`fraq.aggregators.certify_probe`).
@@ -285,10 +288,14 @@ def _aggregate_impl(clients: list[ClientAdapter], a: list[float], opts: Aggregat
 
     The tensors are the adapter's (factors in ``opts.dtype``, ``modules_to_save`` averaged)
     or, with ``layouts``, the dense deltas in each module's base layout."""
-    exact, cert = _factors(clients, a, opts.aggregator(), opts.cdt,
-                           opts.certificate_method if opts.certificate else None)
+    exact, certify = _factors(clients, a, opts.aggregator(), opts.cdt)
     factors = {m: (_cast(f"module {m!r}: lora_B", B, opts.dtype), _cast(f"module {m!r}: lora_A", A, opts.dtype))
                for m, (B, A) in exact.items()}
+    cert = None
+    if opts.certificate:  # what is written: the cast factors, or the delta's cast entries
+        cert = certify(exact, opts.certificate_method) if layouts is not None else certify(factors, opts.certificate_method)
+        if layouts is not None:
+            cert = _with_cast(cert, opts.dtype)
     rows = [module_row(m, clients, a, B, A, opts.report) for m, (B, A) in factors.items()]
     if opts.uniform_rank and not opts.delta:
         p = max(B.shape[1] for B, _ in factors.values())
@@ -322,14 +329,18 @@ def _write(out: Path, agg: AdapterAggregation, tensors: dict[str, torch.Tensor],
         write_adapter(out, agg.config, tensors, opts.overwrite, paths)
 
 
-def _factors(clients, a, agg: Aggregator, cdt, certify: str | None
-             ) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], Certificate | None]:
+def _factors(clients, a, agg: Aggregator, cdt):
     """module -> the (B, A) to write, scale folded into B, in the compute dtype ``cdt``; and
-    the result's certificate by method ``certify`` ("gram" or "probe"; None: no certificate)."""
+    ``certify(factors, method)``: the certificate ("gram" or "probe") of an adapter with
+    these factors (scale 1) against the exact aggregate of the clients, as every client's
+    update (the one adapter written)."""
     updates = [ClientUpdate({m: (B.to(cdt), A.to(cdt)) for m, (B, A) in c.factors.items()},
                             scale=c.scales, weight=ak) for c, ak in zip(clients, a)]
     result = capped_aggregate(agg, updates)
-    cert = None if certify is None else result.certificate(updates, method=certify)
+
+    def certify(factors: Mapping[str, tuple[torch.Tensor, torch.Tensor]], method: str) -> Certificate:
+        downs = {m: Downlink(sent=(B, A), merge=(Factors(B, A),)) for m, (B, A) in factors.items()}
+        return replace(result, downlinks=(downs,) * result.clients).certificate(updates, method=method)
     downlinks = {m: [result.downlinks[k][m] for k in range(result.clients)] for m in updates[0].factors}
     factors = {}
     for m in clients[0].factors:
@@ -343,7 +354,18 @@ def _factors(clients, a, agg: Aggregator, cdt, certify: str | None
         if B.shape[-1] == 0:  # a zero aggregate: rank 1 with zero factors still loads
             B, A = B.new_zeros(B.shape[0], 1), A.new_zeros(1, A.shape[1])
         factors[m] = (B, A)
-    return factors, cert
+    return factors, certify
+
+
+def _with_cast(cert: Certificate, dtype: torch.dtype) -> Certificate:
+    """``cert`` of the factors, for their dense product written in ``dtype``: rounding each
+    entry errs by at most u |entry| (u = eps / 2 of ``dtype``), so the written delta's
+    distance grows by at most u ||G||_F <= u ||S||_F (1 + bound): ``bound + u (1 + bound)``."""
+    u = torch.finfo(dtype).eps / 2
+    modules = {m: replace(c, bound=c.bound + u * (1.0 + c.bound)) for m, c in cert.items()}
+    if isinstance(cert, ProbeCertificate):
+        return ProbeCertificate(modules, probes=cert.probes, delta=cert.delta, seed=cert.seed)
+    return Certificate(modules)
 
 
 def _cast(what: str, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
