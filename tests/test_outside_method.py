@@ -303,5 +303,9 @@ def test_the_analysis_shows_a_method_by_its_result_fields_without_knowing_it():
     assert list(d["method_name"]) == [DISPLAY, "FRAQ (cholesky)", "FLoRIST", "FRAQ"]
     look = styles(d)
     assert list(look) == ["FRAQ", "FRAQ (cholesky)", "FLoRIST", DISPLAY]  # legend: the paper's method first
-    assert look["FRAQ (cholesky)"] == dict(color=COLORS["FRAQ"], marker=".", variant=True)
+    from analysis.style import MIN_DELTA_E, delta_e
+
+    variant = look["FRAQ (cholesky)"]  # FRAQ's family, told apart from FRAQ by its shade and marker
+    assert variant["variant"] and variant["marker"] != look["FRAQ"]["marker"]
+    assert 0 < delta_e(variant["color"], COLORS["FRAQ"]) and delta_e(variant["color"], look["FLoRIST"]["color"]) > MIN_DELTA_E
     assert look[DISPLAY]["color"] not in COLORS.values() and not look[DISPLAY]["variant"]
