@@ -103,13 +103,13 @@ def test_runner_and_report_section(tmp_path):
     df = loaders.load_results(tmp_path / "results" / "peft")
     assert len(df) == 1
     rows = report.rows(df)
-    assert set(rows["method"]) == {"peft-cat", "peft-svd", "peft-svd-thin", "fraq"} and len(rows) == 7
+    assert set(rows["method"]) == {"peft-cat", "peft-svd", "peft-svd-thin", "fraq"} and len(rows) == 6
     assert (rows["n"] == 2).all()
     assert rows["excess_max"].max() <= TOL
     table = report.table(df)
-    assert len(table) == 7
+    assert len(table) == 6
     lines = report.ratio_lines(df)  # 2 rounds at the tiny size: descriptive, no interval (MIN_ROUNDS)
-    assert len(lines) == 4 and "at its best" in lines[0] and "at its best" not in lines[1] and all("median of 2 paired rounds; descriptive: n < 6, no interval" in x and "95%" not in x
+    assert len(lines) == 3 and "at its best" in lines[0] and "at its best" not in lines[1] and all("median of 2 paired rounds; descriptive: n < 6, no interval" in x and "95%" not in x
                                    for x in lines), lines
     report.figure(df)
 
@@ -129,12 +129,12 @@ def test_a_slow_merge_timed_by_its_first_call_says_so(tmp_path):
     rows = report.rows(loaders.load_results(tmp_path / "peft"))
     slow = rows["method"].str.startswith("peft-svd")  # as published and at its best
     svd, rest = rows[slow], rows[~slow]
-    assert len(svd) == 4 and (svd["n"] == 1).all() and (rest["n"] == config["repeats"]).all()
+    assert len(svd) == 3 and (svd["n"] == 1).all() and (rest["n"] == config["repeats"]).all()
     assert all(s == [f] for s, f in zip(svd["samples_s"], svd["first_call_s"]))
     assert (svd["first_call_sample"] == True).all()  # noqa: E712 (a column of objects)
     table = report.table(loaders.load_results(tmp_path / "peft"))
     times = table["Time ms, median [min, max]"]
-    assert times.str.contains(r"\(n=1: the first call\)").sum() == 4
+    assert times.str.contains(r"\(n=1: the first call\)").sum() == 3
     assert not times[~times.str.contains("n=1")].str.contains("first call").any()
 
 
