@@ -93,13 +93,11 @@ def two_clients(m, n, r, c, seed):
 
 
 def flat_tail(d, t, level, seed):
-    """sigma_1 = 1 and t directions at ``level``, split as U S^(1/2), S^(1/2) V^T."""
-    g = torch.Generator().manual_seed(seed)
-    U = torch.linalg.qr(torch.randn(d, t + 1, generator=g, dtype=F64)).Q
-    V = torch.linalg.qr(torch.randn(d, t + 1, generator=g, dtype=F64)).Q
-    S = torch.full((t + 1,), level, dtype=F64)
-    S[0] = 1.0
-    return (U * S.sqrt()).float(), (S.sqrt()[:, None] * V.mT).float()
+    """tests/test_energy_rule.py's flat tail (sigma_1 = 1, t directions at ``level``), float32."""
+    from tests.test_energy_rule import flat_tail as flat_tail64
+
+    B, A = flat_tail64(d, t, level, seed)
+    return B.float(), A.float()
 
 
 def hostile():

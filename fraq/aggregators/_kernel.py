@@ -93,17 +93,24 @@ def dense_svd(B: torch.Tensor, A: torch.Tensor, *, chunk: int
     dense matrix is formed by one GEMM in its tall orientation (as (A^T B^T) when m < n)
     and freed as soon as it is decomposed.
     """
-    m, n = B.shape[-2], A.shape[-1]
-    transposed = m < n
-    batched = B.dim() == 3
-    L = B.shape[0] if batched else 1
-    for lo in range(0, L, chunk):
-        rows = slice(lo, lo + chunk)
-        Bc, Ac = (B[rows], A[rows]) if batched else (B, A)
-        dense = torch.matmul(Ac.mT, Bc.mT) if transposed else torch.matmul(Bc, Ac)
+    for rows, dense, transposed in _dense_chunks(B, A, chunk):
         U, S, Vh = thin_svd(dense)
         del dense
         yield (rows, Vh.mT, S, U.mT) if transposed else (rows, U, S, Vh)
+
+
+def _dense_chunks(B: torch.Tensor, A: torch.Tensor, chunk: int) -> Iterator[tuple[slice, torch.Tensor, bool]]:
+    """``(rows, dense, transposed)``: the dense products B @ A of ``chunk`` batch entries at a
+    time, each formed by one GEMM in its tall orientation (A^T B^T, ``transposed``, when
+    m < n); an unbatched input is one item."""
+    m, n = B.shape[-2], A.shape[-1]
+    transposed = m < n
+    batched_ = B.dim() == 3
+    L = B.shape[0] if batched_ else 1
+    for lo in range(0, L, chunk):
+        rows = slice(lo, lo + chunk)
+        Bc, Ac = (B[rows], A[rows]) if batched_ else (B, A)
+        yield rows, (torch.matmul(Ac.mT, Bc.mT) if transposed else torch.matmul(Bc, Ac)), transposed
 
 
 def triplets(B: torch.Tensor, A: torch.Tensor, *, kernel: str, rank: int | None, max_dense_bytes: int
@@ -146,13 +153,7 @@ def rsvd_dense(B: torch.Tensor, A: torch.Tensor, *, rank: int, chunk: int
     """
     m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
     q = min(rank + RSVD_OVERSAMPLE, m, n, r)
-    transposed = m < n
-    batched_ = B.dim() == 3
-    L = B.shape[0] if batched_ else 1
-    for lo in range(0, L, chunk):
-        rows = slice(lo, lo + chunk)
-        Bc, Ac = (B[rows], A[rows]) if batched_ else (B, A)
-        dense = torch.matmul(Ac.mT, Bc.mT) if transposed else torch.matmul(Bc, Ac)
+    for rows, dense, transposed in _dense_chunks(B, A, chunk):
         if q == 0:
             U, S, V = dense[..., :0], dense.new_zeros(*dense.shape[:-2], 0), dense.mT[..., :0]
         else:
