@@ -26,7 +26,6 @@ make a figure or a verdict wrong:
 
 from __future__ import annotations
 
-import numbers
 import os
 import warnings
 from collections.abc import Iterable
@@ -36,6 +35,7 @@ import pandas as pd
 
 from analysis.loaders import integral, load_results
 from analysis.notes import Commits, Skipped
+from fraq._fields import LABELS, LISTS, REQUIRED, ROWS, absent, kind, typed  # the table the runner reads too
 
 __all__ = ["load", "Results", "NoResults", "MixedResults", "default_dir", "REQUIRED",
            "IDENTITY", "ONE_PRESET", "LABELS", "LISTS", "ROWS", "SETTING_SECTIONS", "NOT_SETTINGS", "setting_columns",
@@ -43,32 +43,6 @@ __all__ = ["load", "Results", "NoResults", "MixedResults", "default_dir", "REQUI
 
 DEFAULT = Path("results") / "reproduce" / "results"
 """Where ``make run`` writes, relative to the repository root."""
-
-REQUIRED = {
-    "fig3": ("sweep", "method", "mode", "d", "r", "timing.median", "timing.samples", "peak_bytes"),
-    "clients": ("method", "d", "D", "K", "r", "client_rank", "tau", "timing.median", "timing.samples", "peak_bytes",
-                "ranks", "rank_float64", "energy_kept_min"),
-    "clients_models": ("preset", "clients", "stacked_rank"),
-    "table4": ("variant", "timing.median", "timing.samples", "peak_bytes", "gap_to_svd", "excess"),
-    "florist_steps": ("preset", "row", "timing.samples", "modules", "modules_total", "flops_counted", "ops",
-                      "host_reads"),
-    "fig4_rank": ("method", "p", "group", "relative_error", "optimal_error"),
-    "fig4_cond": ("method", "kappa", "relative_error"),
-    "fig1": ("method", "clients", "client_rank", "downlink_params_full"),
-    "peft": ("model", "p", "modules", "clients", "rows"),
-    "backends": ("case", "backend", "ms_1t", "gap_to_optimum"),
-    "federated": ("variant", "method", "seed"),
-}
-"""The columns each drawn experiment's figure, table and verdicts read."""
-
-LABELS = ("sweep", "method", "mode", "variant", "group", "case", "backend", "preset", "model", "row")
-"""The :data:`REQUIRED` columns that hold names (strings)."""
-
-LISTS = ("timing.samples", "gap_to_svd", "excess", "relative_error", "optimal_error", "ranks", "rank_float64")
-"""The :data:`REQUIRED` columns that hold a non-empty list of numbers (per sample, per
-matrix); every column in neither tuple holds one number. A file whose field has another
-type (a hand-edited ``"timing": {"median": "fast"}``) is skipped, naming it, like a file
-without the field."""
 
 IDENTITY = ("size", "device", "dtype")
 """What a run was: results that differ in any of these are not drawn together."""
@@ -152,17 +126,17 @@ def _mix(rows: pd.DataFrame, col: str, where: str) -> str | None:
 
 
 def _valid(rows: pd.DataFrame) -> pd.DataFrame:
-    """``rows`` without the files missing their figure's fields (each named in a warning)."""
+    """``rows`` without the files missing their figure's fields (:data:`REQUIRED`) or with
+    one of another type (:func:`fraq._fields.typed`), each named in a warning."""
     keep = []
     for i, r in rows.iterrows():
-        need = [c for c in REQUIRED.get(r["experiment"], ()) if c not in r.index or _absent(r[c])]
+        need = [c for c in REQUIRED.get(r["experiment"], ()) if c not in r.index or absent(r[c])]
         if need:
             warnings.warn(Skipped(f"skipped {r['file']}: malformed {r['experiment']} result "
                                   f"(no {', '.join(need)})"),
                           stacklevel=3)
             continue
-        wrong = [f"{c}={_show(r[c])} is not {'a name' if c in LABELS else 'a list of method rows' if c == 'rows' else 'a number'}"
-                 for c in REQUIRED.get(r["experiment"], ()) if not _typed(c, r[c])]
+        wrong = [f"{c}={_show(r[c])} is not {kind(c)}" for c in REQUIRED.get(r["experiment"], ()) if not typed(c, r[c])]
         if wrong:
             warnings.warn(Skipped(f"skipped {r['file']}: malformed {r['experiment']} result ({'; '.join(wrong)})"),
                           stacklevel=3)
@@ -170,38 +144,6 @@ def _valid(rows: pd.DataFrame) -> pd.DataFrame:
         keep.append(i)
     # infer_objects: a column a skipped file made mixed (a name among numbers) becomes numeric again
     return rows.loc[keep].reset_index(drop=True).infer_objects()
-
-
-def _absent(v) -> bool:
-    return v is None or (isinstance(v, float) and v != v)
-
-
-def _number(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
-
-
-ROWS = {"labels": ("method", "setting", "label"), "lists": ("samples_s",),
-        "numbers": ("median_s", "min_s", "max_s", "n", "excess_max", "rank_min", "rank_max", "rank_mean", "params")}
-"""A ``rows`` column (the peft comparison: one object per method) holds a non-empty list of
-objects, each with these names, lists of numbers and numbers."""
-
-
-def _row_ok(r) -> bool:
-    return (isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ROWS["labels"])
-            and all(isinstance(r.get(k), list) and r[k] and all(map(_number, r[k])) for k in ROWS["lists"])
-            and all(_number(r.get(k)) for k in ROWS["numbers"]))
-
-
-def _typed(col: str, v) -> bool:
-    """``v`` has the type column ``col`` holds (:data:`LABELS`, :data:`LISTS`, else a number;
-    NaN is a point not measured, named later by the verdicts)."""
-    if col in LABELS:
-        return isinstance(v, str)
-    if col == "rows":
-        return isinstance(v, list) and bool(v) and all(map(_row_ok, v))
-    if col in LISTS:
-        return isinstance(v, list) and bool(v) and all(_number(x) for x in v)
-    return _number(v)
 
 
 def _show(v) -> str:
@@ -220,7 +162,7 @@ def _key(v) -> str:
 
     from fraq._json import finite  # the standard library only, as the grammar
 
-    if _absent(v):
+    if absent(v):
         return "unset"
     return json.dumps(finite(v), sort_keys=True, allow_nan=False) if isinstance(v, (list, dict)) else str(v)
 

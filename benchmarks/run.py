@@ -21,10 +21,13 @@ others), and a result is never written over one of another size, device or dtype
 that would is refused before it measures anything, naming the file (choose another
 ``--out``).
 
-A run is resumable: a point whose result file exists with the same config is not
-measured again (the file is written whole or not at all, so an interrupted run leaves no
-half result), so rerunning the same command after a crash or Ctrl-C continues where it
-stopped. ``--rerun`` measures every point again. Progress on stderr (:mod:`fraq._progress`:
+A run is resumable: a point whose result file exists with the same config, recorded on
+the same device and dtype, and whole (every key of the format, and the fields its
+experiment's figure reads, :data:`fraq._fields.REQUIRED`, each of its type: numbers where
+numbers belong, timing samples a list of finite numbers) is not measured again; a file
+that is not whole is measured again, with one line naming it and why (the file is written
+whole or not at all, so an interrupted run leaves no half result), so rerunning the same
+command after a crash or Ctrl-C continues where it stopped. ``--rerun`` measures every point again. Progress on stderr (:mod:`fraq._progress`:
 a line redrawn at a terminal, one plain line per finished point at most every 10 s
 elsewhere) shows the point being measured and the time left, weighing each point by its
 experiment's estimate of its cost (``cost(config)``, :mod:`benchmarks.experiments`)
@@ -94,23 +97,37 @@ def _foreign(path: Path, size: str, device: torch.device, dtype: str = "float32"
         rec = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    return _other(rec, size, device, dtype)
+
+
+def _other(rec, size: str, device: torch.device, dtype: str = "float32") -> str | None:
+    """What in record ``rec`` differs from this run's size, device or dtype, or None (also
+    for what is not a record, and for a field it does not record)."""
     if not isinstance(rec, dict):
         return None
     theirs = {"size": (rec.get("config") or {}).get("size") if isinstance(rec.get("config"), dict) else None,
               "device": rec.get("device"), "dtype": rec.get("dtype")}
     mine = {"size": size, "device": _device_name(device), "dtype": dtype}
     for what in ("size", "device", "dtype"):
-        if theirs[what] is None:
+        if not isinstance(theirs[what], str):
             continue
-        other = _device_name(theirs[what]) if what == "device" else theirs[what]
+        try:
+            other = _device_name(theirs[what]) if what == "device" else theirs[what]
+        except RuntimeError:  # not a device torch knows: another run's, whatever it was
+            other = theirs[what]
         if other != mine[what]:
             return f"{what} {theirs[what]}, this run's is {mine[what] if what != 'device' else str(device)}"
     return None
 
 
-def _finished(path: Path, config: dict) -> tuple[bool, str | None]:
+def _finished(path: Path, config: dict, size: str, device: torch.device) -> tuple[bool, str | None]:
     """(whether ``path`` holds a finished result of ``config``, what damages it when the
-    config is this point's but the record is not whole: :func:`fraq._results.damage`)."""
+    config is this point's but the record is not whole: :func:`fraq._results.damage`).
+
+    Finished means: this point's config, recorded on this run's device and dtype, and
+    whole (every key of the format, and the fields its experiment's result holds, each of
+    its type). A whole result of another device or dtype is not finished and not damaged:
+    the run refuses to write over it (:func:`_foreign`)."""
     from fraq.internals import damage
 
     try:
@@ -120,7 +137,9 @@ def _finished(path: Path, config: dict) -> tuple[bool, str | None]:
     if not isinstance(rec, dict) or rec.get("config") != json.loads(json.dumps(config, default=str, allow_nan=False)):
         return False, None
     why = damage(rec)
-    return why is None, why
+    if why is not None:
+        return False, why
+    return _other(rec, size, device) is None, None
 
 
 def _config(config: dict, size: str) -> dict:
@@ -208,16 +227,13 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
         todo, damaged = [], []
         for name, module, config in points:
             path = result_path(out, name, module.key(config))
-            whole, why = (False, None) if rerun else _finished(path, _config(config, size))
+            whole, why = (False, None) if rerun else _finished(path, _config(config, size), size, device)
             if whole:
                 counts["skipped"] += 1
             else:
                 todo.append((name, module, config))
                 if why is not None:
                     damaged.append(f"{path}: {why}")
-        if damaged:  # one line: they are measured again, never drawn as measured
-            print(f"{len(damaged)} result file(s) damaged, measured again (first: {damaged[0]})", file=sys.stderr)
-        counts["damaged"] = len(damaged)
         for name, module, config in todo:  # before any measurement: nothing of another run is replaced
             path = result_path(out, name, module.key(config))
             folder = path.parent
@@ -230,7 +246,10 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
             if why is not None:
                 raise ForeignResult(f"--out(={str(out)!r}) holds {str(path)!r}, a result of {why}: it is never "
                                     f"written over; choose another --out (the default of --size {size} is "
-                                    f"{default_out(size)})")
+                                    f"{default_out(size)}), or move that run's results away to measure here")
+        for line in damaged:  # one line each, once nothing is refused: measured again, never drawn as measured
+            print(f"remeasuring {line}", file=sys.stderr)
+        counts["damaged"] = len(damaged)
         untimed = [p for p in todo if p[0] in UNTIMED]
         parts = chunks(plan(names, size)) if untimed else []  # the same in every process: the plan's alone
         if claims is not None or not untimed:

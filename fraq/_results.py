@@ -78,8 +78,13 @@ RECORD_TYPES = dict(experiment=str, key=str, config=dict, result=dict, machine=d
 
 def damage(rec) -> str | None:
     """What makes ``rec`` (a parsed result file) not a whole result, or None: a missing key
-    of :data:`RECORD_TYPES`, a value of another type, or an empty ``result``. A file can
-    parse and still be damaged (edited by hand, cut by another tool, an older writer's)."""
+    of :data:`RECORD_TYPES`, a value of another type, an empty ``result``, or a field its
+    experiment's result holds (:data:`fraq._fields.REQUIRED`) missing or of another type
+    (:func:`fraq._fields.unfit`: a name where a number belongs, timing samples that are not
+    finite numbers). A file can parse and still be damaged (edited by hand, cut by another
+    tool, an older writer's)."""
+    from fraq._fields import fields, unfit
+
     if not isinstance(rec, dict):
         return f"a {type(rec).__name__}, not a record"
     for k, kind in RECORD_TYPES.items():
@@ -89,7 +94,7 @@ def damage(rec) -> str | None:
             return f"{k!r} is a {type(rec[k]).__name__}, not a {kind.__name__}"
     if not rec["result"]:
         return "an empty 'result'"
-    return None
+    return unfit(rec["experiment"], fields(rec["config"], rec["result"]))
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]+")

@@ -12,6 +12,11 @@ from benchmarks import run
 from benchmarks.experiments import get
 
 
+WHOLE = {"timing": {"median": 1.0, "samples": [1.0, 1.0, 1.0]}, "peak_bytes": 1024, "gap_to_svd": [0.0],
+         "excess": [0.0]}
+"""A whole table4 result: every field its figure reads (``variant`` is the config's)."""
+
+
 @pytest.fixture
 def quick(monkeypatch, tmp_path):
     """table4 measured in no time, the runner run from an empty directory."""
@@ -19,7 +24,7 @@ def quick(monkeypatch, tmp_path):
 
     def measure(config, device):
         calls.append(config)
-        return {"seconds": 1.0}
+        return dict(WHOLE)
 
     monkeypatch.setattr(get("table4"), "measure", measure)
     monkeypatch.chdir(tmp_path)
@@ -109,8 +114,8 @@ def test_a_damaged_result_is_measured_again_saying_so(quick, tmp_path, capsys, d
     assert run.main(["table4", "--size", "tiny", "--out", str(out), "--no-progress"]) == 0
     assert len(quick) == n + 1  # that point alone
     err = capsys.readouterr().err
-    assert "1 result file(s) damaged, measured again" in err and str(path) in err and why in err
-    assert json.loads(path.read_text())["result"] == {"seconds": 1.0}
+    assert err.count("remeasuring") == 1 and f"remeasuring {path}: {why}" in err
+    assert json.loads(path.read_text())["result"] == WHOLE
 
 
 # --- make bench-pytest-compare without a saved baseline ------------------------------------------
