@@ -57,9 +57,10 @@ def build_report(out: Path, *, pdf: bool = True) -> Built:
     """Figures, tables and ``report.md`` from the files under ``out/results``; ``pdf=False``
     writes PNG figures only (a report to commit) and links no PDF.
 
-    Raises :class:`analysis.NoResults` (nothing to draw: the message says what to run) and
-    :class:`analysis.MixedResults` (more than one configuration: the message names them).
-    Every note raised while loading and judging (a skipped file, a point not measured, a
+    Raises :class:`analysis.NoResults` (nothing to draw: the message says what to run; when
+    files were there but none could be read, it names each with why, and ``report.md`` lists
+    them under *Not measured or skipped*) and :class:`analysis.MixedResults` (more than one
+    configuration: the message names them). Every note raised while loading and judging (a skipped file, a point not measured, a
     busy machine, a section not drawn, results of several commits: :mod:`analysis.notes`)
     is listed in the report's *Not measured or skipped* section and returned, not issued
     again: the report says what is missing, verdict by verdict, and :func:`main` prints one
@@ -70,20 +71,39 @@ def build_report(out: Path, *, pdf: bool = True) -> Built:
     and the old file stays.
     """
     from analysis.atomic import write_text
+    from analysis.resultset import NoResults
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        text = _build(out, pdf)
+        try:
+            text = _build(out, pdf)
+        except NoResults as exc:
+            unread = [n for n in notes.collected(caught) if isinstance(n, notes.Skipped)]
+            if not unread:  # no result file at all: the message says what to run
+                raise
+            report = write_text(out / "report.md", _noted(UNREAD.format(n=len(unread)), unread))
+            raise NoResults(f"{str(exc).replace(' (see the warnings)', '')}\n" + "\n".join(f"- {n}" for n in unread)
+                            + f"\n(listed in {report}, under 'Not measured or skipped')") from None
     found = notes.collected(caught)
-    if found:
-        text += ("\n## Not measured or skipped\n\nPoints not measured, verdicts withheld, sections not drawn and files "
-                 "skipped (no verdict above rests on them), and results of more than one commit:\n\n"
-                 + "\n".join(notes.section(found)) + "\n")
-    report = write_text(out / "report.md", text)  # whole: beside, then renamed into place
+    report = write_text(out / "report.md", _noted(text, found))  # whole: beside, then renamed into place
     for w in caught:  # once written: a build that fails says its error alone
         if not issubclass(w.category, UserWarning):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return Built(report, tuple(found))
+
+
+UNREAD = ("# FRAQ server-side reproduction\n\nNothing is drawn: none of the {n} result file(s) under `results/` "
+          "could be read; each is named below, with why.\n")
+"""The report of a results directory whose every file was skipped."""
+
+
+def _noted(text: str, found: list) -> str:
+    """``text`` with the *Not measured or skipped* section listing ``found`` (nothing when empty)."""
+    if not found:
+        return text
+    return text + ("\n## Not measured or skipped\n\nPoints not measured, verdicts withheld, sections not drawn and files "
+                   "skipped (no verdict above rests on them), and results of more than one commit:\n\n"
+                   + "\n".join(notes.section(found)) + "\n")
 
 
 SECTIONS: dict[str, str] = {

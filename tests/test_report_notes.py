@@ -84,3 +84,43 @@ def test_the_console_has_one_line_and_the_report_every_point(tmp_path, monkeypat
     assert not re.search(r"\bnan\b", text, re.IGNORECASE)  # no value printed for a verdict withheld or not measured
     listed = text.split("## Not measured or skipped")[1].splitlines()
     assert sum("machine was busy" in x for x in listed) == 1 and sum("quick mode: slow" in x for x in listed) == 1
+
+
+def test_a_folder_whose_every_result_is_unreadable_names_each_file_and_why(tmp_path, capsys):
+    """Nothing to draw because every file was skipped: the console names each file with why
+    (not "see the warnings" with none shown), and report.md lists them under *Not measured
+    or skipped*; status 2, as for a folder without results."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from analysis.reproduce import main
+
+    folder = tmp_path / "results" / "fig3"
+    folder.mkdir(parents=True)
+    broken, stranger, bare = folder / "a.json", folder / "b.json", folder / "c.json"
+    broken.write_text("{not json")
+    stranger.write_text(json.dumps([1, 2]))
+    bare.write_text(json.dumps({"experiment": "fig3"}))
+    whys = {broken: "not readable as JSON", stranger: "a JSON list, not a result object",
+            bare: "not a result file (no config, result, machine)"}
+    with warnings.catch_warnings(record=True) as issued:
+        warnings.simplefilter("always")
+        assert main(["--out", str(tmp_path), "--no-pdf"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "see the warnings" not in err and err.startswith("error: no readable result file"), err
+    assert not [w for w in issued if issubclass(w.category, UserWarning)]  # said once, in the error
+    listed = (tmp_path / "report.md").read_text().split("## Not measured or skipped")[1]
+    for path, why in whys.items():
+        assert f"- skipped {path}: {why}" in err, err
+        assert f"- skipped {path}: {why}" in listed, listed
+    assert str(tmp_path / "report.md") in err
+
+
+def test_a_folder_without_result_files_writes_no_report(tmp_path, capsys):
+    from analysis.reproduce import main
+
+    (tmp_path / "results").mkdir()
+    assert main(["--out", str(tmp_path), "--no-pdf"]) == 2
+    assert "no result files under" in capsys.readouterr().err and not (tmp_path / "report.md").exists()
