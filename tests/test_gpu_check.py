@@ -350,18 +350,20 @@ def test_gpu_section_says_when_there_are_no_gpu_results(tmp_path):
 
 @pytest.mark.integration
 def test_a_later_call_adds_to_the_earlier_results(tmp_path, capsys):
-    """A second call into the same folder keeps the first call's result files and log (on a
-    lent GPU, minutes of device time): the archive holds them after it, and the summary says so."""
+    """A second call into the same folder keeps the first call's result files and the log (on a lent GPU, minutes of device time): the archive holds them
+    after it and the summary says so."""
     import io
     import tarfile
 
-    from benchmarks.gpu_check.parent import check
+    from fraq.internals import machine_record
 
     out = tmp_path / "out"
     out.mkdir()
+    sha = machine_record("cpu").get("git_sha")
     with tarfile.open(out / "results.tar.gz", "w:gz") as tar:
         for key in ("a", "b"):
-            data = json.dumps({"experiment": "workspace", "key": key, "config": {}, "result": {"ratio": 1.25}}).encode()
+            data = json.dumps({"experiment": "workspace", "key": key, "config": {"size": "tiny"},
+                               "result": {"ratio": 1.25}, "device": "cpu", "git_sha": sha}).encode()
             info = tarfile.TarInfo(f"results/workspace/{key}.json")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))

@@ -1,7 +1,8 @@
 """``python -m benchmarks.gpu_check``: see :mod:`benchmarks.gpu_check`.
 
 Every argument is checked before any work; a bad one stops the command with one line
-naming it and its value (exit status 2).
+naming it and its value (exit status 2). So does a ``--out`` whose earlier results were measured on another device, at another size or by another commit
+(:mod:`benchmarks.gpu_check.folder`).
 """
 
 from __future__ import annotations
@@ -84,8 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from benchmarks.gpu_check.folder import refused
     from benchmarks.gpu_check.parent import check
+    from fraq.internals import machine_record
 
+    why = refused(args.out, device=str(device), size=args.size, git_sha=machine_record("cpu").get("git_sha"))
+    if why is not None:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     try:
         return check(args.out, parts, device=device, size=args.size, budget_s=args.budget_s)
     except KeyboardInterrupt:

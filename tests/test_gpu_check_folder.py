@@ -1,0 +1,77 @@
+"""The GPU check's ``DIR`` (:mod:`benchmarks.gpu_check.folder`): one call at a time, one
+device, size and commit per folder; an earlier archive's other members kept; what a
+stopped call left removed by the next, and nothing else."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from benchmarks.gpu_check import folder
+from fraq.internals import machine_record
+
+SHA = machine_record("cpu").get("git_sha")
+
+
+def _record(key: str, *, device="cpu", size="tiny", sha=SHA) -> dict:
+    return dict(experiment="workspace", key=key, config=dict(size=size), result=dict(ratio=1.25), device=device,
+                git_sha=sha)
+
+
+def _archive(out: Path, records: list[dict], extra: dict[str, bytes] | None = None) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(out / "results.tar.gz", "w:gz") as tar:
+        for rec in records:
+            data = json.dumps(rec).encode()
+            info = tarfile.TarInfo(f"results/{rec['experiment']}/{rec['key']}.json")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for name, data in (extra or {}).items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.mark.parametrize("earlier,named", [
+    (dict(device="cuda:0"), "device 'cuda:0'"),
+    (dict(size="reduced"), "size 'reduced'"),
+    (dict(sha="0" * 40), "commit '0000000000"),
+])
+def test_results_of_another_device_size_or_commit_are_refused(tmp_path, earlier, named):
+    _archive(tmp_path, [_record("a"), _record("b", **earlier)])
+    why = folder.refused(tmp_path, device="cpu", size="tiny", git_sha=SHA)
+    assert why is not None and named in why and "results/workspace/b.json" in why and "\n" not in why
+
+
+def test_results_of_the_same_device_size_and_commit_are_added_to(tmp_path):
+    assert folder.refused(tmp_path, device="cpu", size="tiny", git_sha=SHA) is None  # nothing yet
+    _archive(tmp_path, [_record("a"), _record("b")])
+    assert folder.refused(tmp_path, device="cpu", size="tiny", git_sha=SHA) is None
+
+
+def test_a_record_that_does_not_say_is_refused_and_device_json_counts(tmp_path):
+    rec = _record("a")
+    del rec["device"]
+    _archive(tmp_path, [rec])
+    assert "records no device" in folder.refused(tmp_path, device="cpu", size="tiny", git_sha=SHA)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "device.json").write_text(json.dumps({"record": {"device": "cuda:0", "git_sha": SHA}}))
+    assert "device 'cuda:0' (device.json)" in folder.refused(other, device="cpu", size="tiny", git_sha=SHA)
+
+
+def test_a_cpu_call_into_a_gpu_folder_stops_before_any_work(tmp_path, capsys):
+    from benchmarks.gpu_check.__main__ import main
+
+    _archive(tmp_path, [_record("a", device="cuda:0")])
+    before = (tmp_path / "results.tar.gz").read_bytes()
+    assert main(["--out", str(tmp_path), "--device", "cpu", "--size", "tiny", "--budget-s", "20",
+                 "--parts", "device"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "cuda:0" in err and "\n" not in err
+    assert (tmp_path / "results.tar.gz").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.tar.gz"]  # no lock left
