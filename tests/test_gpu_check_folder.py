@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -34,6 +37,12 @@ def _archive(out: Path, records: list[dict], extra: dict[str, bytes] | None = No
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
 
 
 @pytest.mark.parametrize("earlier,named", [
@@ -75,3 +84,43 @@ def test_a_cpu_call_into_a_gpu_folder_stops_before_any_work(tmp_path, capsys):
     assert err.startswith("error: ") and "cuda:0" in err and "\n" not in err
     assert (tmp_path / "results.tar.gz").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.tar.gz"]  # no lock left
+
+
+def test_a_live_lock_refuses_naming_its_pid(tmp_path):
+    with folder.held(tmp_path) as lock:
+        assert lock.lock.read_text().strip() == str(os.getpid())
+        with pytest.raises(ValueError, match=f"pid {os.getpid()}") as exc:
+            folder.held(tmp_path)
+        assert "\n" not in str(exc.value)
+    assert not (tmp_path / folder.LOCK).exists()  # removed at the end
+
+
+def test_a_dead_lock_is_taken_over_in_one_line(tmp_path, capsys):
+    pid = _dead_pid()
+    (tmp_path / folder.LOCK).write_text(f"{pid}\n")
+    with folder.held(tmp_path):
+        assert (tmp_path / folder.LOCK).read_text().strip() == str(os.getpid())
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"pid {pid} is not running" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_two_calls_at_once_one_refused(tmp_path):
+    """Two checks started together into one new folder: one runs, the other stops at once
+    with one line naming the first's pid (the lock is held for the whole call)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+                               "from benchmarks.gpu_check.folder import held\n"
+                               f"with held(Path({str(out)!r})):\n print('held', flush=True)\n time.sleep(30)\n"],
+                              cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        p = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--out", str(out), "--device", "cpu",
+                            "--size", "tiny", "--budget-s", "20", "--parts", "device"],
+                           cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and f"pid {holder.pid}" in p.stderr and p.stderr.count("\n") == 1, p.stderr
+        assert sorted(x.name for x in out.iterdir()) == [folder.LOCK]
+    finally:
+        holder.kill()
+        holder.wait()
