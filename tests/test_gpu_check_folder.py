@@ -124,3 +124,26 @@ def test_two_calls_at_once_one_refused(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_repacking_keeps_the_members_the_check_does_not_write(tmp_path):
+    """A README and notes under results/ stay in the archive, byte for byte, beside the results this call adds; a point measured again replaces its own."""
+    from benchmarks.gpu_check.parent import _keep, _pack
+
+    out, work = tmp_path / "out", tmp_path / "work"
+    work.mkdir()
+    extra = {"README.txt": b"measured on the lab's H200\n", "results/NOTES.md": b"# notes\n"}
+    _archive(out, [_record("a"), _record("b")], extra)
+    kept, others = _keep(out, work)
+    assert kept == 2 and sorted(m.name for m, _ in others) == sorted(extra)
+    (work / "results" / "workspace" / "b.json").write_text(json.dumps(_record("b") | {"result": {"ratio": 2.0}}))
+    (work / "results" / "fig3").mkdir()
+    (work / "results" / "fig3" / "c.json").write_text(json.dumps(_record("c")))
+    _pack(work, out, others)
+    with tarfile.open(out / "results.tar.gz") as tar:
+        names = tar.getnames()
+        assert sorted(names) == sorted(["results/workspace/a.json", "results/workspace/b.json", "results/fig3/c.json",
+                                        *extra]), names
+        for name, data in extra.items():
+            assert tar.extractfile(name).read() == data
+        assert json.loads(tar.extractfile("results/workspace/b.json").read())["result"]["ratio"] == 2.0
