@@ -352,7 +352,7 @@ def test_gpu_section_says_when_there_are_no_gpu_results(tmp_path):
 def test_a_later_call_adds_to_the_earlier_results(tmp_path, capsys):
     """A second call into the same folder keeps the first call's result files, the archive's
     other members and the log (on a lent GPU, minutes of device time): the archive holds them
-    after it and the summary says so."""
+    after it, the summary says so, and the temporary file of a call stopped while writing is gone."""
     import io
     import tarfile
 
@@ -383,6 +383,7 @@ def test_a_later_call_adds_to_the_earlier_results(tmp_path, capsys):
     assert "2 result files kept" in text and "peak / analytic from 1.25 to 1.25 over 2 points" in text
     assert (out / "gpu_check.log").read_text().startswith("the first call's log\n")
     assert (out / "device.json").is_file()
+    assert sorted(p.name for p in out.iterdir()) == ["device.json", "gpu_check.log", "results.tar.gz", "summary.md"]
     capsys.readouterr()
 
 

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from benchmarks.gpu_check.folder import held, refused
+    from benchmarks.gpu_check.folder import held, refused, remove_own_tmp
     from benchmarks.gpu_check.parent import check
     from fraq.internals import machine_record
 
@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         if why is not None:
             print(f"error: {why}", file=sys.stderr)
             return 2
+        remove_own_tmp(args.out)
         try:
             return check(args.out, parts, device=device, size=args.size, budget_s=args.budget_s)
         except KeyboardInterrupt:

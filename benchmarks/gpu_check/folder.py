@@ -16,6 +16,9 @@ That is only sound when the two measured the same thing, and when they do not ov
   ``git_sha``, :func:`fraq._results.result_record`): adding to them would leave one archive
   mixing points that no table may set side by side. Such a folder is refused before any
   work; the message says to give a new folder.
+- :func:`remove_own_tmp` removes the ``.NAME.tmp`` files an earlier call was writing when
+  it was stopped (a full disk, SIGKILL): only those names, and only under the lock, since
+  a running call is the only writer of them.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pathlib import Path
 
 from benchmarks.gpu_check import FILES
 
-__all__ = ["LOCK", "held", "refused", "temporary_names"]
+__all__ = ["LOCK", "held", "refused", "remove_own_tmp", "temporary_names"]
 
 LOCK = ".gpu_check.lock"
 """The lock file's name in ``DIR``."""
@@ -106,6 +109,13 @@ class held:
         if _pid_in(self.lock) == os.getpid():
             self.lock.unlink(missing_ok=True)
         return False
+
+
+def remove_own_tmp(out: Path) -> None:
+    """The ``.NAME.tmp`` files of ``out`` (NAME one of :data:`~benchmarks.gpu_check.FILES`)
+    removed; nothing else is touched. Call it holding the lock."""
+    for name in FILES:
+        (out / f".{name}.tmp").unlink(missing_ok=True)
 
 
 def _records(out: Path):

@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -32,6 +31,10 @@ __all__ = ["RESERVE_S", "check", "deadlines"]
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository root: every part runs there (pytest reads its configuration there)."""
+
+WORK_PREFIX = "fraq-gpu-check-"
+"""The work folder's name in the temporary directory, before its pid
+(:func:`fraq._leftovers.own_folder`): a folder a killed call left is removed by the next."""
 
 RESERVE_S = 5.0
 """Seconds of the budget kept for the last packing and the summary (at most a tenth of it)."""
@@ -155,22 +158,35 @@ def _keep(out: Path, work: Path) -> tuple[int, list]:
     return kept, others
 
 
+def _replaced(target: Path, write) -> None:
+    """``write(tmp)`` to ``.NAME.tmp`` beside ``target``, renamed over it; a write that fails
+    (a full disk) removes the temporary file and raises."""
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def _pack(work: Path, out: Path, others: list = ()) -> None:
     """``work/results`` as ``out/results.tar.gz`` (``results/<experiment>/<key>.json``), then
     the earlier archive's ``others`` (:func:`_keep`) whose names this call did not write,
     renamed into place."""
     import io
 
-    tmp = out / ".results.tar.gz.tmp"
-    with tarfile.open(tmp, "w:gz") as tar:
-        written = set()
-        for f in sorted((work / "results").rglob("*.json")):
-            written.add(str(f.relative_to(work)))
-            tar.add(f, arcname=str(f.relative_to(work)))
-        for info, data in others:
-            if info.name not in written:
-                tar.addfile(info, None if data is None else io.BytesIO(data))
-    os.replace(tmp, out / "results.tar.gz")
+    def write(tmp: Path) -> None:
+        with tarfile.open(tmp, "w:gz") as tar:
+            written = set()
+            for f in sorted((work / "results").rglob("*.json")):
+                written.add(str(f.relative_to(work)))
+                tar.add(f, arcname=str(f.relative_to(work)))
+            for info, data in others:
+                if info.name not in written:
+                    tar.addfile(info, None if data is None else io.BytesIO(data))
+
+    _replaced(out / "results.tar.gz", write)
 
 
 def _publish(work: Path, out: Path, statuses: list[dict], meta: dict, others: list = ()) -> str:
@@ -181,13 +197,9 @@ def _publish(work: Path, out: Path, statuses: list[dict], meta: dict, others: li
     _pack(work, out, others)
     for name in ("gpu_check.log", "device.json", "tests.xml", "pipeline.json"):
         if (work / name).exists():
-            tmp = out / f".{name}.tmp"
-            shutil.copyfile(work / name, tmp)
-            os.replace(tmp, out / name)
+            _replaced(out / name, lambda tmp, name=name: shutil.copyfile(work / name, tmp))
     text = summary(work, statuses, meta)
-    tmp = out / ".summary.md.tmp"
-    tmp.write_text(text)
-    os.replace(tmp, out / "summary.md")
+    _replaced(out / "summary.md", lambda tmp: tmp.write_text(text))
     return text
 
 
@@ -212,7 +224,11 @@ def check(out: Path, parts: list[Part], *, device: torch.device, size: str, budg
     prints a line per part, then the summary. Returns 0, or 1 when a part failed."""
     start = time.time()
     out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="fraq-gpu-check-"))
+    from fraq.internals import own_folder, remove_dead
+
+    for gone in remove_dead(WORK_PREFIX):
+        print(f"removed {gone}: the work folder of a GPU check that was killed", flush=True)
+    work = own_folder(WORK_PREFIX)
     _terminate_as_exit()
     statuses: list[dict] = []
     meta = dict(device=str(device), size=size, budget_s=budget_s, start=start)
