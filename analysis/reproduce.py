@@ -186,16 +186,21 @@ def _unpack(out: Path) -> None:
 
     The files are written into a folder beside and renamed into place whole, so an
     interrupted unpacking leaves no ``results/`` behind and the next run unpacks again
-    (a partial folder would be drawn as if it were the whole run)."""
+    (a partial folder would be drawn as if it were the whole run). That folder is
+    ``.results-unpacking-<pid>-XXXXXXXX`` (:func:`fraq._leftovers.own_folder`): one a killed
+    unpacking left (SIGKILL skips the ``finally``) is removed by the next call, once its pid
+    is gone."""
     import shutil
-    import tempfile
 
     from fraq._archive import open_tar_gz  # the standard library only, as the grammar
+    from fraq._leftovers import own_folder, remove_dead
 
+    if out.is_dir():
+        remove_dead(".results-unpacking-", out)
     pack = out / "results.tar.gz"
     if (out / "results").exists() or not pack.is_file():
         return
-    tmp = Path(tempfile.mkdtemp(prefix=".results-unpacking-", dir=out))
+    tmp = own_folder(".results-unpacking-", out)
     try:
         with open_tar_gz(pack) as tar:
             members = [m for m in tar.getmembers() if not _folder(m)]

@@ -35,6 +35,8 @@ SURFACE = {
     "damage": "fraq._results",
     "ArchiveError": "fraq._archive",
     "open_tar_gz": "fraq._archive",
+    "own_folder": "fraq._leftovers",
+    "remove_dead": "fraq._leftovers",
     "finite": "fraq._json",
     "Progress": "fraq._progress",
     "sign_ranks": "fraq._sign_test",

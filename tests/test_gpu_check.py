@@ -350,32 +350,40 @@ def test_gpu_section_says_when_there_are_no_gpu_results(tmp_path):
 
 @pytest.mark.integration
 def test_a_later_call_adds_to_the_earlier_results(tmp_path, capsys):
-    """A second call into the same folder keeps the first call's result files and log (on a
-    lent GPU, minutes of device time): the archive holds them after it, and the summary says so."""
+    """A second call into the same folder keeps the first call's result files, the archive's
+    other members and the log (on a lent GPU, minutes of device time): the archive holds them
+    after it, the summary says so, and the temporary file of a call stopped while writing is gone."""
     import io
     import tarfile
 
-    from benchmarks.gpu_check.parent import check
+    from fraq.internals import machine_record
 
     out = tmp_path / "out"
     out.mkdir()
+    sha = machine_record("cpu").get("git_sha")
     with tarfile.open(out / "results.tar.gz", "w:gz") as tar:
         for key in ("a", "b"):
-            data = json.dumps({"experiment": "workspace", "key": key, "config": {}, "result": {"ratio": 1.25}}).encode()
+            data = json.dumps({"experiment": "workspace", "key": key, "config": {"size": "tiny"},
+                               "result": {"ratio": 1.25}, "device": "cpu", "git_sha": sha}).encode()
             info = tarfile.TarInfo(f"results/workspace/{key}.json")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo("README.txt")
+        info.size = 5
+        tar.addfile(info, io.BytesIO(b"notes"))
     (out / "gpu_check.log").write_text("the first call's log\n")
     (out / ".summary.md.tmp").write_text("")  # left by a call stopped while writing
     from benchmarks.gpu_check.__main__ import main
 
     assert main(["--out", str(out), "--device", "cpu", "--size", "tiny", "--budget-s", "20", "--parts", "device"]) == 0
     with tarfile.open(out / "results.tar.gz") as tar:
-        assert sorted(tar.getnames()) == ["results/workspace/a.json", "results/workspace/b.json"]
+        assert sorted(tar.getnames()) == ["README.txt", "results/workspace/a.json", "results/workspace/b.json"]
+        assert tar.extractfile("README.txt").read() == b"notes"
     text = (out / "summary.md").read_text()
     assert "2 result files kept" in text and "peak / analytic from 1.25 to 1.25 over 2 points" in text
     assert (out / "gpu_check.log").read_text().startswith("the first call's log\n")
     assert (out / "device.json").is_file()
+    assert sorted(p.name for p in out.iterdir()) == ["device.json", "gpu_check.log", "results.tar.gz", "summary.md"]
     capsys.readouterr()
 
 

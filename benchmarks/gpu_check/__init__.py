@@ -32,8 +32,11 @@ its name and renamed into place after every part, so that a run stopped from out
 leaves whole files: ``results.tar.gz`` (``results/<experiment>/<key>.json``),
 ``summary.md`` (printed last), ``gpu_check.log`` (every part's output), ``device.json``
 ``tests.xml`` (pytest's JUnit report) and ``pipeline.json`` (:mod:`benchmarks.pipeline_check`'s record). A ``DIR`` an earlier call wrote is added to:
-its result files are kept (a point measured again replaces its own) and its log goes on;
-its files that this call does not write again stay as they were. ``python -m analysis.reproduce --out DIR``
+its result files are kept (a point measured again replaces its own), so are the archive's
+members the check does not write (a README, notes), and its log goes on; its files that
+this call does not write again stay as they were. A ``DIR`` whose results were measured on
+another device, at another ``--size`` or by another commit is refused before any work, and
+a ``DIR`` is held by one call at a time (:mod:`benchmarks.gpu_check.folder`). ``python -m analysis.reproduce --out DIR``
 unpacks the results and draws them beside the paper's GH200 numbers.
 
 Only torch, numpy, pandas and pytest are needed (what a bare GPU image holds): nothing

@@ -1,7 +1,9 @@
 """``python -m benchmarks.gpu_check``: see :mod:`benchmarks.gpu_check`.
 
 Every argument is checked before any work; a bad one stops the command with one line
-naming it and its value (exit status 2).
+naming it and its value (exit status 2). So does a ``--out`` another call holds, or whose
+earlier results were measured on another device, at another size or by another commit
+(:mod:`benchmarks.gpu_check.folder`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.gpu_check import FILES, PARTS, part_names
+from benchmarks.gpu_check.folder import temporary_names
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,7 +48,7 @@ def _checked(args) -> tuple[list, object]:
     device = checked(args.device)
     check_dir_out(args.out, "--out")
     if args.out.is_dir():
-        ours = set(FILES) | {f".{name}.tmp" for name in FILES}  # a file being written when a call was stopped
+        ours = set(FILES) | temporary_names()  # a file being written when a call was stopped, a call's lock
         foreign = sorted(p.name for p in args.out.iterdir() if p.name not in ours)
         if foreign:
             raise ValueError(f"--out(={str(args.out)!r}) holds files this command does not write "
@@ -84,14 +87,27 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from benchmarks.gpu_check.folder import held, refused, remove_own_tmp
     from benchmarks.gpu_check.parent import check
+    from fraq.internals import machine_record
 
     try:
-        return check(args.out, parts, device=device, size=args.size, budget_s=args.budget_s)
-    except KeyboardInterrupt:
-        print(f"interrupted: the files in {args.out} are whole and hold the parts finished before it",
-              file=sys.stderr)
-        return 130
+        lock = held(args.out)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with lock:
+        why = refused(args.out, device=str(device), size=args.size, git_sha=machine_record("cpu").get("git_sha"))
+        if why is not None:
+            print(f"error: {why}", file=sys.stderr)
+            return 2
+        remove_own_tmp(args.out)
+        try:
+            return check(args.out, parts, device=device, size=args.size, budget_s=args.budget_s)
+        except KeyboardInterrupt:
+            print(f"interrupted: the files in {args.out} are whole and hold the parts finished before it",
+                  file=sys.stderr)
+            return 130
 
 
 if __name__ == "__main__":

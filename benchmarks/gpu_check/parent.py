@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -32,6 +31,10 @@ __all__ = ["RESERVE_S", "check", "deadlines"]
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository root: every part runs there (pytest reads its configuration there)."""
+
+WORK_PREFIX = "fraq-gpu-check-"
+"""The work folder's name in the temporary directory, before its pid
+(:func:`fraq._leftovers.own_folder`): a folder a killed call left is removed by the next."""
 
 RESERVE_S = 5.0
 """Seconds of the budget kept for the last packing and the summary (at most a tenth of it)."""
@@ -122,54 +125,81 @@ def _status(part: Part, work: Path, returncode: int | None, seconds: float, shar
     return dict(st, part=part.name, seconds=seconds, share_s=share_s)
 
 
-def _keep(out: Path, work: Path) -> int:
+def _result_member(m: tarfile.TarInfo) -> bool:
+    """Whether ``m`` is a result file the check writes: ``results/<experiment>/<key>.json``."""
+    parts = Path(m.name).parts
+    return m.isfile() and len(parts) == 3 and parts[0] == "results" and ".." not in parts and m.name.endswith(".json")
+
+
+def _keep(out: Path, work: Path) -> tuple[int, list]:
     """The result files of an earlier call's ``out/results.tar.gz`` copied into ``work``, so
     this call adds to them (a point measured again replaces its own file) instead of
-    replacing the archive with its own points alone; returns how many were kept. Members
-    other than ``results/<experiment>/<key>.json`` are not copied. The archive is read whole
-    first (:func:`fraq.internals.open_tar_gz`), so a damaged one is refused (ArchiveError,
-    a ValueError naming it) before anything is copied or repacked over it."""
+    replacing the archive with its own points alone; returns how many were kept, and the
+    archive's other members (a README, notes, the folders ``tar czf`` records) as
+    ``(TarInfo, bytes or None)``, which :func:`_pack` puts back as they were (never
+    unpacked here: a link or an odd name is carried, not followed). The archive is read
+    whole first (:func:`fraq.internals.open_tar_gz`), so a damaged one is refused
+    (ArchiveError, a ValueError naming it) before anything is copied or repacked over it."""
     from fraq.internals import open_tar_gz
 
     pack = out / "results.tar.gz"
     if not pack.is_file():
-        return 0
-    kept = 0
+        return 0, []
+    kept, others = 0, []
     with open_tar_gz(pack) as tar:
         for m in tar.getmembers():
-            parts = Path(m.name).parts
-            if m.isfile() and len(parts) == 3 and parts[0] == "results" and ".." not in parts \
-                    and m.name.endswith(".json"):
+            if _result_member(m):
                 target = work / m.name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(tar.extractfile(m).read())
                 kept += 1
-    return kept
+            else:
+                others.append((m, tar.extractfile(m).read() if m.isfile() else None))
+    return kept, others
 
 
-def _pack(work: Path, out: Path) -> None:
-    """``work/results`` as ``out/results.tar.gz`` (``results/<experiment>/<key>.json``), renamed into place."""
-    tmp = out / ".results.tar.gz.tmp"
-    with tarfile.open(tmp, "w:gz") as tar:
-        for f in sorted((work / "results").rglob("*.json")):
-            tar.add(f, arcname=str(f.relative_to(work)))
-    os.replace(tmp, out / "results.tar.gz")
+def _replaced(target: Path, write) -> None:
+    """``write(tmp)`` to ``.NAME.tmp`` beside ``target``, renamed over it; a write that fails
+    (a full disk) removes the temporary file and raises."""
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
-def _publish(work: Path, out: Path, statuses: list[dict], meta: dict) -> str:
-    """Every file of ``out`` rewritten whole from ``work``; returns the summary's text."""
+def _pack(work: Path, out: Path, others: list = ()) -> None:
+    """``work/results`` as ``out/results.tar.gz`` (``results/<experiment>/<key>.json``), then
+    the earlier archive's ``others`` (:func:`_keep`) whose names this call did not write,
+    renamed into place."""
+    import io
+
+    def write(tmp: Path) -> None:
+        with tarfile.open(tmp, "w:gz") as tar:
+            written = set()
+            for f in sorted((work / "results").rglob("*.json")):
+                written.add(str(f.relative_to(work)))
+                tar.add(f, arcname=str(f.relative_to(work)))
+            for info, data in others:
+                if info.name not in written:
+                    tar.addfile(info, None if data is None else io.BytesIO(data))
+
+    _replaced(out / "results.tar.gz", write)
+
+
+def _publish(work: Path, out: Path, statuses: list[dict], meta: dict, others: list = ()) -> str:
+    """Every file of ``out`` rewritten whole from ``work`` (``others``: :func:`_pack`'s);
+    returns the summary's text."""
     from benchmarks.gpu_check.summary import summary
 
-    _pack(work, out)
+    _pack(work, out, others)
     for name in ("gpu_check.log", "device.json", "tests.xml", "pipeline.json"):
         if (work / name).exists():
-            tmp = out / f".{name}.tmp"
-            shutil.copyfile(work / name, tmp)
-            os.replace(tmp, out / name)
+            _replaced(out / name, lambda tmp, name=name: shutil.copyfile(work / name, tmp))
     text = summary(work, statuses, meta)
-    tmp = out / ".summary.md.tmp"
-    tmp.write_text(text)
-    os.replace(tmp, out / "summary.md")
+    _replaced(out / "summary.md", lambda tmp: tmp.write_text(text))
     return text
 
 
@@ -194,12 +224,16 @@ def check(out: Path, parts: list[Part], *, device: torch.device, size: str, budg
     prints a line per part, then the summary. Returns 0, or 1 when a part failed."""
     start = time.time()
     out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="fraq-gpu-check-"))
+    from fraq.internals import own_folder, remove_dead
+
+    for gone in remove_dead(WORK_PREFIX):
+        print(f"removed {gone}: the work folder of a GPU check that was killed", flush=True)
+    work = own_folder(WORK_PREFIX)
     _terminate_as_exit()
     statuses: list[dict] = []
     meta = dict(device=str(device), size=size, budget_s=budget_s, start=start)
     try:
-        meta["kept"] = _keep(out, work)
+        meta["kept"], others = _keep(out, work)
         if (out / "gpu_check.log").is_file():  # the earlier calls' log goes on
             shutil.copyfile(out / "gpu_check.log", work / "gpu_check.log")
         log = (work / "gpu_check.log").open("a")
@@ -226,10 +260,10 @@ def check(out: Path, parts: list[Part], *, device: torch.device, size: str, budg
             log.write(line + "\n")
             log.flush()
             meta["elapsed_s"] = time.time() - start
-            _publish(work, out, statuses, meta)
+            _publish(work, out, statuses, meta, others)
         log.close()
         meta["elapsed_s"] = time.time() - start
-        text = _publish(work, out, statuses, meta)
+        text = _publish(work, out, statuses, meta, others)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(text, flush=True)
