@@ -193,7 +193,7 @@ def _unpack(out: Path) -> None:
     import shutil
 
     from fraq._archive import open_tar_gz  # the standard library only, as the grammar
-    from fraq._leftovers import own_folder, remove_dead
+    from fraq._leftovers import own_folder, remove_dead  # the standard library only, as the grammar
 
     if out.is_dir():
         remove_dead(".results-unpacking-", out)

@@ -37,6 +37,7 @@ SURFACE = {
     "open_tar_gz": "fraq._archive",
     "own_folder": "fraq._leftovers",
     "remove_dead": "fraq._leftovers",
+    "alive": "fraq._leftovers",
     "finite": "fraq._json",
     "Progress": "fraq._progress",
     "sign_ranks": "fraq._sign_test",

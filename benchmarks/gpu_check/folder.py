@@ -60,7 +60,7 @@ def _create(lock: Path) -> bool:
 
 def _take(out: Path) -> Path:
     """``out``'s lock, taken (see the module's docstring); ValueError naming a live holder."""
-    from fraq._leftovers import alive
+    from fraq.internals import alive
 
     lock = out / LOCK
     for _ in range(5):

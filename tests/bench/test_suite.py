@@ -284,18 +284,23 @@ def _names(path: str) -> set[str]:
             | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)})
 
 
+TORCH_FREE = ("fraq.methods", "fraq._sign_test", "fraq._archive", "fraq._json", "fraq._fields", "fraq._leftovers")
+"""The library modules analysis/ may import: the standard library alone (test_analysis_only_reads_results)."""
+
+
 def test_analysis_only_reads_results():
     """analysis/ imports neither torch nor fraq (but its method grammar, ``fraq.methods``, the
     sign test's ranks, ``fraq._sign_test``, the verified archive reader, ``fraq._archive``,
-    strict JSON's ``fraq._json``, and the fields each experiment's result holds, ``fraq._fields``,
-    which import no torch: one grammar, one decision rule, one reader, one writer and one table
-    of fields everywhere) nor the measurement layer, and calls no clock, profiler or
-    counter: it reads result files and draws."""
+    strict JSON's ``fraq._json``, the fields each experiment's result holds, ``fraq._fields``,
+    and the leftovers of killed runs, ``fraq._leftovers``, which import no torch: one grammar,
+    one decision rule, one reader, one writer, one table of fields and one cleaner everywhere)
+    nor the measurement layer, and calls no clock, profiler or counter: it reads result files
+    and draws."""
     files = _files("analysis", ".py", ".ipynb")
     assert files
     for path in files:
         banned = {m for m in _imports(path) if m.split(".")[0] in ("torch", "fraq", "benchmarks", "time", "timeit")
-                  and m not in ("fraq.methods", "fraq._sign_test", "fraq._archive", "fraq._json", "fraq._fields")}
+                  and m not in TORCH_FREE}
         assert not banned, f"{path} imports {sorted(banned)}"
         if path.endswith(".py"):
             found = _names(path) & MEASURING
