@@ -241,7 +241,7 @@ def test_fig3(tiny, tmp_path):
     fig = fig3_scalability(df)
     labels, legend = _axes_text(fig)
     assert {"runtime (ms)", "tensor peak memory (MiB)", "counted GFLOP (batched)", "total stacked rank r"} <= set(labels)
-    assert any("error above" in label for label in labels)  # fidelity, its own row
+    assert any("above the float64 optimum" in label for label in labels)  # fidelity, its own row
     assert {"FRAQ", "FLoRIST", "FlexLoRA", "batched", "unbatched", "float32 eps"} <= set(legend)  # (g)/(h)'s dotted
     # every method has all four metrics at every point of both sweeps
     for _, ax in enumerate(fig.axes):

@@ -381,7 +381,7 @@ def test_a_busy_machine_withholds_the_tables123_verdicts(tmp_path, monkeypatch):
     line = next(x for x in text.splitlines() if "faster than FLoRIST" in x)
     assert "withheld: machine busy" in line and "load average" not in line  # the reason is said once, below
     busy = [x for x in text.split("## Not measured or skipped")[1].splitlines() if "machine was busy" in x]
-    assert len(busy) == 1 and "load average 9.00" in busy[0] and "'roberta-base: FLoRIST / FRAQ as " in busy[0]
+    assert len(busy) == 1 and "load average 9.00" in busy[0] and "'roberta-base: FLoRIST / FRAQ measured'" in busy[0]
     assert "machine busy: " in built.summary()
 
 
