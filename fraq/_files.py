@@ -226,9 +226,13 @@ def _keep_modes(new: Path, old: Path) -> None:
 
 def _write_failed(path: Path, err: BaseException) -> OSError | None:
     """An OSError naming ``path`` for a failure while writing that a library raised as
-    its own type (safetensors' SafetensorError, torch.save's RuntimeError); None for
-    anything else, which is left as it is."""
-    if isinstance(err, OSError) or not (isinstance(err, RuntimeError) or type(err).__name__ == "SafetensorError"):
+    its own type (safetensors' SafetensorError, torch.save's RuntimeError) or that an
+    OSError reports without a file name (a ``write`` past a full disk or the file-size
+    limit: ``[Errno 27] File too large``); None for anything else, which is left as it is
+    (an OSError from ``open`` or ``rename`` names its file already)."""
+    unnamed = isinstance(err, OSError) and err.filename is None
+    if not unnamed and (isinstance(err, OSError) or not (isinstance(err, RuntimeError)
+                                                         or type(err).__name__ == "SafetensorError")):
         return None
     reasons = []
     try:
@@ -245,7 +249,7 @@ def _write_failed(path: Path, err: BaseException) -> OSError | None:
             reasons.append(f"the file-size limit (ulimit -f) is {limit} bytes")
     except (ImportError, OSError, ValueError):
         pass
-    lines = str(err).strip().splitlines()
+    lines = str(err).strip().splitlines() if not unnamed else [err.strerror or str(err)]
     detail = lines[-1][:200] if lines else type(err).__name__
     reason = f" ({' and '.join(reasons)})" if reasons else ""
     return OSError(f"cannot write {path}: {detail}{reason}; it was left as it was: free some space, raise the "

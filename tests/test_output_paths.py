@@ -385,3 +385,19 @@ def test_meta_or_sparse_factors_are_one_line(kind):
         fraq.recompress(conv(B), conv(A), tau=0.9)
     with pytest.raises(expected[0], match=expected[1]):
         get_aggregator("fraq").aggregate([ClientUpdate({"q": (conv(B), conv(A))}, scale=1.0, weight=1.0)])
+
+
+def test_a_write_past_the_file_size_limit_names_the_file(tmp_path):
+    """A ``write`` that fails with an OSError carrying no file name (``[Errno 27] File too
+    large`` past a full disk or ``ulimit -f``) is raised naming the file, and leaves nothing."""
+    import errno
+    import re
+
+    from fraq._files import replacing_file
+
+    target = tmp_path / "out.json"
+    with pytest.raises(OSError, match=rf"cannot write {re.escape(str(target))}: File too large.*left as it was"):
+        with replacing_file(target) as tmp:
+            tmp.write_text("{}")
+            raise OSError(errno.EFBIG, "File too large")
+    assert list(tmp_path.iterdir()) == []
