@@ -37,10 +37,12 @@ LABELS = ("sweep", "method", "mode", "variant", "group", "case", "backend", "pre
 """The :data:`REQUIRED` fields that hold names (strings)."""
 
 LISTS = ("timing.samples", "gap_to_svd", "excess", "relative_error", "optimal_error", "ranks", "rank_float64")
-"""The :data:`REQUIRED` fields that hold a non-empty list of finite numbers (per sample, per
+"""The :data:`REQUIRED` fields that hold a non-empty list of numbers (per sample, per
 matrix); every field in neither tuple (nor ``rows``) holds one number. A field of another
 type (a hand-edited ``"timing": {"median": "fast"}``) makes the result not whole, like a
-missing one."""
+missing one. A measured error may be NaN or infinite, or null as strict JSON writes those
+(a method that failed at kappa = 1e10 is a result the report names, not a damaged file);
+the :data:`TIMED` lists hold finite numbers only."""
 
 TIMED = ("timing.samples",)
 """Fields checked wherever a result records them, required or not: the timing samples every
@@ -79,8 +81,10 @@ def _number(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
-def _numbers(v) -> bool:
-    return isinstance(v, list) and bool(v) and all(_number(x) and math.isfinite(x) for x in v)
+def _numbers(v, finite: bool = True) -> bool:
+    """A non-empty list of numbers: finite ones (``finite``), else numbers or null (NaN)."""
+    return isinstance(v, list) and bool(v) and all(
+        (_number(x) and math.isfinite(x)) if finite else (x is None or _number(x)) for x in v)
 
 
 def _row_ok(r) -> bool:
@@ -97,14 +101,15 @@ def typed(field: str, v) -> bool:
     if field == "rows":
         return isinstance(v, list) and bool(v) and all(map(_row_ok, v))
     if field in LISTS:
-        return _numbers(v)
+        return _numbers(v, finite=field in TIMED)
     return _number(v)
 
 
 def kind(field: str) -> str:
     """What field ``field`` holds, in words."""
     return ("a name" if field in LABELS else "a list of method rows" if field == "rows"
-            else "a non-empty list of finite numbers" if field in LISTS else "a number")
+            else "a non-empty list of finite numbers" if field in TIMED
+            else "a non-empty list of numbers" if field in LISTS else "a number")
 
 
 def _show(v) -> str:

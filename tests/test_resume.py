@@ -58,8 +58,11 @@ def test_a_whole_hand_written_result_is_already_there(quick, tmp_path, capsys):
     ({**WHOLE, "peak_bytes": "1 KiB"}, "peak_bytes='1 KiB' is not a number"),
     ({**WHOLE, "timing": {"median": 1.0, "samples": [1.0, "fast"]}}, "timing.samples=[1.0, 'fast'] is not a non-empty"),
     ({**WHOLE, "timing": {"median": 1.0, "samples": []}}, "timing.samples=[] is not a non-empty list"),
-    ({**WHOLE, "gap_to_svd": [float("inf")]}, "gap_to_svd=[inf] is not a non-empty list of finite numbers"),
-], ids=["none-of-its-fields", "a-string-and-no-timing", "a-string", "a-sample-string", "no-samples", "infinite"])
+    ({**WHOLE, "timing": {"median": 1.0, "samples": [float("inf")]}},
+     "timing.samples=[inf] is not a non-empty list of finite numbers"),
+    ({**WHOLE, "gap_to_svd": ["small"]}, "gap_to_svd=['small'] is not a non-empty list of numbers"),
+], ids=["none-of-its-fields", "a-string-and-no-timing", "a-string", "a-sample-string", "no-samples", "infinite-sample",
+        "a-string-error"])
 def test_a_result_without_its_fields_or_of_the_wrong_types_is_measured_again(quick, tmp_path, capsys, result, why):
     path, err, status = _resumed(tmp_path / "out", quick, capsys, json.dumps(_record(result)))
     assert status == 0 and len(quick) == 1  # that point alone

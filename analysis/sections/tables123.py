@@ -29,7 +29,8 @@ def draw(res) -> list[Section]:
              "shape, the methods of a preset timed in the same paired rounds over fresh process launches "
              "(`python -m benchmarks.run tables123`; docs/benchmarks.md, Statistics); synthetic LoRA-like "
              "client factors, so the energy-threshold methods' ranks and downlink follow synthetic spectra. "
-             "*x FRAQ*: latency over FRAQ's (tau = 0.95), ours and the paper's; *samples*: timed aggregations "
+             "*time / FRAQ's*: latency over FRAQ's (tau = 0.95), ours and the paper's, slower or faster said in "
+             "words; *samples*: timed aggregations "
              "per row (fewer where one takes minutes); *how*: rows timed on some modules (a dense method on one "
              "module of every shape, or a preset built on some of its layers) are extrapolated to the whole "
              "model, and say from how many. A `(kernel=fraq)` row is the method of the row above it with its "
@@ -64,9 +65,9 @@ def thresholds(df: pd.DataFrame) -> str:
     florist = (f"the FLoRIST paper's, tau = {shown['florist']} (0.85 where the client ranks differ)"
                if set(taus["florist"]) <= set(PAPER_TAUS["florist"]) else f"tau = {shown['florist']}")
     if set(taus["florist"]) & set(taus["fraq"]):
-        return f"FRAQ runs at {fraq}, and FLoRIST at {florist}; *x FRAQ* is against FRAQ at tau = 0.95. "
+        return f"FRAQ runs at {fraq}, and FLoRIST at {florist}; *time / FRAQ's* is against FRAQ at tau = 0.95. "
     return (f"FRAQ runs at {fraq}, and FLoRIST at {florist}: the FRAQ paper's tables give FLoRIST no threshold, so "
-            "FLoRIST is at none of FRAQ's and their downlink columns are not like for like; *x FRAQ* is against "
+            "FLoRIST is at none of FRAQ's and their downlink columns are not like for like; *time / FRAQ's* is against "
             "FRAQ at tau = 0.95. ")
 
 
@@ -259,7 +260,7 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 
 REFERENCE = "fraq:tau=0.95"
-"""The row every latency is divided by (*x FRAQ*): FRAQ at tau = 0.95, the paper's."""
+"""The row every latency is divided by (*time / FRAQ's*): FRAQ at tau = 0.95, the paper's."""
 
 ROUNDS = {"B": 1, "A": 2}
 """An alternating-freeze method's round by the factor its clients train, as its row's label
@@ -359,6 +360,13 @@ def tables123_presets(df: pd.DataFrame) -> list[str]:
     return [p for p in PRESET_TITLES if p in have] + sorted(have - set(PRESET_TITLES))
 
 
+def over_fraq(t: float) -> str:
+    """A latency over FRAQ's with the direction in words: ``2.51 (slower)``, ``0.43 (faster)``:
+    a bare ratio below 1 reads backwards as easily as forwards."""
+    word = "slower" if t > 1 else "faster" if t < 1 else "FRAQ"
+    return f"{t:,.0f} ({word})" if t >= 1000 else f"{t:.3g} ({word})"
+
+
 def tables123_latency(df: pd.DataFrame, preset: str) -> pd.DataFrame:
     """Tables 1-3's downlink and latency columns for ``preset``: ours beside the paper's,
     latency median [IQR] with the number of samples, each method's latency over FRAQ's
@@ -380,9 +388,10 @@ def tables123_latency(df: pd.DataFrame, preset: str) -> pd.DataFrame:
             "Latency ms, median [IQR]": (f"{ms(1e3 * r['median_s'])} [{ms(1e3 * r['q25_s'])}, "
                                          f"{ms(1e3 * r['q75_s'])}]" if measured else "-"),
             "samples": len(r["samples"]) if measured else 0,
-            "x FRAQ": r["median_s"] / ours0 if measured and ours0 else None,
+            "time / FRAQ's": over_fraq(r["median_s"] / ours0) if measured and ours0 else None,
             "paper ms": r["paper_ms"],
-            "paper x FRAQ": r["paper_ms"] / paper0 if pd.notna(r["paper_ms"]) and pd.notna(paper0) else None,
+            "paper time / FRAQ's": (over_fraq(r["paper_ms"] / paper0) if pd.notna(r["paper_ms"]) and pd.notna(paper0)
+                                    else None),
             "Exactness (worst module)": exactness(r),
             "how": _how(r),
         })
