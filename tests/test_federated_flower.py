@@ -24,11 +24,11 @@ pytest.importorskip("peft")
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict  # noqa: E402
 
-from fraq.aggregators import ClientUpdate, Factors  # noqa: E402
+from fraq.aggregators import ClientUpdate, Factors, Layout  # noqa: E402
 from fraq.federated.checkpoint import RoundState  # noqa: E402
 from fraq.federated.config import load_config  # noqa: E402
 from fraq.federated.flower.run_config import DEFAULTS, from_run_config, parse_overrides  # noqa: E402
-from fraq.federated.flower.strategy import LoraStrategy, decode_downlink, encode_update  # noqa: E402
+from fraq.federated.flower.strategy import LoraStrategy, decode_downlink, decode_layout, encode_update  # noqa: E402
 from fraq.federated.model import TINY_MODEL  # noqa: E402
 from fraq.federated.round_loop import MethodSetup, run_round  # noqa: E402
 from fraq.federated.task import Task  # noqa: E402
@@ -57,9 +57,15 @@ def cfg2(**over) -> dict:
     return load_config("quick", base)
 
 
+def layout_q(r: int) -> Layout:
+    """The upload layout of one module "q" (4 x 3) at rank r: B^T (r, 4) then A (r, 3)."""
+    return Layout.build(("q",), [(("q",), 4, 3, r)])
+
+
 def reply(k: int, B: torch.Tensor, A: torch.Tensor, scale: float, n: int, head=None) -> Message:
     u = ClientUpdate({"q": (B, A)}, scale=scale, weight=float(n))
-    return Message(content=encode_update(u, head, k, loss=1.0), message_type=MessageType.TRAIN, dst_node_id=0)
+    return Message(content=encode_update(u, head, k, loss=1.0, layout=layout_q(B.shape[1])),
+                   message_type=MessageType.TRAIN, dst_node_id=0)
 
 
 def make_strategy(spec: str, W0: torch.Tensor, head_rounds: int = 0, rank: int | list[int] = 2):
@@ -161,6 +167,38 @@ def test_strategy_mixed_ranks_stack_and_send_each_client_its_own_rank(spec):
         merges, starts = decode_downlink(msg.content["arrays"].to_torch_state_dict(), msg.content["config"])
         got = W0 + sum(f.scale * f.B @ f.A for f in merges["q"])
         torch.testing.assert_close(got, want, rtol=0, atol=100 * EPS64)
+
+
+def test_a_reply_carries_one_flat_adapter_in_the_layout_the_server_sends():
+    """Each train message's config carries its client's layout; a reply packed in it is one
+    flat array, B^T then A, that unpacks to the client's factors exactly."""
+    st = make_strategy("flora", torch.zeros(4, 3, dtype=torch.float64), rank=[1, 2])
+    msgs = list(st.configure_train(1, ArrayRecord(), ConfigRecord(), grid=None))
+    for k, msg in enumerate(msgs):
+        r = k + 1
+        lay = decode_layout(msg.content["config"])
+        assert lay == st.upload_layouts[k] == layout_q(r) and lay.numel == r * (4 + 3)
+        B, A = factors(30 + k, r=r)
+        content = encode_update(ClientUpdate({"q": (B, A)}, scale=2.0, weight=5.0), None, k, 1.0, lay)
+        flat = content["arrays"].to_torch_state_dict()["adapter"]
+        assert set(content["arrays"].to_torch_state_dict()) == {"adapter"} and flat.shape == (lay.numel,)
+        assert torch.equal(flat[:4 * r], B.mT.reshape(-1)) and torch.equal(flat[4 * r:], A.reshape(-1))
+        back = lay.unpack(flat).factors["q"]
+        assert torch.equal(back[0], B) and torch.equal(back[1], A)
+
+
+def test_a_reply_of_the_wrong_length_is_refused_naming_its_client():
+    """Client 1 (rank 2) packs at rank 1: 7 entries where its layout has 14; nothing is aggregated."""
+    W0 = torch.zeros(4, 3, dtype=torch.float64)
+    st = make_strategy("fraq:tau=1.0", W0, rank=[1, 2])
+    B0, A0 = factors(40, r=1)
+    wrong = Message(content=encode_update(ClientUpdate({"q": (B0, A0)}, scale=2.0, weight=3.0), None, 1, 1.0,
+                                          layout_q(1)), message_type=MessageType.TRAIN, dst_node_id=0)
+    with pytest.raises(ValueError, match=r"round 1, node \d+, client 1: adapter has shape \(7,\), expected \(14,\)"):
+        st.aggregate_train(1, [reply(0, B0, A0, 2.0, 10), wrong])
+    assert st.records == [] and torch.equal(st.state.weights["q"], W0)
+    with pytest.raises(ValueError, match=r"no 'upload-layout'"):
+        decode_layout(ConfigRecord({"client": 0}))
 
 
 # ---- the run config: apps/flower/pyproject.toml -> fraq.federated.config ----
@@ -353,8 +391,8 @@ def test_strategy_and_harness_build_the_same_round_record():
     s0 = m.initial_state(task)
     _, rec, updates = run_round(task, m, s0, evaluate=False)
     st = LoraStrategy(m, s0, task.backbone.targets, {101: 0, 202: 1}, head_rounds=0)
-    replies = [Message(content=encode_update(u, None, k, loss=1.0), message_type=MessageType.TRAIN, dst_node_id=0)
-               for k, u in enumerate(updates)]
+    replies = [Message(content=encode_update(u, None, k, loss=1.0, layout=st.upload_layouts[k]),
+                       message_type=MessageType.TRAIN, dst_node_id=0) for k, u in enumerate(updates)]
     st.aggregate_train(1, replies)
     got = st.records[0]
     assert set(got) == set(rec)
@@ -383,8 +421,8 @@ def test_a_flower_run_parses_its_method_once(method_parses):
     s0 = m.initial_state(task)
     _, _, updates = run_round(task, m, s0, evaluate=False)
     st = LoraStrategy(m, s0, task.backbone.targets, {101: 0, 202: 1}, head_rounds=0)
-    st.aggregate_train(1, [Message(content=encode_update(u, None, k, loss=1.0), message_type=MessageType.TRAIN,
-                                   dst_node_id=0) for k, u in enumerate(updates)])
+    st.aggregate_train(1, [Message(content=encode_update(u, None, k, loss=1.0, layout=st.upload_layouts[k]),
+                                   message_type=MessageType.TRAIN, dst_node_id=0) for k, u in enumerate(updates)])
     assert len(st.records) == 1 and method_parses == ["fraq:tau=0.9"]
 
 
@@ -508,15 +546,19 @@ FAULTS = {
     "head keys": (dict(arrays={"head.extra": torch.ones(2)}), r"client 1: head tensors \['bias', 'extra', 'weight'\]"),
     "client out of range": (dict(metrics={"client": 5}), r"round 1, node \d+: the reply names client 5, not one of 0..1"),
     "negative client": (dict(metrics={"client": -1}), r"names client -1, not one of 0..1"),
-    "missing module": (dict(drop=("q.lora_A.weight", "q.lora_B.weight")), r"client 1: module 'q' is missing"),
-    "factor shape": (dict(arrays={"q.lora_A.weight": torch.ones(2, 4, dtype=torch.float64)}),
-                     r"client 1: module 'q': lora_A has shape \(2, 4\), expected \(2, 3\)"),
-    "B rows": (dict(arrays={"q.lora_B.weight": torch.ones(5, 2, dtype=torch.float64)}),
-               r"client 1: module 'q': lora_B has shape \(5, 2\), expected \(4, r\)"),
-    "NaN factor": (dict(arrays={"q.lora_B.weight": torch.full((4, 2), NAN, dtype=torch.float64)}),
-                   r"client 1: module 'q': lora_B holds NaN"),
-    "integer factor": (dict(arrays={"q.lora_A.weight": torch.ones(2, 3, dtype=torch.int64)}),
-                       r"client 1: module 'q': lora_A has dtype torch.int64"),
+    "no adapter": (dict(drop=("adapter",)), r"client 1: the reply has no 'adapter' array"),
+    "adapter length": (dict(arrays={"adapter": torch.ones(13, dtype=torch.float64)}),
+                       r"client 1: adapter has shape \(13,\), expected \(14,\) \(client 1's layout\)"),
+    "adapter dims": (dict(arrays={"adapter": torch.ones(2, 7, dtype=torch.float64)}),
+                     r"client 1: adapter has shape \(2, 7\), expected \(14,\)"),
+    "NaN in B": (dict(arrays={"adapter": torch.full((14,), NAN, dtype=torch.float64)}),
+                 r"node \d+: client 1, module 'q', B contains a non-finite value nan"),
+    "NaN in A": (dict(arrays={"adapter": torch.cat([torch.ones(8), torch.full((6,), NAN)]).double()}),
+                 r"node \d+: client 1, module 'q', A contains a non-finite value nan"),
+    "adapter dtype": (dict(arrays={"adapter": torch.ones(14, dtype=torch.float32)}),
+                      r"node \d+: client 1's flat upload has dtype torch.float32, expected torch.float64"),
+    "integer adapter": (dict(arrays={"adapter": torch.ones(14, dtype=torch.int64)}),
+                        r"client 1: adapter has dtype torch.int64"),
     "stray tensor": (dict(arrays={"k.lora_A.weight": torch.ones(2, 3)}), r"client 1: the upload holds \['k.lora_A"),
     "no weight": (dict(drop=("num-examples",)), r"client 1: the reply has no metric 'num-examples'"),
     "NaN loss": (dict(metrics={"loss": NAN}), r"client 1: metric 'loss'\(=nan\) must be a finite number"),

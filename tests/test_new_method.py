@@ -222,7 +222,7 @@ def test_flower_strategy_runs_the_new_method(monkeypatch):
                                torch.randn(r, 3, generator=g, dtype=torch.float64))}, scale=2.0, weight=float(n))
            for r, n in ((1, 10), (2, 30))]
     for rnd in (1, 2):
-        replies = [Message(content=encode_update(u, None, k, loss=1.0), message_type=MessageType.TRAIN, dst_node_id=0)
+        replies = [Message(content=encode_update(u, None, k, loss=1.0, layout=st.upload_layouts[k]), message_type=MessageType.TRAIN, dst_node_id=0)
                    for k, u in enumerate(ups)]
         st.aggregate_train(rnd, replies)
         assert st.state.agg_state.rounds == rnd and torch.equal(st.state.weights["q"], W0)

@@ -207,7 +207,7 @@ def test_flower_strategy_merges_its_exact_aggregate(outside, monkeypatch):
     ups = [ClientUpdate({"q": (torch.randn(4, r, generator=g, dtype=torch.float64),
                                torch.randn(r, 3, generator=g, dtype=torch.float64))}, scale=2.0, weight=float(n))
            for r, n in ((1, 10), (2, 30))]
-    st.aggregate_train(1, [Message(content=encode_update(u, None, k, loss=1.0), message_type=MessageType.TRAIN,
+    st.aggregate_train(1, [Message(content=encode_update(u, None, k, loss=1.0, layout=st.upload_layouts[k]), message_type=MessageType.TRAIN,
                                    dst_node_id=0) for k, u in enumerate(ups)])
     torch.testing.assert_close(st.state.weights["q"] - W0, _exact(ups)["q"], rtol=0, atol=100 * EPS64)
     assert len(list(st.configure_train(2, ArrayRecord(), ConfigRecord(), grid=None))) == 2  # a message per client

@@ -360,3 +360,58 @@ def test_the_class_example_runs():
     for t in tests:
         runner.run(t)
     assert runner.failures == 0
+
+
+# --- the round buffer under the rank-cap rule, and layouts sent before the round ----------
+
+@pytest.mark.parametrize("method,options", [("fraq", {"rank": 5}), ("fraq", {"tau": 0.9}), ("flora", {}),
+                                            ("flexlora", {}), ("fedit", {})])
+def test_capped_round_equals_capped_aggregate_bit_for_bit(method, options):
+    """fraq:rank=5 over ranks (2, 4): module "head" (3 x 12, limit 3) gets another cap than
+    the others (limit 5 = rank), so the round splits into two buffers; every other case is
+    one buffer. Flat and ClientUpdate uploads, out of order, give capped_aggregate's result."""
+    from fraq.aggregators.capping import SplitRound, capped_aggregate, capped_layouts, open_capped_round
+
+    shapes = {"q": (16, 12), "head": (3, 12), "v": (16, 12)}
+    ranks, scales = ([3, 3], (2.0, 2.0)) if method == "fedit" else ([2, 4], (2.0, 0.5))  # FedIT: one rank, scale
+    g = torch.Generator().manual_seed(0)
+    ups = [ClientUpdate({m: (torch.randn(a, r, generator=g, dtype=F64), torch.randn(r, b, generator=g, dtype=F64))
+                         for m, (a, b) in shapes.items()}, scale=s, weight=w)
+           for r, s, w in zip(ranks, scales, (10.0, 30.0))]
+    agg = get_aggregator(method, **options)
+    want = capped_aggregate(agg, ups)
+    buf = open_capped_round(agg, shapes, clients=2, ranks=ranks, dtype=F64)
+    assert isinstance(buf, SplitRound) == (options == {"rank": 5})
+    layouts = capped_layouts(agg, shapes, clients=2, ranks=ranks)
+    assert layouts == tuple(buf.layout_of(k) for k in range(2))
+    assert all(Layout.from_record(lay.to_record()) == lay for lay in layouts)
+    buf.add(layouts[1].pack(ups[1]), client=1, weight=30.0, scale=scales[1])
+    buf.add(ups[0], client=0)
+    got = buf.aggregate()
+    assert got.ranks == want.ranks and list(got.downlinks[0]) == list(want.downlinks[0])
+    for k, m in itertools.product(range(2), shapes):
+        assert torch.equal(got.downlinks[k][m].delta(), want.downlinks[k][m].delta()), (k, m)
+
+
+def test_split_round_refuses_a_bad_upload_before_copying_any_of_it():
+    """A NaN in the second cap's module is found before the first cap's buffer takes anything."""
+    from fraq.aggregators.capping import open_capped_round
+
+    shapes = {"q": (16, 12), "head": (3, 12)}
+    buf = open_capped_round(get_aggregator("fraq", rank=5), shapes, clients=2, ranks=[2, 4], dtype=F64)
+    up = ClientUpdate({m: (torch.ones(a, 2, dtype=F64), torch.ones(2, b, dtype=F64)) for m, (a, b) in shapes.items()})
+    up.factors["head"][1][0, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"client 0, module 'head', A contains a non-finite value"):
+        buf.add(up, client=0)
+    with pytest.raises(ValueError, match=r"client 1's flat upload must be a dense 1-D tensor of 172 entries"):
+        buf.add(torch.ones(5, dtype=F64), client=1)
+    assert buf.missing == (0, 1)
+
+
+def test_layout_record_is_checked():
+    with pytest.raises(ValueError, match="not each of names"):
+        Layout.from_record({"names": ["q", "k"], "blocks": [[["q"], 4, 3, 2]]})
+    with pytest.raises(ValueError, match=r"must be \[names, m or None, n, rank\]"):
+        Layout.from_record({"names": ["q"], "blocks": [[["q"], 4, 3, 0]]})
+    lay = Layout.from_record({"names": ["q"], "blocks": [[["q"], None, 3, 2]]})  # single-matrix: A alone
+    assert lay.numel == 6 and lay.shape_of("q") == (None, (2, 3))

@@ -10,19 +10,27 @@ the middle of a round: ``fraq:rank=32`` over two rank-4 clients keeps all 8 comp
 --rank`` (:func:`fraq.peft.aggregate_adapters`), the in-process harness
 (:func:`fraq.federated.round_loop.run_round`) and the Flower strategy
 (:class:`fraq.federated.flower.strategy.LoraStrategy`) all aggregate through
-:func:`capped_aggregate`, so the rule is the same everywhere. The ranks kept are in the
-result's ``ranks``, as always.
+:func:`capped_aggregate`, or its round buffer :func:`open_capped_round` (uploads taken
+one client at a time), so the rule is the same everywhere. The ranks kept are in the
+result's ``ranks``, as always. A module's limit depends only on its shape and the
+clients' ranks, so a round's caps, and the layout each client packs its upload in
+(:func:`capped_layouts`), are known before any upload arrives.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+import torch
+
+from fraq._validation import check_finite, maybe_non_finite
 from fraq.aggregators.base import Aggregator
 from fraq.aggregators.aggregation_result import AggregationResult
 from fraq.aggregators.payload import ClientUpdate
+from fraq.aggregators.round_buffer import RoundBuffer, _check_ranks, _check_shapes, round_layouts
+from fraq.aggregators.upload_layout import Layout
 
-__all__ = ["capped_aggregate", "module_limit"]
+__all__ = ["SplitRound", "capped_aggregate", "capped_layouts", "module_limit", "open_capped_round"]
 
 
 def module_limit(updates: Sequence[ClientUpdate], module: str) -> int:
@@ -58,10 +66,10 @@ def capped_aggregate(agg: Aggregator, updates: Sequence[ClientUpdate], state: ob
     for capped, mods in groups.values():
         sub = [ClientUpdate({m: u.factors[m] for m in mods}, u.scale, u.weight, u.upload_rank) for u in updates]
         results.append(capped.aggregate(sub, state))
-    return _joined(agg, results, updates)
+    return _joined(agg, results, list(updates[0].factors))
 
 
-def _joined(agg: Aggregator, results: list[AggregationResult], updates: Sequence[ClientUpdate]) -> AggregationResult:
+def _joined(agg: Aggregator, results: list[AggregationResult], order: Sequence[str]) -> AggregationResult:
     first = results[0]
     if any(r.client_init != first.client_init for r in results):
         raise RuntimeError(f"{agg.name}: the modules' rank caps give different client initializations")
@@ -77,8 +85,132 @@ def _joined(agg: Aggregator, results: list[AggregationResult], updates: Sequence
                                        f"and cannot be joined")
                 value = {**info[key], **value}
             info[key] = value
-    order = list(updates[0].factors)
     downlinks = tuple({m: d[m] for m in order if m in d} for d in
                       ({k: v for r in results for k, v in r.downlinks[c].items()} for c in range(first.clients)))
     ranks = {m: r.ranks[m] for m in order for r in results if m in r.ranks}
     return AggregationResult(first.method, downlinks, first.client_init, ranks, None, info)
+
+
+def open_capped_round(agg: Aggregator, shapes: Mapping[str, tuple[int, int]], *, clients: int, ranks,
+                      dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
+                      ) -> RoundBuffer | SplitRound:
+    """The round buffer of :func:`capped_aggregate`: ``aggregate(state)`` returns what
+    ``capped_aggregate(agg, updates, state)`` returns for the uploads in client order.
+
+    When every module gets one aggregator (no fixed rank, or one within every limit, the
+    usual case) this is that aggregator's :meth:`~fraq.aggregators.Aggregator.open_round`;
+    otherwise a :class:`SplitRound` with one buffer per cap. Arguments as ``open_round``'s.
+    """
+    groups = _cap_groups(agg, shapes, clients, ranks)
+    if len(groups) == 1:
+        return groups[0][0].open_round(shapes, clients=clients, ranks=ranks, dtype=dtype, device=device)
+    return SplitRound(agg, tuple(shapes), [capped.open_round({m: shapes[m] for m in mods}, clients=clients,
+                                                             ranks=_sub_ranks(ranks, mods), dtype=dtype,
+                                                             device=device) for capped, mods in groups])
+
+
+def capped_layouts(agg: Aggregator, shapes: Mapping[str, tuple[int, int]], *, clients: int, ranks
+                   ) -> tuple[Layout, ...]:
+    """Each client's :class:`~fraq.aggregators.Layout` in :func:`open_capped_round` with the
+    same arguments, without its storage: what a server sends its clients before the round."""
+    groups = _cap_groups(agg, shapes, clients, ranks)
+    if len(groups) == 1:
+        return round_layouts(groups[0][0], shapes, clients=clients, ranks=ranks)
+    per_group = [round_layouts(capped, {m: shapes[m] for m in mods}, clients=clients, ranks=_sub_ranks(ranks, mods))
+                 for capped, mods in groups]
+    return _concatenated(tuple(shapes), per_group, clients)
+
+
+class SplitRound:
+    """A round whose modules need different rank caps: one :class:`RoundBuffer` per cap.
+
+    A client's flat upload is the buffers' layouts one after another (:attr:`layout`,
+    :meth:`layout_of`); :meth:`add` checks the whole upload (modules, shapes, weight and
+    scale, finiteness) before handing each buffer its modules, so a refused upload leaves
+    every buffer as it was, and :meth:`aggregate` joins the buffers' results as
+    :func:`capped_aggregate` joins its calls' (refused for a method with server state).
+    """
+
+    def __init__(self, aggregator: Aggregator, names: tuple[str, ...], buffers: list[RoundBuffer]):
+        self.aggregator = aggregator
+        self.clients = buffers[0].clients
+        self._names = names
+        self._buffers = buffers
+        self._layouts = _concatenated(names, [[buf.layout_of(k) for k in range(self.clients)] for buf in buffers],
+                                      self.clients)
+
+    @property
+    def layout(self) -> Layout:
+        if any(lay != self._layouts[0] for lay in self._layouts[1:]):
+            raise ValueError("the clients' ranks differ, so each has its own layout: use layout_of(client)")
+        return self._layouts[0]
+
+    def layout_of(self, client: int) -> Layout:
+        self._buffers[0].layout_of(client)  # checks the index
+        return self._layouts[client]
+
+    @property
+    def missing(self) -> tuple[int, ...]:
+        return self._buffers[0].missing
+
+    def add(self, update: ClientUpdate | torch.Tensor, *, client: int | None = None, weight: float | None = None,
+            scale: float | Mapping[str, float] | None = None, upload_rank: int | None = None) -> int:
+        """As :meth:`RoundBuffer.add`: one client's upload, a ClientUpdate or one flat tensor."""
+        missing = self.missing
+        if client is None and not missing:
+            raise ValueError(f"all {self.clients} clients of this round are in: refusing one more upload")
+        k = missing[0] if client is None else client
+        layout = self.layout_of(k)
+        where = f"client {k}"
+        if isinstance(update, torch.Tensor):
+            layout.check_flat(f"{where}'s flat upload", update)
+            update = layout.unpack(update, weight=1.0 if weight is None else weight,
+                                   scale=1.0 if scale is None else scale, upload_rank=upload_rank)
+        elif not isinstance(update, ClientUpdate):
+            raise TypeError(f"{where}: an upload must be a ClientUpdate or a flat torch.Tensor, "
+                            f"got {type(update).__name__}")
+        elif weight is not None or scale is not None or upload_rank is not None:
+            raise TypeError(f"{where}: a ClientUpdate carries its own weight, scale and upload_rank; pass those "
+                            "keywords only with a flat tensor")
+        tensors = layout.check_factors(where, update.factors)
+        if maybe_non_finite(tensors):
+            for name in self._names:
+                for label, t in zip("BA", update.factors[name]):
+                    if t is not None:
+                        check_finite(f"{where}, module {name!r}, {label}", t)
+        for buf in self._buffers:
+            mods = buf.layout_of(k).names
+            buf.add(ClientUpdate({m: update.factors[m] for m in mods}, update.scale, update.weight,
+                                 update.upload_rank), client=k)
+        return k
+
+    def aggregate(self, state: object | None = None) -> AggregationResult:
+        """The buffers' results joined (module order as ``shapes``)."""
+        return _joined(self.aggregator, [buf.aggregate(state) for buf in self._buffers], self._names)
+
+
+def _cap_groups(agg: Aggregator, shapes: object, clients: object, ranks: object) -> list[tuple[Aggregator, list[str]]]:
+    """(aggregator, its modules) per cap, in order of first module: ``agg.capped(limit)``
+    with limit = min(sum_k r_k, m, n), as :func:`module_limit` reads it off the uploads."""
+    if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
+        raise ValueError(f"clients(={clients!r}) must be an int >= 1")
+    names = _check_shapes(shapes)
+    per_module = _check_ranks(ranks, names, clients)
+    by_limit: dict[int, Aggregator] = {}
+    groups: dict[int, tuple[Aggregator, list[str]]] = {}
+    for name in names:
+        limit = min(sum(per_module[name]), *shapes[name])
+        if limit not in by_limit:
+            by_limit[limit] = agg.capped(limit)
+        groups.setdefault(id(by_limit[limit]), (by_limit[limit], []))[1].append(name)
+    return list(groups.values())
+
+
+def _sub_ranks(ranks: object, mods: Sequence[str]) -> object:
+    return {m: ranks[m] for m in mods} if isinstance(ranks, Mapping) else ranks
+
+
+def _concatenated(names: tuple[str, ...], per_group: Sequence[Sequence[Layout]], K: int) -> tuple[Layout, ...]:
+    """Client by client, the groups' layouts one after another as one layout."""
+    return tuple(Layout.build(names, [(b.names, b.m, b.n, b.rank) for lays in per_group for b in lays[k].blocks])
+                 for k in range(K))

@@ -22,7 +22,7 @@ from fraq.aggregators.payload import ClientUpdate
 from fraq.aggregators.upload_layout import Layout, check_weight
 from fraq.aggregators.validation import _check_scale
 
-__all__ = ["RoundBuffer"]
+__all__ = ["RoundBuffer", "round_layouts"]
 
 
 class RoundBuffer:
@@ -81,36 +81,20 @@ class RoundBuffer:
 
     def __init__(self, aggregator, shapes: Mapping[str, tuple[int, int]], *, clients: int, ranks,
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
-        if isinstance(clients, bool) or not isinstance(clients, numbers.Integral) or clients < 1:
-            raise ValueError(f"clients(={clients!r}) must be an int >= 1")
-        K = int(clients)
-        names = _check_shapes(shapes)
-        per_module = _check_ranks(ranks, names, K)
+        K, names, blocks = _round_blocks(aggregator, shapes, clients, ranks)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.is_complex:
             raise TypeError(f"dtype(={dtype!r}) must be a real floating torch.dtype")
         try:
             device = torch.device(device)
         except (RuntimeError, TypeError) as e:
             raise ValueError(f"device(={device!r}) is not a torch device: {e}") from None
-        if not aggregator.heterogeneous_ranks:
-            for name in names:
-                if len(set(per_module[name])) > 1:
-                    raise ValueError(f"{aggregator.name} averages factors, so every client needs the same rank per "
-                                     f"module; ranks for module {name!r} are {list(per_module[name])}")
         self.aggregator = aggregator
         self.clients = K
         self.dtype = dtype
         self.device = device
-        single = aggregator.single_matrix
-        blocks: dict[tuple, list[str]] = {}
-        for name in names:
-            m, n = shapes[name]
-            blocks.setdefault((m, n, per_module[name]), []).append(name)
-        self._blocks = [(tuple(bn), None if single else m, min(m, n) if single else n, rk)
-                        for (m, n, rk), bn in blocks.items()]
+        self._blocks = blocks
         self._names = names
-        self._layouts = tuple(Layout.build(names, [(bn, m, n, rk[k]) for bn, m, n, rk in self._blocks])
-                              for k in range(K))
+        self._layouts = _layouts(names, blocks, K)
         if aggregator.from_stacks:
             self._stacks = [(None if m is None else torch.empty(len(bn), sum(rk), m, dtype=dtype, device=device),
                              torch.empty(len(bn), sum(rk), n, dtype=dtype, device=device))
@@ -297,6 +281,45 @@ class RoundBuffer:
     def __repr__(self) -> str:
         return (f"RoundBuffer({self.aggregator.name}, {len(self._names)} modules in {len(self._blocks)} blocks, "
                 f"{self.clients - len(self.missing)} of {self.clients} clients in, {self.dtype}, {self.device})")
+
+
+def round_layouts(aggregator, shapes: Mapping[str, tuple[int, int]], *, clients: int, ranks
+                  ) -> tuple[Layout, ...]:
+    """Each client's :class:`Layout` in ``aggregator.open_round(shapes, clients=clients,
+    ranks=ranks)``, with the same checks and no storage: what a server tells its clients
+    before the round, so that each packs its upload (:meth:`Layout.pack`) as the buffer
+    will read it. A layout depends only on the method (single-matrix or not), the shapes
+    in their order and every client's ranks, never on dtype or device."""
+    K, names, blocks = _round_blocks(aggregator, shapes, clients, ranks)
+    return _layouts(names, blocks, K)
+
+
+def _round_blocks(aggregator, shapes: object, clients: object, ranks: object
+                  ) -> tuple[int, tuple[str, ...], list[tuple]]:
+    """(K, module names, blocks) of a round, checked: the modules grouped by (m, n) and
+    every client's rank, in ``shapes`` order, each block (names, m or None, n, K ranks),
+    m None and n = min(m, n) for a single-matrix method."""
+    if isinstance(clients, bool) or not isinstance(clients, numbers.Integral) or clients < 1:
+        raise ValueError(f"clients(={clients!r}) must be an int >= 1")
+    K = int(clients)
+    names = _check_shapes(shapes)
+    per_module = _check_ranks(ranks, names, K)
+    if not aggregator.heterogeneous_ranks:
+        for name in names:
+            if len(set(per_module[name])) > 1:
+                raise ValueError(f"{aggregator.name} averages factors, so every client needs the same rank per "
+                                 f"module; ranks for module {name!r} are {list(per_module[name])}")
+    single = aggregator.single_matrix
+    grouped: dict[tuple, list[str]] = {}
+    for name in names:
+        m, n = shapes[name]
+        grouped.setdefault((m, n, per_module[name]), []).append(name)
+    return K, names, [(tuple(bn), None if single else m, min(m, n) if single else n, rk)
+                      for (m, n, rk), bn in grouped.items()]
+
+
+def _layouts(names: tuple[str, ...], blocks: list[tuple], K: int) -> tuple[Layout, ...]:
+    return tuple(Layout.build(names, [(bn, m, n, rk[k]) for bn, m, n, rk in blocks]) for k in range(K))
 
 
 def _block_factors(factors: Mapping, names: Sequence[str]) -> tuple[list | None, list]:

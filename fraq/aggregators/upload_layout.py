@@ -92,6 +92,33 @@ class Layout:
             at = block.end
         return cls(tuple(names), tuple(out), at)
 
+    def to_record(self) -> dict:
+        """The layout as JSON-able data (module order and each block's names, m, n, rank),
+        for a server to send a client; :meth:`from_record` rebuilds it."""
+        return {"names": list(self.names), "blocks": [[list(b.names), b.m, b.n, b.rank] for b in self.blocks]}
+
+    @classmethod
+    def from_record(cls, record: object) -> Layout:
+        """The layout :meth:`to_record` wrote, checked: every module once, in exactly one block,
+        m None or an int >= 1, n and rank ints >= 1."""
+        def count(x, none=False):
+            return (none and x is None) or (isinstance(x, numbers.Integral) and not isinstance(x, bool) and x >= 1)
+
+        if not isinstance(record, Mapping) or set(record) != {"names", "blocks"}:
+            raise ValueError(f"a layout record(={record!r}) must be a mapping with keys 'names' and 'blocks'")
+        names, blocks = record["names"], record["blocks"]
+        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+            raise ValueError(f"a layout record's names(={names!r}) must be a list of module names")
+        if not isinstance(blocks, (list, tuple)) or not all(
+                isinstance(b, (list, tuple)) and len(b) == 4 and isinstance(b[0], (list, tuple))
+                and count(b[1], none=True) and count(b[2]) and count(b[3]) for b in blocks):
+            raise ValueError(f"a layout record's blocks(={blocks!r}) must be [names, m or None, n, rank] lists")
+        in_blocks = [n for b in blocks for n in b[0]]
+        if sorted(in_blocks) != sorted(names) or len(set(names)) != len(names) or not names:
+            raise ValueError(f"a layout record's blocks hold modules {in_blocks}, not each of names {list(names)} "
+                             "exactly once")
+        return cls.build(names, [(tuple(b[0]), b[1], b[2], b[3]) for b in blocks])
+
     def shape_of(self, name: str) -> tuple[tuple[int, int] | None, tuple[int, int]]:
         """Module ``name``'s expected (B shape or None, A shape) for this client."""
         b = self.blocks[self._where[name][0]]

@@ -1,8 +1,11 @@
 """The in-process federated round loop: the paper's Algorithm 1, with each method's client behaviour.
 
 Per round t, every client trains its adapter on the frozen global weights W_t (clients
-run one after another), the server calls the method's :class:`fraq.aggregators.Aggregator`
-(the same objects the benchmarks time) on the uploads, and every client applies its
+run one after another), the server adds each upload as it is produced to the round's
+buffer (:func:`fraq.aggregators.capping.open_capped_round`, the method's
+:class:`~fraq.aggregators.RoundBuffer` under the one rank rule) and aggregates once all
+are in, with the method's :class:`fraq.aggregators.Aggregator` (the same objects the
+benchmarks time), and every client applies its
 :class:`~fraq.aggregators.Downlink`: it adds ``merge`` to W (:mod:`fraq.federated.state`)
 and trains from ``start`` next round, or from a fresh adapter. The task (data,
 partitions, model) is :mod:`fraq.federated.task`; a run of many methods, seeds and
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fraq.aggregators import REINITIALIZE, Aggregator, Factors
-from fraq.aggregators.capping import capped_aggregate
+from fraq.aggregators.capping import open_capped_round
 from fraq.federated.checkpoint import load_checkpoint, save_checkpoint
 from fraq.federated.client import LocalJob, TrainSettings, local_update, lora_scale
 from fraq.federated.config import Config
@@ -136,7 +139,9 @@ def run_round(task: Task, method: MethodSetup, state: RoundState, *, evaluate: b
     """Round ``state.round + 1``: local training, aggregation, downlink applied, optional evaluation.
 
     Returns the new state (its ``records`` not yet extended), the round's record, and the
-    clients' uploads.
+    clients' uploads. Each upload goes into the round buffer as its client finishes; the
+    uploads are kept as well, because the round's certificate, a shared round 1 and
+    ``save_adapters`` read them.
     """
     bb, plan, agg = task.backbone, method.plan, method.agg
     f = task.config.federated
@@ -149,8 +154,19 @@ def run_round(task: Task, method: MethodSetup, state: RoundState, *, evaluate: b
     trains = agg.trained_factors(t)
     key = signature(task, method, state, trains, train_head) if t == 1 and task.share_round1 else None
     shared = key is not None and key in task.round1
+    buf = None
+
+    def arrived(k: int, update) -> None:  # into the round buffer, opened in the uploads' dtype and device
+        nonlocal buf
+        if buf is None:
+            A = next(iter(update.factors.values()))[1]
+            buf = open_capped_round(agg, bb.targets, clients=K, ranks=plan.ranks, dtype=A.dtype, device=A.device)
+        buf.add(update, client=k)
+
     if shared:  # the same inputs trained already for another method: the same uploads (fraq.federated.round1)
         updates, heads, losses, train_s = task.round1[key]
+        for k, u in enumerate(updates):
+            arrived(k, u)
     else:
         t0 = time.perf_counter()
         updates, heads, losses = [], [], []
@@ -163,6 +179,7 @@ def run_round(task: Task, method: MethodSetup, state: RoundState, *, evaluate: b
             job = LocalJob(k, t, plan.ranks[k], plan.alphas[k], start=state.starts[k], train=trains,
                            train_head=train_head, layer=layer, upload_rank=plan.upload_ranks[k])
             res = local_update(bb, head, *task.clients[k], job, method.settings)
+            arrived(k, res.update)
             updates.append(res.update)
             heads.append(res.head)
             losses.append(res.loss)
@@ -170,7 +187,7 @@ def run_round(task: Task, method: MethodSetup, state: RoundState, *, evaluate: b
         if key is not None:
             task.round1[key] = (updates, heads, losses, train_s)
     t1 = time.perf_counter()
-    result = capped_aggregate(agg, updates, state.agg_state)  # a fixed rank is a cap per module
+    result = buf.aggregate(state.agg_state)  # a fixed rank is a cap per module
     agg_ms = (time.perf_counter() - t1) * 1e3
     state = apply_round(state, result, heads if train_head else None, [u.weight for u in updates], layer)
     acc = None

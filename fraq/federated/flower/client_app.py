@@ -24,7 +24,7 @@ from flwr.clientapp import ClientApp
 from fraq.federated.client import LocalJob, local_update
 from fraq.federated.flower import console  # noqa: F401  (flwr's log lines plain outside a terminal)
 from fraq.federated.flower.run_config import from_run_config
-from fraq.federated.flower.strategy import decode_downlink, encode_update
+from fraq.federated.flower.strategy import decode_downlink, decode_layout, encode_update
 from fraq.federated.round_loop import MethodSetup
 from fraq.federated.state import merge_into
 from fraq.federated.config import Config
@@ -78,6 +78,7 @@ def _register(app: ClientApp, resolve: Callable[[Context], tuple[Config, MethodS
         pid = _partition(context, config.federated.clients)
         if pid != k:
             raise ValueError(f"node with partition-id {pid} was sent client {k}'s round")
+        layout = decode_layout(c)  # how to pack the reply, the server's (strategy.py's docstring)
         tensors = msg.content["arrays"].to_torch_state_dict()
         merges, starts = decode_downlink(tensors, c)
         if "weights" in context.state:
@@ -95,7 +96,7 @@ def _register(app: ClientApp, resolve: Callable[[Context], tuple[Config, MethodS
                        train=str(c["train"]), train_head=bool(c["train-head"]), layer=layer,
                        upload_rank=None if up < 0 else up)
         res = local_update(bb, head, *task.clients[k], job, m.settings)
-        return Message(encode_update(res.update, res.head, k, res.loss), reply_to=msg)
+        return Message(encode_update(res.update, res.head, k, res.loss, layout), reply_to=msg)
 
     return app
 

@@ -3,32 +3,47 @@
 :class:`LoraStrategy` is Flower's ``FedAvg`` with the two methods a federated LoRA
 strategy must change: ``configure_train`` (each client gets its own payload: the merges
 and start adapter of its :class:`~fraq.aggregators.Downlink`, its rank and what to train)
-and ``aggregate_train`` (the uploads become :class:`~fraq.aggregators.ClientUpdate` objects
-for the method's aggregator; the server state advances exactly as in the in-process
-harness, through :func:`fraq.federated.state.apply_round`). Client evaluation is off;
+and ``aggregate_train`` (each reply is checked and added to the round's buffer,
+:func:`fraq.aggregators.capping.open_capped_round`, one client at a time, then the method
+aggregates; the server state advances exactly as in the in-process harness, through
+:func:`fraq.federated.state.apply_round`). Client evaluation is off;
 the ``ServerApp`` evaluates the global model centrally.
 
 Wire format (peft's names), encoded and decoded here, in one module: server -> client
 ``merge.{i}.{module}.B`` / ``.A`` (products added to the frozen weights),
 ``start.{module}.B`` / ``.A`` (the warm start), ``head.*``; scales and the round's
-instructions in the ConfigRecord (:func:`decode_downlink`). Client -> server
-``{module}.lora_B.weight`` (out, r), ``{module}.lora_A.weight`` (r, in), ``head.*`` while
-the head trains, and a MetricRecord with ``num-examples``, ``client``, ``scale``,
-``upload-rank``, ``loss`` (:func:`encode_update`, :func:`decode_update`).
+instructions in the ConfigRecord (:func:`decode_downlink`), among them
+``upload-layout``: the client's :class:`~fraq.aggregators.Layout` as JSON
+(:meth:`Layout.to_record <fraq.aggregators.Layout.to_record>`; :func:`decode_layout`).
+Client -> server ``adapter``, the whole adapter as one flat array packed in that layout
+(:meth:`Layout.pack <fraq.aggregators.Layout.pack>`: per block of modules of one shape,
+the B^T then the A factors), ``head.*`` while the head trains, and a MetricRecord with
+``num-examples``, ``client``, ``scale``, ``upload-rank``, ``loss`` (:func:`encode_update`,
+:func:`decode_update`).
 
-Every reply is checked before the aggregation (:func:`decode_update`): its client index
-(in range, once per round, every client present), its metrics, every adapted module
-present with factors of the module's shape that share a rank, the head's keys and shapes
-(the server's), every tensor floating and finite, heads included, and nothing else. A
-fault is one ValueError naming the round, the client (and node) and the module or tensor.
+The layout is the server's to decide, because it depends on every client's rank (modules
+are grouped by shape and ranks) and on the method (FLoRG sends A alone): the server
+derives each client's from the shapes and ranks it configured the clients with
+(:func:`fraq.aggregators.capping.capped_layouts`) and sends it every round, so a client
+never derives it on its own and both sides read the same array the same way.
+
+Every reply is checked before it is added (:func:`decode_update`, then
+:meth:`RoundBuffer.add <fraq.aggregators.RoundBuffer.add>`): its client index (in range,
+once per round, every client present), its metrics, its adapter (floating, 1-D, the
+length of its client's layout, finite: a non-finite entry is named by module and factor),
+the head's keys and shapes (the server's), the head floating and finite, and nothing
+else. A fault is one ValueError naming the round, the node, the client and the module or
+tensor; the server state is left as it was.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from logging import INFO
 
 import torch
@@ -37,13 +52,13 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 from flwr.supercore import log
 
-from fraq.aggregators import ClientLayer, ClientUpdate, Factors
-from fraq.aggregators.capping import capped_aggregate
+from fraq.aggregators import ClientLayer, ClientUpdate, Factors, Layout
+from fraq.aggregators.capping import capped_layouts, open_capped_round
 from fraq.federated.records import round_record
 from fraq.federated.round_loop import MethodSetup
 from fraq.federated.state import RoundState, apply_round
 
-__all__ = ["LoraStrategy", "decode_downlink", "decode_update", "encode_update"]
+__all__ = ["LoraStrategy", "Reply", "decode_downlink", "decode_layout", "decode_update", "encode_update"]
 
 
 def _encode_factors(prefix: str, f: Factors, arrays: dict, config: dict) -> None:
@@ -72,13 +87,19 @@ def decode_downlink(arrays: dict[str, torch.Tensor], config) -> tuple[dict[str, 
     return {m: [f for _, f in sorted(v, key=lambda x: x[0])] for m, v in merges.items()}, starts
 
 
-def encode_update(update: ClientUpdate, head: dict[str, torch.Tensor] | None, client: int, loss: float) -> RecordDict:
-    """A client's reply: its factors under peft's names, its head, its metrics."""
-    arrays = {}
-    for name, (B, A) in update.factors.items():
-        if B is not None:
-            arrays[f"{name}.lora_B.weight"] = B.contiguous()
-        arrays[f"{name}.lora_A.weight"] = A.contiguous()
+def decode_layout(config) -> Layout:
+    """Client k's upload layout from its train message's ConfigRecord (``upload-layout``)."""
+    if "upload-layout" not in config:
+        raise ValueError("the train message's config has no 'upload-layout': the server sends each client the "
+                         "layout to pack its adapter in")
+    return Layout.from_record(json.loads(config["upload-layout"]))
+
+
+def encode_update(update: ClientUpdate, head: dict[str, torch.Tensor] | None, client: int, loss: float,
+                  layout: Layout) -> RecordDict:
+    """A client's reply: its adapter as one flat array in ``layout`` (:func:`decode_layout`),
+    its head, its metrics."""
+    arrays = {"adapter": layout.pack(update)}
     for k, v in (head or {}).items():
         arrays[f"head.{k}"] = v.contiguous()
     metrics = {"num-examples": int(update.weight), "client": int(client), "scale": float(update.scale),
@@ -116,53 +137,61 @@ def _tensor(where: str, key: str, t: torch.Tensor, shape: tuple | None = None, d
         raise ValueError(f"{where}: {key} holds NaN or infinity")
 
 
-def decode_update(content: RecordDict, targets: Mapping[str, tuple[int, int]], head: Mapping[str, torch.Tensor],
-                  clients: int, where: str) -> tuple[int, ClientUpdate, dict[str, torch.Tensor] | None, float]:
-    """(client index, its :class:`~fraq.aggregators.ClientUpdate`, its head or None, its loss)
-    from a reply :func:`encode_update` wrote, every part checked (see the module docstring).
+@dataclass(frozen=True)
+class Reply:
+    """One client's decoded reply: its flat adapter (its layout's length, not yet checked
+    for finiteness: :meth:`RoundBuffer.add <fraq.aggregators.RoundBuffer.add>` does that,
+    naming the module), its metrics and its head (None when it sent none)."""
+
+    client: int
+    adapter: torch.Tensor
+    weight: float
+    scale: float
+    upload_rank: int | None
+    head: dict[str, torch.Tensor] | None
+    loss: float
+
+
+def decode_update(content: RecordDict, layouts: tuple[Layout, ...], head: Mapping[str, torch.Tensor],
+                  where: str) -> Reply:
+    """The :class:`Reply` :func:`encode_update` wrote, checked (see the module docstring).
 
     Args:
         content: the reply's RecordDict.
-        targets: adapted module -> (m, n).
+        layouts: client -> its upload layout (K of them; the client index must be in 0..K-1).
         head: the server's head, name -> tensor: a reply's head must have its keys and shapes.
-        clients: K; the client index must be in 0..K-1.
         where: how messages start (``"round 2, node 7"``); the client index is added.
 
     Raises:
-        ValueError: one line naming ``where``, the client and the module or tensor at fault.
+        ValueError: one line naming ``where``, the client and the tensor at fault.
     """
     if "metrics" not in content or "arrays" not in content:
         raise ValueError(f"{where}: the reply lacks its {'metrics' if 'metrics' not in content else 'arrays'} record")
     met = content["metrics"]
+    clients = len(layouts)
     k = _metric(where, met, "client", "index")
     if not 0 <= k < clients:
         raise ValueError(f"{where}: the reply names client {k}, not one of 0..{clients - 1}")
     where = f"{where}, client {k}"
     n, scale, up, loss = (_metric(where, met, key, kind) for key, kind in _METRICS.items() if key != "client")
     tensors = content["arrays"].to_torch_state_dict()
-    factors = {}
-    for name, (m, n_in) in targets.items():
-        A, B = tensors.pop(f"{name}.lora_A.weight", None), tensors.pop(f"{name}.lora_B.weight", None)
-        if A is None:
-            raise ValueError(f"{where}: module {name!r} is missing from the upload (no {name}.lora_A.weight)")
-        if B is None:  # a single-matrix adapter (FLoRG): its shape is the method's to check
-            _tensor(where, f"module {name!r}: lora_A", A, dims=2)
-        else:
-            _tensor(where, f"module {name!r}: lora_B", B, dims=2)
-            _tensor(where, f"module {name!r}: lora_A", A, shape=(B.shape[1], n_in))
-            if B.shape[0] != m:
-                raise ValueError(f"{where}: module {name!r}: lora_B has shape {tuple(B.shape)}, expected ({m}, r)")
-        factors[name] = (B, A)
+    flat = tensors.pop("adapter", None)
+    if flat is None:
+        raise ValueError(f"{where}: the reply has no 'adapter' array (the whole adapter, flat, in its layout)")
+    if not flat.is_floating_point():
+        raise ValueError(f"{where}: adapter has dtype {flat.dtype}, not a floating dtype")
+    if flat.dim() != 1 or flat.numel() != layouts[k].numel:
+        raise ValueError(f"{where}: adapter has shape {tuple(flat.shape)}, expected ({layouts[k].numel},) "
+                         f"(client {k}'s layout)")
     sent = {key[len("head."):]: tensors.pop(key) for key in list(tensors) if key.startswith("head.")}
     if sent and set(sent) != set(head):
         raise ValueError(f"{where}: head tensors {sorted(sent)} are not the server's {sorted(head)}")
     for key, t in sent.items():
         _tensor(where, f"head.{key}", t, shape=head[key].shape)
     if tensors:
-        raise ValueError(f"{where}: the upload holds {sorted(tensors)[:4]}, which are not adapted modules "
-                         f"({sorted(targets)[:4]}{', ...' if len(targets) > 4 else ''}) or head tensors")
-    update = ClientUpdate(factors, scale=float(scale), weight=float(n), upload_rank=None if up < 0 else int(up))
-    return k, update, sent or None, float(loss)
+        raise ValueError(f"{where}: the upload holds {sorted(tensors)[:4]}, which are not its 'adapter' or head "
+                         "tensors")
+    return Reply(k, flat, float(n), float(scale), None if up < 0 else int(up), sent or None, float(loss))
 
 
 class LoraStrategy(FedAvg):
@@ -200,6 +229,7 @@ class LoraStrategy(FedAvg):
         self.head_rounds = head_rounds
         self.layer = layer
         self.records: list[dict] = []
+        self.upload_layouts = capped_layouts(method.agg, self.targets, clients=K, ranks=method.plan.ranks)
         self._t_configure: float | None = None
         merges = initial_merges or {}
         self._merges = [dict(merges) for _ in range(K)]
@@ -219,7 +249,8 @@ class LoraStrategy(FedAvg):
             tensors: dict[str, torch.Tensor] = {f"head.{n}": v for n, v in self.state.head.items()}
             cfg = {"server-round": server_round, "client": k, "rank": plan.ranks[k], "alpha": float(plan.alphas[k]),
                    "train": train, "train-head": server_round <= self.head_rounds,
-                   "upload-rank": -1 if plan.upload_ranks[k] is None else plan.upload_ranks[k]}
+                   "upload-rank": -1 if plan.upload_ranks[k] is None else plan.upload_ranks[k],
+                   "upload-layout": json.dumps(self.upload_layouts[k].to_record())}
             for module, fs in self._merges[k].items():
                 for i, f in enumerate(fs):
                     _encode_factors(f"merge.{i}.{module}", f, tensors, cfg)
@@ -241,25 +272,38 @@ class LoraStrategy(FedAvg):
             raise RuntimeError(f"round {server_round}: {len(valid)} of {K} clients replied ({len(errors)} errors); "
                                f"every client must upload for the aggregation")
         train_head = server_round <= self.head_rounds
-        decoded: dict[int, tuple] = {}
+        decoded: dict[int, Reply] = {}
+        buf = None  # opened at the first reply, in its adapter's dtype
         for msg in valid:
-            where = f"round {server_round}, node {msg.metadata.src_node_id}"
-            k, update, head, loss = decode_update(msg.content, self.targets, self.state.head, K, where)
             node = msg.metadata.src_node_id
+            where = f"round {server_round}, node {node}"
+            r = decode_update(msg.content, self.upload_layouts, self.state.head, where)
+            k = r.client
             if node in self.node_clients and self.node_clients[node] != k:
                 raise ValueError(f"{where}: the reply names client {k}, but that node trains client "
                                  f"{self.node_clients[node]}")
             if k in decoded:
                 raise RuntimeError(f"round {server_round}: two replies from client {k}")
-            if train_head and head is None:
+            if train_head and r.head is None:
                 raise ValueError(f"{where}, client {k}: the head trains this round but the reply has no head")
-            decoded[k] = (update, head, loss)
+            if buf is None:
+                buf = open_capped_round(self.method.agg, self.targets, clients=K, ranks=self.method.plan.ranks,
+                                        dtype=r.adapter.dtype)
+            try:
+                buf.add(r.adapter, client=k, weight=r.weight, scale=r.scale, upload_rank=r.upload_rank)
+            except (TypeError, ValueError) as e:  # the buffer names the client and the module
+                raise ValueError(f"{where}: {e}") from None
+            decoded[k] = r
         missing = sorted(set(range(K)) - set(decoded))
         if missing:
             raise RuntimeError(f"round {server_round}: no reply from client(s) {missing}")
-        updates, heads, losses = (list(x) for x in zip(*(decoded[k] for k in range(K))))
+        replies = [decoded[k] for k in range(K)]
+        heads, losses = [r.head for r in replies], [r.loss for r in replies]
+        # views of the adapters, for the certificate, which reads the uploads
+        updates = [self.upload_layouts[r.client].unpack(r.adapter, weight=r.weight, scale=r.scale,
+                                                         upload_rank=r.upload_rank) for r in replies]
         t0 = time.perf_counter()
-        result = capped_aggregate(self.method.agg, updates, self.state.agg_state)  # the one rank rule
+        result = buf.aggregate(self.state.agg_state)  # the one rank rule
         agg_ms = (time.perf_counter() - t0) * 1e3
         self.state = apply_round(self.state, result, heads if train_head else None, [u.weight for u in updates],
                                  self.layer)
