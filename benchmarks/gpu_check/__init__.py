@@ -39,6 +39,10 @@ another device, at another ``--size`` or by another commit is refused before any
 a ``DIR`` is held by one call at a time (:mod:`benchmarks.gpu_check.folder`). ``python -m analysis.reproduce --out DIR``
 unpacks the results and draws them beside the paper's GH200 numbers.
 
+``--plan`` measures nothing: it prints what the next call would measure, the points the
+ledger of earlier calls lacks for the GPU kind and the code's fingerprint, by priority,
+inside the budget (:mod:`benchmarks.gpu_check.ledger`, :mod:`benchmarks.gpu_check.plan`).
+
 Only torch, numpy, pandas and pytest are needed (what a bare GPU image holds): nothing
 here or in the parts imports asv, Flower or peft; tqdm is not used.
 """

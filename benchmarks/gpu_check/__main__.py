@@ -1,6 +1,7 @@
 """``python -m benchmarks.gpu_check``: see :mod:`benchmarks.gpu_check`.
 
-Every argument is checked before any work; a bad one stops the command with one line
+``--plan`` prints what the next call would measure and measures nothing
+(:mod:`benchmarks.gpu_check.plan`). Every argument is checked before any work; a bad one stops the command with one line
 naming it and its value (exit status 2). So does a ``--out`` another call holds, or whose
 earlier results were measured on another device, at another size or by another commit
 (:mod:`benchmarks.gpu_check.folder`).
@@ -27,6 +28,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--budget-s", type=float, default=420.0, help="seconds for every part together (default 420)")
     ap.add_argument("--size", choices=list(SIZES), default="gpu", help="the experiments' size (default gpu)")
     ap.add_argument("--parts", help=f"comma-separated subset of {','.join(part_names())} (default all)")
+    ap.add_argument("--plan", action="store_true",
+                    help="print what the next call would measure (the points the ledger lacks, by priority, in "
+                         "--budget-s) and measure nothing")
+    ap.add_argument("--device-kind", help="with --plan: the GPU kind to plan for (default: the newest ledger "
+                                          "entry's)")
     # the parent's call of one part, in its own process
     ap.add_argument("--part", choices=part_names(), help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, help=argparse.SUPPRESS)
@@ -65,6 +71,28 @@ def _checked(args) -> tuple[list, object]:
     return [p for p in PARTS if p.name in names], device
 
 
+def _plan(args) -> int:
+    """``--plan``: the next call's plan for ``--device-kind`` (:mod:`benchmarks.gpu_check.plan`)."""
+    from benchmarks.gpu_check import ledger, plan
+
+    if not (math.isfinite(args.budget_s) and args.budget_s >= 10):
+        print(f"error: --budget-s(={args.budget_s:g}) must be a number of seconds >= 10", file=sys.stderr)
+        return 2
+    try:
+        book = ledger.load()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    kind = args.device_kind or book.newest_kind()
+    if kind is None:
+        print("error: the ledger is empty: give --device-kind NAME", file=sys.stderr)
+        return 2
+    fp = ledger.fingerprint()
+    taken, left = plan.plan(book, kind, fp, args.budget_s, args.size)
+    print(plan.render(taken, left, kind=kind, fp=fp, budget_s=args.budget_s))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     if argv is None:
@@ -80,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_child(args.part, device=args.device, size=args.size, work=args.work, until=args.until)
     args = ap.parse_args(argv)
+    if args.plan:
+        return _plan(args)
     if args.out is None:
         ap.error("--out DIR is required")
     try:
