@@ -260,9 +260,10 @@ def _safe(estimate, entry: Entry) -> float | None:
 def same_config(recorded: dict | None, config: dict) -> bool:
     """Whether a result file's ``recorded`` config is ``config`` (its size aside)."""
     def norm(c: dict) -> str:
-        return json.dumps({k: v for k, v in c.items() if k != "size"}, sort_keys=True, default=str)
+        return json.dumps({k: v for k, v in c.items() if k != "size"}, sort_keys=True, default=str, allow_nan=False)
 
-    return recorded is not None and norm(recorded) == norm(json.loads(json.dumps(config, default=str)))
+    return recorded is not None and norm(recorded) == norm(json.loads(json.dumps(config, default=str,
+                                                                                   allow_nan=False)))
 
 
 def load(folder: Path = GPU_RESULTS, path: Path | None = None) -> Ledger:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fraq.aggregators import REINITIALIZE, Aggregator, Factors
-from fraq.aggregators.capping import open_capped_round
+from fraq.aggregators.capping import capped_aggregate, open_capped_round
 from fraq.federated.checkpoint import load_checkpoint, save_checkpoint
 from fraq.federated.client import LocalJob, TrainSettings, local_update, lora_scale
 from fraq.federated.config import Config
@@ -139,8 +139,10 @@ def run_round(task: Task, method: MethodSetup, state: RoundState, *, evaluate: b
     """Round ``state.round + 1``: local training, aggregation, downlink applied, optional evaluation.
 
     Returns the new state (its ``records`` not yet extended), the round's record, and the
-    clients' uploads. Each upload goes into the round buffer as its client finishes; the
-    uploads are kept as well, because the round's certificate, a shared round 1 and
+    clients' uploads. Each upload goes into the round buffer as its client finishes (where
+    every upload has the plan's rank: a method whose own client layer uploads another rank
+    takes the list path, :func:`fraq.aggregators.capping.capped_aggregate`); the uploads
+    are kept as well, because the round's certificate, a shared round 1 and
     ``save_adapters`` read them.
     """
     bb, plan, agg = task.backbone, method.plan, method.agg
@@ -154,10 +156,14 @@ def run_round(task: Task, method: MethodSetup, state: RoundState, *, evaluate: b
     trains = agg.trained_factors(t)
     key = signature(task, method, state, trains, train_head) if t == 1 and task.share_round1 else None
     shared = key is not None and key in task.round1
-    buf = None
+    buf, planned = None, True
 
     def arrived(k: int, update) -> None:  # into the round buffer, opened in the uploads' dtype and device
-        nonlocal buf
+        nonlocal buf, planned
+        if planned and any(A.shape[-2] != plan.ranks[k] for _, A in update.factors.values()):
+            planned = False  # a method whose layer uploads another rank than the plan's: the list path this round
+        if not planned:
+            return
         if buf is None:
             A = next(iter(update.factors.values()))[1]
             buf = open_capped_round(agg, bb.targets, clients=K, ranks=plan.ranks, dtype=A.dtype, device=A.device)
@@ -187,7 +193,8 @@ def run_round(task: Task, method: MethodSetup, state: RoundState, *, evaluate: b
         if key is not None:
             task.round1[key] = (updates, heads, losses, train_s)
     t1 = time.perf_counter()
-    result = buf.aggregate(state.agg_state)  # a fixed rank is a cap per module
+    # a fixed rank is a cap per module; uploads of ranks other than the plan's take the list path
+    result = buf.aggregate(state.agg_state) if planned else capped_aggregate(agg, updates, state.agg_state)
     agg_ms = (time.perf_counter() - t1) * 1e3
     state = apply_round(state, result, heads if train_head else None, [u.weight for u in updates], layer)
     acc = None

@@ -250,7 +250,7 @@ class LoraStrategy(FedAvg):
             cfg = {"server-round": server_round, "client": k, "rank": plan.ranks[k], "alpha": float(plan.alphas[k]),
                    "train": train, "train-head": server_round <= self.head_rounds,
                    "upload-rank": -1 if plan.upload_ranks[k] is None else plan.upload_ranks[k],
-                   "upload-layout": json.dumps(self.upload_layouts[k].to_record())}
+                   "upload-layout": json.dumps(self.upload_layouts[k].to_record(), allow_nan=False)}
             for module, fs in self._merges[k].items():
                 for i, f in enumerate(fs):
                     _encode_factors(f"merge.{i}.{module}", f, tensors, cfg)
