@@ -60,7 +60,8 @@ def build_report(out: Path, *, pdf: bool = True) -> Built:
     Raises :class:`analysis.NoResults` (nothing to draw: the message says what to run; when
     files were there but none could be read, it names each with why, and ``report.md`` lists
     them under *Not measured or skipped*) and :class:`analysis.MixedResults` (more than one
-    configuration: the message names them). Every note raised while loading and judging (a skipped file, a point not measured, a
+    configuration: the message names them). Every note raised while loading and judging (a skipped file, a point
+    not measured, a
     busy machine, a section not drawn, results of several commits: :mod:`analysis.notes`)
     is listed in the report's *Not measured or skipped* section and returned, not issued
     again: the report says what is missing, verdict by verdict, and :func:`main` prints one
@@ -101,8 +102,8 @@ def _noted(text: str, found: list) -> str:
     """``text`` with the *Not measured or skipped* section listing ``found`` (nothing when empty)."""
     if not found:
         return text
-    return text + ("\n## Not measured or skipped\n\nPoints not measured, verdicts withheld, sections not drawn and files "
-                   "skipped (no verdict above rests on them), and results of more than one commit:\n\n"
+    return text + ("\n## Not measured or skipped\n\nPoints not measured, verdicts withheld, sections not drawn "
+                   "and files skipped (no verdict above rests on them), and results of more than one commit:\n\n"
                    + "\n".join(notes.section(found)) + "\n")
 
 

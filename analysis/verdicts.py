@@ -75,8 +75,9 @@ import numpy as np
 from analysis.notes import Busy, Note, NotMeasured
 from fraq._sign_test import sign_error, sign_ranks  # pure Python: the one rule the runner decides by
 
-__all__ = ["BUSY_LOAD", "BUSY_STEAL", "DESCRIPTIVE", "against_range", "DRAWS", "HOW", "MIN_ROUNDS", "Verdict", "busy", "judge", "exact",
-           "holds", "looks", "milliseconds", "not_measured", "ours", "paired", "samples", "sign_interval"]
+__all__ = ["BUSY_LOAD", "BUSY_STEAL", "DESCRIPTIVE", "against_range", "DRAWS", "HOW", "MIN_ROUNDS", "Verdict", "busy",
+           "judge", "exact", "holds", "looks", "milliseconds", "not_measured", "ours", "paired", "samples",
+           "sign_interval"]
 
 DRAWS = 2000
 """Draws per unpaired interval: the 2.5th and 97.5th percentiles of 2,000 draws move by well

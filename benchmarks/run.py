@@ -27,7 +27,8 @@ experiment's figure reads, :data:`fraq._fields.REQUIRED`, each of its type: numb
 numbers belong, timing samples a list of finite numbers) is not measured again; a file
 that is not whole is measured again, with one line naming it and why (the file is written
 whole or not at all, so an interrupted run leaves no half result), so rerunning the same
-command after a crash or Ctrl-C continues where it stopped. ``--rerun`` measures every point again. Progress on stderr (:mod:`fraq._progress`:
+command after a crash or Ctrl-C continues where it stopped. ``--rerun`` measures every point again. Progress on
+stderr (:mod:`fraq._progress`:
 a line redrawn at a terminal, one plain line per finished point at most every 10 s
 elsewhere) shows the point being measured and the time left, weighing each point by its
 experiment's estimate of its cost (``cost(config)``, :mod:`benchmarks.experiments`)

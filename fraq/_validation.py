@@ -64,8 +64,8 @@ def maybe_non_finite(tensors: Sequence[torch.Tensor]) -> bool:
     """False when every entry of every tensor is certainly finite; True when one may not be.
 
     One plain sum per tensor (float32 accumulation for float16 / bfloat16), the sums added
-    in float64 on their device and read in one host read per device: a NaN or an infinity anywhere makes the total
-    non-finite. Finite entries can also give a non-finite total (overflow past the dtype's
+    in float64 on their device and read in one host read per device: a NaN or an infinity
+    anywhere makes the total non-finite. Finite entries can also give a non-finite total (overflow past the dtype's
     largest value), so True only tells the caller to run the exact scan that names the
     culprit (:func:`check_finite`); it never refuses anything itself. This is the cheap
     screen every stacking method shares: torch's infinity norm

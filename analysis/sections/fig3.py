@@ -267,8 +267,8 @@ def fig3_scalability(df: pd.DataFrame):
     d = fig3_summary(df)
     look = styles(d)
     sweeps, rows = fig3_panels(d)
-    fig, axes = plt.subplots(max(len(rows), 1), max(len(sweeps), 1), figsize=(5 * max(len(sweeps), 1), 3.4 * max(len(rows), 1)),
-                             squeeze=False)
+    ncols, nrows = max(len(sweeps), 1), max(len(rows), 1)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5 * ncols, 3.4 * nrows), squeeze=False)
     for col, sweep in enumerate(sweeps):
         sub = d[d["sweep"] == sweep]
         fixed = f"d = {int(sub['d'].iloc[0])}" if sweep == "r" else f"r = {int(sub['r'].iloc[0])}"

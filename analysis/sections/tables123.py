@@ -120,7 +120,7 @@ def verdict_lines(df: pd.DataFrame, preset: str) -> list[str]:
                 parts.append(ours(v, f"{v.value:.3g}x", ".3g", "x", test=f"{test}; the paper: {quoted[name]}")
                              + (f", {where}" if where else ""))
                 continue
-            parts.append(_model_verdicts(ms, ratio, other, fraq, label, quoted[name], preset, compared))
+            parts.append(_cpu_claim(ms, ratio, other, fraq, label, quoted[name], preset, compared))
         ms = ", ".join(f"{r.shown} {r.median_s * 1e3:.4g} ms" for r in fraq.itertuples() if pd.notna(r.median_s))
         lines.append(f"- Paper: {claim}. " + "; ".join(parts) + (f". Here: {ms}." if ms else "."))
     fixed = rows[~rows["adaptive"] & rows["paper_pct"].notna() & rows["downlink_pct"].notna()]
@@ -145,7 +145,7 @@ def _on_gpu(rows: pd.DataFrame) -> bool:
     return "device" in rows and rows["device"].astype(str).str.startswith("cuda").all()
 
 
-def _model_verdicts(ms: dict, ratio, other: pd.DataFrame, fraq: pd.DataFrame, label: str, quoted: str,
+def _cpu_claim(ms: dict, ratio, other: pd.DataFrame, fraq: pd.DataFrame, label: str, quoted: str,
                     preset: str, compared: pd.DataFrame) -> str:
     """What a CPU says of a GPU speed-up claim: the paper's GH200 ratio in its own words
     (``quoted``: "around 12x"), **not tested here**, and the ratio measured here with its
@@ -204,7 +204,8 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     numbers); ``shown``, the name the report shows the row by
     (:func:`shown_name`); the worst module's exactness certificate (``certificate_error``,
     ``certificate_bound``, ``certificate_rounding_level``, ``certificate_module``,
-    ``certificate_note``; None in results written without it); ``adaptive``, whether it cuts by the energy rule, and ``tau``, the
+    ``certificate_note``; None in results written without it); ``adaptive``, whether it cuts by the energy rule,
+    and ``tau``, the
     threshold it was given (None: its default, or none). A record's
     ``served`` rows (a dense method timed for one preset, serving another of the same shapes)
     are the other preset's."""

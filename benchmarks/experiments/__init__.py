@@ -58,8 +58,8 @@ EXPERIMENTS: dict[str, str] = {
 """Every experiment (its results' directory name) and its module here, in the runner's
 order (cheap first)."""
 
-DEFAULT = ("table4", "table4_steps", "florist_steps", "fig3", "clients", "backends", "backend_stages", "peft", "tables123",
-           "fig4_cond", "flexlora_precision", "fig4_rank", "fig1")
+DEFAULT = ("table4", "table4_steps", "florist_steps", "fig3", "clients", "backends", "backend_stages", "peft",
+           "tables123", "fig4_cond", "flexlora_precision", "fig4_rank", "fig1")
 """What ``make run`` reproduces, in the runner's order: the timed experiments, then the
 :data:`UNTIMED` ones."""
 

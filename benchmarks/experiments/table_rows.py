@@ -27,8 +27,8 @@ from fraq.aggregators import ClientUpdate, get_aggregator
 from fraq.methods import MethodSpec
 from fraq.presets import Preset
 
-__all__ = ["DENSE_WORK", "LIKE_FOR_LIKE", "PAPER_SETTINGS", "QUICK_DENSE_WORK", "ROUNDS", "ROW_OPTIONS", "SHAPE_ONLY", "TableRow",
-           "dense_plan", "module_shapes", "row_aggregator", "row_applicable", "row_fields", "row_label",
+__all__ = ["DENSE_WORK", "LIKE_FOR_LIKE", "PAPER_SETTINGS", "QUICK_DENSE_WORK", "ROUNDS", "ROW_OPTIONS", "SHAPE_ONLY",
+           "TableRow", "dense_plan", "module_shapes", "row_aggregator", "row_applicable", "row_fields", "row_label",
            "row_uploads", "select_rows", "table_rows"]
 
 ROUNDS = {1: "B", 2: "A"}
@@ -143,7 +143,8 @@ def table_rows(preset: Preset) -> list[TableRow]:
     ``paper_order``; the others after, in registration order), with the paper's options
     (:data:`PAPER_SETTINGS`), each followed by the same on each of its kernel variants
     (its class's ``kernel_variants``: ``flexlora:kernel=fraq``), then its like-for-like rows
-    (:data:`LIKE_FOR_LIKE`); a method whose clients alternate the trained factor (``alternating_freeze``) has a row for each round, B's
+    (:data:`LIKE_FOR_LIKE`); a method whose clients alternate the trained factor (``alternating_freeze``) has a row
+    for each round, B's
     and A's (``lora-a2:round=1``, ``lora-a2:round=2``: :data:`ROW_OPTIONS`)."""
     from fraq.aggregators import AGGREGATORS
 

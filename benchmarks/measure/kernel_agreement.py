@@ -14,7 +14,8 @@ start alone, in float64 and without an m x n matrix (:func:`fraq.reference.relat
     M = \sum_k a_k s_k B_k A_k,
 
 (for single-matrix uploads, FLoRG's, :math:`M = \sum_k a_k s_k A_k^\top A_k`: the update
-:math:`s L A^\top A R` with L, R semi-orthogonal has the same errors), and the two kernels agree where :math:`|e_\text{fraq} - e_\text{dense}| \le 2\,c\,u\,N /
+:math:`s L A^\top A R` with L, R semi-orthogonal has the same errors), and the two kernels agree where
+:math:`|e_\text{fraq} - e_\text{dense}| \le 2\,c\,u\,N /
 \lVert M\rVert_F`: each run's update is the method's exact one for a matrix within the
 rounding of a product of its factors, :math:`c\,u\,N`, of the one it decomposes, and moving
 the matrix by E moves the error of the update by at most :math:`\lVert E\rVert_F` (a best

@@ -69,17 +69,18 @@ def first_rows(t: torch.Tensor, p: int) -> torch.Tensor:
 
 def product_floor(B: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
     r"""The product's rounding per squared singular value of B @ A, B (*, m, r), A (*, r, n):
-    :func:`fraq._energy.noise_floor` of :math:`N = \sum_i \lVert b_i\rVert \lVert a_i\rVert`
+    :func:`fraq._energy.noise_floor` of :func:`fraq._gram.scale_sum`'s
+    :math:`N = \sum_i \lVert b_i\rVert \lVert a_i\rVert`
     in the stacks' dtype, one value per matrix. A singular value at or below its root
     cannot be told from zero by any computation from these factors in this dtype (a dense
     SVD of the product included), so the energy rule counts it as zero: the rule FRAQ
     applies, and what keeps two exactly cancelling clients at rank 0 instead of a rank of
     rounding noise."""
     from fraq._energy import noise_floor, rounding_eps
+    from fraq._gram import scale_sum
 
-    n_sum = (torch.linalg.vector_norm(B, dim=-2) * torch.linalg.vector_norm(A, dim=-1)).sum(-1)
     d = min(B.shape[-2], A.shape[-1])
-    return noise_floor(n_sum.double(), d, B.shape[-1], rounding_eps(B.dtype))
+    return noise_floor(scale_sum(B, A).double(), d, B.shape[-1], rounding_eps(B.dtype))
 
 
 def select(S: torch.Tensor, *, tau: float | None, rank: int | None, floor: torch.Tensor | None = None

@@ -133,7 +133,8 @@ class FlexLoRA(Aggregator):
         floor = None if tau is None else product_floor(Bst, Ast)  # unbatched: one value, used whole
         for rows, left, S, right in triplets(Bst, Ast, kernel=self.kernel, rank=rank,
                                              max_dense_bytes=self.max_dense_bytes):
-            p, pmax, keep = select(S, tau=tau, rank=rank, floor=floor if floor is None or floor.dim() == 0 else floor[rows])
+            own = floor if floor is None or floor.dim() == 0 else floor[rows]
+            p, pmax, keep = select(S, tau=tau, rank=rank, floor=own)
             Bgs.append(left[..., :, :pmax] * (S[..., :pmax] * keep).unsqueeze(-2))
             Ags.append(own_copy(right[..., :pmax, :] * keep.unsqueeze(-1)))
             ps.append(p)

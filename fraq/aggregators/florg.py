@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from fraq._validation import compute_dtype
+from fraq.aggregators._kernel import check_kernel
 from fraq.aggregators._linalg import batched
 from fraq.aggregators.base import Aggregator, AggregatorState, Group, GroupOutput, ModuleSpec
 from fraq.aggregators.layer import ClientLayer, Draw, Seeds
@@ -206,9 +207,7 @@ class FLoRG(Aggregator):
     kernel_variants = ("gram",)
 
     def __init__(self, *, kernel: str = "eigh"):
-        if not isinstance(kernel, str) or kernel not in KERNELS:
-            raise ValueError(f"kernel(={kernel!r}) must be one of {list(KERNELS)}")
-        self.kernel = kernel
+        self.kernel = check_kernel(kernel, KERNELS)
         self.dense_factorization = kernel == "eigh"
 
     def client_layer(self, targets: Mapping[str, tuple[int, int]], seeds: Seeds) -> FlorgLayer:

@@ -25,6 +25,7 @@ import torch
 import fraq
 from fraq import _eigen
 from fraq._validation import check_tau, check_tau_or_rank, compute_dtype
+from fraq.aggregators._kernel import check_kernel
 from fraq.aggregators._linalg import product_floor, select, thin_svd
 from fraq.backends import get_backend, resolve_backend
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
@@ -175,9 +176,7 @@ class FLoRIST(Aggregator):
 
     def __init__(self, *, tau: float = 0.90, kernel: str = "svd"):
         self.tau = check_tau(tau)
-        if not isinstance(kernel, str) or kernel not in KERNELS:
-            raise ValueError(f"kernel(={kernel!r}) must be one of {list(KERNELS)}")
-        self.kernel = kernel
+        self.kernel = check_kernel(kernel, KERNELS)
 
     def _recompress(self, B: torch.Tensor, A: torch.Tensor, *, tau: float | None, rank: int | None = None):
         if self.kernel == "qr":

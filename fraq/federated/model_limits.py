@@ -72,7 +72,8 @@ def _config_and_tokenizer(name: str):
     tokenizer = {}
     try:
         path = Path(name) / "tokenizer_config.json" if Path(name).is_dir() else \
-            cached_file(name, "tokenizer_config.json", local_files_only=True, _raise_exceptions_for_missing_entries=False)
+            cached_file(name, "tokenizer_config.json", local_files_only=True,
+                        _raise_exceptions_for_missing_entries=False)
         if path is not None and Path(path).is_file():
             tokenizer = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -293,7 +293,7 @@ def _aggregate_impl(clients: list[ClientAdapter], a: list[float], opts: Aggregat
                for m, (B, A) in exact.items()}
     cert = None
     if opts.certificate:  # what is written: the cast factors, or the delta's cast entries
-        cert = certify(exact, opts.certificate_method) if layouts is not None else certify(factors, opts.certificate_method)
+        cert = certify(exact if layouts is not None else factors, opts.certificate_method)
         if layouts is not None:
             cert = _with_cast(cert, opts.dtype)
     rows = [module_row(m, clients, a, B, A, opts.report) for m, (B, A) in factors.items()]
