@@ -60,3 +60,14 @@ def test_on_a_gpu_the_published_ratio_is_set_against_the_papers_range(florist_ms
 
 def test_no_results_no_headline():
     assert headline.lines(_Res(pd.DataFrame())) == []
+
+
+def test_fig3s_word_is_its_sections_verdict():
+    """agrees: confirmed; disagrees: refuted; anything else (inconclusive, descriptive, no
+    verdict, nothing drawn) is not decided here: never a word from the medians alone."""
+    word = headline._word
+    assert word(["- Paper: FRAQ is the fastest. Ours **agrees** (tested: ...): 1.2x"]) == "**confirmed**"
+    assert word(["- Paper: FRAQ is the fastest. Ours **disagrees** (tested: ...): 0.3x"]) == "**refuted**"
+    assert word(["- Paper: FRAQ is the fastest. Ours **inconclusive** (tested: ...)"]) == "**not decided here**"
+    assert word(["- Paper: FRAQ is the fastest. Ours **no verdict**: not measured"]) == "**not decided here**"
+    assert word([]) == "**not decided here**"

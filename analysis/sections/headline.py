@@ -10,7 +10,8 @@ FRAQ's" with faster or slower in words, never a bare "x FRAQ".
 What decides each word is the section's own verdict, never a stand-in: a GPU wall-clock
 claim (the paper's GH200 ratios) is **not tested here** on a CPU, its CPU ratio shown for
 what it is; on a GPU the median ratio is set against the paper's range (within / above /
-below). The sections below carry the intervals; the headline carries the medians.
+below); Fig. 3's word is its section's paired verdict (agrees: confirmed, disagrees:
+refuted, anything else: not decided here). The sections below carry the intervals; the headline carries the medians.
 """
 
 from __future__ import annotations
@@ -127,9 +128,10 @@ def _faster_lines(rows: pd.DataFrame, preset: str, fraq_ms: float) -> list[str]:
 
 
 def _fig3_lines(df: pd.DataFrame) -> list[str]:
-    """Fig. 3: at how many points FRAQ's median is the fastest of every exact method, and
-    which peers at their best beat it where."""
-    from analysis.sections.fig3 import fig3_summary
+    """Fig. 3: the section's paired verdict on "FRAQ is the fastest method" (its own test:
+    the fastest other method's time over FRAQ's above 1 at every point), then at how many
+    points FRAQ's median is the fastest and which peers beat it where."""
+    from analysis.sections.fig3 import _fastest_lines, fig3_summary
 
     d = fig3_summary(df)
     if "method_name" not in d or "ms" not in d:
@@ -151,7 +153,20 @@ def _fig3_lines(df: pd.DataFrame) -> list[str]:
     top = sorted(beaten.items(), key=lambda kv: -kv[1])[:4]
     who = "; ".join(f"{m} at {k}" for m, k in top)
     device = "a GPU" if any(str(v).startswith("cuda") for v in df.get("device", [])) else "the CPU"
-    return [f"- Fig. 3 (paper: FRAQ the fastest method across the r and d sweeps): FRAQ's median is the fastest at "
-            f"{fastest} of {total} points on {device} (medians; paired verdicts in its section): "
-            f"**{'confirmed' if fastest == total else 'refuted'}** here"
+    return [f"- Fig. 3 (paper: FRAQ the fastest method across the r and d sweeps): {_word(_fastest_lines(d))} on "
+            f"{device} by the section's paired test over every method, each peer at its best included; FRAQ's "
+            f"median is the fastest at {fastest} of {total} points"
             + (f"; faster than FRAQ: {who} (points)" if who else "") + "."]
+
+
+WORDS = {"agrees": "**confirmed**", "disagrees": "**refuted**"}
+"""A section's verdict word as the headline says it; any other (inconclusive, descriptive, no
+verdict) is **not decided here**."""
+
+
+def _word(section_lines: list[str]) -> str:
+    """The headline's word for a claim from its section's first verdict line ("Ours **word**")."""
+    import re
+
+    m = re.search(r"Ours \*\*([a-z ]+)\*\*", section_lines[0]) if section_lines else None
+    return WORDS.get(m.group(1), "**not decided here**") if m else "**not decided here**"
