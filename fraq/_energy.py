@@ -68,6 +68,7 @@ __all__ = ["DeviceRule", "energy_rule", "energy_rule_device", "gram_budget", "no
 _TINY64 = float(np.finfo(np.float64).tiny)
 
 
+@functools.lru_cache(maxsize=None)
 def rounding_eps(*dtypes: torch.dtype) -> float:
     """Unit roundoff of the least precise of ``dtypes`` (the compute and eigensolver dtypes)."""
     return max(torch.finfo(t).eps for t in dtypes)

@@ -13,6 +13,7 @@ math once. The pipeline itself (:mod:`fraq._recompress`) sees only the settled p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -132,6 +133,8 @@ def _unresolved(w_diag: np.ndarray, c_col2: np.ndarray, lam1: np.ndarray, plan: 
     eps * lambda_1 the term may matter and the product form, which never squares y_k
     alone, is taken instead (a zero row with a large c_k only costs that form's time)."""
     w_lo = _range.limits(plan.cdt, plan.edt)[4]
+    if w_diag.min(initial=math.inf) >= w_lo:  # no row below the range (a NaN takes the full test)
+        return np.zeros(w_diag.shape[0], dtype=bool)
     eps = rounding_eps(plan.cdt, plan.edt)
     with np.errstate(over="ignore", invalid="ignore"):
         lost = (w_diag < w_lo) & ~(c_col2 * w_lo < eps * np.abs(np.nan_to_num(lam1, nan=0.0))[:, None])
@@ -191,11 +194,16 @@ def read(plan: Plan, at: Pass, coords: _gram.Coordinates, eig, s: int) -> Readin
         device["w_diag"] = coords.WY.diagonal(dim1=-2, dim2=-1)
         device["c_col2"] = at.basis.C.square().sum(-2)  # ||c_k||^2: r numbers of the small C
     host = _to_host(device)
-    lam = host["lam"] if eig is not None else np.full((host["c_max"].shape[0], s), np.nan)
-    w_diag = host.get("w_diag")
     with np.errstate(over="ignore", invalid="ignore"):  # a sum of a matrix out of range may overflow: it fails
-        w_max = None if w_diag is None else w_diag.max(-1).tolist()
-        g_trace = lam.sum(-1).tolist() if guard else None
+        return _verdicts(plan, at, host, eig is not None, s, guard)
+
+
+def _verdicts(plan: Plan, at: Pass, host: dict[str, np.ndarray], solved: bool, s: int, guard: bool) -> Reading:
+    """:func:`read`'s verdicts from its host numbers (``solved``: the eigensolver gave ``lam``)."""
+    lam = host["lam"] if solved else np.full((host["c_max"].shape[0], s), np.nan)
+    w_diag = host.get("w_diag")
+    w_max = None if w_diag is None else w_diag.max(-1).tolist()
+    g_trace = lam.sum(-1).tolist() if guard else None
     n_sum = host["n_sum"]
     ok = _range.verdict(host["c_max"].tolist(), lam[:, -1].tolist(), w_max, plan.cdt, plan.edt)
     cancels = ok & _gram.cancels(n_sum.tolist(), g_trace, s) if guard else None
@@ -215,7 +223,8 @@ def read(plan: Plan, at: Pass, coords: _gram.Coordinates, eig, s: int) -> Readin
 
 def _to_host(device: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     """The one host synchronization: per-matrix values ((nb,) or (nb, k), any real or bool
-    dtype) read as one float64 array and handed back by name, each in its own shape."""
+    dtype) read as one float64 array and handed back by name, each in its own shape (on the
+    CPU too, where a read costs nothing: the host-read counters count the CUDA path on it)."""
     columns = [t.unsqueeze(-1) if t.dim() == 1 else t for t in device.values()]
     host = torch.cat(columns, -1) if len(columns) > 1 else columns[0]
     host = (host if host.device.type == "cpu" else host.cpu()).numpy().astype(np.float64, copy=False)

@@ -369,4 +369,4 @@ def _finish(plan: Plan, batch: tuple, B: torch.Tensor, A: torch.Tensor, p: np.nd
         B, A = B.to(plan.out_dtype), A.to(plan.out_dtype)
     return RecompressResult(B=B, A=A, rank=rank, energy=energy_out, singular_values=sv, tau=plan.tau,
                             backend=plan.backend, transposed=transposed, info=info,
-                            host_rank=tuple(int(k) for k in p))
+                            host_rank=tuple(p.tolist()))
