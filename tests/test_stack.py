@@ -131,3 +131,64 @@ def test_stacks_filled_by_threads_equal_one_thread(monkeypatch, lists):
     assert torch.equal(B1, B2) and torch.equal(A1, A2)
     expected = sum(ak * sk * b @ x for ak, sk, b, x in zip(a, sc, Bs, As))
     torch.testing.assert_close(B2 @ A2, expected, rtol=0, atol=64 * torch.finfo(torch.float32).eps)
+
+
+def _refuses(fn) -> bool:
+    try:
+        fn()
+    except ValueError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_stacks_refused_exactly_where_the_factor_check_refuses(dtype):
+    """The check read from the stacks (one pass for all clients) refuses exactly the inputs
+    the per-client check of the factors refuses, on the inputs at its edges: a zero client,
+    a zero weight or scale, factors scaled into the subnormal range or to the dtype's
+    largest values, a NaN and an Inf, one client of several, batched and not."""
+    from fraq._stack import _check_weighted_range, normalized_weights
+
+    fi = torch.finfo(dtype)
+    g = torch.Generator().manual_seed(5)
+    cases = []
+    for batch in ((), (3,)):
+        base = lambda r: (torch.randn(*batch, 12, r, generator=g), torch.randn(*batch, r, 9, generator=g))  # noqa: E731
+        for edit in ("none", "zero", "weight0", "scale0", "tiny", "subnormal", "huge", "over", "nan", "inf",
+                     "one-matrix-tiny"):
+            Bs, As = zip(*(base(r) for r in (2, 3, 4)))
+            Bs, As = [b.clone() for b in Bs], [a.clone() for a in As]
+            weights, scales = [1.0, 2.0, 3.0], [1.0, 1.0, 1.0]
+            if edit == "zero":
+                Bs[1].zero_()
+            elif edit == "weight0":
+                weights[2] = 0.0
+            elif edit == "scale0":
+                scales[0] = 0.0
+            elif edit == "tiny":  # weighted, just above the smallest normal
+                As[2] *= 4 * fi.tiny / As[2].abs().max()
+            elif edit == "subnormal":
+                As[2] *= fi.tiny / 8 / As[2].abs().max()
+            elif edit == "huge":
+                Bs[0] *= fi.max / 4 / Bs[0].abs().max()
+            elif edit == "over":
+                Bs[0] *= fi.max / Bs[0].abs().max()
+                scales = [1.0, 1.0, 1.0]
+                weights = [1e6, 1.0, 1.0]
+            elif edit == "nan":
+                As[1].view(-1)[3] = float("nan")
+            elif edit == "inf":
+                Bs[2].view(-1)[5] = float("inf")
+            elif edit == "one-matrix-tiny" and batch:
+                Bs[1][1] *= fi.tiny / 16 / Bs[1][1].abs().max()
+            cases.append((edit, batch, Bs, As, weights, scales))
+    outcomes = set()
+    for edit, batch, Bs, As, weights, scales in cases:
+        a = normalized_weights(weights, 3)
+        Bs = [b.to(torch.float32) for b in Bs]
+        As = [t.to(torch.float32) for t in As]
+        expected = _refuses(lambda: _check_weighted_range(Bs, As, a, scales, dtype))
+        got = _refuses(lambda: fraq.stack(Bs, As, weights, scales, dtype=dtype))
+        assert got == expected, (edit, batch, expected)
+        outcomes.add(expected)
+    assert outcomes == {True, False}  # both sides of the rule were reached
