@@ -257,8 +257,9 @@ def certify(updates: Sequence[ClientUpdate], result: AggregationResult) -> Certi
 
 def certify_exact(exact: ExactAggregate, result: AggregationResult) -> Certificate:
     """:func:`certify` against ``exact``, the round's exact aggregate however it is held (the
-    uploads, :func:`upload_aggregate`, or a round buffer's stacks), checked against ``result``
-    by :func:`upload_aggregate` or its maker."""
+    uploads, :func:`upload_aggregate`, or a round buffer's stacks,
+    :meth:`RoundBuffer.exact_aggregate <fraq.aggregators.RoundBuffer.exact_aggregate>`),
+    already checked against ``result`` (:meth:`ExactAggregate.check`)."""
     rows, where = [], []
     for name in exact.names:
         f = exact.factors(name)
@@ -303,49 +304,53 @@ class ExactFactors:
 
 @dataclass(frozen=True)
 class ExactAggregate:
-    """A round's exact aggregate, module by module: ``names`` (the result's modules, in
-    order), ``single`` (single-matrix uploads), ``device`` and ``factors(name)``, the
-    module's :class:`ExactFactors` (made when asked, so one module's float64 copies are
-    alive at a time)."""
+    """A round's exact aggregate, module by module: ``names`` (in upload order), ``clients``
+    (K), ``single`` (single-matrix uploads), ``device``, and ``factors(name)``, the module's
+    :class:`ExactFactors`, made when asked, so one module's float64 copies are alive at a
+    time. ``where`` names what holds it in messages (``"updates"``, ``"the round buffer"``)."""
 
     names: tuple[str, ...]
+    clients: int
     single: bool
     device: torch.device
     factors: Callable[[str], ExactFactors]
+    where: str = "updates"
+
+    def check(self, result: object) -> ExactAggregate:
+        """Itself, once ``result`` is an :class:`AggregationResult` of the same clients and
+        modules (in order); else a TypeError or ValueError naming both."""
+        check_result(result)
+        if self.clients != result.clients:
+            raise ValueError(f"{self.where} has {self.clients} clients, the result {result.clients}")
+        if list(self.names) != list(result.modules):
+            raise ValueError(f"the modules of {self.where}, {list(self.names)}, differ from the result's "
+                             f"{list(result.modules)}")
+        return self
 
 
-def upload_aggregate(updates: Sequence[ClientUpdate], result: AggregationResult) -> ExactAggregate:
-    """The exact aggregate of ``updates``, checked against ``result`` (:func:`checked_inputs`)."""
-    updates, specs, a, single = checked_inputs(updates, result)
-    scales = {spec.name: spec.scales for spec in specs}
-    device = next(iter(updates[0].factors.values()))[1].device
-    return ExactAggregate(tuple(scales), single, device,
-                          lambda name: ExactFactors(*exact_factors(updates, name, a, scales[name], single)))
-
-
-def check_result(result: object) -> None:
-    """Refuse what is not an :class:`AggregationResult` (read by what it holds, not by its
-    class: this module is below the result's, whose method calls it)."""
-    if not isinstance(getattr(result, "downlinks", None), tuple) or not isinstance(getattr(result, "method", None), str):
-        raise TypeError(f"result must be an AggregationResult, got {type(result).__name__}")
-
-
-def checked_inputs(updates: Sequence[ClientUpdate], result: AggregationResult
-                   ) -> tuple[list[ClientUpdate], list, list[float], bool]:
-    """What every certificate starts from: the validated uploads, their module specs (in
-    upload order, the result's modules), the normalized weights a_k, and whether the
-    uploads are single matrices (FLoRG's). Raises as :func:`certify` documents."""
-    check_result(result)
+def upload_aggregate(updates: Sequence[ClientUpdate], result: AggregationResult | None = None) -> ExactAggregate:
+    """The exact aggregate of ``updates`` (validated as ``aggregate`` validates them, values
+    aside), checked against ``result`` when one is given (:meth:`ExactAggregate.check`)."""
+    if result is not None:
+        check_result(result)
     if isinstance(updates, ClientUpdate) or not isinstance(updates, Sequence):
         raise TypeError(f"updates must be a sequence of ClientUpdate, got {type(updates).__name__}")
     single = bool(updates) and isinstance(updates[0], ClientUpdate) and isinstance(updates[0].factors, Mapping) \
         and any(isinstance(p, (tuple, list)) and len(p) == 2 and p[0] is None for p in updates[0].factors.values())
     updates, specs = validate_updates(updates, single_matrix=single, check_values=False)
-    if len(updates) != result.clients:
-        raise ValueError(f"updates has {len(updates)} clients, the result {result.clients}")
-    if [s.name for s in specs] != list(result.modules):
-        raise ValueError(f"updates' modules {[s.name for s in specs]} differ from the result's {list(result.modules)}")
-    return updates, specs, normalized_weights([u.weight for u in updates], len(updates)), single
+    a = normalized_weights([u.weight for u in updates], len(updates))
+    scales = {spec.name: spec.scales for spec in specs}
+    device = next(iter(updates[0].factors.values()))[1].device
+    exact = ExactAggregate(tuple(scales), len(updates), single, device,
+                           lambda name: ExactFactors(*exact_factors(updates, name, a, scales[name], single)))
+    return exact if result is None else exact.check(result)
+
+
+def check_result(result: object) -> None:
+    """Refuse what is not an :class:`AggregationResult`: read by what it holds, not by its
+    class, as this module is below the result's (whose method calls it)."""
+    if not isinstance(getattr(result, "downlinks", None), tuple) or not isinstance(getattr(result, "method", None), str):
+        raise TypeError(f"result must be an AggregationResult, got {type(result).__name__}")
 
 
 def distinct_downlinks(result: AggregationResult, name: str) -> Iterator[tuple[int, Downlink, int]]:

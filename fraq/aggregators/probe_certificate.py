@@ -115,13 +115,15 @@ from fraq.aggregators.payload import ClientUpdate
 if TYPE_CHECKING:
     from fraq.aggregators.aggregation_result import AggregationResult
 
-__all__ = ["PROBES", "DELTA", "ProbeCertificate", "ProbeModuleCertificate", "certify_probe", "tail_points"]
+__all__ = ["PROBES", "DELTA", "PROBE_DEFAULTS", "ProbeCertificate", "ProbeModuleCertificate", "certify_probe", "tail_points"]
 
 PROBES = 8
 """Default number of probes: the smallest k whose cost stays at 10% of FRAQ's at R = 80 while
 the bound's factor over the estimate (8.66 at delta = 1e-3) still names the order of magnitude."""
 DELTA = 1e-3
 """Default failure probability of the stated bound."""
+PROBE_DEFAULTS = {"probes": PROBES, "delta": DELTA, "seed": 0, "dtype": torch.float64}
+"""The options of :func:`certify_probe` and their defaults, read by every front door that passes them on."""
 _SAFETY = 1.01
 _MAX_CU = 1e-3  # c u above which the 1.01 no longer covers the second-order rounding terms
 _DTYPES = (torch.float32, torch.float64)
