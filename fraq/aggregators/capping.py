@@ -189,6 +189,18 @@ class SplitRound:
         """The buffers' results joined (module order as ``shapes``)."""
         return _joined(self.aggregator, [buf.aggregate(state) for buf in self._buffers], self._names)
 
+    def uploads(self) -> dict[int, ClientUpdate]:
+        """As :meth:`RoundBuffer.uploads`: the uploads added so far, views of the buffers."""
+        parts = [buf.uploads() for buf in self._buffers]
+        out = {}
+        for k, first in parts[0].items():
+            owner = {m: p[k] for p in parts for m in p[k].factors}
+            scale = first.scale if not any(isinstance(p[k].scale, Mapping) for p in parts) else \
+                {m: owner[m].scale_of(m) for m in self._names}
+            out[k] = ClientUpdate({m: owner[m].factors[m] for m in self._names}, scale, first.weight,
+                                  first.upload_rank)
+        return out
+
     def exact_aggregate(self, result: AggregationResult | None = None) -> ExactAggregate:
         """The buffers' exact aggregates as one, module order as ``shapes``
         (:meth:`RoundBuffer.exact_aggregate`), checked against ``result`` when given."""

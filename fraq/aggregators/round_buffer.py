@@ -254,6 +254,28 @@ class RoundBuffer:
         groups.sort(key=lambda g: self._names.index(g.spec.name))  # the list path's order: by first module
         return agg._aggregate_groups(specs, groups, state, K)
 
+    def uploads(self) -> dict[int, ClientUpdate]:
+        """client -> its upload as added, for the clients in so far, before :meth:`aggregate`:
+        views of the buffer (a copy in is exact, so these are the uploads bit for bit), for a
+        server that turns to the list path mid-round without having kept an upload."""
+        if self._aggregated:
+            raise ValueError("this round was already aggregated: its stacks are weighted, not the uploads")
+        out = {}
+        for k, meta in enumerate(self._meta):
+            if meta is None:
+                continue
+            w, s, u = meta
+            if self._flats is not None:
+                out[k] = self._layouts[k].unpack(self._flats[k], weight=w, scale=s, upload_rank=u)
+                continue
+            factors = {}
+            for i, (bn, *_) in enumerate(self._blocks):
+                Bt, A = self._destination(k, i)
+                for l, name in enumerate(bn):
+                    factors[name] = (None if Bt is None else Bt[l].mT, A[l])
+            out[k] = ClientUpdate({name: factors[name] for name in self._names}, scale=s, weight=w, upload_rank=u)
+        return out
+
     def exact_aggregate(self, result=None) -> ExactAggregate:
         r"""The round's exact aggregate as this buffer holds it, once :meth:`aggregate` has run,
         checked against ``result`` when given: what ``result.certificate(buffer)`` reads, so
