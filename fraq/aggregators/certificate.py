@@ -349,7 +349,8 @@ def upload_aggregate(updates: Sequence[ClientUpdate], result: AggregationResult 
 def check_result(result: object) -> None:
     """Refuse what is not an :class:`AggregationResult`: read by what it holds, not by its
     class, as this module is below the result's (whose method calls it)."""
-    if not isinstance(getattr(result, "downlinks", None), tuple) or not isinstance(getattr(result, "method", None), str):
+    downlinks, method = getattr(result, "downlinks", None), getattr(result, "method", None)
+    if not isinstance(downlinks, tuple) or not isinstance(method, str):
         raise TypeError(f"result must be an AggregationResult, got {type(result).__name__}")
 
 

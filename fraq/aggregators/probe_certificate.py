@@ -115,7 +115,8 @@ from fraq.aggregators.payload import ClientUpdate
 if TYPE_CHECKING:
     from fraq.aggregators.aggregation_result import AggregationResult
 
-__all__ = ["PROBES", "DELTA", "PROBE_DEFAULTS", "ProbeCertificate", "ProbeModuleCertificate", "certify_probe", "tail_points"]
+__all__ = ["PROBES", "DELTA", "PROBE_DEFAULTS", "ProbeCertificate", "ProbeModuleCertificate", "certify_probe",
+           "tail_points"]
 
 PROBES = 8
 """Default number of probes: the smallest k whose cost stays at 10% of FRAQ's at R = 80 while
