@@ -63,7 +63,7 @@ def one_round(task: Task, spec: str, cfg: dict | None = None):
     """Round 1 of ``spec`` on ``task``: (method, state before, state after, uploads)."""
     method = MethodSetup.make(spec, cfg or task.config)
     s0 = method.initial_state(task)
-    s1, rec, updates = run_round(task, method, s0, evaluate=False)
+    s1, rec, updates = run_round(task, method, s0, evaluate=False, keep_uploads=True)
     return method, s0, s1, updates, rec
 
 
@@ -160,7 +160,7 @@ def test_lora_a2_trains_one_factor_per_round(task):
         for u in updates:  # round 1 trains B only: every client keeps the shared A
             assert torch.equal(u.factors[n][1], A0)
         assert torch.equal(s1.starts[0][n].A, A0)
-    s2, _, up2 = run_round(task, method, s1, evaluate=False)
+    s2, _, up2 = run_round(task, method, s1, evaluate=False, keep_uploads=True)
     for n in task.backbone.targets:  # round 2 trains A only
         for u in up2:
             assert torch.equal(u.factors[n][0], s1.starts[0][n].B)

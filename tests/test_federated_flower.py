@@ -389,7 +389,7 @@ def test_strategy_and_harness_build_the_same_round_record():
     task = Task(cfg, log=lambda *a: None)
     m = MethodSetup.make("fraq:tau=0.9", cfg)
     s0 = m.initial_state(task)
-    _, rec, updates = run_round(task, m, s0, evaluate=False)
+    _, rec, updates = run_round(task, m, s0, evaluate=False, keep_uploads=True)
     st = LoraStrategy(m, s0, task.backbone.targets, {101: 0, 202: 1}, head_rounds=0)
     replies = [Message(content=encode_update(u, None, k, loss=1.0, layout=st.upload_layouts[k]),
                        message_type=MessageType.TRAIN, dst_node_id=0) for k, u in enumerate(updates)]
@@ -419,7 +419,7 @@ def test_a_flower_run_parses_its_method_once(method_parses):
     task = Task(cfg, log=lambda *a: None)
     m = MethodSetup.make(method, cfg)
     s0 = m.initial_state(task)
-    _, _, updates = run_round(task, m, s0, evaluate=False)
+    _, _, updates = run_round(task, m, s0, evaluate=False, keep_uploads=True)
     st = LoraStrategy(m, s0, task.backbone.targets, {101: 0, 202: 1}, head_rounds=0)
     st.aggregate_train(1, [Message(content=encode_update(u, None, k, loss=1.0, layout=st.upload_layouts[k]),
                                    message_type=MessageType.TRAIN, dst_node_id=0) for k, u in enumerate(updates)])

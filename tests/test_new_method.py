@@ -171,7 +171,7 @@ def test_harness_runs_the_new_method_with_its_own_layer(task, tmp_path):
     built = PlainLayer.built
     method = MethodSetup.make("stacked-start", task.config)
     s0 = method.initial_state(task)
-    s1, rec, updates = run_round(task, method, s0, evaluate=False)
+    s1, rec, updates = run_round(task, method, s0, evaluate=False, keep_uploads=True)
     assert PlainLayer.built - built == 2 * len(task.backbone.targets)  # its layer, not peft's, trained
     assert isinstance(s1.agg_state, StackState) and s1.agg_state.rounds == 1 and rec["info"] == {"rounds": 1}
     layer = task.client_layer(method.agg)

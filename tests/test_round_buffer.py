@@ -415,3 +415,44 @@ def test_layout_record_is_checked():
         Layout.from_record({"names": ["q"], "blocks": [[["q"], 4, 3, 0]]})
     lay = Layout.from_record({"names": ["q"], "blocks": [[["q"], None, 3, 2]]})  # single-matrix: A alone
     assert lay.numel == 6 and lay.shape_of("q") == (None, (2, 3))
+
+
+@pytest.mark.parametrize("method", ["fraq", "flora", "flexlora", "fedit"])
+def test_uploads_so_far_read_back_bit_for_bit_as_views(method):
+    """A server that turns to the list path mid-round reads back what it added: the copies
+    in are exact, so the views are the uploads, and they cost no memory of their own."""
+    agg = get_aggregator(method)
+    ups, ranks = _uploads(method)
+    buf = agg.open_round(MODULES, clients=3, ranks=ranks)
+    for k in (2, 0):
+        buf.add(ups[k], client=k)
+    got = buf.uploads()
+    assert sorted(got) == [0, 2]
+    held = {t.untyped_storage().data_ptr() for t in buf.storage}
+    for k, u in got.items():
+        assert (u.weight, u.scale, u.upload_rank) == (ups[k].weight, ups[k].scale, ups[k].upload_rank)
+        assert list(u.factors) == list(MODULES)
+        for name in MODULES:
+            for x, y in zip(u.factors[name], ups[k].factors[name]):
+                assert torch.equal(x, y) and x.untyped_storage().data_ptr() in held, (k, name)
+    buf.add(ups[1], client=1)
+    buf.aggregate()
+    with pytest.raises(ValueError, match="already aggregated"):
+        buf.uploads()
+
+
+def test_split_round_uploads_join_its_buffers():
+    from fraq.aggregators.capping import SplitRound, open_capped_round
+
+    shapes = {"q": (16, 12), "head": (3, 12), "v": (16, 12)}
+    g = torch.Generator().manual_seed(0)
+    ups = [ClientUpdate({m: (torch.randn(a, r, generator=g), torch.randn(r, b, generator=g))
+                         for m, (a, b) in shapes.items()}, scale={"q": 2.0, "head": 1.0, "v": 0.5}, weight=w)
+           for r, w in zip([2, 4], (10.0, 30.0))]
+    buf = open_capped_round(get_aggregator("fraq", rank=5), shapes, clients=2, ranks=[2, 4])
+    assert isinstance(buf, SplitRound)
+    buf.add(ups[1], client=1)
+    got = buf.uploads()
+    assert list(got) == [1] and list(got[1].factors) == list(shapes)
+    assert {m: got[1].scale_of(m) for m in shapes} == ups[1].scale and got[1].weight == 30.0
+    assert all(torch.equal(x, y) for m in shapes for x, y in zip(got[1].factors[m], ups[1].factors[m]))

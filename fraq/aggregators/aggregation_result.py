@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fraq.aggregators.certificate import Certificate, certify
-from fraq.aggregators.probe_certificate import certify_probe
+from fraq.aggregators.certificate import Certificate, certify_exact, upload_aggregate
+from fraq.aggregators.probe_certificate import PROBE_DEFAULTS, certify_probe_exact, check_probe_options
 from fraq.aggregators.payload import ClientUpdate, Downlink, Factors
 
 __all__ = ["AggregationResult"]
@@ -72,9 +72,12 @@ class AggregationResult:
         """module -> the adapter ``client`` warm-starts from (None: fresh adapter)."""
         return {name: d.start for name, d in self._client(client).items()}
 
-    def certificate(self, updates: Sequence[ClientUpdate], method: str = "gram", **probe_options) -> Certificate:
+    def certificate(self, updates: Sequence[ClientUpdate] | object, method: str = "gram",
+                    **probe_options) -> Certificate:
         """Per module, how far this result's update is from the exact weighted aggregate of
-        ``updates`` (the uploads this result was aggregated from).
+        ``updates``: the uploads this result was aggregated from, or the round buffer that
+        aggregated it (:meth:`RoundBuffer.certificate <fraq.aggregators.RoundBuffer.certificate>`,
+        which reads its stacks, so no upload has to be kept).
 
         ``method="gram"`` (default): exact, with a rounding bound,
         :func:`fraq.aggregators.certificate.certify` (which says what is certified per
@@ -86,15 +89,26 @@ class AggregationResult:
 
         Computed on request, never inside ``aggregate``; one host read. The uploads are
         passed in rather than kept by the result, so a result does not hold every client's
-        upload alive after the round.
+        upload alive after the round. The method and its options are checked before any
+        work, then the uploads or the buffer against this result.
         """
-        if method == "probe":
-            return certify_probe(updates, self, **probe_options)
-        if method != "gram":
+        if method not in ("gram", "probe"):
             raise ValueError(f"method(={method!r}) must be 'gram' or 'probe'")
-        if probe_options:
+        if method == "gram" and probe_options:
             raise TypeError(f"{', '.join(sorted(probe_options))} apply to method='probe', not method='gram'")
-        return certify(updates, self)
+        if method == "probe":
+            unknown = sorted(set(probe_options) - set(PROBE_DEFAULTS))
+            if unknown:
+                raise TypeError(f"certificate() got unexpected keyword(s) {unknown}; method='probe' takes "
+                                f"{sorted(PROBE_DEFAULTS)}")
+            probe_options = {**PROBE_DEFAULTS, **probe_options}
+            check_probe_options(**probe_options)
+        held = None if isinstance(updates, Sequence) else getattr(updates, "exact_aggregate", None)
+        # a round buffer (RoundBuffer, SplitRound) is asked for the exact aggregate it holds
+        exact = held(self) if callable(held) else upload_aggregate(updates, self)
+        if method == "probe":
+            return certify_probe_exact(exact, self, **probe_options)
+        return certify_exact(exact, self)
 
     def _client(self, client: int) -> Mapping[str, Downlink]:
         if isinstance(client, bool) or not isinstance(client, int):

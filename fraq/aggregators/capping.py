@@ -26,6 +26,7 @@ import torch
 from fraq._validation import check_finite, maybe_non_finite
 from fraq.aggregators.base import Aggregator
 from fraq.aggregators.aggregation_result import AggregationResult
+from fraq.aggregators.certificate import ExactAggregate
 from fraq.aggregators.payload import ClientUpdate
 from fraq.aggregators.round_buffer import RoundBuffer, _check_ranks, _check_shapes, round_layouts
 from fraq.aggregators.upload_layout import Layout
@@ -187,6 +188,32 @@ class SplitRound:
     def aggregate(self, state: object | None = None) -> AggregationResult:
         """The buffers' results joined (module order as ``shapes``)."""
         return _joined(self.aggregator, [buf.aggregate(state) for buf in self._buffers], self._names)
+
+    def uploads(self) -> dict[int, ClientUpdate]:
+        """As :meth:`RoundBuffer.uploads`: the uploads added so far, views of the buffers."""
+        parts = [buf.uploads() for buf in self._buffers]
+        out = {}
+        for k, first in parts[0].items():
+            owner = {m: p[k] for p in parts for m in p[k].factors}
+            scale = first.scale if not any(isinstance(p[k].scale, Mapping) for p in parts) else \
+                {m: owner[m].scale_of(m) for m in self._names}
+            out[k] = ClientUpdate({m: owner[m].factors[m] for m in self._names}, scale, first.weight,
+                                  first.upload_rank)
+        return out
+
+    def exact_aggregate(self, result: AggregationResult | None = None) -> ExactAggregate:
+        """The buffers' exact aggregates as one, module order as ``shapes``
+        (:meth:`RoundBuffer.exact_aggregate`), checked against ``result`` when given."""
+        parts = [buf.exact_aggregate() for buf in self._buffers]
+        owner = {name: part for part in parts for name in part.names}
+        first = parts[0]
+        exact = ExactAggregate(self._names, self.clients, first.single, first.device,
+                               lambda name: owner[name].factors(name), first.where)
+        return exact if result is None else exact.check(result)
+
+    def certificate(self, result: AggregationResult, method: str = "gram", **probe_options):
+        """As :meth:`RoundBuffer.certificate`: ``result.certificate(self, method, **probe_options)``."""
+        return result.certificate(self, method, **probe_options)
 
 
 def _cap_groups(agg: Aggregator, shapes: object, clients: object, ranks: object) -> list[tuple[Aggregator, list[str]]]:

@@ -59,6 +59,27 @@ difference is rounding, and the certificate says ``at_rounding_level`` rather th
 that noise. An exact method in float32 (FRAQ at full rank: errors near 1e-7) is
 certified at the rounding level; FedIT's averaging and any rank cut show their error.
 
+Stored stacks. A :class:`~fraq.aggregators.RoundBuffer` holds no upload, only the weighted
+stacks it handed the method: :math:`X' = [\sqrt{a_k} B_k]`, :math:`Y' = [\sqrt{a_k} s_k A_k]`
+rounded into the buffer's dtype (unit roundoff u_d, smallest subnormal eta_d), and certifies
+against them (:class:`ExactFactors` with ``stored`` set). Each stored entry is the exact one
+times (1 + theta) plus an absolute eta, |theta| <= 4 u_d (the float64 sqrt(a_k) s_k, its
+cast and the multiply; float32 in between for half precision) and |eta| <= eta_d (a
+subnormal result), so per rank-1 term
+:math:`\|x'_i y_i'^\top - x_i y_i^\top\|_F \le 8 u_d \|x'_i\| \|y'_i\| + \eta_d
+(\sqrt m \|y'_i\| + \sqrt n \|x'_i\|)` to first order, and summed,
+
+.. math::
+    \|S - X'Y'\|_F \le w = 1.01\,\bigl(8 u_d N_{S'} + \eta_d
+        \textstyle\sum_i (\sqrt m \|y'_i\| + \sqrt n \|x'_i\|)\bigr)
+
+(w = 0 for factors formed here). The Grams are those of :math:`S' = X'Y'`, so
+``bound = (sqrt(d2 + delta) + w) / (sqrt(ss - delta_S) - w)`` still bounds the true
+relative error against S, ``resolution`` is (sqrt(delta) + w) / ||S'||, and
+``at_rounding_level`` reads sqrt(d2) <= sqrt(delta) + w. The computed error then differs
+from the uploads' certificate by at most about the two resolutions (1 + error): in float32,
+w / ||S|| is about 5e-7 N_S / ||S||, what the method's own float32 stacks already lose.
+
 Range. A Gram squares its factors' scale, so float64 uploads whose aggregate lies near
 1e-150 or 1e150 (inside what :func:`fraq.recompress` handles) would under- or overflow in
 them. Each pair is therefore brought to unit scale first (:func:`unit_scaled`): X's columns
@@ -73,7 +94,7 @@ Gradual underflow of what is left (terms 2^-1000 below the largest) adds at most
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING
@@ -231,43 +252,106 @@ def certify(updates: Sequence[ClientUpdate], result: AggregationResult) -> Certi
         >>> cert["q"].error > 0.1
         True
     """
-    updates, specs, a, single = checked_inputs(updates, result)
+    return certify_exact(upload_aggregate(updates, result), result)
+
+
+def certify_exact(exact: ExactAggregate, result: AggregationResult) -> Certificate:
+    """:func:`certify` against ``exact``, the round's exact aggregate however it is held (the
+    uploads, :func:`upload_aggregate`, or a round buffer's stacks,
+    :meth:`RoundBuffer.exact_aggregate <fraq.aggregators.RoundBuffer.exact_aggregate>`),
+    already checked against ``result`` (:meth:`ExactAggregate.check`)."""
     rows, where = [], []
-    for spec in specs:
-        X, Y, ks = unit_scaled(*exact_factors(updates, spec.name, a, spec.scales, single))
-        exact = _exact_terms(X, Y)  # once per module, whatever the number of distinct downlinks
-        for k, down, n in distinct_downlinks(result, spec.name):
-            U, V, _ = unit_scaled(*update_factors(down, spec.name, k, single, X, Y), ks)
-            rows.append(_terms(exact, X, Y, U, V, ks))
-            where.append((spec.name, k, n))
+    for name in exact.names:
+        f = exact.factors(name)
+        X, Y, ks = unit_scaled(f.X, f.Y)
+        terms = _exact_terms(X, Y)  # once per module, whatever the number of distinct downlinks
+        slack = f.slack_terms()
+        for k, down, n in distinct_downlinks(result, name):
+            U, V, _ = unit_scaled(*update_factors(down, name, k, exact.single, f.X, f.Y), ks)
+            rows.append(torch.cat([_terms(terms, X, Y, U, V, ks), slack]))
+            where.append((name, k, n, f.stored))
     values = torch.stack(rows).tolist()  # the one host read
-    shared = {name: n for name, _, n in where}
+    shared = {name: n for name, _, n, _ in where}
     modules: dict[str, ModuleCertificate] = {}
-    for (name, k, _), row in zip(where, values):
-        c = _certificate(*row, client=None if shared[name] == 1 else k)
+    for (name, k, _, stored), row in zip(where, values):
+        c = _certificate(*row, stored=stored, client=None if shared[name] == 1 else k)
         if name not in modules or c.bound > modules[name].bound:
             modules[name] = c
     return Certificate(modules)
 
 
-def checked_inputs(updates: Sequence[ClientUpdate], result: AggregationResult
-                   ) -> tuple[list[ClientUpdate], list, list[float], bool]:
-    """What every certificate starts from: the validated uploads, their module specs (in
-    upload order, the result's modules), the normalized weights a_k, and whether the
-    uploads are single matrices (FLoRG's). Raises as :func:`certify` documents."""
-    if not isinstance(getattr(result, "downlinks", None), tuple) or not isinstance(getattr(result, "method", None), str):
-        # read by what it holds, not by its class: this module is below the result's (whose method calls it)
-        raise TypeError(f"result must be an AggregationResult, got {type(result).__name__}")
+@dataclass(frozen=True)
+class ExactFactors:
+    """One module's exact aggregate S = X Y as a certificate reads it: X (m, R) and Y (R, n)
+    in float64 (FLoRG's X = Y^T), and ``stored``: None when they were formed in float64 from
+    the uploads (their rounding is in the bound's 8 u), else the dtype a round buffer's
+    weighted stacks were rounded into, whose rounding w (module docstring, "Stored stacks")
+    the bound adds."""
+
+    X: torch.Tensor
+    Y: torch.Tensor
+    stored: torch.dtype | None = None
+
+    def slack_terms(self) -> torch.Tensor:
+        """[T], T = sum_i (sqrt(m) ||y_i|| + sqrt(n) ||x_i||) over the stack's rank-1 terms
+        (float64, on the device; 0 when ``stored`` is None): w's absolute part over eta_d."""
+        if self.stored is None:
+            return self.X.new_zeros(1)
+        m, n = self.X.shape[0], self.Y.shape[1]
+        return (math.sqrt(m) * torch.linalg.vector_norm(self.Y, dim=1).sum()
+                + math.sqrt(n) * torch.linalg.vector_norm(self.X, dim=0).sum()).reshape(1)
+
+
+@dataclass(frozen=True)
+class ExactAggregate:
+    """A round's exact aggregate, module by module: ``names`` (in upload order), ``clients``
+    (K), ``single`` (single-matrix uploads), ``device``, and ``factors(name)``, the module's
+    :class:`ExactFactors`, made when asked, so one module's float64 copies are alive at a
+    time. ``where`` names what holds it in messages (``"updates"``, ``"the round buffer"``)."""
+
+    names: tuple[str, ...]
+    clients: int
+    single: bool
+    device: torch.device
+    factors: Callable[[str], ExactFactors]
+    where: str = "updates"
+
+    def check(self, result: object) -> ExactAggregate:
+        """Itself, once ``result`` is an :class:`AggregationResult` of the same clients and
+        modules (in order); else a TypeError or ValueError naming both."""
+        check_result(result)
+        if self.clients != result.clients:
+            raise ValueError(f"{self.where} has {self.clients} clients, the result {result.clients}")
+        if list(self.names) != list(result.modules):
+            raise ValueError(f"the modules of {self.where}, {list(self.names)}, differ from the result's "
+                             f"{list(result.modules)}")
+        return self
+
+
+def upload_aggregate(updates: Sequence[ClientUpdate], result: AggregationResult | None = None) -> ExactAggregate:
+    """The exact aggregate of ``updates`` (validated as ``aggregate`` validates them, values
+    aside), checked against ``result`` when one is given (:meth:`ExactAggregate.check`)."""
+    if result is not None:
+        check_result(result)
     if isinstance(updates, ClientUpdate) or not isinstance(updates, Sequence):
         raise TypeError(f"updates must be a sequence of ClientUpdate, got {type(updates).__name__}")
     single = bool(updates) and isinstance(updates[0], ClientUpdate) and isinstance(updates[0].factors, Mapping) \
         and any(isinstance(p, (tuple, list)) and len(p) == 2 and p[0] is None for p in updates[0].factors.values())
     updates, specs = validate_updates(updates, single_matrix=single, check_values=False)
-    if len(updates) != result.clients:
-        raise ValueError(f"updates has {len(updates)} clients, the result {result.clients}")
-    if [s.name for s in specs] != list(result.modules):
-        raise ValueError(f"updates' modules {[s.name for s in specs]} differ from the result's {list(result.modules)}")
-    return updates, specs, normalized_weights([u.weight for u in updates], len(updates)), single
+    a = normalized_weights([u.weight for u in updates], len(updates))
+    scales = {spec.name: spec.scales for spec in specs}
+    device = next(iter(updates[0].factors.values()))[1].device
+    exact = ExactAggregate(tuple(scales), len(updates), single, device,
+                           lambda name: ExactFactors(*exact_factors(updates, name, a, scales[name], single)))
+    return exact if result is None else exact.check(result)
+
+
+def check_result(result: object) -> None:
+    """Refuse what is not an :class:`AggregationResult`: read by what it holds, not by its
+    class, as this module is below the result's (whose method calls it)."""
+    downlinks, method = getattr(result, "downlinks", None), getattr(result, "method", None)
+    if not isinstance(downlinks, tuple) or not isinstance(method, str):
+        raise TypeError(f"result must be an AggregationResult, got {type(result).__name__}")
 
 
 def distinct_downlinks(result: AggregationResult, name: str) -> Iterator[tuple[int, Downlink, int]]:
@@ -361,21 +445,34 @@ def _terms(exact, X, Y, U, V, ks) -> torch.Tensor:
     return torch.stack([ss, sg, gg, NS, NG, ss.new_tensor(float(c)), (ks[0] + ks[1]).to(ss.dtype)])
 
 
-def _certificate(ss: float, sg: float, gg: float, NS: float, NG: float, c: float, k: float, *,
-                 client: int | None) -> ModuleCertificate:
+def _certificate(ss: float, sg: float, gg: float, NS: float, NG: float, c: float, k: float, T: float, *,
+                 stored: torch.dtype | None, client: int | None) -> ModuleCertificate:
     """The bound of the module docstring, from the computed Gram terms of the pairs scaled
-    by 2^-k (``exact_norm`` alone has the scale put back)."""
+    by 2^-k (``exact_norm`` alone has the scale put back), with a stored stack's w."""
     d2 = ss - 2.0 * sg + gg
     delta = _SAFETY * c * _U * (NS + NG) ** 2 + c ** 3 * _ETA
     delta_s = _SAFETY * c * _U * NS ** 2 + c ** 3 * _ETA
+    w = stored_slack(stored, NS, T, int(k))
     norm = math.sqrt(max(ss, 0.0))
-    low = ss - delta_s
+    low = math.sqrt(max(ss - delta_s, 0.0)) - w
     inf = math.inf
-    error = math.sqrt(max(d2, 0.0)) / norm if norm > 0 else (0.0 if d2 <= delta else inf)
-    bound = math.sqrt(max(d2 + delta, 0.0)) / math.sqrt(low) if low > 0 else inf
-    resolution = math.sqrt(delta) / norm if norm > 0 else inf
-    return ModuleCertificate(error=error, bound=bound, resolution=resolution, at_rounding_level=d2 <= delta,
+    at_rounding = math.sqrt(max(d2, 0.0)) <= math.sqrt(delta) + w
+    error = math.sqrt(max(d2, 0.0)) / norm if norm > 0 else (0.0 if at_rounding else inf)
+    bound = (math.sqrt(max(d2 + delta, 0.0)) + w) / low if low > 0 else inf
+    resolution = (math.sqrt(delta) + w) / norm if norm > 0 else inf
+    return ModuleCertificate(error=error, bound=bound, resolution=resolution, at_rounding_level=at_rounding,
                              exact_norm=times_pow2(norm, int(k)), client=client)
+
+
+def stored_slack(stored: torch.dtype | None, NS: float, T: float, k: int) -> float:
+    """w, the bound on ||S - X'Y'||_F of stacks stored in ``stored`` (module docstring),
+    in the units of the pair scaled by 2^-k: N_S is scaled already, T (unscaled) is not.
+    0 for factors formed in float64 here (``stored`` None)."""
+    if stored is None:
+        return 0.0
+    fi = torch.finfo(stored)
+    eta_exp = math.frexp(fi.smallest_normal * fi.eps)[1] - 1  # eta_d = 2^eta_exp, the smallest subnormal
+    return _SAFETY * (8.0 * (fi.eps / 2) * NS + times_pow2(T, eta_exp - k))
 
 
 def times_pow2(x: float, k: int) -> float:

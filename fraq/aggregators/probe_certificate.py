@@ -100,27 +100,31 @@ import torch
 
 from fraq.aggregators.certificate import (
     Certificate,
+    ExactAggregate,
     _json_number,
     bound_text,
-    checked_inputs,
     distinct_downlinks,
-    exact_factors,
+    stored_slack,
     times_pow2,
     unit_scaled,
     update_factors,
+    upload_aggregate,
 )
 from fraq.aggregators.payload import ClientUpdate
 
 if TYPE_CHECKING:
     from fraq.aggregators.aggregation_result import AggregationResult
 
-__all__ = ["PROBES", "DELTA", "ProbeCertificate", "ProbeModuleCertificate", "certify_probe", "tail_points"]
+__all__ = ["PROBES", "DELTA", "PROBE_DEFAULTS", "ProbeCertificate", "ProbeModuleCertificate", "certify_probe",
+           "tail_points"]
 
 PROBES = 8
 """Default number of probes: the smallest k whose cost stays at 10% of FRAQ's at R = 80 while
 the bound's factor over the estimate (8.66 at delta = 1e-3) still names the order of magnitude."""
 DELTA = 1e-3
 """Default failure probability of the stated bound."""
+PROBE_DEFAULTS = {"probes": PROBES, "delta": DELTA, "seed": 0, "dtype": torch.float64}
+"""The options of :func:`certify_probe` and their defaults, read by every front door that passes them on."""
 _SAFETY = 1.01
 _MAX_CU = 1e-3  # c u above which the 1.01 no longer covers the second-order rounding terms
 _DTYPES = (torch.float32, torch.float64)
@@ -289,41 +293,57 @@ def certify_probe(updates: Sequence[ClientUpdate], result: AggregationResult, *,
         >>> certify_probe(ups, get_aggregator("fedit").aggregate(ups))["q"].error > 0.1
         True
     """
+    check_probe_options(probes, delta, seed, dtype)
+    return certify_probe_exact(upload_aggregate(updates, result), result, probes=probes, delta=delta, seed=seed,
+                               dtype=dtype)
+
+
+def check_probe_options(probes: object, delta: object, seed: object, dtype: object) -> None:
+    """Refuse options out of range, naming the option and its value (before any work)."""
     _check_options(probes, delta, seed)
     if dtype not in _DTYPES:
         raise TypeError(f"dtype(={dtype!r}) must be torch.float32 or torch.float64")
-    updates, specs, a, single = checked_inputs(updates, result)
+
+
+def certify_probe_exact(exact: ExactAggregate, result: AggregationResult, *, probes: int, delta: float, seed: int,
+                        dtype: torch.dtype) -> ProbeCertificate:
+    """:func:`certify_probe` against ``exact``, the round's exact aggregate however it is held
+    (:func:`fraq.aggregators.certificate.certify_exact`), options checked
+    (:func:`check_probe_options`). A stored stack's rounding w (the Gram certificate's
+    "Stored stacks") adds w ||z_j|| to each probe's rounding: ||(S - X'Y') z|| <= w ||z||."""
     x_lo, x_hi = tail_points(probes, delta)
     u = torch.finfo(dtype).eps / 2
-    device = next(iter(updates[0].factors.values()))[1].device
-    gen = torch.Generator(device=device).manual_seed(seed)
+    gen = torch.Generator(device=exact.device).manual_seed(seed)
     rows, where = [], []
-    for spec in specs:
-        X64, Y64, ks = unit_scaled(*exact_factors(updates, spec.name, a, spec.scales, single))
+    for name in exact.names:
+        f = exact.factors(name)
+        X64, Y64, ks = unit_scaled(f.X, f.Y)
         X, Y = X64.to(dtype), Y64.to(dtype)
         scale = (ks[0] + ks[1]).to(torch.float64).reshape(1)
         m, R, n = X.shape[0], X.shape[1], Y.shape[1]
-        Z = torch.randn(n, probes, generator=gen, dtype=dtype, device=device)
+        Z = torch.randn(n, probes, generator=gen, dtype=dtype, device=exact.device)
         SZ = X @ (Y @ Z)
         NS = _norm_sum(X, Y)
         z_norms = torch.linalg.vector_norm(Z.double(), dim=0)
         s_norms = torch.linalg.vector_norm(SZ.double(), dim=0)
-        for k, down, count in distinct_downlinks(result, spec.name):
-            U, V, _ = unit_scaled(*update_factors(down, spec.name, k, single, X64, Y64), ks)
+        slack = f.slack_terms()
+        for k, down, count in distinct_downlinks(result, name):
+            U, V, _ = unit_scaled(*update_factors(down, name, k, exact.single, f.X, f.Y), ks)
             U, V = U.to(dtype), V.to(dtype)
             p = U.shape[1]
             if (m + n + R + p + 9) * u > _MAX_CU:
-                raise ValueError(f"dtype(={dtype}) rounds too coarsely for module {spec.name!r}: "
+                raise ValueError(f"dtype(={dtype}) rounds too coarsely for module {name!r}: "
                                  f"c u = {(m + n + R + p + 9) * u:.1e} > {_MAX_CU:g}; pass dtype=torch.float64")
             EZ = SZ - U @ (V @ Z)
             e_norms = torch.linalg.vector_norm(EZ.double(), dim=0)
-            rows.append(torch.cat([s_norms, e_norms, z_norms, NS.reshape(1), _norm_sum(U, V).reshape(1), scale]))
-            where.append((spec.name, k, count, (m + n + R + 8, m + n + R + p + 9)))
+            rows.append(torch.cat([s_norms, e_norms, z_norms, NS.reshape(1), _norm_sum(U, V).reshape(1), scale,
+                                   slack]))
+            where.append((name, k, count, (m + n + R + 8, m + n + R + p + 9), f.stored))
     values = torch.stack(rows).tolist()  # the one host read
-    shared = {name: count for name, _, count, _ in where}
+    shared = {name: count for name, _, count, _, _ in where}
     modules: dict[str, ProbeModuleCertificate] = {}
-    for (name, k, _, sizes), row in zip(where, values):
-        c = _module(row + list(sizes), probes, u, x_lo, x_hi, delta=delta, seed=seed,
+    for (name, k, _, sizes, stored), row in zip(where, values):
+        c = _module(row, sizes, stored, probes, u, x_lo, x_hi, delta=delta, seed=seed,
                     client=None if shared[name] == 1 else k)
         if name not in modules or c.bound > modules[name].bound:
             modules[name] = c
@@ -350,21 +370,23 @@ def _norm_sum(C: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     return (torch.linalg.vector_norm(C.double(), dim=0) * torch.linalg.vector_norm(W.double(), dim=1)).sum()
 
 
-def _module(row: list[float], k: int, u: float, x_lo: float, x_hi: float, *, delta: float, seed: int,
-            client: int | None) -> ProbeModuleCertificate:
+def _module(row: list[float], sizes: tuple[int, int], stored: torch.dtype | None, k: int, u: float, x_lo: float,
+            x_hi: float, *, delta: float, seed: int, client: int | None) -> ProbeModuleCertificate:
     """The bound of the module docstring from one row of host numbers (the stacks scaled by
-    2^-scale: ``exact_norm`` alone has it put back)."""
+    2^-scale: ``exact_norm`` alone has it put back), with a stored stack's w."""
     s, e, z = row[:k], row[k:2 * k], row[2 * k:3 * k]
-    NS, NG, scale, c_s, c_e = row[3 * k:]
-    rho_s = _SAFETY * c_s * u * NS
-    rho_e = _SAFETY * c_e * u * (NS + NG)
+    NS, NG, scale, T = row[3 * k:]
+    c_s, c_e = sizes
+    finite = all(math.isfinite(v) for v in row)
+    w = stored_slack(stored, NS, T, int(scale)) if finite else math.inf
+    rho_s = _SAFETY * c_s * u * NS + w
+    rho_e = _SAFETY * c_e * u * (NS + NG) + w
     t_s = sum(v * v for v in s) / k
     t_e = sum(v * v for v in e) / k
     t_e_hi = sum((ej + rho_e * zj) ** 2 for ej, zj in zip(e, z)) / k
     t_s_lo = sum(max(sj - rho_s * zj, 0.0) ** 2 for sj, zj in zip(s, z)) / k
     at_rounding = all(ej <= rho_e * zj for ej, zj in zip(e, z))
     rounding = sum((rho_e * zj) ** 2 for zj in z) / k
-    finite = all(math.isfinite(v) for v in row)
     inf = math.inf
     if not finite:
         return ProbeModuleCertificate(error=inf, bound=inf, delta=delta, probes=k, seed=seed, resolution=inf,

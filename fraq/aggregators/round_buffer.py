@@ -17,6 +17,7 @@ import torch
 
 from fraq._stack import _column_factors, normalized_weights
 from fraq._validation import check_finite, maybe_non_finite
+from fraq.aggregators.certificate import ExactAggregate, ExactFactors, upload_aggregate
 from fraq.aggregators.group import Group, ModuleSpec
 from fraq.aggregators.payload import ClientUpdate
 from fraq.aggregators.upload_layout import Layout, check_weight
@@ -238,17 +239,82 @@ class RoundBuffer:
             parts: dict[tuple, list[int]] = {}
             for l, name in enumerate(bn):
                 parts.setdefault(spec[name].scales, []).append(l)
-            for scales, rows in parts.items():
+            if Bt is not None:
+                Bt.mT.mul_(_column_factors(roots, rk, self.dtype, self.device))
+            factors = {scales: _column_factors(tuple(r * s for r, s in zip(roots, scales)), rk, self.dtype,
+                                               self.device) for scales in parts}
+            # every module's rows weighted in place, so the stacks hold S' whatever the parts (exact_aggregate)
+            A.mul_((factors[spec[bn[0]].scales] if len(parts) == 1 else
+                    torch.stack([factors[spec[name].scales] for name in bn])).unsqueeze(-1))
+            for rows in parts.values():
                 Bt_g, A_g = (_rows(Bt, rows), _rows(A, rows))
-                if Bt_g is not None:
-                    Bt_g.mT.mul_(_column_factors(roots, rk, self.dtype, self.device))
-                A_g.mul_(_column_factors(tuple(r * s for r, s in zip(roots, scales)), rk, self.dtype,
-                                         self.device).unsqueeze(-1))
                 stacks = (None if Bt_g is None else Bt_g.mT, A_g)
                 groups.append(Group([spec[bn[l]] for l in rows], (), weights, batched=True, checked=True,
                                     stacks=stacks))
         groups.sort(key=lambda g: self._names.index(g.spec.name))  # the list path's order: by first module
         return agg._aggregate_groups(specs, groups, state, K)
+
+    def uploads(self) -> dict[int, ClientUpdate]:
+        """client -> its upload as added, for the clients in so far, before :meth:`aggregate`:
+        views of the buffer (a copy in is exact, so these are the uploads bit for bit), for a
+        server that turns to the list path mid-round without having kept an upload."""
+        if self._aggregated:
+            raise ValueError("this round was already aggregated: its stacks are weighted, not the uploads")
+        out = {}
+        for k, meta in enumerate(self._meta):
+            if meta is None:
+                continue
+            w, s, u = meta
+            if self._flats is not None:
+                out[k] = self._layouts[k].unpack(self._flats[k], weight=w, scale=s, upload_rank=u)
+                continue
+            factors = {}
+            for i, (bn, *_) in enumerate(self._blocks):
+                Bt, A = self._destination(k, i)
+                for l, name in enumerate(bn):
+                    factors[name] = (None if Bt is None else Bt[l].mT, A[l])
+            out[k] = ClientUpdate({name: factors[name] for name in self._names}, scale=s, weight=w, upload_rank=u)
+        return out
+
+    def exact_aggregate(self, result=None) -> ExactAggregate:
+        r"""The round's exact aggregate as this buffer holds it, once :meth:`aggregate` has run,
+        checked against ``result`` when given: what ``result.certificate(buffer)`` reads, so
+        no upload has to be kept for a certificate.
+
+        A method that reads stacks was handed the weighted stacks :math:`X' = [\sqrt{a_k}
+        B_k]`, :math:`Y' = [\sqrt{a_k} s_k A_k]`, weighted in place and never written again
+        (a method's inputs are not modified); their product is the exact aggregate up to the
+        weighting's rounding into the buffer's dtype, which the certificates add to their
+        bound (:mod:`fraq.aggregators.certificate`, "Stored stacks"). Any other method's
+        uploads are the buffer's flat tensors, read as the uploads themselves, exactly.
+
+        Raises:
+            ValueError: before :meth:`aggregate`, or ``result`` of other clients or modules.
+        """
+        if not self._aggregated:
+            raise ValueError("the round buffer holds the exact aggregate only once aggregate() has run: aggregate "
+                             "first, then certify")
+        if self._flats is not None:
+            exact = upload_aggregate([lay.unpack(flat, weight=w, scale=s, upload_rank=u)
+                                      for lay, flat, (w, s, u) in zip(self._layouts, self._flats, self._meta)])
+        else:
+            where = {name: (Bt, A, l) for (bn, *_), (Bt, A) in zip(self._blocks, self._stacks)
+                     for l, name in enumerate(bn)}
+
+            def factors(name: str) -> ExactFactors:
+                Bt, A, l = where[name]
+                if Bt is None:  # its A rows carry sqrt(a_k) s_k, not the certificate's sqrt(a_k s_k)
+                    raise ValueError(f"{self.aggregator.name}: single-matrix stacks cannot be certified from the "
+                                     "buffer; certify against the uploads")
+                return ExactFactors(Bt[l].mT.double(), A[l].double(), stored=self.dtype)
+
+            exact = ExactAggregate(self._names, self.clients, False, self.device, factors, "the round buffer")
+        return exact if result is None else exact.check(result)
+
+    def certificate(self, result, method: str = "gram", **probe_options):
+        """``result.certificate(self, method, **probe_options)``: ``result`` (this round's)
+        certified against the aggregate this buffer holds (:meth:`exact_aggregate`)."""
+        return result.certificate(self, method, **probe_options)
 
     def _destination(self, k: int, i: int) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Where client k's block i goes: (B^T (L, r_k, m) or None, A (L, r_k, n))."""

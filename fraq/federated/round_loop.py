@@ -134,16 +134,20 @@ class MethodSetup:
         return initial_state(task, self.agg, self.plan, self.settings.use_rslora)
 
 
-def run_round(task: Task, method: MethodSetup, state: RoundState, *, evaluate: bool, progress: bool = False
-              ) -> tuple[RoundState, dict, list]:
+def run_round(task: Task, method: MethodSetup, state: RoundState, *, evaluate: bool, progress: bool = False,
+              keep_uploads: bool = False) -> tuple[RoundState, dict, list | None]:
     """Round ``state.round + 1``: local training, aggregation, downlink applied, optional evaluation.
 
     Returns the new state (its ``records`` not yet extended), the round's record, and the
-    clients' uploads. Each upload goes into the round buffer as its client finishes (where
-    every upload has the plan's rank: a method whose own client layer uploads another rank
-    takes the list path, :func:`fraq.aggregators.capping.capped_aggregate`); the uploads
-    are kept as well, because the round's certificate, a shared round 1 and
-    ``save_adapters`` read them.
+    clients' uploads when kept (else None). Each upload goes into the round buffer as its
+    client finishes and is then released: the buffer's certificate reads its stacks
+    (:meth:`RoundBuffer.certificate <fraq.aggregators.RoundBuffer.certificate>`), so the
+    server holds the stacks plus the upload in flight. The uploads are kept only where
+    something reads them after the round: ``keep_uploads`` (``save_adapters``), a round 1
+    shared with other methods (:mod:`fraq.federated.round1`), or a round whose uploads do not
+    have the plan's ranks (a method whose own client layer uploads another rank: the list
+    path, :func:`fraq.aggregators.capping.capped_aggregate`, with the uploads already in the
+    buffer read back as views of it, :meth:`RoundBuffer.uploads`).
     """
     bb, plan, agg = task.backbone, method.plan, method.agg
     f = task.config.federated
@@ -157,12 +161,22 @@ def run_round(task: Task, method: MethodSetup, state: RoundState, *, evaluate: b
     key = signature(task, method, state, trains, train_head) if t == 1 and task.share_round1 else None
     shared = key is not None and key in task.round1
     buf, planned = None, True
+    keep = keep_uploads or key is not None
+    listed: dict[int, object] = {}  # the uploads kept, or taken on the list path
+    weights: list[float] = [0.0] * K
 
     def arrived(k: int, update) -> None:  # into the round buffer, opened in the uploads' dtype and device
         nonlocal buf, planned
+        weights[k] = update.weight
+        if keep:
+            listed[k] = update
         if planned and any(A.shape[-2] != plan.ranks[k] for _, A in update.factors.values()):
             planned = False  # a method whose layer uploads another rank than the plan's: the list path this round
+            if buf is not None:
+                listed.update({j: u for j, u in buf.uploads().items() if j not in listed})
+            buf = None
         if not planned:
+            listed[k] = update
             return
         if buf is None:
             A = next(iter(update.factors.values()))[1]
@@ -170,12 +184,13 @@ def run_round(task: Task, method: MethodSetup, state: RoundState, *, evaluate: b
         buf.add(update, client=k)
 
     if shared:  # the same inputs trained already for another method: the same uploads (fraq.federated.round1)
-        updates, heads, losses, train_s = task.round1[key]
-        for k, u in enumerate(updates):
+        ups, heads, losses, train_s = task.round1[key]
+        for k, u in enumerate(ups):
             arrived(k, u)
+        del ups
     else:
         t0 = time.perf_counter()
-        updates, heads, losses = [], [], []
+        heads, losses = [], []
         it = range(K)
         if progress:
             from tqdm.auto import tqdm
@@ -186,17 +201,18 @@ def run_round(task: Task, method: MethodSetup, state: RoundState, *, evaluate: b
                            train_head=train_head, layer=layer, upload_rank=plan.upload_ranks[k])
             res = local_update(bb, head, *task.clients[k], job, method.settings)
             arrived(k, res.update)
-            updates.append(res.update)
             heads.append(res.head)
             losses.append(res.loss)
+            del res  # the upload lives on in the buffer (or in ``listed`` where kept)
         train_s = time.perf_counter() - t0
         if key is not None:
-            task.round1[key] = (updates, heads, losses, train_s)
+            task.round1[key] = ([listed[k] for k in range(K)], heads, losses, train_s)
+    updates = [listed[k] for k in range(K)] if len(listed) == K else None
     t1 = time.perf_counter()
     # a fixed rank is a cap per module; uploads of ranks other than the plan's take the list path
     result = buf.aggregate(state.agg_state) if planned else capped_aggregate(agg, updates, state.agg_state)
     agg_ms = (time.perf_counter() - t1) * 1e3
-    state = apply_round(state, result, heads if train_head else None, [u.weight for u in updates], layer)
+    state = apply_round(state, result, heads if train_head else None, weights, layer)
     acc = None
     if evaluate:
         bb.set_weights(eval_weights(state, plan.ranks, layer))
@@ -205,9 +221,9 @@ def run_round(task: Task, method: MethodSetup, state: RoundState, *, evaluate: b
         bb.set_weights(state.weights)
     rec = round_record(result, t=t, losses=losses, train_seconds=train_s, agg_ms=agg_ms, targets=bb.targets,
                        client_ranks=list(method.client_ranks), accuracy=acc,
-                       certificate=result.certificate(updates))  # outside agg_ms
+                       certificate=result.certificate(buf if planned else updates))  # outside agg_ms
     rec["train_shared"] = shared  # train_seconds: of the training whose uploads these are
-    return state, rec, updates
+    return state, rec, updates if keep else None
 
 
 def run_method(task: Task, spec: str | MethodSpec, *, checkpoint: Path | None = None, resume: bool = False,
@@ -242,8 +258,10 @@ def run_method(task: Task, spec: str | MethodSpec, *, checkpoint: Path | None = 
     R = f.rounds
     while state.round < R:
         t = state.round + 1
-        state, rec, updates = run_round(task, method, state, evaluate=t % f.eval_every == 0 or t == R)
-        if save_adapters is not None and t == f.save_adapters_round:
+        save = save_adapters is not None and t == f.save_adapters_round
+        state, rec, updates = run_round(task, method, state, evaluate=t % f.eval_every == 0 or t == R,
+                                        keep_uploads=save)
+        if save:
             save_adapters(t, updates, {"method": spec, "round": t, "model": config.model.name,
                                        "alphas": plan.alphas})
         state.records.append(rec)

@@ -4,9 +4,11 @@
 strategy must change: ``configure_train`` (each client gets its own payload: the merges
 and start adapter of its :class:`~fraq.aggregators.Downlink`, its rank and what to train)
 and ``aggregate_train`` (each reply is checked and added to the round's buffer,
-:func:`fraq.aggregators.capping.open_capped_round`, one client at a time, then the method
-aggregates; the server state advances exactly as in the in-process harness, through
-:func:`fraq.federated.state.apply_round`). Client evaluation is off;
+:func:`fraq.aggregators.capping.open_capped_round`, one client at a time, its decoded
+adapter released once copied in; then the method aggregates and the round's certificate
+reads the buffer; the server state advances exactly as in the in-process harness, through
+:func:`fraq.federated.state.apply_round`). The strategy itself holds the buffer and one
+decoded upload; the reply messages are Flower's, which hands them over as one list. Client evaluation is off;
 the ``ServerApp`` evaluates the global model centrally.
 
 Wire format (peft's names), encoded and decoded here, in one module: server -> client
@@ -272,7 +274,7 @@ class LoraStrategy(FedAvg):
             raise RuntimeError(f"round {server_round}: {len(valid)} of {K} clients replied ({len(errors)} errors); "
                                f"every client must upload for the aggregation")
         train_head = server_round <= self.head_rounds
-        decoded: dict[int, Reply] = {}
+        decoded: dict[int, tuple] = {}  # client -> (head, loss, weight): its adapter is in the buffer, not kept
         buf = None  # opened at the first reply, in its adapter's dtype
         for msg in valid:
             node = msg.metadata.src_node_id
@@ -293,24 +295,20 @@ class LoraStrategy(FedAvg):
                 buf.add(r.adapter, client=k, weight=r.weight, scale=r.scale, upload_rank=r.upload_rank)
             except (TypeError, ValueError) as e:  # the buffer names the client and the module
                 raise ValueError(f"{where}: {e}") from None
-            decoded[k] = r
+            decoded[k] = (r.head, r.loss, r.weight)
+            del r  # the decoded adapter is copied into the buffer: one decoded upload alive at a time
         missing = sorted(set(range(K)) - set(decoded))
         if missing:
             raise RuntimeError(f"round {server_round}: no reply from client(s) {missing}")
-        replies = [decoded[k] for k in range(K)]
-        heads, losses = [r.head for r in replies], [r.loss for r in replies]
-        # views of the adapters, for the certificate, which reads the uploads
-        updates = [self.upload_layouts[r.client].unpack(r.adapter, weight=r.weight, scale=r.scale,
-                                                         upload_rank=r.upload_rank) for r in replies]
+        heads, losses, weights = (list(x) for x in zip(*(decoded[k] for k in range(K))))
         t0 = time.perf_counter()
         result = buf.aggregate(self.state.agg_state)  # the one rank rule
         agg_ms = (time.perf_counter() - t0) * 1e3
-        self.state = apply_round(self.state, result, heads if train_head else None, [u.weight for u in updates],
-                                 self.layer)
+        self.state = apply_round(self.state, result, heads if train_head else None, weights, self.layer)
         self._merges = [result.merged(k) for k in range(K)]
         rec = round_record(result, t=server_round, losses=losses, train_seconds=train_s, agg_ms=agg_ms,
                            targets=self.targets, client_ranks=list(self.method.client_ranks),
-                           certificate=result.certificate(updates))  # outside agg_ms
+                           certificate=result.certificate(buf))  # outside agg_ms; reads the buffer's stacks
         rec["train_shared"] = False  # every ClientApp trains its own round; the in-process harness may share round 1
         self.records.append(rec)
         metrics = MetricRecord({"train-loss": rec["train_loss"], "agg-ms": agg_ms,
