@@ -64,9 +64,11 @@ def key(config: dict) -> str:
     return config["uploads"]
 
 
-def row_file(name: str, folder: Path = UPLOADS) -> Path | None:
-    """The saved round a row of method ``name`` aggregates: its own method's file, else
-    FLoRA's for a method of :data:`ROUND1_SHARED`; None when neither is there."""
+def row_file(name: str, folder: Path | None = None) -> Path | None:
+    """The saved round a row of method ``name`` aggregates, in ``folder`` (default
+    :data:`UPLOADS`): its own method's file, else FLoRA's for a method of
+    :data:`ROUND1_SHARED`; None when neither is there."""
+    folder = UPLOADS if folder is None else folder
     own = folder / f"{name}.safetensors"
     if own.is_file():
         return own
@@ -163,7 +165,7 @@ def collect(adapters: Path, out: Path = UPLOADS) -> list[Path]:
     """Copy a harness run's saved rounds (``OUT/adapters/*_round1.safetensors``, one per
     method) into ``out`` as ``<registry name>.safetensors`` (the method recorded in each
     file), each written beside and renamed into place; returns the files written."""
-    from fraq._files import replacing_file
+    from fraq.internals import replacing_file
     from fraq.federated.adapters import load_client_adapters
     from fraq.methods import MethodSpec
 
