@@ -193,7 +193,8 @@ def build(results: Path, long: Path | None, out: Path) -> Built:
         for v in variants:
             body += [f"## {heads[v]}", "", _table(runs, df, v, data), "", *federated.verdict_lines(runs, v), ""]
         body += ["Bold: best accuracy among the compressed-downlink methods (below 100% of FLoRA's downlink), "
-                 "underlined: second best, by the mean over seeds, as the paper marks them.", "",
+                 "underlined: second best, by the mean over seeds, as the paper marks them. " + federated.share_note(df),
+                 "",
                  "## The accuracy curves", "", "![accuracy per round](figures/federated_accuracy.png)", "",
                  "## The scaled schedule against a 4x longer one", "", *_schedule(df, long_df, data), ""]
         fig = federated.figure(federated.curves(df), variants, heads)

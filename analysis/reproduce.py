@@ -120,6 +120,7 @@ SECTIONS: dict[str, str] = {
     "fig4": "fig4",
     "flexlora_precision": "flexlora_precision",
     "fig1": "fig1",
+    "trained": "trained",
     "peft": "peft",
     "backends": "backends",
 }

@@ -27,6 +27,7 @@ REQUIRED = {
     "fig4_rank": ("method", "p", "group", "relative_error", "optimal_error"),
     "fig4_cond": ("method", "kappa", "relative_error"),
     "fig1": ("method", "clients", "client_rank", "downlink_params_full"),
+    "trained": ("clients",),
     "peft": ("model", "p", "modules", "clients", "rows"),
     "backends": ("case", "backend", "ms_1t", "gap_to_optimum"),
     "federated": ("variant", "method", "seed"),

@@ -180,3 +180,29 @@ def test_the_readme_names_no_committed_results_and_links_the_docs_from_where_it_
         assert (out / link).resolve() == FEDERATED_DOC and FEDERATED_DOC.is_file()
     assert _doc_link(ROOT / "docs" / "results" / "federated" / "banking77") == "../../../federated.md"
     assert "## The published data sets" in FEDERATED_DOC.read_text()
+
+
+def test_the_server_share_is_the_aggregation_over_the_whole_round(tmp_path):
+    """Per round, agg_ms / (1000 train_seconds + agg_ms), averaged over rounds and seeds, hand
+    derived: rounds of (train 0.995 s, agg 5 ms) and (0.98 s, 20 ms) are 0.5% and 2%, mean
+    1.25%; a round without a training time counts for nothing (not as 100%); the note names
+    the machine from the result files."""
+    write_points(tmp_path, methods=("flora", "fraq:tau=0.95"), variants={"dir0.1": 0.1})
+    df = load(tmp_path / "results")["federated"]
+    for i, r in df.iterrows():
+        recs = [dict(x) for x in r["rounds"]]
+        if r["method"] == "fraq:tau=0.95":
+            recs[0].update(train_seconds=0.995, agg_ms=5.0)
+            recs[1].update(train_seconds=0.98, agg_ms=20.0)
+        else:
+            recs[0].update(train_seconds=None, agg_ms=3.0)  # a runtime that does not time training
+            recs[1].update(train_seconds=0.997, agg_ms=3.0)
+        df.at[i, "rounds"] = recs
+    runs = federated.runs(df)
+    assert federated.server_share({"train_seconds": 0.995, "agg_ms": 5.0}) == pytest.approx(0.005, rel=1e-12)
+    t = federated.table(runs, "dir0.1").set_index("Method")
+    assert t.loc["FRAQ (τ=0.95)", "Server share (%)"] == "1.25"  # (0.5 + 2) / 2
+    assert t.loc["FLoRA", "Server share (%)"] == "0.3"  # the timed round alone: 3 / 1000
+    note = federated.share_note(df)
+    cpu = df["machine.cpu"].dropna().iloc[0]
+    assert f"on {cpu}" in note and "torch thread" in note

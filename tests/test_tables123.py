@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import torch
 
 from benchmarks.experiments import table_rows, tables123
 from fraq.aggregators import get_aggregator
@@ -355,7 +356,8 @@ def test_florist_and_fraq_thresholds_are_said_and_why_they_differ():
 
 ROBERTA_LABELS = ["flora", "fedex-lora", "fedit", "lora-a2 (B round)", "lora-a2 (A round)", "flexlora",
                   "flexlora (kernel=fraq)", "flexlora (kernel=rsvd)", "florg", "florg (kernel=gram)",
-                  "florist (tau=0.90)", "florist (tau=0.90, kernel=qr)", "florist (tau=0.95, kernel=qr)",
+                  "florist (tau=0.90)", "florist (tau=0.90, kernel=qr)", "florist (tau=0.80, kernel=qr)",
+                  "florist (tau=0.95, kernel=qr)",
                   "fraq (tau=0.80)", "fraq (tau=0.95)",
                   "fedsvd", "fedsvd (kernel=fraq)", "fedmomentum", "fedmomentum (kernel=fraq)"]
 """The package's rows of RoBERTa-base's table by label, as the committed result files
@@ -513,3 +515,80 @@ def test_a_warm_up_taken_as_the_first_sample_is_weighted_as_one_and_refused_wher
         assert tables123.calls(c) == (c["rounds"] if sampled else 1 + c["launches"] * c["rounds"] + c["launches"] - 1)
     assert {("flexlora", True), ("florg", False)} <= seen
     assert not any(c.get("first_call_sample") for size in ("tiny", "reduced", "gpu") for c in tables123.points(size))
+
+
+# ----------------------------------------------------------------------------- like for like
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_fraq_threshold_has_florist_at_its_best_beside_it(name):
+    """Each of FRAQ's rows (tau = 0.80 and 0.95) has a FLoRIST row at its best at the same
+    threshold, so the downlink and exactness columns compare the two at one output."""
+    rows = table_rows.table_rows(get_preset(name))
+    fraq_taus = sorted(r.options["tau"] for r in rows if r.name == "fraq")
+    best = sorted(r.options["tau"] for r in rows if r.name == "florist" and r.options.get("kernel") == "qr")
+    assert fraq_taus == [0.8, 0.95] and set(fraq_taus) <= set(best)
+
+
+def test_like_for_like_rows_give_fraqs_rank_and_downlink_at_each_threshold():
+    """FLoRIST at its best and FRAQ on one preset's uploads (RoBERTa-base, one layer) at each of
+    FRAQ's thresholds: the same rank per module, so the same downlink, and each product within
+    the float32 bound of the float64 rank-p optimum (tests/test_at_its_best.py's bound,
+    64 u sqrt(R) N with N = sum ||b_i|| ||a_i||), so their exactness columns agree to it."""
+    import math
+
+    from benchmarks.cases import build_model
+
+    preset = get_preset("roberta-base")
+    model = build_model(preset, layers=1, seed=0)
+    ups = model.updates()
+    u32 = torch.finfo(torch.float32).eps
+    weights = torch.tensor([u.weight for u in ups], dtype=torch.float64)
+    a = weights / weights.sum()
+    for tau in (0.8, 0.95):
+        rows = {r.name: r for r in table_rows.table_rows(preset)
+                if r.name in ("fraq", "florist") and r.options.get("tau") == tau
+                and r.options.get("kernel", "qr") == "qr"}
+        res = {n: table_rows.row_aggregator(r).aggregate(ups) for n, r in rows.items()}
+        assert res["fraq"].ranks == res["florist"].ranks
+        assert res["fraq"].downlink_params() == res["florist"].downlink_params()
+        for mod in model.shapes:
+            X = torch.cat([math.sqrt(a[k]) * u.factors[mod][0].double() for k, u in enumerate(ups)], 1)
+            Y = torch.cat([math.sqrt(a[k]) * u.scale_of(mod) * u.factors[mod][1].double()
+                           for k, u in enumerate(ups)], 0)
+            S = X @ Y  # the exact weighted aggregate, float64, from the uploads alone
+            N = float((X.norm(dim=0) * Y.norm(dim=1)).sum())
+            p = res["fraq"].ranks[mod]
+            best = float(torch.linalg.svdvals(S)[p:].norm())  # Eckart-Young: no rank-p matrix is closer
+            for n, out in res.items():
+                G = out.downlinks[0][mod].delta(torch.float64)
+                excess = math.sqrt(max(float((S - G).norm()) ** 2 - best ** 2, 0.0))
+                assert excess <= 64 * u32 * math.sqrt(X.shape[1]) * N, (n, tau, mod)
+
+
+def test_like_for_like_lines_compare_at_one_output(quiet_machine):
+    """The report's like-for-like line pairs each FRAQ row with the peer at its threshold:
+    both downlinks (said the same when equal), both exactness values, the peer's time over
+    FRAQ's; a peer row without samples is named, not judged."""
+    from analysis.sections.tables123 import like_for_like_lines, tables123_rows
+
+    def row(label, name, pct, ms, tau, kernel=None, err=0.3):
+        r = dict(_row(label, name, pct, ms, tau=tau, n=6), energy_rule=True, certificate_error=err,
+                 certificate_bound=err + 1e-6, certificate_rounding_level=False)
+        r["options"] = dict(r["options"], **({"kernel": kernel} if kernel else {}))
+        return r
+
+    recs = [row("florist (tau=0.90)", "florist", 27.0, 120.0, 0.9),
+            row("florist (tau=0.80, kernel=qr)", "florist", 13.0, 60.0, 0.8, "qr", err=0.45),
+            row("florist (tau=0.95, kernel=qr)", "florist", 41.8, 55.0, 0.95, "qr", err=0.22),
+            row("fraq (tau=0.80)", "fraq", 13.0, 40.0, 0.8, err=0.45),
+            row("fraq (tau=0.95)", "fraq", 41.0, 50.0, 0.95, err=0.23)]
+    lines = like_for_like_lines(tables123_rows(_records(recs)))
+    assert len(lines) == 2  # FLoRIST at 0.90 has no FRAQ row at its threshold
+    at80, at95 = lines
+    assert "tau = 0.80" in at80 and "downlink 13.00% against 13.00% (the same)" in at80
+    assert "1.5x FRAQ's time (slower)" in at80 and "exactness 4.50e-01 against 4.50e-01" in at80
+    assert "tau = 0.95" in at95 and "41.80% against 41.00%" in at95 and "(the same)" not in at95
+    assert "1.1x FRAQ's time (slower)" in at95
+    recs[1] = dict(recs[1], latency={})
+    (at80, _) = like_for_like_lines(tables123_rows(_records(recs)))
+    assert "no verdict" in at80 and "FLoRIST (tau=0.80, kernel=qr) (no samples)" in at80

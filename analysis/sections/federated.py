@@ -38,8 +38,8 @@ from analysis.style import display_name as _shown
 from analysis.verdicts import Verdict
 
 __all__ = ["CLOSE_POINTS", "HOW", "PUBLISHED", "draw", "titles", "accuracy_interval", "compare", "curves", "display_name",
-           "figure", "interval", "is_smoke", "paired", "runs", "shown", "table", "variant_settings", "variants",
-           "verdict_lines"]
+           "figure", "interval", "is_smoke", "paired", "runs", "server_share", "share_note", "shown", "table",
+           "variant_settings", "variants", "verdict_lines"]
 
 reads = ("federated",)
 
@@ -119,9 +119,36 @@ def runs(df: pd.DataFrame) -> pd.DataFrame:
                      **_names(r),
                      "accuracy": 100 * accs[-1] if accs and recs[-1].get("accuracy") is not None else math.nan,
                      "downlink_pct_flora": np.mean([x["downlink_pct_flora"] for x in recs]) if recs else math.nan,
-                     "agg_ms": [x["agg_ms"] for x in recs], "rank_mean": np.mean([x["rank_mean"] for x in recs])
-                     if recs else math.nan, "rounds": len(recs)})
+                     "agg_ms": [x["agg_ms"] for x in recs], "server_share": [server_share(x) for x in recs],
+                     "rank_mean": np.mean([x["rank_mean"] for x in recs]) if recs else math.nan,
+                     "rounds": len(recs)})
     return pd.DataFrame(rows)
+
+
+def server_share(record: dict) -> float:
+    """The aggregation's share of one round (a fraction), from the round's recorded seconds:
+    ``agg_ms`` / (``train_seconds`` + ``agg_ms``), with ``train_seconds`` the K clients' local
+    training one after another, each upload copied into the server's round buffer as its client
+    finishes (so the in-process upload is inside it; a network's transfer is not modelled).
+    Evaluation is no part of a round here. NaN where the record has no training time (a runtime
+    that does not time it) or a negative one."""
+    train, agg = record.get("train_seconds"), record.get("agg_ms")
+    if not isinstance(train, (int, float)) or not isinstance(agg, (int, float)) or train < 0 or agg < 0:
+        return math.nan
+    total = 1e3 * train + agg
+    return agg / total if total > 0 else math.nan
+
+
+def share_note(df: pd.DataFrame) -> str:
+    """What the *server share* column is and where it was measured: the machine, its threads."""
+    cpu = df["machine.cpu"].dropna().iloc[0] if "machine.cpu" in df and df["machine.cpu"].notna().any() else None
+    threads = df["threads"].dropna().iloc[0] if "threads" in df and df["threads"].notna().any() else None
+    where = (f"on {cpu}" if cpu else "on the run's machine (not recorded)") + (
+        f", {int(threads)} torch thread(s)" if threads is not None else "")
+    return ("*Server share*: the aggregation's time over a whole round's, local training (the clients one after "
+            "another, each upload copied into the server's round buffer as it finishes: the in-process upload is "
+            "inside it, no network is modelled) plus the aggregation, per round from the seconds the run records, "
+            f"mean over rounds and seeds; evaluation not counted; {where}.")
 
 
 def curves(df: pd.DataFrame) -> pd.DataFrame:
@@ -189,7 +216,9 @@ def variant_settings(df: pd.DataFrame, setting_columns: list[str]) -> dict[str, 
 
 def table(runs_: pd.DataFrame, variant: str) -> pd.DataFrame:
     """Table 1/3's shape for ``variant``: accuracy mean [95% interval] over seeds, downlink
-    (% FLoRA), aggregation time (ms, mean ± std over rounds and seeds), mean rank, seeds.
+    (% FLoRA), aggregation time (ms, mean ± std over rounds and seeds), the aggregation's share
+    of a round (%, :func:`server_share`, mean over rounds and seeds; "-" where no round timed
+    its training), mean rank, seeds.
 
     Among the compressed-downlink methods (mean downlink below 100% of FLoRA's: the paper
     leaves the uncompressed FLoRA and FedEx-LoRA out), the best mean accuracy is **bold**
@@ -204,17 +233,20 @@ def table(runs_: pd.DataFrame, variant: str) -> pd.DataFrame:
         skip = g["skipped"].dropna()
         if len(skip) == len(g):
             out.append({"Method": names[m], "Accuracy (%)": f"skipped: {skip.iloc[0]}", "Downlink (% FLoRA)": "",
-                        "Avg. agg. time (ms)": "", "Mean rank": "", "Seeds": 0})
+                        "Avg. agg. time (ms)": "", "Server share (%)": "", "Mean rank": "", "Seeds": 0})
             continue
         g = g[g["skipped"].isna()]
         mean, lo, hi = accuracy_interval(g["accuracy"])
         ms = np.concatenate([np.asarray(x, dtype=float) for x in g["agg_ms"]])
+        share = np.concatenate([np.asarray(x, dtype=float) for x in g.get("server_share", [])] or [np.empty(0)])
+        share = share[np.isfinite(share)]
         down = float(g["downlink_pct_flora"].mean())
         if down < 100 and math.isfinite(mean):
             means[m] = mean
         acc = f"{mean:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) else "")
         out.append({"Method": names[m], "Accuracy (%)": acc, "Downlink (% FLoRA)": f"{down:.1f}",
                     "Avg. agg. time (ms)": f"{ms.mean():.1f} ± {ms.std(ddof=1) if ms.size > 1 else 0.0:.1f}",
+                    "Server share (%)": f"{100 * share.mean():.3g}" if share.size else "-",
                     "Mean rank": f"{float(g['rank_mean'].mean()):.1f}", "Seeds": int(g["seed"].nunique())})
     levels = sorted({round(v, 2) for v in means.values()}, reverse=True)[:2]  # as printed: ties share a mark
     marks = {names[m]: ("**", "**") if round(v, 2) == levels[0] else ("<u>", "</u>")
@@ -434,7 +466,7 @@ def draw(res) -> list[Section]:
         body += [f"### {heads[v]}", "", tables.markdown(table(by_seed, v)), "",
                  *([] if smoke else [*verdict_lines(by_seed, v), ""])]
     body.append("Downlink and aggregation time are averaged over rounds (and seeds); aggregation time is this "
-                "CPU's, measured inside the training run. Bold: best accuracy among the compressed-downlink methods "
+                "CPU's, measured inside the training run. " + share_note(df) + " Bold: best accuracy among the compressed-downlink methods "
                 "(below 100% of FLoRA's downlink), underlined: second best, by the mean over seeds.")
     fig = Figure("federated_accuracy", figure(curves(df), shown_variants, heads, bands=not smoke), df,
                  "mean over seeds" + ("" if smoke else ", band = 95% t-interval over seeds (none on FRAQ's dashed "

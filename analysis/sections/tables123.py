@@ -44,7 +44,8 @@ def draw(res) -> list[Section]:
     for preset in tables123_presets(agg):
         rows = tables123_rows(agg)
         body = tables.markdown(tables123_latency(agg, preset)) + "\n\n" + "\n".join(
-            verdict_lines(agg, preset) + kernel_variants.table_lines(rows[rows["preset"] == preset]))
+            verdict_lines(agg, preset) + like_for_like_lines(rows[rows["preset"] == preset])
+            + kernel_variants.table_lines(rows[rows["preset"] == preset]))
         out.append(Section(PRESET_TITLES.get(preset, preset), body, level=3))
     return out
 
@@ -139,6 +140,53 @@ def verdict_lines(df: pd.DataFrame, preset: str) -> list[str]:
                          f" (paper {r.paper_pct:.3g}%)" if pd.notna(r.paper_pct) else "")
                          for r in adaptive.itertuples()) + ".")
     return lines
+
+
+def like_for_like_lines(rows: pd.DataFrame) -> list[str]:
+    """Per FRAQ row of one preset's Tables 1-3 rows (:func:`tables123_rows`), the rows of the
+    other energy-threshold methods at its threshold (FLoRIST at its best at tau = 0.80 and
+    0.95: ``benchmarks.experiments.table_rows.LIKE_FOR_LIKE``): the same rule on the same
+    spectrum, so the same rank and output, and the downlink and exactness columns compare the
+    methods at one output. Each line gives both rows' downlink (the same parameter count, or
+    how far apart) and exactness, and the peer's time over FRAQ's at that threshold, paired
+    round by round where both were timed together (:func:`analysis.verdicts.judge`); "no
+    verdict" naming the row without samples."""
+    out = []
+    taus = pd.to_numeric(rows["tau"], errors="coerce")
+    for _, f in rows[(rows["name"] == "fraq") & taus.notna()].iterrows():
+        tau = float(f["tau"])
+        peers = rows[(rows["name"] != "fraq") & rows["adaptive"].astype(bool) & (taus == tau)]
+        for _, r in peers.iterrows():
+            label, flabel = r["shown"], f["shown"]
+            same = (pd.notna(r["downlink_pct"]) and pd.notna(f["downlink_pct"])
+                    and r["downlink_pct"] == f["downlink_pct"])
+            down = (f"downlink {_pct(r['downlink_pct'])} against {_pct(f['downlink_pct'])}"
+                    + (" (the same)" if same else ""))
+            exact_txt = f"exactness {exactness(r)} against {exactness(f)}"
+            errors = pd.to_numeric(pd.Series([r.get("certificate_error"), f.get("certificate_error")]),
+                                   errors="coerce")
+            if errors.notna().all():
+                exact_txt += f" (apart by {abs(errors[0] - errors[1]):.1e})"
+            groups = {label: samples(r["samples"]) * 1e3, flabel: samples(f["samples"]) * 1e3}
+            claim = f"{label} / {flabel} time"
+            why = {label: r["skipped"], flabel: f["skipped"]}
+            missing = [f"{k} ({why[k].split(';')[0] if isinstance(why[k], str) else 'no samples'})"
+                       for k, g in groups.items() if g.size == 0]
+            if missing:
+                timing = ours(not_measured(claim, missing), "")
+            else:
+                both = pd.concat([rows.loc[[r.name]], rows.loc[[f.name]]])
+                v = judge(groups, lambda g, a=label, b=flabel: g[a] / g[b], above=1.0, claim=claim,
+                          machine=both, paired=paired(both))
+                timing = ours(v, f"{v.value:.3g}x FRAQ's time ({'slower' if v.value > 1 else 'faster'})", ".3g",
+                              "x", test=f"{label}'s time over {flabel}'s above 1")
+            out.append(f"- Like for like at tau = {tau:.2f} (one energy rule on one spectrum: one rank, one "
+                       f"output): {label} against {flabel}: {down}; {exact_txt}. Time: {timing}.")
+    return out
+
+
+def _pct(x) -> str:
+    return "-" if x is None or pd.isna(x) else f"{float(x):.2f}%"
 
 
 def _on_gpu(rows: pd.DataFrame) -> bool:

@@ -54,16 +54,17 @@ EXPERIMENTS: dict[str, str] = {
     "basis_routes": "basis_routes",
     "workspace": "workspace",
     "tf32": "tf32",
+    "trained": "trained",
 }
 """Every experiment (its results' directory name) and its module here, in the runner's
 order (cheap first)."""
 
 DEFAULT = ("table4", "table4_steps", "florist_steps", "fig3", "clients", "backends", "backend_stages", "peft",
-           "tables123", "fig4_cond", "flexlora_precision", "fig4_rank", "fig1")
+           "tables123", "fig4_cond", "flexlora_precision", "fig4_rank", "fig1", "trained")
 """What ``make run`` reproduces, in the runner's order: the timed experiments, then the
 :data:`UNTIMED` ones."""
 
-UNTIMED = ("fig4_cond", "flexlora_precision", "fig4_rank", "fig1")
+UNTIMED = ("fig4_cond", "flexlora_precision", "fig4_rank", "fig1", "trained")
 """Experiments whose results hold nothing timed or sized by the machine (errors against
 float64, ranks, parameter counts: deterministic at a given thread count), so nothing
 running beside them changes them. The runner measures them after every other experiment
