@@ -172,3 +172,24 @@ def test_a_wrong_adapter_beside_a_tiny_aggregate_is_never_at_rounding_level(dtyp
                 ref = _true_error(ups, wrong.downlinks[0][name], name)
                 assert ref > 1.0 and c.bound >= ref and _printed_bound(c) >= ref, (kind, eps, name, str(c), ref)
                 assert not c.at_rounding_level, (kind, eps, name, str(c))
+
+
+@pytest.mark.parametrize("source", ["uploads", "buffer"])
+def test_an_overflowed_update_is_the_worst_module_and_not_called_a_zero_aggregate(source):
+    """Float16 uploads whose weighted A (s_k A_k near 4e6) overflows: FLoRA's adapter holds
+    inf. Its module's bound is inf (never nan, which max() would pass over for a finite
+    module's), so it is the certificate's worst, and the words name a non-finite value
+    rather than a zero aggregate (the aggregate is not zero)."""
+    g = torch.Generator().manual_seed(5)
+    shapes = {"a": (8, 6), "q": (8, 6)}
+    f = {"a": (torch.randn(8, 2, generator=g).half(), torch.randn(2, 6, generator=g).half()),
+         "q": (torch.randn(8, 2, generator=g).half(), (1e3 * torch.randn(2, 6, generator=g)).half())}
+    ups = [ClientUpdate(f, scale=1e3 if k else 1e-3, weight=1.0) for k in range(2)]
+    buf = get_aggregator("flora").open_round(shapes, clients=2, ranks=[2, 2], dtype=F16)
+    for u in ups:
+        buf.add(u)
+    res = buf.aggregate()
+    cert = res.certificate(ups if source == "uploads" else buf)
+    assert cert["q"].bound == math.inf and cert.worst[0] == "q", cert
+    assert "non-finite" in cert["q"].note and "zero" not in cert["q"].note, cert["q"].note
+    assert cert.summary()["certificate_bound"] is None
