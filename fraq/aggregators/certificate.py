@@ -124,8 +124,9 @@ class ModuleCertificate:
     Attributes:
         error: the computed relative error (rounding noise when ``at_rounding_level``).
         bound: a guaranteed upper bound on the true relative error (``inf`` when the exact
-            aggregate is zero to rounding, so no relative error exists: the certificate
-            cannot judge, and says so in words, :attr:`note`).
+            aggregate is zero to rounding, so no relative error exists, or when a factor
+            holds a non-finite value, ``error`` then nan: the certificate cannot judge, and
+            says so in words, :attr:`note`).
         resolution: the relative error the computation cannot resolve, sqrt(delta) / ||S||.
         at_rounding_level: True when the computed squared distance is within its rounding
             bound delta: the adapter is exact up to rounding, and ``bound`` is all that is
@@ -150,6 +151,8 @@ class ModuleCertificate:
         error exists."""
         if math.isfinite(self.bound):
             return None
+        if math.isnan(self.error):
+            return "cannot judge: the update or the exact aggregate's stacks hold a non-finite value (overflow)"
         if self.at_rounding_level:
             return "cannot judge: the exact aggregate is zero (to rounding), and so is the update"
         return "cannot judge: the exact aggregate is zero (to rounding), but the update is not"
@@ -452,10 +455,14 @@ def _certificate(ss: float, sg: float, gg: float, NS: float, NG: float, c: float
     d2 = ss - 2.0 * sg + gg
     delta = _SAFETY * c * _U * (NS + NG) ** 2 + c ** 3 * _ETA
     delta_s = _SAFETY * c * _U * NS ** 2 + c ** 3 * _ETA
+    inf = math.inf
+    if not all(math.isfinite(v) for v in (ss, sg, gg, NS, NG, T)):  # an overflowed factor: inf, never a nan bound
+        return ModuleCertificate(error=math.nan, bound=inf, resolution=inf, at_rounding_level=False,
+                                 exact_norm=times_pow2(math.sqrt(max(ss, 0.0)), int(k)) if math.isfinite(ss) else inf,
+                                 client=client)
     w = stored_slack(stored, NS, T, int(k))
     norm = math.sqrt(max(ss, 0.0))
     low = math.sqrt(max(ss - delta_s, 0.0)) - w
-    inf = math.inf
     at_rounding = math.sqrt(max(d2, 0.0)) <= math.sqrt(delta) + w
     error = math.sqrt(max(d2, 0.0)) / norm if norm > 0 else (0.0 if at_rounding else inf)
     bound = (math.sqrt(max(d2 + delta, 0.0)) + w) / low if low > 0 else inf
