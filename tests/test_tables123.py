@@ -592,3 +592,14 @@ def test_like_for_like_lines_compare_at_one_output(quiet_machine):
     recs[1] = dict(recs[1], latency={})
     (at80, _) = like_for_like_lines(tables123_rows(_records(recs)))
     assert "no verdict" in at80 and "FLoRIST (tau=0.80, kernel=qr) (no samples)" in at80
+
+
+@pytest.mark.parametrize("bound,text", [(1.4e-7, "2e-07"), (1e-7, "1e-07"), (9.6e-7, "1e-06"), (2.0e-13, "2e-13"),
+                                        (float("inf"), "inf")])
+def test_rounding_level_bound_is_printed_rounded_up(bound, text):
+    from analysis.sections.tables123 import bound_up, exactness
+
+    assert bound_up(bound) == text
+    assert float(text) >= bound
+    shown = exactness({"certificate_bound": bound, "certificate_rounding_level": True})
+    assert shown == f"<= {text} (rounding)"

@@ -8,6 +8,7 @@ and each dense-SVD method's kernel variant against its dense path
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import numpy as np
@@ -369,8 +370,21 @@ def exactness(r) -> str:
         note = r.get("certificate_note")
         return note if isinstance(note, str) else "-"
     if bool(r.get("certificate_rounding_level")):
-        return f"<= {bound:.0e} (rounding)"
+        return f"<= {bound_up(bound)} (rounding)"
     return f"{r['certificate_error']:.2e}"
+
+
+def bound_up(x: float) -> str:
+    """``x`` in e-notation with one significant digit, rounded up: a bound is never printed
+    below itself (``:.0e`` rounds to nearest: 1.4e-07 would read 1e-07)."""
+    text = f"{x:.0e}"
+    if not math.isfinite(x) or float(text) >= x:
+        return text
+    mant, exp = text.split("e")
+    m, e = int(mant) + 1, int(exp)
+    if m == 10:
+        m, e = 1, e + 1
+    return f"{m}e{e:+03d}"
 
 
 def _cuts_by_tau(row: dict) -> bool:
