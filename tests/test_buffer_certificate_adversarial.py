@@ -176,10 +176,11 @@ def test_a_wrong_adapter_beside_a_tiny_aggregate_is_never_at_rounding_level(dtyp
 
 @pytest.mark.parametrize("source", ["uploads", "buffer"])
 def test_an_overflowed_update_is_the_worst_module_and_not_called_a_zero_aggregate(source):
-    """Float16 uploads whose weighted A (s_k A_k near 4e6) overflows: FLoRA's adapter holds
-    inf. Its module's bound is inf (never nan, which max() would pass over for a finite
-    module's), so it is the certificate's worst, and the words name a non-finite value
-    rather than a zero aggregate (the aggregate is not zero)."""
+    """Float16 uploads whose weighted A (s_k A_k near 4e6) overflows: the round is refused
+    (no adapter with an inf goes out). An adapter that holds an inf all the same (here one
+    written into a good round's result) is certified with bound inf (never nan, which
+    max() would pass over for a finite module's), so it is the certificate's worst, and the
+    words name a non-finite value rather than a zero aggregate (the aggregate is not zero)."""
     g = torch.Generator().manual_seed(5)
     shapes = {"a": (8, 6), "q": (8, 6)}
     f = {"a": (torch.randn(8, 2, generator=g).half(), torch.randn(2, 6, generator=g).half()),
@@ -188,7 +189,14 @@ def test_an_overflowed_update_is_the_worst_module_and_not_called_a_zero_aggregat
     buf = get_aggregator("flora").open_round(shapes, clients=2, ranks=[2, 2], dtype=F16)
     for u in ups:
         buf.add(u)
+    with pytest.raises(ValueError, match="float32"):
+        buf.aggregate()
+    ups = [ClientUpdate(f, scale=1.0, weight=1.0) for _ in range(2)]
+    buf = get_aggregator("flora").open_round(shapes, clients=2, ranks=[2, 2], dtype=F16)
+    for u in ups:
+        buf.add(u)
     res = buf.aggregate()
+    res.downlinks[0]["q"].sent[1][0, 0] = math.inf  # the adapter as sent (shared by every client)
     cert = res.certificate(ups if source == "uploads" else buf)
     assert cert["q"].bound == math.inf and cert.worst[0] == "q", cert
     assert "non-finite" in cert["q"].note and "zero" not in cert["q"].note, cert["q"].note

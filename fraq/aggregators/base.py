@@ -21,6 +21,7 @@ from fraq.aggregators.payload import ClientUpdate, Downlink
 from fraq.aggregators.round_buffer import RoundBuffer
 from fraq.aggregators.validation import detached, validated
 from fraq._stack import normalized_weights
+from fraq._validation import maybe_non_finite
 
 __all__ = ["Aggregator", "AggregatorState", "Group", "ModuleSpec"]
 
@@ -75,6 +76,10 @@ class Aggregator(ABC):
             ``ClientUpdate.upload_rank``).
         checks_finite: False when the method validates finiteness in :func:`fraq.stack`,
             so the inputs are scanned once, not twice.
+        finite_output: True when the method's own steps already refuse a result that holds an
+            inf or NaN (FLoRA's downlink is its screened stacks; FRAQ's recompress refuses
+            non-finite stacks and a result its dtype cannot hold); every other method's
+            downlinks are screened once after the round (:func:`_refuse_non_finite_output`).
         from_stacks: True when the method reads each group only through
             :meth:`Group.stacked` (in the uploads' dtype, weighted and scaled) and keeps
             the default ``_prepare``: a :class:`~fraq.aggregators.RoundBuffer` then fills
@@ -135,6 +140,7 @@ class Aggregator(ABC):
     rank_budgets: ClassVar[bool] = False
     checks_finite: ClassVar[bool] = True
     from_stacks: ClassVar[bool] = False
+    finite_output: ClassVar[bool] = False
     state_type: ClassVar[type[AggregatorState] | None] = None
     not_an_adapter: ClassVar[str | None] = None
     no_delta: ClassVar[str | None] = None
@@ -225,6 +231,8 @@ class Aggregator(ABC):
         group through :meth:`_groups`, the per-client downlinks, then :meth:`_finish`
         (:meth:`aggregate` and a round buffer's stacks both end here)."""
         outputs = self._groups(groups, state)
+        if not self.finite_output:
+            _refuse_non_finite_output(self.name, specs, outputs)
         per_client = _per_client(specs, outputs, K)
         ranks = {spec.name: outputs[spec.name][1] for spec in specs}
         new_state, info = self._finish(specs, per_client, state)
@@ -283,6 +291,35 @@ class Aggregator(ABC):
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({opts})"
+
+
+def _refuse_non_finite_output(method: str, specs: Sequence[ModuleSpec], outputs: GroupOutput) -> None:
+    """Refuse a round whose downlinks hold an inf or NaN, naming the module: the uploads were
+    finite (checked before), so the method's arithmetic left the dtype's range (a float16
+    round whose aggregate has a singular value past 65504, say); sent as it is, it would
+    overwrite every client's weights with inf. One sum per tensor and one host read
+    (:func:`fraq._validation.maybe_non_finite`); the exact scan runs only when that fires."""
+    def tensors(spec: ModuleSpec) -> list[torch.Tensor]:
+        down = outputs[spec.name][0]
+        downs = [down] if isinstance(down, Downlink) else list(down)
+        found: dict[int, torch.Tensor] = {}
+        for d in downs:
+            for t in (*d.sent, *(x for f in (*d.merge, *((d.start,) if d.start is not None else ()))
+                                 for x in (f.B, f.A))):
+                if isinstance(t, torch.Tensor) and t.is_floating_point():
+                    found.setdefault(id(t), t)
+        return list(found.values())
+
+    per_module = [(spec, tensors(spec)) for spec in specs]
+    if not maybe_non_finite([t for _, ts in per_module for t in ts]):
+        return
+    for spec, ts in per_module:
+        if any(not bool(torch.isfinite(t).all()) for t in ts):
+            dtype = ts[0].dtype
+            raise ValueError(
+                f"{method}: the global adapter of module {spec.name!r} holds an inf or NaN, though every upload is "
+                f"finite: the aggregate's factors pass the largest {dtype} ({torch.finfo(dtype).max:.3g}); "
+                "aggregate uploads in a wider dtype (float32)")
 
 
 def _per_client(specs: Sequence[ModuleSpec], outputs: GroupOutput, K: int) -> list[dict[str, Downlink]]:

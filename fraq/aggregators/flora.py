@@ -32,6 +32,7 @@ class FLoRA(Aggregator):
     downlink_rule = "(m + n) sum_k r_k"
     checks_finite = False  # Group.stacked does
     from_stacks = True  # reads each group only through Group.stacked(): a RoundBuffer's stacks feed it
+    finite_output = True  # see Aggregator.finite_output
 
     def _group(self, group: Group, state) -> GroupOutput:
         Bst, Ast = group.stacked()

@@ -62,6 +62,7 @@ class Fraq(Aggregator):
     energy_rule = True
     checks_finite = False  # Group.stacked does
     from_stacks = True  # reads each group only through Group.stacked(): a RoundBuffer's stacks feed it
+    finite_output = True  # see Aggregator.finite_output
     basis_backend = True
 
     def __init__(self, *, tau: float | None = None, rank: int | None = None, backend: str = AUTO,
@@ -107,7 +108,7 @@ class Fraq(Aggregator):
             try:
                 res = finish_started(st, host)
             except NonFiniteError:
-                g.name_non_finite()
+                g.name_non_finite((st.B, st.A))
                 raise
             out.update(_outputs(g, res))
         return out
@@ -119,7 +120,7 @@ class Fraq(Aggregator):
         try:
             res = recompress_checked(self.options, Bst, Ast)
         except NonFiniteError:
-            group.name_non_finite()
+            group.name_non_finite((Bst, Ast))
             raise
         return _outputs(group, res)
 

@@ -150,13 +150,25 @@ class Group:
         if scan and not self.checked and A.numel():
             stacks = [A] if B is None else [B, A]
             if maybe_non_finite(stacks):
-                self.name_non_finite()
+                self.name_non_finite(stacks)
         return B, A
 
-    def name_non_finite(self) -> None:
-        """Raise the ValueError naming the first client and module whose B or A holds a NaN/Inf, if any."""
+    def name_non_finite(self, stacks: Sequence[torch.Tensor | None]) -> None:
+        """Raise the ValueError naming the first client and module whose B or A holds a NaN/Inf,
+        if any; called when the group's ``stacks`` may hold one (a cheap screen fired, or the
+        recompression found one). Where every upload is finite but the stacks are not, the
+        weighting put it there (sqrt(a_k) B_k or sqrt(a_k) s_k A_k past the largest value of
+        the stacks' dtype, float16's 65504 the usual case): that is the error then, never a
+        silent inf in the result. Finite stacks (a screen's sum that overflowed) pass."""
         self._raise_non_finite("B")
         self._raise_non_finite("A")
+        if all(t is None or bool(torch.isfinite(t).all()) for t in stacks):
+            return
+        dtype = self.spec.dtype
+        raise ValueError(
+            f"modules {list(self.names)}: every client's B and A is finite, but the weighted stacks hold an inf or "
+            f"NaN: a client's factor times sqrt(a_k) (and its scale s_k on A) passes the largest {dtype} "
+            f"({torch.finfo(dtype).max:.3g}); aggregate uploads in a wider dtype (float32)")
 
     def _raise_non_finite(self, factor: str) -> None:
         """Name the client and module whose factor holds a NaN/Inf, if any."""
