@@ -81,3 +81,14 @@ def test_table_lines_paired_speed_up_and_exact_agreement():
                        agreement={"reference": "flexlora", "skipped": "the dense path is not measured at this size"})]))
     assert skipped[0].count("**no verdict**") == 2 and "measured at --size paper only" in skipped[0]
     assert "the dense path is not measured at this size" in skipped[0]
+
+
+def test_table_lines_a_kernel_row_without_a_dense_row_compares_outputs_alone():
+    """A kernel row whose dense path is no row of the table (a like-for-like row such as
+    FLoRIST at FRAQ's threshold) gets no 'not measured' time verdict, only the outputs'."""
+    rows = pd.DataFrame([_table_row("flexlora (tau=0.95, kernel=fraq)", [60.0] * 6, kernel="fraq",
+                                    agreement=AGREE)])
+    rows["spec"] = ["flexlora:tau=0.95,kernel=fraq"]
+    (line,) = table_lines(rows)
+    assert "not a row of this table, so not timed here" in line and "not measured" not in line
+    assert "outputs: Ours **agrees**" in line
