@@ -288,12 +288,20 @@ def _aggregate_impl(headers: list[AdapterHeader], a: list[float], opts: Aggregat
                     layouts: dict[str, str] | None) -> tuple[AdapterAggregation, dict[str, torch.Tensor]]:
     """The aggregation of checked clients: (the report, the tensors to write), nothing written.
 
-    The clients are read one at a time into the round buffer (:func:`_read_round`); the
-    report's rows and the certificate read the buffer's stacks. The tensors are the
-    adapter's (factors in ``opts.dtype``, ``modules_to_save`` averaged) or, with
-    ``layouts``, the dense deltas in each module's base layout."""
-    first = headers[0]
+    The clients are read one at a time into the round buffer (:func:`_read_round`), then
+    :func:`_finish` aggregates it."""
     buf, full = _read_round(headers, a, opts)
+    return _finish(buf, full, headers, a, opts, layouts)
+
+
+def _finish(buf: RoundBuffer | SplitRound, full: dict[str, torch.Tensor], headers: list[AdapterHeader],
+            a: list[float], opts: AggregateOptions, layouts: dict[str, str] | None
+            ) -> tuple[AdapterAggregation, dict[str, torch.Tensor]]:
+    """The filled round buffer ``buf`` aggregated: the report's rows and the certificate read
+    its stacks, no client's upload. The tensors are the adapter's (factors in ``opts.dtype``,
+    ``full`` the ``modules_to_save`` average) or, with ``layouts``, the dense deltas in each
+    module's base layout."""
+    first = headers[0]
     exact, certify = _factors(buf, buf.aggregate(), opts.cdt)
     factors = {m: (_cast(f"module {m!r}: lora_B", B, opts.dtype), _cast(f"module {m!r}: lora_A", A, opts.dtype))
                for m, (B, A) in exact.items()}
@@ -305,7 +313,7 @@ def _aggregate_impl(headers: list[AdapterHeader], a: list[float], opts: Aggregat
     stacks = buf.exact_aggregate() if opts.report else None
     rows = [module_row(m, tuple(h.ranks[m] for h in headers), None if stacks is None else stacks.factors(m), B, A)
             for m, (B, A) in factors.items()]
-    del stacks, buf
+    del stacks
     if opts.uniform_rank and not opts.delta:
         p = max(B.shape[1] for B, _ in factors.values())
         factors = {m: (torch.nn.functional.pad(B, (0, p - B.shape[1])),
