@@ -1,4 +1,4 @@
-"""``fraq aggregate`` through the round buffer: the list path's results, one client's memory, a bad client refused first.
+"""``fraq aggregate`` through the round buffer: the list path's results, one client's memory, bad input first.
 
 :func:`fraq.peft.aggregate_adapters` checks every client's config and safetensors header
 first, then reads the clients one at a time into the round buffer. Checked here:
@@ -110,7 +110,8 @@ def _list_path(dirs, method, options, cdt, certificate="gram"):
     result = capped_aggregate(get_aggregator(method, **options), updates)
     factors = {}
     for m in result.modules:  # the largest downlink (FlexLoRA's truncation at the largest client rank)
-        d = max((down[m] for down in result.downlinks), key=lambda d: sum(f.rank for f in d.merge) + (d.start.rank if d.start else 0))
+        d = max((down[m] for down in result.downlinks),
+                key=lambda d: sum(f.rank for f in d.merge) + (d.start.rank if d.start else 0))
         terms = list(d.merge) + ([d.start] if d.start is not None else [])
         factors[m] = (torch.cat([f.B.to(cdt) * f.scale for f in terms], -1), torch.cat([f.A.to(cdt) for f in terms]))
     stacks = {m: stack([c.factors[m][0].double() for c in clients], [c.factors[m][1].double() for c in clients], a,
@@ -168,6 +169,10 @@ def test_the_buffer_gives_the_list_paths_ranks_factors_rows_average_and_verdict(
         assert true <= mine.bound and true <= theirs.bound, (m, true, mine.bound, theirs.bound)
 
 
+def _factor_tensors(c) -> dict[str, torch.Tensor]:
+    return {f"{PREFIX}{m}.lora_{w}.weight": t for m, (B, A) in c.factors.items() for w, t in (("B", B), ("A", A))}
+
+
 def _bytes(tensors) -> int:
     return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
 
@@ -207,7 +212,7 @@ def test_a_bad_last_client_is_refused_before_any_tensor_is_read(dirs, tmp_path, 
     bad = tmp_path / "bad"
     shutil.copytree(dirs[-1], bad)
     c = read_adapter(bad)
-    tensors = {f"{PREFIX}{m}.lora_{w}.weight": t for m, (B, A) in c.factors.items() for w, t in (("B", B), ("A", A))}
+    tensors = _factor_tensors(c)
     tensors[f"{PREFIX}layers.3.o.lora_A.weight"] = torch.zeros(c.factors["layers.3.o"][1].shape[0], 100)
     tensors.update(c.full)
     save_file(tensors, str(bad / "adapter_model.safetensors"))
@@ -230,8 +235,8 @@ def test_a_client_changed_after_the_check_is_refused_and_nothing_is_written(dirs
 
     def changing(path, header):  # the last client's head changes shape while the first client is read
         c = read_adapter(copies[-1])
-        tensors = {f"{PREFIX}{m}.lora_{w}.weight": t for m, (B, A) in c.factors.items() for w, t in (("B", B), ("A", A))}
-        save_file({**tensors, HEAD: torch.zeros(4, 64), IDS: c.full[IDS]}, str(copies[-1] / "adapter_model.safetensors"))
+        tensors = {**_factor_tensors(c), HEAD: torch.zeros(4, 64), IDS: c.full[IDS]}
+        save_file(tensors, str(copies[-1] / "adapter_model.safetensors"))
         return read_adapter(path, header)
 
     monkeypatch.setattr(mod, "read_adapter", changing)

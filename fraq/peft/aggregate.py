@@ -14,10 +14,18 @@ out_dir)`` loads it.
 Decisions:
 
 - Everything is validated before any work: the options (one frozen
-  :class:`AggregateOptions`), the weights, the output path, then every client directory
-  and config, and for a delta the base model's module types; an error names the argument or the file and
-  echoes the value. The same directory given twice (also through a symbolic link) is
-  refused rather than silently counted twice: give it a larger weight instead.
+  :class:`AggregateOptions`), the weights, the output path, then every client directory,
+  config and safetensors header (:func:`~fraq.peft.reader.read_header`: names, dtypes and
+  shapes, no tensor read), each against client 0's, and for a delta the base model's module
+  types; an error names the argument or the file and echoes the value. Values (NaN or
+  infinite entries, unequal integer buffers) are checked as each client is read, still
+  before anything is written. The same directory given twice (also through a symbolic
+  link) is refused rather than silently counted twice: give it a larger weight instead.
+- The clients are then read one at a time into the round buffer
+  (:func:`fraq.aggregators.capping.open_capped_round`, its ranks from the headers), so the
+  server holds the stacks plus one client's adapter, never every client at once; the
+  report's energy and error and the certificate read the buffer's stacks, and the
+  ``modules_to_save`` average is a running sum in client order (the list's bits).
 - Layout, per module: lora_A is (r, in) and lora_B (out, r) for every module, so the
   adapter is written as the factors are. The delta file is written in each module's base
   weight layout, which the base model's module gives (:mod:`fraq.peft.layout`: Conv1D

@@ -188,14 +188,14 @@ def read_adapter(path: str | os.PathLike, header: AdapterHeader | None = None) -
     """Read and check one peft LoRA adapter directory; errors name the file and module.
 
     ``header``: what an earlier :func:`read_header` of ``path`` gave; a file whose header
-    differs now (changed in between) is refused rather than read as another client."""
+    differs by then (changed in between) is refused rather than read as another client."""
     from safetensors.torch import load_file
 
-    now = read_header(path)
-    if header is not None and now != header:
-        raise ValueError(f"{now.file}: changed since it was checked (its config or tensor names, dtypes or shapes "
+    current = read_header(path)
+    if header is not None and current != header:
+        raise ValueError(f"{current.file}: changed since it was checked (its config or tensor names, dtypes or shapes "
                          f"differ); aggregate again once the adapter directories are final")
-    file = now.file
+    file = current.file
     try:
         tensors = load_file(file)
     except Exception as e:  # safetensors raises its own SafetensorError, and OSError
@@ -214,9 +214,9 @@ def read_adapter(path: str | os.PathLike, header: AdapterHeader | None = None) -
             raise ValueError(f"{file}: module {module!r}: {key} contains NaN or infinity")
         parts.setdefault(module, {})[_SUFFIXES[suffix][0]] = t
     del tensors
-    factors = {module: _expand_block(bdlora_block(now.config, module), parts[module]["B"], parts[module]["A"])
-               for module in now.factor_shapes}
-    return ClientAdapter(now.path, now.config, factors, now.scales, now.kinds, full)
+    factors = {module: _expand_block(bdlora_block(current.config, module), parts[module]["B"], parts[module]["A"])
+               for module in current.factor_shapes}
+    return ClientAdapter(current.path, current.config, factors, current.scales, current.kinds, full)
 
 
 def _expanded_shapes(file: Path, module: str, block: tuple[str, int] | None, B: tuple[int, ...],

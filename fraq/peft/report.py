@@ -31,8 +31,9 @@ class ModuleRow:
     :math:`\\|\\Delta_{out}\\|_F^2 / \\|\\Delta\\|_F^2` and ``rel_error``
     :math:`\\|\\Delta_{out} - \\Delta\\|_F / \\|\\Delta\\|_F` against the exact aggregate
     :math:`\\Delta = \\sum_k a_k s_k B_k A_k`, in float64 from the triangular factors of the
-    stacks (never m x n), accurate to a few eps64 relative to ||Delta|| (None when not
-    computed; absolute when Delta = 0). ``params``
+    round buffer's stacks (never m x n), accurate to a few eps64 relative to ||Delta|| when
+    the stacks are float64, to their stored rounding (8 u32 per rank-1 term) when float32
+    (None when not computed; absolute when Delta = 0). ``params``
     counts the written factors, ``flora_params`` the FLoRA stack, (m + n) sum_k r_k.
     """
 
