@@ -4,7 +4,8 @@ Modules, one step each:
 
 - :mod:`fraq.peft.config`: peft's file names and ``adapter_config.json`` (validation,
   ``rank_pattern`` / ``alpha_pattern`` lookup, scales, the output config).
-- :mod:`fraq.peft.reader`: one adapter directory in, checked (:func:`read_adapter`).
+- :mod:`fraq.peft.reader`: one adapter directory in, checked: its header (:func:`read_header`),
+  then its tensors (:func:`read_adapter`).
 - :mod:`fraq.peft.layout`: each module's base weight layout, from the base model (for deltas).
 - :mod:`fraq.peft.aggregate`: K adapters through any aggregator (:func:`aggregate_adapters`,
   its options one :class:`AggregateOptions`).
@@ -21,7 +22,7 @@ by :func:`example_clients`. Not imported by ``import fraq``.
 from fraq.peft.aggregate import AggregateOptions, aggregate_adapters
 from fraq.peft.config import CONFIG, PREFIX, WEIGHTS, config_rank_alpha, exact_key, pattern_key
 from fraq.peft.examples import example_clients
-from fraq.peft.reader import ClientAdapter, read_adapter
+from fraq.peft.reader import AdapterHeader, ClientAdapter, read_adapter, read_header
 from fraq.peft.report import AdapterAggregation, ModuleRow
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "PREFIX",
     "WEIGHTS",
     "AdapterAggregation",
+    "AdapterHeader",
     "AggregateOptions",
     "ClientAdapter",
     "ModuleRow",
@@ -38,4 +40,5 @@ __all__ = [
     "example_clients",
     "pattern_key",
     "read_adapter",
+    "read_header",
 ]

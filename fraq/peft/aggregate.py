@@ -14,10 +14,18 @@ out_dir)`` loads it.
 Decisions:
 
 - Everything is validated before any work: the options (one frozen
-  :class:`AggregateOptions`), the weights, the output path, then every client directory
-  and config, and for a delta the base model's module types; an error names the argument or the file and
-  echoes the value. The same directory given twice (also through a symbolic link) is
-  refused rather than silently counted twice: give it a larger weight instead.
+  :class:`AggregateOptions`), the weights, the output path, then every client directory,
+  config and safetensors header (:func:`~fraq.peft.reader.read_header`: names, dtypes and
+  shapes, no tensor read), each against client 0's, and for a delta the base model's module
+  types; an error names the argument or the file and echoes the value. Values (NaN or
+  infinite entries, unequal integer buffers) are checked as each client is read, still
+  before anything is written. The same directory given twice (also through a symbolic
+  link) is refused rather than silently counted twice: give it a larger weight instead.
+- The clients are then read one at a time into the round buffer
+  (:func:`fraq.aggregators.capping.open_capped_round`, its ranks from the headers), so the
+  server holds the stacks plus one client's adapter, never every client at once; the
+  report's energy and error and the certificate read the buffer's stacks, and the
+  ``modules_to_save`` average is a running sum in client order (the list's bits).
 - Layout, per module: lora_A is (r, in) and lora_B (out, r) for every module, so the
   adapter is written as the factors are. The delta file is written in each module's base
   weight layout, which the base model's module gives (:mod:`fraq.peft.layout`: Conv1D
@@ -56,12 +64,12 @@ from pathlib import Path
 
 import torch
 
-from fraq.aggregators import (AGGREGATORS, Aggregator, Certificate, ClientUpdate, Downlink, Factors, ProbeCertificate,
-                              get_aggregator)
-from fraq.aggregators.capping import capped_aggregate
+from fraq.aggregators import (AGGREGATORS, AggregationResult, Aggregator, Certificate, ClientUpdate, Downlink, Factors,
+                              ProbeCertificate, RoundBuffer, get_aggregator)
+from fraq.aggregators.capping import SplitRound, open_capped_round
 from fraq.peft.config import CONFIG, PREFIX, output_config
 from fraq.peft.layout import LINEAR, module_layouts
-from fraq.peft.reader import FACTOR_DTYPES, ClientAdapter, read_adapter
+from fraq.peft.reader import FACTOR_DTYPES, AdapterHeader, read_adapter, read_header
 from fraq.peft.report import AdapterAggregation, ModuleRow, module_row
 from fraq.peft.writer import check_adapter_out, check_file_out, write_adapter, write_delta
 from fraq._stack import normalized_weights
@@ -227,16 +235,16 @@ def aggregate_adapters(client_dirs: Sequence[str | os.PathLike], out: str | os.P
     paths = client_paths(client_dirs)
     a = normalized_weights(opts.weights, len(paths))
     out = _checked_out(out, opts, paths)
-    clients = [read_adapter(p) for p in paths]
-    _check_compatible(clients)
+    headers = [read_header(p) for p in paths]  # the check-only pass: configs and safetensors headers, no tensor
+    _check_compatible(headers)
     layouts = None
     if opts.delta:
-        if clients[0].full:
-            raise ValueError(f"{clients[0].file}: modules_to_save tensors {sorted(clients[0].full)[:3]} are full "
+        first = headers[0]
+        if first.full:
+            raise ValueError(f"{first.file}: modules_to_save tensors {sorted(first.full)[:3]} are full "
                              f"weights, not changes; write an adapter instead of a delta")
-        layouts = module_layouts(opts.base, clients[0].config, clients[0].shapes, clients[0].kinds,
-                                 clients[0].path / CONFIG)
-    agg, tensors = _aggregate_impl(clients, a, opts, layouts)
+        layouts = module_layouts(opts.base, first.config, first.shapes, first.kinds, first.path / CONFIG)
+    agg, tensors = _aggregate_impl(headers, a, opts, layouts)
     if out is None:
         return agg
     _write(out, agg, tensors, opts, paths)
@@ -256,39 +264,53 @@ def _checked_out(out: object, opts: AggregateOptions, paths: list[Path]) -> Path
     return out
 
 
-def _check_compatible(clients: list[ClientAdapter]) -> None:
-    ref = clients[0]
-    for c in clients[1:]:
+def _check_compatible(headers: list[AdapterHeader]) -> None:
+    """Every client against client 0, from the headers alone: base model, modules, each
+    module's (m, n) and kind, the ``modules_to_save`` keys, shapes and floating-ness."""
+    ref = headers[0]
+    for c in headers[1:]:
         key = "base_model_name_or_path"
         if c.config.get(key) != ref.config.get(key):
             raise ValueError(f"{c.path / CONFIG}: {key}={c.config.get(key)!r} differs from "
                              f"{ref.path / CONFIG}'s {ref.config.get(key)!r} (if the base models are the "
                              f"same, make the configs agree)")
-        if set(c.factors) != set(ref.factors):
-            missing, extra = sorted(set(ref.factors) - set(c.factors)), sorted(set(c.factors) - set(ref.factors))
+        if set(c.factor_shapes) != set(ref.factor_shapes):
+            missing = sorted(set(ref.factor_shapes) - set(c.factor_shapes))
+            extra = sorted(set(c.factor_shapes) - set(ref.factor_shapes))
             raise ValueError(f"{c.file}: adapts different modules from {ref.file}: missing {missing[:5]}, "
                              f"extra {extra[:5]}")
-        for m, (B, A) in c.factors.items():
-            B0, A0 = ref.factors[m]
-            if (B.shape[0], A.shape[1]) != (B0.shape[0], A0.shape[1]) or c.kinds[m] != ref.kinds[m]:
-                raise ValueError(f"{c.file}: module {m!r} is {c.kinds[m]} (m, n)=({B.shape[0]}, {A.shape[1]}) "
-                                 f"but {ref.kinds[m]} ({B0.shape[0]}, {A0.shape[1]}) in {ref.file}")
+        for m, shape in c.shapes.items():
+            if shape != ref.shapes[m] or c.kinds[m] != ref.kinds[m]:
+                raise ValueError(f"{c.file}: module {m!r} is {c.kinds[m]} (m, n)=({shape[0]}, {shape[1]}) "
+                                 f"but {ref.kinds[m]} ({ref.shapes[m][0]}, {ref.shapes[m][1]}) in {ref.file}")
         if set(c.full) != set(ref.full):
             raise ValueError(f"{c.file}: modules_to_save tensors {sorted(c.full)[:3]} differ from "
                              f"{sorted(ref.full)[:3]} in {ref.file}")
-        for key, t in c.full.items():
-            if t.shape != ref.full[key].shape or t.is_floating_point() != ref.full[key].is_floating_point():
-                raise ValueError(f"{c.file}: {key} is {t.dtype} {tuple(t.shape)}, "
-                                 f"{ref.full[key].dtype} {tuple(ref.full[key].shape)} in {ref.file}")
+        for key, (dtype, shape) in c.full.items():
+            dtype0, shape0 = ref.full[key]
+            if shape != shape0 or dtype.is_floating_point != dtype0.is_floating_point:
+                raise ValueError(f"{c.file}: {key} is {dtype} {shape}, {dtype0} {shape0} in {ref.file}")
 
 
-def _aggregate_impl(clients: list[ClientAdapter], a: list[float], opts: AggregateOptions,
+def _aggregate_impl(headers: list[AdapterHeader], a: list[float], opts: AggregateOptions,
                     layouts: dict[str, str] | None) -> tuple[AdapterAggregation, dict[str, torch.Tensor]]:
     """The aggregation of checked clients: (the report, the tensors to write), nothing written.
 
-    The tensors are the adapter's (factors in ``opts.dtype``, ``modules_to_save`` averaged)
-    or, with ``layouts``, the dense deltas in each module's base layout."""
-    exact, certify = _factors(clients, a, opts.aggregator(), opts.cdt)
+    The clients are read one at a time into the round buffer (:func:`_read_round`), then
+    :func:`_finish` aggregates it."""
+    buf, full = _read_round(headers, a, opts)
+    return _finish(buf, full, headers, a, opts, layouts)
+
+
+def _finish(buf: RoundBuffer | SplitRound, full: dict[str, torch.Tensor], headers: list[AdapterHeader],
+            a: list[float], opts: AggregateOptions, layouts: dict[str, str] | None
+            ) -> tuple[AdapterAggregation, dict[str, torch.Tensor]]:
+    """The filled round buffer ``buf`` aggregated: the report's rows and the certificate read
+    its stacks, no client's upload. The tensors are the adapter's (factors in ``opts.dtype``,
+    ``full`` the ``modules_to_save`` average) or, with ``layouts``, the dense deltas in each
+    module's base layout."""
+    first = headers[0]
+    exact, certify = _factors(buf, buf.aggregate(), opts.cdt)
     factors = {m: (_cast(f"module {m!r}: lora_B", B, opts.dtype), _cast(f"module {m!r}: lora_A", A, opts.dtype))
                for m, (B, A) in exact.items()}
     cert = None
@@ -296,24 +318,61 @@ def _aggregate_impl(clients: list[ClientAdapter], a: list[float], opts: Aggregat
         cert = certify(exact if layouts is not None else factors, opts.certificate_method)
         if layouts is not None:
             cert = _with_cast(cert, opts.dtype)
-    rows = [module_row(m, clients, a, B, A, opts.report) for m, (B, A) in factors.items()]
+    stacks = buf.exact_aggregate() if opts.report else None
+    rows = [module_row(m, tuple(h.ranks[m] for h in headers), None if stacks is None else stacks.factors(m), B, A)
+            for m, (B, A) in factors.items()]
+    del stacks
     if opts.uniform_rank and not opts.delta:
         p = max(B.shape[1] for B, _ in factors.values())
         factors = {m: (torch.nn.functional.pad(B, (0, p - B.shape[1])),
                        torch.nn.functional.pad(A, (0, 0, 0, p - A.shape[0])))
                    for m, (B, A) in factors.items()}
         rows = [ModuleRow(**{**vars(r), "rank": p, "params": (r.shape[0] + r.shape[1]) * p}) for r in rows]
-    full = _average_full(clients, a, opts.dtype)
     if layouts is not None:
         tensors = {f"{m}.weight": _cast(f"module {m!r}: delta", _dense(B, A, layouts[m]), opts.dtype)
                    for m, (B, A) in exact.items()}
         config = {}
     else:
-        tensors = _adapter_tensors(clients[0], factors, full)
-        config = output_config(clients[0].config, {m: B.shape[1] for m, (B, _) in factors.items()})
-    agg = AdapterAggregation(opts.method, opts.aggregator_options, tuple(c.path for c in clients), tuple(a), factors,
+        tensors = _adapter_tensors(first, factors, full)
+        config = output_config(first.config, {m: B.shape[1] for m, (B, _) in factors.items()})
+    agg = AdapterAggregation(opts.method, opts.aggregator_options, tuple(h.path for h in headers), tuple(a), factors,
                              full, tuple(rows), None, opts.delta, config, cert)
     return agg, tensors
+
+
+def _read_round(headers: list[AdapterHeader], a: list[float], opts: AggregateOptions
+                ) -> tuple[RoundBuffer | SplitRound, dict[str, torch.Tensor]]:
+    """The round buffer with every client in, read one at a time (its tensors, then its
+    factors in the compute dtype, released once copied in), and the ``modules_to_save``
+    average, summed as the clients arrive.
+
+    Each client is read against its checked header (:func:`~fraq.peft.reader.read_adapter`
+    refuses a file changed since), so what was opened for is what arrives. The average is
+    the running sum ``acc = acc + a_k t_k`` in float64 from ``acc = 0``, in client order:
+    the operations, and so the bits, of ``sum(a_k t_k)`` over a list of every client."""
+    first = headers[0]
+    ranks = {m: tuple(h.ranks[m] for h in headers) for m in first.factor_shapes}
+    buf = open_capped_round(opts.aggregator(), first.shapes, clients=len(headers), ranks=ranks, dtype=opts.cdt)
+    sums: dict[str, torch.Tensor | int] = {}
+    fixed: dict[str, torch.Tensor] = {}  # client 0's non-floating tensors, which every client must equal
+    for k, (header, ak) in enumerate(zip(headers, a)):
+        c = read_adapter(header.path, header)
+        update = ClientUpdate({m: (B.to(opts.cdt), A.to(opts.cdt)) for m, (B, A) in c.factors.items()},
+                              scale=c.scales, weight=ak)
+        buf.add(update, client=k)
+        del update
+        for key, t in c.full.items():
+            if not t.is_floating_point():
+                if key not in fixed:
+                    fixed[key] = t.clone()  # its own storage: the rest of client 0's file is let go
+                elif not torch.equal(t, fixed[key]):
+                    raise ValueError(f"{first.file}: non-floating tensor {key} differs between clients")
+                continue
+            sums[key] = sums.get(key, 0) + ak * t.double()
+        del c
+    full = {key: fixed[key] if key in fixed else _cast(f"{key}: the average", sums[key], opts.dtype)
+            for key in first.full}
+    return buf, full
 
 
 def _write(out: Path, agg: AdapterAggregation, tensors: dict[str, torch.Tensor], opts: AggregateOptions,
@@ -329,25 +388,21 @@ def _write(out: Path, agg: AdapterAggregation, tensors: dict[str, torch.Tensor],
         write_adapter(out, agg.config, tensors, opts.overwrite, paths)
 
 
-def _factors(clients, a, agg: Aggregator, cdt):
+def _factors(buf: RoundBuffer | SplitRound, result: AggregationResult, cdt: torch.dtype):
     """module -> the (B, A) to write, scale folded into B, in the compute dtype ``cdt``; and
     ``certify(factors, method)``: the certificate ("gram" or "probe") of an adapter with
-    these factors (scale 1) against the exact aggregate of the clients, as every client's
-    update (the one adapter written)."""
-    updates = [ClientUpdate({m: (B.to(cdt), A.to(cdt)) for m, (B, A) in c.factors.items()},
-                            scale=c.scales, weight=ak) for c, ak in zip(clients, a)]
-    result = capped_aggregate(agg, updates)
-
+    these factors (scale 1) against the exact aggregate the round buffer ``buf`` holds, as
+    every client's update (the one adapter written)."""
     def certify(factors: Mapping[str, tuple[torch.Tensor, torch.Tensor]], method: str) -> Certificate:
         downs = {m: Downlink(sent=(B, A), merge=(Factors(B, A),)) for m, (B, A) in factors.items()}
-        return replace(result, downlinks=(downs,) * result.clients).certificate(updates, method=method)
-    downlinks = {m: [result.downlinks[k][m] for k in range(result.clients)] for m in updates[0].factors}
+        return replace(result, downlinks=(downs,) * result.clients).certificate(buf, method=method)
     factors = {}
-    for m in clients[0].factors:
-        d = max(downlinks[m], key=lambda d: sum(f.rank for f in d.merge) + (d.start.rank if d.start else 0))
+    for m in result.modules:
+        d = max((result.downlinks[k][m] for k in range(result.clients)),
+                key=lambda d: sum(f.rank for f in d.merge) + (d.start.rank if d.start else 0))
         terms = list(d.merge) + ([d.start] if d.start is not None else [])
         if any(f.B is None for f in terms):
-            raise ValueError(f"method {agg.name!r} returned a single-matrix adapter for {m!r}; "
+            raise ValueError(f"method {result.method!r} returned a single-matrix adapter for {m!r}; "
                              f"it cannot be written as lora_A / lora_B")
         B = torch.cat([f.B.to(cdt) * f.scale for f in terms], dim=-1)
         A = torch.cat([f.A.to(cdt) for f in terms], dim=-2)
@@ -380,19 +435,6 @@ def _cast(what: str, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
                      f"too large for it: compute in float64 (compute_dtype=torch.float64, --compute-dtype float64)")
 
 
-def _average_full(clients, a, dtype):
-    out = {}
-    for key, t0 in clients[0].full.items():
-        if not t0.is_floating_point():
-            if any(not torch.equal(c.full[key], t0) for c in clients[1:]):
-                raise ValueError(f"{clients[0].file}: non-floating tensor {key} differs between clients")
-            out[key] = t0
-            continue
-        acc = sum(ak * c.full[key].double() for c, ak in zip(clients, a))
-        out[key] = _cast(f"{key}: the average", acc, dtype)
-    return out
-
-
 def _dense(B: torch.Tensor, A: torch.Tensor, layout: str) -> torch.Tensor:
     """B @ A in the compute dtype of the factors, in the base weight's ``layout``
     (:mod:`fraq.peft.layout`: (out, in) for nn.Linear, transposed for Conv1D and embeddings)."""
@@ -400,7 +442,7 @@ def _dense(B: torch.Tensor, A: torch.Tensor, layout: str) -> torch.Tensor:
     return (B @ A) if layout == LINEAR else (A.mT @ B.mT)
 
 
-def _adapter_tensors(first: ClientAdapter, factors, full) -> dict[str, torch.Tensor]:
+def _adapter_tensors(first: AdapterHeader, factors, full) -> dict[str, torch.Tensor]:
     tensors = {}
     for m, (B, A) in factors.items():
         if first.kinds[m] == "embedding":

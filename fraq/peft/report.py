@@ -3,8 +3,8 @@
 :class:`AdapterAggregation` is what :func:`fraq.peft.aggregate_adapters` returns: the
 written factors and one :class:`ModuleRow` per module (``.table()`` for ``fraq aggregate
 --report``, ``.to_json()`` for ``--json``). :func:`module_row` computes a row's energy
-and error in float64 from the triangular factors of the stacks (:func:`sqnorm`), never
-forming an m x n matrix.
+and error in float64 from the triangular factors of the round buffer's stacks (:func:`sqnorm`),
+never forming an m x n matrix.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from pathlib import Path
 
 import torch
 
-from fraq._stack import stack
-from fraq.aggregators.certificate import Certificate
+from fraq.aggregators.certificate import Certificate, ExactFactors
 
 __all__ = ["REPORT_FORMAT", "AdapterAggregation", "ModuleRow", "certificate_line", "module_row", "sqnorm"]
 
@@ -32,8 +31,9 @@ class ModuleRow:
     :math:`\\|\\Delta_{out}\\|_F^2 / \\|\\Delta\\|_F^2` and ``rel_error``
     :math:`\\|\\Delta_{out} - \\Delta\\|_F / \\|\\Delta\\|_F` against the exact aggregate
     :math:`\\Delta = \\sum_k a_k s_k B_k A_k`, in float64 from the triangular factors of the
-    stacks (never m x n), accurate to a few eps64 relative to ||Delta|| (None when not
-    computed; absolute when Delta = 0). ``params``
+    round buffer's stacks (never m x n), accurate to a few eps64 relative to ||Delta|| when
+    the stacks are float64, to their stored rounding (8 u32 per rank-1 term) when float32
+    (None when not computed; absolute when Delta = 0). ``params``
     counts the written factors, ``flora_params`` the FLoRA stack, (m + n) sum_k r_k.
     """
 
@@ -130,24 +130,26 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.6f}" if v >= 1e-3 else f"{v:.2e}"
 
 
-def module_row(module: str, clients, a, B: torch.Tensor, A: torch.Tensor, report: bool) -> ModuleRow:
-    """The row of ``module`` whose written factors are ``(B, A)``, against the clients'
-    exact aggregate with weights ``a``; energy and error only when ``report``: about
-    4 (m + n) (sum_k r_k + p)^2 flops."""
-    ranks = tuple(c.factors[module][1].shape[0] for c in clients)
+def module_row(module: str, client_ranks: tuple[int, ...], exact: ExactFactors | None, B: torch.Tensor,
+               A: torch.Tensor) -> ModuleRow:
+    """The row of ``module`` whose written factors are ``(B, A)`` and whose clients had
+    ``client_ranks``; energy and error only with ``exact``, the exact aggregate's stacks
+    X (m, R), Y (R, n) in float64 (a round buffer's, :meth:`fraq.aggregators.RoundBuffer.exact_aggregate`):
+    about 4 (m + n) (R + p)^2 flops. Stacks stored in a narrower dtype (``exact.stored``)
+    are the aggregate to that dtype's rounding of the weighting, which bounds how far the
+    energy and error can be from those against the uploads themselves
+    (:mod:`fraq.aggregators.certificate`, "Stored stacks")."""
     m, n, p = B.shape[0], A.shape[1], B.shape[-1]
     energy = err = None
-    if report:
-        Bs = [c.factors[module][0].double() for c in clients]
-        As = [c.factors[module][1].double() for c in clients]
-        Bst, Ast = stack(Bs, As, a, [c.scales[module] for c in clients])
+    if exact is not None:
+        Bst, Ast = exact.X, exact.Y
         total = sqnorm(Bst, Ast)
         Bw, Aw = B.double(), A.double()
         kept = sqnorm(Bw, Aw)
         diff = sqnorm(torch.cat([Bst, -Bw], -1), torch.cat([Ast, Aw], -2))
         energy = kept / total if total > 0 else 1.0
         err = math.sqrt(max(diff, 0.0) / total) if total > 0 else math.sqrt(kept)
-    return ModuleRow(module, (m, n), ranks, p, energy, err, (m + n) * p, (m + n) * sum(ranks))
+    return ModuleRow(module, (m, n), tuple(client_ranks), p, energy, err, (m + n) * p, (m + n) * sum(client_ranks))
 
 
 def sqnorm(B: torch.Tensor, A: torch.Tensor) -> float:
