@@ -69,10 +69,11 @@ def sweep_lines(df: pd.DataFrame, point: list[str], what: str) -> list[str]:
             out.append(f"- {label}: no point of the {what} where {dlabel} was measured too.")
             continue
         groups, pairs, sets = {}, [], []
+        sub = pd.concat([k_rows, d_rows])  # the two methods' rows: each point selected from these alone
         for _, p in both[point].drop_duplicates().iterrows():
             at = " ".join(f"{c}={p[c]}" for c in point)
-            sel = np.logical_and.reduce([df[c] == p[c] for c in point])
-            kr, dr = df[sel & (df["method"] == kernel)], df[sel & (df["method"] == dense)]
+            sel = np.logical_and.reduce([(sub[c] == p[c]).to_numpy() for c in point])
+            kr, dr = sub[sel & (sub["method"] == kernel).to_numpy()], sub[sel & (sub["method"] == dense).to_numpy()]
             groups[f"{dlabel} {at}"], groups[f"{label} {at}"] = milliseconds(dr), milliseconds(kr)
             pairs.append((f"{dlabel} {at}", f"{label} {at}"))
             sets.append(pd.concat([kr, dr]))
