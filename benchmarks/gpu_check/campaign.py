@@ -121,6 +121,7 @@ class Tally:
     states: dict[str, list[str]] = field(default_factory=dict)
     left: list[str] = field(default_factory=list)
     cut: list[str] = field(default_factory=list)
+    unplanned: list[int] = field(default_factory=list)
     restarts: int = 0
 
     def add(self, state: str, name: str) -> None:
@@ -348,23 +349,59 @@ def _module(experiment: str):
     return get(experiment)
 
 
-def _plan(call: _Call, opts: Options, book: ledger.Ledger) -> tuple[list[Point], list]:
-    """The points ``book`` lacks, in order, and the plan's whole checks (not points)."""
+def _level(call: _Call, book: ledger.Ledger, level: int) -> list[Point] | None:
+    """The points of priority ``level`` that ``book`` lacks, in the plan's order (None: no
+    experiment of this call has points at ``level``)."""
     from benchmarks.gpu_check import plan
     from benchmarks.run import _config
 
-    taken, _ = plan.plan(book, call.kind, call.fp, math.inf, opts.size)
-    configs = {(exp, key): config for _, exp, key, config in plan._points(opts.size)}
-    points = [Point(i.experiment, i.key, _config(configs[(i.experiment, i.key)], opts.size), i.seconds)
-              for i in taken if i.experiment != "check"
-              and (opts.experiments is None or i.experiment in opts.experiments)]
-    return points, [i for i in taken if i.experiment == "check"]
+    opts = call.opts
+    exps = tuple(dict.fromkeys(e for p, e, _, _ in plan.PRIORITIES
+                               if p == level and (opts.experiments is None or e in opts.experiments)))
+    if not exps:
+        return None
+    taken, _ = plan.plan(book, call.kind, call.fp, math.inf, opts.size, exps)
+    configs = {(exp, key): config for _, exp, key, config in plan._points(opts.size, exps)}
+    return [Point(i.experiment, i.key, _config(configs[(i.experiment, i.key)], opts.size), i.seconds)
+            for i in taken if i.priority == level]
+
+
+def _checks_left(call: _Call, book: ledger.Ledger) -> list[str]:
+    """The plan's whole checks (not points) that ``book`` lacks: ``make gpu-check``'s parts."""
+    from benchmarks.gpu_check import plan
+
+    return [name for p, name, _, _ in plan.CHECKS
+            if ("check", name) not in book.measured(None if p == plan.ONCE_PER_FINGERPRINT else call.kind, call.fp)]
+
+
+def _measure(call: _Call, points: list[Point]) -> None:
+    """``points`` unit after unit, each where it fits the budget's remainder (first fit)."""
+    queue_ = units(points)
+    while queue_:
+        unit = queue_.pop(0)
+        if call.end - time.time() <= 0 or not call.ready():
+            call.tally.left += [f"{p.experiment}/{p.key}" for u in [unit, *queue_] for p in u]
+            return
+        need, room = sum(p.seconds for p in unit), call.end - time.time()
+        if need > room:
+            call.tally.left += [f"{p.experiment}/{p.key}" for p in unit]
+            call.say(f"{unit[0].experiment}/{unit[0].key}" + (f" and {len(unit) - 1} more" if len(unit) > 1 else "")
+                     + f": {need:.1f} s expected, {max(0.0, room):.1f} s left: for a later call")
+            continue
+        rest = call.run_unit(unit)
+        if rest:
+            queue_.insert(0, rest)
 
 
 def campaign(opts: Options) -> int:
     """Run one campaign call (see the module's docstring); prints its log lines and a summary.
     Returns 0 when every point tried was measured, 1 otherwise (and when no measuring
-    process started)."""
+    process started).
+
+    The plan is made one priority at a time, each when the ones before it are done: some
+    experiments build their points from float64 references (Fig. 4's, half a minute at the
+    ``gpu`` size, P5), which a call whose budget the first priorities fill never pays for."""
+    from benchmarks.gpu_check import plan
     from benchmarks.gpu_check.parent import _pack, _terminate_as_exit
 
     start = time.time()
@@ -383,27 +420,20 @@ def campaign(opts: Options) -> int:
             call.say("no measuring process started: stopping")
             return 1
         started = True
-        t = time.time()
-        points, checks = _plan(call, opts, book)
-        queue_ = units(points)
-        call.say(f"plan {time.time() - t:.2f} s: {len(points)} points in {len(queue_)} units, "
-                 f"{sum(p.seconds for p in points):.1f} s expected"
-                 + (f"; left to make gpu-check: {', '.join(i.key for i in checks)}" if checks else ""))
-        while queue_:
-            unit = queue_.pop(0)
-            if call.end - time.time() <= 0 or not call.ready():
-                call.tally.left += [f"{p.experiment}/{p.key}" for u in [unit, *queue_] for p in u]
-                break
-            need, room = sum(p.seconds for p in unit), call.end - time.time()
-            if need > room:
-                call.tally.left += [f"{p.experiment}/{p.key}" for p in unit]
-                call.say(f"{unit[0].experiment}/{unit[0].key}"
-                         + (f" and {len(unit) - 1} more" if len(unit) > 1 else "")
-                         + f": {need:.1f} s expected, {max(0.0, room):.1f} s left: for a later call")
+        checks = _checks_left(call, book) if opts.experiments is None else []
+        if checks:
+            call.say(f"not points, left to make gpu-check: {', '.join(checks)}")
+        for level in sorted({p for p, _, _, _ in plan.PRIORITIES}):
+            if call.end - time.time() <= 0:
+                call.tally.unplanned.append(level)
                 continue
-            rest = call.run_unit(unit)
-            if rest:
-                queue_.insert(0, rest)
+            t = time.time()
+            points = _level(call, book, level)
+            if points is None:
+                continue
+            call.say(f"P{level}: {len(points)} points to measure, {sum(p.seconds for p in points):.1f} s expected "
+                     f"(planned in {time.time() - t:.2f} s)")
+            _measure(call, points)
     finally:
         if call.measurer is not None:
             call.measurer.stop()
@@ -423,6 +453,8 @@ def _summary(call: _Call) -> str:
              + ", ".join(f"{len(t.states.get(s, []))} {s}" for s in ledger.STATES[1:])
              + f", {len(t.cut)} cut, {len(t.left)} left for a later call, {t.restarts} restarts; "
              f"{time.time() - call.start:.1f} s of {call.opts.budget_s:g} s"]
+    if t.unplanned:
+        lines.append(f"not planned (no time left): {', '.join(f'P{p}' for p in t.unplanned)}")
     for state in ledger.STATES[1:]:
         if t.states.get(state):
             lines.append(f"{state}: {', '.join(t.states[state])}")
