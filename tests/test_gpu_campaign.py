@@ -208,7 +208,7 @@ def test_units_group_a_timed_group_and_leave_other_points_alone():
     got = units(fig3)
     assert [p for u in got for p in u] == fig3  # order kept
     for u in got:
-        groups = {json.dumps(get("fig3").group(p.config), sort_keys=True, default=str) for p in u}
+        groups = {json.dumps(get("fig3").group(p.config), sort_keys=True, default=str, allow_nan=False) for p in u}
         assert len(groups) == 1
     assert len(got) < len(fig3)
 
@@ -228,7 +228,7 @@ def test_ledger_costs_ignore_points_tried_and_not_measured(tmp_path):
     assert ledger.read(path) == [hung, ok]
     data = json.loads(path.read_text())
     data["entries"][0]["state"] = "hung"
-    path.write_text(json.dumps(data))
+    path.write_text(json.dumps(data, allow_nan=False))
     with pytest.raises(ValueError, match=r"state\(='hung'\) of fig3/k is not one of measured"):
         ledger.read(path)
 
@@ -249,7 +249,7 @@ def test_archived_records_with_their_own_seconds_are_read_as_such(tmp_path):
                rec("c", "2026-01-01T00:00:20", seconds=1.25)]
     with tarfile.open(folder / "call" / "results.tar.gz", "w:gz") as tar:
         for r in records:
-            data = json.dumps(r).encode()
+            data = json.dumps(r, allow_nan=False).encode()
             info = tarfile.TarInfo(f"results/fig3/{r['key']}.json")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))

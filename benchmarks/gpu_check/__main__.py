@@ -2,8 +2,9 @@
 
 ``--plan`` prints what the next call would measure and measures nothing
 (:mod:`benchmarks.gpu_check.plan`); ``--campaign`` measures it, point after point in one
-process, into ``--out`` and its ledger (:mod:`benchmarks.gpu_check.campaign`). Every argument is checked before any work; a bad one stops the command with one line
-naming it and its value (exit status 2). So does a ``--out`` another call holds, or whose
+process, into ``--out`` and its ledger (:mod:`benchmarks.gpu_check.campaign`). Every
+argument is checked before any work; a bad one stops the command with one line naming it
+and its value (exit status 2). So does a ``--out`` another call holds, or whose
 earlier results were measured on another device, at another size or by another commit
 (:mod:`benchmarks.gpu_check.folder`).
 """

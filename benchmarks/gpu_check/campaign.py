@@ -138,7 +138,8 @@ def units(points: list[Point]) -> list[list[Point]]:
     for p in points:
         module = get(p.experiment)
         grouped = hasattr(module, "prepare_points") and hasattr(module, "group")
-        tag = (p.experiment, json.dumps(module.group(p.config), sort_keys=True, default=str)) if grouped else None
+        group = json.dumps(module.group(p.config), sort_keys=True, default=str, allow_nan=False) if grouped else None
+        tag = (p.experiment, group) if grouped else None
         if tag is None or tag != last:
             out.append([])
         out[-1].append(p)

@@ -27,15 +27,15 @@ and so does its ledger entry. An older file records only when it was written
 one after another, so a point took the time from the previous file of its experiment
 group in the same call to its own (:func:`_durations`); the first point of a part, whose
 start is not recorded, has none. Nor does a gap over :data:`MAX_POINT_S` (two calls'
-points in one archive).
+points in one archive). ``prepare_points`` times a group's methods before its first
+point, so that point carries the group's time and the others seconds: the sum is right,
+which is what a plan adds up.
 
 **A point tried and not measured.** The campaign records a point that ran past its
 watchdog (``timed out``), took its process down (``crashed``) or raised (``failed``) with
 its seconds and :data:`STATES`' state: it is not tried again with the same code on the
 same device kind (:meth:`Ledger.measured`), since the same code would spend the same
-minutes on it; its seconds are a lower bound, never a cost (:meth:`Ledger.seconds`). ``prepare_points`` times a group's methods before its first
-point, so that point carries the group's time and the others seconds: the sum is right,
-which is what a plan adds up.
+minutes on it; its seconds are a lower bound, never a cost (:meth:`Ledger.seconds`).
 
 **A point's cost** (:meth:`Ledger.cost`): the newest measured seconds of that point, with
 the same recorded config, on that device kind (any fingerprint: a new fingerprint changes
