@@ -7,8 +7,10 @@ kind of device measured with the same code. The ledger answers that, from two so
   :func:`fraq.internals.open_tar_gz`): one entry per result file
   (``results/<experiment>/<key>.json``), its device kind the record's
   ``machine["gpu"]``, its fingerprint that of the record's ``git_sha`` (:func:`fingerprint_at`);
-- the ledger file ``docs/results/gpu/ledger.json`` (strict JSON, :func:`write`), which a call
-  appends its points to (:func:`append`: read, add, written whole beside and renamed).
+- the ledger files ``docs/results/gpu/ledger.json`` and ``docs/results/gpu/<folder>/ledger.json``
+  (strict JSON, :func:`write`): a campaign (:mod:`benchmarks.gpu_check.campaign`) appends
+  each point it tries to its ``DIR/ledger.json`` (:func:`append`: read, add, written whole
+  beside and renamed), and its ``DIR`` is committed as a folder here.
 
 **Fingerprint** (:func:`fingerprint`). Not the commit's sha: most commits touch docs, tests
 or the GPU check's driver, none of which changes a number the points measure, and a sha
@@ -291,6 +293,10 @@ def same_config(recorded: dict | None, config: dict) -> bool:
 
 
 def load(folder: Path = GPU_RESULTS, path: Path | None = None) -> Ledger:
-    """The ledger of the archives under ``folder`` and the ledger file ``path`` (default
-    ``folder/ledger.json``)."""
-    return Ledger(from_archives(folder) + read(path if path is not None else folder / "ledger.json"))
+    """The ledger of the archives under ``folder``, the ledger file ``path`` (default
+    ``folder/ledger.json``) and the ledger files of the campaigns committed in ``folder``'s
+    subfolders (``folder/*/ledger.json``: they alone hold the points a campaign tried and did
+    not measure). A point in both an archive and a ledger file is one point twice: every
+    question :class:`Ledger` answers reads it the same."""
+    files = [path if path is not None else folder / "ledger.json", *sorted(folder.glob("*/ledger.json"))]
+    return Ledger(from_archives(folder) + [e for f in files for e in read(f)])
