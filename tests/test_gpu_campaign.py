@@ -161,6 +161,18 @@ def test_bad_arguments_stop_before_any_work(tmp_path, capsys, args, named):
     assert not out.exists()
 
 
+def test_a_bad_planted_fault_and_a_hand_typed_measurer_are_refused(tmp_path, capsys, monkeypatch):
+    from benchmarks.gpu_check.__main__ import main
+
+    monkeypatch.setenv(FAULT_ENV, "explode:a/b")
+    assert main(["--campaign", "--out", str(tmp_path / "out"), "--device", "cpu"]) == 2
+    assert f"{FAULT_ENV}(='explode:a/b')" in capsys.readouterr().err
+    monkeypatch.delenv(FAULT_ENV)
+    assert main(["--measurer", "--device", "cpu"]) == 2
+    assert "--measurer is the mode the campaign starts" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_campaign_options_without_campaign_are_refused(tmp_path, capsys):
     from benchmarks.gpu_check.__main__ import main
 
@@ -255,3 +267,14 @@ def test_archived_records_with_their_own_seconds_are_read_as_such(tmp_path):
             tar.addfile(info, io.BytesIO(data))
     got = {e.key: e.seconds for e in ledger.from_archives(folder)}
     assert got == {"a": None, "b": 10.0, "c": 1.25}
+
+
+def test_a_committed_campaign_folders_ledger_is_read_with_the_archives(tmp_path):
+    folder = tmp_path / "gpu"
+    (folder / "h200-campaign").mkdir(parents=True)
+    hung = ledger.Entry("NVIDIA X", "f" * 16, "tables123", "roberta-base", "2026-01-01T00:00:00", 90.0, "campaign",
+                        {"size": "gpu"}, "timed out", "killed after 90.0 s by the watchdog")
+    ledger.write(folder / "h200-campaign" / "ledger.json", [hung])
+    book = ledger.load(folder)
+    assert book.entries == (hung,)
+    assert ("tables123", "roberta-base") in book.measured("NVIDIA X", "f" * 16)

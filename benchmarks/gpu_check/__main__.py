@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -111,6 +112,7 @@ def _campaign_options(args):
     from benchmarks.device import checked
     from benchmarks.gpu_check import plan
     from benchmarks.gpu_check.campaign import WATCHDOG_FLOOR_S, Options
+    from benchmarks.gpu_check.measurer import FAULT_ENV, faults
     from fraq.internals import check_dir_out
 
     if args.parts is not None:
@@ -128,6 +130,7 @@ def _campaign_options(args):
         bad = [e for e in names if e not in known] or ([] if names else [""])
         if bad:
             raise ValueError(f"--experiments(={args.experiments!r}): {bad[0]!r} is not one of {', '.join(known)}")
+    faults(os.environ.get(FAULT_ENV))  # a test's planted fault, named before any work
     device = checked(args.device)
     check_dir_out(args.out, "--out")
     return Options(args.out, str(device), args.size, args.budget_s, names, floor)
@@ -177,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.measurer:  # started by the campaign, its arguments already checked
         from benchmarks.gpu_check.measurer import serve
 
+        if args.out is None or args.start is None:  # typed by hand
+            print("error: --measurer is the mode the campaign starts its measuring process in (with --out and "
+                  "--start); to measure, give --campaign", file=sys.stderr)
+            return 2
         return serve(device=args.device, size=args.size, out=args.out, start=args.start)
     if args.plan:
         return _plan(args)
