@@ -142,6 +142,21 @@ def test_a_point_that_does_not_fit_the_budget_is_left_for_a_later_call(tmp_path)
     assert "1 left for a later call" in p.stdout
 
 
+@pytest.mark.integration
+def test_a_point_running_at_the_end_of_the_budget_is_cut_and_recorded_nowhere(tmp_path):
+    """A hang whose watchdog (the 60 s floor) lies past a 12 s budget: stopped at the budget's end,
+    not written to the ledger, so the next call measures it."""
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--campaign", "--out", str(out), "--device",
+                        "cpu", "--size", "tiny", "--budget-s", "12", "--experiments", "basis_routes",
+                        "--watchdog-floor-s", "60"], cwd=ROOT, env=dict(os.environ, **{FAULT_ENV: f"hang:{HANG}"}),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    entries = _entries(out)
+    assert HANG not in entries and all(e.state == "measured" for e in entries.values())
+    assert f"{HANG}: cut at the end of the budget" in p.stdout and " 1 cut," in p.stdout
+
+
 @pytest.mark.parametrize("args,named", [
     (["--experiments", "workspace,bogus"], "--experiments(='workspace,bogus'): 'bogus'"),
     (["--experiments", "fig1"], "'fig1' is not one of"),  # an experiment the GPU plan does not hold

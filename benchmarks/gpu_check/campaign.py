@@ -23,9 +23,11 @@ point has a watchdog: ``max(WATCHDOG_FACTOR x its expected seconds, --watchdog-f
 point past its watchdog is killed with the process (its process group: launches it started
 go too), recorded ``timed out`` with its seconds, and a fresh process goes on with the
 unit's next point; a point whose process dies is recorded ``crashed`` with the exit status,
-the same way. A unit whose paired timing (its ``prepare`` step) did not finish is recorded
-whole: its points share that timing. A point still running when the budget ends is killed
-and recorded nowhere (``cut``: the next call measures it).
+the same way (one that falls silent or dies between points is charged to the point it
+would have started next, so every restart moves the call on). A unit whose paired timing
+(its ``prepare`` step) did not finish is recorded whole: its points share that timing. A
+point still running when the budget ends is killed and recorded nowhere (``cut``: the next
+call measures it).
 
 **What it writes** in ``DIR`` (:data:`FILES`): ``results/<experiment>/<key>.json`` (each
 the moment its point is measured, whole or not at all, with its ``seconds`` and
@@ -285,7 +287,8 @@ class _Call:
         m = self.measurer
         if not m.send(unit=[[p.experiment, p.key] for p in unit]):
             return unit
-        current, began, deadline, prepared = None, time.time(), time.time() + self.opts.watchdog_floor_s, False
+        current, began, prepared, capped = None, time.time(), False, False
+        deadline = began + self.opts.watchdog_floor_s
         answered: set[int] = set()
         while True:
             msg = m.next(deadline - time.time())
@@ -293,44 +296,40 @@ class _Call:
                 current, began, prepared = msg["start"], time.time(), False
                 expected = sum(p.seconds for p in unit) if current == 0 else unit[current].seconds
                 deadline = began + max(WATCHDOG_FACTOR * expected, self.opts.watchdog_floor_s)
-                if deadline > self.end:
-                    deadline = self.end
+                capped = deadline > self.end
+                deadline = min(deadline, self.end)
             elif isinstance(msg, dict) and msg.get("step") == "prepare":
                 prepared = True
-            elif isinstance(msg, dict) and "done" in msg:
-                p = unit[msg["done"]]
-                answered.add(msg["done"])
-                self.record(p, "measured", msg["seconds"], f"skipped: {msg['skipped']}" if msg["skipped"] else "")
-                current, deadline = None, time.time() + self.opts.watchdog_floor_s
-            elif isinstance(msg, dict) and "failed" in msg:
-                answered.add(msg["failed"])
-                self.record(unit[msg["failed"]], "failed", msg["seconds"], msg["error"])
-                current, deadline = None, time.time() + self.opts.watchdog_floor_s
+            elif isinstance(msg, dict) and ("done" in msg or "failed" in msg):
+                i = msg["done"] if "done" in msg else msg["failed"]
+                answered.add(i)
+                if "done" in msg:
+                    self.record(unit[i], "measured", msg["seconds"],
+                                f"skipped: {msg['skipped']}" if msg["skipped"] else "")
+                else:
+                    self.record(unit[i], "failed", msg["seconds"], msg["error"])
+                current, began, capped = None, time.time(), False
+                deadline = began + self.opts.watchdog_floor_s
             elif isinstance(msg, dict) and msg.get("unit_done"):
                 return []
             elif msg == "timeout" or msg is None:
-                if current is None:
-                    unit_rest = [p for i, p in enumerate(unit) if i not in answered]
-                    return self._between(unit_rest, timed_out=msg == "timeout")
-                return self._ended(unit, current, began, prepared, timed_out=msg == "timeout")
-
-    def _between(self, rest: list[Point], *, timed_out: bool) -> list[Point]:
-        """The measuring process fell silent or died outside a point: killed; ``rest`` goes on
-        in another."""
-        status = self.measurer.kill()
-        self.say(f"measuring process {'silent' if timed_out else f'ended (exit status {status})'} between "
-                 "points: starting another")
-        return rest
+                if current is None:  # silent or gone between points: charged to the point it would start next
+                    current = min(set(range(len(unit))) - answered, default=None)
+                    if current is None:
+                        self.measurer.kill()
+                        return []
+                return self._ended(unit, current, began, prepared, timed_out=msg == "timeout",
+                                   cut=msg == "timeout" and capped)
 
     def _ended(self, unit: list[Point], current: int, began: float, prepared: bool, *,
-               timed_out: bool) -> list[Point]:
+               timed_out: bool, cut: bool) -> list[Point]:
         """The measuring process hung or died inside ``unit``: record the point it was in
         (with the unit's other points where their paired timing was not done), kill the
-        process; returns the points still to measure."""
+        process; returns the points still to measure. ``cut``: the budget ended first."""
         seconds = time.time() - began
         status = self.measurer.kill()
         p = unit[current]
-        if timed_out and time.time() >= self.end - 0.5:
+        if cut:
             self.tally.cut.append(f"{p.experiment}/{p.key}")
             self.say(f"{p.experiment}/{p.key}: cut at the end of the budget after {seconds:.2f} s (not recorded)")
             return unit[current + 1:]
