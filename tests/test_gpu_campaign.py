@@ -119,6 +119,7 @@ def test_second_call_measures_nothing_already_in_the_ledger(calls):
     assert "summary: 0 measured, 0 timed out, 0 crashed, 0 failed, 0 cut, 0 left" in second.stdout
 
 
+@pytest.mark.integration
 def test_a_point_the_first_call_did_not_plan_is_measured_by_the_next(tmp_path):
     out = tmp_path / "out"
     assert _campaign(out, experiments="workspace").returncode == 0
