@@ -6,7 +6,7 @@ help: ## nothing (this list)
 	@python3 fraq/_make_help.py
 
 .PHONY: help setup run demo test test-integration tiny-fixture test-slow test-all asv-check bench bench-quick bench-publish bench-pytest bench-pytest-compare bench-roofline regress \
-	bench-gpu gpu-check reproduce reproduce-paper figures federated federated-smoke flower-local flower-deployment peft-example
+	bench-gpu gpu-check gpu-campaign reproduce reproduce-paper figures federated federated-smoke flower-local flower-deployment peft-example
 
 setup: ## .venv/ (the README's two set-up commands)
 	python3 -m venv .venv
@@ -119,6 +119,13 @@ BUDGET ?= 420
 gpu-check: ## results/gpu-check/
 	$(PY) -m benchmarks.gpu_check --out $(GPU_OUT) --device $(DEVICE) --budget-s $(BUDGET)
 	$(PY) -m analysis.reproduce --out $(GPU_OUT)
+
+# The points no GPU call has measured with this code on this kind of GPU, by priority, in one long-lived
+# process inside BUDGET seconds, each added to CAMPAIGN_OUT/ledger.json as it is measured; the same
+# command again goes on where it stopped (docs/benchmarks.md, "The campaign").
+CAMPAIGN_OUT ?= results/gpu-campaign
+gpu-campaign: ## results/gpu-campaign/ (results, ledger.json, campaign.log)
+	$(PY) -m benchmarks.gpu_check --campaign --out $(CAMPAIGN_OUT) --device $(DEVICE) --budget-s $(BUDGET)
 
 # every method over the setting's seeds and rank variants, one result file per run (a rerun keeps the
 # finished runs and continues an interrupted one), then the report: results/federated/quick/report.md

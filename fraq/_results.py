@@ -6,6 +6,10 @@
      "machine": {...}, "versions": {...}, "git_sha": ..., "device": "cpu" | "cuda:0",
      "dtype": "float32", "threads": 1, "loadavg": 0.4, "steal": 0.0, "created": "2026-11-22T14:00:00"}
 
+and, from a writer that times its points (the GPU campaign, :mod:`benchmarks.gpu_check.campaign`),
+``"seconds": 1.8`` (the point's time, from its first step to its result, the file's writing
+aside) and ``"steps": {"prepare": 1.2, "measure": 0.6}`` (each step's seconds).
+
 ``config`` says what was measured, ``result`` what came out; ``machine`` is
 :func:`fraq._machine.machine_record`; ``loadavg`` the 1-minute load average and ``steal``
 the share of CPU time stolen by the hypervisor since the previous result, over at least the
@@ -60,15 +64,20 @@ def versions(packages: tuple[str, ...] = ()) -> dict:
 
 
 def result_record(experiment: str, key: str, config: dict, result: dict, *, device: torch.device | str = "cpu",
-                  dtype: torch.dtype | str = torch.float32, packages: tuple[str, ...] = ()) -> dict:
-    """The record :func:`write_result` writes (``packages``: more versions to record)."""
+                  dtype: torch.dtype | str = torch.float32, packages: tuple[str, ...] = (),
+                  steps: dict[str, float] | None = None) -> dict:
+    """The record :func:`write_result` writes (``packages``: more versions to record;
+    ``steps``: the point's steps and their seconds, recorded with their sum as ``seconds``)."""
     from fraq._machine import machine_record, steal_share
 
     machine = machine_record(device)
-    return dict(experiment=experiment, key=key, config=config, result=result, machine=machine,
-                versions=versions(packages), git_sha=machine.get("git_sha"), device=str(torch.device(device)),
-                dtype=str(dtype).removeprefix("torch."), threads=torch.get_num_threads(),
-                loadavg=os.getloadavg()[0], steal=steal_share(), created=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    rec = dict(experiment=experiment, key=key, config=config, result=result, machine=machine,
+               versions=versions(packages), git_sha=machine.get("git_sha"), device=str(torch.device(device)),
+               dtype=str(dtype).removeprefix("torch."), threads=torch.get_num_threads(),
+               loadavg=os.getloadavg()[0], steal=steal_share(), created=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    if steps is not None:
+        rec.update(seconds=float(sum(steps.values())), steps={k: float(v) for k, v in steps.items()})
+    return rec
 
 
 RECORD_TYPES = dict(experiment=str, key=str, config=dict, result=dict, machine=dict, versions=dict, device=str,
@@ -107,9 +116,11 @@ def result_path(out: str | Path, experiment: str, key: str) -> Path:
 
 def write_result(out: str | Path, experiment: str, key: str, config: dict, result: dict, *,
                  device: torch.device | str = "cpu", dtype: torch.dtype | str = torch.float32,
-                 packages: tuple[str, ...] = ()) -> Path:
-    """Write one result to ``out/<experiment>/<key>.json`` (atomically) and return the path."""
-    rec = result_record(experiment, key, config, result, device=device, dtype=dtype, packages=packages)
+                 packages: tuple[str, ...] = (), steps: dict[str, float] | None = None) -> Path:
+    """Write one result to ``out/<experiment>/<key>.json`` (atomically) and return the path
+    (``steps``: :func:`result_record`'s)."""
+    rec = result_record(experiment, key, config, result, device=device, dtype=dtype, packages=packages,
+                        steps=steps)
     path = result_path(out, experiment, key)
     with replacing_file(path) as tmp:  # whole; a replaced file keeps its mode, a link its target
         tmp.write_text(json.dumps(finite(rec), indent=1, default=str, allow_nan=False))

@@ -42,6 +42,10 @@ unpacks the results and draws them beside the paper's GH200 numbers.
 ``--plan`` measures nothing: it prints what the next call would measure, the points the
 ledger of earlier calls lacks for the GPU kind and the code's fingerprint, by priority,
 inside the budget (:mod:`benchmarks.gpu_check.ledger`, :mod:`benchmarks.gpu_check.plan`).
+``--campaign`` measures that plan, point after point in one long-lived process under a
+per-point watchdog, into ``DIR/results`` and ``DIR/ledger.json``, and goes on from the
+ledger when called again (:mod:`benchmarks.gpu_check.campaign`,
+:mod:`benchmarks.gpu_check.measurer`); the parts above are not its concern.
 
 Only torch, numpy, pandas and pytest are needed (what a bare GPU image holds): nothing
 here or in the parts imports asv, Flower or peft; tqdm is not used.

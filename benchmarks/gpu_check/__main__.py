@@ -1,8 +1,10 @@
 """``python -m benchmarks.gpu_check``: see :mod:`benchmarks.gpu_check`.
 
 ``--plan`` prints what the next call would measure and measures nothing
-(:mod:`benchmarks.gpu_check.plan`). Every argument is checked before any work; a bad one stops the command with one line
-naming it and its value (exit status 2). So does a ``--out`` another call holds, or whose
+(:mod:`benchmarks.gpu_check.plan`); ``--campaign`` measures it, point after point in one
+process, into ``--out`` and its ledger (:mod:`benchmarks.gpu_check.campaign`). Every
+argument is checked before any work; a bad one stops the command with one line naming it
+and its value (exit status 2). So does a ``--out`` another call holds, or whose
 earlier results were measured on another device, at another size or by another commit
 (:mod:`benchmarks.gpu_check.folder`).
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -33,6 +36,17 @@ def _parser() -> argparse.ArgumentParser:
                          "--budget-s) and measure nothing")
     ap.add_argument("--device-kind", help="with --plan: the GPU kind to plan for (default: the newest ledger "
                                           "entry's)")
+    ap.add_argument("--campaign", action="store_true",
+                    help="measure the plan's points (those the ledger lacks, by priority) in one long-lived process "
+                         "inside --budget-s, each written and added to --out's ledger.json as it is measured; a "
+                         "second call with the same --out goes on where the first stopped")
+    ap.add_argument("--experiments", help="with --campaign: comma-separated experiments to measure (default: every "
+                                          "prioritized one)")
+    ap.add_argument("--watchdog-floor-s", type=float, default=None,
+                    help="with --campaign: the shortest time a point may run before it is killed (default 30)")
+    # the campaign's measuring process
+    ap.add_argument("--measurer", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--start", type=float, help=argparse.SUPPRESS)
     # the parent's call of one part, in its own process
     ap.add_argument("--part", choices=part_names(), help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, help=argparse.SUPPRESS)
@@ -93,6 +107,61 @@ def _plan(args) -> int:
     return 0
 
 
+def _campaign_options(args):
+    """The campaign's options, or ValueError naming the bad argument."""
+    from benchmarks.device import checked
+    from benchmarks.gpu_check import plan
+    from benchmarks.gpu_check.campaign import WATCHDOG_FLOOR_S, Options
+    from benchmarks.gpu_check.measurer import FAULT_ENV, faults
+    from fraq.internals import check_dir_out
+
+    if args.parts is not None:
+        raise ValueError(f"--parts(={args.parts!r}) chooses the parts of the check; the campaign measures the "
+                         "plan's points (--experiments chooses among them)")
+    if not (math.isfinite(args.budget_s) and args.budget_s >= 10):
+        raise ValueError(f"--budget-s(={args.budget_s:g}) must be a number of seconds >= 10")
+    floor = WATCHDOG_FLOOR_S if args.watchdog_floor_s is None else args.watchdog_floor_s
+    if not (math.isfinite(floor) and floor > 0):
+        raise ValueError(f"--watchdog-floor-s(={floor:g}) must be a positive number of seconds")
+    known = list(dict.fromkeys(exp for _, exp, _, _ in plan.PRIORITIES))
+    names = None
+    if args.experiments is not None:
+        names = tuple(e.strip() for e in args.experiments.split(","))
+        bad = [e for e in names if e not in known] or ([] if names else [""])
+        if bad:
+            raise ValueError(f"--experiments(={args.experiments!r}): {bad[0]!r} is not one of {', '.join(known)}")
+    faults(os.environ.get(FAULT_ENV))  # a test's planted fault, named before any work
+    device = checked(args.device)
+    check_dir_out(args.out, "--out")
+    return Options(args.out, str(device), args.size, args.budget_s, names, floor)
+
+
+def _run_campaign(args) -> int:
+    """``--campaign``: checked options, ``--out`` held and checked, then the call."""
+    from benchmarks.gpu_check.campaign import campaign, refused
+    from benchmarks.gpu_check.folder import held
+
+    try:
+        opts = _campaign_options(args)
+        lock = held(args.out)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with lock:
+        import torch
+
+        why = refused(opts.out, device=torch.device(opts.device), size=opts.size)
+        if why is not None:
+            print(f"error: {why}", file=sys.stderr)
+            return 2
+        try:
+            return campaign(opts)
+        except KeyboardInterrupt:
+            print(f"interrupted: the results and the ledger in {args.out} hold every point measured before it",
+                  file=sys.stderr)
+            return 130
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     if argv is None:
@@ -108,8 +177,23 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_child(args.part, device=args.device, size=args.size, work=args.work, until=args.until)
     args = ap.parse_args(argv)
+    if args.measurer:  # started by the campaign, its arguments already checked
+        from benchmarks.gpu_check.measurer import serve
+
+        if args.out is None or args.start is None:  # typed by hand
+            print("error: --measurer is the mode the campaign starts its measuring process in (with --out and "
+                  "--start); to measure, give --campaign", file=sys.stderr)
+            return 2
+        return serve(device=args.device, size=args.size, out=args.out, start=args.start)
     if args.plan:
         return _plan(args)
+    if args.campaign:
+        if args.out is None:
+            ap.error("--out DIR is required")
+        return _run_campaign(args)
+    for flag, value in (("--experiments", args.experiments), ("--watchdog-floor-s", args.watchdog_floor_s)):
+        if value is not None:
+            ap.error(f"{flag}(={value!r}) is an option of --campaign")
     if args.out is None:
         ap.error("--out DIR is required")
     try:

@@ -7,8 +7,10 @@ kind of device measured with the same code. The ledger answers that, from two so
   :func:`fraq.internals.open_tar_gz`): one entry per result file
   (``results/<experiment>/<key>.json``), its device kind the record's
   ``machine["gpu"]``, its fingerprint that of the record's ``git_sha`` (:func:`fingerprint_at`);
-- the ledger file ``docs/results/gpu/ledger.json`` (strict JSON, :func:`write`), which a call
-  appends its points to (:func:`append`: read, add, written whole beside and renamed).
+- the ledger files ``docs/results/gpu/ledger.json`` and ``docs/results/gpu/<folder>/ledger.json``
+  (strict JSON, :func:`write`): a campaign (:mod:`benchmarks.gpu_check.campaign`) appends
+  each point it tries to its ``DIR/ledger.json`` (:func:`append`: read, add, written whole
+  beside and renamed), and its ``DIR`` is committed as a folder here.
 
 **Fingerprint** (:func:`fingerprint`). Not the commit's sha: most commits touch docs, tests
 or the GPU check's driver, none of which changes a number the points measure, and a sha
@@ -20,7 +22,9 @@ point's configuration). The blob id is git's (SHA-1 of ``blob <len>\\0`` and the
 the same fingerprint comes from a working tree (a bare GPU image, no git) and from a commit
 (``git ls-tree``: the committed archives, which record only their sha).
 
-**A point's seconds** (:meth:`Ledger.seconds`). A result file records when it was written
+**A point's seconds** (:meth:`Ledger.seconds`). A result file the campaign writes
+(:mod:`benchmarks.gpu_check.campaign`) records them (``seconds``, the sum of its ``steps``),
+and so does its ledger entry. An older file records only when it was written
 (``created``, to the second), not how long it took. In a call the points of one part run
 one after another, so a point took the time from the previous file of its experiment
 group in the same call to its own (:func:`_durations`); the first point of a part, whose
@@ -28,6 +32,12 @@ start is not recorded, has none. Nor does a gap over :data:`MAX_POINT_S` (two ca
 points in one archive). ``prepare_points`` times a group's methods before its first
 point, so that point carries the group's time and the others seconds: the sum is right,
 which is what a plan adds up.
+
+**A point tried and not measured.** The campaign records a point that ran past its
+watchdog (``timed out``), took its process down (``crashed``) or raised (``failed``) with
+its seconds and :data:`STATES`' state: it is not tried again with the same code on the
+same device kind (:meth:`Ledger.measured`), since the same code would spend the same
+minutes on it; its seconds are a lower bound, never a cost (:meth:`Ledger.seconds`).
 
 **A point's cost** (:meth:`Ledger.cost`): the newest measured seconds of that point, with
 the same recorded config, on that device kind (any fingerprint: a new fingerprint changes
@@ -48,7 +58,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
-__all__ = ["GPU_RESULTS", "LEDGER", "MAX_POINT_S", "MEASURED", "Entry", "Ledger", "append", "fingerprint",
+__all__ = ["GPU_RESULTS", "LEDGER", "MAX_POINT_S", "MEASURED", "STATES", "Entry", "Ledger", "append", "fingerprint",
            "fingerprint_at", "from_archives", "load", "read", "same_config", "write"]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,12 +76,17 @@ MAX_POINT_S = 420.0
 budget (``make gpu-check``); a longer gap is two calls' points kept in one archive."""
 
 
+STATES = ("measured", "timed out", "crashed", "failed")
+"""An entry's ``state``: its result written, or how a campaign's try of it ended."""
+
+
 @dataclass(frozen=True)
 class Entry:
     """One measured point: on ``device_kind`` (``torch.cuda.get_device_name``) with the code
     of ``fingerprint``, written at ``created`` (ISO, seconds), taking ``seconds`` (None where
     not known); ``source`` names the archive or call it came from, ``config`` is the point's
-    configuration as its result file records it (None for a check that is not a point)."""
+    configuration as its result file records it (None for a check that is not a point);
+    ``state`` one of :data:`STATES`, ``detail`` what ended a try that did not measure it."""
 
     device_kind: str
     fingerprint: str
@@ -81,6 +96,8 @@ class Entry:
     seconds: float | None = None
     source: str = ""
     config: dict | None = None
+    state: str = "measured"
+    detail: str = ""
 
 
 def _blob_id(data: bytes) -> str:
@@ -164,7 +181,9 @@ def from_archives(folder: Path = GPU_RESULTS) -> list[Entry]:
                     kind = (r.get("machine") or {}).get("gpu")
                     if str(r.get("device", "")).startswith("cuda") and kind and r.get("created"):
                         records.append(dict(r, device_kind=kind))
-        for r, seconds in zip(records, _durations(records)):
+        for r, gap in zip(records, _durations(records)):
+            own = r.get("seconds")
+            seconds = float(own) if isinstance(own, (int, float)) and not isinstance(own, bool) else gap
             fp = fingerprint_at(r["git_sha"]) if r.get("git_sha") else None
             entries.append(Entry(r["device_kind"], fp or f"git:{r.get('git_sha')}", r["experiment"], r["key"],
                                  r["created"], seconds, source=pack.parent.name, config=r.get("config")))
@@ -178,9 +197,14 @@ def read(path: Path = LEDGER) -> list[Entry]:
         return []
     try:
         data = json.loads(path.read_text())
-        return [Entry(**e) for e in data["entries"]]
+        entries = [Entry(**e) for e in data["entries"]]
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"ledger(={str(path)!r}) is not a ledger file: {exc}") from None
+    odd = next((e for e in entries if e.state not in STATES), None)
+    if odd is not None:
+        raise ValueError(f"ledger(={str(path)!r}) is not a ledger file: state(={odd.state!r}) of "
+                         f"{odd.experiment}/{odd.key} is not one of {', '.join(STATES)}")
+    return entries
 
 
 def write(path: Path, entries: list[Entry]) -> None:
@@ -214,7 +238,8 @@ class Ledger:
         return self.entries[-1].device_kind if self.entries else None
 
     def measured(self, kind: str | None, fp: str) -> set[tuple[str, str]]:
-        """The ``(experiment, key)`` points measured with ``fp`` on ``kind`` (None: any kind)."""
+        """The ``(experiment, key)`` points measured with ``fp`` on ``kind`` (None: any kind),
+        and those tried there that did not finish (any state of :data:`STATES`)."""
         return {(e.experiment, e.key) for e in self.entries
                 if e.fingerprint == fp and (kind is None or e.device_kind == kind)}
 
@@ -224,7 +249,7 @@ class Ledger:
         since (a row moved to a point of its own) is another measurement."""
         known = [e.seconds for e in self.entries
                  if e.device_kind == kind and e.experiment == experiment and e.key == key and e.seconds is not None
-                 and (config is None or same_config(e.config, config))]
+                 and e.state == "measured" and (config is None or same_config(e.config, config))]
         return known[-1] if known else None
 
     def factor(self, kind: str, experiment: str, estimate) -> float:
@@ -232,7 +257,8 @@ class Ledger:
         a point's estimate on one CPU core), for ``experiment`` where it has points with
         both, else for all of the kind's; 1 where none have."""
         def ratio(entries) -> float | None:
-            pairs = [(e.seconds, _safe(estimate, e)) for e in entries if e.seconds is not None and e.config]
+            pairs = [(e.seconds, _safe(estimate, e)) for e in entries
+                     if e.seconds is not None and e.config and e.state == "measured"]
             pairs = [(s, c) for s, c in pairs if c]
             return sum(s for s, _ in pairs) / sum(c for _, c in pairs) if pairs else None
 
@@ -267,6 +293,10 @@ def same_config(recorded: dict | None, config: dict) -> bool:
 
 
 def load(folder: Path = GPU_RESULTS, path: Path | None = None) -> Ledger:
-    """The ledger of the archives under ``folder`` and the ledger file ``path`` (default
-    ``folder/ledger.json``)."""
-    return Ledger(from_archives(folder) + read(path if path is not None else folder / "ledger.json"))
+    """The ledger of the archives under ``folder``, the ledger file ``path`` (default
+    ``folder/ledger.json``) and the ledger files of the campaigns committed in ``folder``'s
+    subfolders (``folder/*/ledger.json``: they alone hold the points a campaign tried and did
+    not measure). A point in both an archive and a ledger file is one point twice: every
+    question :class:`Ledger` answers reads it the same."""
+    files = [path if path is not None else folder / "ledger.json", *sorted(folder.glob("*/ledger.json"))]
+    return Ledger(from_archives(folder) + [e for f in files for e in read(f)])

@@ -84,12 +84,14 @@ def priority(experiment: str, config: dict) -> int | None:
     return None
 
 
-def _points(size: str = "gpu") -> list[tuple[int, str, str, dict]]:
-    """``(priority, experiment, key, config)`` of every prioritized point at ``size``."""
+def _points(size: str = "gpu", experiments: tuple[str, ...] | None = None) -> list[tuple[int, str, str, dict]]:
+    """``(priority, experiment, key, config)`` of every prioritized point at ``size`` (of
+    ``experiments`` alone where given: some build their points from float64 references,
+    Fig. 4's for half a minute at the ``gpu`` size)."""
     from benchmarks.experiments import get
 
     out = []
-    for exp in dict.fromkeys(e for _, e, _, _ in PRIORITIES):
+    for exp in dict.fromkeys(e for _, e, _, _ in PRIORITIES if experiments is None or e in experiments):
         module = get(exp)
         for config in module.points(size):
             p = priority(exp, config)
@@ -98,26 +100,30 @@ def _points(size: str = "gpu") -> list[tuple[int, str, str, dict]]:
     return out
 
 
-def items(ledger, kind: str, size: str = "gpu") -> list[Item]:
-    """Every item at ``size`` with its expected seconds on ``kind``, by priority."""
+def items(ledger, kind: str, size: str = "gpu", experiments: tuple[str, ...] | None = None) -> list[Item]:
+    """Every item at ``size`` with its expected seconds on ``kind``, by priority (the points
+    of ``experiments`` alone, and no check, where given)."""
     from benchmarks.experiments import cost
 
-    out = [Item(p, exp, key, *ledger.cost(kind, exp, key, config, cost)) for p, exp, key, config in _points(size)]
-    for p, name, seconds, _ in CHECKS:
+    out = [Item(p, exp, key, *ledger.cost(kind, exp, key, config, cost))
+           for p, exp, key, config in _points(size, experiments)]
+    for p, name, seconds, _ in CHECKS if experiments is None else ():
         known = ledger.seconds(kind, "check", name)
         out.append(Item(p, "check", name, known if known is not None else seconds,
                         "measured" if known is not None else "fixed"))
     return sorted(out, key=lambda i: i.priority)
 
 
-def plan(ledger, kind: str, fp: str, budget_s: float, size: str = "gpu") -> tuple[list[Item], list[Item]]:
+def plan(ledger, kind: str, fp: str, budget_s: float, size: str = "gpu",
+         experiments: tuple[str, ...] | None = None) -> tuple[list[Item], list[Item]]:
     """``(taken, left)``: the items the ledger lacks for ``kind`` and ``fp``, those that fit
-    ``budget_s - STARTUP_S`` (first fit, by priority) and those that do not."""
+    ``budget_s - STARTUP_S`` (first fit, by priority) and those that do not (of
+    ``experiments``' points alone where given: :func:`items`)."""
     done = ledger.measured(kind, fp)
     done_any = ledger.measured(None, fp)
     room = budget_s - STARTUP_S
     taken, left = [], []
-    for item in items(ledger, kind, size):
+    for item in items(ledger, kind, size, experiments):
         point = (item.experiment, item.key)
         if point in (done_any if item.priority == ONCE_PER_FINGERPRINT else done):
             continue
