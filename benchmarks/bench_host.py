@@ -15,6 +15,20 @@ only stacks, the reference):
   16 x 16 factors, interleaved call by call (the budget is 1; FLoRA's own row is 1).
 
 Measured once per run in ``setup_cache``, at one thread.
+
+``RoundHost`` counts a round through the round buffer (every client's flat upload added,
+then one aggregate; :mod:`benchmarks.measure.round_host`), per structure (the presets'
+modules at 16 x 16 with equal clients, or at reduced sides as above) and configuration
+(FRAQ as CUDA and the CPU resolve ``"auto"``, FRAQ with ``reads="call"``, FLoRA), all
+counts, nothing timed (docs/performance.md, "The host budget of a round"):
+
+* ``track_python_calls``: Python and builtin calls of the aggregate call (the host-time
+  proxy; targets: at most 1.3x from 36 to 196 modules, at most 1.3x FLoRA's);
+* ``track_python_calls_per_client``: the same of one client's add;
+* ``track_host_reads``: host reads of the aggregate call (the target is 1);
+* ``track_ops``: non-view aten ops of the aggregate call (the target is 35 per shape
+  group plus 40);
+* ``track_aten_ops``: every aten op the aggregate call dispatches, views included.
 """
 
 from __future__ import annotations
@@ -75,3 +89,35 @@ class Host:
     track_ops = cached("ops_per_group", "ops", "Non-view aten ops (kernel launches on a GPU) per shape group.")
     track_python_ratio = cached("python_ratio", "ratio",
                                 "Python time over FLoRA's on the same uploads at 16 x 16 factors, interleaved.")
+
+
+def _round(structure: str, preset: str, config: str, device) -> dict:
+    from benchmarks.measure.round_host import aggregator, round_counts
+    from benchmarks.measure.round_host import structure as shaped
+
+    c = round_counts(aggregator(config), shaped(preset, structure), device=device)
+    return {"python_calls": c.call.python_calls, "python_calls_per_client": c.per_client("python_calls"),
+            "host_reads": c.call.host_reads, "ops": c.call.non_view_ops, "aten_ops": c.call.aten_ops}
+
+
+class RoundHost:
+    """Counts of one round through the round buffer: every client's flat upload, then one aggregate."""
+
+    params = [["16x16", "reduced"], PRESETS, ["fraq-cuda", "fraq-cpu", "fraq-call", "flora"]]
+    param_names = ["structure", "preset", "config"]
+    timeout = 600.0
+
+    def setup_cache(self):
+        return measure_points(self.params, _round)
+
+    def setup(self, cache, structure, preset, config):
+        if isinstance(cache.get((structure, preset, config)), str):
+            skip(cache[(structure, preset, config)])
+
+    track_python_calls = cached("python_calls", "calls",
+                                "Python and builtin calls of the aggregate call (sys.setprofile events).")
+    track_python_calls_per_client = cached("python_calls_per_client", "calls",
+                                           "Python and builtin calls of one client's add of its flat upload.")
+    track_host_reads = cached("host_reads", "reads", "Host reads (device synchronisations) of the aggregate call.")
+    track_ops = cached("ops", "ops", "Non-view aten ops (kernel launches on a GPU) of the aggregate call.")
+    track_aten_ops = cached("aten_ops", "ops", "Every aten op the aggregate call dispatches, views included.")

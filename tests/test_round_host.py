@@ -226,3 +226,12 @@ def test_ops_target(counts, label, name, kind):
     """At most 35 non-view ops per shape group plus 40 per call."""
     c = counts(label, name, kind)
     assert c.call.non_view_ops <= TARGET_OPS_PER_GROUP * c.groups + TARGET_OPS_PER_CALL, c.call.non_view_by_name
+
+
+def test_asv_tracks_every_structure_and_configuration():
+    """benchmarks/bench_host.py spells its parameters out (the suite imports nothing new at
+    import time, for benchmarks.regress); they must be these."""
+    from benchmarks.bench_host import PRESETS as TRACKED, RoundHost
+
+    assert RoundHost.params == [list(STRUCTURES), list(TRACKED), list(CONFIGURATIONS)]
+    assert list(TRACKED) == list(PRESETS)

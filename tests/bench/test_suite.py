@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-SUITE = ["bench_ablation", "bench_clients", "bench_fidelity", "bench_presets", "bench_recompress"]
+SUITE = ["bench_ablation", "bench_clients", "bench_fidelity", "bench_host", "bench_presets", "bench_recompress"]
 PREFIXES = ("time_", "track_", "peakmem_", "mem_", "timeraw_")
 
 
@@ -404,7 +404,7 @@ def test_one_definition_per_figure():
             mains.append(os.path.relpath(path, ROOT))
         flexlora += [path] * len(re.findall(r"""==\s*["']flexlora["']""", text))
     assert sorted(mains) == ["benchmarks/certificate_cost.py", "benchmarks/demo.py", "benchmarks/gpu_check/__main__.py", "benchmarks/graph_probe.py",
-                             "benchmarks/measure/overhead.py",
+                             "benchmarks/measure/overhead.py", "benchmarks/measure/round_host.py",
                              "benchmarks/pipeline_check.py",
                              "benchmarks/publish.py", "benchmarks/pytest_baseline.py", "benchmarks/pytest_compare.py",
                              "benchmarks/regress.py", "benchmarks/roofline.py", "benchmarks/run.py"]
