@@ -8,7 +8,10 @@ model is :mod:`fraq.flops`), :mod:`~benchmarks.measure.fidelity` (error against 
 :mod:`~benchmarks.measure.methods` (every compared method on one calling convention),
 :mod:`~benchmarks.measure.ablation` (Table 4's variants), :mod:`~benchmarks.measure.host_reads`,
 :mod:`~benchmarks.measure.ops` and :mod:`~benchmarks.measure.overhead` (a whole-model aggregate's device
-synchronisations, kernel launches and Python time, counted on any CPU); the machine record is :mod:`fraq._machine`.
+synchronisations, kernel launches and Python time, counted on any CPU),
+:mod:`~benchmarks.measure.python_calls` and :mod:`~benchmarks.measure.round_host` (a round through the
+round buffer counted per client and per call, Python calls standing for host time); the machine record
+is :mod:`fraq._machine`.
 
 Nothing in ``fraq`` imports from here, and nothing here imports more of ``fraq`` at import
 time than its long-standing public modules, so that :mod:`benchmarks.regress` can import

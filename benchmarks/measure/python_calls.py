@@ -19,9 +19,9 @@ a count shows the growth a timing would, without the timing's noise. What it doe
 weigh: a call's own length (a generator step is tens of nanoseconds, a dataclass
 ``__init__`` hundreds, ``torch.linalg.eigh`` the math), and operators reached through a
 type's slots rather than a call (``a @ b``, ``t[0]``, ``x + 1``) or a C type's
-constructor (``range(n)``), whose torch work the aten ops show. Rejected: bytecode instructions executed (``sys.settrace`` with
-``f_trace_opcodes``), which weigh a Python step by its length but see nothing of a builtin's
-and slow the traced call a hundredfold.
+constructor (``range(n)``), whose torch work the aten ops show. Rejected: bytecode
+instructions executed (``sys.settrace`` with ``f_trace_opcodes``), which weigh a Python
+step by its length but see nothing of a builtin's, and run the tracer once per instruction.
 
 The garbage collector is off inside the block, so a collection (whose finalizers would run
 Python) does not fall into one count and not another; the previous profile function is
