@@ -41,9 +41,12 @@ def test_a_first_call_peaks_as_a_later_one_on_the_cpu():
             "c = clients.points('tiny')[-1]\n"
             "fn = fig3.call(c, 'cpu')\n"
             "a = peak_memory(fn); b = peak_memory(fn)\n"
-            "print(a.peak, b.peak, a.net, b.net)\n")
+            "print(a.peak, b.peak, a.net, b.net, c['r'])\n")
     from benchmarks.measure.children import child_env
 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), check=True)
-    a, b, na, nb = map(int, out.stdout.split())
-    assert a == b and na == nb
+    a, b, na, nb, r = map(int, out.stdout.split())
+    # the first call may keep only what fraq.stack caches for the next: at most one float32 factor per stacked
+    # column for each stack (fraq._stack._column_factors), 2 * 4 r bytes; every other first-call allocation is freed
+    cached = 2 * 4 * r
+    assert 0 <= a - b <= cached and 0 <= na - nb <= cached, (a, b, na, nb, cached)
