@@ -225,8 +225,11 @@ class RoundBuffer:
             return result
         K = self.clients
         scales = [s for _, s, _ in self._meta]  # each a float, or module -> float
-        spec = {name: ModuleSpec(name, m, n, rk, tuple(s[name] if isinstance(s, dict) else s for s in scales),
-                                 self.dtype, self.device)
+        # one tuple for every module where no client gives per-module scales (the usual round): built once,
+        # not K + 1 steps a module
+        same = None if any(isinstance(s, dict) for s in scales) else tuple(scales)
+        spec = {name: ModuleSpec(name, m, n, rk, same if same is not None else
+                                 tuple(s[name] if isinstance(s, dict) else s for s in scales), self.dtype, self.device)
                 for bn, m, n, rk in self._blocks for name in bn}
         specs = [spec[name] for name in self._names]
         agg._check_ranks(specs)
