@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import kernel_variants, style, tables
+from analysis.launches import spread_text
 from analysis.verdicts import against_range, holds, judge, not_measured, ours, paired, samples
 from analysis.loaders import paper
 from analysis.sections import Section
@@ -34,7 +35,9 @@ def draw(res) -> list[Section]:
              "words; *samples*: timed aggregations "
              "per row (fewer where one takes minutes); *how*: rows timed on some modules (a dense method on one "
              "module of every shape, or a preset built on some of its layers) are extrapolated to the whole "
-             "model, and say from how many. A `(kernel=fraq)` row is the method of the row above it with its "
+             "model, and say from how many; *launch medians*, where a row's samples come from more than one process "
+             "launch: each launch's median and the largest over the smallest (the variance between processes, which "
+             "the pooled median hides). A `(kernel=fraq)` row is the method of the row above it with its "
              "SVD on FRAQ's kernel (`fraq.svd`: the same triplets from the factors, no m x n matrix), timed in "
              "the same rounds; the paper has no such row. *Exactness*: the worst module's ||update - exact||_F / "
              "||exact||_F against the exact weighted aggregate (the result's certificate, float64 Grams, computed "
@@ -241,8 +244,8 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     from several files: the round-robin point and the methods timed on one module per
     shape), in the paper's order, with the paper's numbers (:func:`analysis.loaders.paper`),
     the latency samples (seconds; also as ``timing.samples`` with the pairing's
-    ``timing.group``), the analytic FLOPs of one aggregation (``flops_table5``: the paper's
-    formulas; ``flops_full``: the routines the code calls), the host's share of a call
+    ``timing.group``, and each sample's ``timing.launch``: :mod:`analysis.launches`), the
+    analytic FLOPs of one aggregation (``flops_table5``: the paper's formulas; ``flops_full``: the routines the code calls), the host's share of a call
     (``host_reads_per_group``, ``ops_per_group``, ``python_ms_16x16``:
     :mod:`benchmarks.experiments.tables123`), a kernel variant's ``kernel`` and ``agreement``
     (None for the other rows; :mod:`analysis.kernel_variants`), ``first_call_sample`` (its
@@ -288,6 +291,7 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
                          "paper_pct": paper[0], "paper_ms": paper[1],
                          # what the verdicts need: the pairing and the machine's state when it was measured
                          "timing.samples": list(lat.get("samples", [])), "timing.group": lat.get("group"),
+                         "timing.launch": lat.get("launch"),
                          "first_call_sample": lat.get("first_call_sample") is True,
                          "loadavg": rec.get("loadavg"), "steal": rec.get("steal"), "threads": rec.get("threads"),
                          "device": rec.get("device"), "flops_table5": r.get("flops_table5"),
@@ -434,7 +438,9 @@ def tables123_latency(df: pd.DataFrame, preset: str) -> pd.DataFrame:
     """Tables 1-3's downlink and latency columns for ``preset``: ours beside the paper's,
     latency median [IQR] with the number of samples, each method's latency over FRAQ's
     (tau = 0.95) in ours and in the paper's, the worst module's exactness certificate
-    (:func:`exactness`), and how the latency was obtained."""
+    (:func:`exactness`), and how the latency was obtained; where some row's samples come from
+    two or more launches, each launch's median and their spread (:mod:`analysis.launches`;
+    "one launch" for a row timed in one), a column no table of one-launch rows has."""
     rows = tables123_rows(df)
     rows = rows[rows["preset"] == preset]
     fraq = rows[rows["spec"] == REFERENCE]
@@ -457,5 +463,14 @@ def tables123_latency(df: pd.DataFrame, preset: str) -> pd.DataFrame:
                                     else None),
             "Exactness (worst module)": exactness(r),
             "how": _how(r),
+            LAUNCH_COLUMN: (spread_text(r["samples"], r["timing.launch"], unit="", fmt=ms) or "one launch")
+            if measured else "-",
         })
-    return pd.DataFrame(out)
+    table = pd.DataFrame(out)
+    if not (table.empty or table[LAUNCH_COLUMN].str.endswith("apart)").any()):
+        table = table.drop(columns=LAUNCH_COLUMN)
+    return table
+
+
+LAUNCH_COLUMN = "launch medians ms (apart)"
+"""Tables 1-3's column of each launch's median latency and their spread (:mod:`analysis.launches`)."""
