@@ -53,4 +53,5 @@ def spread_text(samples: Sequence[float], launch: Sequence[int] | None, *, scale
     if spread is None:
         return ""
     write = fmt or (lambda v: f"{v:.3g}")
-    return " / ".join(write(m * scale) for m in medians) + (f" {unit}" if unit else "") + f" ({100 * spread:.1f}% apart)"
+    unit = f" {unit}" if unit else ""
+    return " / ".join(write(m * scale) for m in medians) + f"{unit} ({100 * spread:.1f}% apart)"
