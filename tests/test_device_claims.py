@@ -34,16 +34,31 @@ def _line(df: pd.DataFrame) -> str:
     return next(s for s in verdict_lines(df, "roberta-base") if s.startswith("- Paper: FRAQ requires"))
 
 
+def _check(df: pd.DataFrame) -> str:
+    """The FLOP-model check: a line of its own under the claim's."""
+    lines = verdict_lines(df, "roberta-base")
+    claim = next(i for i, s in enumerate(lines) if s.startswith("- Paper: FRAQ requires"))
+    assert lines[claim + 1].startswith("  - FLOP-model check, FlexLoRA / FRAQ"), lines
+    return lines[claim + 1]
+
+
 def test_on_a_cpu_the_gpu_ratio_is_not_tested_and_the_flop_models_are_numbers_not_verdicts():
-    line = _line(_rows(70.0, "cpu"))
+    line, check = _line(_rows(70.0, "cpu")), _check(_rows(70.0, "cpu"))
     assert "**not tested here** (a CPU run)" in line and "measured here FlexLoRA / FRAQ 70" in line, line
-    assert "FLOP-model check (not a claim, no verdict)" in line and "predicts 78x (measured / predicted 0.9" in line
-    assert "**agrees**" not in line and "**disagrees**" not in line and "above 190" not in line, line
+    assert "FLOP-model" not in line and "predicts" not in line, line  # never beside the GPU claim
+    assert "(not a claim, no verdict)" in check and "predicts 78x (measured / predicted 0.9" in check, check
+    for text in (line, check):
+        assert "**agrees**" not in text and "**disagrees**" not in text and "above 190" not in text, text
 
 
 def test_a_cpu_ratio_far_from_the_models_is_still_no_verdict():
-    line = _line(_rows(78.0 * 6, "cpu"))  # six times the model: a number, never a verdict from a window
-    assert "measured / predicted 6.0" in line and "**disagrees**" not in line, line
+    check = _check(_rows(78.0 * 6, "cpu"))  # six times the model: a number, never a verdict from a window
+    assert "measured / predicted 6.0" in check and "**disagrees**" not in check, check
+
+
+def test_on_a_gpu_no_flop_model_check_is_printed():
+    lines = verdict_lines(_rows(250.0, "cuda:0"), "roberta-base")
+    assert not any("FLOP-model" in s or "predicts" in s for s in lines), lines
 
 
 @pytest.mark.parametrize("ratio, word, where", [(250.0, "agrees", "within"), (60.0, "disagrees", "below"),

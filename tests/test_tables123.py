@@ -237,7 +237,9 @@ def test_report_tables_and_verdicts(tmp_path, quiet_machine):
     claims = next(x for x in t2.splitlines() if x.startswith("- Paper: FRAQ requires"))
     assert "FLoRIST: the paper's 8-15x is a GH200 wall-clock ratio: **not tested here** (a CPU run)" in claims
     assert "FlexLoRA: the paper's 190-2,300x is a GH200 wall-clock ratio: **not tested here** (a CPU run)" in claims
-    assert "no FLOP count in these results" in claims  # these hand-written rows carry none
+    assert "FLOP-model" not in claims  # the check has a line of its own, never in a GPU claim's sentence
+    check = t2.splitlines()[t2.splitlines().index(claims) + 1]
+    assert check.startswith("  - FLOP-model check") and "no FLOP count in these results" in check  # none recorded
     assert "**agrees** (tested: equal to the paper's percentage)" in t2  # flora 100, fedit 12.51
     assert "**no verdict**" in t1 and "quick mode: slow" in t1
     assert "**disagrees** (tested: equal to the paper's percentage)" in t1 and "FedIT 7% against 10%" in t1

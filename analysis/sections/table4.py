@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import style, tables
+from analysis.launches import spread_text
 from analysis.verdicts import exact, judge, milliseconds, not_measured, ours, paired, samples
 from analysis.sections import Section
 
@@ -17,7 +18,7 @@ def draw(res) -> list[Section]:
     c = t4.iloc[0]
     intro = (f"{int(c['modules'])} LLaMA-3.2-3B gate/up projections ({int(c['m'])} x {int(c['n'])}), "
              f"{int(c['clients'])} clients of rank {int(c['client_rank'])}, output rank {int(c['p'])}, one batched "
-             f"call. Time: median [IQR] of {_rounds(c)}; memory: tensor peak above the inputs, "
+             f"call. Time: median [IQR] of {_rounds(c)}{_launches(c)}; memory: tensor peak above the inputs, "
              "and the resident set's growth over a second (first) call in a fresh process at one thread, its "
              "cross-check (`benchmarks.measure.rss`; the first call includes the libraries' set-up). "
              "The Gram rows are the paper's configuration (product Gram, eigensolver in float32); the library row "
@@ -33,6 +34,14 @@ def _rounds(c) -> str:
         return (f"{int(c['rounds']) * int(c['launches'])} paired rounds ({int(c['rounds'])} in each of "
                 f"{int(c['launches'])} launches, every variant once per round)")
     return f"{int(c['repeats'])} repeats"
+
+
+def _launches(c) -> str:
+    """The caption's words for the launch-medians column, where the samples span launches."""
+    if "launches" in c and c["launches"] == c["launches"] and int(c["launches"]) > 1:
+        return ("; *launch medians*: each launch's median and the largest over the smallest (the variance between "
+                "processes, which the pooled median hides)")
+    return ""
 
 
 def table4_lines(df: pd.DataFrame) -> list[str]:
@@ -70,12 +79,16 @@ def table4_lines(df: pd.DataFrame) -> list[str]:
     ]
 
 
+LAUNCH_COLUMN = "launch medians ms (apart)"
+"""Table 4's column of each launch's median time and their spread (:mod:`analysis.launches`)."""
+
 VARIANT_LABELS = {"adaptive-gram": "Adaptive + Gram", "fixed-gram": "Fixed + Gram",
                   "adaptive-svd": "Adaptive + coordinate SVD", "library": "fraq.recompress (library)"}
 
 
 def table4_ablation(df: pd.DataFrame) -> pd.DataFrame:
-    """Table 4: per variant, median time (IQR), tensor peak memory, mean relative error
+    """Table 4: per variant, median time (IQR), each launch's median and their spread where
+    the samples come from two or more launches (:mod:`analysis.launches`), tensor peak memory, mean relative error
     against the coordinate-SVD product, mean excess over the Eckart-Young optimum, the
     largest principal-angle sine to the float64 subspaces beside the smallest Wedin bound
     (first order; where the results carry it),
@@ -92,6 +105,9 @@ def table4_ablation(df: pd.DataFrame) -> pd.DataFrame:
     table = paper()["table4"]
     d["paper_ms"] = d["variant"].map(lambda v: table[v][0] if v in table else None)
     d["paper_mib"] = d["variant"].map(lambda v: table[v][1] if v in table else None)
+    spread = ({r["variant"]: spread_text(r["timing.samples"], r.get("timing.launch"), fmt=lambda x: f"{x:.1f}",
+                                         unit="") for _, r in df.iterrows()} if "timing.samples" in df else {})
+    launches = any(spread.values())
     g = d.groupby("variant").agg(ms=("timing.median", "first"), q25=("timing.q25", "first"),
                                  q75=("timing.q75", "first"), peak=("peak_bytes", "first"),
                                  gap=("gap_to_svd", "mean"), excess=("excess", "mean"),
@@ -109,6 +125,7 @@ def table4_ablation(df: pd.DataFrame) -> pd.DataFrame:
             "Variant": VARIANT_LABELS[v],
             "Time (ms)": f"{r.ms * 1e3:.1f} [{r.q25 * 1e3:.1f}, {r.q75 * 1e3:.1f}]",
             "x time": f"{r.ms / base_ms:.2f}",
+            **({LAUNCH_COLUMN: spread.get(v) or "one launch"} if launches else {}),
             "Memory (MiB)": f"{r.peak / 2**20:.1f}",
             "x mem": f"{r.peak / base_mib:.2f}",
             **({"RSS growth MiB, warm (cold)": f"{r.warm / 2**20:.2f} ({r.cold / 2**20:.2f})"} if rss else {}),

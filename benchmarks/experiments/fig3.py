@@ -110,7 +110,7 @@ def decides(compared: list[str]) -> list[list[str]]:
 def roofs(size_config: dict, method: str) -> dict:
     """``{"roofs": bool}`` where the size names the methods whose batched points carry the
     kernel roofs (``roof_methods``), else nothing (every batched point carries them). No
-    verdict reads the roofs; Table 5's *% of roofline* column shows them, and timing every
+    verdict reads the roofs; Table 5's *time / kernels' own time* column shows them, and timing every
     kernel of every method's call alone is most of a sweep's time on one core (some 10,000
     kernels at ``reduced``), so the runner's default size times FRAQ's only."""
     named = size_config.get("roof_methods")
@@ -313,7 +313,7 @@ def metrics(config: dict, device: torch.device | str = "cpu", *, roofs: bool = T
     each module's output rank (``ranks``); at a batched point also the counted FLOPs and,
     with ``roofs`` (and the point's own ``roofs`` where its size sets one, :func:`roofs`),
     the call's limits (:func:`_roofs`: every kernel replayed alone, for
-    Table 5's "% of roofline"; the clients sweep, which no table reads them from, leaves
+    Table 5's "time / kernels' own time"; the clients sweep, which no table reads them from, leaves
     them out)."""
     from benchmarks.measure import fidelity
 
