@@ -37,6 +37,18 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _cpu_mhz(path: str = "/proc/cpuinfo") -> float | None:
+    """The cores' mean clock now (MHz, one decimal), from ``cpu MHz`` in ``path``; None where the
+    kernel gives none. A reading at the record's time, not over the run: host-bound times
+    move with it (a GPU host's by ~20% within one call), so a record says where it stood."""
+    try:
+        with open(path) as f:
+            mhz = [float(line.split(":", 1)[1]) for line in f if line.startswith("cpu MHz")]
+    except (OSError, ValueError):
+        return None
+    return round(sum(mhz) / len(mhz), 1) if mhz else None
+
+
 def _cpu_times() -> tuple[int, int] | None:
     """(steal, total) jiffies summed over CPUs since boot, from /proc/stat; None where unreadable."""
     try:
@@ -222,7 +234,7 @@ def gpu_record(device: torch.device | str) -> dict:
 
 
 def machine_record(device: torch.device | str = "cpu") -> dict:
-    """CPU model, cores, torch threads, BLAS, versions, git sha, and the device used.
+    """CPU model and clock, cores, torch threads, BLAS, versions, git sha, and the device used.
 
     ``device``: where the run computed; on a CUDA device the :func:`gpu_record` fields
     are filled, otherwise they are None.
@@ -230,6 +242,7 @@ def machine_record(device: torch.device | str = "cpu") -> dict:
     device = torch.device(device)
     rec = {
         "cpu": _cpu_model(),
+        "cpu_mhz": _cpu_mhz(),
         "cores": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "blas": _blas(),

@@ -563,3 +563,18 @@ def test_traits_take_nested_from_the_aggregators_class(monkeypatch):
     assert traits("fraq").nested is False and traits("qr-svd").nested is False
     monkeypatch.setattr(AGGREGATORS["florist"], "nested", True)
     assert traits("florist").nested is True and traits("florist:tau=0.9").nested is True
+
+
+def test_machine_record_carries_the_cpu_clock(tmp_path):
+    """The record's ``cpu_mhz``: the cores' mean ``cpu MHz`` (one decimal) where the kernel gives
+    it, None where it gives none or the file cannot be read; a float here or None, never a guess."""
+    from fraq._machine import _cpu_mhz, machine_record
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\ncpu MHz\t\t: 2000.00\n\nprocessor\t: 1\ncpu MHz\t\t: 3000.25\n")
+    assert _cpu_mhz(str(info)) == 2500.1
+    info.write_text("processor\t: 0\nmodel name\t: a CPU without a clock line\n")
+    assert _cpu_mhz(str(info)) is None
+    assert _cpu_mhz(str(tmp_path / "absent")) is None
+    mhz = machine_record("cpu")["cpu_mhz"]
+    assert mhz is None or (isinstance(mhz, float) and mhz > 0)
