@@ -202,7 +202,7 @@ def load(path: str | Path | None = None, *, select: dict | None = None) -> Resul
     if not path.exists() or (path.is_dir() and not any(path.rglob("*.json"))):
         raise NoResults(f"no result files under {path}: {_hint(path)}")
     rows = load_results(path, current=True)
-    integer_columns = rows.attrs.pop("integer_columns", ())  # held by Results from here on
+    integer_columns = rows.attrs.get("integer_columns", [])
     if not rows.empty:
         rows = _valid(rows)
     if rows.empty:

@@ -18,7 +18,7 @@ from fraq._validation import check_finite, maybe_non_finite
 from fraq.aggregators.payload import ClientUpdate
 from fraq._stack import fill_stacks
 
-__all__ = ["Group", "ModuleSpec"]
+__all__ = ["Group", "ModuleSpec", "weighted_overflow"]
 
 
 @dataclass(frozen=True)
@@ -164,11 +164,7 @@ class Group:
         self._raise_non_finite("A")
         if all(t is None or bool(torch.isfinite(t).all()) for t in stacks):
             return
-        dtype = self.spec.dtype
-        raise ValueError(
-            f"modules {list(self.names)}: every client's B and A is finite, but the weighted stacks hold an inf or "
-            f"NaN: a client's factor times sqrt(a_k) (and its scale s_k on A) passes the largest {dtype} "
-            f"({torch.finfo(dtype).max:.3g}); aggregate uploads in a wider dtype (float32)")
+        raise weighted_overflow(self.names, self.spec.dtype)
 
     def _raise_non_finite(self, factor: str) -> None:
         """Name the client and module whose factor holds a NaN/Inf, if any."""
@@ -240,3 +236,12 @@ def _make_groups(updates, specs, weights, batched, checked: bool = False) -> lis
     for s in specs:
         buckets.setdefault(s.key, []).append(s)
     return [Group(b, updates, weights, batched=True, checked=checked) for b in buckets.values()]
+
+
+def weighted_overflow(names: Sequence[str], dtype: torch.dtype) -> ValueError:
+    """The error of finite uploads whose weighted stacks hold an inf or NaN: the weighting took a
+    factor past ``dtype``'s largest value (one message for the list path and the round buffer)."""
+    return ValueError(
+        f"modules {list(names)}: every client's B and A is finite, but the weighted stacks hold an inf or "
+        f"NaN: a client's factor times sqrt(a_k) (and its scale s_k on A) passes the largest {dtype} "
+        f"({torch.finfo(dtype).max:.3g}); aggregate uploads in a wider dtype (float32)")

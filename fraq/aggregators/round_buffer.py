@@ -18,7 +18,7 @@ import torch
 from fraq._stack import _column_factors, normalized_weights
 from fraq._validation import check_finite, maybe_non_finite
 from fraq.aggregators.certificate import ExactAggregate, ExactFactors, upload_aggregate
-from fraq.aggregators.group import Group, ModuleSpec
+from fraq.aggregators.group import Group, ModuleSpec, weighted_overflow
 from fraq.aggregators.payload import ClientUpdate
 from fraq.aggregators.upload_layout import Layout, check_weight
 from fraq.aggregators.validation import _check_scale
@@ -249,12 +249,10 @@ class RoundBuffer:
             # every module's rows weighted in place, so the stacks hold S' whatever the parts (exact_aggregate)
             A.mul_((factors[spec[bn[0]].scales] if len(parts) == 1 else
                     torch.stack([factors[spec[name].scales] for name in bn])).unsqueeze(-1))
-            if any(abs(r * s_) > 1 for scales in parts for r, s_ in zip(roots, scales)) and maybe_non_finite([A]):
+            if (any(abs(r * s_) > 1 for scales in parts for r, s_ in zip(roots, scales)) and maybe_non_finite([A])
+                    and not bool(torch.isfinite(A).all())):  # the screen may fire on finite entries: exact scan
                 # the uploads were finite as they came in: a scale s_k > 1 took a weighted A_k past the dtype
-                raise ValueError(
-                    f"modules {list(bn)}: every client's B and A is finite, but the weighted stacks hold an inf or "
-                    f"NaN: a client's A times sqrt(a_k) s_k passes the largest {self.dtype} "
-                    f"({torch.finfo(self.dtype).max:.3g}); aggregate uploads in a wider dtype (float32)")
+                raise weighted_overflow(bn, self.dtype)
             for rows in parts.values():
                 Bt_g, A_g = (_rows(Bt, rows), _rows(A, rows))
                 stacks = (None if Bt_g is None else Bt_g.mT, A_g)
