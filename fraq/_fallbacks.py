@@ -123,7 +123,7 @@ def _graded(at: Pass, rd: Reading, plan: Plan, whole: tuple) -> Pass:
     return replace(at, basis=REGISTRY[plan.backend].fn(X), X=X, Y=Y)
 
 
-def _unresolved(w_diag: np.ndarray, c_col2: np.ndarray, lam1: np.ndarray, plan: Plan) -> np.ndarray:
+def _unresolved(w_diag: np.ndarray, c_norm: np.ndarray, lam1: np.ndarray, plan: Plan) -> np.ndarray:
     """Per matrix, bool: the factored Gram G = C W_Y C^T lost a client's term. Row k of Y
     enters W_Y = Y Y^T squared, in the compute dtype: where ||y_k||^2 falls below that
     dtype's normal range (``w_diag[k]`` under tiny / eps^2, :func:`fraq._range.limits`) it
@@ -131,13 +131,14 @@ def _unresolved(w_diag: np.ndarray, c_col2: np.ndarray, lam1: np.ndarray, plan: 
     scaled against each other, (B 2^k, A 2^-k), move its size from y_k into c_k). The term
     is bounded by ||c_k||^2 ||y_k||^2 <= ||c_k||^2 w_lo: where that bound reaches
     eps * lambda_1 the term may matter and the product form, which never squares y_k
-    alone, is taken instead (a zero row with a large c_k only costs that form's time)."""
+    alone, is taken instead (a zero row with a large c_k only costs that form's time).
+    ``c_norm``: ||c_k|| per column, squared here in float64 (no underflow)."""
     w_lo = _range.limits(plan.cdt, plan.edt)[4]
     if w_diag.min(initial=math.inf) >= w_lo:  # no row below the range (a NaN takes the full test)
         return np.zeros(w_diag.shape[0], dtype=bool)
     eps = rounding_eps(plan.cdt, plan.edt)
     with np.errstate(over="ignore", invalid="ignore"):
-        lost = (w_diag < w_lo) & ~(c_col2 * w_lo < eps * np.abs(np.nan_to_num(lam1, nan=0.0))[:, None])
+        lost = (w_diag < w_lo) & ~(np.square(c_norm) * w_lo < eps * np.abs(np.nan_to_num(lam1, nan=0.0))[:, None])
     return lost.any(-1)
 
 
@@ -181,33 +182,37 @@ def read(plan: Plan, at: Pass, coords: _gram.Coordinates, eig, s: int) -> Readin
     eigenvalues, max|C| (:func:`fraq._range.stats`), N = sum_k ||c_k|| ||y_k|| (the
     factors' scale, invariant to rescaling C's columns against Y's rows: the product's
     noise floor and the Gram guard), a deferred basis's rejections, the scale exponents
-    and the diagonal of W_Y."""
-    device = {"c_max": _range.stats(at.basis.C), "n_sum": _gram.scale_sum(at.basis.C, at.Y)}
+    and, under a factored Gram, the diagonal of W_Y and C's column norms ||c_k||."""
+    C = at.basis.C
+    c_norm = torch.linalg.vector_norm(C, dim=-2)
+    columns = [_range.stats(C), (c_norm * torch.linalg.vector_norm(at.Y, dim=-1)).sum(-1)]  # N: _gram.scale_sum
     guard = at.factored  # judged under an explicit gram="factored" too: reported there, not acted on
     if eig is not None:
-        device["lam"] = eig[0]
+        columns.append(eig[0])
     if at.basis.rejected is not None:
-        device["rejected"] = at.basis.rejected
+        columns.append(at.basis.rejected)
     if at.e is not None:
-        device["e"] = at.e
+        columns.append(at.e)
     if coords.WY is not None:
-        device["w_diag"] = coords.WY.diagonal(dim1=-2, dim2=-1)
-        device["c_col2"] = at.basis.C.square().sum(-2)  # ||c_k||^2: r numbers of the small C
-    host = _to_host(device)
+        columns += [coords.WY.diagonal(dim1=-2, dim2=-1), c_norm]
+    host = _to_host(columns)
     with np.errstate(over="ignore", invalid="ignore"):  # a sum of a matrix out of range may overflow: it fails
         return _verdicts(plan, at, host, eig is not None, s, guard)
 
 
-def _verdicts(plan: Plan, at: Pass, host: dict[str, np.ndarray], solved: bool, s: int, guard: bool) -> Reading:
-    """:func:`read`'s verdicts from its host numbers (``solved``: the eigensolver gave ``lam``)."""
-    lam = host["lam"] if solved else np.full((host["c_max"].shape[0], s), np.nan)
-    w_diag = host.get("w_diag")
+def _verdicts(plan: Plan, at: Pass, host: list[np.ndarray], solved: bool, s: int, guard: bool) -> Reading:
+    """:func:`read`'s verdicts from its host numbers, in :func:`read`'s order (``solved``:
+    the eigensolver gave ``lam``)."""
+    c_max, n_sum, *rest = host
+    lam = rest.pop(0) if solved else np.full((c_max.shape[0], s), np.nan)
+    rejected = rest.pop(0) > 0 if at.basis.rejected is not None else None
+    e = rest.pop(0).astype(np.int64) if at.e is not None else None
+    w_diag, c_norm = rest if rest else (None, None)
     w_max = None if w_diag is None else w_diag.max(-1).tolist()
     g_trace = lam.sum(-1).tolist() if guard else None
-    n_sum = host["n_sum"]
-    ok = _range.verdict(host["c_max"].tolist(), lam[:, -1].tolist(), w_max, plan.cdt, plan.edt)
+    ok = _range.verdict(c_max.tolist(), lam[:, -1].tolist(), w_max, plan.cdt, plan.edt)
     cancels = ok & _gram.cancels(n_sum.tolist(), g_trace, s) if guard else None
-    unresolved = None if w_diag is None else _unresolved(w_diag, host["c_col2"], lam[:, 0], plan)
+    unresolved = None if w_diag is None else _unresolved(w_diag, c_norm, lam[:, 0], plan)
     unjudged = 0
     if cancels is not None and not plan.guard:  # the caller chose the factored form: it stays, the result says so
         unjudged = int((cancels | (False if unresolved is None else unresolved)).sum())
@@ -215,22 +220,21 @@ def _verdicts(plan: Plan, at: Pass, host: dict[str, np.ndarray], solved: bool, s
     lam = lam[:, ::-1]
     d, r = at.X.shape[-2], at.X.shape[-1]
     floor = noise_floor(n_sum, d, r, rounding_eps(plan.cdt, plan.edt))[:, None]
-    return Reading(lam=np.where(lam > floor, lam, 0.0), n_sum=n_sum, ok=ok, cancels=cancels,
-                   rejected=host["rejected"] > 0 if "rejected" in host else None, lam1=lam[:, 0],
-                   e=host["e"].astype(np.int64) if "e" in host else None, unresolved=unresolved,
-                   unjudged=unjudged)
+    return Reading(lam=np.where(lam > floor, lam, 0.0), n_sum=n_sum, ok=ok, cancels=cancels, rejected=rejected,
+                   lam1=lam[:, 0], e=e, unresolved=unresolved, unjudged=unjudged)
 
 
-def _to_host(device: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+def _to_host(columns: list[torch.Tensor]) -> list[np.ndarray]:
     """The one host synchronization: per-matrix values ((nb,) or (nb, k), any real or bool
-    dtype) read as one float64 array and handed back by name, each in its own shape (on the
-    CPU too, where a read costs nothing: the host-read counters count the CUDA path on it)."""
-    columns = [t.unsqueeze(-1) if t.dim() == 1 else t for t in device.values()]
-    host = torch.cat(columns, -1) if len(columns) > 1 else columns[0]
+    dtype) read as one float64 array and handed back in order, each in its own shape (on
+    the CPU too, where a read costs nothing: the host-read counters count the CUDA path on it)."""
+    widths = [1 if t.dim() == 1 else t.shape[-1] for t in columns]
+    host = torch.cat([t.unsqueeze(-1) if t.dim() == 1 else t for t in columns], -1) if len(columns) > 1 else columns[0]
     host = (host if host.device.type == "cpu" else host.cpu()).numpy().astype(np.float64, copy=False)
-    out, k = {}, 0
-    for (name, t), c in zip(device.items(), columns):  # slices: np.split costs ~20 us a call here
-        out[name] = host[:, k] if t.dim() == 1 else host[:, k:k + c.shape[-1]]
-        k += c.shape[-1]
+    if host.ndim == 1:
+        return [host]
+    out, k = [], 0
+    for w, t in zip(widths, columns):  # slices: np.split costs ~20 us a call here
+        out.append(host[:, k] if t.dim() == 1 else host[:, k:k + w])
+        k += w
     return out
-

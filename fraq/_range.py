@@ -119,10 +119,19 @@ def _line_exponents(t: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tens
     return f.exponent.to(torch.int64), (f.mantissa > 0) & torch.isfinite(f.mantissa)
 
 
+SMALL = 1 << 16
+"""Entries per matrix up to which :func:`stats` takes |C| and one reduction (two ops) rather
+than :func:`amax`'s two reductions and their maximum (four): C is r x r for every basis but
+the identity's, whose C is X itself (d x r, r >= d), which is not copied."""
+
+
 def stats(C: torch.Tensor) -> torch.Tensor:
     """max|C| per matrix (nb,): not a norm, whose squares would underflow for a tiny C, so it
     is exactly zero only for a zero X; a NaN or Inf anywhere in X shows in it. The Grams
-    need no pass of their own (see :func:`verdict`)."""
+    need no pass of their own (see :func:`verdict`). The same value by either route
+    (:data:`SMALL`)."""
+    if 0 < C.shape[-1] * C.shape[-2] <= SMALL:
+        return C.abs().amax(dim=(-2, -1))
     return amax(C)
 
 
