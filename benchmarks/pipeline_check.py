@@ -12,7 +12,8 @@ machine's state. Each method is then described by
 one more warm call: the device synchronizations it made (CUDA:
 ``torch.cuda.set_sync_debug_mode("warn")``'s warnings, counted), and, under torch's
 profiler, its kernels and the GPU time they took against the call's wall time (the
-host's share is the rest). Methods that cannot be built here (an option this code does
+host's share is the rest), and the kernels that took most of it (``top_kernels``: on a CPU
+the aten ops of most self time). Methods that cannot be built here (an option this code does
 not know) are named and skipped. Writes ``DIR/pipeline.json`` (whole, beside then
 renamed) after every preset and prints a table. On CUDA it then probes whether the static
 pass runs as a CUDA graph (:mod:`benchmarks.graph_probe`, the record's ``graphs``): a few
@@ -100,10 +101,31 @@ def _profile(fn, device: torch.device) -> dict:
         kernels = [e for e in events if getattr(e, "device_type", None) is not None
                    and str(e.device_type).endswith("CUDA")]
         busy = sum(_device_time(e) for e in kernels) * 1e-6
+        top = _top((e.name, _device_time(e)) for e in kernels)
     else:
         kernels, busy = [], None
+        top = _top((e.name, e.self_cpu_time_total) for e in events if e.name.startswith("aten::"))
     return dict(wall_s=wall, kernels=len(kernels), device_busy_s=busy,
-                aten_ops=sum(1 for e in events if e.name.startswith("aten::")))
+                aten_ops=sum(1 for e in events if e.name.startswith("aten::")),
+                top_kernels=dict(by="device time" if device.type == "cuda" else "self CPU time of aten ops",
+                                 rows=top))
+
+
+TOP_KERNELS = 10
+"""Rows of a record's ``top_kernels``: the kernels (CUDA) or aten ops (CPU) that took the
+most time in the profiled call, each name's calls and time summed."""
+
+
+def _top(timed) -> list[dict]:
+    """``(name, microseconds)`` pairs summed by name: the :data:`TOP_KERNELS` names of most
+    time, most first, as ``{"name", "calls", "seconds"}``."""
+    total: dict[str, list] = {}
+    for name, us in timed:
+        row = total.setdefault(name, [0, 0.0])
+        row[0] += 1
+        row[1] += us
+    ranked = sorted(total.items(), key=lambda kv: -kv[1][1])[:TOP_KERNELS]
+    return [dict(name=name, calls=calls, seconds=us * 1e-6) for name, (calls, us) in ranked]
 
 
 def measure_preset(name: str, specs, *, device: torch.device, rounds: int, layers: int | None = None) -> dict:

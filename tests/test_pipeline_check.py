@@ -19,5 +19,10 @@ def test_one_layer_of_roberta_on_the_cpu(tmp_path, capsys):
     assert set(rec["rows"]) == {"fraq:tau=0.95", "flora"} and "fraq:no_such_option=1" in rec["skipped"]
     for row in rec["rows"].values():
         assert len(row["samples"]) == 2 and row["median_s"] > 0 and row["syncs"] is None
+        top = row["top_kernels"]["rows"]
+        assert 0 < len(top) <= 10 and all(t["name"].startswith("aten::") and t["calls"] >= 1 for t in top)
+        assert [t["seconds"] for t in top] == sorted((t["seconds"] for t in top), reverse=True)
+        assert sum(t["seconds"] for t in top) <= row["wall_s"]  # self times of one call: within its wall time
+    assert any("eigh" in t["name"] for t in rec["rows"]["fraq:tau=0.95"]["top_kernels"]["rows"])
     assert "| fraq:tau=0.95 |" in capsys.readouterr().out
     assert [p.name for p in tmp_path.iterdir()] == ["pipeline.json"]
