@@ -116,9 +116,11 @@ bench-gpu: ## results/gpu/
 # CUDA tests, the paper-size experiments, the eigensolver and basis routes (docs/benchmarks.md).
 GPU_OUT ?= results/gpu-check
 BUDGET ?= 420
-gpu-check: ## results/gpu-check/
-	$(PY) -m benchmarks.gpu_check --out $(GPU_OUT) --device $(DEVICE) --budget-s $(BUDGET)
-	$(PY) -m analysis.reproduce --out $(GPU_OUT)
+PARTS ?=
+gpu-check: ## results/gpu-check/ (PARTS=a,b: those parts only)
+	$(PY) -m benchmarks.gpu_check --out $(GPU_OUT) --device $(DEVICE) --budget-s $(BUDGET) $(if $(PARTS),--parts $(PARTS))
+	@if tar -tzf $(GPU_OUT)/results.tar.gz 2>/dev/null | grep -q '\.json$$'; then \
+		$(PY) -m analysis.reproduce --out $(GPU_OUT); else echo "no result files in $(GPU_OUT): no report drawn"; fi
 
 # The points no GPU call has measured with this code on this kind of GPU, by priority, in one long-lived
 # process inside BUDGET seconds, each added to CAMPAIGN_OUT/ledger.json as it is measured; the same

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.gpu_check import CUDA_TESTS, FILES, PARTS, Part
+from benchmarks.gpu_check import CUDA_TESTS, DEFAULT_PARTS, FILES, PARTS, Part
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKED = ("asv", "flwr", "peft")
@@ -68,7 +68,7 @@ def test_cpu_flow_writes_its_files_whole_and_prints_the_summary_last(cpu_run):
     assert p.stdout.rstrip().endswith(summary.rstrip())
     assert seconds < 60 + 30  # the budget, and the start of the command itself
     states = _parts_table(summary)
-    assert list(states) == [part.name for part in PARTS]
+    assert list(states) == [part.name for part in DEFAULT_PARTS]
     assert set(states.values()) <= STATES, states
 
 
@@ -146,21 +146,21 @@ def test_default_device_is_cuda_and_refused_without_one(tmp_path, capsys):
 def test_deadlines_are_ordered_inside_the_budget(budget):
     from benchmarks.gpu_check.parent import RESERVE_S, deadlines
 
-    ends = deadlines(list(PARTS), 100.0, budget)
+    ends = deadlines(list(DEFAULT_PARTS), 100.0, budget)
     assert all(a <= b for a, b in zip(ends, ends[1:]))
     assert ends[-1] == pytest.approx(100.0 + budget - min(RESERVE_S, budget / 10))
     if budget >= 420:  # room for every share: each part gets its share, at least its minimum
-        total = sum(p.share for p in PARTS)
+        total = sum(p.share for p in DEFAULT_PARTS)
         gaps = [b - a for a, b in zip([100.0, *ends], ends)]
         usable = budget - RESERVE_S
-        for p, gap in zip(PARTS, gaps):
+        for p, gap in zip(DEFAULT_PARTS, gaps):
             assert gap >= p.min_s - 1e-9 and gap >= usable * p.share / total - 1e-9
 
 
 def test_shares_add_up_and_parts_name_registered_experiments():
     from benchmarks.experiments import EXPERIMENTS
 
-    assert math.isclose(sum(p.share for p in PARTS), 1.0)
+    assert math.isclose(sum(p.share for p in DEFAULT_PARTS), 1.0)
     assert all(e in EXPERIMENTS for p in PARTS for e in p.experiments)
     assert len({p.name for p in PARTS}) == len(PARTS)
 

@@ -18,7 +18,10 @@ it), and what needs CUDA says "not on this device". Parts, in order (:data:`PART
 - ``alternatives`` (:mod:`~benchmarks.experiments.eigh_routes`,
   :mod:`~benchmarks.experiments.basis_routes`), ``table4``, ``fig3``, ``tf32``, ``fig4``,
   ``clients``: the runner's experiments at ``--size`` on the device, one result file per
-  point in :mod:`benchmarks.results`' format (``tables123`` and the others alike).
+  point in :mod:`benchmarks.results`' format (``tables123`` and the others alike);
+- ``asv-quick``, ``pytest-benchmark-quick`` (only when ``--parts`` names them): the two
+  suites on the device, asv's benchmarks called without asv (:mod:`benchmarks.suite_once`:
+  the GPU image has no asv) and the pytest-benchmark quick checks, each at the ``tiny`` size.
 
 Every part runs in its own process with a share of the budget (:class:`Part`); a share a
 part leaves unused goes to the parts after it. A part that reaches the end of its time
@@ -27,11 +30,13 @@ a point when the time is up is stopped and recorded the same way. A point is wri
 whole or not at all, so nothing is ever half written. A point that raises is recorded
 (``failed``, with the error) and the part goes on.
 
-``DIR`` receives at most :data:`FILES` (six files, no folders), each written beside
+``DIR`` receives at most :data:`FILES` (eight files, no folders), each written beside
 its name and renamed into place after every part, so that a run stopped from outside
 leaves whole files: ``results.tar.gz`` (``results/<experiment>/<key>.json``),
 ``summary.md`` (printed last), ``gpu_check.log`` (every part's output), ``device.json``
-``tests.xml`` (pytest's JUnit report) and ``pipeline.json`` (:mod:`benchmarks.pipeline_check`'s record). A ``DIR`` an earlier call wrote is added to:
+``tests.xml`` (pytest's JUnit report), ``pipeline.json`` (:mod:`benchmarks.pipeline_check`'s record),
+and where those parts ran ``asv_quick.json`` (:mod:`benchmarks.suite_once`'s) and
+``pytest_benchmark.json`` (pytest-benchmark's ``--benchmark-json``). A ``DIR`` an earlier call wrote is added to:
 its result files are kept (a point measured again replaces its own), so are the archive's
 members the check does not write (a README, notes), and its log goes on; its files that
 this call does not write again stay as they were. A ``DIR`` whose results were measured on
@@ -55,7 +60,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CUDA_TESTS", "FILES", "PARTS", "Part", "part_names"]
+__all__ = ["CUDA_TESTS", "DEFAULT_PARTS", "FILES", "PARTS", "Part", "part_names"]
 
 
 @dataclass(frozen=True)
@@ -63,13 +68,14 @@ class Part:
     """One part of the check: ``share`` of the budget (at least ``min_s`` seconds where the
     budget allows: a process's start, torch's import and the CUDA context take seconds),
     and the runner experiments it measures (none for ``device`` and ``tests``); ``what``
-    for the summary."""
+    for the summary. A part that is not ``default`` runs only when ``--parts`` names it."""
 
     name: str
     share: float
     experiments: tuple[str, ...]
     what: str
     min_s: float = 5.0
+    default: bool = True
 
 
 PARTS: tuple[Part, ...] = (
@@ -87,22 +93,33 @@ PARTS: tuple[Part, ...] = (
     Part("tf32", 0.04, ("tf32",), "FlexLoRA and FRAQ with TF32 on and off"),
     Part("fig4", 0.03, ("fig4_cond", "fig4_rank"), "Fig. 4: fidelity"),
     Part("clients", 0.04, ("clients",), "the clients sweep"),
+    Part("asv-quick", 0.5, (), "one benchmark of every asv suite file, every parameter once, with the device's "
+         "peak memory, called without asv (benchmarks.suite_once)", min_s=30.0, default=False),
+    Part("pytest-benchmark-quick", 0.5, (), "the pytest-benchmark quick checks (tests/bench/test_quick.py) on the "
+         "device", min_s=30.0, default=False),
 )
-"""The parts in the order they run: the headline first (FRAQ's pipelines against each other
+"""The parts in the order they run (those ``default`` unless ``--parts`` names others): the headline first (FRAQ's pipelines against each other
 on the whole presets, then Tables 1-3 with CUDA's defaults and the workspace targets), then
 the routes the defaults were chosen from, re-measured. Shares
 add up to 1. The pipeline part took 60 of its 74 s for four methods on an H200
 (docs/results/gpu/h200-2026-11-28); its share holds a fifth, the static pipeline read per call,
 and the CUDA-graph probe after them (a whole-model build and three spans per preset), from the
 shares of Fig. 4 and the clients sweep, which every call so far cut at their first points. The CUDA tests took 11 s of an H100 call (docs/results/gpu/h100-routes), so
-their share is their floor."""
+their share is their floor. The default parts' shares add up to 1; the two suites' quick
+runs (P4 of the plan, once per code fingerprint: :data:`benchmarks.gpu_check.plan.CHECKS`)
+are asked for by name, ``--parts asv-quick,pytest-benchmark-quick``, in a call of their own.
+"""
+
+DEFAULT_PARTS: tuple[Part, ...] = tuple(p for p in PARTS if p.default)
+"""What ``make gpu-check`` runs without ``--parts``."""
 
 CUDA_TESTS = ("tests/test_measure.py", "tests/test_recompress.py", "tests/test_gpu_check.py")
 """The test files holding tests marked ``cuda`` (``tests/test_gpu_check.py`` checks that
 no other file does): pytest collects these alone, so a file that needs Flower or asv is
 never imported on a bare GPU image."""
 
-FILES = ("results.tar.gz", "summary.md", "gpu_check.log", "device.json", "tests.xml", "pipeline.json")
+FILES = ("results.tar.gz", "summary.md", "gpu_check.log", "device.json", "tests.xml", "pipeline.json",
+         "asv_quick.json", "pytest_benchmark.json")
 """Everything written to ``DIR``."""
 
 

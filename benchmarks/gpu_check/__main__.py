@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from benchmarks.gpu_check import FILES, PARTS, part_names
+from benchmarks.gpu_check import DEFAULT_PARTS, FILES, PARTS, part_names
 from benchmarks.gpu_check.folder import temporary_names
 
 
@@ -30,7 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default cuda)")
     ap.add_argument("--budget-s", type=float, default=420.0, help="seconds for every part together (default 420)")
     ap.add_argument("--size", choices=list(SIZES), default="gpu", help="the experiments' size (default gpu)")
-    ap.add_argument("--parts", help=f"comma-separated subset of {','.join(part_names())} (default all)")
+    ap.add_argument("--parts", help=f"comma-separated, of {','.join(part_names())} (default: every part but "
+                                    f"{','.join(p.name for p in PARTS if not p.default)})")
     ap.add_argument("--plan", action="store_true",
                     help="print what the next call would measure (the points the ledger lacks, by priority, in "
                          "--budget-s) and measure nothing")
@@ -61,7 +62,7 @@ def _checked(args) -> tuple[list, object]:
 
     if not (math.isfinite(args.budget_s) and args.budget_s >= 10):
         raise ValueError(f"--budget-s(={args.budget_s:g}) must be a number of seconds >= 10")
-    names = part_names() if args.parts is None else [p.strip() for p in args.parts.split(",")]
+    names = [p.name for p in DEFAULT_PARTS] if args.parts is None else [p.strip() for p in args.parts.split(",")]
     unknown = [p for p in names if p not in part_names()] or ([] if names else [""])
     if unknown:
         raise ValueError(f"--parts(={args.parts!r}): {unknown[0]!r} is not one of {', '.join(part_names())}")

@@ -422,7 +422,8 @@ def campaign(opts: Options) -> int:
         started = True
         checks = _checks_left(call, book) if opts.experiments is None else []
         if checks:
-            call.say(f"not points, left to make gpu-check: {', '.join(checks)}")
+            call.say(f"not points, left to a call of the GPU check: make gpu-check BUDGET=... "
+                     f"PARTS={','.join(checks)} (python -m benchmarks.gpu_check --parts {','.join(checks)})")
         for level in sorted({p for p, _, _, _ in plan.PRIORITIES}):
             if call.end - time.time() <= 0:
                 call.tally.unplanned.append(level)

@@ -76,8 +76,43 @@ def _command(part: Part, *, device: torch.device, size: str, work: Path, until: 
         scope = [] if _whole(size) else ["--layers", "1"]
         return [sys.executable, "-m", "benchmarks.pipeline_check", "--out", str(work), "--device", str(device),
                 "--presets", ",".join(_pipeline_presets(size)), "--rounds", "15" if _whole(size) else "2", *scope]
+    if part.name == "asv-quick":
+        return [sys.executable, "-m", "benchmarks.suite_once", "--out", str(work / "asv_quick.json"), "--device",
+                str(device), "--size", QUICK_SIZE]
+    if part.name == "pytest-benchmark-quick":
+        return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--benchmark-only",
+                f"--benchmark-json={work / 'pytest_benchmark.json'}", "tests/bench/test_quick.py"]
     return [sys.executable, "-m", "benchmarks.gpu_check", "--part", part.name, "--device", str(device),
             "--size", size, "--work", str(work), "--until", repr(until)]
+
+
+QUICK_SIZE = "tiny"
+"""The size of the two suites' quick parts: they check that each suite runs on the device and
+what it tracks there (peak memory), not the paper's numbers (the other parts' sizes)."""
+
+
+def _suite_status(part: Part, work: Path, returncode: int | None) -> dict:
+    """A suite part's status from its JSON: ``asv_quick.json``'s records, or pytest-benchmark's
+    ``--benchmark-json`` (its benchmarks, each one a check that ran; pytest's exit status
+    says whether any failed)."""
+    if returncode is None:
+        return dict(state="cut", detail="stopped at the end of its time")
+    name = "asv_quick.json" if part.name == "asv-quick" else "pytest_benchmark.json"
+    try:
+        doc = json.loads((work / name).read_text())
+    except (OSError, ValueError):
+        return dict(state="failed", measured=0, detail=f"the part's process exited {returncode} without {name}")
+    if part.name == "asv-quick":
+        states = [b["state"] for b in doc["benchmarks"]]
+        n = {s: states.count(s) for s in ("measured", "skipped", "failed")}
+        detail = f"{n['measured']} measured, {n['skipped']} skipped, {n['failed']} failed"
+        state = "failed" if returncode != 0 or n["failed"] else \
+            (NOT_HERE if n["skipped"] and not n["measured"] else "done")
+        return dict(state=state, measured=n["measured"], points=len(states), detail=detail)
+    ran = len(doc.get("benchmarks", []))
+    state = "failed" if returncode not in (0, 5) else (NOT_HERE if not ran else "done")  # 5: every check skipped
+    return dict(state=state, measured=ran, points=ran,
+                detail=f"{ran} checks timed; pytest exited {returncode}")
 
 
 def _tests_status(work: Path, returncode: int) -> dict:
@@ -104,6 +139,8 @@ def _status(part: Part, work: Path, returncode: int | None, seconds: float, shar
     if part.name == "tests":
         st = _tests_status(work, returncode) if returncode is not None else \
             dict(state="cut", detail="stopped at the end of its time")
+    elif part.name in ("asv-quick", "pytest-benchmark-quick"):
+        st = _suite_status(part, work, returncode)
     elif part.name == "pipeline":
         try:
             done = len(json.loads((work / "pipeline.json").read_text())["presets"])
@@ -195,7 +232,8 @@ def _publish(work: Path, out: Path, statuses: list[dict], meta: dict, others: li
     from benchmarks.gpu_check.summary import summary
 
     _pack(work, out, others)
-    for name in ("gpu_check.log", "device.json", "tests.xml", "pipeline.json"):
+    for name in ("gpu_check.log", "device.json", "tests.xml", "pipeline.json", "asv_quick.json",
+                 "pytest_benchmark.json"):
         if (work / name).exists():
             _replaced(out / name, lambda tmp, name=name: shutil.copyfile(work / name, tmp))
     text = summary(work, statuses, meta)

@@ -13,18 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.suite_once import ONE_OF_EACH
+
 pytest.importorskip("asv")
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-ONE_OF_EACH = {
-    "bench_ablation": "bench_ablation.Table4.time_run",
-    "bench_clients": "bench_clients.ClientsSweep.time_run",
-    "bench_fidelity": "bench_fidelity.RankFidelity.track_excess",
-    "bench_host": "bench_host.Host.track_host_reads",
-    "bench_presets": "bench_presets.Presets.track_downlink_pct",
-    "bench_recompress": "bench_recompress.HiddenSweep.time_run",
-}
 
 
 def test_every_suite_file_is_covered():
