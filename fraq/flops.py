@@ -44,8 +44,9 @@ d), and for D >> d from about r = 1.25 d on (768 x 3072); the comparison finds e
 crossing without a rule of its own.
 
 **Models of a method** (:func:`fraq.aggregators.analytic_flops`): a method's FLOP model is its aggregator
-class's ``flop_model`` (:class:`fraq.aggregators.Aggregator`), one of the functions here for
-the paper's methods (:func:`fraq_model`, :func:`florist_model`, :func:`flexlora_model`).
+class's ``flop_model`` (:class:`fraq.aggregators.Aggregator`), one of the functions here
+(:func:`fraq_model`, :func:`florist_model`, :func:`flexlora_model`, :func:`florg_model`,
+:func:`fedsvd_model`, :func:`fedmomentum_model`).
 ``model="table5"`` is the paper's Table 5 exactly (leading terms, SYRK Gram;
 :func:`fraq_table5`, :func:`florist_table5`, :func:`flexlora_table5`); ``model="full"`` is
 what the code runs, with the routines' constants and the lower-order terms (FRAQ from
@@ -53,6 +54,7 @@ what the code runs, with the routines' constants and the lower-order terms (FRAQ
 runs on FRAQ's kernel (``flexlora:kernel=fraq``, :mod:`fraq.aggregators._kernel`) is
 counted as :func:`fraq.svd` runs (:func:`kernel_svd_flops`; ``analytic_flops(...,
 kernel="fraq")``). :func:`fraq.aggregators.model_flops` sums either over a model's modules (Eq. 14).
+peft's svd merge, which is no aggregator, has :func:`peft_svd_flops`.
 
 Data-dependent work is not modelled: a Cholesky-QR2 fallback adds Householder's count for
 that matrix, and Newton-Schulz's step count comes from its tolerance (pass ``steps``,
@@ -112,10 +114,19 @@ __all__ = [
     "flexlora_model",
     "kernel_svd_flops",
     "rsvd_dense_flops",
+    "florg_model",
+    "florg_flops",
+    "fedsvd_model",
+    "fedmomentum_model",
+    "peft_svd_flops",
+    "TABLE5_METHODS",
 ]
 
 GRAMS = ("gemm", "syrk")
 MODELS = ("table5", "full")
+TABLE5_METHODS = ("flexlora", "florist", "fraq")
+"""The methods the paper's Table 5 has a row for, each on its published path only: every other
+method's, or kernel's, ``model="table5"`` is a ValueError."""
 
 
 # The routines' counts live in fraq._routine_flops and each backend's model beside the
@@ -369,3 +380,85 @@ def kernel_svd_flops(d: int, D: int, r: int, p: int) -> float:
         (svd_flops(D, p) + gemm_flops(d, p, p) if p > 0 else 0.0)
 
 
+
+
+def _no_table5(method: str, model: str) -> None:
+    if model == "table5":
+        raise ValueError(f"Table 5 has no row for {method}; use model='full' (the methods with one: "
+                         f"{list(TABLE5_METHODS)})")
+
+
+def florg_flops(k: int, R: int, r: int, *, kernel: str = "eigh", aligned: bool = True) -> float:
+    """FLoRG (:class:`fraq.aggregators.FLoRG`) on one module: k = min(m, n) the side its
+    clients' A_k (r x k) share, R = K r the rows of the weighted stack S, r the output rank.
+
+    - ``kernel="eigh"`` (as published): the k x k Gram S^T S (2 R k^2) and its eigenproblem
+      (``syevd`` with vectors, 14 k^3 / 3): O(k^3) whatever the ranks;
+    - ``kernel="gram"``: the R x R Gram S S^T (2 R^2 k), its eigenproblem (14 R^3 / 3) and
+      the factor W_q^T S (2 q R k, q = min(r, R, k)): O(R^2 k + R^3).
+
+    ``aligned`` (a round after the first, as Tables 1-3 time it): the Procrustes step,
+    A_prev A~^T (2 r^2 k), its r x r SVD, U V^T (2 r^3) and that applied to A~ (2 r^2 k).
+    The clamp, square roots and padding are elementwise (not counted, by either side)."""
+    if kernel == "gram":
+        q = min(r, R, k)
+        f = gram_flops(k, R) + eigh_flops(R) + gemm_flops(q, R, k)
+    elif kernel == "eigh":
+        f = gram_flops(R, k) + eigh_flops(k)
+    else:
+        raise ValueError(f"kernel(={kernel!r}) must be 'eigh' or 'gram'")
+    if aligned and r > 0:
+        f += 2 * gemm_flops(r, k, r) + svd_flops(r, r, full_matrices=True) + gemm_flops(r, r, r)
+    return float(f)
+
+
+def florg_model(d: int, D: int, r: int, p: int, *, model: str, kernel: str = "eigh", aligned: bool = True) -> float:
+    """FLoRG's FLOP model (``FLoRG.flop_model``), ``model="full"`` only (Table 5 has no FLoRG
+    row): :func:`florg_flops` with k = d (its matrices are r x min(m, n)), R = r the stacked
+    rank and the output rank p (the clients' rank)."""
+    _no_table5("FLoRG", model)
+    return florg_flops(d, r, p, kernel=kernel, aligned=aligned)
+
+
+def fedsvd_model(d: int, D: int, r: int, p: int, *, model: str, kernel: str = "dense") -> float:
+    """FedSVD's FLOP model (``FedSVD.flop_model``), ``model="full"`` only: the FedAvg factors
+    B_g (d x p), A_g (p x D) have the clients' rank p, so the stacked rank r does not enter
+    (the averaging is elementwise). ``kernel="dense"``: B_g A_g (2 d D p) and its thin SVD
+    at ``gesdd``'s count; ``kernel="fraq"``: :func:`kernel_svd_flops` of the rank-p factors
+    at rank p."""
+    _no_table5("FedSVD", model)
+    if kernel == "fraq":
+        return kernel_svd_flops(d, D, p, p)
+    if kernel != "dense":
+        raise ValueError(f"kernel(={kernel!r}) must be 'dense' or 'fraq'")
+    return float(gemm_flops(d, p, D) + svd_flops(D, d))
+
+
+def fedmomentum_model(d: int, D: int, r: int, p: int, *, model: str, kernel: str = "dense") -> float:
+    """FedMomentum's FLOP model (``FedMomentum.flop_model``), ``model="full"`` only: every
+    triplet of the stacked aggregate (rank r) is decomposed before its energy rule cuts, so the
+    output rank p does not enter. ``kernel="dense"``: the aggregate's GEMM (2 d D r) and its
+    thin SVD; ``kernel="fraq"``: :func:`kernel_svd_flops` at rank s = min(d, r)."""
+    _no_table5("FedMomentum", model)
+    if kernel == "fraq":
+        return kernel_svd_flops(d, D, r, min(d, r))
+    if kernel != "dense":
+        raise ValueError(f"kernel(={kernel!r}) must be 'dense' or 'fraq'")
+    return float(gemm_flops(d, r, D) + svd_flops(D, d))
+
+
+def peft_svd_flops(m: int, n: int, r: int, p: int, *, full_matrices: bool = True) -> float:
+    """peft's svd merge (``add_weighted_adapter(..., combination_type="svd")``, peft 0.21) of
+    one m x n module: each client's dense delta B_k A_k (2 m n r_k, summing to 2 m n r over
+    the stacked rank r), their weighted sum (elementwise), ``torch.linalg.svd`` of the m x n
+    sum (``gesdd``; ``full_matrices=True`` is peft's default, False its thin variant
+    ``svd_full_matrices=False``) and U_p diag(S_p) (2 m p^2, a GEMM). The orientation is
+    peft's: m the output side (``lora_B``'s rows), where U lives; only that last GEMM depends
+    on it. A per-module rank (``rank_pattern``) asks peft for the largest p and slices: pass
+    that p."""
+    for name, v in (("m", m), ("n", n), ("r", r), ("p", p)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
+            raise ValueError(f"{name}(={v!r}) must be an int >= 0")
+    if p > min(m, n):
+        raise ValueError(f"p(={p}) must be <= min(m, n)(={min(m, n)})")
+    return float(gemm_flops(m, r, n) + svd_flops(m, n, full_matrices=full_matrices) + gemm_flops(m, p, p))

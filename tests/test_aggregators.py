@@ -129,10 +129,11 @@ def test_flop_models_are_the_classes_and_a_method_without_one_is_named():
     from fraq.aggregators import analytic_flops
     from fraq.flops import florist_table5
 
-    assert {n for n, c in AGGREGATORS.items() if c.flop_model is not None} == {"fraq", "florist", "flexlora"}
+    assert {n for n, c in AGGREGATORS.items() if c.flop_model is not None} == {"fraq", "florist", "flexlora", "florg",
+                                                                              "fedsvd", "fedmomentum"}
     assert analytic_flops("florist", 3072, 768, 64, 8, model="table5") == florist_table5(768, 3072, 64, 8)
     with pytest.raises(ValueError, match=r"method\(='fedit'\) has no FLOP model: the methods with one are "
-                                         r"\['flexlora', 'florist', 'fraq'\]"):
+                                         r"\['flexlora', 'florg', 'florist', 'fraq', 'fedsvd', 'fedmomentum'\]"):
         analytic_flops("fedit", 8, 8, 2, 1)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import kernel_variants, style, tables
+from analysis.flop_check import flop_check_lines
 from analysis.launches import spread_text
 from analysis.verdicts import against_range, holds, judge, not_measured, ours, paired, samples
 from analysis.loaders import paper
@@ -48,7 +49,8 @@ def draw(res) -> list[Section]:
     for preset in tables123_presets(agg):
         rows = tables123_rows(agg)
         body = tables.markdown(tables123_latency(agg, preset)) + "\n\n" + "\n".join(
-            verdict_lines(agg, preset) + like_for_like_lines(rows[rows["preset"] == preset])
+            verdict_lines(agg, preset) + flop_check_lines(rows[rows["preset"] == preset])
+            + like_for_like_lines(rows[rows["preset"] == preset])
             + kernel_variants.table_lines(rows[rows["preset"] == preset]))
         out.append(Section(PRESET_TITLES.get(preset, preset), body, level=3))
     return out

@@ -251,21 +251,34 @@ def _model_flops(name: str, model: Model, ranks: dict, which: str, *, kernel: st
     modules in ``ranks`` (module -> output rank; a per-client method's tuple of client ranks
     counts as the largest, the rank its one SVD is cut at), each at its shape and the
     preset's stacked rank, on the row's ``kernel`` where it names one; NaN for a method
-    without a FLOP model or a model without the row (Table 5 has no kernel rows). FRAQ's
+    without a FLOP model or a model without the row (Table 5 has rows for
+    :data:`fraq.flops.TABLE5_METHODS` on their published paths only). FRAQ's
     full model follows the path ``recompress`` takes
-    (:func:`benchmarks.measure.methods.default_path`)."""
+    (:func:`benchmarks.measure.methods.default_path`).
+
+    The full model counts each module at the largest output rank of the modules of its shape
+    in the call: a shape is one batched group, and its rank-dependent steps (FRAQ's R_p and
+    Q U_p, FLoRIST's recovery products) run at the group's largest rank, the columns past a
+    module's own masked (``p.max()`` in :func:`fraq.recompress`). Table 5's formula keeps each
+    module's own rank, as the paper writes it."""
     from benchmarks.measure.methods import default_path
     from fraq.aggregators import AGGREGATORS
     from fraq.aggregators import analytic_flops
+    from fraq.flops import TABLE5_METHODS
 
-    if AGGREGATORS[name].flop_model is None or (kernel not in (None, "dense") and which == "table5"):
+    if AGGREGATORS[name].flop_model is None or (which == "table5" and (kernel not in (None, "dense")
+                                                                      or name not in TABLE5_METHODS)):
         return float("nan")
     path_kernel = {} if kernel is None else {"kernel": kernel}
     r = sum(model.preset.ranks)
+    own = {module: max(p) if isinstance(p, tuple) else int(p) for module, p in ranks.items()}
+    largest: dict = {}
+    for module, p in own.items():
+        largest[model.shapes[module]] = max(p, largest.get(model.shapes[module], 0))
     total = 0.0
-    for module, p in ranks.items():
+    for module, p in own.items():
         m, n = model.shapes[module]
-        p = max(p) if isinstance(p, tuple) else int(p)
+        p = largest[(m, n)] if which == "full" else p
         path = default_path(m, n, r, p) if AGGREGATORS[name].basis_backend and which == "full" else {}
         total += analytic_flops(name, m, n, r, min(p, r, m, n), model=which, **path, **path_kernel)
     return total

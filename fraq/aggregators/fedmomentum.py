@@ -14,6 +14,7 @@ from fraq.aggregators._kernel import DEFAULT_DENSE_BYTES, triplets, use_kernel
 from fraq.aggregators._linalg import first_columns, first_rows, select
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.payload import WARM_START, Downlink, Factors
+from fraq.flops import fedmomentum_model
 
 __all__ = ["DEFAULT_RESIDUAL_TAU", "FedMomentum"]
 
@@ -79,6 +80,7 @@ class FedMomentum(Aggregator):
     checks_finite = False  # fraq.stack does
     dense_factorization = True
     kernel_variants = ("fraq",)
+    flop_model = staticmethod(fedmomentum_model)
     not_an_adapter = "its residual is merged into the base weights, it is not a LoRA adapter"
 
     def __init__(self, *, tau: float = DEFAULT_RESIDUAL_TAU, kernel: str = "dense",

@@ -12,6 +12,7 @@ from fraq.aggregators._linalg import first_columns, first_rows, own_copy
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.fedit import weighted_sum
 from fraq.aggregators.payload import WARM_START, Downlink, Factors
+from fraq.flops import fedsvd_model
 
 __all__ = ["FedSVD"]
 
@@ -49,9 +50,10 @@ class FedSVD(Aggregator):
     orthonormal completion with zero singular values, as the dense SVD's are.
 
     Downlink per client and module: (m + n) r parameters.
-    Flops per module (d = min(m, n), D = max(m, n)): dense, 2 d D r + about 4 D d^2
-    (SVD with vectors); ``kernel="fraq"``, about (2d + D) r^2 + 6 D r^2 (recompression and
-    the D x r SVD).
+    Flops per module (d = min(m, n), D = max(m, n); :func:`fraq.flops.fedsvd_model`, the class's
+    ``flop_model``): dense, 2 d D r + the d x D thin SVD with vectors (``gesdd``, 8 D d^2 +
+    4 d^3 / 3 below LAPACK's QR-first threshold); ``kernel="fraq"``, about (2d + D) r^2 + 6 D r^2
+    (recompression and the D x r SVD).
 
     Args:
         kernel: ``"dense"`` (default) or ``"fraq"``.
@@ -66,6 +68,7 @@ class FedSVD(Aggregator):
     heterogeneous_ranks = False
     dense_factorization = True
     kernel_variants = ("fraq",)
+    flop_model = staticmethod(fedsvd_model)
 
     def __init__(self, *, kernel: str = "dense", max_dense_bytes: int = DEFAULT_DENSE_BYTES):
         use_kernel(self, kernel, max_dense_bytes)

@@ -24,8 +24,9 @@ def analytic_flops(method: str, d: int, D: int, r: int, p: int, *, backend: str 
 
     Args:
         method: a registered aggregator (:data:`fraq.aggregators.AGGREGATORS`) with a FLOP
-            model, its class's ``flop_model`` (``fraq``, ``florist``, ``flexlora`` in the
-            package).
+            model, its class's ``flop_model`` (``fraq``, ``florist``, ``flexlora``, ``florg``,
+            ``fedsvd``, ``fedmomentum`` in the package; Table 5 has rows for the first three
+            only, :data:`fraq.flops.TABLE5_METHODS`).
         backend: FRAQ's basis backend (``model="full"`` only; a method whose class has
             ``basis_backend``).
         model: ``"table5"``, the paper's leading-order formulas exactly (FRAQ with a SYRK
@@ -39,8 +40,8 @@ def analytic_flops(method: str, d: int, D: int, r: int, p: int, *, backend: str 
         identity: FRAQ's identity basis (r >= d; ``result.info["basis"] == "identity"``),
             ``model="full"`` only.
         kernel: the method's ``kernel`` option (``flexlora:kernel=fraq``,
-            :mod:`fraq.aggregators._kernel`), for a method whose FLOP model takes one;
-            None: the method's default.
+            :mod:`fraq.aggregators._kernel`; ``florg:kernel=gram``), for a method whose FLOP
+            model takes one; None: the method's default.
 
     Shapes are oriented here: d and D may come in either order.
 

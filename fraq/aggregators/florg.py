@@ -26,6 +26,7 @@ from fraq.aggregators._linalg import batched
 from fraq.aggregators.base import Aggregator, AggregatorState, Group, GroupOutput, ModuleSpec
 from fraq.aggregators.layer import ClientLayer, Draw, Seeds
 from fraq.aggregators.payload import WARM_START, Downlink, Factors
+from fraq.flops import florg_model
 
 __all__ = ["FLoRG", "FlorgLayer", "FlorgLinear", "FlorgState", "KERNELS", "projections", "florg_delta"]
 
@@ -183,8 +184,9 @@ class FLoRG(Aggregator):
 
     Downlink per client and module: r min(m, n) parameters (this rule gives the paper's
     4.01% for LLaMA-3.2-3B but 5.00%, not 1.70%, for RoBERTa-base).
-    Flops per module: 2 K r k^2 (Gram) + about 9 k^3 (eigh with vectors) + O(r^2 k);
-    ``kernel="gram"``: 2 R^2 k (Gram) + about 9 R^3 (eigh) + 2 R r k.
+    Flops per module (:func:`fraq.flops.florg_flops`, the class's ``flop_model``): 2 R k^2
+    (Gram) + 14 k^3 / 3 (``syevd`` with vectors); ``kernel="gram"``: 2 R^2 k (Gram) + 14 R^3 / 3
+    (``syevd``) + 2 R r k; a round with a previous A adds its Procrustes step, O(r^2 k + r^3).
 
     Args:
         kernel: ``"eigh"`` (default: the k x k Gram, as the method is described) or
@@ -205,6 +207,7 @@ class FLoRG(Aggregator):
     no_delta = not_an_adapter
 
     kernel_variants = ("gram",)
+    flop_model = staticmethod(florg_model)
 
     def __init__(self, *, kernel: str = "eigh"):
         self.kernel = check_kernel(kernel, KERNELS)
