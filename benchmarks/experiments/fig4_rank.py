@@ -25,7 +25,11 @@ import torch
 
 from benchmarks import cases
 from benchmarks.device import to_device
+from benchmarks.experiments import Experiment, Priority
 from benchmarks.sizes import size_config
+
+EXPERIMENT = Experiment(default=True, untimed=True, scale=0.32,
+                        gpu=(Priority(5, "Fig. 4: fidelity against the rank"),))
 
 __all__ = ["chunk", "key", "measure", "points"]
 
