@@ -100,7 +100,7 @@ def key(config: dict) -> str:
 
 def chunk(config: dict) -> str:
     """The points measured together when the runner splits them between processes
-    (:func:`benchmarks.run.chunks`): one group and method, whose nested method's dense
+    (:func:`benchmarks.untimed.chunks`): one group and method, whose nested method's dense
     decomposition at ``p_max`` serves every p (:func:`_largest`)."""
     return f"{config['group']}-{config['method']}"
 
