@@ -6,7 +6,8 @@ shows them as it shows any warning):
 
 - :class:`NotMeasured`: no verdict on a claim, a point it covers not measured;
 - :class:`Busy`: no verdict on a timing claim, the machine busy while it was measured
-  (:func:`analysis.verdicts.busy`);
+  (:func:`analysis.verdicts.busy`, by the thresholds here: :data:`BUSY_LOAD`,
+  :data:`BUSY_STEAL`, which the report's list restates);
 - :class:`NotDrawn`: a report section not drawn;
 - :class:`Skipped`: a result file skipped (unreadable, malformed, an older format);
 - :class:`Commits`: results of more than one commit drawn together;
@@ -22,7 +23,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["Busy", "Commits", "Note", "NotDrawn", "NotMeasured", "Skipped", "collected", "section", "summary"]
+__all__ = ["BUSY_LOAD", "BUSY_STEAL", "Busy", "Commits", "Note", "NotDrawn", "NotMeasured", "Skipped", "collected",
+           "section", "summary"]
+
+BUSY_LOAD = 0.5
+"""A run is busy (:func:`analysis.verdicts.busy` decides, a :class:`Busy` note says so) when
+its 1-minute load average exceeds its own torch threads by more than this: something else
+was runnable beside the timed threads for at least half of the last minute, on a machine
+whose cores the run does not own."""
+
+BUSY_STEAL = 0.05
+"""A run is busy when more than this share of the CPU time went to other guests (KVM steal,
+``/proc/stat``): the timed thread waited for its core, by more than the few per cent the
+intervals resolve."""
 
 
 class Note(UserWarning):
@@ -113,8 +126,6 @@ def section(notes: Iterable[Warning]) -> list[str]:
         if not mine:
             continue
         if kind is Busy:
-            from analysis.verdicts import BUSY_LOAD, BUSY_STEAL
-
             reasons: dict[str, list[str]] = {}
             for x in mine:
                 reasons.setdefault(x.reason, []).append(f"'{x.claim}'")

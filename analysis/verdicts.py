@@ -72,7 +72,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.notes import Busy, Note, NotMeasured
+from analysis.notes import BUSY_LOAD, BUSY_STEAL, Busy, Note, NotMeasured  # busy's thresholds, with its note
 from fraq._sign_test import sign_error, sign_ranks  # pure Python: the one rule the runner decides by
 
 __all__ = ["BUSY_LOAD", "BUSY_STEAL", "DESCRIPTIVE", "against_range", "DRAWS", "HOW", "MIN_ROUNDS", "Verdict", "busy",
@@ -93,16 +93,6 @@ and the same floor for the draws of unpaired samples. Below it a verdict is "des
 
 DESCRIPTIVE = f"descriptive: n < {MIN_ROUNDS}, no interval"
 """What a verdict on fewer than :data:`MIN_ROUNDS` samples prints in place of its interval."""
-
-BUSY_LOAD = 0.5
-"""A run is busy when its 1-minute load average exceeds its own torch threads by more than
-this: something else was runnable beside the timed threads for at least half of the last
-minute, on a machine whose cores the run does not own."""
-
-BUSY_STEAL = 0.05
-"""A run is busy when more than this share of the CPU time went to other guests (KVM steal,
-``/proc/stat``): the timed thread waited for its core, by more than the few per cent the
-intervals resolve."""
 
 HOW = ("Every verdict carries the interval it rests on, in brackets. Timings taken round-robin in one "
        "process are paired: the statistic is computed round by round and the interval is the sign-test "

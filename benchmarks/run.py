@@ -13,7 +13,8 @@ format (config with its ``size``, result, machine, versions, git sha, device, th
 The timed experiments run first, one point at a time; the untimed ones
 (:data:`benchmarks.experiments.UNTIMED`: errors, ranks, counts) after them, in
 ``--processes`` processes (two on a 2-core CPU) that each take the next unclaimed chunk of
-points, since nothing they record depends on the load.
+points, since nothing they record depends on the load (:mod:`benchmarks.untimed`). What the
+runner's functions share travels as one frozen :class:`RunContext`.
 
 Each size has its own default ``--out`` (:data:`DEFAULT_OUT`: ``results/reproduce/results``
 for ``reduced``, what ``make run`` draws; ``results/reproduce-<size>/results`` for the
@@ -45,13 +46,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
@@ -61,6 +58,7 @@ import torch
 from benchmarks.experiments import DEFAULT, EXPERIMENTS, UNTIMED
 from benchmarks.experiments import cost as registry_cost
 from benchmarks.experiments import timing_cost as registry_timing_cost
+from benchmarks.untimed import SPLIT_S, HelperFailed, chunks, measure_shared, untimed_processes
 from fraq.internals import plain
 from fraq.internals import Progress
 
@@ -199,6 +197,29 @@ def described(config: dict, result: dict) -> dict:
     return {**fields, **result}
 
 
+@dataclass(frozen=True)
+class RunContext:
+    """What one run's functions share: where and how it measures (``out``, ``size``,
+    ``device``, ``threads``, ``rerun``), the points it measures (``todo``), and its running
+    state: the progress display (``bar``, None without one), the counts it returns
+    (``counts``), the experiments whose ``prepare_points`` ran (``prepared``), each point's
+    cost by ``id(config)`` (``cost_of``) and what of it the point's paired timing already
+    showed done (``credited``). Frozen: a function is handed one run, never a changed one;
+    the containers are the run's state, changed in place as points are measured."""
+
+    out: Path
+    size: str
+    device: torch.device
+    threads: int
+    rerun: bool
+    todo: tuple
+    bar: Progress | None
+    counts: dict
+    prepared: set
+    cost_of: dict
+    credited: dict
+
+
 def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.device = torch.device("cpu"),
         threads: int = THREADS, progress: bool = True, rerun: bool = False, processes: int | None = None,
         claims: Path | None = None) -> dict:
@@ -208,13 +229,13 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
 
     The timed experiments run first, in ``experiments``' order, each point alone; then the
     :data:`~benchmarks.experiments.UNTIMED` ones, in ``processes`` processes (default
-    :func:`untimed_processes`): this one and fresh interpreters (``--claims``), each taking
-    the next chunk of points (:func:`chunks`) no other has claimed, so they finish together
-    however wrong the estimates are; their results are the same in any process.
-    ``claims``: the claims directory of such a run, for a helper process, which measures
-    only the untimed experiments' chunks it claims there."""
+    :func:`~benchmarks.untimed.untimed_processes`): this one and fresh interpreters
+    (``--claims``), each taking the next chunk of points (:func:`~benchmarks.untimed.chunks`)
+    no other has claimed, so they finish together however wrong the estimates are; their
+    results are the same in any process (:mod:`benchmarks.untimed`). ``claims``: the claims
+    directory of such a run, for a helper process, which measures only the untimed
+    experiments' chunks it claims there."""
     from benchmarks.measure import threads as torch_threads
-    from benchmarks.results import result_path, write_result
 
     t0 = time.perf_counter()
     out, device = Path(out), torch.device(device)
@@ -222,35 +243,7 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
     experiments = _ordered(experiments)
     names = tuple(e for e in experiments if e in UNTIMED)
     with torch_threads(threads):
-        points = plan(experiments, size)
-        if claims is not None:
-            points = [p for p in points if p[0] in UNTIMED]
-        todo, damaged = [], []
-        for name, module, config in points:
-            path = result_path(out, name, module.key(config))
-            whole, why = (False, None) if rerun else _finished(path, _config(config, size), size, device)
-            if whole:
-                counts["skipped"] += 1
-            else:
-                todo.append((name, module, config))
-                if why is not None:
-                    damaged.append(f"{path}: {why}")
-        for name, module, config in todo:  # before any measurement: nothing of another run is replaced
-            path = result_path(out, name, module.key(config))
-            folder = path.parent
-            if folder.exists() and not folder.is_dir() or path.exists() and not path.is_file():
-                where, kind, what = (folder, "a file", "results") if folder.exists() and not folder.is_dir() else \
-                    (path, "a directory" if path.is_dir() else "not a file", "a result")
-                raise ForeignResult(f"--out(={str(out)!r}) holds {str(where)!r}, {kind} where this run writes "
-                                    f"{what}: move it away or choose another --out")
-            why = _foreign(path, size, device) if path.exists() else None
-            if why is not None:
-                raise ForeignResult(f"--out(={str(out)!r}) holds {str(path)!r}, a result of {why}: it is never "
-                                    f"written over; choose another --out (the default of --size {size} is "
-                                    f"{default_out(size)}), or move that run's results away to measure here")
-        for line in damaged:  # one line each, once nothing is refused: measured again, never drawn as measured
-            print(f"remeasuring {line}", file=sys.stderr)
-        counts["damaged"] = len(damaged)
+        todo = _todo(out, experiments, size, device, rerun, counts, helper=claims is not None)
         untimed = [p for p in todo if p[0] in UNTIMED]
         parts = chunks(plan(names, size)) if untimed else []  # the same in every process: the plan's alone
         if claims is not None or not untimed:
@@ -265,193 +258,87 @@ def run(out: Path, experiments=DEFAULT, *, size: str = "reduced", device: torch.
         # count 1 / split of their cost: that many processes measure them at once.
         bar = Progress(sum(costs), desc=f"{size} on {device}", stream=sys.stderr,
                        count=lambda n, total: f"{counts['measured']}/{len(todo)} points")
-        prepared: set[str] = set()
-        credited: dict[int, float] = {}  # id(config) -> cost already shown done by its paired timing
-        cost_of = {id(config): c for (_, _, config), c in zip(todo, costs)}
-        helpers: list[_Helper] = []
-        folder = claims
-        unseen: dict[Path, float] = {}  # untimed results another process may write, and their costs
+        ctx = RunContext(out=out, size=size, device=device, threads=threads, rerun=rerun, todo=tuple(todo),
+                         bar=bar if progress else None, counts=counts, prepared=set(),
+                         cost_of={id(config): c for (_, _, config), c in zip(todo, costs)}, credited={})
         try:
             timed = [(p, c) for p, c in zip(todo, costs) if p[0] not in UNTIMED]
             rest = [(p, c) for p, c in zip(todo, costs) if p[0] in UNTIMED]
-            if split > 1:  # the untimed points in chunks, each measured by the process that claims it first
-                unseen = {result_path(out, n, m.key(cf)): c for (n, m, cf), c in rest}
-            for (name, module, config), c in timed + (rest if split == 1 and claims is None else []):
-                _one(name, module, config, c, out, size, device, todo, bar if progress else None, prepared,
-                     credited, cost_of, counts, write_result)
+            for point, c in timed + (rest if split == 1 and claims is None else []):
+                _one(ctx, point, c)
             if split > 1 or claims is not None:
-                if folder is None:
-                    folder = Path(tempfile.mkdtemp(prefix="fraq-claims-"))
-                    helpers = [_Helper(names, size, out, threads, rerun, folder) for _ in range(split - 1)]
-                left = {_ident(p): (p, c) for p, c in rest}
-                for i, chunk in enumerate(parts):
-                    mine = [left[k] for k in chunk if k in left]
-                    if not mine or not _claim(folder, i):
-                        continue
-                    for (name, module, config), c in mine:
-                        unseen.pop(result_path(out, name, module.key(config)), None)
-                        _one(name, module, config, c, out, size, device, todo, bar if progress else None,
-                             prepared, credited, cost_of, counts, write_result)
-                        _poll(unseen, helpers, counts, bar if progress else None)
-                for helper in helpers:
-                    if progress:
-                        bar.label(f"the other {len(helpers)} process(es)' untimed points")
-                    while helper.process.poll() is None:
-                        time.sleep(0.5)
-                        _poll(unseen, helpers, counts, bar if progress else None)
-                    _poll(unseen, helpers, counts, bar if progress else None)
-                    if helper.process.returncode != 0:
-                        raise HelperFailed(helper)
+                measure_shared(ctx, names, rest, parts, split, claims, partial(_one, ctx))
         finally:
-            for helper in helpers:
-                helper.stop()
-            if helpers and folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
             if progress:
                 bar.close()
     return dict(counts, seconds=time.perf_counter() - t0, processes=split)
 
 
-def _one(name, module, config, c, out, size, device, todo, bar, prepared, credited, cost_of, counts,
-         write_result) -> None:
-    """Measure one point and write its result; advance ``bar`` by its cost (less what its
-    paired timing already showed)."""
+def _todo(out: Path, experiments: tuple, size: str, device: torch.device, rerun: bool, counts: dict,
+          helper: bool) -> list[tuple[str, object, dict]]:
+    """The planned points of ``experiments`` (the untimed ones alone for a ``helper``) whose
+    result in ``out`` is not finished (every one with ``rerun``), counting the others in
+    ``counts["skipped"]`` and the damaged ones in ``counts["damaged"]``, each damaged file
+    named in one line. Raises :class:`ForeignResult` before anything is measured when a
+    path the run would write holds what it must not write over."""
+    from benchmarks.results import result_path
+
+    points = plan(experiments, size)
+    if helper:
+        points = [p for p in points if p[0] in UNTIMED]
+    todo, damaged = [], []
+    for name, module, config in points:
+        path = result_path(out, name, module.key(config))
+        whole, why = (False, None) if rerun else _finished(path, _config(config, size), size, device)
+        if whole:
+            counts["skipped"] += 1
+        else:
+            todo.append((name, module, config))
+            if why is not None:
+                damaged.append(f"{path}: {why}")
+    for name, module, config in todo:  # before any measurement: nothing of another run is replaced
+        path = result_path(out, name, module.key(config))
+        folder = path.parent
+        if folder.exists() and not folder.is_dir() or path.exists() and not path.is_file():
+            where, kind, what = (folder, "a file", "results") if folder.exists() and not folder.is_dir() else \
+                (path, "a directory" if path.is_dir() else "not a file", "a result")
+            raise ForeignResult(f"--out(={str(out)!r}) holds {str(where)!r}, {kind} where this run writes "
+                                f"{what}: move it away or choose another --out")
+        why = _foreign(path, size, device) if path.exists() else None
+        if why is not None:
+            raise ForeignResult(f"--out(={str(out)!r}) holds {str(path)!r}, a result of {why}: it is never "
+                                f"written over; choose another --out (the default of --size {size} is "
+                                f"{default_out(size)}), or move that run's results away to measure here")
+    for line in damaged:  # one line each, once nothing is refused: measured again, never drawn as measured
+        print(f"remeasuring {line}", file=sys.stderr)
+    counts["damaged"] = len(damaged)
+    return todo
+
+
+def _one(ctx: RunContext, point: tuple, c: float) -> None:
+    """Measure one point and write its result; advance the display by its cost ``c`` (less
+    what its paired timing already showed)."""
+    from benchmarks.results import write_result
+
+    name, module, config = point
     key = module.key(config)
+    bar = ctx.bar
     if bar is not None:
         bar.label(f"{name} {key}"[:70])
-    if name not in prepared and hasattr(module, "prepare_points"):  # measurements spanning its points
-        prepared.add(name)
-        these = [cf for n, _, cf in todo if n == name]
+    if name not in ctx.prepared and hasattr(module, "prepare_points"):  # measurements spanning its points
+        ctx.prepared.add(name)
+        these = [cf for n, _, cf in ctx.todo if n == name]
         if bar is not None and hasattr(module, "timing_cost"):
             bar.label(f"{name}: paired timings of {len(these)} points"[:70])
             parts = SimpleNamespace(timing_cost=partial(registry_timing_cost, name))
-            module.prepare_points(these, device, on_group=partial(_credit, parts, bar, credited, cost_of))
+            module.prepare_points(these, ctx.device, on_group=partial(_credit, parts, bar, ctx.credited, ctx.cost_of))
         else:
-            module.prepare_points(these, device)
-    write_result(out, name, key, _config(config, size), described(config, module.measure(config, device)),
-                 device=device)
-    counts["measured"] += 1
+            module.prepare_points(these, ctx.device)
+    write_result(ctx.out, name, key, _config(config, ctx.size), described(config, module.measure(config, ctx.device)),
+                 device=ctx.device)
+    ctx.counts["measured"] += 1
     if bar is not None:
-        bar.update(c - credited.pop(id(config), 0.0))
-
-
-def untimed_processes(untimed: list, threads: int, device: torch.device) -> int:
-    """How many processes measure the untimed points: :data:`PROCESSES` on a CPU with a core
-    for each beside the run's ``threads`` (the cores this process may use), where their
-    estimated seconds are at least :data:`SPLIT_S` per process (a second interpreter's
-    start and inputs cost seconds); 1 on a GPU (one device) or else."""
-    if torch.device(device).type != "cpu" or not untimed:
-        return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    n = min(PROCESSES, max(1, cores // max(1, threads)))
-    total = sum(registry_cost(name, config) for name, _, config in untimed)
-    while n > 1 and total < SPLIT_S * n:
-        n -= 1
-    return n
-
-
-def chunks(points: list) -> list[list[tuple[str, str]]]:
-    """The (experiment, key) of ``points`` in chunks, in order: consecutive points of one
-    experiment whose module's ``chunk(config)`` is the same (Fig. 4's points of one group and
-    method share a dense decomposition), else each point its own. The same in every process
-    (it depends on the plan alone), so a chunk's index names it in the claims directory."""
-    out: list[list[tuple[str, str]]] = []
-    last = None
-    for name, module, config in points:
-        tag = (name, module.chunk(config) if hasattr(module, "chunk") else module.key(config))
-        if tag != last:
-            out.append([])
-            last = tag
-        out[-1].append((name, module.key(config)))
-    return out
-
-
-def _claim(folder: Path, index: int) -> bool:
-    """Claim chunk ``index`` for this process: True when no process claimed it before (the
-    claim is a file made with O_EXCL, which one process alone succeeds in making)."""
-    try:
-        os.close(os.open(folder / str(index), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return False
-    return True
-
-
-PROCESSES = 2
-"""The most processes measuring the untimed experiments (two cores hold two busy processes on
-the machines this suite is built for; more would hold more inputs in memory)."""
-
-SPLIT_S = 20.0
-"""The least estimated seconds of untimed points per process worth a second interpreter."""
-
-
-class HelperFailed(RuntimeError):
-    """A helper process measuring untimed points failed: its command, exit status and the end
-    of its error output."""
-
-    def __init__(self, helper: "_Helper"):
-        tail = helper.tail()
-        super().__init__(f"a process measuring the untimed points ({' '.join(helper.command[2:])}) exited with "
-                         f"status {helper.process.returncode}" + (f": {tail}" if tail else ""))
-
-
-class _Helper:
-    """A fresh interpreter measuring the untimed experiments' chunks it claims in ``claims``
-    (``python -m benchmarks.run NAMES --claims DIR``, the same size, results directory and
-    threads), importing this checkout's packages wherever it runs."""
-
-    def __init__(self, names: tuple, size: str, out: Path, threads: int, rerun: bool, claims: Path,
-                 command: list[str] | None = None):
-        from benchmarks.measure.children import child_env, die_with_parent
-
-        self.command = command or ([sys.executable, "-m", "benchmarks.run", *names, "--size", size, "--out",
-                                    str(Path(out).resolve()), "--device", "cpu", "--threads", str(threads),
-                                    "--no-progress", "--claims", str(claims)] + (["--rerun"] if rerun else []))
-        self.stderr = tempfile.TemporaryFile()
-        self.started = time.time()
-        self.process = subprocess.Popen(self.command, env=child_env(), stdout=subprocess.DEVNULL, stderr=self.stderr,
-                                        preexec_fn=die_with_parent())
-
-    def tail(self, lines: int = 5) -> str:
-        self.stderr.seek(0)
-        text = self.stderr.read().decode(errors="replace").strip().splitlines()
-        return " | ".join(text[-lines:])
-
-    def stop(self) -> None:
-        """End the process if it still runs (the run was interrupted or failed): what it
-        wrote is kept, whole."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.stderr.close()
-
-
-def _ident(point: tuple) -> tuple[str, str]:
-    """A planned point's (experiment, result key): the same in every process."""
-    name, module, config = point
-    return name, module.key(config)
-
-
-def _poll(unseen: dict, helpers: list, counts: dict, bar: Progress | None) -> None:
-    """Count the untimed results other processes wrote since they started as measured, and
-    advance ``bar`` by their cost."""
-    if not helpers:
-        return
-    since = min(h.started for h in helpers) - 1.0
-    for path in list(unseen):
-        try:
-            fresh = path.stat().st_mtime >= since
-        except OSError:
-            continue
-        if fresh:
-            c = unseen.pop(path)
-            counts["measured"] += 1
-            counts["helped"] = counts.get("helped", 0) + 1
-            if bar is not None:
-                bar.update(c)
+        bar.update(c - ctx.credited.pop(id(config), 0.0))
 
 
 def _credit(module, bar: Progress, credited: dict, cost_of: dict, configs: list[dict]) -> None:

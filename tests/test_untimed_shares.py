@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import run
+from benchmarks import run, untimed
 from benchmarks.experiments import DEFAULT, UNTIMED, get
 
 TIMED_FIELD = re.compile(r"(^|_)(ms|us|seconds|s|time|times|peak|mib|rss|gflops_per_s|rate)($|_)")
@@ -40,31 +40,31 @@ def test_the_recorded_untimed_results_hold_nothing_timed_or_sized(tiny_results):
 @pytest.mark.parametrize("size", ["tiny", "reduced", "paper"])
 def test_chunks_cover_every_untimed_point_once_in_order_and_keep_a_group_and_method_together(size):
     points = run.plan(UNTIMED, size)
-    parts = run.chunks(points)
-    assert [k for part in parts for k in part] == [run._ident(p) for p in points]  # each once, in order
+    parts = untimed.chunks(points)
+    assert [k for part in parts for k in part] == [untimed.ident(p) for p in points]  # each once, in order
     assert all(part for part in parts)
     rank = [p for p in points if p[0] == "fig4_rank"]
     where = {k: i for i, part in enumerate(parts) for k in part}
     for name, module, c in rank:  # a group and method's ranks in one chunk (one dense decomposition)
-        assert where[run._ident((name, module, c))] == where[run._ident(next(
+        assert where[untimed.ident((name, module, c))] == where[untimed.ident(next(
             q for q in rank if q[2]["group"] == c["group"] and q[2]["method"] == c["method"]))]
-    assert len({where[run._ident(p)] for p in points if p[0] == "fig1"}) == sum(p[0] == "fig1" for p in points)
-    assert run.chunks(points) == parts  # the plan alone decides them: the same in every process
+    assert len({where[untimed.ident(p)] for p in points if p[0] == "fig1"}) == sum(p[0] == "fig1" for p in points)
+    assert untimed.chunks(points) == parts  # the plan alone decides them: the same in every process
 
 
 def test_a_chunk_is_claimed_once(tmp_path):
-    assert run._claim(tmp_path, 3) and not run._claim(tmp_path, 3) and run._claim(tmp_path, 4)
+    assert untimed.claim(tmp_path, 3) and not untimed.claim(tmp_path, 3) and untimed.claim(tmp_path, 4)
 
 
 def test_the_split_needs_a_cpu_a_core_for_each_and_enough_work(monkeypatch):
-    untimed = [p for p in run.plan(UNTIMED, "paper")]
+    points = [p for p in run.plan(UNTIMED, "paper")]
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    assert run.untimed_processes(untimed, 1, torch.device("cpu")) == run.PROCESSES == 2
-    assert run.untimed_processes(untimed, 2, torch.device("cpu")) == 1  # both cores are the run's threads
-    assert run.untimed_processes(untimed, 1, torch.device("cuda")) == 1
-    assert run.untimed_processes(untimed[:1], 1, torch.device("cpu")) == 1  # seconds: not worth an interpreter
+    assert untimed.untimed_processes(points, 1, torch.device("cpu")) == untimed.PROCESSES == 2
+    assert untimed.untimed_processes(points, 2, torch.device("cpu")) == 1  # both cores are the run's threads
+    assert untimed.untimed_processes(points, 1, torch.device("cuda")) == 1
+    assert untimed.untimed_processes(points[:1], 1, torch.device("cpu")) == 1  # seconds: not worth an interpreter
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
-    assert run.untimed_processes(untimed, 1, torch.device("cpu")) == 1
+    assert untimed.untimed_processes(points, 1, torch.device("cpu")) == 1
 
 
 @pytest.fixture
@@ -92,10 +92,10 @@ def test_untimed_points_run_after_the_timed_ones_whatever_the_order_asked(record
 
 
 def test_a_failed_helper_names_its_command_status_and_error(tmp_path):
-    helper = run._Helper((), "tiny", tmp_path, 1, False, tmp_path, command=[
+    helper = untimed.Helper((), "tiny", tmp_path, 1, False, tmp_path, command=[
         sys.executable, "-c", "import sys; print('boom: no inputs', file=sys.stderr); sys.exit(3)"])
     helper.process.wait()
-    text = str(run.HelperFailed(helper))
+    text = str(untimed.HelperFailed(helper))
     helper.stop()
     assert "status 3" in text and "boom: no inputs" in text and "untimed" in text
 

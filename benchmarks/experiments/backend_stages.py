@@ -16,11 +16,14 @@ import functools
 import torch
 
 import fraq
+from benchmarks.experiments import Experiment
 from benchmarks.experiments.backends import PRESETS, TAU, Case, lora_case
 from benchmarks.measure import round_robin
 from benchmarks.sizes import size_config
 from fraq.backends import get_backend
 from fraq.internals import Coordinates, coordinates, rows
+
+EXPERIMENT = Experiment(default=True, scale=0.31)
 
 __all__ = ["key", "measure", "points", "stage_breakdown"]
 

@@ -40,6 +40,7 @@ import torch
 import fraq
 from benchmarks import cases
 from benchmarks.device import to_device
+from benchmarks.experiments import Experiment
 from benchmarks.measure import Timing, round_robin
 from benchmarks.measure.methods import ran_path
 from benchmarks.sizes import size_config
@@ -47,6 +48,8 @@ from fraq.backends import BACKENDS, EXACT_BACKENDS, get_backend
 from fraq.diagnostics import orthogonality_error
 from fraq.flops import fraq_flops
 from fraq.reference import factored_error, reference_svd
+
+EXPERIMENT = Experiment(default=True, scale=1.4)
 
 TAU = 0.95
 PRESETS = ("roberta-base", "llama-3.2-3b")

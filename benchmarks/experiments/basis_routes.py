@@ -17,7 +17,10 @@ import torch
 
 from benchmarks import cases
 from benchmarks.device import to_device
+from benchmarks.experiments import Experiment, Priority
 from benchmarks.sizes import size_config
+
+EXPERIMENT = Experiment(gpu=(Priority(5, "the bases"),))
 
 __all__ = ["key", "measure", "points"]
 

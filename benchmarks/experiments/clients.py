@@ -41,8 +41,10 @@ import math
 
 import torch
 
-from benchmarks.experiments import fig3, with_registered
+from benchmarks.experiments import Experiment, Priority, fig3, with_registered
 from benchmarks.sizes import size_config
+
+EXPERIMENT = Experiment(default=True, scale=1.2, gpu=(Priority(2, "the clients sweep"),))
 
 __all__ = ["call", "cost", "decides", "energy_check", "growth", "key", "measure", "metrics", "points", "prepare_points",
            "ratios", "timing_cost"]

@@ -36,7 +36,10 @@ import sys
 
 import torch
 
+from benchmarks.experiments import Experiment
 from benchmarks.sizes import size_config
+
+EXPERIMENT = Experiment()
 
 __all__ = ["available_bytes", "estimate", "key", "measure", "points", "preset_with"]
 

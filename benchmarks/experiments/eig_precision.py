@@ -24,9 +24,12 @@ import torch
 
 import fraq
 from benchmarks import cases
+from benchmarks.experiments import Experiment
 from benchmarks.measure import timed
 from benchmarks.sizes import size_config
 from fraq.reference import optimal_error, reference_svd, relative_error
+
+EXPERIMENT = Experiment()
 
 F32, F64 = torch.float32, torch.float64
 

@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import torch
 
+from benchmarks.experiments import Experiment, Priority
 from benchmarks.sizes import size_config
+
+EXPERIMENT = Experiment(gpu=(Priority(5, "FRAQ with each eigensolver route"),))
 
 __all__ = ["ROUTES", "key", "measure", "points"]
 

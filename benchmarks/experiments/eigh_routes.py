@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import torch
 
+from benchmarks.experiments import Experiment, Priority
 from benchmarks.sizes import size_config
+
+EXPERIMENT = Experiment(gpu=(Priority(5, "the eigensolver routes"),))
 
 __all__ = ["ROUTES", "grams", "key", "measure", "points", "unavailable"]
 

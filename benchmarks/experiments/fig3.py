@@ -44,8 +44,11 @@ import torch
 
 from benchmarks import cases
 from benchmarks.device import to_device
-from benchmarks.experiments import with_registered
+from benchmarks.experiments import Experiment, Priority, with_registered
 from benchmarks.sizes import size_config
+
+EXPERIMENT = Experiment(default=True, scale=1.8,
+                        gpu=(Priority(1, "Fig. 3: the r and d sweeps, every method (qr-svd and rsvd included)"),))
 
 __all__ = ["DENSE", "GROUP", "call", "cost", "decides", "group", "group_calls", "key", "measure", "metrics",
            "paired_timing", "points", "prepare_points", "reference", "roofs", "timed_calls", "timed_seconds",

@@ -24,7 +24,11 @@ import torch
 
 from benchmarks import cases
 from benchmarks.device import to_device
+from benchmarks.experiments import Experiment, Priority
 from benchmarks.sizes import size_config
+
+EXPERIMENT = Experiment(default=True, untimed=True, scale=0.3,
+                        gpu=(Priority(5, "Fig. 4: fidelity against the condition number"),))
 
 __all__ = ["kappa_label", "key", "measure", "points"]
 

@@ -25,7 +25,11 @@ import torch
 
 from benchmarks import cases
 from benchmarks.device import to_device
+from benchmarks.experiments import Experiment, Priority
 from benchmarks.sizes import size_config
+
+EXPERIMENT = Experiment(default=True, untimed=True, scale=0.32,
+                        gpu=(Priority(5, "Fig. 4: fidelity against the rank"),))
 
 __all__ = ["chunk", "key", "measure", "points"]
 
@@ -96,7 +100,7 @@ def key(config: dict) -> str:
 
 def chunk(config: dict) -> str:
     """The points measured together when the runner splits them between processes
-    (:func:`benchmarks.run.chunks`): one group and method, whose nested method's dense
+    (:func:`benchmarks.untimed.chunks`): one group and method, whose nested method's dense
     decomposition at ``p_max`` serves every p (:func:`_largest`)."""
     return f"{config['group']}-{config['method']}"
 

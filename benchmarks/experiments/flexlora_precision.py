@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import torch
 
+from benchmarks.experiments import Experiment
 from benchmarks.sizes import size_config
+
+EXPERIMENT = Experiment(default=True, untimed=True, scale=1.4)
 
 __all__ = ["VARIANTS", "key", "measure", "points", "tf32"]
 

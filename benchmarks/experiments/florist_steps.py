@@ -47,7 +47,10 @@ from dataclasses import dataclass
 
 import torch
 
+from benchmarks.experiments import Experiment, Priority
 from benchmarks.sizes import size_config
+
+EXPERIMENT = Experiment(default=True, gpu=(Priority(3, "the steps from FLoRIST to FRAQ"),))
 
 __all__ = ["GROUP", "STEPS", "Step", "aggregator", "call", "cost", "group", "group_calls", "key", "measure",
            "points", "prepare_points", "timing_cost"]

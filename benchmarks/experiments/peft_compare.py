@@ -33,6 +33,10 @@ import time
 
 import torch
 
+from benchmarks.experiments import Experiment
+
+EXPERIMENT = Experiment(default=True, scale=1.4)
+
 __all__ = ["key", "measure", "points"]
 
 

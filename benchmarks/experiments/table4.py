@@ -25,7 +25,10 @@ import torch
 
 from benchmarks import cases
 from benchmarks.device import to_device
+from benchmarks.experiments import Experiment, Priority
 from benchmarks.sizes import size_config
+
+EXPERIMENT = Experiment(default=True, scale=0.96, gpu=(Priority(3, "Table 4"),))
 
 __all__ = ["GROUP", "LAUNCH_SECONDS", "call", "cost", "group", "group_calls", "key", "measure", "metrics", "points",
            "prepare_points", "timing_cost"]

@@ -15,7 +15,10 @@ from __future__ import annotations
 import torch
 
 from benchmarks.device import to_device
+from benchmarks.experiments import Experiment, Priority
 from benchmarks.sizes import size_config
+
+EXPERIMENT = Experiment(default=True, scale=11, gpu=(Priority(3, "Table 4's steps"),))
 
 __all__ = ["key", "measure", "points"]
 

@@ -84,6 +84,7 @@ from dataclasses import dataclass, field
 import torch
 
 from benchmarks.cases import Model, build_model
+from benchmarks.experiments import Experiment, Priority
 from benchmarks.measure import timed
 from benchmarks.sizes import size_config
 from benchmarks.experiments.table_rows import (SHAPE_ONLY, TableRow, dense_plan, module_shapes,
@@ -91,6 +92,12 @@ from benchmarks.experiments.table_rows import (SHAPE_ONLY, TableRow, dense_plan,
                                                table_rows)
 from fraq.methods import MethodSpec
 from fraq.presets import get_preset
+
+EXPERIMENT = Experiment(default=True, scale=0.37, gpu=(
+    Priority(0, "Tables 1-3's headline rows on every preset, whole: FLoRA, FLoRIST as published and on its QR kernel "
+                "at both tau, FRAQ at both tau", part="shared"),
+    Priority(5, "Tables 1-3's other rows (FlexLoRA, FLoRG, FedSVD, FedMomentum, FedIT, ...)"),
+))
 
 __all__ = ["host_cost", "kernel_agreement", "key", "measure", "method_job", "model_for", "points", "run_preset"]
 

@@ -18,7 +18,10 @@ import contextlib
 
 import torch
 
+from benchmarks.experiments import Experiment, Priority
 from benchmarks.sizes import size_config
+
+EXPERIMENT = Experiment(gpu=(Priority(4, "FlexLoRA and FRAQ with TF32 on and off"),))
 
 __all__ = ["key", "measure", "points", "tf32_mode"]
 

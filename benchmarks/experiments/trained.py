@@ -32,6 +32,10 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.experiments import Experiment
+
+EXPERIMENT = Experiment(default=True, untimed=True)
+
 __all__ = ["PRODUCE", "ROUND1_SHARED", "UPLOADS", "collect", "exact_aggregate", "key", "measure", "points", "row_file"]
 
 UPLOADS = Path(__file__).resolve().parents[1] / "data" / "banking77-round1"

@@ -20,7 +20,10 @@ import torch
 
 from benchmarks import cases
 from benchmarks.device import to_device
+from benchmarks.experiments import Experiment, Priority
 from benchmarks.sizes import size_config
+
+EXPERIMENT = Experiment(gpu=(Priority(4, "peak memory against the analytic workspace"),))
 
 __all__ = ["analytic_workspace", "key", "measure", "points"]
 

@@ -4,7 +4,8 @@
 
 prints the plan and measures nothing (no GPU needed). Every point of every experiment the
 GPU check measures, at the ``gpu`` size, and the checks run once per fingerprint, has a
-priority (:data:`PRIORITIES`, the one table); the plan takes those the ledger
+priority (:data:`PRIORITIES`, the one table, read from the experiment modules'
+declarations); the plan takes those the ledger
 (:mod:`benchmarks.gpu_check.ledger`) lacks for the device kind and the working tree's
 fingerprint, highest priority first and in the registry's order within one, each at its
 expected seconds (:meth:`~benchmarks.gpu_check.ledger.Ledger.cost`), while they fit
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from benchmarks.experiments import priorities
+
 __all__ = ["CHECKS", "PRIORITIES", "STARTUP_S", "Item", "items", "plan", "priority", "render"]
 
 STARTUP_S = 25.0
@@ -28,26 +31,11 @@ STARTUP_S = 25.0
 the committed calls), an interpreter start with torch's import and a CUDA context (about
 10 s), and the GPU check's reserve for the last packing and summary (5 s), rounded up."""
 
-PRIORITIES: tuple[tuple[int, str, str | None, str], ...] = (
-    (0, "tables123", "shared", "Tables 1-3's headline rows on every preset, whole: FLoRA, FLoRIST as published and "
-                               "on its QR kernel at both tau, FRAQ at both tau"),
-    (1, "fig3", None, "Fig. 3: the r and d sweeps, every method (qr-svd and rsvd included)"),
-    (2, "clients", None, "the clients sweep"),
-    (3, "table4", None, "Table 4"),
-    (3, "table4_steps", None, "Table 4's steps"),
-    (3, "florist_steps", None, "the steps from FLoRIST to FRAQ"),
-    (4, "workspace", None, "peak memory against the analytic workspace"),
-    (4, "tf32", None, "FlexLoRA and FRAQ with TF32 on and off"),
-    (5, "tables123", None, "Tables 1-3's other rows (FlexLoRA, FLoRG, FedSVD, FedMomentum, FedIT, ...)"),
-    (5, "eigensolver", None, "FRAQ with each eigensolver route"),
-    (5, "eigh_routes", None, "the eigensolver routes"),
-    (5, "basis_routes", None, "the bases"),
-    (5, "fig4_cond", None, "Fig. 4: fidelity against the condition number"),
-    (5, "fig4_rank", None, "Fig. 4: fidelity against the rank"),
-)
-"""``(priority, experiment, tables123's point part or None for any, what)``; a point takes
-the first row that matches it. P0 to P3 are the paper's claims, P4 the once-per-fingerprint
-checks, P5 the rest."""
+PRIORITIES: tuple[tuple[int, str, str | None, str], ...] = priorities()
+"""``(priority, experiment, tables123's point part or None for any, what)``, by priority and in
+the registry's order within one: each experiment module's own ``Experiment.gpu``
+(:func:`benchmarks.experiments.priorities`); a point takes the first row that matches it.
+P0 to P3 are the paper's claims, P4 the once-per-fingerprint checks, P5 the rest."""
 
 ONCE_PER_FINGERPRINT = 4
 """The priority whose items are measured once per fingerprint on any device kind."""
