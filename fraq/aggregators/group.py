@@ -215,7 +215,7 @@ def prefix_views(t: torch.Tensor, counts: Sequence[int], dim: int) -> list[torch
     step, s0 = t.stride(dim), t.stride(0)
     if L == 0:
         return []
-    if any(c < 0 or c > size for c in counts):
+    if min(counts) < 0 or max(counts) > size:  # two builtins, not a generator step per module
         raise ValueError(f"counts(={list(counts)}) must lie in [0, {size}]")
     k = s0 // step if step > 0 and s0 % step == 0 else 0
     if L == 1 or k < size or t.numel() == 0:
