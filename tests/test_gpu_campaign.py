@@ -294,3 +294,25 @@ def test_a_committed_campaign_folders_ledger_is_read_with_the_archives(tmp_path)
     book = ledger.load(folder)
     assert book.entries == (hung,)
     assert ("tables123", "roberta-base") in book.measured("NVIDIA X", "f" * 16)
+
+
+def test_the_measuring_process_writes_cupys_kernels_into_the_folder(calls):
+    out, _, _, _, _ = calls
+    assert (out / "cupy-kernel-cache").is_dir()
+    assert f"CuPy's kernel cache: {out / 'cupy-kernel-cache'}" in (out / "campaign.log").read_text()
+
+
+def test_the_kernel_cache_starts_from_the_committed_kernels_and_keeps_its_own(tmp_path):
+    from benchmarks.gpu_check.campaign import kernel_cache
+
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    (seed / "a.cubin").write_bytes(b"seeded a")
+    (seed / "b.cubin").write_bytes(b"seeded b")
+    out = tmp_path / "out"
+    (out / "cupy-kernel-cache").mkdir(parents=True)
+    (out / "cupy-kernel-cache" / "b.cubin").write_bytes(b"this call's b")
+    cache = kernel_cache(out, seed)
+    assert cache == out / "cupy-kernel-cache"
+    assert (cache / "a.cubin").read_bytes() == b"seeded a" and (cache / "b.cubin").read_bytes() == b"this call's b"
+    assert kernel_cache(tmp_path / "new", tmp_path / "no-seed").is_dir()  # no committed kernels: an empty folder

@@ -35,8 +35,10 @@ the moment its point is measured, whole or not at all, with its ``seconds`` and
 failed, with its seconds; :func:`benchmarks.gpu_check.ledger.append`, read, added, written
 whole beside and renamed, after every point), ``campaign.log`` (every step of every
 point with its seconds, the measuring process's output, each restart and why),
-``device.json`` (:func:`benchmarks.gpu_check.child.device_record`, on the first start) and,
-at the end, ``results.tar.gz`` (the results packed, as the committed folders hold them).
+``device.json`` (:func:`benchmarks.gpu_check.child.device_record`, on the first start),
+``cupy-kernel-cache/`` (CuPy's compiled kernels, seeded from the committed ones:
+:func:`kernel_cache`) and, at the end, ``results.tar.gz`` (the results packed, as the
+committed folders hold them).
 A call stopped from outside leaves whole files: every result and the ledger up to its
 last point.
 
@@ -63,13 +65,39 @@ from pathlib import Path
 
 from benchmarks.gpu_check import ledger
 
-__all__ = ["FILES", "RESERVE_S", "START_LIMIT_S", "WATCHDOG_FACTOR", "WATCHDOG_FLOOR_S", "Options", "campaign",
-           "refused", "units"]
+__all__ = ["FILES", "KERNEL_CACHE", "RESERVE_S", "SEED", "START_LIMIT_S", "WATCHDOG_FACTOR", "WATCHDOG_FLOOR_S",
+           "Options", "campaign", "kernel_cache", "refused", "units"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
-FILES = ("results", "results.tar.gz", "ledger.json", "campaign.log", "device.json")
+KERNEL_CACHE = "cupy-kernel-cache"
+"""``DIR``'s folder of CuPy's compiled kernels: the measuring process's ``CUPY_CACHE_DIR``
+(:func:`kernel_cache`), so the kernels a call compiles come back with its results."""
+
+SEED = ROOT / "docs" / "results" / "gpu" / KERNEL_CACHE
+"""The committed kernels of earlier calls (copied here from a call's ``DIR/cupy-kernel-cache``):
+each call starts from them, so a kernel is compiled once per CuPy version and GPU
+architecture (both in CuPy's cache keys), not once per call."""
+
+FILES = ("results", "results.tar.gz", "ledger.json", "campaign.log", "device.json", KERNEL_CACHE)
 """Everything the campaign writes in ``DIR``."""
+
+
+def kernel_cache(out: Path, seed: Path = SEED) -> Path:
+    """``out``'s :data:`KERNEL_CACHE` folder, made where absent, with every file of ``seed``
+    it lacks copied in (a file it holds already, from an earlier call on this folder, is
+    kept: CuPy names a kernel's file by its key, so the same name is the same kernel).
+    CuPy writes what it compiles there once the measuring process's ``CUPY_CACHE_DIR``
+    names it; a CPU call leaves it as seeded."""
+    import shutil
+
+    cache = out / KERNEL_CACHE
+    cache.mkdir(parents=True, exist_ok=True)
+    if seed.is_dir():
+        for f in seed.iterdir():
+            if f.is_file() and not (cache / f.name).exists():
+                shutil.copyfile(f, cache / f.name)
+    return cache
 
 WATCHDOG_FACTOR = 3.0
 """A point's watchdog in expected seconds: a point's cost is its newest measured seconds on
@@ -177,7 +205,9 @@ class _Measurer:
 
         cmd = [sys.executable, "-m", "benchmarks.gpu_check", "--measurer", "--device", opts.device, "--size",
                opts.size, "--out", str(opts.out), "--start", repr(start)]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(PYTHONUNBUFFERED="1", FRAQ_BENCH_DEVICE=opts.device),
+        env = child_env(PYTHONUNBUFFERED="1", FRAQ_BENCH_DEVICE=opts.device,
+                        CUPY_CACHE_DIR=str(kernel_cache(opts.out)))
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
                                      start_new_session=True, preexec_fn=die_with_parent())
         self.started, self.greeted = time.time(), False

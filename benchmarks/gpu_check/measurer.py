@@ -95,6 +95,9 @@ def _startup(device, out: Path, log: _Log) -> str:
             import cupy  # noqa: F401 - imported once here, not inside a point's time
         except ImportError:
             log("CuPy not installed: its routes say so")
+    cache = os.environ.get("CUPY_CACHE_DIR")
+    if cache:
+        log(f"CuPy's kernel cache: {cache} ({sum(1 for _ in Path(cache).iterdir())} kernels at the start)")
     log(f"device {device} up {time.time() - t:.2f} s")
     if not (out / "device.json").is_file():
         from benchmarks.gpu_check.child import device_record, write_json
