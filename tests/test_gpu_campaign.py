@@ -166,6 +166,7 @@ def test_a_point_running_at_the_end_of_the_budget_is_cut_and_recorded_nowhere(tm
     (["--budget-s", "5"], "--budget-s(=5)"),
     (["--parts", "device"], "--parts(='device')"),
     (["--device", "gpu"], "--device(='gpu')"),
+    (["--checks", "tests,bogus"], "--checks(='tests,bogus'): 'bogus'"),
 ])
 def test_bad_arguments_stop_before_any_work(tmp_path, capsys, args, named):
     from benchmarks.gpu_check.__main__ import main
@@ -316,3 +317,28 @@ def test_the_kernel_cache_starts_from_the_committed_kernels_and_keeps_its_own(tm
     assert cache == out / "cupy-kernel-cache"
     assert (cache / "a.cubin").read_bytes() == b"seeded a" and (cache / "b.cubin").read_bytes() == b"this call's b"
     assert kernel_cache(tmp_path / "new", tmp_path / "no-seed").is_dir()  # no committed kernels: an empty folder
+
+
+@pytest.mark.integration
+def test_a_whole_check_runs_as_its_own_gpu_check_and_once_per_fingerprint(tmp_path):
+    """--checks alone: the check, no point; its GPU-check folder under checks/NAME, its ledger
+    entry (a CPU's CUDA tests say they need another device); a second call runs nothing."""
+    from benchmarks.gpu_check.campaign import NOT_HERE_STATE
+    from benchmarks.gpu_check.child import NOT_HERE
+
+    assert NOT_HERE_STATE == NOT_HERE
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
+    cmd = [sys.executable, "-m", "benchmarks.gpu_check", "--campaign", "--out", str(out), "--device", "cpu",
+           "--size", "tiny", "--budget-s", "120", "--checks", "tests", "--watchdog-floor-s", "90"]
+    first = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    entries = _entries(out)
+    assert list(entries) == ["check/tests"]
+    e = entries["check/tests"]
+    assert e.state == "measured" and e.detail == NOT_HERE and e.config is None and e.seconds > 0
+    assert {"summary.md", "tests.xml"} <= {p.name for p in (out / "checks" / "tests").iterdir()}
+    assert not (out / "results").exists()  # no point measured
+    second = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
+    assert second.returncode == 0 and "check tests" not in second.stdout
+    assert list(_entries(out)) == ["check/tests"]

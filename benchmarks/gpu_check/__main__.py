@@ -43,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
                          "second call with the same --out goes on where the first stopped")
     ap.add_argument("--experiments", help="with --campaign: comma-separated experiments to measure (default: every "
                                           "prioritized one)")
+    ap.add_argument("--checks", help="with --campaign: comma-separated whole checks to run (the GPU check's parts "
+                                     "of the plan's checks; with neither this nor --experiments, every point and "
+                                     "check; with either, only what they name)")
     ap.add_argument("--watchdog-floor-s", type=float, default=None,
                     help="with --campaign: the shortest time a point may run before it is killed (default 30)")
     # the campaign's measuring process
@@ -131,10 +134,17 @@ def _campaign_options(args):
         bad = [e for e in names if e not in known] or ([] if names else [""])
         if bad:
             raise ValueError(f"--experiments(={args.experiments!r}): {bad[0]!r} is not one of {', '.join(known)}")
+    checks = None
+    if args.checks is not None:
+        checks = tuple(c.strip() for c in args.checks.split(","))
+        known_checks = [name for _, name, _, _ in plan.CHECKS]
+        bad = [c for c in checks if c not in known_checks] or ([] if checks else [""])
+        if bad:
+            raise ValueError(f"--checks(={args.checks!r}): {bad[0]!r} is not one of {', '.join(known_checks)}")
     faults(os.environ.get(FAULT_ENV))  # a test's planted fault, named before any work
     device = checked(args.device)
     check_dir_out(args.out, "--out")
-    return Options(args.out, str(device), args.size, args.budget_s, names, floor)
+    return Options(args.out, str(device), args.size, args.budget_s, names, floor, checks)
 
 
 def _run_campaign(args) -> int:
@@ -192,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.out is None:
             ap.error("--out DIR is required")
         return _run_campaign(args)
-    for flag, value in (("--experiments", args.experiments), ("--watchdog-floor-s", args.watchdog_floor_s)):
+    for flag, value in (("--experiments", args.experiments), ("--checks", args.checks),
+                        ("--watchdog-floor-s", args.watchdog_floor_s)):
         if value is not None:
             ap.error(f"{flag}(={value!r}) is an option of --campaign")
     if args.out is None:

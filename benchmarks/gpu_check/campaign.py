@@ -8,8 +8,10 @@ the measuring process reports and the working tree's fingerprint: every prioriti
 that neither the committed ledger (``docs/results/gpu``: the archives and ``ledger.json``)
 nor ``DIR/ledger.json`` holds for them, highest priority first (``--experiments``: those
 experiments' alone). The plan's whole checks (the CUDA tests, the pipeline comparison, the
-asv and pytest-benchmark quick runs) are not points: they are named in the log as left to
-``make gpu-check --parts ...``. Points are sent in units (:func:`units`): consecutive points of
+asv and pytest-benchmark quick runs) are not points: each runs at its priority, after that
+priority's points, as a GPU check of that one part in ``DIR/checks/NAME`` (:func:`_run_check`),
+and goes into the ledger as experiment ``check`` (``--checks``: those alone; with
+``--experiments`` and no ``--checks``, none). Points are sent in units (:func:`units`): consecutive points of
 one experiment, those of one group where the experiment times a group's methods together
 (``prepare_points`` and ``group``), so their paired timing is one step of the unit's first point.
 
@@ -79,7 +81,7 @@ SEED = ROOT / "docs" / "results" / "gpu" / KERNEL_CACHE
 each call starts from them, so a kernel is compiled once per CuPy version and GPU
 architecture (both in CuPy's cache keys), not once per call."""
 
-FILES = ("results", "results.tar.gz", "ledger.json", "campaign.log", "device.json", KERNEL_CACHE)
+FILES = ("results", "results.tar.gz", "ledger.json", "campaign.log", "device.json", KERNEL_CACHE, "checks")
 """Everything the campaign writes in ``DIR``."""
 
 
@@ -132,6 +134,7 @@ class Options:
     budget_s: float = 420.0
     experiments: tuple[str, ...] | None = None
     watchdog_floor_s: float = WATCHDOG_FLOOR_S
+    checks: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -396,12 +399,64 @@ def _level(call: _Call, book: ledger.Ledger, level: int) -> list[Point] | None:
             for i in taken if i.priority == level]
 
 
-def _checks_left(call: _Call, book: ledger.Ledger) -> list[str]:
-    """The plan's whole checks (not points) that ``book`` lacks: ``make gpu-check``'s parts."""
+def _checks_left(call: _Call, book: ledger.Ledger) -> list[tuple[int, str, float]]:
+    """The plan's whole checks (not points) that ``book`` lacks, as ``(priority, name,
+    expected seconds)``: the GPU check's parts of those names (the newest measured seconds
+    on this kind where known, else the plan's figure)."""
     from benchmarks.gpu_check import plan
 
-    return [name for p, name, _, _ in plan.CHECKS
-            if ("check", name) not in book.measured(None if p == plan.ONCE_PER_FINGERPRINT else call.kind, call.fp)]
+    out = []
+    for p, name, seconds, _ in plan.CHECKS:
+        if ("check", name) in book.measured(None if p == plan.ONCE_PER_FINGERPRINT else call.kind, call.fp):
+            continue
+        known = book.seconds(call.kind, "check", name)
+        out.append((p, name, known if known is not None else seconds))
+    return out
+
+
+NOT_HERE_STATE = "not on this device"
+"""A part's state where it needs another device (:data:`benchmarks.gpu_check.child.NOT_HERE`,
+which imports torch; this process does not)."""
+
+CHECKS_DIR = "checks"
+"""``DIR``'s folder of the whole checks: ``checks/NAME/``, each the folder of a GPU check of
+that one part (:mod:`benchmarks.gpu_check`: its summary, log and files)."""
+
+_CHECK_STATES = {"done": "measured", NOT_HERE_STATE: "measured", "failed": "failed", "cut": "timed out"}
+"""A GPU check part's state -> the ledger's (a part that needs a device this is not has still
+run: it says so, and the ledger's detail keeps it)."""
+
+
+def _run_check(call: _Call, name: str, seconds: float) -> None:
+    """Whole check ``name`` as a GPU check of that part alone, in ``DIR/checks/NAME``, under
+    a watchdog like a point's (``max(WATCHDOG_FACTOR x seconds, --watchdog-floor-s)``, within
+    the budget's remainder); its entry in the ledger (experiment ``check``, key ``name``) with
+    the part's state and seconds, its output in the log."""
+    import re
+
+    from benchmarks.measure.children import child_env, die_with_parent
+
+    out = call.opts.out / CHECKS_DIR / name
+    out.mkdir(parents=True, exist_ok=True)
+    limit = max(1.0, min(call.end - time.time(), max(WATCHDOG_FACTOR * seconds, call.opts.watchdog_floor_s)))
+    cmd = [sys.executable, "-m", "benchmarks.gpu_check", "--out", str(out), "--device", call.opts.device,
+           "--size", call.opts.size, "--budget-s", f"{max(10.0, limit - 5.0):.0f}", "--parts", name]
+    call.say(f"check {name}: {seconds:.1f} s expected, watchdog {limit:.0f} s")
+    t0 = time.time()
+    try:
+        subprocess.run(cmd, cwd=ROOT, env=child_env(PYTHONUNBUFFERED="1"), stdout=call.log, stderr=subprocess.STDOUT,
+                       timeout=limit, preexec_fn=die_with_parent())
+    except subprocess.TimeoutExpired:
+        state, detail = "timed out", f"past its watchdog of {limit:.0f} s"
+    else:
+        summary = (out / "summary.md").read_text() if (out / "summary.md").is_file() else ""
+        m = re.search(rf"^\| {re.escape(name)} \| ([a-z ]+?) \|(.*)$", summary, re.M)
+        part_state = m.group(1) if m else "failed"
+        state = _CHECK_STATES.get(part_state, "failed")
+        detail = "" if part_state == "done" else (m.group(2).strip(" |") if m else "the check wrote no summary")
+        if part_state == NOT_HERE_STATE:
+            detail = NOT_HERE_STATE
+    call.record(Point("check", name, None, seconds), state, time.time() - t0, detail)
 
 
 def _measure(call: _Call, points: list[Point]) -> None:
@@ -450,21 +505,28 @@ def campaign(opts: Options) -> int:
             call.say("no measuring process started: stopping")
             return 1
         started = True
-        checks = _checks_left(call, book) if opts.experiments is None else []
-        if checks:
-            call.say(f"not points, left to a call of the GPU check: make gpu-check BUDGET=... "
-                     f"PARTS={','.join(checks)} (python -m benchmarks.gpu_check --parts {','.join(checks)})")
-        for level in sorted({p for p, _, _, _ in plan.PRIORITIES}):
+        # --experiments and --checks choose what the call measures: with neither, everything
+        points_too = opts.checks is None or opts.experiments is not None
+        checks = [] if opts.checks is None and opts.experiments is not None else \
+            [c for c in _checks_left(call, book) if opts.checks is None or c[1] in opts.checks]
+        levels = sorted({p for p, _, _, _ in plan.PRIORITIES} | {p for p, _, _ in checks})
+        for level in levels:
             if call.end - time.time() <= 0:
                 call.tally.unplanned.append(level)
                 continue
             t = time.time()
-            points = _level(call, book, level)
-            if points is None:
-                continue
-            call.say(f"P{level}: {len(points)} points to measure, {sum(p.seconds for p in points):.1f} s expected "
-                     f"(planned in {time.time() - t:.2f} s)")
-            _measure(call, points)
+            points = _level(call, book, level) if points_too else None
+            if points is not None:
+                call.say(f"P{level}: {len(points)} points to measure, {sum(p.seconds for p in points):.1f} s "
+                         f"expected (planned in {time.time() - t:.2f} s)")
+                _measure(call, points)
+            for _, name, seconds in (c for c in checks if c[0] == level):
+                if seconds > call.end - time.time():
+                    call.tally.left.append(f"check/{name}")
+                    call.say(f"check {name}: {seconds:.1f} s expected, {max(0.0, call.end - time.time()):.1f} s "
+                             "left: for a later call")
+                    continue
+                _run_check(call, name, seconds)
     finally:
         if call.measurer is not None:
             call.measurer.stop()
