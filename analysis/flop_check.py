@@ -11,7 +11,13 @@ far faster a model that misses what runs. Per row:
 - *predicted*: its routine-true analytic FLOPs (``flops_full``: the routines the code calls,
   counted from the ranks each row selected, so a row whose rank differs from FRAQ's compares at
   its own) over FRAQ's;
-- *measured / predicted*, and whether it is within the factor :data:`TARGET` either way.
+- *measured / predicted*, and whether it is within the factor :data:`TARGET` either way;
+- under it, the **kernel-rate check** (:func:`kernel_rate`): the ratio this machine's kernel
+  rates predict, the row's roofline over FRAQ's (``roof_s``: every kernel of the call timed
+  alone at its shapes, :func:`benchmarks.experiments.tables123.call_roofs`, the quantity Table
+  5's *time / kernels' own time* divides by), and measured / predicted as a number, with no
+  word: the roofline is a floor of each call, so the ratio of two floors predicts the ratio of
+  the times only as far as both calls spend alike above their kernels' own time.
 
 The FRAQ row compared against is the one at the row's own threshold where FRAQ ran at it (FLoRIST's
 like-for-like rows at tau = 0.80 and 0.95), else FRAQ at tau = 0.95, the reference of *time /
@@ -29,7 +35,8 @@ import pandas as pd
 
 from analysis.verdicts import judge, paired, samples
 
-__all__ = ["REFERENCE", "TARGET", "flop_check_lines", "reference_row"]
+__all__ = ["NO_KERNEL_TIMES", "REFERENCE", "TARGET", "flop_check_lines", "kernel_rate", "kernel_times_note",
+           "reference_row"]
 
 TARGET = 1.5
 """The project's target: an at-its-best row's time / FRAQ's within this factor (either way) of
@@ -52,6 +59,64 @@ def reference_row(rows: pd.DataFrame, row) -> pd.Series | None:
     return ref.iloc[0] if len(ref) else None
 
 
+NO_KERNEL_TIMES = "no kernel times in these results"
+"""What the report says, once, where no row carries a roofline (results written before rows
+recorded one, or a size that does not time them)."""
+
+
+def _roof(row) -> float:
+    v = pd.to_numeric(pd.Series([row.get("roof_s")]), errors="coerce").iloc[0]
+    return float(v) if pd.notna(v) and v > 0 else math.nan
+
+
+def _has_roofs(rows: pd.DataFrame) -> bool:
+    return "roof_s" in rows and pd.to_numeric(rows["roof_s"], errors="coerce").gt(0).any()
+
+
+def _on_gpu(rows: pd.DataFrame) -> bool:
+    return "device" in rows and rows["device"].astype(str).str.startswith("cuda").any()
+
+
+def kernel_times_note(rows: pd.DataFrame) -> str:
+    """The one sentence for Tables 1-3's rows (every preset's) when none carries a roofline on a
+    CPU: the kernel-rate check is then absent from every line, said here once; "" otherwise."""
+    if rows.empty or _on_gpu(rows) or _has_roofs(rows):
+        return ""
+    return (f"Kernel-rate check: {NO_KERNEL_TIMES} (a row's roofline, `roof_s`, every kernel of its call timed "
+            "alone at this machine's rates).")
+
+
+def kernel_rate(rows: pd.DataFrame, peer: pd.DataFrame, fraq: pd.DataFrame, measured: float) -> str | None:
+    """The kernel-rate check's text for ``peer`` over ``fraq`` (rows of one preset's ``rows``): the
+    smallest roofline among ``peer`` over the largest among ``fraq``, as the measured ratio takes
+    the smaller time over the larger round by round, and ``measured`` / that prediction; a row
+    without a roofline named with its reason (``roof_skipped``); None when no row of ``rows``
+    has one (:func:`kernel_times_note` says so once) or on a GPU."""
+    if _on_gpu(rows) or not _has_roofs(rows):
+        return None
+    o, f = [pd.to_numeric(d["roof_s"], errors="coerce") if "roof_s" in d else pd.Series(dtype=float)
+            for d in (peer, fraq)]
+    missing = [r for d, v in ((peer, o), (fraq, f)) for (_, r), x in zip(d.iterrows(), v) if not (x > 0)]
+    if missing:
+        return "no kernel times for " + "; ".join(
+            r["shown"] + (f" ({r['roof_skipped']})" if isinstance(r.get("roof_skipped"), str) else "")
+            for r in missing)
+    predicted = float(o.min() / f.max())
+    threads = pd.to_numeric(pd.concat([peer, fraq]).get("threads", pd.Series(dtype=float)), errors="coerce")
+    roof_threads = pd.to_numeric(pd.concat([peer, fraq]).get("roof_threads", pd.Series(dtype=float)),
+                                 errors="coerce")
+    apart = sorted(set(threads.dropna().astype(int)) - set(roof_threads.dropna().astype(int)))
+    note = (f" (kernels timed at {', '.join(map(str, sorted(set(roof_threads.dropna().astype(int)))))} thread(s), "
+            f"the rows at {', '.join(map(str, apart))})" if apart else "")
+    return (f"this machine's kernels, each timed alone at its shapes, predict {predicted:.3g}x; measured / "
+            f"predicted {measured / predicted:.2f}" + note)
+
+
+RATE_HEAD = ("; under each, the kernel-rate check: the ratio of the two calls' rooflines (each kernel timed alone "
+             "at its shapes at this machine's rates, the quantity Table 5's *time / kernels' own time* divides by) "
+             "and measured / predicted, a number")
+
+
 def _flops(row) -> float:
     v = pd.to_numeric(pd.Series([row.get("flops_full")]), errors="coerce").iloc[0]
     return float(v) if pd.notna(v) and v > 0 else math.nan
@@ -61,7 +126,7 @@ def flop_check_lines(rows: pd.DataFrame) -> list[str]:
     """The check's lines for one preset's Tables 1-3 rows (:func:`analysis.sections.tables123.tables123_rows`):
     a head line with how many rows are within :data:`TARGET`, then one line per at-its-best row
     (module docstring); [] on a GPU or without such rows."""
-    if rows.empty or ("device" in rows and rows["device"].astype(str).str.startswith("cuda").any()):
+    if rows.empty or _on_gpu(rows):
         return []
     best = rows[rows["kernel"].notna() & (rows["kernel"].astype(str) != "dense")]
     if best.empty:
@@ -91,10 +156,13 @@ def flop_check_lines(rows: pd.DataFrame) -> list[str]:
         lines.append(head + f"measured {v.measured('.3g', unit='x')}; the routine-true FLOP model predicts "
                      f"{predicted:.3g}x; measured / predicted {q:.2f}{spread}: "
                      f"{'within' if ok else 'outside'} {TARGET:g}x.")
+        rate = kernel_rate(rows, pd.DataFrame([r]), pd.DataFrame([f]), v.value)
+        if rate is not None:
+            lines.append(f"    - kernel-rate check, {label} / {flabel} (no verdict): {rate}.")
     tail = f" No FLOP count in these results: {', '.join(no_model)}." if no_model else ""
     count = f" within for {within} of {judged} rows." if judged else ""
     head = (f"- FLOP-model check at its best (the project's target, not a paper claim: each at-its-best row's time / "
             f"FRAQ's within {TARGET:g}x of its FLOP count's prediction, either way, on this CPU in the same run; "
             f"FLOPs from each row's own ranks, against FRAQ at the row's threshold where FRAQ ran at it, else at "
-            f"tau = 0.95):" + count + tail)
+            f"tau = 0.95)" + (RATE_HEAD if _has_roofs(rows) else "") + ":" + count + tail)
     return [head] + lines

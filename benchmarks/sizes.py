@@ -54,7 +54,7 @@ SIZES: dict[str, dict[str, dict]] = {
                        methods=_SWEEP_METHODS + _ANALYST),
         table4=dict(m=256, n=128, modules=2, clients=4, client_rank=4, p=4, rounds=6, launches=1, rss=False),
         fig1=dict(preset="roberta-base", layers=1, clients=[2, 4], client_ranks=[4, 8], taus=[0.80, 0.90, 0.95]),
-        tables123=dict(presets=["roberta-base"], quick=True, rounds=6, launches=1, slow_rounds=2),
+        tables123=dict(presets=["roberta-base"], quick=True, rounds=6, launches=1, slow_rounds=2, roof_sample=2e-4),
         backends=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         backend_stages=dict(layers=2, repeats=5, diag_matrices=1, threads=[1, 2], stage_repeats=5),
         eig_precision=dict(),
@@ -96,8 +96,10 @@ SIZES: dict[str, dict[str, dict]] = {
         # claims' need), for one interpreter start, model build and warm-up of every row. The claims it reads
         # sit far from their thresholds on a CPU (a measured / model ratio of 0.8-1.4 against [0.5, 2], kernel
         # variants 2-76x against 1); the paper size's rounds and launches are the same.
+        # Every row's roofline too (roof_sample, Fig. 3's 2 ms looped sample: each kernel timed alone, for the
+        # kernel-rate check; not at the paper size, whose whole-LLaMA rows would add minutes).
         tables123=dict(presets=["roberta-base", "llama-3.2-3b", "llama-3.2-3b-hetero"], quick=True, rounds=3,
-                       launches=2, slow_rounds=2, layers={"llama-3.2-3b-hetero": 1}),
+                       launches=2, slow_rounds=2, layers={"llama-3.2-3b-hetero": 1}, roof_sample=2e-3),
         # 1 thread: what the report reads (the 2-thread column is the paper size's)
         backends=dict(layers=2, repeats=5, diag_matrices=1, threads=[1], stage_repeats=5),
         backend_stages=dict(layers=2, repeats=5, diag_matrices=1, threads=[1], stage_repeats=5),

@@ -1,6 +1,8 @@
 """Tables 1-3's FLOP-model check of the at-its-best rows (:mod:`analysis.flop_check`): measured time /
 FRAQ's over the routine-true model's prediction, within or outside the project's 1.5x target, against
-FRAQ at the row's own threshold where FRAQ ran at it; no verdict word, nothing on a GPU."""
+FRAQ at the row's own threshold where FRAQ ran at it; no verdict word, nothing on a GPU. Beside it the
+kernel-rate check: the ratio of the rows' rooflines (``roof_s``) and measured / predicted, a number,
+as published and at its best; "no kernel times in these results" once where no row has one."""
 
 from __future__ import annotations
 
@@ -16,19 +18,29 @@ from analysis.sections.tables123 import tables123_rows, verdict_lines
 ROUNDS = 12
 
 
-def _records(peers: list[tuple], device: str = "cpu", seed: int = 0) -> pd.DataFrame:
+FRAQ_ROOF = {0.8: 0.005, 0.95: 0.006}
+"""FRAQ's rooflines (s) at tau = 0.80 and 0.95 where a test gives the rows rooflines."""
+
+
+def _records(peers: list[tuple], device: str = "cpu", seed: int = 0, roofs: dict | None = None) -> pd.DataFrame:
     """RoBERTa-base rows: FRAQ at tau = 0.80 (8 ms, 1 GFLOP) and 0.95 (10 ms, 1.2 GFLOP) drifting
     together between rounds, and each peer ``(spec, name, options, time ratio over FRAQ (tau=0.95),
-    flops_full)``, paired round by round in one group."""
+    flops_full)``, paired round by round in one group. ``roofs``: spec -> the row's ``roof_s`` (a
+    text: its ``roof_skipped``), FRAQ's :data:`FRAQ_ROOF` then; None: no row has one."""
     rng = np.random.default_rng(seed)
     drift = rng.uniform(0.7, 1.4, ROUNDS)
     base = {0.8: 0.008, 0.95: 0.010}
 
     def row(spec, name, options, samples, flops):
         label = spec.replace(":", " (").replace(",", ", ") + (")" if ":" in spec else "")
-        return {"method": label, "spec": spec, "name": name, "options": options, "downlink_pct": 1.0,
-                "latency": {"samples": list(samples), "median": float(np.median(samples)), "group": "g1"},
-                "flops_table5": None, "flops_full": flops}
+        out = {"method": label, "spec": spec, "name": name, "options": options, "downlink_pct": 1.0,
+               "latency": {"samples": list(samples), "median": float(np.median(samples)), "group": "g1"},
+               "flops_table5": None, "flops_full": flops}
+        if roofs is not None:
+            roof = FRAQ_ROOF[options["tau"]] if name == "fraq" else roofs.get(spec)
+            out.update({"roof_skipped": roof} if isinstance(roof, str) else
+                       {"roof_s": roof, "roof_threads": 1} if roof is not None else {})
+        return out
 
     rows = [row(f"fraq:tau={t}", "fraq", {"tau": t}, s * drift * rng.uniform(0.99, 1.01, ROUNDS), 1e9 * s / 0.008)
             for t, s in base.items()]
@@ -100,3 +112,65 @@ def test_too_few_rounds_is_descriptive_and_still_a_number():
         ROUNDS = keep
     assert "too few" in line or "descriptive" in line or "median of 4" in line, line
     assert _value(line, "measured / predicted") == pytest.approx(1.0, rel=0.03), line
+
+
+def _rate(line: str) -> tuple[float, float]:
+    m = re.search(r"predict ([0-9]+(?:\.[0-9]+)?)x; measured / predicted ([0-9]+(?:\.[0-9]+)?)", line)
+    return float(m.group(1)), float(m.group(2))
+
+
+def test_the_kernel_rate_check_under_each_at_its_best_line():
+    """FLoRIST at its best at tau = 0.80, 1.1x FRAQ (tau=0.80)'s time, its roofline 1.2x FRAQ's there
+    (6 ms over 5): predicted 1.2, measured / predicted 1.1 / 1.2 to the 1% per-round jitter; FlexLoRA
+    (kernel=rsvd), 2.4x FRAQ (tau=0.95)'s time, roofline 12 ms over 6: predicted 2, measured / predicted
+    1.2. A line of its own under the FLOP-model line, no verdict word, no GPU."""
+    peers = [("florist:tau=0.8,kernel=qr", "florist", {"tau": 0.8, "kernel": "qr"}, 1.1, 1.1e9),
+             ("flexlora:kernel=rsvd", "flexlora", {"kernel": "rsvd"}, 2.4, 2e9)]
+    roofs = {"florist:tau=0.8,kernel=qr": 0.006, "flexlora:kernel=rsvd": 0.012}
+    head, *lines = _lines(_records(peers, roofs=roofs))
+    assert "kernel-rate check" in head, head
+    for label, ratio, predicted in (("tau=0.8, kernel=qr", 1.1, 0.006 / 0.005), ("kernel=rsvd", 2.4, 0.012 / 0.006)):
+        i = next(i for i, s in enumerate(lines) if s.startswith("  - ") and label in s)
+        rate = lines[i + 1]
+        assert rate.startswith("    - kernel-rate check, ") and label in rate, rate
+        got, q = _rate(rate)
+        assert got == pytest.approx(predicted, rel=1e-3) and q == pytest.approx(ratio / predicted, rel=0.03), rate
+        assert not any(w in rate for w in ("within", "outside", "agree", "GPU", "GH200")), rate
+    assert "/ FRAQ (tau=0.8) (no verdict):" in next(s for s in lines if s.startswith("    - ") and "tau=0.8" in s)
+
+
+def test_the_kernel_rate_check_beside_the_as_published_flop_check():
+    """FLoRIST as published (tau = 0.90), 2x FRAQ (tau=0.95)'s time (1.6x... of FRAQ at 0.80's 8 ms: the
+    ratio is over the larger FRAQ time round by round), roofline 9 ms: predicted 9 / 6 (the largest
+    FRAQ roofline, as the measured ratio takes the largest FRAQ time), measured / predicted 2 / 1.5;
+    on its own line under the FLOP-model line, never in the claim's sentence."""
+    peers = [("florist:tau=0.9", "florist", {"tau": 0.9}, 2.0, 2.5e9)]
+    lines = verdict_lines(_records(peers, roofs={"florist:tau=0.9": 0.009}), "roberta-base")
+    claim = next(i for i, s in enumerate(lines) if s.startswith("- Paper: FRAQ requires"))
+    assert "kernel-rate" not in lines[claim]
+    rate = next(s for s in lines[claim + 1:] if "kernel-rate check, FLoRIST" in s)
+    assert rate.startswith("  - kernel-rate check, FLoRIST") and "(not a claim, no verdict)" in rate, rate
+    got, q = _rate(rate)
+    assert got == pytest.approx(0.009 / 0.006, rel=1e-3) and q == pytest.approx(2.0 / 1.5, rel=0.03), rate
+    assert "GH200" not in rate and "GPU" not in rate
+
+
+def test_a_row_without_a_roofline_is_named_with_its_reason_and_results_without_any_say_so_once():
+    """Where the preset's rows have rooflines, a row without one is named with its ``roof_skipped``;
+    where none has, no per-row line mentions the check and kernel_times_note says so (the section's
+    intro, once); on a GPU neither."""
+    from analysis.flop_check import NO_KERNEL_TIMES, kernel_times_note
+
+    peers = [("flexlora:kernel=rsvd", "flexlora", {"kernel": "rsvd"}, 2.4, 2e9),
+             ("fedsvd:kernel=fraq", "fedsvd", {"kernel": "fraq"}, 0.5, 0.6e9)]
+    _, *lines = _lines(_records(peers, roofs={"flexlora:kernel=rsvd": "a dense per-module factorization"}))
+    named = [s for s in lines if s.startswith("    - ")]
+    assert any("no kernel times for FlexLoRA (kernel=rsvd) (a dense per-module factorization)" in s for s in named)
+    assert any("no kernel times for fedsvd (kernel=fraq)." in s.lower() for s in named), named
+    df = _records(peers)
+    assert not any("kernel-rate" in s for s in _lines(df) + verdict_lines(df, "roberta-base"))
+    rows = tables123_rows(df)
+    assert kernel_times_note(rows).count(NO_KERNEL_TIMES) == 1
+    assert kernel_times_note(tables123_rows(_records(peers, roofs={}))) == ""  # FRAQ's rows have one
+    assert kernel_times_note(tables123_rows(_records(peers, device="cuda:0"))) == ""
+    assert _lines(_records(peers, device="cuda:0", roofs={})) == []

@@ -195,3 +195,52 @@ def test_an_unwritable_default_table_falls_back_to_a_temporary_one_saying_so(tmp
     assert err.count("\n") == 1 and f"the kernel table directory {home / '.cache' / 'fraq' / 'kernels'} " \
                                    f"(FRAQ_KERNEL_TABLE unset) cannot be created" in err
     kernels._writable_or_fallback.cache_clear(), kernels._fallback.cache_clear()
+
+
+def test_once_times_each_distinct_kernel_once_per_table(monkeypatch, tmp_path):
+    """With ``once``, a kernel repeated in a call (the same op, shapes and strides) and a kernel
+    an earlier call timed on the same table object are taken from the table: 2 distinct kernels
+    in 5 are timed twice in all, and a second call times none, its kernels the table's times.
+    Entries read from the table's file were not timed by this object: timed again."""
+    from benchmarks.measure import kernels
+
+    timed = []
+    real = kernels._Recorder._time
+    monkeypatch.setattr(kernels._Recorder, "_time", lambda self, f, a, k: timed.append(str(f)) or real(self, f, a, k))
+    a, b, c = torch.randn(24, 16), torch.randn(16, 20), torch.randn(20, 8)
+
+    def call():
+        for _ in range(4):
+            x = a @ b
+        return x @ c
+
+    table = RateTable()
+    first = kernel_roofs(call, table=table, gemm_rate=GEMM, once=True)
+    assert [k.op for k in first.kernels] == ["aten.mm"] * 5 and timed == ["aten.mm.default"] * 2
+    second = kernel_roofs(call, table=table, gemm_rate=GEMM, once=True)
+    mm = {k: v for k, v in table.best.items() if k.startswith("aten.mm")}
+    assert len(timed) == 2 and set(mm) <= table.timed and len(mm) == 2
+    assert {k.seconds for k in second.kernels} == set(mm.values())  # the table's times, the repeated one's alike
+    assert len({k.seconds for k in second.kernels[:4]}) == 1
+    kernel_roofs(call, table=table, gemm_rate=GEMM)  # without once: every kernel timed again
+    assert len(timed) == 7
+    table.path = tmp_path / "t.json"
+    table.save()
+    fresh = RateTable(tmp_path / "t.json")
+    assert fresh.timed == set() and set(mm) <= set(fresh.best)
+    kernel_roofs(call, table=fresh, gemm_rate=GEMM, once=True)
+    assert len(timed) == 9
+
+
+def test_samples_are_checked_and_no_gemm_is_measured_when_not_wanted(monkeypatch):
+    from benchmarks.measure import timing
+
+    ran = []
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match=rf"samples\(={bad!r}\) must be an integer >= 1"):
+            kernel_roofs(lambda: ran.append(1), table=RateTable(), samples=bad)
+    assert ran == []  # refused before the call ran
+    monkeypatch.setattr(timing, "gemm_rate", lambda *a, **k: pytest.fail("a GEMM was measured"))
+    x = torch.randn(8, 8)
+    r = kernel_roofs(lambda: x @ x, table=RateTable(), samples=1, gemm=False)
+    assert len(r.kernels) == 1 and r.roof > 0 and torch.isnan(torch.tensor([r.gemm_rate, r.gemm_bound])).all()

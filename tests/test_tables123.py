@@ -607,3 +607,78 @@ def test_rounding_level_bound_is_printed_rounded_up(bound, text):
     assert float(text) >= bound
     shown = exactness({"certificate_bound": bound, "certificate_rounding_level": True})
     assert shown == f"<= {text} (rounding)"
+
+
+# ----------------------------------------------------------------------------- the rows' rooflines
+
+
+def _tiny_model():
+    from benchmarks.cases import build_model
+    from fraq.presets import ModuleGroup, Preset
+
+    tiny = Preset("tiny", (ModuleGroup("q", 12, 12, 3), ModuleGroup("up", 20, 12, 2)), ranks=(2, 2), alphas=(4.0, 4.0))
+    return build_model(tiny, seed=1)
+
+
+def test_rows_carry_their_roofline_weighted_as_their_latency():
+    """A row's ``roof_s`` is the sum over its timed calls of each call's roofline times the call's
+    multiplier, as its latency is weighted: checked against kernel_roofs of each call again on the
+    process's table (every kernel then the table's: the same numbers), on one module per shape
+    (multipliers 3 and 2) and on the whole model (1). The dense per-module row on its dense kernel
+    says why it has none; without a roof_sample, or in a fresh launch's timing-only preparation, no row
+    has one."""
+    from benchmarks.measure import threads
+    from benchmarks.measure.kernels import kernel_roofs, process_table
+
+    model = _tiny_model()
+    for spec, subset in (("florist:tau=0.95,kernel=qr", True), ("fraq:tau=0.95", False),
+                         ("flexlora:kernel=rsvd", True)):
+        job = tables123.prepare(model, tables123.TableRow.parse(spec), subset=subset, roof_sample=2e-4)
+        assert [w for _, w in job.calls] == ([3, 2] if subset else [1])
+        with threads(1):
+            want = sum(w * kernel_roofs(fn, table=process_table(), min_sample=2e-4, samples=1, once=True,
+                                        gemm=False).roof for fn, w in job.calls)
+        assert job.row["roof_s"] == pytest.approx(want, rel=1e-12) and want > 0, spec
+        assert job.row["roof_kernels"] > 0 and job.row["roof_threads"] == 1 and "roof_skipped" not in job.row
+    dense = tables123.prepare(model, tables123.TableRow.parse("flexlora"), subset=True, roof_sample=2e-4).row
+    assert "roof_s" not in dense and dense["roof_skipped"].startswith("a dense per-module factorization")
+    for row in (tables123.prepare(model, tables123.TableRow.parse("fraq:tau=0.95"), subset=False).row,
+                tables123.prepare(model, tables123.TableRow.parse("fraq:tau=0.95"), subset=False, timing_only=True,
+                                  roof_sample=2e-4).row):
+        assert not any(k.startswith("roof") for k in row), row
+
+
+def test_the_reduced_and_tiny_sizes_time_the_rooflines_and_their_cost_is_estimated():
+    """``roof_sample`` on every point of the sizes that time the rooflines (tiny, reduced), none at the paper
+    and GPU sizes; a point's estimate grows by its rows' rooflines (:func:`tables123.roofs_cost`), by at
+    least the rows' work run once more under the dispatch mode and each counted kernel's samples."""
+    for size in ("tiny", "reduced"):
+        assert all(c["roof_sample"] > 0 for c in tables123.points(size)), size
+    for size in ("paper", "gpu"):
+        assert not any("roof_sample" in c for c in tables123.points(size)), size
+    for c in tables123.points("reduced"):
+        without = {k: v for k, v in c.items() if k != "roof_sample"}
+        added = tables123.cost(c) - tables123.cost(without)
+        assert added == pytest.approx(tables123.roofs_cost(c, _call_work(c)), rel=1e-12)
+        assert added > tables123.ROOF_SAMPLES * c["roof_sample"] * tables123.ROOF_KEYS * len(c["methods"]) / 2
+
+
+def _call_work(config) -> float:
+    """The cost model's seconds of one call of every row (tables123.cost)."""
+    preset = get_preset(config["preset"])
+    full = max(g.count for g in preset.groups)
+    layers = tables123._layers(config["preset"], config["quick"], config["layers"])  # quick: 2 of LLaMA's 28
+    fraction = min(layers or full, full) / full
+    return fraction * 2.4e-9 * sum(g.count * (g.m + g.n) for g in preset.groups) * sum(preset.ranks) ** 2
+
+
+@pytest.mark.integration
+def test_a_tiny_run_carries_the_rooflines():
+    """The tiny size's point, measured on three of its rows: FRAQ and FLoRIST at its best carry
+    ``roof_s`` > 0, FlexLoRA as published (a dense per-module factorization) says why it has none."""
+    point = next(c for c in tables123.points("tiny") if c["part"] == "shared")
+    point = dict(point, methods=["fraq:tau=0.95", "florist:tau=0.95,kernel=qr", "flexlora"], rounds=2)
+    rows = {r["spec"]: r for r in tables123.measure(point)["rows"]}
+    for spec in ("fraq:tau=0.95", "florist:tau=0.95,kernel=qr"):
+        assert rows[spec]["roof_s"] > 0 and rows[spec]["roof_kernels"] > 0, rows[spec]
+    assert "roof_s" not in rows["flexlora"] and "dense per-module" in rows["flexlora"]["roof_skipped"]

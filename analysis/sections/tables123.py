@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import kernel_variants, style, tables
-from analysis.flop_check import flop_check_lines
+from analysis.flop_check import flop_check_lines, kernel_rate, kernel_times_note
 from analysis.launches import spread_text
 from analysis.verdicts import against_range, holds, judge, not_measured, ours, paired, samples
 from analysis.loaders import paper
@@ -44,7 +44,7 @@ def draw(res) -> list[Section]:
              "||exact||_F against the exact weighted aggregate (the result's certificate, float64 Grams, computed "
              "outside the timed calls; \"<= b (rounding)\" where it is below the certificate's rounding "
              "resolution b). The paper's numbers are one GH200's. " + thresholds(agg)
-             + f"{style.caption(agg)}.")
+             + f"{style.caption(agg)}." + (f" {note}" if (note := kernel_times_note(tables123_rows(agg))) else ""))
     out = [Section("Tables 1-3: downlink and server latency", intro)]
     for preset in tables123_presets(agg):
         rows = tables123_rows(agg)
@@ -129,7 +129,7 @@ def verdict_lines(df: pd.DataFrame, preset: str) -> list[str]:
                 continue
             said, check = _cpu_claim(ms, ratio, other, fraq, label, quoted[name], preset, compared)
             parts.append(said)
-            checks += [check] if check else []
+            checks += check
         ms = ", ".join(f"{r.shown} {r.median_s * 1e3:.4g} ms" for r in fraq.itertuples() if pd.notna(r.median_s))
         lines.append(f"- Paper: {claim}. " + "; ".join(parts) + (f". Here: {ms}." if ms else "."))
         lines += [f"  - {c}" for c in checks]
@@ -203,24 +203,24 @@ def _on_gpu(rows: pd.DataFrame) -> bool:
 
 
 def _cpu_claim(ms: dict, ratio, other: pd.DataFrame, fraq: pd.DataFrame, label: str, quoted: str,
-               preset: str, compared: pd.DataFrame) -> tuple[str, str]:
-    """What a CPU says of a GPU speed-up claim, and apart from it the FLOP-model check.
+               preset: str, compared: pd.DataFrame) -> tuple[str, list[str]]:
+    """What a CPU says of a GPU speed-up claim, and apart from it the model checks.
 
     The first text: the paper's GH200 ratio in its own words (``quoted``: "around 12x"),
-    **not tested here**, and the ratio measured here with its interval. The second, a line of
-    its own under the claim's and never in its sentence, with no verdict word (``""`` when
+    **not tested here**, and the ratio measured here with its interval. The second, lines of
+    their own under the claim's and never in its sentence, with no verdict word (none when
     the ratio was not measured): the FLOP-model check, each FLOP model's predicted ratio and
-    measured / predicted as a number. A window around a model's prediction tests the model,
-    not the paper's claim, and a factor-4 window would pass a 1.1x-4.3x ratio for a 2.17x
-    model: so it prints the number, never agrees/disagrees. The models are FLOP counts; a
-    prediction from this machine's calibrated kernel rates needs the call's kernels timed
-    alone, which Tables 1-3's rows do not record (Table 5's *time / kernels' own time* is
-    that check for Fig. 3's points)."""
+    measured / predicted as a number, and the kernel-rate check
+    (:func:`analysis.flop_check.kernel_rate`), the ratio this machine's calibrated kernel rates
+    predict (the rows' rooflines) and measured / predicted, where the rows carry rooflines.
+    A window around a model's prediction tests the model, not the paper's claim, and a
+    factor-4 window would pass a 1.1x-4.3x ratio for a 2.17x model: so it prints the number,
+    never agrees/disagrees."""
     r = judge(ms, ratio, above=1.0, machine=compared, paired=paired(compared),
               claim=f"{preset}: {label} / FRAQ measured")
     said = f"{label}: the paper's {quoted} is a GH200 wall-clock ratio: **not tested here** (a CPU run); "
     if r.word == "no verdict":  # not measured, or withheld on a busy machine: the reason, once
-        return said + f"measured here: {r.interval()}", ""
+        return said + f"measured here: {r.interval()}", []
     measured = f"{r.value:.3g}x " + (r.interval(".3g", "x") if r.has_interval else "(descriptive)")
     checks = []
     for col, name in (("flops_table5", "the paper's FLOP model (Table 5)"), ("flops_full", "our routine-true model")):
@@ -231,9 +231,12 @@ def _cpu_claim(ms: dict, ratio, other: pd.DataFrame, fraq: pd.DataFrame, label: 
             continue
         model = float(o.min() / f.max())
         checks.append(f"{name} predicts {model:.3g}x (measured / predicted {r.value / model:.2f})")
-    return (said + f"measured here {label} / FRAQ {measured}",
-            f"FLOP-model check, {label} / FRAQ (not a claim, no verdict): measured {r.value:.3g}x; "
-            + ", ".join(checks) + ".")
+    lines = [f"FLOP-model check, {label} / FRAQ (not a claim, no verdict): measured {r.value:.3g}x; "
+             + ", ".join(checks) + "."]
+    rate = kernel_rate(compared, other, fraq, r.value)
+    if rate is not None:
+        lines.append(f"kernel-rate check, {label} / FRAQ (not a claim, no verdict): {rate}.")
+    return said + f"measured here {label} / FRAQ {measured}", lines
 
 
 def _why(rows: pd.DataFrame, key: str) -> str:
@@ -259,7 +262,9 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
     analytic FLOPs of one aggregation (``flops_table5``: the paper's formulas;
     ``flops_full``: the routines the code calls), the host's share of a call
     (``host_reads_per_group``, ``ops_per_group``, ``python_ms_16x16``:
-    :mod:`benchmarks.experiments.tables123`), a kernel variant's ``kernel`` and ``agreement``
+    :mod:`benchmarks.experiments.tables123`), the call's roofline where the row has one
+    (``roof_s``, ``roof_threads``; else ``roof_skipped``, why not, or None), a kernel variant's
+    ``kernel`` and ``agreement``
     (None for the other rows; :mod:`analysis.kernel_variants`), ``first_call_sample`` (its
     first sample is its warm-up call: :func:`benchmarks.experiments.tables123.run_preset`) and the
     record's ``loadavg``,
@@ -311,6 +316,8 @@ def tables123_rows(df: pd.DataFrame) -> pd.DataFrame:
                          "shown": shown_name(r["method"], r["name"], r.get("display_name")),
                          "host_reads_per_group": r.get("host_reads_per_group"),
                          "ops_per_group": r.get("ops_per_group"), "python_ms_16x16": r.get("python_ms_16x16"),
+                         "roof_s": r.get("roof_s"), "roof_skipped": r.get("roof_skipped"),
+                         "roof_threads": r.get("roof_threads"),
                          **{k: r.get(k) for k in CERTIFICATE_FIELDS},
                          "paper_order": r.get("paper_order", PAPER_ORDER.get(r["name"]))})
     out = pd.DataFrame(rows)

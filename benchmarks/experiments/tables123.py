@@ -63,6 +63,13 @@ shape group, on the row's modules at reduced sides (``host_counted_on``), and
 ``python_ms_16x16``, the row's call on every module at 16 x 16 factors, where the math
 is free, at one thread.
 
+Where the size gives a ``roof_sample`` (``tiny``, ``reduced``) and the device is a CPU,
+every row but a dense per-module factorization on its dense kernel also carries the call's
+roofline (:func:`call_roofs`: ``roof_s``, each kernel the call runs timed alone at its
+shapes at this machine's rates, weighted as its latency is), the quantity Table 5's *time /
+kernels' own time* divides by; the analysis's kernel-rate check reads it. On a GPU no row
+does: the budgeted GPU call times whole models, and the check is a CPU's.
+
 Run: ``.venv/bin/python -m benchmarks.run tables123 [--size paper]``. Inputs come from
 :func:`benchmarks.cases.build_model`; one result file per preset,
 ``<out>/tables123/<preset>.json`` (:mod:`benchmarks.results`), and one per method timed
@@ -129,7 +136,8 @@ class Job:
         return Weighted(self.calls, seconds=self.first_parts or None)
 
 
-def prepare(model: Model, method: TableRow, *, subset: bool, timing_only: bool = False) -> Job:
+def prepare(model: Model, method: TableRow, *, subset: bool, timing_only: bool = False,
+            roof_sample: float | None = None) -> Job:
     """Inputs, the warm-up call (its result gives the downlink), and the calls to time.
 
     ``timing_only``: the inputs, the warm-up call and the calls to time alone, for a fresh
@@ -139,6 +147,9 @@ def prepare(model: Model, method: TableRow, *, subset: bool, timing_only: bool =
 
     For FLoRG the warm-up's state is passed on, so the timed calls include the
     Procrustes step of a steady-state round (``partial_first_round``).
+
+    ``roof_sample`` (seconds of one looped kernel sample; None: no roofs): the row's
+    roofline, :func:`call_roofs` of the calls to time, on a CPU only.
     """
     agg = row_aggregator(method)
     full_layers = max(g.count for g in model.preset.groups)
@@ -205,7 +216,53 @@ def prepare(model: Model, method: TableRow, *, subset: bool, timing_only: bool =
     t0 = time.perf_counter()
     row.update(host_cost(model, agg, method, pieces[0][0] if subset else None))
     steps = {"warm-up": first_s, "certificate": certificate_s, "host counts": time.perf_counter() - t0}
+    device = next(iter(model.factors.values()))[1][0].device
+    if roof_sample is not None and device.type == "cpu":
+        t0 = time.perf_counter()
+        why = roof_skipped(method)
+        row.update({"roof_skipped": why} if why else call_roofs(calls, device, roof_sample))
+        steps["roofs"] = time.perf_counter() - t0
     return Job(method, calls, row, first_s, first_parts=parts_s, steps=steps)
+
+
+ROOF_SAMPLES = 3
+"""Samples of each kernel timed alone for a row's roofline (:func:`call_roofs`), the best kept:
+fewer than Fig. 3's 5 (:data:`benchmarks.measure.kernels.SAMPLES`), since a point's rows hold
+some 300-700 distinct kernels and the heterogeneous preset's largest take a tenth of a second
+each; the machine's table keeps each kernel's best over runs, so the floor still tightens."""
+
+
+def roof_skipped(method: TableRow) -> str | None:
+    """Why the row carries no roofline, or None: a dense per-module factorization on its dense
+    kernel (FlexLoRA's SVD of the m x n aggregate, FLoRG's n x n eigensolver, as published) is
+    not timed kernel by kernel. Each of its kernels takes a tenth of a second to seconds and
+    would be run again four times (:data:`ROOF_SAMPLES`), and such a row is extrapolated from
+    one module per shape wherever Tables 1-3 time it below the paper size."""
+    if row_aggregator(method).dense_factorization and method.options.get("kernel", "dense") == "dense":
+        return ("a dense per-module factorization on its dense kernel: its kernels (seconds each) are not timed "
+                "alone, and the row is extrapolated from one module per shape")
+    return None
+
+
+def call_roofs(calls: list[tuple[object, float]], device: torch.device | str, sample: float) -> dict:
+    """The roofline of a row's timed calls (:func:`benchmarks.measure.kernels.kernel_roofs` at one
+    torch thread, on this machine's table of kernel times, each distinct kernel timed once per
+    process: ``once``), weighted as the latency is: ``roof_s``, the sum over the calls of each
+    call's roof times its multiplier (a layer-extrapolated row's layers ratio, a per-shape row's
+    modules of that shape), so that ``roof_s`` of two rows divide as their latencies do;
+    ``roof_kernels``, the kernels the calls ran (unweighted); ``roof_threads`` (1: the dispatch
+    mode sees the calling thread alone, :mod:`fraq._parallel`'s fan-out none)."""
+    from benchmarks.measure import threads
+    from benchmarks.measure.kernels import kernel_roofs, process_table
+
+    total, kernels = 0.0, 0
+    with threads(1):
+        for fn, mult in calls:
+            r = kernel_roofs(fn, device, table=process_table(device), min_sample=sample, samples=ROOF_SAMPLES,
+                             once=True, gemm=False)
+            total += mult * r.roof
+            kernels += len(r.kernels)
+    return {"roof_s": total, "roof_kernels": kernels, "roof_threads": 1}
 
 
 def _worst(a: dict, b: dict) -> dict:
@@ -313,9 +370,11 @@ def model_for(name: str, *, quick: bool, seed: int = 0, device: torch.device | s
     return build_model(get_preset(name), layers=_layers(name, quick, layers), seed=seed, device=device)
 
 
-def method_job(name: str, model: Model, method: TableRow, *, quick: bool, timing_only: bool = False) -> Job | str:
+def method_job(name: str, model: Model, method: TableRow, *, quick: bool, timing_only: bool = False,
+               roof_sample: float | None = None) -> Job | str:
     """The prepared :class:`Job` of one row on preset ``name`` (one warm-up call; with
-    ``timing_only`` its calls alone, :func:`prepare`), or the reason it is not measured."""
+    ``timing_only`` its calls alone; with ``roof_sample`` its roofline: :func:`prepare`), or the
+    reason it is not measured."""
     problem = row_applicable(method, model.preset)
     if problem:
         return f"not applicable: {problem}"
@@ -323,7 +382,7 @@ def method_job(name: str, model: Model, method: TableRow, *, quick: bool, timing
     if plan == "skip":
         return (f"measured at --size paper only: a dense per-module factorization of {name}'s modules takes "
                 "about a minute per sample even on one module per shape; --size paper times it on one module per shape")
-    return prepare(model, method, subset=plan == "per-shape", timing_only=timing_only)
+    return prepare(model, method, subset=plan == "per-shape", timing_only=timing_only, roof_sample=roof_sample)
 
 
 def kernel_agreement(model: Model, method: TableRow, *, quick: bool) -> dict:
@@ -367,7 +426,7 @@ def group_calls(group: dict, device: torch.device | str = "cpu") -> dict:
 
 def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = None, launches: int = 1, methods=None,
                log=print, device: torch.device | str = "cpu", layers: int | None = None,
-               first_call_sample: bool = False) -> dict:
+               first_call_sample: bool = False, roof_sample: float | None = None) -> dict:
     """Measure ``methods`` (row specs in :mod:`fraq.methods`' grammar, ``fraq:tau=0.95``:
     :func:`~benchmarks.experiments.table_rows.select_rows`; default every row) on preset
     ``name``; returns the JSON-ready record, each row with its ``spec`` (the row's text) and
@@ -383,6 +442,7 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = No
     only): each row's warm-up call is its round 0 and ``rounds`` - 1 rounds follow, each
     row's latency saying ``first_call_sample``: for calls of seconds (the dense methods on
     one module per shape), where the first call's own costs are within the calls' spread.
+    ``roof_sample``: each row's roofline as well, on a CPU (:func:`prepare`).
     """
     from benchmarks.measure.paired import launched, merged, paired_rounds
     preset = get_preset(name)
@@ -399,7 +459,7 @@ def run_preset(name: str, *, quick: bool, seed: int = 0, rounds: int | None = No
     rows: list[dict] = []
     jobs: list[Job] = []
     for method in selected:
-        job = method_job(name, model, method, quick=quick)
+        job = method_job(name, model, method, quick=quick, roof_sample=roof_sample)
         if isinstance(job, str):
             rows.append({"method": method.label, "spec": str(method), "name": method.name, **row_fields(method),
                          "skipped": job})
@@ -478,7 +538,8 @@ def points(size: str) -> list[dict]:
     preset's shared point holds only their rows and the preset's other rows are a point
     ``others`` of their own, after every preset's shared point: a budget that cuts the part
     keeps the paper's headline comparison (FRAQ against FLoRA and FLoRIST) on every preset.
-    A point's ``methods`` are its rows' specs (``fraq:tau=0.95``)."""
+    A point's ``methods`` are its rows' specs (``fraq:tau=0.95``); where the size gives a
+    ``roof_sample``, every point carries it (its rows' rooflines: :func:`call_roofs`)."""
     c = size_config(size, "tables123")
     out, others, later, timed = [], [], [], {}  # timed: (row spec, module shapes) -> the point timing it alone
     for name in c["presets"]:
@@ -489,7 +550,8 @@ def points(size: str) -> list[dict]:
                      if row_aggregator(m).dense_factorization and row_applicable(m, preset) is None]
         shared = [m for m in table_rows(preset) if m not in alone]
         rest = [m for m in shared if "headline" in c and m.name not in c["headline"]]
-        base = dict(table="tables123", preset=name, quick=c["quick"], seed=0)
+        base = dict(table="tables123", preset=name, quick=c["quick"], seed=0,
+                    **({"roof_sample": c["roof_sample"]} if "roof_sample" in c else {}))
         point = dict(base, rounds=c["rounds"], launches=c["launches"], layers=c.get("layers", {}).get(name))
         out.append(dict(point, methods=[str(m) for m in shared if m not in rest], part="shared"))
         if rest:
@@ -529,7 +591,8 @@ def cost(config: dict) -> float:
     call for LLaMA's 196 modules at r = 64, minutes at the heterogeneous preset's r = 232),
     plus the dense methods where they run on the whole model, plus each row's host counts
     (:data:`HOST_COST_SECONDS`), plus a model build (:data:`BUILD_SECONDS`) here and in
-    each fresh process."""
+    each fresh process, plus the rows' rooflines where the point has a ``roof_sample``
+    (:func:`roofs_cost`)."""
     c = config
     preset = get_preset(c["preset"])
     n = calls(c)
@@ -548,6 +611,9 @@ def cost(config: dict) -> float:
     dense = [m.name for m in select_rows(table_rows(preset), c["methods"], c["preset"])
              if row_aggregator(m).dense_factorization and row_applicable(m, preset) is None]
     out += len(c["methods"]) * HOST_COST_SECONDS
+    if c.get("roof_sample") is not None:
+        out += roofs_cost(c, fraction * 2.4e-9 * sum(g.count * (g.m + g.n) for g in preset.groups)
+                          * sum(preset.ranks) ** 2)
     plan = dense_plan(preset, quick=c["quick"])
     for name in dense:
         if plan == "per-shape":
@@ -555,6 +621,42 @@ def cost(config: dict) -> float:
         elif plan == "full":
             out += n * fraction * sum(g.count * _dense_seconds(name, g.m, g.n) for g in preset.groups)
     return out
+
+
+ROOF_KEYS = 20
+"""Distinct kernels (op, shapes, strides) a roofed row adds to its point, per square root of the
+preset's distinct module shapes, twice that where the client ranks differ (their rank-dependent
+shapes): counted on the reduced presets, 301 over RoBERTa-base's 16 roofed rows (one shape),
+533 over LLaMA-3.2-3B's 14 (four shapes, two layers), 678 over the heterogeneous preset's 8."""
+
+ROOF_KEY_SECONDS = 0.001
+"""A kernel's fixed cost in a roofline beside the :data:`ROOF_SAMPLES` looped samples of the
+point's ``roof_sample`` each: its first timed call, its arguments copied where it writes them,
+and the dispatch mode's bookkeeping."""
+
+ROOF_SHARE = 0.4
+"""The share of a point's call work (the rows' kernels) timed anew by its rooflines: rows at
+two thresholds of one method share the stacks' factorizations (FRAQ at tau = 0.80 and 0.95,
+FLoRIST's three QR-kernel rows), which ``once`` times once."""
+
+
+def roofs_cost(config: dict, work: float) -> float:
+    """The rooflines of a point's rows (:func:`call_roofs`), from ``work``, the seconds of one
+    call of every row (:func:`cost`'s model): each row's call run once more under the dispatch
+    mode (``work``), each kernel not yet timed run once and then :data:`ROOF_SAMPLES` times
+    (``(1 + ROOF_SAMPLES) * ROOF_SHARE * work``), and each distinct kernel's samples of at
+    least ``roof_sample`` plus its fixed cost (:data:`ROOF_KEYS`, :data:`ROOF_KEY_SECONDS`).
+    An estimate of a first run in a process; a long kernel's samples are its own time, which
+    the work term counts."""
+    c = config
+    preset = get_preset(c["preset"])
+    rows = [m for m in select_rows(table_rows(preset), c["methods"], c["preset"])
+            if roof_skipped(m) is None and row_applicable(m, preset) is None
+            and (not row_aggregator(m).dense_factorization or dense_plan(preset, quick=c["quick"]) != "skip")]
+    shapes = len({(g.m, g.n) for g in preset.groups})
+    keys = ROOF_KEYS * len(rows) * math.sqrt(shapes) * (2 if len(set(preset.ranks)) > 1 else 1)
+    per_key = ROOF_SAMPLES * c["roof_sample"] + ROOF_KEY_SECONDS
+    return (1 + (1 + ROOF_SAMPLES) * ROOF_SHARE) * work + keys * per_key
 
 
 def _dense_seconds(name: str, m: int, n: int) -> float:
@@ -589,7 +691,7 @@ def measure(config: dict, device: torch.device | str = "cpu") -> dict:
     log = (lambda s: None) if quiet else (lambda s: print(f"[{key(c)}]{s}", file=sys.stderr, flush=True))
     rec = run_preset(c["preset"], quick=c["quick"], seed=c["seed"], rounds=c["rounds"], launches=c["launches"],
                      methods=c["methods"], log=log, device=device, layers=c.get("layers"),
-                     first_call_sample=c.get("first_call_sample", False))
+                     first_call_sample=c.get("first_call_sample", False), roof_sample=c.get("roof_sample"))
     served = {}
     for other in c.get("serves") or []:  # :data:`SHAPE_ONLY`: the other preset's row, this latency
         model = model_for(other, quick=c["quick"], seed=c["seed"], device=device)

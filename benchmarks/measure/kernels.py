@@ -39,6 +39,12 @@ tighter one than the data allow). ``FRAQ_KERNEL_TABLE`` names the file; the defa
 ``$XDG_CACHE_HOME/fraq/kernels/<machine>.json`` (:func:`table_path`, which the runner calls
 before measuring).
 
+A caller that measures many calls sharing kernels (Tables 1-3's rows: the same stacks'
+QRs at two thresholds, one op repeated per module) passes ``once=True``: a kernel the
+table object has already timed (in this process) takes the table's time and is not timed
+again, so each distinct kernel is timed once per process; the floor then tightens on a
+later run, as every run times it once.
+
 Random ops are replayed with their generators' states saved and restored, so timing
 never changes what the call computes.
 
@@ -68,7 +74,7 @@ from torch.utils._pytree import tree_leaves
 
 from fraq.internals import replacing_file
 
-__all__ = ["Kernel", "RateTable", "Roofs", "copy_bandwidth", "kernel_roofs", "table_path"]
+__all__ = ["Kernel", "RateTable", "Roofs", "copy_bandwidth", "kernel_roofs", "process_table", "table_path"]
 
 MIN_SAMPLE = 2e-3
 """Seconds one timed sample lasts at least (a loop of calls of a short kernel)."""
@@ -175,6 +181,18 @@ def table_path(device: torch.device | str = "cpu") -> Path:
     return _table_dir() / f"{_slug(torch.device(device))}.json"
 
 
+def process_table(device: torch.device | str = "cpu") -> RateTable:
+    """This machine's table (:func:`table_path`) as one :class:`RateTable` per file in this
+    process, so that :func:`kernel_roofs` with ``once`` times each kernel once per process
+    however many calls share it; each call's end saves it (merged into the file)."""
+    return _table_at(table_path(device))
+
+
+@functools.lru_cache(maxsize=None)
+def _table_at(path: Path) -> RateTable:
+    return RateTable(path)
+
+
 def _table_dir() -> Path:
     """The default table directory, created, or the temporary one (:func:`table_path`)."""
     try:
@@ -246,12 +264,15 @@ class RateTable:
     ``path=None`` keeps the table in memory only. :meth:`save` writes beside and swaps the
     file in whole; a table that cannot be read is started afresh (it only holds floors), and
     an entry that cannot be a time (:func:`plausible`) is discarded on reading, with one
-    line naming the file.
+    line naming the file. ``timed`` holds the keys this object has been given a measured
+    time for (:meth:`put`), as opposed to those read from its file: what
+    :func:`kernel_roofs`' ``once`` reuses.
     """
 
     def __init__(self, path: Path | str | None = None):
         self.path = None if path is None else Path(path)
         self.best: dict[str, float] = {}
+        self.timed: set[str] = set()
         if self.path is not None and self.path.is_file():
             best = _entries(self.path)
             bad = {k: v for k, v in best.items() if not plausible(k, v)}
@@ -266,6 +287,11 @@ class RateTable:
         return self.best.get(key)
 
     def put(self, key: str, seconds: float) -> float:
+        """Record a time measured now for ``key``; returns the best time the table holds."""
+        self.timed.add(key)
+        return self._keep(key, seconds)
+
+    def _keep(self, key: str, seconds: float) -> float:
         best = min(seconds, self.best.get(key, math.inf))
         self.best[key] = best
         return best
@@ -282,7 +308,7 @@ class RateTable:
         with _locked(target.with_name(f".{target.name}.lock")):
             for k, v in _entries(target).items():
                 if plausible(k, v):
-                    self.put(k, v)
+                    self._keep(k, v)
             with replacing_file(target) as tmp:
                 tmp.write_text(json.dumps({"best": self.best}, sort_keys=True, allow_nan=False))
 
@@ -318,9 +344,9 @@ def _sync(device: torch.device) -> None:
 
 
 def _best(run: Callable[[], object], device: torch.device, prepare: Callable[[], object] | None = None,
-          min_sample: float = MIN_SAMPLE) -> float:
-    """Best seconds of one ``run()`` (already warm): looped samples of at least ``min_sample``,
-    or, when each run needs fresh inputs from ``prepare()``, single runs after it."""
+          min_sample: float = MIN_SAMPLE, samples: int = SAMPLES) -> float:
+    """Best seconds of one ``run()`` (already warm): ``samples`` looped samples of at least
+    ``min_sample``, or, when each run needs fresh inputs from ``prepare()``, single runs after it."""
     def once(arg) -> float:
         _sync(device)
         t0 = time.perf_counter()
@@ -329,13 +355,13 @@ def _best(run: Callable[[], object], device: torch.device, prepare: Callable[[],
         return time.perf_counter() - t0
 
     if prepare is not None:
-        return min(once(prepare()) for _ in range(SAMPLES))
+        return min(once(prepare()) for _ in range(samples))
     first = once(None)
     if first >= SLOW:
         return min(first, once(None), once(None))
     loops = max(1, math.ceil(min_sample / max(first, 1e-7)))
     best = first
-    for _ in range(SAMPLES):
+    for _ in range(samples):
         _sync(device)
         t0 = time.perf_counter()
         for _ in range(loops):
@@ -389,9 +415,11 @@ def _written(func) -> list[int]:
 class _Recorder(TorchDispatchMode):
     """Runs each op, then times it again alone on its own inputs (see the module docstring)."""
 
-    def __init__(self, device: torch.device, table: RateTable, formulas: dict, min_sample: float = MIN_SAMPLE):
+    def __init__(self, device: torch.device, table: RateTable, formulas: dict, min_sample: float = MIN_SAMPLE,
+                 samples: int = SAMPLES, once: bool = False):
         super().__init__()
         self.device, self.table, self.formulas, self.min_sample = device, table, formulas, min_sample
+        self.samples, self.once = samples, once
         self.kernels: list[tuple] = []
         self.views = 0
 
@@ -410,9 +438,11 @@ class _Recorder(TorchDispatchMode):
         dtype = str(inputs[0].dtype) if inputs else str(_tensors(out)[0].dtype)
         key = "|".join([str(func), str(shapes), str(tuple(tuple(t.stride()) for t in inputs)), dtype,
                         self.device.type, str(torch.get_num_threads())])
-        seconds = self._time(func, args, kwargs)
-        self.kernels.append((str(func.overloadpacket), shapes, dtype, flops, _moved(args, kwargs, out),
-                             self.table.put(key, seconds)))
+        if self.once and key in self.table.timed:
+            seconds = self.table.get(key)
+        else:
+            seconds = self.table.put(key, self._time(func, args, kwargs))
+        self.kernels.append((str(func.overloadpacket), shapes, dtype, flops, _moved(args, kwargs, out), seconds))
         return out
 
     def _time(self, func, args, kwargs) -> float:
@@ -423,7 +453,8 @@ class _Recorder(TorchDispatchMode):
         try:
             written = _written(func)
             if not written:
-                return _best(lambda: func(*args, **kwargs), self.device, min_sample=self.min_sample)
+                return _best(lambda: func(*args, **kwargs), self.device, min_sample=self.min_sample,
+                             samples=self.samples)
             names = [func._schema.arguments[i].name for i in written]
 
             def prepare():
@@ -431,7 +462,7 @@ class _Recorder(TorchDispatchMode):
                 k = {n: (v.clone() if n in names and isinstance(v, torch.Tensor) else v) for n, v in kwargs.items()}
                 return a, k
 
-            return _best(lambda ak: func(*ak[0], **ak[1]), self.device, prepare)
+            return _best(lambda ak: func(*ak[0], **ak[1]), self.device, prepare, samples=self.samples)
         finally:
             for g, s in zip(gens, states[0]):
                 g.set_state(s)
@@ -441,17 +472,25 @@ class _Recorder(TorchDispatchMode):
 
 
 def kernel_roofs(fn: Callable[[], object], device: torch.device | str = "cpu", table: RateTable | None = None,
-                 gemm_rate: float | None = None, min_sample: float = MIN_SAMPLE) -> Roofs:
+                 gemm_rate: float | None = None, min_sample: float = MIN_SAMPLE, *, samples: int = SAMPLES,
+                 once: bool = False, gemm: bool = True) -> Roofs:
     """Run ``fn()`` once (warm: call it once before), timing each of its kernels alone, and
     return its :class:`Roofs` at the current torch thread count.
 
     ``table``: the per-machine :class:`RateTable` (default: an in-memory one); saved at the
     end. ``gemm_rate``: FLOP/s of a large float32 GEMM measured in this process (measured
     here when not given). ``min_sample``: seconds of one looped sample (shorter is quicker
-    and noisier: the clock's resolution and the loop's own overhead weigh more). The dispatch mode sees the calling thread only: a call that fans
-    its batch out over Python threads (:mod:`fraq._parallel`) should be measured at one
-    torch thread, where it does not.
+    and noisier: the clock's resolution and the loop's own overhead weigh more). ``samples``:
+    samples per kernel, the best kept (fewer is quicker and a looser floor for this run; the
+    table keeps the best over runs). ``once``: a kernel ``table`` has already timed
+    (:attr:`RateTable.timed`) is not timed again (module docstring). ``gemm=False``: no
+    large GEMM is measured, and ``gemm_rate`` and ``gemm_bound`` are NaN (a caller that
+    reads the roof alone saves the GEMM's second or two). The dispatch mode sees the calling
+    thread only: a call that fans its batch out over Python threads (:mod:`fraq._parallel`)
+    should be measured at one torch thread, where it does not.
     """
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"samples(={samples!r}) must be an integer >= 1")
     from torch.utils.flop_counter import flop_registry, shape_wrapper
 
     from benchmarks.measure.flops import LAPACK_FORMULAS
@@ -461,7 +500,7 @@ def kernel_roofs(fn: Callable[[], object], device: torch.device | str = "cpu", t
     device = torch.device(device)
     table = table if table is not None else RateTable()
     formulas = {**flop_registry, **{k: shape_wrapper(v) for k, v in LAPACK_FORMULAS.items()}}
-    rec = _Recorder(device, table, formulas, min_sample)
+    rec = _Recorder(device, table, formulas, min_sample, samples, once)
     with gc_off():
         with rec:
             fn()
@@ -470,7 +509,7 @@ def kernel_roofs(fn: Callable[[], object], device: torch.device | str = "cpu", t
         for op, shapes, dtype, flops, moved, seconds in rec.kernels:
             bytes_term = moved / copy_bandwidth(moved, device, table) if moved else 0.0
             kernels.append(Kernel(op, shapes, dtype, flops, moved, seconds, seconds if flops > 0 else 0.0, bytes_term))
-    rate = gemm_rate if gemm_rate is not None else measure_gemm(2048, device=device)
+    rate = math.nan if not gemm else gemm_rate if gemm_rate is not None else measure_gemm(2048, device=device)
     table.save()
     total = sum(k.flops for k in kernels)
     return Roofs(kernels=tuple(kernels), views=rec.views, flops=total, bytes=sum(k.bytes for k in kernels),
