@@ -123,6 +123,7 @@ SECTIONS: dict[str, str] = {
     "trained": "trained",
     "peft": "peft",
     "backends": "backends",
+    "backend_stages": "backend_stages",
 }
 """The report's sections (their modules in :mod:`analysis.sections`), in the report's
 order: the paper's headline tables first. Adding a figure or a table is a module there

@@ -3,10 +3,10 @@
 For the LoRA-like preset cases of :mod:`benchmarks.experiments.backends` and a few
 backends (:data:`STAGE_BACKENDS`), each stage of the pipeline (basis, H = C Y, the Gram,
 the float64 eigensolver, applying Q, R_p; the factored Gram of
-:mod:`fraq._gram` beside the H path) runs alone on every module group,
-at one thread, timed round-robin with the whole recompression. "other" is the whole
-minus its measured parts: argument checks, the Gram range check, the rank rule, masking
-and copies. One result file per (case, backend), ``<out>/backend_stages/<case>-<backend>.json``.
+:mod:`fraq._gram` beside the H path, and each in the form the whole call runs, "as run")
+runs alone on every module group, at one thread, timed round-robin with the whole
+recompression. "other" is the whole minus the stages it runs: argument checks, the range
+and cancellation verdicts, the rank rule, masking and copies. One result file per (case, backend), ``<out>/backend_stages/<case>-<backend>.json``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from benchmarks.experiments.backends import PRESETS, TAU, Case, lora_case
 from benchmarks.measure import round_robin
 from benchmarks.sizes import size_config
 from fraq.backends import get_backend
+from fraq.flops import cheapest_path
 from fraq.internals import Coordinates, coordinates, rows
 
 EXPERIMENT = Experiment(default=True, scale=0.31)
@@ -58,7 +59,10 @@ def measure(config: dict, device: torch.device | str = "cpu") -> dict:
     return {k: v for k, v in row.items() if k not in ("case", "backend")}
 
 
-STAGE_PARTS = ("basis", "H = C Y", "G = H H^T", "eigh (float64)", "apply Q to U_p", "R_p = U_p^T H")
+STAGE_PARTS = ("basis", "Gram (as run)", "eigh (float64)", "apply Q to U_p", "R_p (as run)")
+"""The stages the whole call runs, each module group in the Gram form ``gram="auto"`` takes
+at its shape (:func:`fraq.flops.cheapest_path`: factored on LoRA stacks): "other" is the
+whole less these."""
 
 
 def _stage_calls(case: Case, name: str) -> dict:
@@ -74,21 +78,26 @@ def _stage_calls(case: Case, name: str) -> dict:
         G = torch.matmul(H, H.mT)
         lam, U = torch.linalg.eigh(G.double())
         p = max(int(fraq.select_rank(lam.flip(-1).clamp(min=0), TAU).max()), 1)
-        groups.append((B, A, X, Y, basis, H, G, U.flip(-1)[..., :p].to(X.dtype)))
+        factored = cheapest_path(X.shape[-2], Y.shape[-1], X.shape[-1], 0, form="auto").factored
+        run = coordinates(basis.C, Y, factored)  # the form the whole call runs here
+        groups.append((B, A, X, Y, basis, H, G, U.flip(-1)[..., :p].to(X.dtype), factored, run))
 
     def each(stage):
         return lambda: [stage(*g) for g in groups]
 
     return {
-        "basis": each(lambda B, A, X, Y, b, H, G, Up: fn(X)),
-        "H = C Y": each(lambda B, A, X, Y, b, H, G, Up: torch.matmul(b.C, Y)),
-        "G = H H^T": each(lambda B, A, X, Y, b, H, G, Up: torch.matmul(H, H.mT)),
-        "G factored": each(lambda B, A, X, Y, b, H, G, Up: coordinates(b.C, Y, factored=True)),
-        "eigh (float64)": each(lambda B, A, X, Y, b, H, G, Up: torch.linalg.eigh(G.double())),
-        "apply Q to U_p": each(lambda B, A, X, Y, b, H, G, Up: b.apply(Up)),
-        "R_p = U_p^T H": each(lambda B, A, X, Y, b, H, G, Up: torch.matmul(Up.mT, H)),
-        "R_p factored": each(lambda B, A, X, Y, b, H, G, Up: rows(Coordinates(G=G), Up, b.C, Y)),
-        "recompress (whole)": each(lambda B, A, X, Y, b, H, G, Up: fraq.recompress(B, A, tau=TAU, backend=name)),
+        "basis": each(lambda B, A, X, Y, b, H, G, Up, f, run: fn(X)),
+        "H = C Y": each(lambda B, A, X, Y, b, H, G, Up, f, run: torch.matmul(b.C, Y)),
+        "G = H H^T": each(lambda B, A, X, Y, b, H, G, Up, f, run: torch.matmul(H, H.mT)),
+        "G factored": each(lambda B, A, X, Y, b, H, G, Up, f, run: coordinates(b.C, Y, factored=True)),
+        "Gram (as run)": each(lambda B, A, X, Y, b, H, G, Up, f, run: coordinates(b.C, Y, f)),
+        "eigh (float64)": each(lambda B, A, X, Y, b, H, G, Up, f, run: torch.linalg.eigh(G.double())),
+        "apply Q to U_p": each(lambda B, A, X, Y, b, H, G, Up, f, run: b.apply(Up)),
+        "R_p = U_p^T H": each(lambda B, A, X, Y, b, H, G, Up, f, run: torch.matmul(Up.mT, H)),
+        "R_p factored": each(lambda B, A, X, Y, b, H, G, Up, f, run: rows(Coordinates(G=G), Up, b.C, Y)),
+        "R_p (as run)": each(lambda B, A, X, Y, b, H, G, Up, f, run: rows(run, Up, b.C, Y)),
+        "recompress (whole)": each(lambda B, A, X, Y, b, H, G, Up, f, run: fraq.recompress(B, A, tau=TAU,
+                                                                                             backend=name)),
     }
 
 
@@ -96,8 +105,8 @@ def stage_breakdown(case: Case, repeats: int, names=STAGE_BACKENDS) -> list[dict
     """1-thread median times (ms) of the pipeline's pieces, summed over the module groups.
 
     Every (backend, stage) call is timed round-robin, like the main table. "other" is the
-    whole recompression minus its measured parts: argument checks, the Gram range check,
-    the rank rule, masking and copies.
+    whole recompression minus the stages it runs (:data:`STAGE_PARTS`): argument checks,
+    the range and cancellation verdicts, the rank rule, masking and copies.
     """
     before = torch.get_num_threads()
     torch.set_num_threads(1)
