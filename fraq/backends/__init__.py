@@ -105,6 +105,11 @@ class BackendSpec:
             reflector is computed from, and applied to, whole columns). For the others
             :func:`fraq.recompress` equilibrates X's columns against Y's rows first
             (:func:`fraq._range.equilibrate`), which leaves the product unchanged.
+        static: the static pipeline (:mod:`fraq._static`) computes this basis in its one pass
+            at fixed shapes (the Cholesky basis, C = L^T of X's Gram formed in float64, its
+            verdicts on the device), so ``pipeline="static"`` serves the backend where the
+            dtype and the Gram's form allow (:func:`fraq._static.applies`). True only for a
+            backend whose basis is that one: the static pass does not call ``fn``.
     """
 
     fn: Backend
@@ -113,6 +118,7 @@ class BackendSpec:
     info_rules: Mapping[str, str] = field(default_factory=dict)
     deferred: Backend | None = None
     scale_invariant: bool = False
+    static: bool = False
 
 
 REGISTRY: dict[str, BackendSpec] = {}
@@ -121,7 +127,7 @@ REGISTRY: dict[str, BackendSpec] = {}
 
 def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: FlopModel | None = None,
                      info_rules: Mapping[str, str] | None = None, deferred: Backend | None = None,
-                     scale_invariant: bool = False) -> None:
+                     scale_invariant: bool = False, static: bool = False) -> None:
     """Make ``fn`` available as ``recompress(..., backend=name)``, with its exactness and FLOP model.
 
     Args:
@@ -139,6 +145,8 @@ def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: Flop
         scale_invariant: True only if the basis commutes with X's column scaling by
             powers of two to the last bit (see :class:`BackendSpec`); default False:
             :func:`fraq.recompress` equilibrates X's columns (against Y's rows) before calling ``fn``.
+        static: True only if the basis is the static pass's Cholesky basis (see
+            :class:`BackendSpec`); default False: every call runs the stepwise pipeline.
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"name(={name!r}) must be a non-empty str")
@@ -148,6 +156,8 @@ def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: Flop
         raise TypeError(f"exact(={exact!r}) must be a bool")
     if not isinstance(scale_invariant, bool):
         raise TypeError(f"scale_invariant(={scale_invariant!r}) must be a bool")
+    if not isinstance(static, bool):
+        raise TypeError(f"static(={static!r}) must be a bool")
     if flops is not None and not callable(flops):
         raise TypeError(f"flops(={flops!r}) must be callable: cost(d, r, p, *, steps, gram) -> float")
     if deferred is not None and not callable(deferred):
@@ -157,7 +167,7 @@ def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: Flop
         if rule not in INFO_REDUCERS:
             raise ValueError(f"info_rules[{key!r}](={rule!r}) must be one of {sorted(INFO_REDUCERS)}")
     REGISTRY[name] = BackendSpec(fn=fn, exact=exact, flops=flops, info_rules=rules, deferred=deferred,
-                                 scale_invariant=scale_invariant)
+                                 scale_invariant=scale_invariant, static=static)
 
 
 def get_backend(name: str) -> Backend:
@@ -217,7 +227,7 @@ register_backend("householder", householder, exact=True, flops=householder_flops
 register_backend("polar", polar, exact=True, flops=polar_flops)
 register_backend("cholesky-qr2", cholesky_qr2, exact=True, flops=cholesky_qr2_flops, info_rules=_FALLBACKS)
 register_backend("cholesky", cholesky, exact=True, flops=cholesky_basis_flops, info_rules=_FALLBACKS,
-                 deferred=cholesky_deferred)
+                 deferred=cholesky_deferred, static=True)
 register_backend("newton-schulz", partial(newton_schulz, schedule="cubic", coords="cholesky"), exact=True,
                  flops=newton_schulz_flops("cholesky"), info_rules=_ITERATIVE)
 register_backend("newton-schulz-polar-express",
