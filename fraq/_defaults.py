@@ -53,7 +53,7 @@ Whatever the device, float64 data runs ``householder`` under ``backend="auto"``
 (:func:`fraq.backends.resolve_backend`): ``cholesky`` has no wider dtype for their Gram and
 would hand every matrix to Householder anyway.
 
-The older per-option names (``fraq.backends.DEVICE_DEFAULTS``, ``fraq._plan.PIPELINE_DEFAULTS``,
+The per-option names (``fraq.backends.DEVICE_DEFAULTS``, ``fraq._plan.PIPELINE_DEFAULTS``,
 ``fraq.aggregators.fraq.READS_DEFAULTS``) are read-only live views of one column of this table
 (:class:`Column`); to change a default in a test, replace the device's entry in :data:`DEFAULTS`.
 This module imports nothing of fraq and no torch: the resolvers import it.

@@ -3,7 +3,7 @@
 What must hold: on the CPU and CUDA every option resolves to the table's entry (and those
 entries are the measured ones the module docstring names); a device type not in the table
 runs the reference routes; replacing a device's entry changes what a real call runs, for
-each of the four options; the older per-option names are live, read-only views of it; and
+each of the four options; the per-option names are live, read-only views of it; and
 an entry naming a value no resolver knows is refused by name.
 
 The one numeric check (a call the patched table sends down the static pipeline) bounds
@@ -136,7 +136,7 @@ def test_patching_the_table_changes_the_eigensolver_route(monkeypatch):
     assert resolve("auto", CUDA) == "device"  # CuPy's route needs CuPy
 
 
-def test_the_older_names_are_live_read_only_views(monkeypatch):
+def test_the_per_option_names_are_live_read_only_views(monkeypatch):
     views = {"backend": DEVICE_DEFAULTS, "pipeline": PIPELINE_DEFAULTS, "reads": READS_DEFAULTS}
     for field, view in views.items():
         assert dict(view) == {t: getattr(e, field) for t, e in DEFAULTS.items()}
