@@ -111,7 +111,12 @@ docstring names. Every resolver reads it at call time, so replacing an entry cha
 
 def defaults_for(device_type: str | None) -> DeviceDefaults:
     """The entry of ``device_type`` (``torch.device(...).type``) in :data:`DEFAULTS`, or
-    :data:`UNMEASURED` for a type not in it (None: no device known yet)."""
+    :data:`UNMEASURED` for a type not in it (None: no device known yet).
+
+    The resolvers on a call's path spell the same lookup inline, ``DEFAULTS[t] if t in
+    DEFAULTS else UNMEASURED``: a subscript and ``in`` are no calls in the host budget's count
+    (:mod:`benchmarks.measure.python_calls`), where this function and ``dict.get`` are one
+    each per resolution, several per shape group."""
     return DEFAULTS.get(device_type, UNMEASURED) if device_type is not None else UNMEASURED
 
 

@@ -38,7 +38,7 @@ import warnings
 
 import torch
 
-from fraq._defaults import defaults_for
+from fraq._defaults import DEFAULTS, UNMEASURED
 from fraq._parallel import batch_map
 
 __all__ = ["EIGENSOLVERS", "check_eigensolver", "eigh", "resolve"]
@@ -67,7 +67,7 @@ def resolve(eigensolver: str, device: torch.device) -> str:
     ``"device"`` where CuPy does not import (said once per process); ``"host"`` on the CPU
     is ``"device"``."""
     if eigensolver == "auto":
-        eigensolver = defaults_for(device.type).eigensolver
+        eigensolver = (DEFAULTS[device.type] if device.type in DEFAULTS else UNMEASURED).eigensolver
         if eigensolver == "cupy" and (device.type != "cuda" or _cupy_import_error() is not None):
             if device.type == "cuda":
                 _say_no_cupy()

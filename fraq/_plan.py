@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from fraq._defaults import Column, defaults_for
+from fraq._defaults import DEFAULTS, UNMEASURED, Column
 from fraq._eigen import check_eigensolver
 from fraq._gram import GRAMS
 from fraq._static import applies
@@ -145,7 +145,7 @@ class Plan:
         eigensolver = check_eigensolver(options.eigensolver, B.device)
         pipeline = options.pipeline
         if pipeline == "auto":
-            pipeline = defaults_for(B.device.type).pipeline
+            pipeline = (DEFAULTS[B.device.type] if B.device.type in DEFAULTS else UNMEASURED).pipeline
         static = pipeline == "static" and applies(name, B.dtype, path.identity, path.factored, eigensolver)
         return cls(tau=options.tau, rank=options.rank, backend=name, basis_fn=basis_fn, fast_basis_fn=fast,
                    identity=path.identity, factored=path.factored, guard=options.gram == "auto" and path.factored,

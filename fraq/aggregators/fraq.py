@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 import fraq
-from fraq._defaults import Column, defaults_for
+from fraq._defaults import DEFAULTS, UNMEASURED, Column
 from fraq._plan import check_options
 from fraq._recompress import finish_started, read_started, recompress_checked, start_checked
 from fraq._validation import NonFiniteError
@@ -152,7 +152,8 @@ def _reads(reads: str, device: torch.device | None) -> str:
     """``reads`` with ``"auto"`` resolved for ``device`` (:data:`fraq._defaults.DEFAULTS`)."""
     if reads != "auto":
         return reads
-    return defaults_for(None if device is None else device.type).reads
+    kind = None if device is None else device.type
+    return (DEFAULTS[kind] if kind in DEFAULTS else UNMEASURED).reads
 
 
 def _outputs(group: Group, res) -> GroupOutput:

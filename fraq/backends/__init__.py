@@ -52,7 +52,7 @@ from functools import partial
 
 import torch
 
-from fraq._defaults import Column, defaults_for
+from fraq._defaults import DEFAULTS, UNMEASURED, Column
 from fraq.backends.base import INFO_REDUCERS, Backend, Basis
 from fraq.backends.cholesky import cholesky, cholesky_basis_flops, cholesky_deferred
 from fraq.backends.cholesky_qr import cholesky_qr2, cholesky_qr2_flops
@@ -257,7 +257,8 @@ def resolve_backend(name: str, device: torch.device | str, dtype: torch.dtype | 
     if name == AUTO:
         if dtype == torch.float64:
             return "householder"
-        return defaults_for(torch.device(device).type).backend
+        kind = torch.device(device).type
+        return (DEFAULTS[kind] if kind in DEFAULTS else UNMEASURED).backend
     if not isinstance(name, str) or name not in REGISTRY:
         raise ValueError(f"backend(={name!r}) is not one of {[AUTO, *sorted(REGISTRY)]}")
     return name
