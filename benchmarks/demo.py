@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"preset to run (repeatable; default: {', '.join(DEFAULT_PRESETS)})")
     parser.add_argument("--tau", type=float, action="append", help="energy threshold (repeatable; default 0.8 and 0.95)")
     parser.add_argument("--backend", default="auto", choices=["auto", *sorted(fraq.BACKENDS)],
-                        help="basis backend (default auto: the device's default, fraq.backends.DEVICE_DEFAULTS)")
+                        help="basis backend (default auto: the device's default, fraq._defaults.DEFAULTS)")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (default 5)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (default 1, as the runner: shared 2-core machines stall 2-thread LAPACK)")

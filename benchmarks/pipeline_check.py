@@ -39,9 +39,9 @@ __all__ = ["DEFAULT_METHODS", "main", "measure_preset"]
 DEFAULT_METHODS = ("fraq:tau=0.95,pipeline=stepwise", "fraq:tau=0.95,pipeline=static,reads=group",
                    "fraq:tau=0.95,pipeline=static,reads=call", "flora", "florist:tau=0.9")
 """FRAQ's two pipelines, each named (``"auto"`` is one or the other per device:
-:data:`fraq._plan.PIPELINE_DEFAULTS`): the stepwise one (every verdict read as it comes) and
+:data:`fraq._defaults.DEFAULTS`): the stepwise one (every verdict read as it comes) and
 the static one, read per shape group and per call (FRAQ's ``reads``:
-:data:`fraq.aggregators.fraq.READS_DEFAULTS`, which a device changes only from this
+the same table's ``reads``, which a device changes only from this
 comparison); FLoRA (stacking alone: the floor of any exact method's host work) and FLoRIST
 (the paper's comparison)."""
 

@@ -15,13 +15,10 @@ launches and synchronisations. Routes (``eigensolver=``):
   it is ``"device"``;
 - ``"cupy"``: CuPy's batched ``cupy.linalg.eigh`` on the same device memory, handed over
   through DLPack with no copy, on torch's current stream (CUDA only; CuPy must import);
-- ``"auto"``: ``"cupy"`` on CUDA where CuPy imports, else ``"device"``. A route becomes a
-  device's default only from an end-to-end measurement of ``fraq.recompress`` on that
-  device (``python -m benchmarks.gpu_check``, part ``eigensolver``), never from the
-  eigensolver alone. On an H100 (docs/results/gpu/h100-routes) ``"cupy"`` was the fastest
-  route end to end on both presets with the same ranks as ``"device"`` and products equal
-  to float32 rounding; no such measurement exists for other devices, so they keep
-  ``"device"``.
+- ``"auto"``: the device's entry in :data:`fraq._defaults.DEFAULTS` (with the measurement
+  it was set from): ``"cupy"`` on CUDA where CuPy imports, else ``"device"``. A route becomes
+  a device's default only from an end-to-end measurement of ``fraq.recompress`` on that
+  device, never from the eigensolver alone.
 
 CuPy's workspace comes from CuPy's own memory pool, which torch's peak-memory counters do
 not see: on the ``"cupy"`` route the measured tensor peak leaves out the solver's
@@ -41,6 +38,7 @@ import warnings
 
 import torch
 
+from fraq._defaults import DEFAULTS, UNMEASURED
 from fraq._parallel import batch_map
 
 __all__ = ["EIGENSOLVERS", "check_eigensolver", "eigh", "resolve"]
@@ -64,15 +62,16 @@ def check_eigensolver(eigensolver: object, device: torch.device | None = None) -
 
 
 def resolve(eigensolver: str, device: torch.device) -> str:
-    """The route ``eigensolver`` (checked) takes on ``device``: ``"auto"`` is ``"cupy"`` on
-    CUDA where CuPy imports, else ``"device"``; ``"host"`` on the CPU is ``"device"``."""
+    """The route ``eigensolver`` (checked) takes on ``device``: ``"auto"`` is the device's entry
+    in :data:`fraq._defaults.DEFAULTS` (``"cupy"`` on CUDA), and a ``"cupy"`` default takes
+    ``"device"`` where CuPy does not import (said once per process); ``"host"`` on the CPU
+    is ``"device"``."""
     if eigensolver == "auto":
-        if device.type != "cuda":
+        eigensolver = (DEFAULTS[device.type] if device.type in DEFAULTS else UNMEASURED).eigensolver
+        if eigensolver == "cupy" and (device.type != "cuda" or _cupy_import_error() is not None):
+            if device.type == "cuda":
+                _say_no_cupy()
             return "device"
-        if _cupy_import_error() is None:
-            return "cupy"
-        _say_no_cupy()
-        return "device"
     if eigensolver == "host" and device.type != "cuda":
         return "device"
     return eigensolver

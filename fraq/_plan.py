@@ -9,10 +9,12 @@ the Gram form, and the dtypes of each step.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import torch
 
+from fraq._defaults import DEFAULTS, UNMEASURED, Column
 from fraq._eigen import check_eigensolver
 from fraq._gram import GRAMS
 from fraq._static import applies
@@ -26,24 +28,14 @@ __all__ = ["PIPELINES", "PIPELINE_DEFAULTS", "Options", "Plan", "check_options"]
 PIPELINES = ("auto", "stepwise", "static")
 """Values of ``recompress(pipeline=...)``: ``"stepwise"`` runs the steps of :mod:`fraq._recompress`
 and decides each verdict on the host as it comes; ``"static"`` runs one pass at fixed shapes
-with one host read (:mod:`fraq._static`) where it applies (the ``cholesky`` basis of float32
-data, factored Gram) and the stepwise pipeline elsewhere or where its verdicts fail;
-``"auto"`` is the device's entry in :data:`PIPELINE_DEFAULTS`."""
+with one host read (:mod:`fraq._static`) where it applies (a backend with a static pass,
+``cholesky``, on float32 data with a factored Gram: :func:`fraq._static.applies`) and the
+stepwise pipeline elsewhere or where its verdicts fail; ``"auto"`` is the device's entry in
+:data:`fraq._defaults.DEFAULTS`."""
 
-PIPELINE_DEFAULTS: dict[str, str] = {"cpu": "stepwise", "cuda": "static"}
-"""Device type -> the pipeline ``"auto"`` runs (``"stepwise"`` for any other type). A pipeline
-becomes a device's default only from an end-to-end measurement on that device that shows it
-no slower, with the same ranks.
-
-* CUDA: ``"static"``. On an H100 (docs/results/gpu/h100-2026-11-27-pipeline), whole model,
-  15 interleaved rounds: 0.74x the stepwise pipeline's time on RoBERTa-base and 0.68x on
-  LLaMA-3.2-3B, one host read per shape group against 7 and 24 per call, the same rank on
-  every module of both presets.
-* CPU: ``"stepwise"``. The static pipeline serves the ``cholesky`` basis, while the CPU's
-  default basis is ``householder`` (:data:`fraq.backends.DEVICE_DEFAULTS`), which the
-  interleaved one-thread measurement on the presets found faster than the static pass; a
-  host read costs nothing there, and the static pass maps back at the full width s and
-  runs a batch unchunked. ``pipeline="static"`` stays one word away."""
+PIPELINE_DEFAULTS: Mapping[str, str] = Column("pipeline")
+"""Device type -> the pipeline ``"auto"`` runs: a read-only view of the ``pipeline`` column
+of :data:`fraq._defaults.DEFAULTS`, where each entry's evidence is."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +145,7 @@ class Plan:
         eigensolver = check_eigensolver(options.eigensolver, B.device)
         pipeline = options.pipeline
         if pipeline == "auto":
-            pipeline = PIPELINE_DEFAULTS.get(B.device.type, "stepwise")
+            pipeline = (DEFAULTS[B.device.type] if B.device.type in DEFAULTS else UNMEASURED).pipeline
         static = pipeline == "static" and applies(name, B.dtype, path.identity, path.factored, eigensolver)
         return cls(tau=options.tau, rank=options.rank, backend=name, basis_fn=basis_fn, fast_basis_fn=fast,
                    identity=path.identity, factored=path.factored, guard=options.gram == "auto" and path.factored,

@@ -1,7 +1,8 @@
 r"""The static pipeline of :func:`fraq.recompress`: one pass at fixed shapes, one host read.
 
-For factors computed in float32 (float32, or bfloat16 and float16 upcast), the
-``cholesky`` basis and the factored Gram (a LoRA stack below the general-rank regime,
+For factors computed in float32 (float32, or bfloat16 and float16 upcast), a backend
+registered with ``static=True`` (the ``cholesky`` basis: :class:`fraq.backends.BackendSpec`)
+and the factored Gram (a LoRA stack below the general-rank regime,
 what a whole-model aggregate runs per shape group), :func:`run` queues every step of a
 batch at shapes fixed by (nb, d, r, D) alone, so nothing waits for the host until the end:
 
@@ -72,6 +73,7 @@ from fraq._gram import CANCEL_LIMIT
 from fraq._orient import orient, unorient
 from fraq._range import limits
 from fraq._validation import compute_dtype
+from fraq.backends import REGISTRY
 from fraq.backends.cholesky import CONDITION_MARGIN
 from fraq.result import RecompressResult
 
@@ -82,10 +84,12 @@ __all__ = ["Started", "applies", "finish", "read", "run", "start"]
 
 
 def applies(backend: str, dtype: torch.dtype, identity: bool, factored: bool, eigensolver: str) -> bool:
-    """Whether a call can take this pipeline: the ``cholesky`` basis of data computed in float32
-    (float32, bfloat16, float16), below the general-rank regime (r < d), a factored Gram, and
-    an eigensolver route that reads nothing on the host (``"host"`` copies the Grams there)."""
-    return (backend == "cholesky" and compute_dtype(dtype) == torch.float32 and not identity and factored
+    """Whether a call can take this pipeline: a registered backend whose basis this pass
+    computes (its registry entry's ``static``: the ``cholesky`` basis), data computed in
+    float32 (float32, bfloat16, float16), below the general-rank regime (r < d), a factored
+    Gram, and an eigensolver route that reads nothing on the host (``"host"`` copies the
+    Grams there)."""
+    return (REGISTRY[backend].static and compute_dtype(dtype) == torch.float32 and not identity and factored
             and eigensolver != "host")
 
 

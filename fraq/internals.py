@@ -58,7 +58,7 @@ SURFACE = {
     "basis_and_gram": "fraq._static",
     "CHUNK_BYTES": "fraq._parallel",
     "batched": "fraq.aggregators._linalg",
-    "PIPELINE_DEFAULTS": "fraq._plan",
+    "defaults_for": "fraq._defaults",
 }
 """Name -> the private module that defines it."""
 

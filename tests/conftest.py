@@ -137,8 +137,19 @@ def pytest_collection_modifyitems(config, items):
 def pytest_addoption(parser):
     parser.addoption("--pipeline", default=None, choices=["stepwise", "static"],
                      help="the pipeline recompress(pipeline='auto') runs on every device "
-                          "(fraq._plan.PIPELINE_DEFAULTS); with 'static', every call the static pipeline "
+                          "(fraq._defaults.DEFAULTS); with 'static', every call the static pipeline "
                           "completes is also run stepwise and must give the same ranks")
+
+
+def set_default(monkeypatch, device_type: str, **choices) -> None:
+    """For this test, ``"auto"`` on ``device_type`` resolves to ``choices`` (fields of
+    :class:`fraq._defaults.DeviceDefaults`): the device's entry of the one defaults table is
+    replaced, the rest of it kept, and restored when the test ends."""
+    import dataclasses
+
+    from fraq._defaults import DEFAULTS, defaults_for
+
+    monkeypatch.setitem(DEFAULTS, device_type, dataclasses.replace(defaults_for(device_type), **choices))
 
 
 STATIC_RUNS = {"static": 0, "stepwise": 0}
@@ -153,13 +164,12 @@ def _pipeline_default(request, monkeypatch):
     stepwise pipeline on the same input, rank for rank."""
     chosen = request.config.getoption("--pipeline")
     if chosen is not None:
-        import fraq._plan
         import fraq._static
-        import fraq.backends
 
-        monkeypatch.setattr(fraq._plan, "PIPELINE_DEFAULTS", {"cpu": chosen, "cuda": chosen})
+        for device in ("cpu", "cuda"):
+            set_default(monkeypatch, device, pipeline=chosen)
         if chosen == "static":  # backend="auto" runs the configuration the static pipeline serves
-            monkeypatch.setitem(fraq.backends.DEVICE_DEFAULTS, "cpu", "cholesky")
+            set_default(monkeypatch, "cpu", backend="cholesky")
             monkeypatch.setattr(fraq._static, "run", _same_ranks_as_stepwise(fraq._static.run))
     yield
 

@@ -417,7 +417,7 @@ def test_auto_resolves_per_device_and_float64_data_to_householder():
     from fraq.backends import resolve_backend
 
     assert resolve_backend("auto", "cpu") == "householder"
-    assert resolve_backend("auto", "cuda") == "cholesky"  # measured on an H100 (DEVICE_DEFAULTS)
+    assert resolve_backend("auto", "cuda") == "cholesky"  # measured on an H100 (fraq._defaults)
     assert resolve_backend("auto", "cuda", torch.float32) == "cholesky"
     for device in ("cpu", "cuda"):  # cholesky has no wider dtype for a float64 Gram
         assert resolve_backend("auto", device, torch.float64) == "householder"

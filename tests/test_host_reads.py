@@ -175,8 +175,8 @@ def test_host_read_target(counts, name):
 
 def test_cuda_configuration_is_the_cuda_default():
     """What is counted as "cuda" is the static pipeline on the Cholesky basis, as ``"auto"``
-    resolves on CUDA (fraq._plan.PIPELINE_DEFAULTS, fraq.backends.DEVICE_DEFAULTS), read per
-    shape group (fraq.aggregators.fraq.READS_DEFAULTS: no GPU has measured ``"call"`` yet)."""
+    resolves on CUDA, read per shape group (CUDA's entry of fraq._defaults.DEFAULTS: no GPU has
+    measured ``"call"`` yet)."""
     assert CONFIGS["cuda"] == {"backend": "cholesky", "pipeline": "static", "reads": "group"}
 
 

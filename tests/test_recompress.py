@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 import torch
-from conftest import dense_svd, eps, fro, truncation_error
+from conftest import dense_svd, eps, fro, set_default, truncation_error
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +23,7 @@ F32, F64 = torch.float32, torch.float64
 def default_backend(request, monkeypatch):
     """Every test here runs with each exact default: the paper's Householder reference and
     the QR-free ``cholesky`` path that ``backend="auto"`` picks on CPU."""
-    monkeypatch.setitem(fraq.backends.DEVICE_DEFAULTS, "cpu", request.param)
+    set_default(monkeypatch, "cpu", backend=request.param)
     return request.param
 
 # Error of the computed product above the Eckart-Young optimum, in units of

@@ -7,6 +7,7 @@ import torch
 
 import fraq
 from fraq.backends import BACKENDS, EXACT_BACKENDS, REGISTRY, get_backend, register_backend
+from fraq.backends.cholesky import cholesky, cholesky_basis_flops
 from fraq.backends.householder import householder
 from fraq.flops import basis_flops, coordinate_flops, fraq_flops, gemm_flops, householder_flops
 from fraq.synthetic import lora_clients
@@ -67,6 +68,7 @@ def test_views_are_read_only_and_live(scratch_registry):
     (dict(name="x", fn=3), "fn"),
     (dict(name="x", fn=householder, exact="yes"), "exact"),
     (dict(name="x", fn=householder, flops=1.0), "flops"),
+    (dict(name="x", fn=householder, static="yes"), r"static\(='yes'\)"),
 ])
 def test_register_backend_refuses_bad_arguments(scratch_registry, kwargs, match):
     with pytest.raises(TypeError, match=match):
@@ -77,3 +79,34 @@ def test_every_builtin_backend_has_a_flop_model():
     for name in BACKENDS:
         assert REGISTRY[name].flops is not None
         assert basis_flops(256, 16, 4, name, steps=3) > 0
+
+
+def _pipeline_ran(backend, *, dtype=torch.float32, gram="auto"):
+    """The pipeline ``recompress(pipeline="static")`` ran with ``backend`` on a LoRA stack below
+    the general-rank regime, checked against the float64 optimum at its rank: the product is
+    within 64 s eps ||M||_F of it (s = min(d, r); the bound of tests/test_reads_per_call.py)."""
+    Bs, As = lora_clients(48, 40, [2, 3, 4], seed=5, dtype=dtype)
+    B, A = fraq.stack(Bs, As)
+    res = fraq.recompress(B, A, tau=0.95, backend=backend, pipeline="static", gram=gram)
+    M = B.double() @ A.double()
+    S = torch.linalg.svdvals(M)
+    err = torch.linalg.matrix_norm(M - res.B.double() @ res.A.double())
+    bound = S[int(res.rank):].square().sum().sqrt() + 64 * 9 * torch.finfo(dtype).eps * S.square().sum().sqrt()
+    assert res.backend == backend and err <= bound
+    return res.info["pipeline"]
+
+
+def test_the_static_pass_serves_a_backend_by_its_registry_entry(scratch_registry):
+    """``static`` in the registry, not the name ``cholesky``, is what puts a call on the static
+    pass: a new name registered with it gets the pass where the dtype and the Gram's form allow;
+    the same basis registered without it, or ``cholesky`` re-registered without it, does not."""
+    assert [name for name, spec in REGISTRY.items() if spec.static] == ["cholesky"]
+    register_backend("test-static", cholesky, exact=True, flops=cholesky_basis_flops, static=True)
+    register_backend("test-not-static", cholesky, exact=True, flops=cholesky_basis_flops)
+    assert _pipeline_ran("test-static") == "static"
+    assert _pipeline_ran("test-static", dtype=torch.float64) == "stepwise"  # no float32 compute
+    assert _pipeline_ran("test-static", gram="product") == "stepwise"  # the Gram is not factored
+    assert _pipeline_ran("test-not-static") == "stepwise"
+    assert _pipeline_ran("cholesky") == "static"
+    register_backend("cholesky", cholesky, exact=True, flops=cholesky_basis_flops)
+    assert _pipeline_ran("cholesky") == "stepwise"

@@ -11,7 +11,7 @@ sum_k a_k s_k B_k A_k; ``p`` is the rank per matrix (int, or int64 tensor of the
 shape). Names:
 
 - ``fraq``: :func:`fraq.stack` + :func:`fraq.recompress` with its defaults (backend
-  ``"auto"``, the device's entry of :data:`fraq.backends.DEVICE_DEFAULTS`; ``gram="auto"``;
+  ``"auto"``, the device's entry of :data:`fraq._defaults.DEFAULTS`; ``gram="auto"``;
   an older commit's own defaults when :mod:`benchmarks.regress` measures one).
 - ``fraq:backend=<backend>``: the same with that backend, for every name in
   :data:`fraq.BACKENDS`; any other ``fraq:KEY=VALUE,...`` passes its options to

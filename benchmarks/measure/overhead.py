@@ -49,12 +49,12 @@ PYTHON_SIDE = 16
 
 
 def _cuda_configuration() -> dict:
-    from fraq.internals import PIPELINE_DEFAULTS
-    from fraq.aggregators.fraq import READS_DEFAULTS
-    from fraq.backends import DEVICE_DEFAULTS
+    """CUDA's entry of the defaults table, less the eigensolver route (a CPU counts the
+    CUDA pipeline's ops with its own ``eigh``)."""
+    from fraq.internals import defaults_for
 
-    return {"backend": DEVICE_DEFAULTS["cuda"], "pipeline": PIPELINE_DEFAULTS["cuda"],
-            "reads": READS_DEFAULTS.get("cuda", "group")}
+    cuda = defaults_for("cuda")
+    return {"backend": cuda.backend, "pipeline": cuda.pipeline, "reads": cuda.reads}
 
 
 CUDA_CONFIGURATION = _cuda_configuration()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
 import fraq
+from fraq._defaults import DEFAULTS, UNMEASURED, Column
 from fraq._plan import check_options
 from fraq._recompress import finish_started, read_started, recompress_checked, start_checked
 from fraq._validation import NonFiniteError
@@ -40,13 +41,13 @@ class Fraq(Aggregator):
             higher setting; it also reports 0.80).
         rank: fixed rank p instead of ``tau`` (give one of the two).
         backend: basis backend name (:data:`fraq.BACKENDS`), or ``"auto"`` (default): the
-            device's default (:data:`fraq.backends.DEVICE_DEFAULTS`).
+            device's default (:data:`fraq._defaults.DEFAULTS`).
         eig_dtype: dtype of the r x r eigenproblem, float32 or float64 (see :func:`fraq.recompress`).
         gram: the Gram's form, one of :data:`fraq._gram.GRAMS` (default: recompress's).
         eigensolver: the eigenproblem's route (:mod:`fraq._eigen`; default ``"auto"``).
         pipeline: stepwise or static (:data:`fraq._plan.PIPELINES`; default ``"auto"``).
         reads: when the host reads a shape group's static pass (:data:`READS`; default
-            ``"auto"``, the device's entry in :data:`READS_DEFAULTS`).
+            ``"auto"``, the device's entry in :data:`fraq._defaults.DEFAULTS`).
 
     The options are checked once, here, by :func:`fraq.recompress`'s own
     :func:`~fraq._plan.check_options` (same rules, same messages), and held as
@@ -139,22 +140,20 @@ READS = ("auto", "group", "call")
 """Values of FRAQ's ``reads``: ``"group"`` reads each shape group's static pass as its
 group finishes (one host read per group); ``"call"`` queues every group's pass first and
 reads them all in one host read per call (:meth:`Fraq._groups`); ``"auto"`` is the
-device's entry in :data:`READS_DEFAULTS`. Without the static pipeline (the stepwise one,
+device's entry in :data:`fraq._defaults.DEFAULTS`. Without the static pipeline (the stepwise one,
 or a group whose verdicts fail) a group reads as that pipeline does, either way."""
 
-READS_DEFAULTS: dict[str, str] = {}
-"""Device type -> what ``reads="auto"`` runs (``"group"`` for every type not listed). A
-device takes ``"call"`` only from an end-to-end measurement on it that shows it no slower
-(the GPU check's pipeline part times both): on a CPU a host read costs nothing, and
-``"call"`` holds every group's stacks until the one read, where ``"group"`` frees each
-group's after its own."""
+READS_DEFAULTS: Mapping[str, str] = Column("reads")
+"""Device type -> what ``reads="auto"`` runs: a read-only view of the ``reads`` column of
+:data:`fraq._defaults.DEFAULTS`, where each entry's evidence is."""
 
 
 def _reads(reads: str, device: torch.device | None) -> str:
-    """``reads`` with ``"auto"`` resolved for ``device`` (:data:`READS_DEFAULTS`)."""
+    """``reads`` with ``"auto"`` resolved for ``device`` (:data:`fraq._defaults.DEFAULTS`)."""
     if reads != "auto":
         return reads
-    return READS_DEFAULTS.get(device.type, "group") if device is not None else "group"
+    kind = None if device is None else device.type
+    return (DEFAULTS[kind] if kind in DEFAULTS else UNMEASURED).reads
 
 
 def _outputs(group: Group, res) -> GroupOutput:

@@ -52,6 +52,7 @@ from functools import partial
 
 import torch
 
+from fraq._defaults import DEFAULTS, UNMEASURED, Column
 from fraq.backends.base import INFO_REDUCERS, Backend, Basis
 from fraq.backends.cholesky import cholesky, cholesky_basis_flops, cholesky_deferred
 from fraq.backends.cholesky_qr import cholesky_qr2, cholesky_qr2_flops
@@ -104,6 +105,11 @@ class BackendSpec:
             reflector is computed from, and applied to, whole columns). For the others
             :func:`fraq.recompress` equilibrates X's columns against Y's rows first
             (:func:`fraq._range.equilibrate`), which leaves the product unchanged.
+        static: the static pipeline (:mod:`fraq._static`) computes this basis in its one pass
+            at fixed shapes (the Cholesky basis, C = L^T of X's Gram formed in float64, its
+            verdicts on the device), so ``pipeline="static"`` serves the backend where the
+            dtype and the Gram's form allow (:func:`fraq._static.applies`). True only for a
+            backend whose basis is that one: the static pass does not call ``fn``.
     """
 
     fn: Backend
@@ -112,6 +118,7 @@ class BackendSpec:
     info_rules: Mapping[str, str] = field(default_factory=dict)
     deferred: Backend | None = None
     scale_invariant: bool = False
+    static: bool = False
 
 
 REGISTRY: dict[str, BackendSpec] = {}
@@ -120,7 +127,7 @@ REGISTRY: dict[str, BackendSpec] = {}
 
 def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: FlopModel | None = None,
                      info_rules: Mapping[str, str] | None = None, deferred: Backend | None = None,
-                     scale_invariant: bool = False) -> None:
+                     scale_invariant: bool = False, static: bool = False) -> None:
     """Make ``fn`` available as ``recompress(..., backend=name)``, with its exactness and FLOP model.
 
     Args:
@@ -138,6 +145,8 @@ def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: Flop
         scale_invariant: True only if the basis commutes with X's column scaling by
             powers of two to the last bit (see :class:`BackendSpec`); default False:
             :func:`fraq.recompress` equilibrates X's columns (against Y's rows) before calling ``fn``.
+        static: True only if the basis is the static pass's Cholesky basis (see
+            :class:`BackendSpec`); default False: every call runs the stepwise pipeline.
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"name(={name!r}) must be a non-empty str")
@@ -147,6 +156,8 @@ def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: Flop
         raise TypeError(f"exact(={exact!r}) must be a bool")
     if not isinstance(scale_invariant, bool):
         raise TypeError(f"scale_invariant(={scale_invariant!r}) must be a bool")
+    if not isinstance(static, bool):
+        raise TypeError(f"static(={static!r}) must be a bool")
     if flops is not None and not callable(flops):
         raise TypeError(f"flops(={flops!r}) must be callable: cost(d, r, p, *, steps, gram) -> float")
     if deferred is not None and not callable(deferred):
@@ -156,7 +167,7 @@ def register_backend(name: str, fn: Backend, *, exact: bool = False, flops: Flop
         if rule not in INFO_REDUCERS:
             raise ValueError(f"info_rules[{key!r}](={rule!r}) must be one of {sorted(INFO_REDUCERS)}")
     REGISTRY[name] = BackendSpec(fn=fn, exact=exact, flops=flops, info_rules=rules, deferred=deferred,
-                                 scale_invariant=scale_invariant)
+                                 scale_invariant=scale_invariant, static=static)
 
 
 def get_backend(name: str) -> Backend:
@@ -216,7 +227,7 @@ register_backend("householder", householder, exact=True, flops=householder_flops
 register_backend("polar", polar, exact=True, flops=polar_flops)
 register_backend("cholesky-qr2", cholesky_qr2, exact=True, flops=cholesky_qr2_flops, info_rules=_FALLBACKS)
 register_backend("cholesky", cholesky, exact=True, flops=cholesky_basis_flops, info_rules=_FALLBACKS,
-                 deferred=cholesky_deferred)
+                 deferred=cholesky_deferred, static=True)
 register_backend("newton-schulz", partial(newton_schulz, schedule="cubic", coords="cholesky"), exact=True,
                  flops=newton_schulz_flops("cholesky"), info_rules=_ITERATIVE)
 register_backend("newton-schulz-polar-express",
@@ -230,41 +241,24 @@ register_backend("newton-schulz-muon", partial(newton_schulz, schedule="muon", s
                  flops=newton_schulz_flops("direct", default_steps=5), info_rules=_ITERATIVE)
 
 AUTO = "auto"
-"""``recompress(..., backend="auto")``: the backend :data:`DEVICE_DEFAULTS` names for the
-input's device, recorded resolved in ``result.backend``."""
+"""``recompress(..., backend="auto")``: the backend the device's entry in
+:data:`fraq._defaults.DEFAULTS` names for the input's device (``householder`` for float64
+data), recorded resolved in ``result.backend``."""
 
-DEVICE_DEFAULTS: dict[str, str] = {"cpu": "householder", "cuda": "cholesky"}
-"""Device type -> the backend ``"auto"`` runs there (``householder`` for any other type,
-and for float64 data everywhere: ``cholesky`` has no wider dtype for their Gram and
-would hand every matrix to Householder anyway).
-
-* CPU: ``householder``. Once a large batch runs chunk by chunk (each LAPACK call on one
-  thread, the chunks shared by the threads) and the Gram is formed factored, Householder's
-  geqrf/ormqr cost no more than ``cholesky``'s float64 Gram and float64 application of
-  R^-1, which run at half the float32 GEMM rate; the interleaved measurement on the
-  presets is in docs/performance.md. ``cholesky`` (exact, same accuracy) stays one name
-  away; re-measure on another CPU with ``python -m benchmarks.roofline --compare
-  fraq:backend=householder fraq:backend=cholesky``.
-* CUDA: ``cholesky``. torch runs geqrf (d > 256) and ormqr as per-matrix loops on CUDA,
-  ``cholesky_ex`` and the GEMMs batched. Measured end to end on an H100
-  (docs/results/gpu/h100-routes, part ``alternatives``): ``fraq.recompress`` with
-  ``cholesky`` took 41.9 ms against Householder's 82.7 ms on RoBERTa-base's 36 modules
-  (768 x 768, r = 80) and 48.6 against 65.1 ms on LLaMA-3.2-3B's 56 gate/up projections
-  (r = 64), with excess over the float64 optimum 4e-14 to 2e-13 for both. On GPUs whose
-  float64 rate is 1/64 of float32 (about 1 TFLOP/s) the float64 Gram and application
-  of R^-1 at these shapes (2 d r^2 + 2 d r p per matrix: 0.4 GFLOP for RoBERTa-base's 36
-  modules, 1.5 for the 56 projections) add well under the loops' cost, but no such GPU
-  has measured it (``python -m benchmarks.gpu_check --parts alternatives``).
-"""
+DEVICE_DEFAULTS: Mapping[str, str] = Column("backend")
+"""Device type -> the backend ``"auto"`` runs there: a read-only view of the ``backend``
+column of :data:`fraq._defaults.DEFAULTS`, where each entry's evidence is."""
 
 
 def resolve_backend(name: str, device: torch.device | str, dtype: torch.dtype | None = None) -> str:
-    """``name``, or for ``"auto"`` the default of ``device``'s type (:data:`DEVICE_DEFAULTS`),
-    ``householder`` for float64 data (``dtype``; None: not known yet)."""
+    """``name``, or for ``"auto"`` the backend of ``device``'s type in :data:`fraq._defaults.DEFAULTS`,
+    ``householder`` for float64 data (``dtype``; None: not known yet): ``cholesky`` has no
+    wider dtype for their Gram and would hand every matrix to Householder anyway."""
     if name == AUTO:
         if dtype == torch.float64:
             return "householder"
-        return DEVICE_DEFAULTS.get(torch.device(device).type, "householder")
+        kind = torch.device(device).type
+        return (DEFAULTS[kind] if kind in DEFAULTS else UNMEASURED).backend
     if not isinstance(name, str) or name not in REGISTRY:
         raise ValueError(f"backend(={name!r}) is not one of {[AUTO, *sorted(REGISTRY)]}")
     return name
