@@ -9,7 +9,7 @@ way:
   frequency scaling) slows the calls of one round alike, so the per-round ratio cancels it;
   :func:`analysis.verdicts.judge` with ``paired=True`` takes the sign-test interval of the
   median of that ratio over rounds.
-- **Loop calibration.** A call shorter than ``min_sample`` (:data:`MIN_SAMPLE`, 1 ms) is
+- **Loop calibration.** A call shorter than ``min_sample`` (:data:`MIN_SAMPLE`, 0.2 ms) is
   timed as a loop of k calls and the sample is the loop's time over k, with k fixed per
   call from its warm-up time (``loops`` in the result). Timer resolution and the
   per-sample overhead (a few microseconds) stay below 1% of every sample, and a fast
@@ -62,9 +62,14 @@ from fraq.internals import sign_ranks
 __all__ = ["MAX_LOOPS", "MIN_SAMPLE", "SIGN_LEVEL", "Weighted", "cached", "decided", "launched", "measure_groups",
            "merged", "paired_rounds"]
 
-MIN_SAMPLE = 1e-3
+MIN_SAMPLE = 2e-4
 """Shortest sample, seconds: perf_counter's resolution (well under a microsecond) and a
-loop's overhead (microseconds) stay below 1% of it."""
+sample's own overhead (one to two microseconds) stay at or below 1% of it. Kept this short
+so that every call a figure compares at the ``reduced`` and ``paper`` sizes (each 0.5 ms or
+more) is timed as one call per sample, as a server makes it: a looped sample's later calls
+run warm, after their own first, while a single call runs after the other methods' calls,
+so two calls on either side of the threshold would be timed in different conditions (the
+faster one favoured). Only calls under it (the ``tiny`` size's) are looped."""
 
 MAX_LOOPS = 10_000
 """Most calls in one loop: a call that fast is timed over 10,000 calls, enough for the 1%."""
