@@ -80,14 +80,43 @@ EXP = "FlexLoRA's exponent of d minus FRAQ's above 1"
 
 
 def fig3_lines(d: pd.DataFrame) -> list[str]:
-    """``d``: :func:`fig3_summary` rows (with ``timing.samples``)."""
-    d = d[[kernel_variants.dense_of(m) is None for m in d["method"]]]  # the paper's methods (variants: their own lines)
-    return _fastest_lines(d) + _exponent_lines(d) + _flexlora_growth_lines(d) + _ratio_lines(d)
+    """``d``: :func:`fig3_summary` rows (with ``timing.samples``). "FRAQ is the fastest method"
+    is tested against every method, each peer at its best included (the headline says so);
+    the exponents, FlexLoRA's growth and the ratio lines read the paper's methods (each
+    variant has its own lines)."""
+    paper = d[[kernel_variants.dense_of(m) is None for m in d["method"]]]
+    return _fastest_lines(d) + _exponent_lines(paper) + _flexlora_growth_lines(paper) + _ratio_lines(paper)
+
+
+INEXACT = 1e-4
+"""Error above the float64 optimum past which a method's output is not FRAQ's: "FRAQ is the
+fastest method" is tested against the methods at or below it at every point (the exact
+ones: each output a best rank-p approximation to float32 rounding, about 1e-6 here), and
+those above it (the randomized SVDs, near-optimal: 1e-5 to 2e-2 above the optimum here) are
+counted apart, as faster with another output."""
+
+
+def inexact(d: pd.DataFrame) -> dict[str, float]:
+    """Method name -> its largest error above the optimum over ``d``'s points, for the
+    methods above :data:`INEXACT` (``d``: :func:`fig3_summary` rows)."""
+    if "excess" not in d:
+        return {}
+    worst = pd.to_numeric(d["excess"], errors="coerce").groupby(d["method_name"]).max()
+    return {m: float(v) for m, v in worst.items() if v > INEXACT}
 
 
 def _fastest_lines(d: pd.DataFrame) -> list[str]:
     """FRAQ the fastest method at every point of both sweeps (paired, the smallest margin over
-    the points), and its tensor peak the lowest."""
+    the points) against every method whose output is FRAQ's (:data:`INEXACT`), and its tensor
+    peak the lowest; the faster methods of another output said apart."""
+    approx = inexact(d)
+    quicker = {m: 0 for m in approx}
+    for _, g in d.groupby(["sweep", "x", "mode"]):
+        f = g[g["method_name"] == "FRAQ"]
+        for m in approx:
+            o = g[g["method_name"] == m]
+            quicker[m] += int(not f.empty and not o.empty and float(o["ms"].iloc[0]) < float(f["ms"].iloc[0]))
+    d = d[~d["method_name"].isin(approx)]
     groups, points, slower, absent, sets = {}, [], [], [], []
     lowest = total = 0
     for (sweep, x, mode), g in d.groupby(["sweep", "x", "mode"]):
@@ -122,11 +151,14 @@ def _fastest_lines(d: pd.DataFrame) -> list[str]:
         return []
     v = judge(groups, margin, above=1.0, claim="FRAQ is the fastest method", machine=d, paired=paired(*sets),
               looks=looks(*sets))
+    apart = "; ".join(f"{m} faster at {quicker[m]} of {total} (up to {approx[m]:.2g} above the optimum)"
+                      for m in sorted(approx))
     return [f"- Paper: FRAQ is the fastest method across both sweeps. "
-            + ours(v, f"{v.value:.2f}x", ".2f", "x", test=f"the fastest other method's time over FRAQ's "
+            + ours(v, f"{v.value:.2f}x", ".2f", "x", test=f"the fastest other exact method's time over FRAQ's "
                    f"above 1 at each of the {total} points, the smallest ratio")
-            + f"; FRAQ's median is the fastest at {total - len(slower)} of {total}"
-            + (f" (not at {'; '.join(slower)})" if slower else "") + ".",
+            + f"; FRAQ's median is the fastest of the exact methods at {total - len(slower)} of {total}"
+            + (f" (not at {'; '.join(slower)})" if slower else "") + "."
+            + (f" Of another output (error above the optimum past {INEXACT:.0e}): {apart}." if apart else ""),
             f"- Paper: FRAQ keeps low peak memory. Ours: FRAQ's tensor peak is the lowest at {lowest} of "
             f"{total} points (exact)."]
 
