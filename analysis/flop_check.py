@@ -42,6 +42,16 @@ TARGET = 1.5
 """The project's target: an at-its-best row's time / FRAQ's within this factor (either way) of
 its FLOP count's prediction, on the CPU, in the same run."""
 
+
+def side(q: float, target: float) -> str:
+    """Measured / predicted ``q`` against ``target``, in words: within it, or outside on the
+    side it falls (faster than its FLOP count predicts: a peer not held back; slower: one
+    that is, the case the target exists for)."""
+    if 1 / target <= q <= target:
+        return f"within {target:g}x"
+    return f"outside {target:g}x ({'faster' if q < 1 else 'slower'} than its FLOP count predicts)"
+
+
 REFERENCE = "fraq:tau=0.95"
 """FRAQ's row a peer is compared with when FRAQ has none at the peer's threshold."""
 
@@ -155,12 +165,12 @@ def flop_check_lines(rows: pd.DataFrame) -> list[str]:
         spread = (f" [{v.lo / predicted:.2f}, {v.hi / predicted:.2f}]" if v.has_interval and v.lo < v.hi else "")
         lines.append(head + f"measured {v.measured('.3g', unit='x')}; the routine-true FLOP model predicts "
                      f"{predicted:.3g}x; measured / predicted {q:.2f}{spread}: "
-                     f"{'within' if ok else 'outside'} {TARGET:g}x.")
+                     f"{side(q, TARGET)}.")
         rate = kernel_rate(rows, pd.DataFrame([r]), pd.DataFrame([f]), v.value)
         if rate is not None:
             lines.append(f"    - kernel-rate check, {label} / {flabel} (no verdict): {rate}.")
     tail = f" No FLOP count in these results: {', '.join(no_model)}." if no_model else ""
-    count = f" within for {within} of {judged} rows." if judged else ""
+    count = f" {within} of {judged} rows within it." if judged else ""
     head = (f"- FLOP-model check at its best (the project's target, not a paper claim: each at-its-best row's time / "
             f"FRAQ's within {TARGET:g}x of its FLOP count's prediction, either way, on this CPU in the same run; "
             f"FLOPs from each row's own ranks, against FRAQ at the row's threshold where FRAQ ran at it, else at "

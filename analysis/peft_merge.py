@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["rows", "table", "ratios", "ratio_lines", "figure"]
+__all__ = ["FLOP_TARGET", "flop_lines", "rows", "table", "ratios", "ratio_lines", "figure"]
 
 MODEL_NAMES = {"minilm": "all-MiniLM-L6-v2", "roberta-base": "RoBERTa-base (random)",
                "llama-3.2-3b": "LLaMA-3.2-3B (random)", "tiny-bert": "tiny BERT (random)"}
@@ -124,6 +124,44 @@ def ratio_lines(df: pd.DataFrame) -> list[str]:
                      f"**{r['ratio']:.1f}x** FRAQ's time ({spread}; {r['peft_ms']:.0f} ms vs {r['fraq_ms']:.0f} ms); "
                      f"worst excess over the float64 optimum {r['peft_excess']:.1e} (peft) and "
                      f"{r['fraq_excess']:.1e} (FRAQ).")
+    return lines
+
+
+FLOP_TARGET = 1.5
+"""The project's target for a peer at its best: its time / FRAQ's within this factor of its
+FLOP count's prediction, either way (as Tables 1-3's at-its-best rows; not a paper claim)."""
+
+
+def flop_lines(df: pd.DataFrame) -> list[str]:
+    """Per model, peft's svd merge at the one rank p (at its best and as published) against
+    FRAQ's: the measured time / FRAQ's (the median of the paired rounds), the ratio of the
+    routine-true FLOP models (``flops_full`` of each row: :func:`fraq.flops.peft_svd_flops`,
+    FRAQ's :func:`fraq.aggregators.analytic_flops`) and measured / predicted, within or
+    outside :data:`FLOP_TARGET` for the at-its-best row; results recorded without the FLOP
+    counts say so once."""
+    from analysis.flop_check import side
+
+    d = rows(df)
+    if "flops_full" not in d:
+        return ["- FLOP-model check: no FLOP count in these results (recorded before peft_compare counted them)."]
+    lines = []
+    for model, g in d[d["kind"] == "rank"].groupby("model_label", sort=False):
+        ours = g[g["method"] == "fraq"]
+        if ours.empty or pd.isna(ours.iloc[0]["flops_full"]):
+            continue
+        f = ours.iloc[0]
+        for baseline in ("peft-svd-thin", "peft-svd"):
+            b = g[g["method"] == baseline]
+            if b.empty or pd.isna(b.iloc[0]["flops_full"]):
+                continue
+            measured = _ratio(b.iloc[0]["samples_s"], f["samples_s"])[0]
+            predicted = float(b.iloc[0]["flops_full"]) / float(f["flops_full"])
+            q = measured / predicted
+            target = (f": {side(q, FLOP_TARGET)} (the project's target for a peer at its best)"
+                      if baseline == "peft-svd-thin" else "")
+            lines.append(f"- FLOP-model check (not a claim, no verdict), {model}, {BASELINES[baseline]} / FRAQ at "
+                         f"rank p: measured {measured:.3g}x; the routine-true FLOP models predict {predicted:.3g}x; "
+                         f"measured / predicted {q:.2f}{target}.")
     return lines
 
 

@@ -17,5 +17,6 @@ def draw(res) -> list[Section]:
                  "The same client adapters on a real PeftModel merged by peft's `add_weighted_adapter` (svd, cat) "
                  "and by FRAQ, each adding one adapter to the model; error above the float64 optimum "
                  "(`fraq.reference`). When to use which: docs/peft.md.")
-    return [Section("FRAQ against peft's own merge", "\n".join(peft_merge.ratio_lines(pf)), fig),
+    return [Section("FRAQ against peft's own merge", "\n".join(peft_merge.ratio_lines(pf) + peft_merge.flop_lines(pf)),
+                    fig),
             Section("FRAQ against peft's own merge: every method", tables.markdown(peft_merge.table(pf)), level=3)]

@@ -117,11 +117,35 @@ def measure(config: dict, device: torch.device | str = "cpu") -> dict:
         s = row["samples_s"]
         row.update(median_s=statistics.median(s), min_s=min(s), max_s=max(s), n=len(s))
     shapes = sorted({tuple(layer.get_base_layer().weight.shape) for layer in clients.layers.values()})
+    every = [tuple(layer.get_base_layer().weight.shape) for layer in clients.layers.values()]
+    for meth, row in zip(methods, rows):
+        row["flops_full"] = _model_flops(meth.name, meth.setting, every, int(sum(spec.ranks)), p)
     return dict(modules=len(clients.layers), shapes=[list(s) for s in shapes], clients=len(clients.adapters),
                 client_ranks=[int(r) for r in spec.ranks], client_alphas=list(spec.alphas),
                 data_sizes=clients.data_sizes, peft_weights=clients.peft_weights(), build_s=build_s,
                 tau_ranks=sorted(tau_ranks.values()), threads=torch.get_num_threads(), rows=rows,
                 peft_version=_version("peft"), transformers_version=_version("transformers"))
+
+
+def _model_flops(name: str, setting: str, shapes: list[tuple[int, int]], r: int, p: int) -> float | None:
+    """The routine-true FLOP model of one merge at the one rank ``p`` (setting ``rank=p``) over
+    every module (``(m, n)``, the weight's out x in shape; r the stacked rank): peft's svd
+    merge as published or thin (:func:`fraq.flops.peft_svd_flops`, its dense deltas, their
+    sum and the m x n SVD) and FRAQ (:func:`fraq.aggregators.analytic_flops`, on the path
+    ``recompress`` takes). None for the other rows (peft's cat forms no decomposition, and a
+    per-module rank pattern runs peft at its largest rank, FRAQ at each module's)."""
+    from benchmarks.measure.methods import default_path
+    from fraq.aggregators import analytic_flops
+    from fraq.flops import peft_svd_flops
+
+    if setting != f"rank={p}":
+        return None
+    if name in ("peft-svd", "peft-svd-thin"):
+        return float(sum(peft_svd_flops(m, n, r, p, full_matrices=name == "peft-svd") for m, n in shapes))
+    if name == "fraq":
+        return float(sum(analytic_flops("fraq", min(m, n), max(m, n), r, p, model="full",
+                                        **default_path(min(m, n), max(m, n), r, p)) for m, n in shapes))
+    return None
 
 
 def _version(dist: str) -> str:
