@@ -34,8 +34,10 @@ def draw(res) -> list[Section]:
             row.update({"other ms": r[OTHER], "other / whole": r[OTHER] / r[WHOLE]})
         rows.append(row)
     table = pd.DataFrame(rows)
-    intro = ("FRAQ's recompression of each preset's module groups (`fraq.recompress` on every shape group's "
-             "stacks, tau = 0.95), each stage of its pipeline run alone on the previous stages' results and timed "
+    intro = ("FRAQ's recompression of a preset's module groups (`fraq.recompress` on each group's stacks, one call "
+             "per group as `benchmarks.cases.preset_stacks` gives them, where the whole-model aggregator runs the "
+             "groups of one shape as one batch; tau = 0.95), each stage of its pipeline run alone on the previous "
+             "stages' results and timed "
              "round-robin with the whole call, at one torch thread (`python -m benchmarks.run backend_stages`): the "
              "basis of X; the Gram through H (the paper's steps), factored (C (Y Y^T) C^T) and *as run* (the form "
              "`gram=\"auto\"` takes at the group's shape: factored on LoRA stacks); the float64 eigensolver; Q "
