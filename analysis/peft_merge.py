@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["FLOP_TARGET", "flop_lines", "rows", "table", "ratios", "ratio_lines", "figure"]
+__all__ = ["flop_lines", "rows", "table", "ratios", "ratio_lines", "figure"]
 
 MODEL_NAMES = {"minilm": "all-MiniLM-L6-v2", "roberta-base": "RoBERTa-base (random)",
                "llama-3.2-3b": "LLaMA-3.2-3B (random)", "tiny-bert": "tiny BERT (random)"}
@@ -127,19 +127,14 @@ def ratio_lines(df: pd.DataFrame) -> list[str]:
     return lines
 
 
-FLOP_TARGET = 1.5
-"""The project's target for a peer at its best: its time / FRAQ's within this factor of its
-FLOP count's prediction, either way (as Tables 1-3's at-its-best rows; not a paper claim)."""
-
-
 def flop_lines(df: pd.DataFrame) -> list[str]:
     """Per model, peft's svd merge at the one rank p (at its best and as published) against
     FRAQ's: the measured time / FRAQ's (the median of the paired rounds), the ratio of the
     routine-true FLOP models (``flops_full`` of each row: :func:`fraq.flops.peft_svd_flops`,
     FRAQ's :func:`fraq.aggregators.analytic_flops`) and measured / predicted, within or
-    outside :data:`FLOP_TARGET` for the at-its-best row; results recorded without the FLOP
-    counts say so once."""
-    from analysis.flop_check import side
+    outside :data:`analysis.flop_check.TARGET` for the at-its-best row; results recorded
+    without the FLOP counts say so once."""
+    from analysis.flop_check import TARGET, side
 
     d = rows(df)
     if "flops_full" not in d:
@@ -157,7 +152,7 @@ def flop_lines(df: pd.DataFrame) -> list[str]:
             measured = _ratio(b.iloc[0]["samples_s"], f["samples_s"])[0]
             predicted = float(b.iloc[0]["flops_full"]) / float(f["flops_full"])
             q = measured / predicted
-            target = (f": {side(q, FLOP_TARGET)} (the project's target for a peer at its best)"
+            target = (f": {side(q, TARGET)} (the project's target for a peer at its best)"
                       if baseline == "peft-svd-thin" else "")
             lines.append(f"- FLOP-model check (not a claim, no verdict), {model}, {BASELINES[baseline]} / FRAQ at "
                          f"rank p: measured {measured:.3g}x; the routine-true FLOP models predict {predicted:.3g}x; "

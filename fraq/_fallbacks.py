@@ -185,7 +185,7 @@ def read(plan: Plan, at: Pass, coords: _gram.Coordinates, eig, s: int) -> Readin
     and, under a factored Gram, the diagonal of W_Y and C's column norms ||c_k||."""
     C = at.basis.C
     c_norm = torch.linalg.vector_norm(C, dim=-2)
-    columns = [_range.stats(C), (c_norm * torch.linalg.vector_norm(at.Y, dim=-1)).sum(-1)]  # N: _gram.scale_sum
+    columns = [_range.stats(C), _gram.scale_sum(C, at.Y, c_norm)]
     guard = at.factored  # judged under an explicit gram="factored" too: reported there, not acted on
     if eig is not None:
         columns.append(eig[0])
@@ -228,13 +228,11 @@ def _to_host(columns: list[torch.Tensor]) -> list[np.ndarray]:
     """The one host synchronization: per-matrix values ((nb,) or (nb, k), any real or bool
     dtype) read as one float64 array and handed back in order, each in its own shape (on
     the CPU too, where a read costs nothing: the host-read counters count the CUDA path on it)."""
-    widths = [1 if t.dim() == 1 else t.shape[-1] for t in columns]
-    host = torch.cat([t.unsqueeze(-1) if t.dim() == 1 else t for t in columns], -1) if len(columns) > 1 else columns[0]
+    blocks = [t.unsqueeze(-1) if t.dim() == 1 else t for t in columns]
+    host = torch.cat(blocks, -1) if len(blocks) > 1 else blocks[0]
     host = (host if host.device.type == "cpu" else host.cpu()).numpy().astype(np.float64, copy=False)
-    if host.ndim == 1:
-        return [host]
     out, k = [], 0
-    for w, t in zip(widths, columns):  # slices: np.split costs ~20 us a call here
-        out.append(host[:, k] if t.dim() == 1 else host[:, k:k + w])
-        k += w
+    for t, b in zip(columns, blocks):  # slices: np.split costs ~20 us a call here
+        out.append(host[:, k] if t.dim() == 1 else host[:, k:k + b.shape[-1]])
+        k += b.shape[-1]
     return out

@@ -82,14 +82,16 @@ def rows(coords: Coordinates, Up: torch.Tensor, C: torch.Tensor, Y: torch.Tensor
     return torch.bmm(coords.Ht, Up).mT
 
 
-def scale_sum(C: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+def scale_sum(C: torch.Tensor, Y: torch.Tensor, c_norm: torch.Tensor | None = None) -> torch.Tensor:
     r""":math:`N = \sum_k \lVert c_k\rVert \lVert y_k\rVert` per matrix (nb,), column k of C
     (nb, s, r) against row k of Y (nb, r, D): the bound :math:`\lVert |C||Y| \rVert_F \le N`
     of the product's rounding, unchanged when c_k is scaled by t and y_k by 1/t (which
     leaves C Y unchanged; :math:`\lVert C\rVert_F \lVert Y\rVert_F` is not). What
     :func:`cancels` and the product's noise floor (:func:`fraq._energy.noise_floor`) read.
-    Flops: 2 (s + D) r."""
-    return (torch.linalg.vector_norm(C, dim=-2) * torch.linalg.vector_norm(Y, dim=-1)).sum(-1)
+    ``c_norm``: C's column norms where the caller has computed them (the pass's read uses
+    them twice). Flops: 2 (s + D) r."""
+    c_norm = torch.linalg.vector_norm(C, dim=-2) if c_norm is None else c_norm
+    return (c_norm * torch.linalg.vector_norm(Y, dim=-1)).sum(-1)
 
 
 def cancels(n_sum: list[float], g_trace: list[float], s: int) -> np.ndarray:

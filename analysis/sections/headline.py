@@ -155,11 +155,12 @@ def _fig3_lines(df: pd.DataFrame) -> list[str]:
     who = "; ".join(f"{m} at {k}" for m, k in top)
     device = "a GPU" if any(str(v).startswith("cuda") for v in df.get("device", [])) else "the CPU"
     apart = " and ".join(sorted(approx))
+    verb = "return" if len(approx) > 1 else "returns"
     return [f"- Fig. 3 (paper: FRAQ the fastest method across the r and d sweeps): {_word(_fastest_lines(d))} on "
             f"{device} by the section's paired test over every exact method, each peer at its best included; "
             f"FRAQ's median is the fastest at {fastest} of {total} points"
             + (f"; faster than FRAQ: {who} (points)" if who else "")
-            + (f"; {apart} {'return' if len(approx) > 1 else 'returns'} another output (up to {max(approx.values()):.2g} above the optimum, past "
+            + (f"; {apart} {verb} another output (up to {max(approx.values(), default=0):.2g} above the optimum, past "
                f"{INEXACT:.0e}), counted apart in the section" if apart else "") + "."]
 
 
