@@ -227,11 +227,25 @@ def start_checked(options: Options, B: torch.Tensor, A: torch.Tensor) -> Started
     and :func:`finish_started` gives each call's result, exactly :func:`recompress_checked`'s.
     The device runs one call's pass while the host queues the next, where one read per call
     would make the host wait on each in turn."""
-    B, A, s = _factors(B, A)
-    if options.rank is not None and s > 0:
-        check_rank(options.rank, s)
-    plan = Plan.of(options, B, A)
-    return Started(plan, B, A, _static.start(plan, B, A) if plan.static else None)
+    return start_checked_all(options, [(B, A)])[0]
+
+
+def start_checked_all(options: Options, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[Started]:
+    """:func:`start_checked` for every pair of ``pairs`` (a whole model's shape groups):
+    each call checked before any work, then every static pass queued with the r x r stage
+    run once over the calls that share it (:func:`fraq._static.start_many`: equal stacked
+    rank, one eigenproblem batch, one energy rule, one verdict table), reading nothing on
+    the host. Each call's result is :func:`recompress_checked`'s on its own pair: the same
+    operations on each matrix, in larger batches."""
+    checked = []
+    for B, A in pairs:
+        B, A, s = _factors(B, A)
+        if options.rank is not None and s > 0:
+            check_rank(options.rank, s)
+        checked.append((Plan.of(options, B, A), B, A))
+    static = [i for i, (plan, _, _) in enumerate(checked) if plan.static]
+    passes = dict(zip(static, _static.start_many([checked[i] for i in static]))) if static else {}
+    return [Started(plan, B, A, passes.get(i)) for i, (plan, B, A) in enumerate(checked)]
 
 
 def read_started(started: list[Started]) -> list[np.ndarray | None]:

@@ -80,7 +80,7 @@ from fraq.result import RecompressResult
 if TYPE_CHECKING:
     from fraq._plan import Plan
 
-__all__ = ["Started", "applies", "finish", "read", "run", "start"]
+__all__ = ["Started", "applies", "finish", "read", "run", "start", "start_many"]
 
 
 def applies(backend: str, dtype: torch.dtype, identity: bool, factored: bool, eigensolver: str) -> bool:
@@ -103,13 +103,15 @@ def run(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> RecompressResult | None
 @dataclass
 class Started:
     """A static pass queued on the device and not yet read: its outputs at the static width,
-    the packed verdicts, ranks and energies (:func:`_pass`), and the batch's shape and
-    orientation for :func:`finish`."""
+    the packed verdicts, ranks and energies (:func:`_core`; ``packed`` the rows of this
+    call, ``rows`` the tensor they are rows of, several calls' when their r x r stage ran
+    as one batch), and the batch's shape and orientation for :func:`finish`."""
 
     batch: tuple
     transposed: bool
     out: dict
     packed: torch.Tensor
+    rows: torch.Tensor | None = None
 
 
 def start(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> Started | None:
@@ -117,28 +119,59 @@ def start(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> Started | None:
     device works while the caller queues more (:func:`read` then reads many passes at
     once). None where the pass cannot run (an empty batch or side, or the eigensolver
     refused a non-finite Gram): the caller runs the stepwise pipeline."""
-    batch = B.shape[:-2]
-    m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
-    nb = math.prod(batch)
-    if nb == 0 or min(m, n, r) == 0:
-        return None
-    X, Y, transposed = orient(B.reshape(nb, m, r), A.reshape(nb, r, n))
-    out = _pass(plan, X, Y)
-    if out is None:  # the eigensolver refused a non-finite Gram
-        return None
-    return Started(batch, transposed, out, out.pop("packed"))
+    front = _front(plan, B, A)
+    done = None if front is None else _start_core(plan, [front])
+    return None if done is None else done[0]
+
+
+def start_many(calls: list[tuple[Plan, torch.Tensor, torch.Tensor]]) -> list[Started | None]:
+    """:func:`start` for several calls (a whole model's shape groups), each ``plan``
+    satisfying :func:`applies`: each call's basis and Gram at its own shapes, then the
+    r x r stage (eigenproblem, energy rule with its rounding bounds, verdicts, the packed
+    values) once over every call that shares it (:func:`_core_key`: the same stacked
+    rank, rule constants, dtypes and device), then each call's map back at its shapes.
+    Every matrix gets exactly the operations it gets alone, in a larger batch: the r x r
+    kernels run once per call instead of once per group. A batch whose eigenproblem is
+    refused (a non-finite Gram) is split into its calls, each started alone."""
+    fronts = [_front(plan, B, A) for plan, B, A in calls]
+    out: list[Started | None] = [None] * len(calls)
+    by_key: dict[tuple, list[int]] = {}
+    for i, f in enumerate(fronts):
+        if f is not None:
+            by_key.setdefault(_core_key(calls[i][0], f), []).append(i)
+    for idx in by_key.values():
+        done = _start_core(calls[idx[0]][0], [fronts[i] for i in idx])
+        if done is None and len(idx) > 1:
+            done = [_start_core(calls[i][0], [fronts[i]]) for i in idx]
+            done = [d[0] if d is not None else None for d in done]
+        for i, st in zip(idx, done or [None] * len(idx)):
+            out[i] = st
+    return out
 
 
 def read(started: list[Started]) -> list[np.ndarray]:
     """The packed rows of every pass in ``started``, read from the device in one host read
-    (the passes on one device; their rows joined there first when there are several)."""
+    (the passes on one device; their rows joined there first when they are rows of more
+    than one tensor)."""
     if not started:
         return []
-    packed = [s.packed for s in started]
-    joined = packed[0] if len(packed) == 1 else torch.cat(packed)
+    whole: dict[int, torch.Tensor] = {}
+    for s in started:
+        rows = s.packed if s.rows is None else s.rows
+        whole.setdefault(id(rows), rows)
+    tensors = list(whole.values())
+    joined = tensors[0] if len(tensors) == 1 else torch.cat(tensors)
     host = (joined if joined.device.type == "cpu" else joined.cpu()).numpy()  # the one host read
-    bounds = np.cumsum([0] + [p.shape[0] for p in packed])
-    return [host[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
+    at, k = {}, 0
+    for key, t in whole.items():
+        at[key] = k
+        k += t.shape[0]
+    out = []
+    for s in started:
+        rows = s.packed if s.rows is None else s.rows
+        lo = at[id(rows)] + (s.out["lo"] if s.rows is not None else 0)
+        out.append(host[lo:lo + s.packed.shape[0]])
+    return out
 
 
 def finish(plan: Plan, started: Started, host: np.ndarray) -> RecompressResult | None:
@@ -149,14 +182,84 @@ def finish(plan: Plan, started: Started, host: np.ndarray) -> RecompressResult |
     return _result(plan, started.batch, started.out, host, started.transposed)
 
 
-def _pass(plan: Plan, X: torch.Tensor, Y: torch.Tensor) -> dict | None:
-    """Every step on the device: basis, Gram, eigenproblem, rule, verdicts, the map back at
-    the static width, and the packed values the host reads (None where the eigensolver
-    refused a non-finite Gram)."""
-    d, r = X.shape[-2], X.shape[-1]
-    s = min(d, r)
+@dataclass
+class _Front:
+    """One call's first steps (:func:`_front`): its batch and orientation, Y in the compute
+    dtype, and its basis and Gram."""
+
+    batch: tuple
+    transposed: bool
+    Y: torch.Tensor
+    bg: BasisAndGram
+    d: int
+    r: int
+
+
+def _front(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> _Front | None:
+    """Orient the call's factors and form its basis and Gram (:func:`basis_and_gram`);
+    None for an empty batch or side (the stepwise pipeline's empty result)."""
+    batch = B.shape[:-2]
+    m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
+    nb = math.prod(batch)
+    if nb == 0 or min(m, n, r) == 0:
+        return None
+    X, Y, transposed = orient(B.reshape(nb, m, r), A.reshape(nb, r, n))
     Y = Y.to(plan.cdt)  # no op for float32 data
-    Xw, W, L, info, Linv, WY, G = basis_and_gram(X, Y)
+    return _Front(batch, transposed, Y, basis_and_gram(X, Y), X.shape[-2], r)
+
+
+def _floor_k(d: int, r: int) -> float:
+    """The noise floor's constant k at (d, r) (:func:`fraq._energy.noise_floor`)."""
+    return max(min(d, r), math.sqrt(d + r))
+
+
+def _core_key(plan: Plan, front: _Front) -> tuple:
+    """Calls with equal keys share the r x r stage (:func:`start_many`): the same stacked
+    rank r (hence s = r below the general-rank regime), floor constant, dtypes, rule and
+    route, on one device. Every constant of the stage (:func:`_bounds`, the energy rule)
+    is then the same for each of their matrices."""
+    G = front.bg.G
+    return (front.r, _floor_k(front.d, front.r), plan.tau, plan.rank, plan.cdt, plan.edt, plan.out_dtype,
+            plan.guard, plan.eigensolver, G.device)
+
+
+def _start_core(plan: Plan, fronts: list[_Front]) -> list[Started] | None:
+    """The r x r stage over every front's matrices as one batch (:func:`_core`), then each
+    front's map back; None where the eigensolver refused the batch's Gram."""
+    core = _core(plan, fronts)
+    if core is None:
+        return None
+    Up, rule, packed = core
+    single = len(fronts) == 1
+    out, lo = [], 0
+    for f in fronts:
+        nb = f.bg.G.shape[0]
+        hi = lo + nb
+        sl = slice(lo, hi)
+        Upf = Up if single else Up[sl]
+        Bp, Ap = _back(plan, f, Upf)
+        rank, energy, lam = (rule.counts[:, 1], rule.energy, rule.lam) if single else \
+            (rule.counts[sl, 1], rule.energy[sl], rule.lam[sl])
+        res = dict(L=Bp, R=Ap, rank=rank, energy=energy.to(plan.cdt), sv=lam.sqrt().to(plan.cdt), lo=lo)
+        out.append(Started(f.batch, f.transposed, res, packed if single else packed[sl],
+                           None if single else packed))
+        lo = hi
+    return out
+
+
+def _core(plan: Plan, fronts: list[_Front]):
+    """The r x r stage on the device, one batch over every front's matrices: the
+    eigenproblem, the energy rule (:func:`fraq._energy.energy_rule_device`), the verdicts
+    (:func:`_verdict`) and the retained directions U_p (columns past each matrix's rank
+    exact zeros), with the packed values the host reads; None where the eigensolver refused
+    a non-finite Gram."""
+    f0 = fronts[0]
+    d, r = f0.d, f0.r
+    s = min(d, r)
+    if len(fronts) == 1:
+        G, W, WY, Linv, info = f0.bg.G, f0.bg.W, f0.bg.WY, f0.bg.Linv, f0.bg.info
+    else:  # every front's r x r parts as one batch
+        G, W, WY, Linv, info = (torch.cat([getattr(f.bg, k) for f in fronts]) for k in ("G", "W", "WY", "Linv", "info"))
     eig = eigh(G, plan.edt, plan.eigensolver, check=False)
     if eig is None:
         return None
@@ -171,11 +274,17 @@ def _pass(plan: Plan, X: torch.Tensor, Y: torch.Tensor) -> dict | None:
     Up = U if plan.rank is None else U[..., :plan.rank]
     if plan.rank is None:
         Up = Up * rule.keep.unsqueeze(-2)  # past each rank: exact zeros
-    Bp = torch.bmm(Xw, torch.bmm(Linv.mT, Up)).to(plan.cdt).to(plan.out_dtype)  # Q U_p = X R^{-1} U_p
-    Ap = torch.bmm(torch.bmm(L, Up).to(plan.cdt).mT, Y).to(plan.out_dtype)  # U_p^T C Y
     packed = torch.cat([ok.unsqueeze(-1), rule.counts, rule.energy.unsqueeze(-1)], -1)
-    return dict(L=Bp, R=Ap, rank=rule.counts[:, 1], energy=rule.energy.to(plan.cdt),
-                sv=rule.lam.sqrt().to(plan.cdt), packed=packed)
+    return Up, rule, packed
+
+
+def _back(plan: Plan, front: _Front, Up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One front's retained directions mapped back at the static width: B_p = X L^{-T} U_p
+    (Q U_p, applied in float64) and A_p = (L U_p)^T Y (a float32 GEMM over D)."""
+    bg = front.bg
+    Bp = torch.bmm(bg.Xw, torch.bmm(bg.Linv.mT, Up)).to(plan.cdt).to(plan.out_dtype)  # Q U_p = X R^{-1} U_p
+    Ap = torch.bmm(torch.bmm(bg.L, Up).to(plan.cdt).mT, front.Y).to(plan.out_dtype)  # U_p^T C Y
+    return Bp, Ap
 
 
 class BasisAndGram(NamedTuple):

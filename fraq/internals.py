@@ -55,6 +55,7 @@ SURFACE = {
     "eigh": "fraq._eigen",
     "check_options": "fraq._plan",
     "start_checked": "fraq._recompress",
+    "start_checked_all": "fraq._recompress",
     "basis_and_gram": "fraq._static",
     "CHUNK_BYTES": "fraq._parallel",
     "batched": "fraq.aggregators._linalg",

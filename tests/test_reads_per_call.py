@@ -141,3 +141,90 @@ def test_auto_is_per_group_where_no_device_has_measured_call():
     agg = get_aggregator("fraq", **CUDA_LIKE)
     assert count_host_reads(lambda: agg.aggregate(ups)).total == len(SHAPES)
     assert math.isfinite(sum(agg.aggregate(ups).ranks.values()))
+
+
+# ----------------------------------------------------------------------------- one r x r stage per call
+
+def _mixed_uploads(shapes: dict, ranks: dict, seed: int = 0) -> list[ClientUpdate]:
+    """Uploads of three clients whose client ranks differ by module kind (``ranks[kind]``)."""
+    K = len(next(iter(ranks.values())))
+    factors = [{} for _ in range(K)]
+    for i, (kind, (m, n)) in enumerate(shapes.items()):
+        Bs, As = lora_clients(m, n, list(ranks[kind]), seed=seed + i)
+        for k in range(K):
+            factors[k][f"layers.0.{kind}"] = (Bs[k], As[k])
+    return [ClientUpdate(f, weight=float(k + 1), scale=2.0) for k, f in enumerate(factors)]
+
+
+def _eigh_batches(monkeypatch, agg, ups):
+    """The aggregate, and the batch size of every eigenproblem call the static pass made."""
+    import fraq._static
+
+    seen = []
+    real = fraq._static.eigh
+
+    def spy(G, *a, **k):
+        seen.append(G.shape[0])
+        return real(G, *a, **k)
+
+    monkeypatch.setattr(fraq._static, "eigh", spy)
+    return agg.aggregate(ups), seen
+
+
+@pytest.mark.parametrize("kw", [dict(tau=0.95), dict(tau=1.0), dict(rank=2)])
+def test_groups_sharing_the_stacked_rank_share_one_eigenproblem(monkeypatch, kw):
+    """Three shape groups of stacked rank 9 (floor constant 9 each): one eigenproblem call
+    of all 6 matrices under ``"call"``, one per group under ``"group"``; the same result."""
+    ups = _uploads()
+    out = {}
+    for reads, want in (("group", [2, 2, 2]), ("call", [6])):
+        out[reads], seen = _eigh_batches(monkeypatch, get_aggregator("fraq", **CUDA_LIKE, reads=reads, **kw), ups)
+        assert seen == want, (reads, seen)
+    _assert_identical(out["group"], out["call"])
+
+
+def test_groups_with_another_rank_or_floor_constant_get_their_own_stage(monkeypatch):
+    """The r x r stage is shared only where every constant of it is: groups of another
+    stacked rank (3 against 9), or of the same rank but another noise-floor constant
+    k = max(min(d, r), sqrt(d + r)) (r = 3: k = sqrt(43) at d = 40, sqrt(83) at d = 80),
+    each get their own; the results equal the per-group reads' exactly."""
+    shapes = {"q": (48, 40), "up": (64, 40), "wide": (96, 80), "down": (40, 64)}
+    ranks = {"q": (2, 3, 4), "up": (1, 1, 1), "wide": (1, 1, 1), "down": (2, 3, 4)}
+    ups = _mixed_uploads(shapes, ranks)
+    out = {}
+    for reads in ("group", "call"):
+        out[reads], seen = _eigh_batches(monkeypatch, get_aggregator("fraq", **CUDA_LIKE, reads=reads, tau=0.95), ups)
+        if reads == "call":  # q and down (r = 9) together; up (r = 3, d = 40); wide (r = 3, d = 80)
+            assert sorted(seen) == [1, 1, 2], seen
+    _assert_identical(out["group"], out["call"])
+    assert out["call"].ranks["layers.0.up"] <= 3 and out["call"].ranks["layers.0.q"] <= 9
+
+
+@pytest.mark.parametrize("c", [1e20, 1e23])
+def test_a_failed_verdict_in_a_shared_stage_leaves_the_other_groups_static(c):
+    """Client 1's 'up' factors rescaled against each other by c (the product unchanged).
+    The group is oriented along its short side n, so Y = B^T: at 1e20 its Gram is finite and
+    the shared stage's row-Gram verdict (||y_k||^2 ~ 1e35, above float32's max eps) fails
+    for that group's matrix only; at 1e23 its float32 Y Y^T overflows and its Gram is not
+    finite, so the joint eigenproblem is refused and each group is started alone. Either way that group runs stepwise, the other two stay
+    static, and each result equals its own call's exactly."""
+    import fraq
+    from fraq._plan import check_options
+    from fraq._recompress import finish_started, read_started, start_checked_all
+
+    ups = _uploads()
+    f = dict(ups[1].factors)
+    B, A = f["layers.0.up"]
+    f["layers.0.up"] = (B * c, A / c)
+    ups[1] = ClientUpdate(f, weight=ups[1].weight, scale=ups[1].scale)
+    options = check_options(tau=0.95, rank=None, **CUDA_LIKE)
+    pairs = [fraq.stack([u.factors[f"layers.0.{kind}"][0] for u in ups],
+                        [u.factors[f"layers.0.{kind}"][1] for u in ups]) for kind in SHAPES]
+    started = start_checked_all(options, pairs)
+    shared = {id(st.static.rows) for st in started if st.static is not None and st.static.rows is not None}
+    assert len(shared) == (1 if c == 1e20 else 0)
+    results = [finish_started(st, h) for st, h in zip(started, read_started(started))]
+    assert [res.info["pipeline"] for res in results] == ["static", "stepwise", "static"]
+    for (B, A), res in zip(pairs, results):
+        alone = fraq.recompress(B, A, tau=0.95, **CUDA_LIKE)
+        assert res.rank == alone.rank and torch.equal(res.B, alone.B) and torch.equal(res.A, alone.A)

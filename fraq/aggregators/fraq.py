@@ -9,7 +9,7 @@ import torch
 import fraq
 from fraq._defaults import DEFAULTS, UNMEASURED, Column
 from fraq._plan import check_options
-from fraq._recompress import finish_started, read_started, recompress_checked, start_checked
+from fraq._recompress import finish_started, read_started, recompress_checked, start_checked_all
 from fraq._validation import NonFiniteError
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.payload import REINITIALIZE, Downlink, Factors
@@ -47,7 +47,8 @@ class Fraq(Aggregator):
         eigensolver: the eigenproblem's route (:mod:`fraq._eigen`; default ``"auto"``).
         pipeline: stepwise or static (:data:`fraq._plan.PIPELINES`; default ``"auto"``).
         reads: when the host reads a shape group's static pass (:data:`READS`; default
-            ``"auto"``, the device's entry in :data:`fraq._defaults.DEFAULTS`).
+            ``"auto"``, the device's entry in :data:`fraq._defaults.DEFAULTS`); under
+            ``"call"`` the groups that share a stacked rank also share one r x r stage.
 
     The options are checked once, here, by :func:`fraq.recompress`'s own
     :func:`~fraq._plan.check_options` (same rules, same messages), and held as
@@ -94,16 +95,16 @@ class Fraq(Aggregator):
                     eigensolver=self.eigensolver, pipeline=self.pipeline, reads=self.reads)
 
     def _groups(self, groups: list[Group], state) -> GroupOutput:
-        """Every group's output; under ``reads="call"`` every group's static pass is queued
-        before the one host read that serves them all (:func:`fraq._recompress.start_checked`),
-        so the device works through one group while the host stacks and queues the next.
-        The results are the per-group calls' exactly (the same operations on the same
-        stacks); a group whose verdicts fail runs the stepwise pipeline on its own stacks,
+        """Every group's output; under ``reads="call"`` every group is checked, its static pass
+        queued with the r x r stage run once over the groups that share the stacked rank
+        (:func:`fraq._recompress.start_checked_all`), and one host read serves them all. The
+        results are the per-group calls' (the same operations on each matrix, the r x r ones in
+        one batch); a group whose verdicts fail runs the stepwise pipeline on its own stacks,
         as it would alone, and a NaN or Inf there is named by client and module."""
         device = groups[0].spec.device if groups else None
         if len(groups) < 2 or _reads(self.reads, device) != "call":
             return super()._groups(groups, state)
-        started = [start_checked(self.options, *g.stacked(scan=False)) for g in groups]
+        started = start_checked_all(self.options, [g.stacked(scan=False) for g in groups])
         out: GroupOutput = {}
         for g, st, host in zip(groups, started, read_started(started)):
             try:
@@ -138,10 +139,12 @@ class Fraq(Aggregator):
 
 READS = ("auto", "group", "call")
 """Values of FRAQ's ``reads``: ``"group"`` reads each shape group's static pass as its
-group finishes (one host read per group); ``"call"`` queues every group's pass first and
-reads them all in one host read per call (:meth:`Fraq._groups`); ``"auto"`` is the
-device's entry in :data:`fraq._defaults.DEFAULTS`. Without the static pipeline (the stepwise one,
-or a group whose verdicts fail) a group reads as that pipeline does, either way."""
+group finishes (one host read per group); ``"call"`` queues every group's pass first, the
+r x r stage (eigenproblem, energy rule, verdicts) run once over the groups that share the
+stacked rank, and reads them all in one host read per call (:meth:`Fraq._groups`);
+``"auto"`` is the device's entry in :data:`fraq._defaults.DEFAULTS`. Without the static
+pipeline (the stepwise one, or a group whose verdicts fail) a group reads as that pipeline
+does, either way."""
 
 READS_DEFAULTS: Mapping[str, str] = Column("reads")
 """Device type -> what ``reads="auto"`` runs: a read-only view of the ``reads`` column of
