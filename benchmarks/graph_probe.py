@@ -7,7 +7,7 @@ is what the host-bound static pass needs (docs/performance.md, "Host reads and
 launches"); whether its steps capture at all (cuSOLVER's Cholesky and triangular solve,
 CuPy's batched eigensolver on torch's stream, workspaces allocated during capture) only a
 GPU can say. Per preset, on the first shape group of the whole model (FRAQ's stacks at
-tau = 0.95 in CUDA's configuration), three spans of :func:`fraq._static._pass` are run
+tau = 0.95 in CUDA's configuration), three spans of the static pass (:func:`fraq._static.start`) are run
 eagerly, then captured with ``torch.cuda.graph`` after warm-up calls on a side stream,
 and replayed:
 
