@@ -1,11 +1,16 @@
-"""The exactness certificate's cost beside FRAQ's aggregation, interleaved in one run.
+"""The exactness certificates' cost beside FRAQ's aggregation, interleaved in one run.
 
-``python -m benchmarks.certificate_cost [--preset roberta-base] [--rounds 15] [--tau 0.95]``
-builds the preset's seeded client factors (:func:`benchmarks.cases.build_model`), then
-per round times one FRAQ aggregation (``Aggregator.aggregate``, batched by shape) and one
-``result.certificate(updates)`` of that result, back to back, and prints both medians and
-the median of the per-round ratios (certificate / aggregation). A ratio is only as steady
-as the machine: the rounds interleave the two calls so that a change in load hits both.
+``python -m benchmarks.certificate_cost [--preset roberta-base] [--rounds 15] [--tau 0.95]
+[--methods gram,probe] [--layers L]`` builds the preset's seeded client factors
+(:func:`benchmarks.cases.build_model`), then per round times one FRAQ aggregation
+(``Aggregator.aggregate``, batched by shape) and, back to back, each certificate of that
+result (``result.certificate(updates, method=...)``: ``gram``, exact with a rounding
+bound; ``probe``, 8 Gaussian probes with its defaults, a bound with probability 0.999),
+and prints the medians and, per certificate, the median of the per-round ratios
+(certificate / aggregation) with the smallest and largest. The probe certificate's
+target is a tenth of the aggregation (docs/library.md, "The probe certificate"). A ratio
+is only as steady as the machine: the rounds interleave the calls so that a change in
+load hits every one of them.
 """
 
 from __future__ import annotations
@@ -16,13 +21,33 @@ import time
 
 import torch
 
+METHODS = ("gram", "probe")
+"""The certificates :meth:`fraq.aggregators.AggregationResult.certificate` computes."""
+
+
+def _methods(text: str) -> list[str]:
+    names = [m for m in text.split(",") if m]
+    bad = [m for m in names if m not in METHODS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"--methods(={text!r}): a comma-separated list of {', '.join(METHODS)}")
+    return names
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.certificate_cost", description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="roberta-base")
-    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--rounds", type=_positive, default=15)
     p.add_argument("--tau", type=float, default=0.95)
-    p.add_argument("--layers", type=int, default=None, help="build the preset on this many layers (default all)")
+    p.add_argument("--methods", type=_methods, default=list(METHODS),
+                   help=f"the certificates to time, comma-separated (default {','.join(METHODS)})")
+    p.add_argument("--layers", type=_positive, default=None, help="build the preset on this many layers (default all)")
     args = p.parse_args(argv)
     from benchmarks.cases import build_model
     from fraq.aggregators import get_aggregator
@@ -31,25 +56,28 @@ def main(argv: list[str] | None = None) -> None:
     ups = model.updates()
     agg = get_aggregator("fraq", tau=args.tau)
     res = agg.aggregate(ups)
-    res.certificate(ups)  # warm-up of both
-    t_agg, t_cert = [], []
+    for method in args.methods:  # warm-up of every call
+        res.certificate(ups, method=method)
+    t_agg: list[float] = []
+    t_cert: dict[str, list[float]] = {m: [] for m in args.methods}
+    certs = {}
     for _ in range(args.rounds):
         t0 = time.perf_counter()
         res = agg.aggregate(ups)
-        t1 = time.perf_counter()
-        cert = res.certificate(ups)
-        t2 = time.perf_counter()
-        t_agg.append(t1 - t0)
-        t_cert.append(t2 - t1)
-    ratios = [c / a for a, c in zip(t_agg, t_cert)]
-    name, worst = cert.worst
+        t_agg.append(time.perf_counter() - t0)
+        for method in args.methods:
+            t1 = time.perf_counter()
+            certs[method] = res.certificate(ups, method=method)
+            t_cert[method].append(time.perf_counter() - t1)
     print(f"{args.preset}: {len(model.shapes)} modules x {model.preset.clients} clients, ranks {model.preset.ranks[0]}, "
           f"fraq tau={args.tau}, {torch.get_num_threads()} threads, torch {torch.__version__}")
-    print(f"aggregate    median {1e3 * statistics.median(t_agg):8.1f} ms")
-    print(f"certificate  median {1e3 * statistics.median(t_cert):8.1f} ms")
-    print(f"certificate / aggregate, median of {args.rounds} interleaved rounds: {statistics.median(ratios):.2f} "
-          f"[{min(ratios):.2f}, {max(ratios):.2f}]")
-    print(f"worst module {name}: {worst}")
+    print(f"aggregate            median {1e3 * statistics.median(t_agg):8.1f} ms")
+    for method in args.methods:
+        ratios = [c / a for a, c in zip(t_agg, t_cert[method])]
+        name, worst = certs[method].worst
+        print(f"certificate ({method:5s}) median {1e3 * statistics.median(t_cert[method]):8.1f} ms; "
+              f"/ aggregate, median of {args.rounds} interleaved rounds: {statistics.median(ratios):.3f} "
+              f"[{min(ratios):.3f}, {max(ratios):.3f}]; worst module {name}: {worst}")
 
 
 if __name__ == "__main__":

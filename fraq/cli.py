@@ -113,10 +113,11 @@ def aggregate_main(argv: list[str]) -> int:
                         help="print per module: shape, client ranks, rank kept, energy, error, parameters")
     parser.add_argument("--no-certificate", action="store_true",
                         help="skip the exactness certificate (per module ||update - exact||_F / ||exact||_F with a "
-                             "float64 rounding bound; about the cost of FRAQ's own recompression)")
+                             "float64 rounding bound; about the flops of FRAQ's own recompression)")
     parser.add_argument("--probe-certificate", action="store_true",
-                        help="certify from 8 Gaussian probes instead, at about a tenth of FRAQ's own cost: "
-                             "'<= b with probability 0.999' per module (fraq.aggregators.certify_probe)")
+                        help="certify from 8 Gaussian probes instead, at about a tenth of FRAQ's own flops "
+                             "(not of its time on a CPU: docs/library.md): '<= b with probability 0.999' per "
+                             "module (fraq.aggregators.certify_probe)")
     parser.add_argument("--json", type=Path, metavar="PATH",
                         help="write the report rows as JSON ('-': stdout, which then holds only the JSON; "
                              "--report's table goes to stderr)")
