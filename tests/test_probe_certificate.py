@@ -270,3 +270,80 @@ def test_probe_certificate_holds_at_the_ends_of_float64s_range(c, dtype):
         assert math.isfinite(cc.bound) and dense <= cc.bound, (c, mod, dense, cc)
         assert math.isclose(cc.error, one[mod].error, rel_tol=100 * eps), (c, mod, one[mod], cc)
         assert math.isclose(cc.exact_norm, c * one[mod].exact_norm, rel_tol=100 * eps), (c, mod)
+
+
+# ----------------------------------------------------------------------------- the scaling skipped
+
+def _fields(cert):
+    return {name: (c.error, c.bound, c.resolution, c.exact_norm, c.at_rounding_level, c.client)
+            for name, c in cert.items()}
+
+
+def _both_paths(monkeypatch, ups, res, source=None, **options):
+    """The probe certificate as it runs (scaling skipped where the inputs allow) and with
+    the scaling forced (:func:`fraq.aggregators.certificate.unit_scaled` on every module),
+    and which modules skipped it."""
+    import fraq.aggregators.probe_certificate as pc
+
+    skipped = []
+    real = pc._unscaled
+
+    def spy(exact, downs, dtype):
+        skipped.append(real(exact, downs, dtype))
+        return skipped[-1]
+
+    monkeypatch.setattr(pc, "_unscaled", spy)
+    fast = res.certificate(source if source is not None else ups, method="probe", **options)
+    monkeypatch.setattr(pc, "_unscaled", lambda *a: False)
+    scaled = res.certificate(source if source is not None else ups, method="probe", **options)
+    return fast, scaled, skipped
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+@pytest.mark.parametrize("exact", [True, False])
+def test_skipping_the_scaling_changes_no_number(monkeypatch, name, exact):
+    """Float32 uploads, weights and scales near 1: every module skips the powers of two, and
+    every number of the certificate (error, bound, resolution, exact_norm, the rounding
+    verdict) is bit for bit the one the scaled probes give: the same probes, each computed
+    number the scaled one times the power of two it took out (exact where nothing under- or
+    overflows, which NARROW's bounds guarantee)."""
+    ups = _uploads(name, exact=exact)
+    res = _agg(name).aggregate(ups)
+    fast, scaled, skipped = _both_paths(monkeypatch, ups, res)
+    assert skipped and all(skipped)
+    assert _fields(fast) == _fields(scaled)
+
+
+def test_skipping_the_scaling_from_the_round_buffer(monkeypatch):
+    """The round buffer's float32 stacks (their rounding's slack w in the bound) skip it too,
+    and agree bit for bit with the scaled probes."""
+    ups = _uploads("fraq", exact=False)
+    agg = get_aggregator("fraq", tau=0.9)
+    shapes = {mod: tuple(ups[0].factors[mod][0].shape[:1]) + tuple(ups[0].factors[mod][1].shape[1:])
+              for mod in SHAPES}
+    buf = agg.open_round(shapes, clients=len(ups), ranks=[u.factors["sq"][1].shape[0] for u in ups])
+    for u in ups:
+        buf.add(u)
+    res = buf.aggregate()
+    fast, scaled, skipped = _both_paths(monkeypatch, ups, res, source=buf)
+    assert skipped and all(skipped)
+    assert _fields(fast) == _fields(scaled)
+
+
+@pytest.mark.parametrize("case", ["float64 uploads", "tiny weight", "huge scale", "float32 probes", "float64 downlink"])
+def test_the_scaling_runs_where_the_range_could_break(monkeypatch, case):
+    """Outside NARROW's bounds every module takes the powers of two: float64 uploads (any
+    exponent), a client weight 2^-90 of the total (sqrt 2^-45 < 2^-40), a scale 2^45,
+    float32 probes, or a downlink whose factors are float64."""
+    ups = _uploads("fraq", exact=False, dtype=F64 if case == "float64 uploads" else F32)
+    if case == "tiny weight":
+        ups[1] = dataclasses.replace(ups[1], weight=ups[1].weight * 2.0 ** -92)
+    if case == "huge scale":
+        ups[0] = dataclasses.replace(ups[0], scale=2.0 ** 45)
+    res = _agg("fraq").aggregate(ups)
+    if case == "float64 downlink":
+        res = _tampered(res, lambda f: Factors(f.B.double(), f.A.double(), f.scale))
+    options = {"dtype": F32} if case == "float32 probes" else {}
+    fast, scaled, skipped = _both_paths(monkeypatch, ups, res, **options)
+    assert skipped and not any(skipped), case
+    assert _fields(fast) == _fields(scaled)

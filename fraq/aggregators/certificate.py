@@ -310,7 +310,10 @@ class ExactAggregate:
     """A round's exact aggregate, module by module: ``names`` (in upload order), ``clients``
     (K), ``single`` (single-matrix uploads), ``device``, and ``factors(name)``, the module's
     :class:`ExactFactors`, made when asked, so one module's float64 copies are alive at a
-    time. ``where`` names what holds it in messages (``"updates"``, ``"the round buffer"``)."""
+    time. ``where`` names what holds it in messages (``"updates"``, ``"the round buffer"``).
+    ``narrow``: every entry of every module's factors is a number of a dtype no wider than
+    float32 times a coefficient within 2^-40..2^40 (:func:`narrow_coefficients`), so their
+    float64 products cannot under- or overflow (:data:`NARROW`)."""
 
     names: tuple[str, ...]
     clients: int
@@ -318,6 +321,7 @@ class ExactAggregate:
     device: torch.device
     factors: Callable[[str], ExactFactors]
     where: str = "updates"
+    narrow: bool = False
 
     def check(self, result: object) -> ExactAggregate:
         """Itself, once ``result`` is an :class:`AggregationResult` of the same clients and
@@ -344,8 +348,16 @@ def upload_aggregate(updates: Sequence[ClientUpdate], result: AggregationResult 
     a = normalized_weights([u.weight for u in updates], len(updates))
     scales = {spec.name: spec.scales for spec in specs}
     device = next(iter(updates[0].factors.values()))[1].device
+    dtypes = {t.dtype for u in updates for pair in u.factors.values() for t in pair if t is not None}
+    if single:
+        coefficients = [math.sqrt(a[k] * sc[k]) for sc in scales.values() for k in range(len(updates))]
+    else:
+        coefficients = [c for sc in scales.values() for k in range(len(updates))
+                        for c in (math.sqrt(a[k]), math.sqrt(a[k]) * sc[k])]
+    narrow = dtypes <= set(NARROW) and narrow_coefficients(coefficients)
     exact = ExactAggregate(tuple(scales), len(updates), single, device,
-                           lambda name: ExactFactors(*exact_factors(updates, name, a, scales[name], single)))
+                           lambda name: ExactFactors(*exact_factors(updates, name, a, scales[name], single)),
+                           narrow=narrow)
     return exact if result is None else exact.check(result)
 
 
@@ -409,6 +421,40 @@ def update_factors(down: Downlink, name: str, k: int, single: bool, X: torch.Ten
         raise ValueError(f"result.downlinks[{k}][{name!r}] multiplies out to ({U.shape[0]}, {V.shape[1]}), "
                          f"the exact aggregate of the uploads is ({m}, {n})")
     return U, V
+
+
+NARROW = (torch.float32, torch.bfloat16, torch.float16)
+"""Dtypes whose finite numbers, times a coefficient within 2^-40..2^40
+(:data:`NARROW_EXPONENT`), have float64 products that neither under- nor overflow in a
+probe's arithmetic (:mod:`fraq.aggregators.probe_certificate`, "Range"): an entry lies in
+[2^-189, 2^168], a probe entry below 2^4 in magnitude, every inner length below 2^20, so
+S z stays below 2^380 and its squared norm below 2^780; a nonzero product of two entries
+and a probe entry (at least 2^-60 in magnitude: torch's Gaussian draws) is at least 2^-438,
+its square above 2^-880, far from float64's smallest normal 2^-1022."""
+
+NARROW_EXPONENT = 40
+"""The coefficients' bound in :data:`NARROW`: |c| within 2^-40..2^40 (or c = 0)."""
+
+
+def narrow_coefficients(coefficients) -> bool:
+    """Whether every coefficient (host floats: weights, scales and their products) is 0 or
+    within 2^-NARROW_EXPONENT..2^NARROW_EXPONENT in magnitude (:data:`NARROW`)."""
+    lo, hi = 2.0 ** -NARROW_EXPONENT, 2.0 ** NARROW_EXPONENT
+    return all(c == 0.0 or lo <= abs(c) <= hi for c in coefficients)
+
+
+def narrow_downlink(down: object, single: bool) -> bool:
+    """Whether a downlink's certified update U V is made of :data:`NARROW` numbers: every
+    term's factors of a narrow dtype and its scale a narrow coefficient (as
+    :func:`update_factors` applies it). False for anything that is not a Downlink
+    (:func:`update_factors` then names it)."""
+    if not isinstance(down, Downlink):
+        return False
+    terms = list(down.merge) + ([down.start] if down.start is not None else [])
+    for f in terms:
+        if any(t is not None and t.dtype not in NARROW for t in (f.B, f.A)):
+            return False
+    return narrow_coefficients([math.sqrt(abs(f.scale)) if single else f.scale for f in terms])
 
 
 def unit_scaled(X: torch.Tensor, Y: torch.Tensor, ks: tuple[torch.Tensor, torch.Tensor] | None = None

@@ -87,6 +87,12 @@ and its squared norms under- or overflow (and float32 probes could not hold such
 at all): the stacks are formed in float64 and brought to unit scale by exact powers of
 two, S and G alike (:func:`fraq.aggregators.certificate.unit_scaled`), before the cast to
 ``dtype``; the ratio is scale-invariant, and only ``exact_norm`` has the scale put back.
+Where that cannot happen the scaling is skipped: with float64 probes, uploads (or a round
+buffer's stacks) and downlinks of float32, bfloat16 or float16 numbers times weights and
+scales within 2^-40..2^40 (:data:`fraq.aggregators.certificate.NARROW`) keep every
+product, sum and square in float64's normal range, where a power-of-two scaling is exact
+and changes no computed ratio (the same numbers, each times the powers it would take
+out). It is most of a module's passes over its factors, so the common case skips it.
 """
 
 from __future__ import annotations
@@ -104,6 +110,7 @@ from fraq.aggregators.certificate import (
     _json_number,
     bound_text,
     distinct_downlinks,
+    narrow_downlink,
     stored_slack,
     times_pow2,
     unit_scaled,
@@ -317,9 +324,14 @@ def certify_probe_exact(exact: ExactAggregate, result: AggregationResult, *, pro
     rows, where = [], []
     for name in exact.names:
         f = exact.factors(name)
-        X64, Y64, ks = unit_scaled(f.X, f.Y)
-        X, Y = X64.to(dtype), Y64.to(dtype)
-        scale = (ks[0] + ks[1]).to(torch.float64).reshape(1)
+        downs = list(distinct_downlinks(result, name))
+        if _unscaled(exact, downs, dtype):  # nothing can under- or overflow: the scaling would change nothing
+            X, Y, ks = f.X.to(dtype), f.Y.to(dtype), None
+            scale = f.X.new_zeros(1)
+        else:
+            X64, Y64, ks = unit_scaled(f.X, f.Y)
+            X, Y = X64.to(dtype), Y64.to(dtype)
+            scale = (ks[0] + ks[1]).to(torch.float64).reshape(1)
         m, R, n = X.shape[0], X.shape[1], Y.shape[1]
         Z = torch.randn(n, probes, generator=gen, dtype=dtype, device=exact.device)
         SZ = X @ (Y @ Z)
@@ -327,8 +339,10 @@ def certify_probe_exact(exact: ExactAggregate, result: AggregationResult, *, pro
         z_norms = torch.linalg.vector_norm(Z.double(), dim=0)
         s_norms = torch.linalg.vector_norm(SZ.double(), dim=0)
         slack = f.slack_terms()
-        for k, down, count in distinct_downlinks(result, name):
-            U, V, _ = unit_scaled(*update_factors(down, name, k, exact.single, f.X, f.Y), ks)
+        for k, down, count in downs:
+            U, V = update_factors(down, name, k, exact.single, f.X, f.Y)
+            if ks is not None:
+                U, V, _ = unit_scaled(U, V, ks)
             U, V = U.to(dtype), V.to(dtype)
             p = U.shape[1]
             if (m + n + R + p + 9) * u > _MAX_CU:
@@ -348,6 +362,16 @@ def certify_probe_exact(exact: ExactAggregate, result: AggregationResult, *, pro
         if name not in modules or c.bound > modules[name].bound:
             modules[name] = c
     return ProbeCertificate(modules, probes=probes, delta=delta, seed=seed)
+
+
+def _unscaled(exact: ExactAggregate, downs: list, dtype: torch.dtype) -> bool:
+    """Whether a module's probes run on its factors as they are, without the powers of two
+    of :func:`fraq.aggregators.certificate.unit_scaled`: float64 probes, the exact aggregate
+    and every distinct downlink made of :data:`~fraq.aggregators.certificate.NARROW` numbers.
+    Scaling by powers of two is exact where nothing under- or overflows, and there it would
+    change no computed ratio, only the powers of two it takes out (the module docstring's
+    "Range")."""
+    return dtype == torch.float64 and exact.narrow and all(narrow_downlink(d, exact.single) for _, d, _ in downs)
 
 
 def _check_options(probes, delta, seed) -> None:
