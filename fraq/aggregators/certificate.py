@@ -386,11 +386,28 @@ def exact_factors(updates, name, a, scales, single, dtype=torch.float64) -> tupl
     weights and scales are applied in ``dtype``, one rounding per factor entry for each."""
     f64 = dtype
     if single:
-        Y = torch.cat([math.sqrt(a[k] * scales[k]) * u.factors[name][1].to(f64) for k, u in enumerate(updates)])
+        Y = _weighted([u.factors[name][1] for u in updates], [math.sqrt(a[k] * scales[k]) for k in range(len(a))],
+                      -2, f64)
         return Y.mT, Y
-    X = torch.cat([math.sqrt(a[k]) * u.factors[name][0].to(f64) for k, u in enumerate(updates)], dim=1)
-    Y = torch.cat([math.sqrt(a[k]) * scales[k] * u.factors[name][1].to(f64) for k, u in enumerate(updates)])
+    X = _weighted([u.factors[name][0] for u in updates], [math.sqrt(a[k]) for k in range(len(a))], -1, f64)
+    Y = _weighted([u.factors[name][1] for u in updates], [math.sqrt(a[k]) * scales[k] for k in range(len(a))],
+                  -2, f64)
     return X, Y
+
+
+def _weighted(parts: list[torch.Tensor], coefficients: list[float], dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """The parts joined along ``dim`` in ``dtype``, part k's entries times coefficients[k]:
+    one join, one cast and one in-place product per part, each entry the same number as
+    ``c * part.to(dtype)`` (the cast exact, one rounding in the product)."""
+    joined = torch.cat(parts, dim=dim) if len({t.dtype for t in parts}) == 1 else \
+        torch.cat([t.to(dtype) for t in parts], dim=dim)
+    out = joined.to(dtype)
+    at = 0
+    for t, c in zip(parts, coefficients):
+        width = t.shape[dim]
+        out.narrow(dim, at, width).mul_(c)
+        at += width
+    return out
 
 
 def update_factors(down: Downlink, name: str, k: int, single: bool, X: torch.Tensor, Y: torch.Tensor
