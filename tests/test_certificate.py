@@ -291,3 +291,57 @@ def test_printed_bound_is_never_below_the_bound(at_rounding_level):
         digits = 1 if at_rounding_level else 2
         assert Decimal(printed) >= Decimal(b), (b, str(c))
         assert Decimal(printed) - Decimal(b) <= Decimal(f"1e{int(printed.split('e')[1]) - digits}"), (b, str(c))
+
+
+# ----------------------------------------------------------------------------- the scaling skipped
+
+def _gram_both_paths(monkeypatch, ups, res):
+    """The Gram certificate as it runs (scaling skipped where the inputs allow) and with the
+    scaling forced on every module, and which modules skipped it."""
+    import fraq.aggregators.certificate as cm
+
+    skipped = []
+    real = cm.unscaled
+
+    def spy(exact, downs):
+        skipped.append(real(exact, downs))
+        return skipped[-1]
+
+    monkeypatch.setattr(cm, "unscaled", spy)
+    fast = res.certificate(ups)
+    monkeypatch.setattr(cm, "unscaled", lambda *a: False)
+    return fast, res.certificate(ups), skipped
+
+
+def _cert_fields(cert):
+    return {name: (c.error, c.bound, c.resolution, c.exact_norm, c.at_rounding_level, c.client)
+            for name, c in cert.items()}
+
+
+@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("exact", [True, False])
+def test_skipping_the_scaling_changes_no_number(monkeypatch, name, exact):
+    """Float32 uploads, weights and scales near 1: every module skips the powers of two, and
+    the certificate's numbers are bit for bit the scaled ones (each computed number the
+    scaled one times the powers of two it took out; the bound's underflow allowance
+    c^3 2^-1074 is far below either's last digit)."""
+    ups = _uploads(name, exact=exact)
+    res = _agg(name).aggregate(ups)
+    fast, scaled, skipped = _gram_both_paths(monkeypatch, ups, res)
+    assert skipped and all(skipped)
+    assert _cert_fields(fast) == _cert_fields(scaled)
+
+
+@pytest.mark.parametrize("case", ["float64 uploads", "tiny weight", "huge scale"])
+def test_the_scaling_runs_where_the_range_could_break(monkeypatch, case):
+    """Float64 uploads, a client weight 2^-90 of the total, or a scale 2^45: every module takes
+    the powers of two."""
+    ups = _uploads("fraq", exact=False, dtype=torch.float64 if case == "float64 uploads" else F32)
+    if case == "tiny weight":
+        ups[1] = dataclasses.replace(ups[1], weight=ups[1].weight * 2.0 ** -92)
+    if case == "huge scale":
+        ups[0] = dataclasses.replace(ups[0], scale=2.0 ** 45)
+    res = _agg("fraq").aggregate(ups)
+    fast, scaled, skipped = _gram_both_paths(monkeypatch, ups, res)
+    assert skipped and not any(skipped), case
+    assert _cert_fields(fast) == _cert_fields(scaled)

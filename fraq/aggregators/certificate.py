@@ -89,6 +89,11 @@ their largest entries near 1. Powers of two are exact, S and G are scaled alike,
 relative error is scale-invariant: only ``exact_norm`` has 2^(k_X + k_Y) put back.
 Gradual underflow of what is left (terms 2^-1000 below the largest) adds at most
 2^-1074 per multiplication, counted in delta as c^3 2^-1074.
+Uploads (or a round buffer's stacks) and downlinks of float32, bfloat16 or float16 numbers
+times weights and scales within 2^-40..2^40 (:data:`NARROW`) skip it: their Grams stay in
+float64's normal range (entries within 2^-378..2^356 in magnitude, products of two within
+2^-756..2^752, sums of up to 2^40 of those), where the scaling is exact and changes no
+computed ratio.
 """
 
 from __future__ import annotations
@@ -266,11 +271,19 @@ def certify_exact(exact: ExactAggregate, result: AggregationResult) -> Certifica
     rows, where = [], []
     for name in exact.names:
         f = exact.factors(name)
-        X, Y, ks = unit_scaled(f.X, f.Y)
+        downs = list(distinct_downlinks(result, name))
+        plain = unscaled(exact, downs)
+        if plain:  # nothing can under- or overflow: the scaling would change nothing
+            zero = torch.zeros((), dtype=torch.int64, device=f.X.device)
+            X, Y, ks = f.X, f.Y, (zero, zero)
+        else:
+            X, Y, ks = unit_scaled(f.X, f.Y)
         terms = _exact_terms(X, Y)  # once per module, whatever the number of distinct downlinks
         slack = f.slack_terms()
-        for k, down, n in distinct_downlinks(result, name):
-            U, V, _ = unit_scaled(*update_factors(down, name, k, exact.single, f.X, f.Y), ks)
+        for k, down, n in downs:
+            U, V = update_factors(down, name, k, exact.single, f.X, f.Y)
+            if not plain:
+                U, V, _ = unit_scaled(U, V, ks)
             rows.append(torch.cat([_terms(terms, X, Y, U, V, ks), slack]))
             where.append((name, k, n, f.stored))
     values = torch.stack(rows).tolist()  # the one host read
@@ -472,6 +485,15 @@ def narrow_downlink(down: object, single: bool) -> bool:
         if any(t is not None and t.dtype not in NARROW for t in (f.B, f.A)):
             return False
     return narrow_coefficients([math.sqrt(abs(f.scale)) if single else f.scale for f in terms])
+
+
+def unscaled(exact: ExactAggregate, downs: list) -> bool:
+    """Whether a module is certified on its factors as they are, without the powers of two
+    of :func:`unit_scaled`: the exact aggregate and every distinct downlink (``downs``, as
+    :func:`distinct_downlinks` gives them) made of :data:`NARROW` numbers. Scaling by powers
+    of two is exact where nothing under- or overflows, and there it would change no computed
+    ratio, only the powers of two it takes out (the module docstring's "Range")."""
+    return exact.narrow and all(narrow_downlink(d, exact.single) for _, d, _ in downs)
 
 
 def unit_scaled(X: torch.Tensor, Y: torch.Tensor, ks: tuple[torch.Tensor, torch.Tensor] | None = None

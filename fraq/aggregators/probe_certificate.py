@@ -110,10 +110,10 @@ from fraq.aggregators.certificate import (
     _json_number,
     bound_text,
     distinct_downlinks,
-    narrow_downlink,
     stored_slack,
     times_pow2,
     unit_scaled,
+    unscaled,
     update_factors,
     upload_aggregate,
 )
@@ -371,7 +371,7 @@ def _unscaled(exact: ExactAggregate, downs: list, dtype: torch.dtype) -> bool:
     Scaling by powers of two is exact where nothing under- or overflows, and there it would
     change no computed ratio, only the powers of two it takes out (the module docstring's
     "Range")."""
-    return dtype == torch.float64 and exact.narrow and all(narrow_downlink(d, exact.single) for _, d, _ in downs)
+    return dtype == torch.float64 and unscaled(exact, downs)
 
 
 def _check_options(probes, delta, seed) -> None:
