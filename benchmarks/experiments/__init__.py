@@ -123,6 +123,7 @@ EXPERIMENTS: dict[str, str] = {
     "basis_routes": "basis_routes",
     "workspace": "workspace",
     "tf32": "tf32",
+    "cuda_graphs": "cuda_graphs",
     "fig4_cond": "fig4_cond",
     "flexlora_precision": "flexlora_precision",
     "fig4_rank": "fig4_rank",
