@@ -163,10 +163,13 @@ def _judge(rows: pd.DataFrame, slow: str, fast: str, claim: str):
                  machine=sel)
 
 
-def _supported(word: str, faster: str, slower: str) -> str | None:
-    """The value the verdict on "slower's time over faster's above 1" supports: ``faster`` when
-    it agrees, ``slower`` when it disagrees, none otherwise."""
-    return faster if word == "agrees" else slower if word == "disagrees" else None
+def _supported(v, faster: str, slower: str) -> str | None:
+    """The value the verdict ``v`` on "slower's time over faster's above 1" supports: ``faster``
+    when it agrees (the whole interval above 1), ``slower`` when the whole interval is below 1,
+    none otherwise (an interval that holds or touches 1: equal times are no evidence either way)."""
+    if v.word == "agrees":
+        return faster
+    return slower if v.word == "disagrees" and v.hi < 1.0 else None
 
 
 def _against_default(kind: str, option: str, supported: str | None, v) -> str:
@@ -175,8 +178,8 @@ def _against_default(kind: str, option: str, supported: str | None, v) -> str:
     today = getattr(defaults_for(kind), option)
     entry = f"`DEFAULTS['{kind}'].{option}`" if kind in DEFAULTS else f"the reference routes' {option}"
     if supported is None:
-        why = "too few rounds for an interval" if v.word == "descriptive" else \
-            "the interval straddles 1" if v.word == "inconclusive" else "no verdict"
+        why = {"descriptive": "too few rounds for an interval", "inconclusive": "the interval straddles 1",
+               "disagrees": "the interval reaches 1"}.get(v.word, "no verdict")
         return f"The evidence supports neither as faster on `{kind}` ({why}); {entry} is '{today}' and stands."
     head = f"The evidence supports {option}='{supported}' as `{kind}`'s default; "
     if supported == today:
@@ -196,14 +199,14 @@ def verdict_lines(rows: pd.DataFrame, device: str) -> list[str]:
         v = _judge(rows, "static-group", "static-call", f"reads='call' faster than reads='group' on {preset}")
         line = (f"- reads='call' vs reads='group' (measured on `{device}`): "
                 + ours(v, f"{v.value:.3g}x", ".3g", "x", test="group's time over call's above 1") + ". "
-                + _against_default(kind, "reads", _supported(v.word, "call", "group"), v))
+                + _against_default(kind, "reads", _supported(v, "call", "group"), v))
         out.append(line + _same_code(rows, ("static-group", "static-call")))
     static = f"static-{defaults_for(kind).reads}"
     if {"stepwise", static} <= present:
         v = _judge(rows, "stepwise", static, f"the static pipeline faster than the stepwise one on {preset}")
         line = (f"- static (reads='{defaults_for(kind).reads}') vs stepwise (measured on `{device}`): "
                 + ours(v, f"{v.value:.3g}x", ".3g", "x", test="stepwise's time over static's above 1") + ". "
-                + _against_default(kind, "pipeline", _supported(v.word, "static", "stepwise"), v))
+                + _against_default(kind, "pipeline", _supported(v, "static", "stepwise"), v))
         out.append(line + _same_code(rows, ("stepwise", static)))
     return out or ["- Not every FRAQ pipeline was measured: no verdict."]
 
