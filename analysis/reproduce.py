@@ -114,6 +114,7 @@ SECTIONS: dict[str, str] = {
     "table4": "table4",
     "table4_steps": "table4_steps",
     "florist_steps": "florist_steps",
+    "pipeline": "pipeline",
     "fig3": "fig3",
     "clients": "clients",
     "clients_models": "clients_models",

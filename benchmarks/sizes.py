@@ -65,6 +65,8 @@ SIZES: dict[str, dict[str, dict]] = {
         basis_routes=dict(cases=[[2, 32, 64, 16, 4]], backends=_BASES, client_rank=8, repeats=3),
         florist_steps=dict(presets=["roberta-base", "llama-3.2-3b"], layers={"roberta-base": 1, "llama-3.2-3b": 1},
                            rounds=6),
+        # one RoBERTa-base layer, 6 paired rounds (the fewest with a 95% sign interval): the flow, and a verdict
+        pipeline=dict(presets=["roberta-base"], layers={"roberta-base": 1}, rounds=6),
     ),
     "reduced": dict(
         fig3=dict(modules=2, client_rank=8, p=8, d_fixed=768, r_fixed=80, ranks=[16, 32, 64, 128, 256],
@@ -116,6 +118,11 @@ SIZES: dict[str, dict[str, dict]] = {
         # RoBERTa-base whole (36 modules) and LLaMA-3.2-3B on 2 of its 28 layers (14 modules, reported as
         # measured, never multiplied up): 6 paired rounds, the fewest with a 95% sign interval.
         florist_steps=dict(presets=["roberta-base", "llama-3.2-3b"], layers={"llama-3.2-3b": 2}, rounds=6),
+        # 2 layers of RoBERTa-base and 1 of LLaMA-3.2-3B (every shape group of each, 6 and 7 modules; reported as
+        # measured, never multiplied up): 6 paired rounds, the fewest with a 95% sign interval. A CPU's run
+        # describes the CPU; a device's pipeline default is the GPU size's evidence (whole models, 15 rounds).
+        pipeline=dict(presets=["roberta-base", "llama-3.2-3b"], layers={"roberta-base": 2, "llama-3.2-3b": 1},
+                      rounds=6),
     ),
     "paper": dict(
         # 6 to 12 paired rounds in one process, as at ``reduced``: the claims compare methods timed in the same
@@ -177,6 +184,9 @@ SIZES: dict[str, dict[str, dict]] = {
         basis_routes=dict(cases=[[36, 768, 768, 80, 8], [56, 3072, 8192, 64, 8], [56, 3072, 8192, 232, 8]],
                           backends=_BASES, client_rank=8, repeats=7),
         florist_steps=dict(presets=["roberta-base", "llama-3.2-3b"], layers={}, rounds=6),
+        # both presets whole, 15 paired rounds (the GPU check's pipeline part: a whole-model call is milliseconds
+        # there, and 15 rounds give the sign test's interval a rank in from each end)
+        pipeline=dict(presets=["roberta-base", "llama-3.2-3b"], layers={}, rounds=15),
     ),
 }
 

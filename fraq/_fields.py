@@ -24,6 +24,7 @@ REQUIRED = {
     "table4": ("variant", "timing.median", "timing.samples", "peak_bytes", "gap_to_svd", "excess"),
     "florist_steps": ("preset", "row", "timing.samples", "modules", "modules_total", "flops_counted", "ops",
                       "host_reads"),
+    "pipeline": ("preset", "row", "method", "timing.samples", "ranks", "host_reads"),
     "fig4_rank": ("method", "p", "group", "relative_error", "optimal_error"),
     "fig4_cond": ("method", "kappa", "relative_error"),
     "fig1": ("method", "clients", "client_rank", "downlink_params_full"),

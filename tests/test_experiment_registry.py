@@ -23,12 +23,14 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "benchmarks" / "experiments"
 ENTRY = ("points", "key", "measure")
 
-OTHER_LISTS = {("benchmarks/gpu_check/__init__.py", "PARTS")}
+OTHER_LISTS = {("benchmarks/gpu_check/__init__.py", "PARTS"), ("benchmarks/roofline.py", "COMPARED")}
 """Literal lists of experiments kept outside the registry, each with its reason: the budgeted
 GPU check's parts (``make gpu-check``) group the experiments each part runs under one share of
 the budget; an experiment in no part is simply not in that check (the campaign, which plans
 every prioritized experiment, reads the declarations), so a new experiment need not be named
-there."""
+there. And one list that names no experiment: the roofline's ``COMPARED``, ``fraq.recompress``'s
+options, two of which (``eigensolver``, ``pipeline``) are also the names of the experiments
+that compare their values."""
 
 
 def _functions(path: Path) -> set[str]:

@@ -50,13 +50,28 @@ def test_the_lines_say_what_captured_and_what_did_not():
     assert "not captured (RuntimeError: operation not permitted" in out[1]
 
 
-def test_the_gpu_checks_summary_shows_the_probe(tmp_path):
+def test_the_gpu_checks_summary_shows_the_probe_and_the_pipelines(tmp_path):
+    """The summary reads the ``pipeline`` and ``cuda_graphs`` result files: each method's row in
+    the compared order, whether a FRAQ pipeline's ranks are the stepwise one's, and the probe."""
     import json
 
     from benchmarks.gpu_check.summary import _pipeline
 
-    rec = {"presets": [], "graphs": [{"preset": "p", "spans": {
-        "pass": dict(captured=True, replay_difference=0.0, replay_ms=0.2, eager_ms=3.0)}}]}
-    (tmp_path / "pipeline.json").write_text(json.dumps(rec))
+    def write(experiment, key, config, result):
+        path = tmp_path / "results" / experiment / f"{key}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"config": config, "result": result}))
+
+    compared = ["stepwise", "static-call", "flora"]
+    rows = [("static-call", "fraq:tau=0.95,pipeline=static,reads=call", [3, 5]), ("flora", "flora", [8, 8]),
+            ("stepwise", "fraq:tau=0.95,pipeline=stepwise", [3, 4])]
+    for row, spec, ranks in rows:
+        write("pipeline", f"p-{row}", dict(preset="p", row=row, method=spec, compared=compared),
+              dict(timing={"median": 1e-3}, ranks=ranks, modules=2, syncs=1, kernels=10, device_busy_s=5e-4))
+    write("cuda_graphs", "p", {"preset": "p"},
+          {"spans": {"pass": dict(captured=True, replay_difference=0.0, replay_ms=0.2, eager_ms=3.0)}})
     text = "\n".join(_pipeline(tmp_path))
+    table = [line for line in text.splitlines() if line.startswith("| p (2) |")]
+    assert [line.split(" | ")[1] for line in table] == [spec for _, spec, _ in sorted(rows, key=lambda r: compared.index(r[0]))]
+    assert table[0].endswith("| yes |") and table[1].endswith("| NO |") and table[2].endswith("| - |")
     assert "CUDA graphs of the static pass" in text and "- p `pass`: captured; replay 0.2 ms" in text

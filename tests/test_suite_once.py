@@ -138,7 +138,7 @@ def test_gpu_check_suite_parts_status(tmp_path, part, doc, rc, state):
     if doc is not None:
         name = "asv_quick.json" if part == "asv-quick" else "pytest_benchmark.json"
         (tmp_path / name).write_text(json.dumps(doc))
-    st = _status(p, tmp_path, rc, 1.0, 2.0, "tiny")
+    st = _status(p, tmp_path, rc, 1.0, 2.0)
     assert st["state"] == state and st["part"] == part
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCHIVE = ROOT / "tests" / "data" / "tiny-results.tar.gz"
-EXPERIMENTS = ("table4", "table4_steps", "florist_steps", "fig4_cond", "flexlora_precision", "fig4_rank", "fig1",
+EXPERIMENTS = ("table4", "table4_steps", "florist_steps", "pipeline", "fig4_cond", "flexlora_precision", "fig4_rank", "fig1",
                "trained", "fig3", "clients", "peft")
 """The experiments a tiny run measures (peft where peft and transformers import)."""
 

@@ -11,6 +11,10 @@ it), and what needs CUDA says "not on this device". Parts, in order (:data:`PART
   CUDA, cuSOLVER, float32 matmul precision, TF32, clocks and memory) and ``nvidia-smi``'s
   own table, into ``DIR/device.json``; every result file carries the same record;
 - ``tests``: the tests marked ``cuda`` (:data:`CUDA_TESTS`), run by pytest;
+- ``pipeline`` (:mod:`~benchmarks.experiments.pipeline`, then
+  :mod:`~benchmarks.experiments.cuda_graphs`): FRAQ's pipelines against each other, FLoRA and
+  FLoRIST on both presets whole, in paired rounds, each call's synchronizations and kernels;
+  then whether the static pass captures as a CUDA graph;
 - ``tables123``, ``workspace``: the headline, every aggregator on the presets and the
   peak memory against the analytic workspace, with CUDA's defaults;
 - ``eigensolver`` (:mod:`~benchmarks.experiments.eigensolver`): ``fraq.recompress`` on the
@@ -30,12 +34,11 @@ a point when the time is up is stopped and recorded the same way. A point is wri
 whole or not at all, so nothing is ever half written. A point that raises is recorded
 (``failed``, with the error) and the part goes on.
 
-``DIR`` receives at most :data:`FILES` (eight files, no folders), each written beside
+``DIR`` receives at most :data:`FILES` (seven files, no folders), each written beside
 its name and renamed into place after every part, so that a run stopped from outside
 leaves whole files: ``results.tar.gz`` (``results/<experiment>/<key>.json``),
 ``summary.md`` (printed last), ``gpu_check.log`` (every part's output), ``device.json``
-``tests.xml`` (pytest's JUnit report), ``pipeline.json`` (:mod:`benchmarks.pipeline_check`'s record),
-and where those parts ran ``asv_quick.json`` (:mod:`benchmarks.suite_once`'s) and
+``tests.xml`` (pytest's JUnit report), and where those parts ran ``asv_quick.json`` (:mod:`benchmarks.suite_once`'s) and
 ``pytest_benchmark.json`` (pytest-benchmark's ``--benchmark-json``). A ``DIR`` an earlier call wrote is added to:
 its result files are kept (a point measured again replaces its own), so are the archive's
 members the check does not write (a README, notes), and its log goes on; its files that
@@ -81,9 +84,9 @@ class Part:
 PARTS: tuple[Part, ...] = (
     Part("device", 0.02, (), "device record", min_s=8.0),
     Part("tests", 0.05, (), "tests marked cuda", min_s=15.0),
-    Part("pipeline", 0.22, (), "FRAQ's stepwise and static pipelines (the static one read per shape group and "
-         "per call), FLoRA and FLoRIST on both presets, with each call's syncs and kernels "
-         "and whether its static pass captures as a CUDA graph (benchmarks.pipeline_check)", min_s=30.0),
+    Part("pipeline", 0.22, ("pipeline", "cuda_graphs"), "FRAQ's stepwise and static pipelines (the static one read "
+         "per shape group and per call), FLoRA and FLoRIST on both presets, with each call's syncs and kernels, "
+         "and whether its static pass captures as a CUDA graph", min_s=30.0),
     Part("tables123", 0.20, ("tables123",), "Tables 1-3: every aggregator's latency on the presets"),
     Part("workspace", 0.05, ("workspace",), "peak memory against the analytic workspace"),
     Part("eigensolver", 0.05, ("eigensolver",), "FRAQ end to end with each eigensolver route (sets the default)"),
@@ -118,8 +121,8 @@ CUDA_TESTS = ("tests/test_measure.py", "tests/test_recompress.py", "tests/test_g
 no other file does): pytest collects these alone, so a file that needs Flower or asv is
 never imported on a bare GPU image."""
 
-FILES = ("results.tar.gz", "summary.md", "gpu_check.log", "device.json", "tests.xml", "pipeline.json",
-         "asv_quick.json", "pytest_benchmark.json")
+FILES = ("results.tar.gz", "summary.md", "gpu_check.log", "device.json", "tests.xml", "asv_quick.json",
+         "pytest_benchmark.json")
 """Everything written to ``DIR``."""
 
 

@@ -7,8 +7,8 @@
 the measuring process reports and the working tree's fingerprint: every prioritized point
 that neither the committed ledger (``docs/results/gpu``: the archives and ``ledger.json``)
 nor ``DIR/ledger.json`` holds for them, highest priority first (``--experiments``: those
-experiments' alone). The plan's whole checks (the CUDA tests, the pipeline comparison, the
-asv and pytest-benchmark quick runs) are not points: each runs at its priority, after that
+experiments' alone). The plan's whole checks (the CUDA tests, the asv and pytest-benchmark
+quick runs) are not points: each runs at its priority, after that
 priority's points, as a GPU check of that one part in ``DIR/checks/NAME`` (:func:`_run_check`),
 and goes into the ledger as experiment ``check`` (``--checks``: those alone; with
 ``--experiments`` and no ``--checks``, none). Points are sent in units (:func:`units`): consecutive points of

@@ -57,25 +57,10 @@ def _env(device: torch.device) -> dict:
     return child_env(PYTHONUNBUFFERED="1", FRAQ_BENCH_DEVICE=str(device))
 
 
-def _pipeline_presets(size: str) -> tuple[str, ...]:
-    """The presets the pipeline part measures: both whole models at the paper's size, one
-    layer of RoBERTa-base at a smaller one (a CPU's check of the flow)."""
-    return ("roberta-base", "llama-3.2-3b") if _whole(size) else ("roberta-base",)
-
-
-def _whole(size: str) -> bool:
-    """Whether ``size`` measures the presets whole: the paper's and a GPU's."""
-    return size in ("paper", "gpu")
-
-
 def _command(part: Part, *, device: torch.device, size: str, work: Path, until: float) -> list[str]:
     if part.name == "tests":
         return [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                 f"--junitxml={work / 'tests.xml'}", *CUDA_TESTS]
-    if part.name == "pipeline":
-        scope = [] if _whole(size) else ["--layers", "1"]
-        return [sys.executable, "-m", "benchmarks.pipeline_check", "--out", str(work), "--device", str(device),
-                "--presets", ",".join(_pipeline_presets(size)), "--rounds", "15" if _whole(size) else "2", *scope]
     if part.name == "asv-quick":
         return [sys.executable, "-m", "benchmarks.suite_once", "--out", str(work / "asv_quick.json"), "--device",
                 str(device), "--size", QUICK_SIZE]
@@ -133,23 +118,13 @@ def _tests_status(work: Path, returncode: int) -> dict:
                 detail=f"{n['tests']} tests: {ran - bad} passed, {bad} failed or errors, {n['skipped']} skipped")
 
 
-def _status(part: Part, work: Path, returncode: int | None, seconds: float, share_s: float,
-            size: str = "gpu") -> dict:
+def _status(part: Part, work: Path, returncode: int | None, seconds: float, share_s: float) -> dict:
     """What a finished or stopped part did (``returncode`` None: stopped at the end of its time)."""
     if part.name == "tests":
         st = _tests_status(work, returncode) if returncode is not None else \
             dict(state="cut", detail="stopped at the end of its time")
     elif part.name in ("asv-quick", "pytest-benchmark-quick"):
         st = _suite_status(part, work, returncode)
-    elif part.name == "pipeline":
-        try:
-            done = len(json.loads((work / "pipeline.json").read_text())["presets"])
-        except (OSError, ValueError, KeyError):
-            done = 0
-        st = dict(state="done" if returncode == 0 else "cut" if returncode is None else "failed", measured=done,
-                  points=len(_pipeline_presets(size)),
-                  detail=None if returncode == 0 else "stopped at the end of its time" if returncode is None
-                  else f"the part's process exited {returncode} (see the log)")
     else:
         try:
             st = json.loads((work / "status" / f"{part.name}.json").read_text())
@@ -232,7 +207,7 @@ def _publish(work: Path, out: Path, statuses: list[dict], meta: dict, others: li
     from benchmarks.gpu_check.summary import summary
 
     _pack(work, out, others)
-    for name in ("gpu_check.log", "device.json", "tests.xml", "pipeline.json", "asv_quick.json",
+    for name in ("gpu_check.log", "device.json", "tests.xml", "asv_quick.json",
                  "pytest_benchmark.json"):
         if (work / name).exists():
             _replaced(out / name, lambda tmp, name=name: shutil.copyfile(work / name, tmp))
@@ -291,7 +266,7 @@ def check(out: Path, parts: list[Part], *, device: torch.device, size: str, budg
                                         timeout=max(1.0, until - t0), preexec_fn=die_with_parent()).returncode
                 except subprocess.TimeoutExpired:
                     rc = None
-                st = _status(part, work, rc, time.time() - t0, share_s, size)
+                st = _status(part, work, rc, time.time() - t0, share_s)
             statuses.append(st)
             line = f"{part.name:<13} {st['state']:<18} {time.time() - t0:6.1f} s of {share_s:5.1f} s allowed"
             print(line + (f"  {st['detail']}" if st.get("detail") else ""), flush=True)

@@ -45,8 +45,6 @@ CHECKS: tuple[tuple[int, str, float, str], ...] = (
     (4, "asv-quick", 60.0, "the asv suite's quick run on the device (not yet timed on a GPU: a guess)"),
     (4, "pytest-benchmark-quick", 60.0, "tests/bench's quick checks on the device (not yet timed on a GPU: "
                                         "a guess)"),
-    (5, "pipeline", 62.0, "FRAQ's pipelines, FLoRA and FLoRIST on both presets (59-62 s in the committed "
-                          "calls)"),
 )
 """Whole checks that are not runner points, as ``(priority, name, seconds, what)``: in the
 ledger as experiment ``check``, key ``name``."""

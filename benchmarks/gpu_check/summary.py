@@ -113,25 +113,39 @@ def _others(work: Path) -> list[str]:
 
 
 def _pipeline(work: Path) -> list[str]:
-    try:
-        record = json.loads((work / "pipeline.json").read_text())
-        presets = record["presets"]
-    except (OSError, ValueError, KeyError):
-        return []
-    lines = ["| preset (modules) | method | median ms | syncs | kernels | device busy ms | ranks as the first FRAQ's |",
-             "|---|---|---|---|---|---|---|"]
-    for rec in presets:
-        for label, r in rec["rows"].items():
+    """The ``pipeline`` experiment's results (one per preset and method, in the experiment's
+    order), whether FRAQ's pipelines agree on every module's rank, then the ``cuda_graphs``
+    records (:func:`benchmarks.graph_probe.lines`)."""
+    results = _results(work, "pipeline")
+    lines = []
+    if results:
+        lines += ["| preset (modules) | method | median ms | syncs | kernels | device busy ms | ranks as stepwise's |",
+                  "|---|---|---|---|---|---|---|"]
+        stepwise = {rec["config"]["preset"]: rec["result"].get("ranks") for rec in results
+                    if rec["config"].get("row") == "stepwise"}
+        for rec in sorted(results, key=_pipeline_order):
+            c, r = rec["config"], rec["result"]
             busy = "-" if r.get("device_busy_s") is None else f"{1e3 * r['device_busy_s']:.2f}"
-            same = rec.get("fraq_ranks_as_first", {}).get(label)
             syncs = "-" if r.get("syncs") is None else r["syncs"]
-            lines.append(f"| {rec['preset']} ({rec['modules']}) | {label} | {1e3 * r['median_s']:.3g} | {syncs} | "
-                         f"{r.get('kernels', '-')} | {busy} | {'-' if same is None else 'yes' if same else 'NO'} |")
-    if record.get("graphs"):
+            first = stepwise.get(c["preset"])
+            same = "-" if first is None or not c["method"].startswith("fraq") else \
+                "yes" if r.get("ranks") == first else "NO"
+            lines.append(f"| {c['preset']} ({r.get('modules', '-')}) | {c['method']} | {_ms(r.get('timing'))} | "
+                         f"{syncs} | {r.get('kernels', '-')} | {busy} | {same} |")
+    graphs = [dict(rec["result"], preset=rec["config"]["preset"]) for rec in _results(work, "cuda_graphs")]
+    if graphs:
         from benchmarks.graph_probe import lines as graph_lines
 
-        lines += ["", "CUDA graphs of the static pass (benchmarks.graph_probe):", ""] + graph_lines(record["graphs"])
+        lines += (["", "CUDA graphs of the static pass (benchmarks.graph_probe):", ""] if lines else []) + \
+            graph_lines(graphs)
     return lines
+
+
+def _pipeline_order(rec: dict) -> tuple:
+    """A ``pipeline`` result's place: its preset, then its method in the compared order."""
+    c = rec["config"]
+    compared = c.get("compared") or []
+    return c["preset"], compared.index(c["row"]) if c.get("row") in compared else len(compared)
 
 
 def summary(work: Path, statuses: list[dict], meta: dict) -> str:
@@ -146,7 +160,7 @@ def summary(work: Path, statuses: list[dict], meta: dict) -> str:
         head.append(f"| {st['part']} | {st['state']} | {points} | {st['seconds']:.0f} ({st['share_s']:.0f}) | "
                     f"{_note(st)} |")
     body = []
-    for title, lines in (("FRAQ's pipelines (benchmarks.pipeline_check)", _pipeline(work)),
+    for title, lines in (("FRAQ's pipelines (the pipeline experiment)", _pipeline(work)),
                          ("Eigensolver routes, end to end", _eigensolver(work)), ("Tables 1-3", _tables123(work)),
                          ("Alternatives", _routes(work)),
                          ("Memory and TF32", _others(work))):

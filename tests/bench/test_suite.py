@@ -284,7 +284,8 @@ def _names(path: str) -> set[str]:
             | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)})
 
 
-TORCH_FREE = ("fraq.methods", "fraq._sign_test", "fraq._archive", "fraq._json", "fraq._fields", "fraq._leftovers")
+TORCH_FREE = ("fraq.methods", "fraq._sign_test", "fraq._archive", "fraq._json", "fraq._fields", "fraq._leftovers",
+              "fraq._defaults")
 """The library modules analysis/ may import: the standard library alone (test_analysis_only_reads_results)."""
 
 
@@ -292,8 +293,9 @@ def test_analysis_only_reads_results():
     """analysis/ imports neither torch nor fraq (but its method grammar, ``fraq.methods``, the
     sign test's ranks, ``fraq._sign_test``, the verified archive reader, ``fraq._archive``,
     strict JSON's ``fraq._json``, the fields each experiment's result holds, ``fraq._fields``,
-    and the leftovers of killed runs, ``fraq._leftovers``, which import no torch: one grammar,
-    one decision rule, one reader, one writer, one table of fields and one cleaner everywhere)
+    the leftovers of killed runs, ``fraq._leftovers``, and the devices' defaults, ``fraq._defaults``,
+    which import no torch: one grammar, one decision rule, one reader, one writer, one table of
+    fields, one cleaner and one table of defaults everywhere)
     nor the measurement layer, and calls no clock, profiler or counter: it reads result files
     and draws."""
     files = _files("analysis", ".py", ".ipynb")
