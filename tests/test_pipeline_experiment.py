@@ -79,8 +79,9 @@ def _float64_ranks(model, tau: float) -> dict[str, tuple[int, float]]:
 
 @pytest.mark.parametrize("basis", ["cpu", "cuda"])
 def test_tiny_measure_pairs_every_method_and_fraqs_ranks_are_the_energy_rules(monkeypatch, basis):
-    """``basis="cuda"``: the CPU's ``"auto"`` basis set to CUDA's (cholesky), under which the
-    static rows run the static pass; ``"cpu"``: the CPU's own, under which they run stepwise."""
+    """``basis="cuda"``: the CPU's ``"auto"`` basis set to CUDA's (cholesky), so the stepwise
+    row runs on it too; ``"cpu"``: the CPU's own (Householder) for the stepwise row. The static
+    rows name the cholesky basis and run the static pass either way."""
     from tests.conftest import set_default
 
     if basis == "cuda":
@@ -104,9 +105,9 @@ def test_tiny_measure_pairs_every_method_and_fraqs_ranks_are_the_energy_rules(mo
     expected = [p for p, _ in ref.values()]
     for row in ("stepwise", "static-group", "static-call"):
         assert results[row]["ranks"] == expected, row
-    static = "static" if basis == "cuda" else "stepwise"
     assert [results[r]["ran"]["pipeline"] for r in ("stepwise", "static-group", "static-call")] == \
-        ["stepwise", static, static]
+        ["stepwise", "static", "static"]
+    assert results["stepwise"]["ran"]["backend"] == ("cholesky" if basis == "cuda" else "householder")
     # one host read per shape group when the static pass runs (one group here), more stepwise
     groups = results["static-group"]["groups"]
     assert results["static-group"]["cuda_configuration"]["host_reads"] == groups
