@@ -55,19 +55,22 @@ def draw(res) -> list[Section]:
     for preset in [p for p in ("roberta-base", "llama-3.2-3b") if p in set(df["preset"])] + \
             sorted(set(df["preset"]) - {"roberta-base", "llama-3.2-3b"}):
         rows = df[df["preset"] == preset]
-        out.append(Section(_title(preset, rows), tables.markdown(steps_table(rows)) + "\n\n"
+        out.append(Section(measured_title(preset, rows), tables.markdown(steps_table(rows)) + "\n\n"
                            + "\n".join(step_lines(rows)), level=3))
     return out
 
 
-def _title(preset: str, rows: pd.DataFrame) -> str:
+def measured_title(preset: str, rows: pd.DataFrame) -> str:
+    """A preset's subsection title: its name and the modules its rows measured (their
+    ``modules`` of ``modules_total``), never multiplied up."""
     r = rows.iloc[0]
     modules, total = int(r["modules"]), int(r["modules_total"])
     where = "every module" if modules == total else f"{modules} of its {total} modules (measured, not multiplied up)"
     return f"{PRESET_TITLES.get(preset, preset)}: {where}"
 
 
-def _row(rows: pd.DataFrame, key: str):
+def row_of(rows: pd.DataFrame, key: str):
+    """The row whose ``row`` is ``key``, or None."""
     sel = rows[rows["row"] == key]
     return None if sel.empty else sel.iloc[0]
 
@@ -79,7 +82,8 @@ def _ratio_words(t: float) -> str:
     return f"{t:.3g}x ({word})"
 
 
-def _number(r, col: str) -> float:
+def number(r, col: str) -> float:
+    """Column ``col`` of row ``r`` as a float (NaN where the row or its value is missing)."""
     v = r.get(col) if r is not None else None
     try:
         return float(v)
@@ -90,28 +94,28 @@ def _number(r, col: str) -> float:
 def steps_table(rows: pd.DataFrame) -> pd.DataFrame:
     """One line per row of the walk: time (median, IQR, ms), time over FRAQ's in words, counted
     and analytic GFLOPs, ops and host reads per call, FRAQ's in the CUDA configuration."""
-    fraq = _row(rows, "fraq")
+    fraq = row_of(rows, "fraq")
     fraq_ms = float(np.median(samples(fraq["timing.samples"]))) * 1e3 if fraq is not None else float("nan")
     out = []
     for i, key in enumerate(ROWS, 1):
-        r = _row(rows, key)
+        r = row_of(rows, key)
         if r is None:
             continue
         ms = samples(r["timing.samples"]) * 1e3
         med, q25, q75 = np.median(ms), np.percentile(ms, 25), np.percentile(ms, 75)
         out.append({"": i, "row": LABELS[key], "time ms": med, "IQR ms": f"{q25:.3g}-{q75:.3g}",
-                    "time / FRAQ's": _ratio_words(med / fraq_ms), "GFLOP counted": _number(r, "flops_counted") / 1e9,
-                    "GFLOP analytic": _number(r, "flops_analytic") / 1e9, "ops": _number(r, "ops"),
-                    "host reads": _number(r, "host_reads"),
-                    "CUDA reads / ops": (f"{_number(r, 'cuda_configuration.host_reads'):.0f} / "
-                                         f"{_number(r, 'cuda_configuration.ops'):.0f}"
-                                         if np.isfinite(_number(r, "cuda_configuration.ops")) else None)})
+                    "time / FRAQ's": _ratio_words(med / fraq_ms), "GFLOP counted": number(r, "flops_counted") / 1e9,
+                    "GFLOP analytic": number(r, "flops_analytic") / 1e9, "ops": number(r, "ops"),
+                    "host reads": number(r, "host_reads"),
+                    "CUDA reads / ops": (f"{number(r, 'cuda_configuration.host_reads'):.0f} / "
+                                         f"{number(r, 'cuda_configuration.ops'):.0f}"
+                                         if np.isfinite(number(r, "cuda_configuration.ops")) else None)})
     return pd.DataFrame(out)
 
 
 def _judge(rows: pd.DataFrame, keys: list[str], statistic, claim: str):
     sel = rows[rows["row"].isin(keys)]
-    groups = {k: samples(_row(rows, k)["timing.samples"]) for k in keys}
+    groups = {k: samples(row_of(rows, k)["timing.samples"]) for k in keys}
     return judge(groups, statistic, above=1.0, claim=claim, paired=paired(sel), looks=looks(sel), machine=sel)
 
 

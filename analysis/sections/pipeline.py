@@ -19,6 +19,7 @@ import pandas as pd
 
 from analysis import style, tables
 from analysis.sections import Section
+from analysis.sections.florist_steps import measured_title, number, row_of
 from analysis.verdicts import judge, looks, ours, paired, samples
 from fraq._defaults import DEFAULTS, defaults_for
 
@@ -72,28 +73,8 @@ def draw(res) -> list[Section]:
     for preset in presets + sorted(set(df["preset"]) - set(presets)):
         rows = df[df["preset"] == preset]
         body = tables.markdown(method_table(rows)) + "\n\n" + "\n".join(rank_lines(rows) + verdict_lines(rows, device))
-        out.append(Section(_title(preset, rows), body, level=3))
+        out.append(Section(measured_title(preset, rows), body, level=3))
     return out
-
-
-def _title(preset: str, rows: pd.DataFrame) -> str:
-    r = rows.iloc[0]
-    modules, total = int(r["modules"]), int(r["modules_total"])
-    where = "every module" if modules == total else f"{modules} of its {total} modules (measured, not multiplied up)"
-    return f"{preset}: {where}"
-
-
-def _row(rows: pd.DataFrame, key: str):
-    sel = rows[rows["row"] == key]
-    return None if sel.empty else sel.iloc[0]
-
-
-def _number(r, col: str) -> float:
-    v = r.get(col) if r is not None else None
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return float("nan")
 
 
 def _ms(r) -> np.ndarray:
@@ -115,21 +96,21 @@ def _ran(r) -> str | None:
 def method_table(rows: pd.DataFrame) -> pd.DataFrame:
     """One line per method: median and IQR (ms), time over FLoRA's, host reads (here and in
     CUDA's configuration), syncs, device busy share, top kernel and the pipeline it ran."""
-    flora = _row(rows, "flora")
+    flora = row_of(rows, "flora")
     flora_ms = float(np.median(_ms(flora))) if flora is not None else float("nan")
     out = []
     for key in ROWS:
-        r = _row(rows, key)
+        r = row_of(rows, key)
         if r is None:
             continue
         ms = _ms(r)
         med = float(np.median(ms))
-        wall, busy = _number(r, "wall_s"), _number(r, "device_busy_s")
+        wall, busy = number(r, "wall_s"), number(r, "device_busy_s")
         out.append({"method": LABELS[key], "median ms": med,
                     "IQR ms": f"{np.percentile(ms, 25):.3g}-{np.percentile(ms, 75):.3g}",
                     "time / FLoRA's": f"{med / flora_ms:.3g}x" if np.isfinite(med / flora_ms) else None,
-                    "host reads": _number(r, "host_reads"), "CUDA reads": _number(r, "cuda_configuration.host_reads"),
-                    "syncs": _number(r, "syncs"),
+                    "host reads": number(r, "host_reads"), "CUDA reads": number(r, "cuda_configuration.host_reads"),
+                    "syncs": number(r, "syncs"),
                     "device busy": f"{busy / wall:.0%}" if np.isfinite(busy) and wall > 0 else None,
                     "top kernel": _top(r), "ran": _ran(r)})
     return pd.DataFrame(out)
@@ -137,13 +118,13 @@ def method_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 def rank_lines(rows: pd.DataFrame) -> list[str]:
     """Whether FRAQ's static rows give every module the stepwise pipeline's rank."""
-    base = _row(rows, "stepwise")
+    base = row_of(rows, "stepwise")
     if base is None:
         return ["- Ranks: the stepwise pipeline was not measured, nothing to compare them with."]
     ref = list(base["ranks"])
     out = []
     for key in FRAQ_ROWS[1:]:
-        r = _row(rows, key)
+        r = row_of(rows, key)
         if r is None:
             continue
         got = list(r["ranks"])
@@ -158,7 +139,7 @@ def rank_lines(rows: pd.DataFrame) -> list[str]:
 def _judge(rows: pd.DataFrame, slow: str, fast: str, claim: str):
     """The verdict on "``slow``'s time over ``fast``'s is above 1", round by round."""
     sel = rows[rows["row"].isin([slow, fast])]
-    groups = {k: samples(_row(rows, k)["timing.samples"]) for k in (slow, fast)}
+    groups = {k: samples(row_of(rows, k)["timing.samples"]) for k in (slow, fast)}
     return judge(groups, lambda g: g[slow] / g[fast], above=1.0, claim=claim, paired=paired(sel), looks=looks(sel),
                  machine=sel)
 
@@ -214,9 +195,9 @@ def verdict_lines(rows: pd.DataFrame, device: str) -> list[str]:
 def _same_code(rows: pd.DataFrame, keys: tuple[str, str]) -> str:
     """A warning where both rows ran the stepwise pipeline (a basis without a static pass): their
     ratio is then the pairing's noise, not a difference between pipelines."""
-    ran = [(_row(rows, k) if _row(rows, k) is not None else {}).get("ran.pipeline") for k in keys]
+    ran = [(row_of(rows, k) if row_of(rows, k) is not None else {}).get("ran.pipeline") for k in keys]
     if ran == ["stepwise", "stepwise"]:
-        backend = _row(rows, keys[1]).get("ran.backend")
+        backend = row_of(rows, keys[1]).get("ran.backend")
         return (f" Here both rows ran the stepwise pipeline (the basis `{backend}` has no static pass), so their "
                 "ratio measures the pairing's noise, not a difference between pipelines.")
     return ""
