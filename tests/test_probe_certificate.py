@@ -347,3 +347,25 @@ def test_the_scaling_runs_where_the_range_could_break(monkeypatch, case):
     fast, scaled, skipped = _both_paths(monkeypatch, ups, res, **options)
     assert skipped and not any(skipped), case
     assert _fields(fast) == _fields(scaled)
+
+
+@pytest.mark.parametrize("bexp,aexp", [(100, -100), (-100, 100), (-60, -60), (60, 0)])
+def test_skipping_the_scaling_at_the_ends_of_float32s_range(monkeypatch, bexp, aexp):
+    """Float32 uploads with B times 2^bexp and A times 2^aexp (entries from about 2^-100 to
+    2^100, products from 2^-120 up): still NARROW, so the scaling is skipped, and both
+    certificates equal the scaled ones field for field; the probe bound holds against the
+    float64 dense error."""
+    import fraq.aggregators.certificate as cm
+
+    ups = [dataclasses.replace(u, factors={m: (B * 2.0 ** bexp, A * 2.0 ** aexp) for m, (B, A) in u.factors.items()})
+           for u in _uploads("fraq", exact=False)]
+    res = get_aggregator("fraq", tau=0.9).aggregate(ups)
+    fast, scaled, skipped = _both_paths(monkeypatch, ups, res)
+    assert skipped and all(skipped)
+    assert _fields(fast) == _fields(scaled)
+    for mod, c in fast.items():
+        assert _dense_rel(ups, res, mod) <= c.bound, mod
+    monkeypatch.undo()
+    gram_fast = res.certificate(ups)
+    monkeypatch.setattr(cm, "unscaled", lambda *a: False)
+    assert _fields(gram_fast) == _fields(res.certificate(ups))
