@@ -62,8 +62,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-__all__ = ["DeviceRule", "energy_rule", "energy_rule_device", "gram_budget", "noise_floor", "rounding_eps",
-           "select_rank"]
+__all__ = ["DeviceRule", "energy_rule", "energy_rule_device", "floor_constant", "gram_budget", "noise_floor",
+           "rounding_eps", "select_rank"]
 
 _TINY64 = float(np.finfo(np.float64).tiny)
 
@@ -74,6 +74,12 @@ def rounding_eps(*dtypes: torch.dtype) -> float:
     return max(torch.finfo(t).eps for t in dtypes)
 
 
+def floor_constant(d: int, r: int) -> float:
+    """k of the noise floor (k eps N)^2 at short side d and stacked rank r: max(min(d, r),
+    sqrt(d + r)) (module docstring)."""
+    return max(min(d, r), math.sqrt(d + r))
+
+
 def noise_floor(n_sum, d: int, r: int, eps: float):
     r"""The product's rounding, per eigenvalue: :math:`(k \varepsilon N)^2` (module docstring).
 
@@ -81,7 +87,7 @@ def noise_floor(n_sum, d: int, r: int, eps: float):
     an array); a non-finite N (an overflowed norm) gives no floor (0), the range check
     handles those matrices. ``d``, ``r``: the short side and the stacked rank; ``eps``: the
     unit roundoff of the computation (:func:`rounding_eps`)."""
-    k = max(min(d, r), math.sqrt(d + r))
+    k = floor_constant(d, r)
     if isinstance(n_sum, torch.Tensor):
         return torch.where(torch.isfinite(n_sum), torch.square(k * eps * n_sum), torch.zeros_like(n_sum))
     with np.errstate(over="ignore", invalid="ignore"):
@@ -208,7 +214,7 @@ def energy_rule_device(lam: torch.Tensor, n_sum: torch.Tensor, tau: float | None
     adds [T > 0] to p_tau instead, which differs only where thr <= 0 < T, where q = p = 0
     and neither is short. The three counts are one ``searchsorted``."""
     s = lam.shape[-1]
-    k = max(min(d, r), math.sqrt(d + r))
+    k = floor_constant(d, r)
     floor = torch.square(n_sum * (k * eps))
     lam = lam * (lam > floor.unsqueeze(-1))
     cums = lam.cumsum(-1)

@@ -68,7 +68,7 @@ import numpy as np
 import torch
 
 from fraq._eigen import eigh, resolve
-from fraq._energy import energy_rule_device, rounding_eps
+from fraq._energy import energy_rule_device, floor_constant, rounding_eps
 from fraq._gram import CANCEL_LIMIT
 from fraq._orient import orient, unorient
 from fraq._range import limits
@@ -104,14 +104,16 @@ def run(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> RecompressResult | None
 class Started:
     """A static pass queued on the device and not yet read: its outputs at the static width,
     the packed verdicts, ranks and energies (:func:`_core`; ``packed`` the rows of this
-    call, ``rows`` the tensor they are rows of, several calls' when their r x r stage ran
-    as one batch), and the batch's shape and orientation for :func:`finish`."""
+    call; ``rows`` the tensor they are rows ``lo`` on of, several calls' when their r x r
+    stage ran as one batch, else None), and the batch's shape and orientation for
+    :func:`finish`."""
 
     batch: tuple
     transposed: bool
     out: dict
     packed: torch.Tensor
     rows: torch.Tensor | None = None
+    lo: int = 0
 
 
 def start(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> Started | None:
@@ -155,21 +157,19 @@ def read(started: list[Started]) -> list[np.ndarray]:
     than one tensor)."""
     if not started:
         return []
-    whole: dict[int, torch.Tensor] = {}
-    for s in started:
-        rows = s.packed if s.rows is None else s.rows
-        whole.setdefault(id(rows), rows)
-    tensors = list(whole.values())
+    sources = [s.packed if s.rows is None else s.rows for s in started]
+    at: dict[int, int] = {}  # each distinct source tensor's first row in the joined read
+    tensors, k = [], 0
+    for t in sources:
+        if id(t) not in at:
+            at[id(t)] = k
+            tensors.append(t)
+            k += t.shape[0]
     joined = tensors[0] if len(tensors) == 1 else torch.cat(tensors)
     host = (joined if joined.device.type == "cpu" else joined.cpu()).numpy()  # the one host read
-    at, k = {}, 0
-    for key, t in whole.items():
-        at[key] = k
-        k += t.shape[0]
     out = []
-    for s in started:
-        rows = s.packed if s.rows is None else s.rows
-        lo = at[id(rows)] + (s.out["lo"] if s.rows is not None else 0)
+    for s, src in zip(started, sources):
+        lo = at[id(src)] + s.lo
         out.append(host[lo:lo + s.packed.shape[0]])
     return out
 
@@ -208,19 +208,13 @@ def _front(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> _Front | None:
     return _Front(batch, transposed, Y, basis_and_gram(X, Y), X.shape[-2], r)
 
 
-def _floor_k(d: int, r: int) -> float:
-    """The noise floor's constant k at (d, r) (:func:`fraq._energy.noise_floor`)."""
-    return max(min(d, r), math.sqrt(d + r))
-
-
 def _core_key(plan: Plan, front: _Front) -> tuple:
     """Calls with equal keys share the r x r stage (:func:`start_many`): the same stacked
     rank r (hence s = r below the general-rank regime), floor constant, dtypes, rule and
     route, on one device. Every constant of the stage (:func:`_bounds`, the energy rule)
     is then the same for each of their matrices."""
-    G = front.bg.G
-    return (front.r, _floor_k(front.d, front.r), plan.tau, plan.rank, plan.cdt, plan.edt, plan.out_dtype,
-            plan.guard, plan.eigensolver, G.device)
+    return (front.r, floor_constant(front.d, front.r), plan.tau, plan.rank, plan.cdt, plan.edt, plan.out_dtype,
+            plan.guard, plan.eigensolver, front.bg.G.device)
 
 
 def _start_core(plan: Plan, fronts: list[_Front]) -> list[Started] | None:
@@ -240,9 +234,9 @@ def _start_core(plan: Plan, fronts: list[_Front]) -> list[Started] | None:
         Bp, Ap = _back(plan, f, Upf)
         rank, energy, lam = (rule.counts[:, 1], rule.energy, rule.lam) if single else \
             (rule.counts[sl, 1], rule.energy[sl], rule.lam[sl])
-        res = dict(L=Bp, R=Ap, rank=rank, energy=energy.to(plan.cdt), sv=lam.sqrt().to(plan.cdt), lo=lo)
+        res = dict(L=Bp, R=Ap, rank=rank, energy=energy.to(plan.cdt), sv=lam.sqrt().to(plan.cdt))
         out.append(Started(f.batch, f.transposed, res, packed if single else packed[sl],
-                           None if single else packed))
+                           None if single else packed, lo))
         lo = hi
     return out
 
@@ -338,7 +332,7 @@ def _bounds(cdt: torch.dtype, edt: torch.dtype, out_dtype: torch.dtype, s: int, 
     r = dr[1]  # kappa_F(RD)^2 = r ||L^{-1} diag(W)^{1/2}||_F^2 against the backend's limit
     limit = math.sqrt(torch.finfo(cdt).eps / (CONDITION_MARGIN * torch.finfo(torch.float64).eps) / r)
     inf = float("inf")
-    k = max(min(dr), math.sqrt(sum(dr)))  # the floor's constant (fraq._energy.noise_floor)
+    k = floor_constant(*dr)
     cancel = CANCEL_LIMIT * max(s, 1) * (k * rounding_eps(cdt, edt)) ** 2 if guard else inf
     lo = [0.0, -inf, g_lo, -inf, -inf] + [c_lo**2] * r + [w_lo] * r
     hi = [0.0, limit, g_hi, c_hi, cancel] + [c_hi**2] * r + [w_hi] * r
