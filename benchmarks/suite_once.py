@@ -62,17 +62,12 @@ def _combinations(cls) -> list[tuple]:
     return list(itertools.product(*params))
 
 
-def _sync(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def run_benchmark(name: str, device) -> list[dict]:
     """Benchmark ``name`` (``file.Class.method`` under ``benchmarks``) at every combination of
     its class's parameters, as the module docstring says: one record per combination."""
     import torch
+
+    from benchmarks.measure.timing import sync
 
     file, cls_name, method_name = name.split(".")
     cls = getattr(importlib.import_module(f"benchmarks.{file}"), cls_name)
@@ -104,15 +99,15 @@ def run_benchmark(name: str, device) -> list[dict]:
             continue
         try:
             if device.type == "cuda":
-                _sync(device)
+                sync(device)
                 torch.cuda.reset_peak_memory_stats(device)
             value = method(*lead, *combo)
-            _sync(device)
+            sync(device)
             peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
             if method_name.startswith("time_"):  # the call above was the warm-up
                 t = time.perf_counter()
                 method(*lead, *combo)
-                _sync(device)
+                sync(device)
                 value = time.perf_counter() - t
             unit = "seconds" if method_name.startswith("time_") else getattr(method, "unit", None)
             records.append(dict(rec, state="measured", value=value, unit=unit, peak_device_bytes=peak,

@@ -114,7 +114,7 @@ def _runner(monkeypatch, draws):
     import benchmarks.measure.paired as paired
 
     monkeypatch.setattr(paired, "_loop_time", lambda fn, loops, device: fn())
-    monkeypatch.setattr(paired, "_sync", lambda device: None)
+    monkeypatch.setattr(paired, "sync", lambda device: None)
 
     def run(a, b):
         ta, tb = iter(a), iter(b)

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 import torch
 
 from benchmarks.experiments import Experiment, Priority
+from benchmarks.measure.timing import sync
 from benchmarks.sizes import size_config
 
 EXPERIMENT = Experiment(default=True, gpu=(
@@ -211,11 +212,6 @@ def cost(config: dict) -> float:
     return timing_cost(config) + 3 * SECONDS_PER_WORK[config["row"]] * _stack_work(config) + POINT_SECONDS
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def syncs(fn, device: torch.device) -> int | None:
     """Device synchronizations one call of ``fn`` makes (None off CUDA)."""
     if device.type != "cuda":
@@ -258,11 +254,11 @@ def profile(fn, device: torch.device) -> dict:
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    _sync(device)
+    sync(device)
     with torch_profile(activities=acts) as prof:
         t0 = time.perf_counter()
         fn()
-        _sync(device)
+        sync(device)
         wall = time.perf_counter() - t0
     events = prof.events()
     if device.type == "cuda":
@@ -312,7 +308,7 @@ def measure(config: dict, device: torch.device | str = "cpu") -> dict:
     model = _model(c["preset"], c["layers"], c["seed"], str(device))
     fn = call(c, device)
     res = fn()
-    _sync(device)
+    sync(device)
     ranks = {name: int(max(p) if isinstance(p, tuple) else p) for name, p in res.ranks.items()}
     del res
     preset = get_preset(c["preset"])

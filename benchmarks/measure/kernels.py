@@ -72,6 +72,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from benchmarks.measure.timing import sync
 from fraq.internals import replacing_file
 
 __all__ = ["Kernel", "RateTable", "Roofs", "copy_bandwidth", "kernel_roofs", "process_table", "table_path"]
@@ -338,20 +339,15 @@ def _locked(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _best(run: Callable[[], object], device: torch.device, prepare: Callable[[], object] | None = None,
           min_sample: float = MIN_SAMPLE, samples: int = SAMPLES) -> float:
     """Best seconds of one ``run()`` (already warm): ``samples`` looped samples of at least
     ``min_sample``, or, when each run needs fresh inputs from ``prepare()``, single runs after it."""
     def once(arg) -> float:
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         run() if arg is None else run(arg)
-        _sync(device)
+        sync(device)
         return time.perf_counter() - t0
 
     if prepare is not None:
@@ -362,11 +358,11 @@ def _best(run: Callable[[], object], device: torch.device, prepare: Callable[[],
     loops = max(1, math.ceil(min_sample / max(first, 1e-7)))
     best = first
     for _ in range(samples):
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         for _ in range(loops):
             run()
-        _sync(device)
+        sync(device)
         best = min(best, (time.perf_counter() - t0) / loops)
     return best
 
@@ -504,7 +500,7 @@ def kernel_roofs(fn: Callable[[], object], device: torch.device | str = "cpu", t
     with gc_off():
         with rec:
             fn()
-        _sync(device)
+        sync(device)
         kernels = []
         for op, shapes, dtype, flops, moved, seconds in rec.kernels:
             bytes_term = moved / copy_bandwidth(moved, device, table) if moved else 0.0

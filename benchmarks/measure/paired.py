@@ -56,7 +56,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.measure.children import child_env, die_with_parent
-from benchmarks.measure.timing import Timing, _sync, gc_off
+from benchmarks.measure.timing import Timing, sync, gc_off
 from fraq.internals import sign_ranks
 
 __all__ = ["MAX_LOOPS", "MIN_SAMPLE", "SIGN_LEVEL", "Weighted", "cached", "decided", "launched", "measure_groups",
@@ -160,14 +160,14 @@ def paired_rounds(calls: dict, rounds: int, *, device: torch.device | str = "cpu
         loops[k] = []
         known = getattr(calls[k], "seconds", None)
         for i, (fn, _) in enumerate(_parts(calls[k])):
-            _sync(device)
+            sync(device)
             t = known[i] if known is not None else _loop_time(fn, 1, device)
             if t < min_sample:  # the warm-up's own time is inflated by first-call costs: calibrate on a second
                 t = _loop_time(fn, 1, device)
             loops[k].append(1 if t >= min_sample else min(MAX_LOOPS, math.ceil(min_sample / max(t, 1e-9))))
     samples: dict[str, list[float]] = {k: [] for k in keys}
     active, open_pairs = list(keys), list(pairs or ())
-    _sync(device)
+    sync(device)
     with gc_off():
         for j in range(rounds):
             for k in active[j % len(active):] + active[:j % len(active)]:

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-__all__ = ["Timing", "timed", "gemm_rate", "gc_off", "round_robin", "threads"]
+__all__ = ["Timing", "timed", "gemm_rate", "gc_off", "round_robin", "sync", "threads"]
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,8 @@ def gc_off() -> Iterator[None]:
             gc.enable()
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
+    """Wait for ``device``'s queued work (CUDA); nothing elsewhere."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -127,7 +128,7 @@ def timed(
     device = torch.device(device)
     for _ in range(warmup):
         fn()
-    _sync(device)
+    sync(device)
     with gc_off():
         samples = _samples(fn, repeats, min_time, device)
     return Timing(tuple(samples), torch.get_num_threads(), str(device))
@@ -166,7 +167,7 @@ def round_robin(calls: dict, repeats: int, device: torch.device | str = "cpu") -
         fn()
     samples = {k: [] for k in keys}
     device = torch.device(device)
-    _sync(device)
+    sync(device)
     with gc_off():
         for rep in range(repeats):
             for k in keys[rep % len(keys):] + keys[:rep % len(keys)]:

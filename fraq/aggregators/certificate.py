@@ -362,12 +362,8 @@ def upload_aggregate(updates: Sequence[ClientUpdate], result: AggregationResult 
     scales = {spec.name: spec.scales for spec in specs}
     device = next(iter(updates[0].factors.values()))[1].device
     dtypes = {t.dtype for u in updates for pair in u.factors.values() for t in pair if t is not None}
-    if single:
-        coefficients = [math.sqrt(a[k] * sc[k]) for sc in scales.values() for k in range(len(updates))]
-    else:
-        coefficients = [c for sc in scales.values() for k in range(len(updates))
-                        for c in (math.sqrt(a[k]), math.sqrt(a[k]) * sc[k])]
-    narrow = dtypes <= set(NARROW) and narrow_coefficients(coefficients)
+    narrow = dtypes <= set(NARROW) and narrow_coefficients(
+        [c for sc in scales.values() for side in _coefficients(a, sc, single) if side for c in side])
     exact = ExactAggregate(tuple(scales), len(updates), single, device,
                            lambda name: ExactFactors(*exact_factors(updates, name, a, scales[name], single)),
                            narrow=narrow)
@@ -397,15 +393,19 @@ def distinct_downlinks(result: AggregationResult, name: str) -> Iterator[tuple[i
 def exact_factors(updates, name, a, scales, single, dtype=torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
     """The exact aggregate's factors X (m, R), Y (R, n) in ``dtype`` (float64 here): the
     weights and scales are applied in ``dtype``, one rounding per factor entry for each."""
-    f64 = dtype
+    cx, cy = _coefficients(a, scales, single)
+    Y = _weighted([u.factors[name][1] for u in updates], cy, -2, dtype)
     if single:
-        Y = _weighted([u.factors[name][1] for u in updates], [math.sqrt(a[k] * scales[k]) for k in range(len(a))],
-                      -2, f64)
         return Y.mT, Y
-    X = _weighted([u.factors[name][0] for u in updates], [math.sqrt(a[k]) for k in range(len(a))], -1, f64)
-    Y = _weighted([u.factors[name][1] for u in updates], [math.sqrt(a[k]) * scales[k] for k in range(len(a))],
-                  -2, f64)
-    return X, Y
+    return _weighted([u.factors[name][0] for u in updates], cx, -1, dtype), Y
+
+
+def _coefficients(a, scales, single: bool) -> tuple[list[float] | None, list[float]]:
+    """Each client's coefficient on X's and on Y's entries (host floats): sqrt(a_k) and
+    sqrt(a_k) s_k; single-matrix uploads (X = Y^T) sqrt(a_k s_k) on Y alone (X's None)."""
+    if single:
+        return None, [math.sqrt(a_k * s_k) for a_k, s_k in zip(a, scales)]
+    return [math.sqrt(a_k) for a_k in a], [math.sqrt(a_k) * s_k for a_k, s_k in zip(a, scales)]
 
 
 def _weighted(parts: list[torch.Tensor], coefficients: list[float], dim: int, dtype: torch.dtype) -> torch.Tensor:

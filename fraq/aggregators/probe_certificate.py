@@ -325,7 +325,8 @@ def certify_probe_exact(exact: ExactAggregate, result: AggregationResult, *, pro
     for name in exact.names:
         f = exact.factors(name)
         downs = list(distinct_downlinks(result, name))
-        if _unscaled(exact, downs, dtype):  # nothing can under- or overflow: the scaling would change nothing
+        plain = _unscaled(exact, downs, dtype)
+        if plain:  # nothing can under- or overflow: the scaling would change nothing
             X, Y, ks = f.X.to(dtype), f.Y.to(dtype), None
             scale = f.X.new_zeros(1)
         else:
@@ -341,7 +342,7 @@ def certify_probe_exact(exact: ExactAggregate, result: AggregationResult, *, pro
         slack = f.slack_terms()
         for k, down, count in downs:
             U, V = update_factors(down, name, k, exact.single, f.X, f.Y)
-            if ks is not None:
+            if not plain:
                 U, V, _ = unit_scaled(U, V, ks)
             U, V = U.to(dtype), V.to(dtype)
             p = U.shape[1]
