@@ -189,6 +189,20 @@ def test_on_a_cpu_it_describes_the_cpu_and_flags_different_ranks(tmp_path):
     assert "**DIFFERENT** from the stepwise pipeline's on 1 of 36 modules" in text
 
 
+def test_reads_on_a_device_whose_default_pipeline_is_stepwise_flags_no_disagreement(tmp_path):
+    """On a CPU (default pipeline stepwise) reads='call' beating 'group' is evidence about the
+    static pipeline only: the line says so, and the reads entry, which decides nothing there,
+    stands without a disagreement flag."""
+    n = 9
+    group = [2e-3 * (1 + 0.01 * i) for i in range(n)]
+    _write(tmp_path, "cpu", {"stepwise": [g * 0.7 for g in group], "static-group": group,
+                             "static-call": [g * 0.6 for g in group], "flora": [g * 0.2 for g in group]})
+    reads = next(s for s in _text(tmp_path).splitlines() if s.startswith("- reads='call' vs reads='group'"))
+    assert "**agrees**" in reads and "reads='call' for the static pipeline on `cpu`" in reads
+    assert "'group' and stands" in reads and "default pipeline is 'stepwise'" in reads
+    assert "disagrees with the default" not in reads
+
+
 def test_no_records_is_one_line():
     import pandas as pd
 

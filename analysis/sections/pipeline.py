@@ -167,6 +167,10 @@ def _against_default(kind: str, option: str, supported: str | None, v) -> str:
     head = f"The evidence supports {option}='{supported}' as `{kind}`'s default; "
     if supported == today:
         return head + f"{entry} is '{today}': they agree."
+    if option == "reads" and defaults_for(kind).pipeline != "static":  # reads decides nothing off the static pipeline
+        return (f"The evidence supports reads='{supported}' for the static pipeline on `{kind}`; {entry} is "
+                f"'{today}' and stands: `reads` applies to the static pipeline only, and `{kind}`'s default "
+                f"pipeline is '{defaults_for(kind).pipeline}'.")
     return head + (f"{entry} is '{today}': **the evidence disagrees with the default**. A device's default changes "
                    "only from a GPU's evidence, by hand in `fraq/_defaults.py`, naming the measurement.")
 
