@@ -1,9 +1,11 @@
 """The exactness certificates' cost beside FRAQ's aggregation, interleaved in one run.
 
 ``python -m benchmarks.certificate_cost [--preset roberta-base] [--rounds 15] [--tau 0.95]
-[--methods gram,probe] [--layers L]`` builds the preset's seeded client factors
+[--methods gram,probe] [--layers L] [--source uploads|buffer]`` builds the preset's seeded client factors
 (:func:`benchmarks.cases.build_model`), then per round times one FRAQ aggregation
-(``Aggregator.aggregate``, batched by shape) and, back to back, each certificate of that
+(``Aggregator.aggregate``, batched by shape; with ``--source buffer`` the round buffer's
+``aggregate()``, the uploads added to a fresh buffer before each round, untimed, as they
+arrive) and, back to back, each certificate of that
 result (``result.certificate(updates, method=...)``: ``gram``, exact with a rounding
 bound; ``probe``, 8 Gaussian probes with its defaults, a bound with probability 0.999),
 and prints the medians and, per certificate, the median of the per-round ratios
@@ -23,6 +25,8 @@ import torch
 
 METHODS = ("gram", "probe")
 """The certificates :meth:`fraq.aggregators.AggregationResult.certificate` computes."""
+SOURCES = ("uploads", "buffer")
+"""Where a round's uploads are held: the list ``aggregate`` takes, or a round buffer."""
 
 
 def _methods(text: str) -> list[str]:
@@ -48,6 +52,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--methods", type=_methods, default=list(METHODS),
                    help=f"the certificates to time, comma-separated (default {','.join(METHODS)})")
     p.add_argument("--layers", type=_positive, default=None, help="build the preset on this many layers (default all)")
+    p.add_argument("--source", choices=SOURCES, default="uploads",
+                   help="uploads: aggregate(list) and certify against the list; buffer: each round's uploads "
+                        "added (untimed) to a round buffer, its aggregate() timed and certified from its stacks")
     args = p.parse_args(argv)
     from benchmarks.cases import build_model
     from fraq.aggregators import get_aggregator
@@ -55,22 +62,37 @@ def main(argv: list[str] | None = None) -> None:
     model = build_model(args.preset, layers=args.layers)
     ups = model.updates()
     agg = get_aggregator("fraq", tau=args.tau)
-    res = agg.aggregate(ups)
+
+    def source():  # what one round aggregates and certifies: the list, or a buffer holding it
+        if args.source == "uploads":
+            return ups
+        buf = agg.open_round(model.shapes, clients=len(ups), ranks=[u.factors[next(iter(model.shapes))][1].shape[0]
+                                                                      for u in ups])
+        for u in ups:
+            buf.add(u)
+        return buf
+
+    def aggregate(src):
+        return agg.aggregate(src) if args.source == "uploads" else src.aggregate()
+
+    src = source()
+    res = aggregate(src)
     for method in args.methods:  # warm-up of every call
-        res.certificate(ups, method=method)
+        res.certificate(src, method=method)
     t_agg: list[float] = []
     t_cert: dict[str, list[float]] = {m: [] for m in args.methods}
     certs = {}
     for _ in range(args.rounds):
+        src = source()
         t0 = time.perf_counter()
-        res = agg.aggregate(ups)
+        res = aggregate(src)
         t_agg.append(time.perf_counter() - t0)
         for method in args.methods:
             t1 = time.perf_counter()
-            certs[method] = res.certificate(ups, method=method)
+            certs[method] = res.certificate(src, method=method)
             t_cert[method].append(time.perf_counter() - t1)
     print(f"{args.preset}: {len(model.shapes)} modules x {model.preset.clients} clients, ranks {model.preset.ranks[0]}, "
-          f"fraq tau={args.tau}, {torch.get_num_threads()} threads, torch {torch.__version__}")
+          f"fraq tau={args.tau}, from the {args.source}, {torch.get_num_threads()} threads, torch {torch.__version__}")
     print(f"aggregate            median {1e3 * statistics.median(t_agg):8.1f} ms")
     for method in args.methods:
         ratios = [c / a for a, c in zip(t_agg, t_cert[method])]

@@ -124,12 +124,27 @@ def test_probe_certificate_from_the_stacks_agrees_with_the_uploads_one(method, o
 @pytest.mark.parametrize("method", [m for m, cls in AGGREGATORS.items() if not cls.from_stacks])
 @pytest.mark.parametrize("kind", ["gram", "probe"])
 def test_a_method_on_the_list_path_certifies_its_uploads_exactly(method, kind):
-    """The buffer keeps such a method's uploads as flat tensors: its certificate is the list one."""
+    """The buffer keeps such a method's uploads as flat tensors: its certificate is the list
+    one. The Gram one field for field; the probe one within its rounding (the flats hold
+    B^T, the uploads B: the same numbers in another layout, which a BLAS may sum in another
+    order): the same probes, every ||S z_j||, ||E z_j|| within rho ||z_j|| of the exact
+    norm, so the estimates within twice the resolution (0.5% for second-order terms)."""
     agg = get_aggregator(method)
     ups, ranks = _uploads(method)
     buf, res = _round(agg, ups, ranks)
     got, want = res.certificate(buf, kind), res.certificate(ups, kind)
-    assert {n: c.to_json() for n, c in got.items()} == {n: c.to_json() for n, c in want.items()}
+    if kind == "gram":
+        assert {n: c.to_json() for n, c in got.items()} == {n: c.to_json() for n, c in want.items()}
+        return
+    assert got.keys() == want.keys()
+    for name, c in got.items():
+        w = want[name]
+        res2 = 1.005 * 2 * max(c.resolution, w.resolution)
+        assert abs(c.error - w.error) <= res2 * (1 + w.error), name
+        assert abs(c.exact_norm - w.exact_norm) <= res2 * w.exact_norm, name
+        assert (c.client, c.at_rounding_level) == (w.client, w.at_rounding_level), name
+        if not AGGREGATORS[method].single_matrix:
+            assert c.bound >= _ref(ups, res, name, c.client), name
 
 
 @pytest.mark.parametrize("dtype,gain", [(F32, 2.0 ** -50), (F32, 2.0 ** 50), (F64, 2.0 ** -500),

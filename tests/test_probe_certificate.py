@@ -279,6 +279,30 @@ def _fields(cert):
             for name, c in cert.items()}
 
 
+_FACTOR = math.sqrt(tail_points(8, 1e-3)[1] / tail_points(8, 1e-3)[0])  # 8.66: the bound over the estimate
+
+
+def _agree(fast, scaled):
+    """The two routes of the module docstring compute every ||S z_j|| and ||E z_j|| within
+    rho_S ||z_j||, rho_E ||z_j|| of the exact norms (the same probes), so within twice that
+    of each other: summed over the probes (the triangle inequality in l2), the estimates
+    differ by at most 2 resolution (1 + error), ``exact_norm`` by 2 resolution of itself,
+    the bound by 8.66 times 2 resolution (1 + bound / 8.66) (0.5% more for the quotient's
+    second-order terms); ``resolution`` (from N_S, N_G: norms and sums of at most
+    m + n + R + p + 9 float64 roundings, < 2000 u = 2.2e-13 here) within 1e-12 relative;
+    the rounding verdict and the client the same (every error here is far from its
+    rounding bound)."""
+    assert fast.keys() == scaled.keys()
+    for name in fast:
+        f, s = fast[name], scaled[name]
+        res = 1.005 * 2 * max(f.resolution, s.resolution)
+        assert abs(f.error - s.error) <= res * (1 + s.error), (name, f, s)
+        assert abs(f.exact_norm - s.exact_norm) <= res * s.exact_norm, (name, f, s)
+        assert abs(f.bound - s.bound) <= res * (_FACTOR + s.bound), (name, f, s)
+        assert math.isclose(f.resolution, s.resolution, rel_tol=1e-12), (name, f, s)
+        assert (f.at_rounding_level, f.client) == (s.at_rounding_level, s.client), (name, f, s)
+
+
 def _both_paths(monkeypatch, ups, res, source=None, **options):
     """The probe certificate as it runs (scaling skipped where the inputs allow) and with
     the scaling forced (:func:`fraq.aggregators.certificate.unit_scaled` on every module),
@@ -301,22 +325,24 @@ def _both_paths(monkeypatch, ups, res, source=None, **options):
 
 @pytest.mark.parametrize("name", ADAPTERS)
 @pytest.mark.parametrize("exact", [True, False])
-def test_skipping_the_scaling_changes_no_number(monkeypatch, name, exact):
-    """Float32 uploads, weights and scales near 1: every module skips the powers of two, and
-    every number of the certificate (error, bound, resolution, exact_norm, the rounding
-    verdict) is bit for bit the one the scaled probes give: the same probes, each computed
-    number the scaled one times the power of two it took out (exact where nothing under- or
-    overflows, which NARROW's bounds guarantee)."""
+def test_the_unscaled_route_agrees_with_the_scaled_one(monkeypatch, name, exact):
+    """Float32 uploads, weights and scales near 1: every module skips the powers of two and
+    takes the stack's parts as they are (coefficients applied to Z^T Y^T), and every number
+    of the certificate agrees with the scaled route's within the rounding both are bounded
+    by (:func:`_agree`), and both bound the float64 dense error."""
     ups = _uploads(name, exact=exact)
     res = _agg(name).aggregate(ups)
     fast, scaled, skipped = _both_paths(monkeypatch, ups, res)
     assert skipped and all(skipped)
-    assert _fields(fast) == _fields(scaled)
+    _agree(fast, scaled)
+    for mod in SHAPES:
+        worst = max(_dense_rel(ups, res, mod, k) for k in range(len(ups)))
+        assert worst <= fast[mod].bound and worst <= scaled[mod].bound, (mod, worst, fast[mod], scaled[mod])
 
 
-def test_skipping_the_scaling_from_the_round_buffer(monkeypatch):
+def test_the_unscaled_route_from_the_round_buffer(monkeypatch):
     """The round buffer's float32 stacks (their rounding's slack w in the bound) skip it too,
-    and agree bit for bit with the scaled probes."""
+    and agree with the scaled probes within rounding."""
     ups = _uploads("fraq", exact=False)
     agg = get_aggregator("fraq", tau=0.9)
     shapes = {mod: tuple(ups[0].factors[mod][0].shape[:1]) + tuple(ups[0].factors[mod][1].shape[1:])
@@ -327,7 +353,34 @@ def test_skipping_the_scaling_from_the_round_buffer(monkeypatch):
     res = buf.aggregate()
     fast, scaled, skipped = _both_paths(monkeypatch, ups, res, source=buf)
     assert skipped and all(skipped)
-    assert _fields(fast) == _fields(scaled)
+    _agree(fast, scaled)
+    for mod in SHAPES:
+        assert _dense_rel(ups, res, mod) <= fast[mod].bound, mod
+
+
+def test_the_unscaled_route_uses_the_parts_and_shares_probes_by_column_count(monkeypatch):
+    """The parts route runs (no weighted float64 stack is formed: ExactAggregate.factors is
+    never called), and modules of the same n see the same probes: two identical modules
+    give identical certificates, a module of another n does not."""
+    import fraq.aggregators.certificate as cm
+
+    g = torch.Generator().manual_seed(4)
+
+    def client():
+        B, A = torch.randn(12, 3, generator=g), torch.randn(3, 10, generator=g)
+        return {"a": (B, A), "b": (B.clone(), A.clone()),
+                "c": (torch.randn(12, 3, generator=g), torch.randn(3, 11, generator=g))}
+
+    ups = [ClientUpdate(client(), scale=1.0, weight=1.0), ClientUpdate(client(), scale=0.5, weight=2.0)]
+    res = get_aggregator("fraq", tau=0.9).aggregate(ups)
+    real = cm.ExactFactors
+    monkeypatch.setattr(cm, "ExactFactors", lambda *a, **k: pytest.fail("the weighted stack was formed"))
+    cert = res.certificate(ups, method="probe")
+    monkeypatch.setattr(cm, "ExactFactors", real)
+    assert _fields({"x": cert["a"]}) == _fields({"x": cert["b"]})
+    assert cert["a"].error != cert["c"].error
+    for mod in "abc":
+        assert _dense_rel(ups, res, mod) <= cert[mod].bound, mod
 
 
 @pytest.mark.parametrize("case", ["float64 uploads", "tiny weight", "huge scale", "float32 probes", "float64 downlink"])
@@ -353,8 +406,8 @@ def test_the_scaling_runs_where_the_range_could_break(monkeypatch, case):
 def test_skipping_the_scaling_at_the_ends_of_float32s_range(monkeypatch, bexp, aexp):
     """Float32 uploads with B times 2^bexp and A times 2^aexp (entries from about 2^-100 to
     2^100, products from 2^-120 up): still NARROW, so the scaling is skipped, and both
-    certificates equal the scaled ones field for field; the probe bound holds against the
-    float64 dense error."""
+    certificates agree with the scaled ones (the probe one within rounding, the Gram one
+    field for field); the probe bound holds against the float64 dense error."""
     import fraq.aggregators.certificate as cm
 
     ups = [dataclasses.replace(u, factors={m: (B * 2.0 ** bexp, A * 2.0 ** aexp) for m, (B, A) in u.factors.items()})
@@ -362,10 +415,41 @@ def test_skipping_the_scaling_at_the_ends_of_float32s_range(monkeypatch, bexp, a
     res = get_aggregator("fraq", tau=0.9).aggregate(ups)
     fast, scaled, skipped = _both_paths(monkeypatch, ups, res)
     assert skipped and all(skipped)
-    assert _fields(fast) == _fields(scaled)
+    _agree(fast, scaled)
     for mod, c in fast.items():
         assert _dense_rel(ups, res, mod) <= c.bound, mod
     monkeypatch.undo()
     gram_fast = res.certificate(ups)
     monkeypatch.setattr(cm, "unscaled", lambda *a: False)
     assert _fields(gram_fast) == _fields(res.certificate(ups))
+
+
+def test_the_unscaled_route_with_per_module_scales_and_a_negative_downlink_term(monkeypatch):
+    """Scales given per module, spanning 2^-1..2^1 and 1.5 (the coefficients a_k s_k differ
+    module to module, so no coefficient vector is shared across them), and a downlink whose
+    merged term carries a negative scale beside the start adapter (G = -B A + B0 A0: the
+    term's norm counted by magnitude in N_G): the parts route agrees with the scaled one
+    within rounding and bounds the float64 dense error, on FRAQ below full rank and on
+    FLoRA (exact: its error at float32's rounding, far above the probes' float64 one)."""
+    base = _uploads("fraq", exact=False)
+    ups = [dataclasses.replace(u, scale={"sq": 1.5 if k == 1 else 0.5, "tall": 2.0 ** (k - 1), "wide": 3.0})
+           for k, u in enumerate(base)]
+    for agg in (get_aggregator("fraq", tau=0.9), get_aggregator("flora")):
+        res = agg.aggregate(ups)
+        fast, scaled, skipped = _both_paths(monkeypatch, ups, res)
+        monkeypatch.undo()
+        assert skipped and all(skipped)
+        _agree(fast, scaled)
+        for mod in SHAPES:
+            assert _dense_rel(ups, res, mod) <= fast[mod].bound, (agg.name, mod)
+    res = get_aggregator("fraq", tau=0.9).aggregate(ups)
+    flipped = dataclasses.replace(res, downlinks=tuple(
+        {n: dataclasses.replace(d, merge=tuple(Factors(f.B, f.A, -f.scale) for f in d.merge),
+                                start=Factors(ups[0].factors[n][0], ups[0].factors[n][1], 0.25))
+         for n, d in c.items()} for c in res.downlinks))
+    fast, scaled, skipped = _both_paths(monkeypatch, ups, flipped)
+    assert skipped and all(skipped)
+    _agree(fast, scaled)
+    for mod in SHAPES:
+        assert _dense_rel(ups, flipped, mod) <= fast[mod].bound, mod
+        assert fast[mod].error > 1.0, mod  # -G + B0 A0 / 4 is no aggregate: an O(1) error

@@ -208,7 +208,10 @@ class SplitRound:
         owner = {name: part for part in parts for name in part.names}
         first = parts[0]
         exact = ExactAggregate(self._names, self.clients, first.single, first.device,
-                               lambda name: owner[name].factors(name), first.where)
+                               lambda name: owner[name].factors(name), first.where,
+                               narrow=all(part.narrow for part in parts),
+                               parts=None if any(part.parts is None for part in parts) else
+                               lambda name: owner[name].parts(name))
         return exact if result is None else exact.check(result)
 
     def certificate(self, result: AggregationResult, method: str = "gram", **probe_options):

@@ -319,6 +319,24 @@ class ExactFactors:
 
 
 @dataclass(frozen=True)
+class StackParts:
+    """One module's exact aggregate as it is held, unweighted: :math:`S = \\sum_j c_j X_j Y_j`
+    over blocks j (a client's upload, or a round buffer's whole stack), ``xt[j]`` :math:`X_j^\\top`
+    (r_j, m) and ``y[j]`` :math:`Y_j` (r_j, n) in the dtype they were uploaded or stored in,
+    ``coefficients[j]`` :math:`c_j = a_k s_k` (a host float64, one rounding of the exact
+    product) or None when the blocks are weighted already (a round buffer's stacks), and
+    ``stored`` as :attr:`ExactFactors.stored`. What a certificate that applies the
+    coefficients to small products instead of to the stacks reads
+    (:mod:`fraq.aggregators.probe_certificate`, "Cost"): no weighted float64 copy of the
+    stack is made."""
+
+    xt: tuple[torch.Tensor, ...]
+    y: tuple[torch.Tensor, ...]
+    coefficients: tuple[float, ...] | None = None
+    stored: torch.dtype | None = None
+
+
+@dataclass(frozen=True)
 class ExactAggregate:
     """A round's exact aggregate, module by module: ``names`` (in upload order), ``clients``
     (K), ``single`` (single-matrix uploads), ``device``, and ``factors(name)``, the module's
@@ -326,7 +344,9 @@ class ExactAggregate:
     time. ``where`` names what holds it in messages (``"updates"``, ``"the round buffer"``).
     ``narrow``: every entry of every module's factors is a number of a dtype no wider than
     float32 times a coefficient within 2^-40..2^40 (:func:`narrow_coefficients`), so their
-    float64 products cannot under- or overflow (:data:`NARROW`)."""
+    float64 products cannot under- or overflow (:data:`NARROW`). ``parts``: when given
+    (two-factor uploads and stacks), ``parts(name)`` is the module's :class:`StackParts`,
+    the same aggregate unweighted."""
 
     names: tuple[str, ...]
     clients: int
@@ -335,6 +355,7 @@ class ExactAggregate:
     factors: Callable[[str], ExactFactors]
     where: str = "updates"
     narrow: bool = False
+    parts: Callable[[str], StackParts] | None = None
 
     def check(self, result: object) -> ExactAggregate:
         """Itself, once ``result`` is an :class:`AggregationResult` of the same clients and
@@ -366,7 +387,8 @@ def upload_aggregate(updates: Sequence[ClientUpdate], result: AggregationResult 
         [c for sc in scales.values() for side in _coefficients(a, sc, single) if side for c in side])
     exact = ExactAggregate(tuple(scales), len(updates), single, device,
                            lambda name: ExactFactors(*exact_factors(updates, name, a, scales[name], single)),
-                           narrow=narrow)
+                           narrow=narrow, parts=None if single else lambda name: upload_parts(updates, name, a,
+                                                                                             scales[name]))
     return exact if result is None else exact.check(result)
 
 
@@ -400,6 +422,13 @@ def exact_factors(updates, name, a, scales, single, dtype=torch.float64) -> tupl
     return _weighted([u.factors[name][0] for u in updates], cx, -1, dtype), Y
 
 
+def upload_parts(updates, name, a, scales) -> StackParts:
+    """Module ``name`` of two-factor ``updates`` as :class:`StackParts`: client k's B_k^T and
+    A_k as uploaded, coefficient a_k s_k."""
+    return StackParts(tuple(u.factors[name][0].mT for u in updates), tuple(u.factors[name][1] for u in updates),
+                      tuple(a_k * s_k for a_k, s_k in zip(a, scales)))
+
+
 def _coefficients(a, scales, single: bool) -> tuple[list[float] | None, list[float]]:
     """Each client's coefficient on X's and on Y's entries (host floats): sqrt(a_k) and
     sqrt(a_k) s_k; single-matrix uploads (X = Y^T) sqrt(a_k s_k) on Y alone (X's None)."""
@@ -428,14 +457,10 @@ def update_factors(down: Downlink, name: str, k: int, single: bool, X: torch.Ten
     """The certified update of one downlink as U (m, p), V (p, n) in X's dtype: its merged
     products and its start adapter, side by side (each term's scale applied in that dtype,
     one rounding per entry)."""
-    if not isinstance(down, Downlink):
-        raise TypeError(f"result.downlinks[{k}][{name!r}] must be a Downlink, got {type(down).__name__}")
-    terms: list[Factors] = list(down.merge) + ([down.start] if down.start is not None else [])
+    terms = update_terms(down, name, k, single)
     f64 = X.dtype
     Us, Vs = [], []
     for f in terms:
-        if (f.B is None) != single:
-            raise ValueError(f"result.downlinks[{k}][{name!r}] mixes single-matrix and (B, A) factors with the uploads'")
         if single:
             c = math.sqrt(abs(f.scale))
             Us.append(math.copysign(c, f.scale) * f.A.to(f64).mT)
@@ -447,10 +472,28 @@ def update_factors(down: Downlink, name: str, k: int, single: bool, X: torch.Ten
     if not terms:  # no update: G = 0
         return X.new_zeros(m, 0), Y.new_zeros(0, n)
     U, V = torch.cat(Us, dim=1), torch.cat(Vs)
-    if U.shape[0] != m or V.shape[1] != n:
-        raise ValueError(f"result.downlinks[{k}][{name!r}] multiplies out to ({U.shape[0]}, {V.shape[1]}), "
-                         f"the exact aggregate of the uploads is ({m}, {n})")
+    check_update_shape(U.shape[0], V.shape[1], m, n, name, k)
     return U, V
+
+
+def update_terms(down: Downlink, name: str, k: int, single: bool) -> list[Factors]:
+    """The terms of client k's downlink of module ``name`` that its weights change by (the
+    merged products, then the start adapter), refused with the client and module named
+    when it is not a Downlink or mixes single-matrix and (B, A) factors with the uploads'."""
+    if not isinstance(down, Downlink):
+        raise TypeError(f"result.downlinks[{k}][{name!r}] must be a Downlink, got {type(down).__name__}")
+    terms: list[Factors] = list(down.merge) + ([down.start] if down.start is not None else [])
+    for f in terms:
+        if (f.B is None) != single:
+            raise ValueError(f"result.downlinks[{k}][{name!r}] mixes single-matrix and (B, A) factors with the uploads'")
+    return terms
+
+
+def check_update_shape(rows: int, cols: int, m: int, n: int, name: str, k: int) -> None:
+    """Refuse a downlink whose product is not the exact aggregate's (m, n), naming both."""
+    if rows != m or cols != n:
+        raise ValueError(f"result.downlinks[{k}][{name!r}] multiplies out to ({rows}, {cols}), "
+                         f"the exact aggregate of the uploads is ({m}, {n})")
 
 
 NARROW = (torch.float32, torch.bfloat16, torch.float16)

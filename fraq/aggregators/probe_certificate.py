@@ -55,7 +55,10 @@ exists not to repeat.
 Cost: 2 k (m + n)(R + p) flops per module and distinct downlink (R the stacked rank, p the
 update's), against FRAQ's 2 (m + n) R (R + p) for its Grams and output (plus its R^3 terms):
 a ratio of at most k / R, 10% at k = 8 for R = 80 (10 clients of rank 8). Drawing the probes
-and the norms are O((m + n) k) more.
+and the norms are O((m + n) k) more. In time it costs more than that ratio: its flops are
+float64 ones on skinny (k x n) products, where FRAQ's are float32 ones on R-wide blocks,
+and it casts and takes the norms of every stack once more (docs/library.md, "Cost", has
+the measured ratio).
 
 Rounding (deterministic, added to the bound). The probes run in ``dtype`` with unit roundoff
 u (float64 by default: the arithmetic costs the same flops, and its rounding stays far below
@@ -90,9 +93,24 @@ two, S and G alike (:func:`fraq.aggregators.certificate.unit_scaled`), before th
 Where that cannot happen the scaling is skipped: with float64 probes, uploads (or a round
 buffer's stacks) and downlinks of float32, bfloat16 or float16 numbers times weights and
 scales within 2^-40..2^40 (:data:`fraq.aggregators.certificate.NARROW`) keep every
-product, sum and square in float64's normal range, where a power-of-two scaling is exact
-and changes no computed ratio (the same numbers, each times the powers it would take
-out). It is most of a module's passes over its factors, so the common case skips it.
+product, sum and square in float64's normal range, where a power-of-two scaling would
+change no computed ratio. That common case reads the stack as it is held
+(:class:`~fraq.aggregators.certificate.StackParts`: the uploads, or a round buffer's
+stacks): each side joined and cast to float64 for its module alone (exact; the copy is
+still in cache when the product reads it), and the weights :math:`a_k s_k` (and a
+downlink term's scale) applied to the (k, R) product :math:`Z^\top Y^\top` rather than
+to the stack, so no weighted float64 stack is formed. A rank-1 term then takes at most
+n + R + 2 roundings before the subtraction (the two inner products, the coefficient's
+own rounding and its multiply), inside the 8 that c_S and c_E allow for forming the
+stack; N_S and N_G are the weighted terms' norms as before. Its computed norms and the
+scaled route's are each within the rounding bound of the exact ones, hence within twice
+it of each other (``tests/test_probe_certificate.py`` checks that, and both against the
+float64 dense error).
+
+Probes by column count. One (k, n) draw per column count n, in module order, serves
+every module of that n: a module's bound is a statement about its own error, fixed
+before any probe was drawn, so it holds with probability 1 - delta whatever another
+module saw; so does the worst module's.
 """
 
 from __future__ import annotations
@@ -107,6 +125,8 @@ import torch
 from fraq.aggregators.certificate import (
     Certificate,
     ExactAggregate,
+    StackParts,
+    check_update_shape,
     _json_number,
     bound_text,
     distinct_downlinks,
@@ -115,6 +135,7 @@ from fraq.aggregators.certificate import (
     unit_scaled,
     unscaled,
     update_factors,
+    update_terms,
     upload_aggregate,
 )
 from fraq.aggregators.payload import ClientUpdate
@@ -317,52 +338,145 @@ def certify_probe_exact(exact: ExactAggregate, result: AggregationResult, *, pro
     """:func:`certify_probe` against ``exact``, the round's exact aggregate however it is held
     (:func:`fraq.aggregators.certificate.certify_exact`), options checked
     (:func:`check_probe_options`). A stored stack's rounding w (the Gram certificate's
-    "Stored stacks") adds w ||z_j|| to each probe's rounding: ||(S - X'Y') z|| <= w ||z||."""
+    "Stored stacks") adds w ||z_j|| to each probe's rounding: ||(S - X'Y') z|| <= w ||z||.
+
+    The modules of one column count n share their k probes (drawn in module order, one
+    (k, n) draw per n): each module's bound is a statement about its own error, which was
+    fixed before any probe was drawn, so it holds with probability 1 - delta whether or not
+    another module saw the same probes; so does the worst module's (its true error is the
+    largest whatever the probes)."""
     x_lo, x_hi = tail_points(probes, delta)
     u = torch.finfo(dtype).eps / 2
     gen = torch.Generator(device=exact.device).manual_seed(seed)
-    rows, where = [], []
+    drawn: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def probes_of(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if n not in drawn:
+            Zt = torch.randn(probes, n, generator=gen, dtype=dtype, device=exact.device)
+            drawn[n] = Zt, torch.linalg.vector_norm(Zt.double(), dim=1)
+        return drawn[n]
+
+    rows, where, made = [], [], {}
     for name in exact.names:
-        f = exact.factors(name)
         downs = list(distinct_downlinks(result, name))
-        plain = _unscaled(exact, downs, dtype)
-        if plain:  # nothing can under- or overflow: the scaling would change nothing
-            X, Y, ks = f.X.to(dtype), f.Y.to(dtype), None
-            scale = f.X.new_zeros(1)
+        if exact.parts is not None and _unscaled(exact, downs, dtype):
+            module_rows = _parted_rows(exact.parts(name), downs, name, probes_of, made)
         else:
-            X64, Y64, ks = unit_scaled(f.X, f.Y)
-            X, Y = X64.to(dtype), Y64.to(dtype)
-            scale = (ks[0] + ks[1]).to(torch.float64).reshape(1)
-        m, R, n = X.shape[0], X.shape[1], Y.shape[1]
-        Z = torch.randn(n, probes, generator=gen, dtype=dtype, device=exact.device)
-        SZ = X @ (Y @ Z)
-        NS = _norm_sum(X, Y)
-        z_norms = torch.linalg.vector_norm(Z.double(), dim=0)
-        s_norms = torch.linalg.vector_norm(SZ.double(), dim=0)
-        slack = f.slack_terms()
-        for k, down, count in downs:
-            U, V = update_factors(down, name, k, exact.single, f.X, f.Y)
-            if not plain:
-                U, V, _ = unit_scaled(U, V, ks)
-            U, V = U.to(dtype), V.to(dtype)
-            p = U.shape[1]
-            if (m + n + R + p + 9) * u > _MAX_CU:
-                raise ValueError(f"dtype(={dtype}) rounds too coarsely for module {name!r}: "
-                                 f"c u = {(m + n + R + p + 9) * u:.1e} > {_MAX_CU:g}; pass dtype=torch.float64")
-            EZ = SZ - U @ (V @ Z)
-            e_norms = torch.linalg.vector_norm(EZ.double(), dim=0)
-            rows.append(torch.cat([s_norms, e_norms, z_norms, NS.reshape(1), _norm_sum(U, V).reshape(1), scale,
-                                   slack]))
-            where.append((name, k, count, (m + n + R + 8, m + n + R + p + 9), f.stored))
+            module_rows = _module_rows(exact, name, downs, dtype, probes_of)
+        for k, count, row, sizes, stored in module_rows:
+            rows.append(row)
+            where.append((name, k, count, sizes, stored))
     values = torch.stack(rows).tolist()  # the one host read
     shared = {name: count for name, _, count, _, _ in where}
     modules: dict[str, ProbeModuleCertificate] = {}
-    for (name, k, _, sizes, stored), row in zip(where, values):
-        c = _module(row, sizes, stored, probes, u, x_lo, x_hi, delta=delta, seed=seed,
+    for (name, k, _, (m, n, R, p), stored), row in zip(where, values):
+        if (m + n + R + p + 9) * u > _MAX_CU:  # float32 probes only: float64's c would need to pass 1e12
+            raise ValueError(f"dtype(={dtype}) rounds too coarsely for module {name!r}: "
+                             f"c u = {(m + n + R + p + 9) * u:.1e} > {_MAX_CU:g}; pass dtype=torch.float64")
+        c = _module(row, (m + n + R + 8, m + n + R + p + 9), stored, probes, u, x_lo, x_hi, delta=delta, seed=seed,
                     client=None if shared[name] == 1 else k)
         if name not in modules or c.bound > modules[name].bound:
             modules[name] = c
     return ProbeCertificate(modules, probes=probes, delta=delta, seed=seed)
+
+
+def _module_rows(exact: ExactAggregate, name: str, downs: list, dtype: torch.dtype, probes_of):
+    """(client, distinct count, row, (m, n, R, p), stored) per distinct downlink of module
+    ``name``, from its weighted float64 factors (:meth:`ExactAggregate.factors`), brought to
+    unit scale first unless nothing can under- or overflow (module docstring, "Range"), then
+    cast to ``dtype``. The row: ||S z_j|| (k), ||E z_j|| (k), ||z_j|| (k), N_S, N_G, the
+    scale's exponent, the stored stack's T."""
+    f = exact.factors(name)
+    if _unscaled(exact, downs, dtype):
+        X, Y, ks = f.X.to(dtype), f.Y.to(dtype), None
+        scale = f.X.new_zeros(1)
+    else:
+        X64, Y64, ks = unit_scaled(f.X, f.Y)
+        X, Y = X64.to(dtype), Y64.to(dtype)
+        scale = (ks[0] + ks[1]).to(torch.float64).reshape(1)
+    m, R, n = X.shape[0], X.shape[1], Y.shape[1]
+    Zt, z_norms = probes_of(n)
+    SZ = (Zt @ Y.mT) @ X.mT  # (k, m): row j is (S z_j)^T
+    NS = _norm_sum(X, Y)
+    s_norms = torch.linalg.vector_norm(SZ.double(), dim=1)
+    slack = f.slack_terms()
+    for k, down, count in downs:
+        U, V = update_factors(down, name, k, exact.single, f.X, f.Y)
+        if ks is not None:
+            U, V, _ = unit_scaled(U, V, ks)
+        U, V = U.to(dtype), V.to(dtype)
+        EZ = SZ - (Zt @ V.mT) @ U.mT
+        e_norms = torch.linalg.vector_norm(EZ.double(), dim=1)
+        row = torch.cat([s_norms, e_norms, z_norms, NS.reshape(1), _norm_sum(U, V).reshape(1), scale, slack])
+        yield k, count, row, (m, n, R, U.shape[1]), f.stored
+
+
+def _parted_rows(parts: StackParts, downs: list, name: str, probes_of, made: dict):
+    """:func:`_module_rows` for float64 probes on NARROW numbers, from the stack's parts as
+    they are held (:class:`fraq.aggregators.certificate.StackParts`): each side joined into
+    one float64 copy (a cast, exact, of the module alone, so it stays in cache for the product
+    that reads it), the coefficients applied to the (k, R) product :math:`Z^\top Y^\top`,
+    never to the stack. Every rank-1 term's computed contribution then takes at most n + R
+    + 2 roundings before the subtraction (the length-n and length-R inner products, the
+    coefficient's own rounding and its multiply), within the module docstring's c_S and c_E,
+    which allow 8 for forming the stack; N_S and N_G are the weighted terms' norms as before."""
+    Xt, Y = _joined(parts.xt), _joined(parts.y)
+    R, m, n = Xt.shape[0], Xt.shape[1], Y.shape[1]
+    Zt, z_norms = probes_of(n)
+    nx, ny = _row_norms(Xt), _row_norms(Y)
+    P, terms = Zt @ Y.mT, nx * ny
+    if parts.coefficients is not None:
+        c = _per_row(parts.coefficients, [y.shape[0] for y in parts.y], Y, made)
+        P, terms = P * c, terms * c.abs()
+    SZ = P @ Xt
+    s_norms = torch.linalg.vector_norm(SZ, dim=1)
+    NS, zero = terms.sum().reshape(1), Y.new_zeros(1)
+    slack = zero if parts.stored is None else (math.sqrt(m) * ny.sum() + math.sqrt(n) * nx.sum()).reshape(1)
+    for k, down, count in downs:
+        terms_g = update_terms(down, name, k, False)
+        if terms_g:
+            Ut, V = _joined([f.B.mT for f in terms_g]), _joined([f.A for f in terms_g])
+            check_update_shape(Ut.shape[1], V.shape[1], m, n, name, k)
+            cg = _per_row([f.scale for f in terms_g], [f.A.shape[0] for f in terms_g], Y, made)
+            EZ = SZ - ((Zt @ V.mT) * cg) @ Ut
+            NG = (_row_norms(Ut) * _row_norms(V) * cg.abs()).sum()
+            p = Ut.shape[0]
+        else:  # no update: G = 0
+            EZ, NG, p = SZ, zero, 0
+        e_norms = torch.linalg.vector_norm(EZ, dim=1)
+        row = torch.cat([s_norms, e_norms, z_norms, NS, NG.reshape(1), zero, slack])
+        yield k, count, row, (m, n, R, p), parts.stored
+
+
+def _joined(blocks: tuple[torch.Tensor, ...] | list[torch.Tensor]) -> torch.Tensor:
+    """The blocks (r_j, L) stacked into one (sum r_j, L) float64 tensor, each entry cast
+    exactly: joined in their own dtype, then cast (two passes over the module, cheaper than
+    a cast into place). Blocks that are transposed views (a B^T) are joined as their
+    contiguous transposes and the result returned as a transposed view."""
+    if len(blocks) == 1:  # the cast keeps the layout
+        return blocks[0].to(torch.float64, copy=True)
+    if not blocks[0].is_contiguous() and blocks[0].mT.is_contiguous():
+        return torch.cat([b.mT for b in blocks], dim=1).to(torch.float64).mT
+    return torch.cat(list(blocks)).to(torch.float64)
+
+
+def _row_norms(T: torch.Tensor) -> torch.Tensor:
+    """The 2-norms of T's rows in T's dtype (float64: NARROW numbers neither under- nor
+    overflow when squared), reduced along the contiguous dimension either way."""
+    if T.is_contiguous():
+        return torch.linalg.vector_norm(T, dim=1)
+    return (T * T).sum(1).sqrt()
+
+
+def _per_row(coefficients, rows: list[int], like: torch.Tensor, made: dict) -> torch.Tensor:
+    """The coefficients, block j's repeated rows[j] times, as one float64 vector on
+    ``like``'s device, made there from host floats (no host data is copied: no host read),
+    once per distinct (coefficients, rows) in ``made`` (modules of the same client ranks
+    and scales share it)."""
+    key = (tuple(coefficients), tuple(rows))
+    if key not in made:
+        made[key] = torch.cat([like.new_full((r,), c, dtype=torch.float64) for c, r in zip(*key)])
+    return made[key]
 
 
 def _unscaled(exact: ExactAggregate, downs: list, dtype: torch.dtype) -> bool:

@@ -17,7 +17,7 @@ import torch
 
 from fraq._stack import _column_factors, normalized_weights
 from fraq._validation import check_finite, maybe_non_finite
-from fraq.aggregators.certificate import NARROW, ExactAggregate, ExactFactors, upload_aggregate
+from fraq.aggregators.certificate import NARROW, ExactAggregate, ExactFactors, StackParts, upload_aggregate
 from fraq.aggregators.group import Group, ModuleSpec, weighted_overflow
 from fraq.aggregators.payload import ClientUpdate
 from fraq.aggregators.upload_layout import Layout, check_weight
@@ -315,8 +315,14 @@ class RoundBuffer:
                                      "buffer; certify against the uploads")
                 return ExactFactors(Bt[l].mT.double(), A[l].double(), stored=self.dtype)
 
+            def parts(name: str) -> StackParts:
+                Bt, A, l = where[name]
+                if Bt is None:
+                    factors(name)  # refused there, with the reason
+                return StackParts((Bt[l],), (A[l],), None, stored=self.dtype)
+
             exact = ExactAggregate(self._names, self.clients, False, self.device, factors, "the round buffer",
-                                   narrow=self.dtype in NARROW)
+                                   narrow=self.dtype in NARROW, parts=parts)
         return exact if result is None else exact.check(result)
 
     def certificate(self, result, method: str = "gram", **probe_options):
