@@ -66,8 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     def source():  # what one round aggregates and certifies: the list, or a buffer holding it
         if args.source == "uploads":
             return ups
-        buf = agg.open_round(model.shapes, clients=len(ups), ranks=[u.factors[next(iter(model.shapes))][1].shape[0]
-                                                                      for u in ups])
+        buf = agg.open_round(model.shapes, clients=len(ups), ranks=list(model.preset.ranks))
         for u in ups:
             buf.add(u)
         return buf

@@ -192,20 +192,33 @@ def test_a_wrong_adapter_is_flagged_from_the_buffer(kind):
             assert cert[name].error > 0.05, name
 
 
-def test_split_round_certifies_every_module_from_its_buffers():
+@pytest.mark.parametrize("dtype", [F64, F32])
+def test_split_round_certifies_every_module_from_its_buffers(monkeypatch, dtype):
     """fraq:rank=5 splits the round (one module's limit is 3): the joined certificate is
-    each module's, against the dense float64 error."""
+    each module's, against the dense float64 error. Float64 buffers take the powers-of-two
+    scaling; float32 ones (NARROW) skip it, and the probe certificate reads each buffer's
+    stacks as held (no weighted float64 stack formed)."""
+    import fraq.aggregators.certificate as cm
+    import fraq.aggregators.probe_certificate as pc
+
     shapes = {"q": (16, 12), "head": (3, 12), "v": (16, 12)}
     g = torch.Generator().manual_seed(0)
     ranks = [2, 4]
-    ups = [ClientUpdate({m: (torch.randn(a, r, generator=g, dtype=F64), torch.randn(r, b, generator=g, dtype=F64))
+    ups = [ClientUpdate({m: (torch.randn(a, r, generator=g, dtype=F64).to(dtype),
+                             torch.randn(r, b, generator=g, dtype=F64).to(dtype))
                          for m, (a, b) in shapes.items()}, scale=s, weight=w)
            for r, s, w in zip(ranks, (2.0, 0.5), (10.0, 30.0))]
-    buf = open_capped_round(get_aggregator("fraq", rank=5), shapes, clients=2, ranks=ranks, dtype=F64)
+    buf = open_capped_round(get_aggregator("fraq", rank=5), shapes, clients=2, ranks=ranks, dtype=dtype)
     assert isinstance(buf, SplitRound)
     for k in (1, 0):
         buf.add(ups[k], client=k)
     res = buf.aggregate()
+    routes = []
+    real_unscaled, real_parted = cm.unscaled, pc._parted_rows
+    monkeypatch.setattr(cm, "unscaled", lambda *a: routes.append("gram unscaled" if real_unscaled(*a) else
+                                                                  "gram scaled") or real_unscaled(*a))
+    monkeypatch.setattr(pc, "_parted_rows", lambda *a: routes.append("probe parts") or real_parted(*a))
+    want = ["gram scaled"] * 3 if dtype == F64 else ["gram unscaled"] * 3 + ["probe parts"] * 3
     for kind in ("gram", "probe"):
         cert = buf.certificate(res, kind)
         assert list(cert) == list(shapes)
@@ -214,6 +227,7 @@ def test_split_round_certifies_every_module_from_its_buffers():
             assert cert[name].bound >= ref, (kind, name)
             if kind == "gram":
                 assert abs(cert[name].error - ref) <= SLACK * cert[name].resolution * (1 + ref), name
+    assert routes == want
 
 
 def test_certificate_from_a_buffer_refuses_before_any_work():

@@ -359,9 +359,10 @@ def test_the_unscaled_route_from_the_round_buffer(monkeypatch):
 
 
 def test_the_unscaled_route_uses_the_parts_and_shares_probes_by_column_count(monkeypatch):
-    """The parts route runs (no weighted float64 stack is formed: ExactAggregate.factors is
-    never called), and modules of the same n see the same probes: two identical modules
-    give identical certificates, a module of another n does not."""
+    """The parts route runs (no weighted float64 stack is formed: ExactFactors is never
+    made), and modules of the same n see the same probes: two identical modules give
+    identical certificates, and the probes are drawn once per column count, in module
+    order ((k, 10) for "a" and "b", then (k, 11) for "c")."""
     import fraq.aggregators.certificate as cm
 
     g = torch.Generator().manual_seed(4)
@@ -373,12 +374,14 @@ def test_the_unscaled_route_uses_the_parts_and_shares_probes_by_column_count(mon
 
     ups = [ClientUpdate(client(), scale=1.0, weight=1.0), ClientUpdate(client(), scale=0.5, weight=2.0)]
     res = get_aggregator("fraq", tau=0.9).aggregate(ups)
-    real = cm.ExactFactors
+    real, randn, draws = cm.ExactFactors, torch.randn, []
     monkeypatch.setattr(cm, "ExactFactors", lambda *a, **k: pytest.fail("the weighted stack was formed"))
+    monkeypatch.setattr(torch, "randn", lambda *a, **k: draws.append(a) or randn(*a, **k))
     cert = res.certificate(ups, method="probe")
     monkeypatch.setattr(cm, "ExactFactors", real)
+    monkeypatch.setattr(torch, "randn", randn)
+    assert draws == [(8, 10), (8, 11)]
     assert _fields({"x": cert["a"]}) == _fields({"x": cert["b"]})
-    assert cert["a"].error != cert["c"].error
     for mod in "abc":
         assert _dense_rel(ups, res, mod) <= cert[mod].bound, mod
 
@@ -453,3 +456,20 @@ def test_the_unscaled_route_with_per_module_scales_and_a_negative_downlink_term(
     for mod in SHAPES:
         assert _dense_rel(ups, flipped, mod) <= fast[mod].bound, mod
         assert fast[mod].error > 1.0, mod  # -G + B0 A0 / 4 is no aggregate: an O(1) error
+
+
+def test_float32_probes_refuse_a_module_too_large_for_their_rounding_bound():
+    """c u <= 1e-3 keeps the bound's 1.01 honest (module docstring): at float32's u = 2^-24
+    a module with m + n + R + p + 9 > 16,777 is refused with its name and the remedy, and
+    float64 probes certify it (the bound holds against the float64 dense error)."""
+    g = torch.Generator().manual_seed(5)
+    ups = [ClientUpdate({"small": (torch.randn(6, 2, generator=g), torch.randn(2, 5, generator=g)),
+                         "long": (torch.randn(16_800, 2, generator=g), torch.randn(2, 4, generator=g))},
+                        scale=1.0, weight=1.0 + k) for k in range(2)]
+    res = get_aggregator("fraq", tau=0.9).aggregate(ups)
+    with pytest.raises(ValueError, match=r"dtype\(=torch.float32\) rounds too coarsely for module 'long'.*"
+                                         r"pass dtype=torch.float64"):
+        res.certificate(ups, method="probe", dtype=F32)
+    cert = res.certificate(ups, method="probe")
+    for mod in ("small", "long"):
+        assert _dense_rel(ups, res, mod) <= cert[mod].bound, mod

@@ -105,7 +105,9 @@ own rounding and its multiply), inside the 8 that c_S and c_E allow for forming 
 stack; N_S and N_G are the weighted terms' norms as before. Its computed norms and the
 scaled route's are each within the rounding bound of the exact ones, hence within twice
 it of each other (``tests/test_probe_certificate.py`` checks that, and both against the
-float64 dense error).
+float64 dense error). So may the same numbers held in another layout (a B or a view of
+B^T): a BLAS sums them in another order, and the certificates agree within that bound,
+not bit for bit.
 
 Probes by column count. One (k, n) draw per column count n, in module order, serves
 every module of that n: a module's bound is a statement about its own error, fixed
@@ -370,16 +372,16 @@ def certify_probe_exact(exact: ExactAggregate, result: AggregationResult, *, pro
                 module_rows = _parted_rows(parts, downs, name, probes_of(parts.y[0].shape[1]), made)
             else:
                 module_rows = _module_rows(exact, name, downs, dtype, probes_of)
-            for k, count, row, sizes, stored in module_rows:
+            for k, count, row, (m, n, R, p), stored in module_rows:
+                if (m + n + R + p + 9) * u > _MAX_CU:  # float32 probes only: float64's c would need to pass 1e12
+                    raise ValueError(f"dtype(={dtype}) rounds too coarsely for module {name!r}: "
+                                     f"c u = {(m + n + R + p + 9) * u:.1e} > {_MAX_CU:g}; pass dtype=torch.float64")
                 rows.append(row)
-                where.append((name, k, count, sizes, stored))
+                where.append((name, k, count, (m, n, R, p), stored))
     values = torch.stack(rows).tolist()  # the one host read
     shared = {name: count for name, _, count, _, _ in where}
     modules: dict[str, ProbeModuleCertificate] = {}
     for (name, k, _, (m, n, R, p), stored), row in zip(where, values):
-        if (m + n + R + p + 9) * u > _MAX_CU:  # float32 probes only: float64's c would need to pass 1e12
-            raise ValueError(f"dtype(={dtype}) rounds too coarsely for module {name!r}: "
-                             f"c u = {(m + n + R + p + 9) * u:.1e} > {_MAX_CU:g}; pass dtype=torch.float64")
         c = _module(row, (m + n + R + 8, m + n + R + p + 9), stored, probes, u, x_lo, x_hi, delta=delta, seed=seed,
                     client=None if shared[name] == 1 else k)
         if name not in modules or c.bound > modules[name].bound:
