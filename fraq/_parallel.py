@@ -64,8 +64,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-__all__ = ["CHUNK_BYTES", "FANOUT_BYTES", "batch_map", "chunk_bounds", "fanout_available", "map_chunks", "one_thread",
-           "over_chunks"]
+__all__ = ["CHUNK_BYTES", "FANOUT_BYTES", "TEAM_WORK", "batch_map", "chunk_bounds", "fanout_available", "map_chunks",
+           "one_thread", "over_chunks", "team_work"]
 
 CHUNK_BYTES = 16 * 2**20
 """Working set a CPU chunk of a pipeline aims at (bytes), summed over its matrices (at
@@ -83,7 +83,32 @@ per-call overhead. On CUDA a batch always runs whole, in one synchronization."""
 FANOUT_BYTES = 2 * 2**20
 """Working set (bytes, as for :data:`CHUNK_BYTES`) from which a CPU batch is shared by the
 threads chunk by chunk, each chunk's whole pipeline on one thread. Below it the batch
-runs whole, GEMMs on the BLAS threads: per-chunk calls would cost more than they share."""
+runs whole, GEMMs on the BLAS threads when they are large enough to repay a thread team
+(:data:`TEAM_WORK`), else on one thread: per-chunk calls would cost more than they share."""
+
+TEAM_WORK = 8 * 10**6
+"""Multiply-adds per matrix ((d + D) r^2 for the recompression, its Grams' and map back's
+GEMMs) below which a CPU batch that runs whole runs on one thread (:func:`one_thread`):
+waking an OpenMP team costs microseconds per op, and the ops of a small matrix (an r x r
+Gram, an r x D product at r = 16) take little more, so the team made such calls slower
+than one thread (docs/performance.md, "Threads"), breaking the rule that more threads
+never make a call slower. Above it the GEMMs keep the team, which pays."""
+
+
+
+@contextlib.contextmanager
+def team_work(value: float):
+    """:data:`TEAM_WORK` set to ``value`` inside the block, restored after: for a benchmark
+    that compares the rule with another threshold in one run
+    (``python -m benchmarks.thread_scaling --team-work``). Process-wide; not for use while
+    other threads recompress."""
+    global TEAM_WORK
+    before, TEAM_WORK = TEAM_WORK, value
+    try:
+        yield
+    finally:
+        TEAM_WORK = before
+
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -346,14 +371,15 @@ def chunk_bounds(nb: int, item_bytes: int) -> list[int]:
 
 
 def over_chunks(fn: Callable[..., object], join: Callable[[list, list[int]], object], item_bytes: int,
-                *tensors: torch.Tensor) -> object:
+                *tensors: torch.Tensor, item_work: float = math.inf) -> object:
     """A batch pipeline applied from outside, the way scipy applies ``svd`` over a batch.
 
     ``fn(*tensors, offset)`` computes a batch (leading dimension nb) that starts at
     matrix ``offset`` of the caller's. On a CPU, a batch larger than one chunk
     (:func:`chunk_bounds`) runs chunk by chunk through :func:`map_chunks` and
     ``join(parts, bounds)`` assembles the chunks' results; otherwise (CUDA, one chunk)
-    ``fn(*tensors, 0)`` runs whole.
+    ``fn(*tensors, 0)`` runs whole, on the CPU on one thread (:func:`one_thread`) when
+    ``item_work``, the multiply-adds of one matrix's GEMMs, is below :data:`TEAM_WORK`.
     """
     first = tensors[0]
     nb = first.shape[0]
@@ -361,4 +387,7 @@ def over_chunks(fn: Callable[..., object], join: Callable[[list, list[int]], obj
         bounds = chunk_bounds(nb, item_bytes)
         if len(bounds) > 2:
             return join(map_chunks(fn, bounds, *tensors, with_offset=True), bounds)
+    if first.device.type == "cpu" and item_work < TEAM_WORK and torch.get_num_threads() > 1:
+        with one_thread():
+            return fn(*tensors, 0)
     return fn(*tensors, 0)

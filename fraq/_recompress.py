@@ -293,7 +293,8 @@ def _stepwise(plan: Plan, B: torch.Tensor, A: torch.Tensor) -> RecompressResult:
     def join(parts: list[RecompressResult], bounds: list[int]) -> RecompressResult:  # only when chunked
         return join_results(parts, bounds, batch, {**REGISTRY[plan.backend].info_rules, **INFO_RULES})
 
-    return over_chunks(run, join, plan.workspace_bytes(d, D, r), B.reshape(nb, m, r), A.reshape(nb, r, n))
+    return over_chunks(run, join, plan.workspace_bytes(d, D, r), B.reshape(nb, m, r), A.reshape(nb, r, n),
+                       item_work=(d + D) * r * r)
 
 
 def _pipeline(plan: Plan, whole: tuple, batch: tuple, B: torch.Tensor, A: torch.Tensor,

@@ -58,6 +58,8 @@ SURFACE = {
     "start_checked_all": "fraq._recompress",
     "basis_and_gram": "fraq._static",
     "CHUNK_BYTES": "fraq._parallel",
+    "TEAM_WORK": "fraq._parallel",
+    "team_work": "fraq._parallel",
     "batched": "fraq.aggregators._linalg",
     "defaults_for": "fraq._defaults",
 }

@@ -346,3 +346,50 @@ def test_one_thread_block_then_settings_restored():
         with _parallel.one_thread():
             assert torch.get_num_threads() == 1 and omp_get() == 1 and _mkl_get()() == 1
         assert _settings() == before
+
+
+@needs_fanout
+@pytest.mark.parametrize("work,team", [(_parallel.TEAM_WORK - 1, False), (_parallel.TEAM_WORK, True)])
+def test_a_whole_batch_below_the_team_work_runs_on_one_thread(work, team):
+    """over_chunks runs a batch that fits one chunk whole; below TEAM_WORK multiply-adds per
+    matrix on one thread (its GEMMs too small to repay a thread team), from it on the
+    caller's threads; the settings restored after either way."""
+    seen = []
+    _, _, omp_get = _parallel._thread_controls()
+
+    def fn(X, offset):
+        seen.append((torch.get_num_threads(), omp_get(), _mkl_get()()))
+        return X
+
+    X = torch.randn(2, 4, 4)
+    with torch_threads(2):
+        before = _settings()
+        _parallel.over_chunks(fn, None, 64, X, item_work=work)
+        assert _settings() == before
+    assert seen == [(2, 2, seen[0][2])] if team else seen == [(1, 1, 1)]
+
+
+@needs_fanout
+@pytest.mark.parametrize("nb,m,n,r,team", [(2, 768, 768, 16, False), (4, 768, 768, 32, False),
+                                           (1, 768, 3072, 64, True), (1, 3072, 3072, 64, True)])
+def test_recompress_runs_a_small_whole_batch_on_one_thread(monkeypatch, nb, m, n, r, team):
+    """fraq.recompress at two torch threads: a batch within one chunk whose matrices need
+    fewer than TEAM_WORK multiply-adds ((m + n) r^2) runs its pipeline on one thread; a
+    larger one keeps both threads for its GEMMs."""
+    import fraq
+    import fraq._recompress as rc
+
+    assert ((m + n) * r * r >= _parallel.TEAM_WORK) == team
+    seen, real = [], rc._pipeline
+
+    def spy(*args):
+        seen.append(torch.get_num_threads())
+        return real(*args)
+
+    monkeypatch.setattr(rc, "_pipeline", spy)
+    g = torch.Generator().manual_seed(m + r)
+    B, A = torch.randn(nb, m, r, generator=g), torch.randn(nb, r, n, generator=g)
+    with torch_threads(2):
+        fraq.recompress(B, A, tau=0.9)
+        assert torch.get_num_threads() == 2
+    assert seen == [2 if team else 1]
