@@ -240,13 +240,18 @@ def fill_stacks(B: torch.Tensor | None, A: torch.Tensor, clients: Iterable[tuple
     a caller may fill disjoint stacks from several threads or streams. On a CPU with more
     than one torch thread, a batch of stacks worth sharing (:func:`fraq._parallel.chunk_bounds`)
     is filled chunk by chunk of matrices, one thread per chunk, each copy on its thread
-    alone (:func:`fraq._parallel.map_chunks`), as :func:`fraq.recompress` shares its batch.
+    alone (:func:`fraq._parallel.map_chunks`), as :func:`fraq.recompress` shares its batch;
+    a batch of one chunk is filled whole on the caller (a chunk's slicing costs ops and
+    shares nothing).
     """
     clients = list(clients)
     if A.dim() < 3 or A.shape[0] < 2 or A.device.type != "cpu" or torch.get_num_threads() < 2:
         _fill(B, A, clients, a, s, None, in_dtype)
         return
     bounds = chunk_bounds(A.shape[0], (A[0].numel() + (0 if B is None else B[0].numel())) * A.element_size())
+    if len(bounds) == 2:  # one chunk: the whole stacks on the caller, without a chunk's slicing
+        _fill(B, A, clients, a, s, None, in_dtype)
+        return
 
     def chunk(Ac: torch.Tensor, lo: int) -> None:
         span = slice(lo, lo + Ac.shape[0])
