@@ -6,9 +6,9 @@ each block a run of calls at one thread then a run at T (default: torch's thread
 when more than one, else 2), and prints per case the median of the per-block ratios
 T threads / one thread with the smallest and largest, and ``SLOWER`` where even the
 smallest ratio is above 1.05 (a slowdown no block's noise explains). ``--team-work W``
-runs the T-thread side with ``fraq.internals.TEAM_WORK`` set to W (0: every whole
-batch keeps the thread team), to compare the rule against another threshold in the same
-run. A ratio is only as steady as the machine: take it with the load average well under
+adds to each block a run at T threads with ``fraq.internals.TEAM_WORK`` set to W (0:
+every whole batch keeps the thread team) and its ratio (``other``), to compare the rule
+with another threshold in the same run. A ratio is only as steady as the machine: take it with the load average well under
 one, nothing else running.
 
 The calls: ``recompress`` (:func:`fraq.recompress` at tau = 0.95 on a grid of batch
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--calls", type=_calls_arg, default=list(CALLS),
                    help=f"the calls to time, comma-separated (default {','.join(CALLS)})")
     p.add_argument("--team-work", type=float, default=None,
-                   help="fraq.internals.TEAM_WORK on the T-thread side (default the library's)")
+                   help="also time T threads with fraq.internals.TEAM_WORK at this value, in the same blocks")
     p.add_argument("--quick", action="store_true", help="one small case per call (a check of the command)")
     args = p.parse_args(argv)
     from fraq.internals import TEAM_WORK, team_work
@@ -115,25 +115,32 @@ def main(argv: list[str] | None = None) -> None:
     if threads < 2:
         p.error(f"--threads(={threads}) must be at least 2: it is compared with one thread")
     before = torch.get_num_threads()
-    work = TEAM_WORK if args.team_work is None else args.team_work
     seconds = 0.01 if args.quick else 0.15
+    other = "" if args.team_work is None else f"; also {threads} threads at TEAM_WORK {args.team_work:g} (other)"
     print(f"{threads} threads / 1 thread, median of {args.blocks} interleaved blocks [smallest, largest]; "
-          f"TEAM_WORK {work:g} at {threads} threads; "
-          f"torch {torch.__version__}")
+          f"TEAM_WORK {TEAM_WORK:g}{other}; torch {torch.__version__}")
     try:
         for label, fn in cases(args.calls, args.quick):
-            ones, many = [], []
+            ones, many, alts = [], [], []
             for _ in range(args.blocks):
                 ones.append(_block(fn, 1, seconds))
-                with team_work(work):
-                    many.append(_block(fn, threads, seconds))
-            ratios = [b / a for a, b in zip(ones, many)]
-            flag = "  SLOWER" if min(ratios) > SLOWER else ""
-            print(f"{label:40s} 1 thread {1e3 * statistics.median(ones):9.3f} ms  {threads} threads "
-                  f"{1e3 * statistics.median(many):9.3f} ms  ratio {statistics.median(ratios):.3f} "
-                  f"[{min(ratios):.3f}, {max(ratios):.3f}]{flag}", flush=True)
+                many.append(_block(fn, threads, seconds))
+                if args.team_work is not None:
+                    with team_work(args.team_work):
+                        alts.append(_block(fn, threads, seconds))
+            line = f"{label:40s} 1 thread {1e3 * statistics.median(ones):9.3f} ms  " + _ratio(ones, many)
+            if alts:
+                line += "   other " + _ratio(ones, alts)
+            print(line + ("  SLOWER" if min(b / a for a, b in zip(ones, many)) > SLOWER else ""), flush=True)
     finally:
         torch.set_num_threads(before)
+
+
+def _ratio(ones: list[float], many: list[float]) -> str:
+    """``T-thread ms, ratio median [smallest, largest]`` of the per-block ratios."""
+    ratios = [b / a for a, b in zip(ones, many)]
+    return (f"{1e3 * statistics.median(many):9.3f} ms  ratio {statistics.median(ratios):.3f} "
+            f"[{min(ratios):.3f}, {max(ratios):.3f}]")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ def test_quick_run_reports_every_call_and_restores_the_threads(capsys):
     before = torch.get_num_threads()
     thread_scaling.main(["--quick", "--blocks", "1", "--calls", "recompress,stack,probe", "--team-work", "0"])
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("2 threads / 1 thread") and "TEAM_WORK 0 at 2 threads" in out[0]
+    assert out[0].startswith("2 threads / 1 thread") and "at TEAM_WORK 0 (other)" in out[0]
+    assert all(" other " in line for line in out[1:])
     assert [line.split()[0] for line in out[1:]] == ["recompress", "stack", "probe"]
     assert all(" ratio " in line for line in out[1:])
     assert torch.get_num_threads() == before
