@@ -23,35 +23,22 @@ import time
 
 import torch
 
+from benchmarks._options import names_of, positive
+
 METHODS = ("gram", "probe")
 """The certificates :meth:`fraq.aggregators.AggregationResult.certificate` computes."""
 SOURCES = ("uploads", "buffer")
 """Where a round's uploads are held: the list ``aggregate`` takes, or a round buffer."""
 
 
-def _methods(text: str) -> list[str]:
-    names = [m for m in text.split(",") if m]
-    bad = [m for m in names if m not in METHODS]
-    if bad or not names:
-        raise argparse.ArgumentTypeError(f"--methods(={text!r}): a comma-separated list of {', '.join(METHODS)}")
-    return names
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.certificate_cost", description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="roberta-base")
-    p.add_argument("--rounds", type=_positive, default=15)
+    p.add_argument("--rounds", type=positive, default=15)
     p.add_argument("--tau", type=float, default=0.95)
-    p.add_argument("--methods", type=_methods, default=list(METHODS),
+    p.add_argument("--methods", type=names_of("--methods", METHODS), default=list(METHODS),
                    help=f"the certificates to time, comma-separated (default {','.join(METHODS)})")
-    p.add_argument("--layers", type=_positive, default=None, help="build the preset on this many layers (default all)")
+    p.add_argument("--layers", type=positive, default=None, help="build the preset on this many layers (default all)")
     p.add_argument("--source", choices=SOURCES, default="uploads",
                    help="uploads: aggregate(list) and certify against the list; buffer: each round's uploads "
                         "added (untimed) to a round buffer, its aggregate() timed and certified from its stacks")

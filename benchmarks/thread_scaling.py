@@ -28,6 +28,8 @@ from collections.abc import Callable
 
 import torch
 
+from benchmarks._options import names_of, positive
+
 CALLS = ("recompress", "stack", "aggregate", "probe")
 """The calls this benchmark times (the module docstring)."""
 
@@ -38,21 +40,6 @@ QUICK = [(2, 64, 64, 16)]
 """The grid of ``--quick``: one small case, for a test of the command."""
 SLOWER = 1.05
 """A case whose smallest per-block ratio exceeds this is reported ``SLOWER``."""
-
-
-def _calls_arg(text: str) -> list[str]:
-    names = [c for c in text.split(",") if c]
-    bad = [c for c in names if c not in CALLS]
-    if bad or not names:
-        raise argparse.ArgumentTypeError(f"--calls(={text!r}): a comma-separated list of {', '.join(CALLS)}")
-    return names
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def cases(calls: list[str], quick: bool) -> list[tuple[str, Callable[[], object]]]:
@@ -100,10 +87,10 @@ def _block(fn: Callable[[], object], threads: int, seconds: float) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.thread_scaling", description=__doc__.split("\n\n")[0])
-    p.add_argument("--threads", type=_positive, default=None,
+    p.add_argument("--threads", type=positive, default=None,
                    help="the thread count compared with one (default torch's when more than one, else 2)")
-    p.add_argument("--blocks", type=_positive, default=6, help="interleaved blocks per case (default 6)")
-    p.add_argument("--calls", type=_calls_arg, default=list(CALLS),
+    p.add_argument("--blocks", type=positive, default=6, help="interleaved blocks per case (default 6)")
+    p.add_argument("--calls", type=names_of("--calls", CALLS), default=list(CALLS),
                    help=f"the calls to time, comma-separated (default {','.join(CALLS)})")
     p.add_argument("--team-work", type=float, default=None,
                    help="also time T threads with fraq.internals.TEAM_WORK at this value, in the same blocks")
