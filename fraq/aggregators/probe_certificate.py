@@ -99,14 +99,14 @@ change no computed ratio. That common case reads the stack as it is held
 stacks): each side joined and cast to float64 for its module alone (exact; the copy is
 still in cache when the product reads it), and the weights :math:`a_k s_k` (and a
 downlink term's scale) applied to the (k, R) product :math:`Z^\top Y^\top` rather than
-to the stack, so no weighted float64 stack is formed. A rank-1 term then takes at most
-n + R + 2 roundings before the subtraction (the two inner products, the coefficient's
-own rounding and its multiply), inside the 8 that c_S and c_E allow for forming the
-stack; N_S and N_G are the weighted terms' norms as before. Its computed norms and the
-scaled route's are each within the rounding bound of the exact ones, hence within twice
-it of each other (``tests/test_probe_certificate.py`` checks that, and both against the
-float64 dense error). So may the same numbers held in another layout (a B or a view of
-B^T): a BLAS sums them in another order, and the certificates agree within that bound,
+to the stack, so no weighted float64 stack is formed. Besides the two inner products
+(lengths n and R), a rank-1 term then takes two roundings of its own (the coefficient's
+and its multiply) where c_S and c_E allow 8 for forming the stack; N_S and N_G are the
+weighted terms' norms as before. Its computed norms and the scaled route's are each
+within the rounding bound of the exact ones, hence within twice it of each other
+(``tests/test_probe_certificate.py`` checks that, and both against the float64 dense
+error). The same holds for the same numbers held in another layout (a B, or a view of
+B^T): a BLAS may sum them in another order, so the certificates agree within that bound,
 not bit for bit.
 
 Probes by column count. One (k, n) draw per column count n, in module order, serves
