@@ -95,7 +95,6 @@ than one thread (docs/performance.md, "Threads"), breaking the rule that more th
 never make a call slower. Above it the GEMMs keep the team, which pays."""
 
 
-
 @contextlib.contextmanager
 def team_work(value: float):
     """:data:`TEAM_WORK` set to ``value`` inside the block, restored after: for a benchmark

@@ -313,9 +313,15 @@ class ExactFactors:
         (float64, on the device; 0 when ``stored`` is None): w's absolute part over eta_d."""
         if self.stored is None:
             return self.X.new_zeros(1)
-        m, n = self.X.shape[0], self.Y.shape[1]
-        return (math.sqrt(m) * torch.linalg.vector_norm(self.Y, dim=1).sum()
-                + math.sqrt(n) * torch.linalg.vector_norm(self.X, dim=0).sum()).reshape(1)
+        return stored_terms(torch.linalg.vector_norm(self.X, dim=0), torch.linalg.vector_norm(self.Y, dim=1),
+                            self.X.shape[0], self.Y.shape[1])
+
+
+def stored_terms(x_norms: torch.Tensor, y_norms: torch.Tensor, m: int, n: int) -> torch.Tensor:
+    """[T], T = sum_i (sqrt(m) ||y_i|| + sqrt(n) ||x_i||) from a stored stack's column norms
+    ||x_i|| (X is m x R) and row norms ||y_i|| (Y is R x n): the absolute part of its
+    rounding w over eta_d (module docstring, "Stored stacks")."""
+    return (math.sqrt(m) * y_norms.sum() + math.sqrt(n) * x_norms.sum()).reshape(1)
 
 
 @dataclass(frozen=True)

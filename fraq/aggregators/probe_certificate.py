@@ -130,6 +130,7 @@ from fraq.aggregators.certificate import (
     ExactAggregate,
     StackParts,
     check_update_shape,
+    stored_terms,
     _json_number,
     bound_text,
     distinct_downlinks,
@@ -440,7 +441,7 @@ def _parted_rows(parts: StackParts, downs: list, name: str, drawn: tuple[torch.T
     SZ = P @ Xt
     s_norms = torch.linalg.vector_norm(SZ, dim=1)
     NS, zero = terms.sum().reshape(1), Y.new_zeros(1)
-    slack = zero if parts.stored is None else (math.sqrt(m) * ny.sum() + math.sqrt(n) * nx.sum()).reshape(1)
+    slack = zero if parts.stored is None else stored_terms(nx, ny, m, n)
     for k, down, count in downs:
         terms_g = update_terms(down, name, k, False)
         if terms_g:
@@ -479,7 +480,8 @@ def _row_norms(T: torch.Tensor) -> torch.Tensor:
 
 def _per_row(coefficients, rows: list[int], like: torch.Tensor, made: dict) -> torch.Tensor:
     """The coefficients, block j's repeated rows[j] times, as one float64 vector on
-    ``like``'s device, made there from host floats (no host data is copied: no host read),
+    ``like``'s device, made there from host floats (no host data is copied: no host read,
+    where :func:`fraq._stack._column_factors`, the stacks' same vector, copies a host list),
     once per distinct (coefficients, rows) in ``made`` (modules of the same client ranks
     and scales share it)."""
     key = (tuple(coefficients), tuple(rows))

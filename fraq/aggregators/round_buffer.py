@@ -308,18 +308,20 @@ class RoundBuffer:
             where = {name: (Bt, A, l) for (bn, *_), (Bt, A) in zip(self._blocks, self._stacks)
                      for l, name in enumerate(bn)}
 
-            def factors(name: str) -> ExactFactors:
+            def held(name: str) -> tuple[torch.Tensor, torch.Tensor]:
                 Bt, A, l = where[name]
                 if Bt is None:  # its A rows carry sqrt(a_k) s_k, not the certificate's sqrt(a_k s_k)
                     raise ValueError(f"{self.aggregator.name}: single-matrix stacks cannot be certified from the "
                                      "buffer; certify against the uploads")
-                return ExactFactors(Bt[l].mT.double(), A[l].double(), stored=self.dtype)
+                return Bt[l], A[l]
+
+            def factors(name: str) -> ExactFactors:
+                Bt, A = held(name)
+                return ExactFactors(Bt.mT.double(), A.double(), stored=self.dtype)
 
             def parts(name: str) -> StackParts:
-                Bt, A, l = where[name]
-                if Bt is None:
-                    factors(name)  # refused there, with the reason
-                return StackParts((Bt[l],), (A[l],), None, stored=self.dtype)
+                Bt, A = held(name)
+                return StackParts((Bt,), (A,), None, stored=self.dtype)
 
             exact = ExactAggregate(self._names, self.clients, False, self.device, factors, "the round buffer",
                                    narrow=self.dtype in NARROW, parts=parts)
