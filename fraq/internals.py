@@ -61,6 +61,8 @@ SURFACE = {
     "TEAM_WORK": "fraq._parallel",
     "team_work": "fraq._parallel",
     "batched": "fraq.aggregators._linalg",
+    "tall_product": "fraq.aggregators._linalg",
+    "thin_svd": "fraq.aggregators._linalg",
     "defaults_for": "fraq._defaults",
 }
 """Name -> the private module that defines it."""

@@ -68,15 +68,16 @@ def qr_svd(Bs, As, *, rank=None, tau=None, weights=None, scales=None):
     """Two reduced QRs and the SVD of the core (see the module docstring), at its best: each
     QR and the core's SVD a batch split over the threads as FRAQ's (one matrix per thread,
     :func:`fraq.internals.batched`), and each Q applied to the p kept columns
-    of the core's vectors only (2 (m + n) r p, not 2 (m + n) r^2)."""
-    from fraq.internals import batched
+    of the core's vectors only (2 (m + n) r p, not 2 (m + n) r^2), the tall product
+    written column-major (:func:`fraq.internals.tall_product`)."""
+    from fraq.internals import batched, tall_product
 
     B, A = _stacks(Bs, As, weights, scales)
     Q1, R1 = batched(torch.linalg.qr, B)
     Q2, R2 = batched(torch.linalg.qr, A.mT)
     Uc, S, Vch = batched(_svd, R1 @ R2.mT)
     Bc, Ac, p = _cut(Uc, S, Vch, rank, tau, S.dtype)
-    return (Q1 @ Bc).to(Bs[0].dtype), (Ac @ Q2.mT).to(Bs[0].dtype), p
+    return tall_product(Q1, Bc).to(Bs[0].dtype), (Ac @ Q2.mT).to(Bs[0].dtype), p
 
 
 def _svd(X: torch.Tensor):
@@ -84,16 +85,26 @@ def _svd(X: torch.Tensor):
 
 
 def rsvd(Bs, As, *, rank=None, tau=None, weights=None, scales=None, seed: int = 0):
-    """A randomized SVD of x -> B (A x) (see the module docstring)."""
+    """A randomized SVD of x -> B (A x) (see the module docstring), at its best as
+    :func:`qr_svd` is: each QR a batch split over the threads
+    (:func:`fraq.internals.batched`), the wide q x n projection decomposed through its
+    transpose (:func:`fraq.internals.thin_svd`), and every product with q columns and
+    m or n rows written column-major (:func:`fraq.internals.tall_product`)."""
+    from fraq.internals import batched, tall_product, thin_svd
+
     B, A = _stacks(Bs, As, weights, scales)
     m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
     cap = min(m, n, r)
     q = cap if tau is not None else min(rank + OVERSAMPLE, cap)
     g = torch.Generator(device=B.device).manual_seed(seed)
     omega = torch.randn(*A.shape[:-2], n, q, generator=g, device=B.device, dtype=B.dtype)
-    Q = torch.linalg.qr(B @ (A @ omega)).Q
+
+    def orthonormal(M):
+        return batched(torch.linalg.qr, M)[0]
+
+    Q = orthonormal(tall_product(B, A @ omega))
     for _ in range(POWER_ITERATIONS):
-        Z = torch.linalg.qr(A.mT @ (B.mT @ Q)).Q
-        Q = torch.linalg.qr(B @ (A @ Z)).Q
-    Ut, S, Vh = torch.linalg.svd((Q.mT @ B) @ A, full_matrices=False)
-    return _cut(Q @ Ut, S, Vh, rank, tau, Bs[0].dtype)
+        Z = orthonormal(tall_product(A.mT, B.mT @ Q))
+        Q = orthonormal(tall_product(B, A @ Z))
+    Ut, S, Vh = thin_svd((Q.mT @ B) @ A)
+    return _cut(tall_product(Q, Ut), S, Vh, rank, tau, Bs[0].dtype)

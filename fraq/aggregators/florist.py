@@ -26,7 +26,7 @@ import fraq
 from fraq import _eigen
 from fraq._validation import check_tau, check_tau_or_rank, compute_dtype
 from fraq.aggregators._kernel import check_kernel
-from fraq.aggregators._linalg import product_floor, select, thin_svd
+from fraq.aggregators._linalg import product_floor, select, tall_product, thin_svd
 from fraq.backends import get_backend, resolve_backend
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.payload import WARM_START, Downlink, Factors
@@ -56,7 +56,7 @@ def florist_recompress(B: torch.Tensor, A: torch.Tensor, *, tau: float | None = 
     P = torch.matmul(SB.unsqueeze(-1) * VhB, UA * SA.unsqueeze(-2))
     UP, SP, VhP = thin_svd(P)
     p, pmax, keep = select(SP, tau=tau, rank=rank, floor=None if tau is None else product_floor(B, A))
-    Bg = torch.matmul(UB, UP[..., :, :pmax] * (SP[..., :pmax] * keep).unsqueeze(-2))
+    Bg = tall_product(UB, UP[..., :, :pmax] * (SP[..., :pmax] * keep).unsqueeze(-2))
     Ag = torch.matmul(VhP[..., :pmax, :] * keep.unsqueeze(-1), VhA)
     return Bg, Ag, p
 
