@@ -70,6 +70,7 @@ import torch
 from fraq._eigen import eigh, resolve
 from fraq._energy import energy_rule_device, floor_constant, rounding_eps
 from fraq._gram import CANCEL_LIMIT
+from fraq._layout import tall_product
 from fraq._orient import orient, unorient
 from fraq._range import limits
 from fraq._validation import compute_dtype
@@ -276,7 +277,7 @@ def _back(plan: Plan, front: _Front, Up: torch.Tensor) -> tuple[torch.Tensor, to
     """One front's retained directions mapped back at the static width: B_p = X L^{-T} U_p
     (Q U_p, applied in float64) and A_p = (L U_p)^T Y (a float32 GEMM over D)."""
     bg = front.bg
-    Bp = torch.bmm(bg.Xw, torch.bmm(bg.Linv.mT, Up)).to(plan.cdt).to(plan.out_dtype)  # Q U_p = X R^{-1} U_p
+    Bp = tall_product(bg.Xw, torch.bmm(bg.Linv.mT, Up)).to(plan.cdt).to(plan.out_dtype)  # Q U_p = X R^{-1} U_p
     Ap = torch.bmm(torch.bmm(bg.L, Up).to(plan.cdt).mT, front.Y).to(plan.out_dtype)  # U_p^T C Y
     return Bp, Ap
 

@@ -61,7 +61,7 @@ SURFACE = {
     "TEAM_WORK": "fraq._parallel",
     "team_work": "fraq._parallel",
     "batched": "fraq.aggregators._linalg",
-    "tall_product": "fraq.aggregators._linalg",
+    "tall_product": "fraq._layout",
     "thin_svd": "fraq.aggregators._linalg",
     "defaults_for": "fraq._defaults",
 }

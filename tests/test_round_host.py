@@ -24,24 +24,25 @@ CASES = [(label, name, kind) for kind in STRUCTURES for name in PRESETS for labe
 
 # Today's counts, (config, preset, structure) -> (adds, call), each (Python calls, aten ops,
 # non-view ops, host reads); "adds" is every client's add together (16x16: 8 clients,
-# reduced: RoBERTa 10, LLaMA 8). Raise only with a reason.
+# reduced: RoBERTa 10, LLaMA 8). Raise only with a reason: the static pass's B_p product written
+# column-major (fraq._layout.tall_product) adds three views and a call per shape group.
 _ADDS_16 = (748, 88, 40, 8)
 TODAY = {
-    ("fraq-cuda", "roberta-base", "16x16"): (_ADDS_16, (710, 38, 17, 5)),
-    ("fraq-cpu", "roberta-base", "16x16"): (_ADDS_16, (707, 38, 17, 5)),
-    ("fraq-call", "roberta-base", "16x16"): (_ADDS_16, (710, 38, 17, 5)),
+    ("fraq-cuda", "roberta-base", "16x16"): (_ADDS_16, (712, 38, 17, 5)),
+    ("fraq-cpu", "roberta-base", "16x16"): (_ADDS_16, (709, 38, 17, 5)),
+    ("fraq-call", "roberta-base", "16x16"): (_ADDS_16, (712, 38, 17, 5)),
     ("flora", "roberta-base", "16x16"): (_ADDS_16, (435, 7, 2, 0)),
-    ("fraq-cuda", "llama-3.2-3b", "16x16"): (_ADDS_16, (1830, 38, 17, 5)),
-    ("fraq-cpu", "llama-3.2-3b", "16x16"): (_ADDS_16, (1827, 38, 17, 5)),
-    ("fraq-call", "llama-3.2-3b", "16x16"): (_ADDS_16, (1830, 38, 17, 5)),
+    ("fraq-cuda", "llama-3.2-3b", "16x16"): (_ADDS_16, (1832, 38, 17, 5)),
+    ("fraq-cpu", "llama-3.2-3b", "16x16"): (_ADDS_16, (1829, 38, 17, 5)),
+    ("fraq-call", "llama-3.2-3b", "16x16"): (_ADDS_16, (1832, 38, 17, 5)),
     ("flora", "llama-3.2-3b", "16x16"): (_ADDS_16, (1555, 7, 2, 0)),
-    ("fraq-cuda", "roberta-base", "reduced"): ((945, 110, 50, 10), (698, 100, 56, 1)),
-    ("fraq-cpu", "roberta-base", "reduced"): ((945, 110, 50, 10), (760, 47, 23, 5)),
-    ("fraq-call", "roberta-base", "reduced"): ((945, 110, 50, 10), (698, 100, 56, 1)),
+    ("fraq-cuda", "roberta-base", "reduced"): ((945, 110, 50, 10), (702, 103, 56, 1)),
+    ("fraq-cpu", "roberta-base", "reduced"): ((945, 110, 50, 10), (762, 47, 23, 5)),
+    ("fraq-call", "roberta-base", "reduced"): ((945, 110, 50, 10), (702, 103, 56, 1)),
     ("flora", "roberta-base", "reduced"): ((945, 110, 50, 10), (465, 7, 2, 0)),
-    ("fraq-cuda", "llama-3.2-3b", "reduced"): ((1156, 280, 88, 8), (2690, 404, 224, 4)),
-    ("fraq-cpu", "llama-3.2-3b", "reduced"): ((1156, 280, 88, 8), (2878, 192, 92, 20)),
-    ("fraq-call", "llama-3.2-3b", "reduced"): ((1156, 280, 88, 8), (2591, 252, 118, 1)),
+    ("fraq-cuda", "llama-3.2-3b", "reduced"): ((1156, 280, 88, 8), (2706, 416, 224, 4)),
+    ("fraq-cpu", "llama-3.2-3b", "reduced"): ((1156, 280, 88, 8), (2886, 192, 92, 20)),
+    ("fraq-call", "llama-3.2-3b", "reduced"): ((1156, 280, 88, 8), (2601, 264, 118, 1)),
     ("flora", "llama-3.2-3b", "reduced"): ((1156, 280, 88, 8), (1714, 28, 8, 0)),
 }
 FIELDS = ("python_calls", "aten_ops", "non_view_ops", "host_reads")
@@ -164,8 +165,8 @@ _GROWTH = "FRAQ's call makes {} Python calls at 36 modules and {} at 196 ({:.1f}
 
 
 @pytest.mark.parametrize("label", [
-    pytest.param("fraq-cuda", marks=pytest.mark.xfail(strict=False, reason=_GROWTH.format(710, 1830, 1830 / 710))),
-    pytest.param("fraq-cpu", marks=pytest.mark.xfail(strict=False, reason=_GROWTH.format(707, 1827, 1827 / 707))),
+    pytest.param("fraq-cuda", marks=pytest.mark.xfail(strict=False, reason=_GROWTH.format(712, 1832, 1832 / 712))),
+    pytest.param("fraq-cpu", marks=pytest.mark.xfail(strict=False, reason=_GROWTH.format(709, 1829, 1829 / 709))),
 ])
 def test_growth_target(counts, label):
     """FRAQ's host work per call grows at most 1.3x from 36 to 196 modules (16 x 16, equal
@@ -181,9 +182,9 @@ _RATIO = "FRAQ's call makes {} Python calls to FLoRA's {} ({:.3f}x): a fixed ~46
 
 @pytest.mark.parametrize("label,name", [
     pytest.param("fraq-cuda", "roberta-base", marks=pytest.mark.xfail(strict=False,
-                                                                       reason=_RATIO.format(710, 435, 710 / 435))),
+                                                                       reason=_RATIO.format(712, 435, 712 / 435))),
     pytest.param("fraq-cpu", "roberta-base", marks=pytest.mark.xfail(strict=False,
-                                                                      reason=_RATIO.format(707, 435, 707 / 435))),
+                                                                      reason=_RATIO.format(709, 435, 709 / 435))),
     ("fraq-cuda", "llama-3.2-3b"),
     ("fraq-cpu", "llama-3.2-3b"),
 ])

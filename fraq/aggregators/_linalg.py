@@ -6,7 +6,7 @@ import torch
 
 from fraq._parallel import batch_map
 
-__all__ = ["batched", "tall_product", "thin_svd", "own_copy", "first_columns", "first_rows", "product_floor", "select"]
+__all__ = ["batched", "thin_svd", "own_copy", "first_columns", "first_rows", "product_floor", "select"]
 
 
 def batched(fn, X: torch.Tensor):
@@ -25,24 +25,6 @@ def batched(fn, X: torch.Tensor):
     if isinstance(out, tuple):
         return tuple(t.reshape(*lead, *t.shape[1:]) for t in out)
     return out.reshape(*lead, *out.shape[1:])
-
-
-def tall_product(M: torch.Tensor, N: torch.Tensor) -> torch.Tensor:
-    """``M @ N`` for M (*, m, k) and N (*, k, p), the result laid out column-major: computed
-    as ``(N^T M^T)^T``, the same dot products.
-
-    A basis applied to a few kept directions (m rows, p columns, p much smaller than m) is
-    such a product. On a CPU, MKL's GEMM takes a far slower kernel for that shape when it
-    writes the result row-major (each row p numbers long) than for the same product written
-    column-major (each column m long), whatever the operands' layouts: several times slower
-    for p = 8 in float32 and float64 (docs/performance.md, "Tall products"); written
-    column-major it is within a few percent of the row-major product where that one is
-    fastest (p near k). On CUDA the transposes are only flags to cuBLAS. Every baseline
-    that applies a basis this way calls it, so no method's time carries a layout's penalty.
-    The entries are the same sums; the rounding order within each dot product is the
-    library's, as for ``M @ N``.
-    """
-    return torch.matmul(N.mT, M.mT).mT
 
 
 def thin_svd(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -26,7 +26,8 @@ import fraq
 from fraq import _eigen
 from fraq._validation import check_tau, check_tau_or_rank, compute_dtype
 from fraq.aggregators._kernel import check_kernel
-from fraq.aggregators._linalg import product_floor, select, tall_product, thin_svd
+from fraq._layout import tall_product
+from fraq.aggregators._linalg import product_floor, select, thin_svd
 from fraq.backends import get_backend, resolve_backend
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
 from fraq.aggregators.payload import WARM_START, Downlink, Factors

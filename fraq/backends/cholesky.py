@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import torch
 
+from fraq._layout import tall_product
 from fraq._routine_flops import cholesky_flops, gemm_flops, gram_flops, trsm_flops
 from fraq.backends.base import Basis
 from fraq.backends.householder import householder
@@ -134,7 +135,7 @@ def _cholesky_impl(Xb: torch.Tensor, info: dict) -> Basis:
     def apply(U: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
         Ri = Rinv if index is None else Rinv.index_select(0, index)
         Xi = Xw if index is None else Xw.index_select(0, index)
-        return torch.matmul(Xi, torch.matmul(Ri, U.to(wide))).to(U.dtype)
+        return tall_product(Xi, torch.matmul(Ri, U.to(wide))).to(U.dtype)
 
     def complete() -> Basis:
         return with_householder_fallback(Xb, C, apply, bad, info)

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import torch
 
+from fraq._layout import tall_product
 from fraq._routine_flops import cholesky_flops, gemm_flops, gram_flops, trsm_flops
 from fraq.backends.base import Basis
 from fraq.backends.householder import householder
@@ -103,7 +104,7 @@ def _cholesky_qr2_impl(Xb: torch.Tensor, info: dict) -> Basis:
     def apply(U: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
         Q1i = Q1 if index is None else Q1.index_select(0, index)
         L2i = L2 if index is None else L2.index_select(0, index)
-        return torch.matmul(Q1i, torch.linalg.solve_triangular(L2i.mT, U, upper=True))
+        return tall_product(Q1i, torch.linalg.solve_triangular(L2i.mT, U, upper=True))
 
     return with_householder_fallback(Xb, C, apply, bad, info)
 

@@ -95,6 +95,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fraq._layout import tall_product
 from fraq._routine_flops import cholesky_flops, gemm_flops, gram_flops, trsm_flops
 from fraq.backends.base import Basis
 from fraq.backends.householder import householder
@@ -260,16 +261,16 @@ def _newton_schulz_impl(Xb: torch.Tensor, info: dict, sched: Schedule, steps, to
 
     T = torch.matmul(Q.mT, Xs)  # direct coordinates, X = 2^e Q T when Q is orthonormal
     if coords == "direct":
-        return Basis(C=rescale(T, e), apply=lambda U: torch.matmul(Q, U),
+        return Basis(C=rescale(T, e), apply=lambda U: tall_product(Q, U),
                      info=dict(info, fallback=None, fallback_count=0))
 
     Z, nbad = _inverse_sqrt_metric(W)  # Z Z^T = W^+, Q Z orthonormal on the nonzero spectrum
     info.update(fallback="pinv" if nbad else None, fallback_count=nbad)
     if coords == "lstsq":
         C = torch.matmul(Z, torch.matmul(Z.mT, T))  # W^+ T
-        return Basis(C=rescale(C, e), apply=lambda U: torch.matmul(Q, U), info=info)
+        return Basis(C=rescale(C, e), apply=lambda U: tall_product(Q, U), info=info)
     C = torch.matmul(Z.mT, T)  # L^{-1} T
-    return Basis(C=rescale(C, e), apply=lambda U: torch.matmul(Q, torch.matmul(Z, U)), info=info)
+    return Basis(C=rescale(C, e), apply=lambda U: tall_product(Q, torch.matmul(Z, U)), info=info)
 
 
 def _inverse_sqrt_metric(W: torch.Tensor) -> tuple[torch.Tensor, int]:
