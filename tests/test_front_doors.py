@@ -31,6 +31,7 @@ FRONT_DOORS = {
     "benchmarks.roofline": "python -m benchmarks.roofline",
     "benchmarks.run": "python -m benchmarks.run",
     "benchmarks.suite_once": "python -m benchmarks.suite_once",
+    "benchmarks.tall_products": "python -m benchmarks.tall_products",
     "benchmarks.thread_scaling": "python -m benchmarks.thread_scaling",
     "fraq._make_help": "make help",  # the Makefile runs fraq/_make_help.py as a script
     "fraq.cli": "fraq aggregate",  # the `fraq` console script (pyproject's [project.scripts])
