@@ -7,8 +7,9 @@ product ``M @ N`` as torch writes it (row-major) and
 alternating the two, and prints per case both medians and the median of the per-block
 ratios column-major / row-major with the smallest and largest. ``SLOWER`` marks a case
 where even the smallest ratio is above 1.05: the column-major product slower than
-torch's beyond every block's noise, which the rule (docs/performance.md, "Tall
-products") says does not happen. M is held column-major, as a LAPACK ``Q`` or a stacked
+torch's beyond every block's noise, which on MKL's AVX2 and AVX-512 paths does not
+happen (docs/performance.md, "Tall products"; MKL's generic COMPATIBLE path is another
+matter). M is held column-major, as a LAPACK ``Q`` or a stacked
 B factor is, N row-major, as a small eigen- or singular-vector block is. A ratio is only
 as steady as the machine: take it with the load average well under one, nothing else
 running.

@@ -12,12 +12,15 @@ def tall_product(M: torch.Tensor, N: torch.Tensor) -> torch.Tensor:
     as ``(N^T M^T)^T``, the same dot products.
 
     A basis applied to a few kept directions (m rows, p columns, p much smaller than m) is
-    such a product. On a CPU, MKL's GEMM takes a far slower kernel for that shape when it
-    writes the result row-major (each row p numbers long) than for the same product written
-    column-major (each column m long), whatever the operands' layouts: several times slower
-    for p = 8 in float32 and float64 (docs/performance.md, "Tall products"); written
-    column-major it is within a few percent of the row-major product where that one is
-    fastest (p near k). On CUDA the transposes are only flags to cuBLAS. Every method that
+    such a product. On a CPU, MKL's GEMM on its AVX2 and AVX-512 code paths takes a far
+    slower kernel for that shape when it writes the result row-major (each row p numbers
+    long) than for the same product written column-major (each column m long), whatever the
+    operands' layouts: several times slower for p = 8 in float32 and float64
+    (docs/performance.md, "Tall products"); written column-major it is no slower where the
+    row-major product is at its best (p near k). MKL's generic ``MKL_CBWR=COMPATIBLE`` path
+    has no such penalty and is up to 15% slower column-major on float64 there, a
+    reproducibility mode no machine runs by default. On CUDA the transposes are only flags
+    to cuBLAS. Every method that
     applies a basis this way calls it (FRAQ's explicit bases and static pipeline, and the
     baselines), so no method's time carries a layout's penalty. The entries are the same
     sums; the rounding order within each dot product is the library's, as for ``M @ N``.
