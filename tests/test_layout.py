@@ -33,3 +33,19 @@ def test_tall_product_is_the_product_written_column_major(dtype):
                 exact = M.double() @ N.double()
                 bound = (k * u / (1 - k * u)) * (M.double().abs() @ N.double().abs())
                 assert ((out.double() - exact).abs() <= bound).all(), (lead, m, k, p, m_col, n_col)
+
+
+def test_tall_product_of_empty_and_broadcast_operands_is_matmuls():
+    """Zero-size sides give matmul's shapes (zeros where k = 0); a batch broadcast against one
+    matrix or a batch of one goes through matmul's broadcasting: matmul's numbers, each entry
+    of the two within twice the dot product's rounding bound of the other."""
+    g = torch.Generator().manual_seed(3)
+    pairs = [((2, 0, 3), (2, 3, 4)), ((2, 5, 0), (2, 0, 3)), ((2, 5, 3), (2, 3, 0)), ((0, 5, 3), (0, 3, 4)),
+             ((5, 3), (2, 3, 4)), ((1, 5, 3), (2, 3, 4)), ((2, 5, 3), (3, 4))]
+    for ms, ns in pairs:
+        M, N = torch.randn(ms, generator=g, dtype=F64), torch.randn(ns, generator=g, dtype=F64)
+        out, want = tall_product(M, N), M @ N
+        assert out.shape == want.shape, (ms, ns)
+        k, u = M.shape[-1], torch.finfo(F64).eps / 2
+        bound = 2 * (k * u / (1 - k * u)) * (M.abs() @ N.abs())  # each of the two within gamma_k of the exact
+        assert ((out - want).abs() <= bound).all(), (ms, ns)
