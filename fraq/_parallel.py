@@ -65,7 +65,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 __all__ = ["CHUNK_BYTES", "FANOUT_BYTES", "TEAM_WORK", "batch_map", "chunk_bounds", "fanout_available", "map_chunks",
-           "one_thread", "over_chunks", "team_work"]
+           "one_thread", "over_chunks", "team_work", "whole_batch_threads"]
 
 CHUNK_BYTES = 16 * 2**20
 """Working set a CPU chunk of a pipeline aims at (bytes), summed over its matrices (at
@@ -386,7 +386,28 @@ def over_chunks(fn: Callable[..., object], join: Callable[[list, list[int]], obj
         bounds = chunk_bounds(nb, item_bytes)
         if len(bounds) > 2:
             return join(map_chunks(fn, bounds, *tensors, with_offset=True), bounds)
-    if first.device.type == "cpu" and item_work < TEAM_WORK and torch.get_num_threads() > 1:
+    if _small_work(first, item_work):
         with one_thread():
             return fn(*tensors, 0)
     return fn(*tensors, 0)
+
+
+def whole_batch_threads(first: torch.Tensor, item_bytes: int, item_work: float) -> contextlib.AbstractContextManager:
+    """The thread setting :func:`over_chunks` gives a batch it runs whole, for a method that
+    runs its batch whole itself (the baselines' recompressions): :func:`one_thread` where the
+    batch ``first`` (*, rows, cols) is on the CPU, fits one chunk
+    (:func:`chunk_bounds` of ``item_bytes`` per matrix) and its matrices need fewer than
+    :data:`TEAM_WORK` multiply-adds each (``item_work``), with more than one torch thread;
+    else no change. The same rule as FRAQ's at the same shapes, so that no method's time at T
+    threads carries a thread team FRAQ's does not (and more threads never make its call
+    slower)."""
+    nb = math.prod(first.shape[:-2])
+    if _small_work(first, item_work) and len(chunk_bounds(max(nb, 1), item_bytes)) == 2:
+        return one_thread()
+    return contextlib.nullcontext()
+
+
+def _small_work(first: torch.Tensor, item_work: float) -> bool:
+    """Whether a batch run whole, of matrices of ``item_work`` multiply-adds each, runs on one
+    thread: on the CPU, with more than one torch thread, below :data:`TEAM_WORK`."""
+    return first.device.type == "cpu" and item_work < TEAM_WORK and torch.get_num_threads() > 1

@@ -60,6 +60,7 @@ SURFACE = {
     "CHUNK_BYTES": "fraq._parallel",
     "TEAM_WORK": "fraq._parallel",
     "team_work": "fraq._parallel",
+    "whole_batch_threads": "fraq._parallel",
     "batched": "fraq.aggregators._linalg",
     "tall_product": "fraq._layout",
     "thin_svd": "fraq.aggregators._linalg",

@@ -393,3 +393,50 @@ def test_recompress_runs_a_small_whole_batch_on_one_thread(monkeypatch, nb, m, n
         fraq.recompress(B, A, tau=0.9)
         assert torch.get_num_threads() == 2
     assert seen == [2 if team else 1]
+
+
+@needs_fanout
+@pytest.mark.parametrize("method", ["florist", "florist:kernel=qr", "qr-svd", "rsvd"])
+@pytest.mark.parametrize("nb,m,n,r,runs", [(2, 768, 768, 16, "one thread"), (1, 768, 3072, 64, "team"),
+                                           (48, 768, 768, 16, "shared")])
+def test_the_peers_get_fraqs_thread_rule(monkeypatch, method, nb, m, n, r, runs):
+    """FLoRIST (both kernels) and the textbook baselines at two torch threads run a batch on
+    one thread exactly where fraq.recompress runs it whole on one thread at the same shapes:
+    within one chunk and below TEAM_WORK multiply-adds a matrix. A larger matrix keeps the
+    thread team for both; a batch past the fan-out budget (48 matrices) is shared by the
+    threads, FRAQ's chunk by chunk (each chunk's pipeline on one thread), the peers'
+    through their batched LAPACK calls (both threads kept)."""
+    import fraq
+    import fraq._recompress as rc
+    from benchmarks.measure import textbook
+    from benchmarks.measure.methods import get_method
+    from fraq.aggregators import florist
+
+    seen = {"fraq": [], "peer": []}
+    real_pipeline = rc._pipeline
+
+    def fraq_spy(*args):
+        seen["fraq"].append(torch.get_num_threads())
+        return real_pipeline(*args)
+
+    monkeypatch.setattr(rc, "_pipeline", fraq_spy)
+    targets = {"florist": (florist, "florist_recompress"), "florist:kernel=qr": (florist, "florist_qr_recompress"),
+               "qr-svd": (textbook, "_cut"), "rsvd": (textbook, "_cut")}
+    module, name = targets[method]
+    real = getattr(module, name)
+
+    def peer_spy(*args, **kwargs):
+        seen["peer"].append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, peer_spy)
+    g = torch.Generator().manual_seed(m + r + nb)
+    Bs = [torch.randn(nb, m, 8, generator=g) for _ in range(r // 8)]
+    As = [torch.randn(nb, 8, n, generator=g) for _ in range(r // 8)]
+    with torch_threads(2):
+        get_method(method)(Bs, As, rank=4)
+        fraq.recompress(*fraq.stack(Bs, As), rank=4)
+        assert torch.get_num_threads() == 2
+    assert seen["peer"] and set(seen["peer"]) == {1 if runs == "one thread" else 2}, seen
+    assert seen["fraq"] == {"one thread": [1], "team": [2], "shared": [1] * len(seen["fraq"])}[runs], seen
+    assert (len(seen["fraq"]) > 1) == (runs == "shared"), seen

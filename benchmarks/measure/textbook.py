@@ -47,6 +47,16 @@ def _stacks(Bs, As, weights, scales):
     return fraq.stack(Bs, As, weights, scales, dtype=compute_dtype(Bs[0].dtype))
 
 
+def _threads(B: torch.Tensor, A: torch.Tensor):
+    """FRAQ's thread rule for a batch run whole at these stacks' shapes
+    (:func:`fraq.internals.whole_batch_threads`; the stacks and their two bases per matrix,
+    (m + n) r^2 multiply-adds), as FLoRIST's recompression gets it."""
+    from fraq.internals import whole_batch_threads
+
+    m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
+    return whole_batch_threads(B, 2 * (m + n) * r * B.element_size(), (m + n) * r * r)
+
+
 def _cut(U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor, rank, tau, out_dtype):
     """The rank-p factors (B_g = U_p S_p, A_g = Vh_p) from a descending SVD, p fixed or by the energy rule."""
     import fraq
@@ -69,15 +79,17 @@ def qr_svd(Bs, As, *, rank=None, tau=None, weights=None, scales=None):
     QR and the core's SVD a batch split over the threads as FRAQ's (one matrix per thread,
     :func:`fraq.internals.batched`), and each Q applied to the p kept columns
     of the core's vectors only (2 (m + n) r p, not 2 (m + n) r^2), the tall product
-    written column-major (:func:`fraq.internals.tall_product`)."""
+    written column-major (:func:`fraq.internals.tall_product`), and a small batch on one
+    thread where FRAQ's would be (:func:`_threads`)."""
     from fraq.internals import batched, tall_product
 
     B, A = _stacks(Bs, As, weights, scales)
-    Q1, R1 = batched(torch.linalg.qr, B)
-    Q2, R2 = batched(torch.linalg.qr, A.mT)
-    Uc, S, Vch = batched(_svd, R1 @ R2.mT)
-    Bc, Ac, p = _cut(Uc, S, Vch, rank, tau, S.dtype)
-    return tall_product(Q1, Bc).to(Bs[0].dtype), (Ac @ Q2.mT).to(Bs[0].dtype), p
+    with _threads(B, A):
+        Q1, R1 = batched(torch.linalg.qr, B)
+        Q2, R2 = batched(torch.linalg.qr, A.mT)
+        Uc, S, Vch = batched(_svd, R1 @ R2.mT)
+        Bc, Ac, p = _cut(Uc, S, Vch, rank, tau, S.dtype)
+        return tall_product(Q1, Bc).to(Bs[0].dtype), (Ac @ Q2.mT).to(Bs[0].dtype), p
 
 
 def _svd(X: torch.Tensor):
@@ -88,8 +100,9 @@ def rsvd(Bs, As, *, rank=None, tau=None, weights=None, scales=None, seed: int = 
     """A randomized SVD of x -> B (A x) (see the module docstring), at its best as
     :func:`qr_svd` is: each QR a batch split over the threads
     (:func:`fraq.internals.batched`), the wide q x n projection decomposed through its
-    transpose (:func:`fraq.internals.thin_svd`), and every product with q columns and
-    m or n rows written column-major (:func:`fraq.internals.tall_product`)."""
+    transpose (:func:`fraq.internals.thin_svd`), every product with q columns and
+    m or n rows written column-major (:func:`fraq.internals.tall_product`), and a small
+    batch on one thread where FRAQ's would be (:func:`_threads`)."""
     from fraq.internals import batched, tall_product, thin_svd
 
     B, A = _stacks(Bs, As, weights, scales)
@@ -102,9 +115,10 @@ def rsvd(Bs, As, *, rank=None, tau=None, weights=None, scales=None, seed: int = 
     def orthonormal(M):
         return batched(torch.linalg.qr, M)[0]
 
-    Q = orthonormal(tall_product(B, A @ omega))
-    for _ in range(POWER_ITERATIONS):
-        Z = orthonormal(tall_product(A.mT, B.mT @ Q))
-        Q = orthonormal(tall_product(B, A @ Z))
-    Ut, S, Vh = thin_svd((Q.mT @ B) @ A)
-    return _cut(tall_product(Q, Ut), S, Vh, rank, tau, Bs[0].dtype)
+    with _threads(B, A):
+        Q = orthonormal(tall_product(B, A @ omega))
+        for _ in range(POWER_ITERATIONS):
+            Z = orthonormal(tall_product(A.mT, B.mT @ Q))
+            Q = orthonormal(tall_product(B, A @ Z))
+        Ut, S, Vh = thin_svd((Q.mT @ B) @ A)
+        return _cut(tall_product(Q, Ut), S, Vh, rank, tau, Bs[0].dtype)

@@ -27,6 +27,7 @@ from fraq import _eigen
 from fraq._validation import check_tau, check_tau_or_rank, compute_dtype
 from fraq.aggregators._kernel import check_kernel
 from fraq._layout import tall_product
+from fraq._parallel import whole_batch_threads
 from fraq.aggregators._linalg import product_floor, select, thin_svd
 from fraq.backends import get_backend, resolve_backend
 from fraq.aggregators.base import Aggregator, Group, GroupOutput
@@ -180,9 +181,13 @@ class FLoRIST(Aggregator):
         self.kernel = check_kernel(kernel, KERNELS)
 
     def _recompress(self, B: torch.Tensor, A: torch.Tensor, *, tau: float | None, rank: int | None = None):
-        if self.kernel == "qr":
-            return florist_qr_recompress(B, A, tau=tau, rank=rank)
-        return florist_recompress(B, A, tau=tau, rank=rank)
+        # FRAQ's thread rule for a batch run whole (fraq._parallel.whole_batch_threads) at the
+        # same shapes: the stacks and their two bases per matrix, (m + n) r^2 multiply-adds.
+        m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
+        with whole_batch_threads(B, 2 * (m + n) * r * B.element_size(), (m + n) * r * r):
+            if self.kernel == "qr":
+                return florist_qr_recompress(B, A, tau=tau, rank=rank)
+            return florist_recompress(B, A, tau=tau, rank=rank)
 
     def _group(self, group: Group, state) -> GroupOutput:
         spec = group.spec
