@@ -426,3 +426,46 @@ def test_the_clients_rounds_wait_on_the_comparisons_its_claims_read():
 
     assert all(c["decides"] == fig3.decides(c["compared"]) for c in fig3.points("reduced"))
     assert fig3.decides(["fraq", "florist", "flexlora:kernel=fraq", "qr-svd", "rsvd"]) == []  # d past FlexLoRA's limit
+
+
+@pytest.mark.parametrize("n", range(1, 10))
+def test_balanced_order_puts_every_call_after_every_other_equally_often(n):
+    """Each round's order is a permutation, and over a period (n rounds, 2 n for an odd n)
+    every ordered pair of distinct calls is adjacent equally often (once, or twice for an
+    odd n): what runs just before a call is spread over the others alike."""
+    from collections import Counter
+
+    from benchmarks.measure.timing import balanced_order
+
+    period = n if n % 2 == 0 else 2 * n
+    rows = [balanced_order(n, j) for j in range(period)]
+    assert all(sorted(r) == list(range(n)) for r in rows)
+    follows = Counter((r[i], r[i + 1]) for r in rows for i in range(n - 1))
+    assert len(follows) == n * (n - 1) and set(follows.values()) <= {1 if n % 2 == 0 else 2}
+    assert balanced_order(n, period + 3) == balanced_order(n, 3)
+
+
+def test_paired_rounds_time_in_the_balanced_order(monkeypatch):
+    """The rounds run their calls in :func:`balanced_order`'s order, so over 4 rounds of 4
+    calls each call is timed once right after each other call within a round."""
+    import benchmarks.measure.paired as paired
+    from benchmarks.measure.timing import balanced_order
+
+    order = []
+
+    def clock(fn, loops, device):
+        order.append(fn.__name__)
+        return 0.01
+
+    monkeypatch.setattr(paired, "_loop_time", clock)
+    calls = {}
+    for name in "abcd":
+        def fn():
+            return None
+        fn.__name__ = name
+        calls[name] = fn
+    paired_rounds(calls, 4)
+    rounds = [order[4 + 4 * j: 8 + 4 * j] for j in range(4)]  # after the 4 calibration calls
+    assert rounds == [["abcd"[i] for i in balanced_order(4, j)] for j in range(4)]
+    within = {(r[i], r[i + 1]) for r in rounds for i in range(3)}
+    assert len(within) == 12

@@ -4,8 +4,10 @@ A claim about a ratio of two methods' times ("FRAQ is faster than FlexLoRA") is 
 good as the pairing of their samples. This module builds every such measurement the same
 way:
 
-- **Rounds.** One round is one sample of every compared call, in an order rotated each
-  round (:func:`paired_rounds`). A drift of the machine's speed (shared or virtual cores,
+- **Rounds.** One round is one sample of every compared call, in a balanced order
+  (:func:`paired_rounds`, :func:`benchmarks.measure.timing.balanced_order`: over n rounds
+  each call follows every other equally often, so no method is always the one that runs
+  after a heavy call). A drift of the machine's speed (shared or virtual cores,
   frequency scaling) slows the calls of one round alike, so the per-round ratio cancels it;
   :func:`analysis.verdicts.judge` with ``paired=True`` takes the sign-test interval of the
   median of that ratio over rounds.
@@ -56,7 +58,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.measure.children import child_env, die_with_parent
-from benchmarks.measure.timing import Timing, sync, gc_off
+from benchmarks.measure.timing import Timing, balanced_order, gc_off, sync
 from fraq.internals import sign_ranks
 
 __all__ = ["MAX_LOOPS", "MIN_SAMPLE", "SIGN_LEVEL", "Weighted", "cached", "decided", "launched", "measure_groups",
@@ -115,7 +117,8 @@ def paired_rounds(calls: dict, rounds: int, *, device: torch.device | str = "cpu
                   decides: list[tuple[str, str]] | None = None, hold: list[tuple[str, str]] | None = None,
                   leave: bool = False) -> dict[str, dict]:
     """``rounds`` rounds of every call in ``calls`` (key -> zero-argument callable, or a
-    :class:`Weighted` list), the order rotated each round, after one untimed call of each
+    :class:`Weighted` list), in a balanced order (:func:`~benchmarks.measure.timing.balanced_order`
+    over the calls still timed), after one untimed call of each
     (none where a Weighted list carries its warm-up's ``seconds``; a second for a call
     under ``min_sample``, whose time sets its loop count
     k = ceil(min_sample / time), at most :data:`MAX_LOOPS`).
@@ -170,7 +173,7 @@ def paired_rounds(calls: dict, rounds: int, *, device: torch.device | str = "cpu
     sync(device)
     with gc_off():
         for j in range(rounds):
-            for k in active[j % len(active):] + active[:j % len(active)]:
+            for k in [active[i] for i in balanced_order(len(active), j)]:
                 samples[k].append(sum(w * _loop_time(fn, n, device)
                                       for (fn, w), n in zip(_parts(calls[k]), loops[k])))
             if min_rounds is None or j + 1 < min_rounds:

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-__all__ = ["Timing", "timed", "gemm_rate", "gc_off", "round_robin", "sync", "threads"]
+__all__ = ["Timing", "balanced_order", "timed", "gemm_rate", "gc_off", "round_robin", "sync", "threads"]
 
 
 @dataclass(frozen=True)
@@ -153,8 +153,32 @@ def _samples(fn: Callable[[], object], repeats: int, min_time: float, device: to
     return samples
 
 
+def balanced_order(n: int, j: int) -> list[int]:
+    """The order of n calls in round j: row j of a Williams design (Williams, Aust. J. Sci.
+    Res. A 2, 1949), so that over every n rounds (2 n for an odd n) each call follows every
+    other equally often.
+
+    A call's time depends on what ran just before it: after a dense SVD of seconds the next
+    call of a millisecond finds its code and data evicted and runs markedly slower than
+    after a light call (docs/benchmarks.md, *Statistics*, has the measurement). An order merely rotated each round
+    keeps every call behind the same predecessor, so that cost would fall on one method
+    round after round; here it falls on each alike. Row 0 is 0, 1, n - 1, 2, n - 2, ...;
+    row j adds j mod n; for an odd n, rows n .. 2 n - 1 are rows 0 .. n - 1 reversed."""
+    first, lo, hi = [0], 1, n - 1
+    while len(first) < n:
+        first.append(lo)
+        lo += 1
+        if len(first) < n:
+            first.append(hi)
+            hi -= 1
+    j %= n if n % 2 == 0 else 2 * n
+    row = [(x + j) % n for x in first]
+    return row if j < n else row[::-1]
+
+
 def round_robin(calls: dict, repeats: int, device: torch.device | str = "cpu") -> dict:
-    """Time each call ``repeats`` times in turn (order rotated each round), after one warm-up each.
+    """Time each call ``repeats`` times in turn (in a balanced order, :func:`balanced_order`),
+    after one warm-up each.
 
     Interleaving makes a machine whose speed drifts (shared or virtual cores) slow every
     call alike, so ratios between the calls hold where separate runs would not. Sample k
@@ -170,8 +194,8 @@ def round_robin(calls: dict, repeats: int, device: torch.device | str = "cpu") -
     sync(device)
     with gc_off():
         for rep in range(repeats):
-            for k in keys[rep % len(keys):] + keys[:rep % len(keys)]:
-                samples[k].append(_samples(calls[k], 1, 0.0, device)[0])
+            for i in balanced_order(len(keys), rep):
+                samples[keys[i]].append(_samples(calls[keys[i]], 1, 0.0, device)[0])
     return {k: Timing(tuple(v), torch.get_num_threads(), str(device)) for k, v in samples.items()}
 
 
