@@ -11,7 +11,8 @@ five merges of the same adapters, each adding one adapter to the same ``PeftMode
   chose there, through ``rank_pattern``.
 
 Measured like every other method: latency (the methods timed round-robin, one call of
-each per round, so that drifting load hits all alike and the per-round ratios pair up),
+each per round in a balanced order, so that drifting load hits all alike, the per-round
+ratios pair up and no method always runs after the same one),
 tensor peak memory above the inputs (:func:`benchmarks.measure.peak_memory`, on the
 first call, whose adapter also gives the errors), each module's relative error against
 the exact float64 aggregate and the excess over the float64 Eckart-Young optimum at its
@@ -77,6 +78,7 @@ def key(config: dict) -> str:
 def measure(config: dict, device: torch.device | str = "cpu") -> dict:
     """Build the point's clients, run every method (see the module docstring), return the result."""
     from benchmarks.measure import peak_memory, timed
+    from benchmarks.measure.timing import balanced_order
     from benchmarks.peft_merge import AdapterMerge, MODELS, build_clients, fraq_ranks, module_fidelity
 
     device = torch.device(device)
@@ -104,9 +106,8 @@ def measure(config: dict, device: torch.device | str = "cpu") -> dict:
                          relative_error=fid["relative_error"], **fid["summary"], samples_s=[]))
     repeats = {i: config["slow_repeats"] if m.name.startswith("peft-svd") else config["repeats"]
                for i, m in enumerate(methods)}
-    order = list(range(len(methods)))
     for rnd in range(max(repeats.values())):
-        for i in order[rnd % len(order):] + order[:rnd % len(order)]:
+        for i in balanced_order(len(methods), rnd):  # each method after every other alike
             if rnd < repeats[i]:
                 t = timed(lambda i=i: methods[i](clients), repeats=1, warmup=0, device=device)
                 rows[i]["samples_s"].append(t.samples[0])
