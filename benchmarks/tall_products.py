@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
-from collections.abc import Callable
 
 import torch
 
 from benchmarks._options import positive
+from benchmarks.measure.timing import block_median
 
 CASES = [(dtype, m, k, p) for dtype in (torch.float32, torch.float64)
          for m, k, p in [(768, 16, 8), (768, 64, 8), (768, 256, 8), (3072, 64, 8), (768, 64, 18), (768, 64, 64),
@@ -45,18 +44,6 @@ def operands(dtype: torch.dtype, m: int, k: int, p: int, seed: int = 0) -> tuple
     return M, torch.randn(2, k, p, generator=g, dtype=dtype)
 
 
-def _block(fn: Callable[[], object], seconds: float) -> float:
-    """The median time of ``fn`` over a block of at least ``seconds`` (and 5 calls)."""
-    fn()
-    times = []
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end or len(times) < 5:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.tall_products", description=__doc__.split("\n\n")[0])
     p.add_argument("--blocks", type=positive, default=6, help="interleaved blocks per case (default 6)")
@@ -75,8 +62,8 @@ def main(argv: list[str] | None = None) -> None:
             M, N = operands(dtype, m, k, pp)
             rows, cols = [], []
             for _ in range(args.blocks):
-                rows.append(_block(lambda: M @ N, seconds))
-                cols.append(_block(lambda: tall_product(M, N), seconds))
+                rows.append(block_median(lambda: M @ N, seconds))
+                cols.append(block_median(lambda: tall_product(M, N), seconds))
             ratios = [c / r for r, c in zip(rows, cols)]
             label = f"{str(dtype).removeprefix('torch.')} 2 x ({m} x {k}) @ ({k} x {pp})"
             print(f"{label:36s} row-major {1e6 * statistics.median(rows):9.1f} us  column-major "

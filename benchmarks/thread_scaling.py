@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable
 
 import torch
 
 from benchmarks._options import names_of, positive
+from benchmarks.measure.timing import block_median
 
 CALLS = ("recompress", "stack", "aggregate", "probe")
 """The calls this benchmark times (the module docstring)."""
@@ -75,14 +75,7 @@ def cases(calls: list[str], quick: bool) -> list[tuple[str, Callable[[], object]
 def _block(fn: Callable[[], object], threads: int, seconds: float) -> float:
     """The median time of ``fn`` over a block of at least ``seconds`` (and 5 calls) at ``threads``."""
     torch.set_num_threads(threads)
-    fn()  # the first call at a new thread count pays for the change
-    times = []
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end or len(times) < 5:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return block_median(fn, seconds)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-__all__ = ["Timing", "balanced_order", "timed", "gemm_rate", "gc_off", "round_robin", "sync", "threads"]
+__all__ = ["Timing", "balanced_order", "block_median", "timed", "gemm_rate", "gc_off", "round_robin", "sync", "threads"]
 
 
 @dataclass(frozen=True)
@@ -151,6 +151,21 @@ def _samples(fn: Callable[[], object], repeats: int, min_time: float, device: to
             fn()
             samples.append(time.perf_counter() - t0)
     return samples
+
+
+def block_median(fn: Callable[[], object], seconds: float, min_calls: int = 5) -> float:
+    """The median time of ``fn`` over a block of at least ``seconds`` and ``min_calls`` calls,
+    after one untimed call (the first after a change of setting pays for it): one block of
+    the benchmarks that alternate two settings block by block (``benchmarks.thread_scaling``,
+    ``benchmarks.tall_products``)."""
+    fn()
+    times = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end or len(times) < min_calls:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def balanced_order(n: int, j: int) -> list[int]:
