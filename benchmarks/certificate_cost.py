@@ -12,7 +12,8 @@ and prints the medians and, per certificate, the median of the per-round ratios
 (certificate / aggregation) with the smallest and largest. The probe certificate's
 target is a tenth of the aggregation (docs/library.md, "The probe certificate"). A ratio
 is only as steady as the machine: the rounds interleave the calls so that a change in
-load hits every one of them.
+load hits every one of them, each round's certificates after its aggregation in a balanced
+order (:func:`benchmarks.measure.timing.balanced_order`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 import torch
 
 from benchmarks._options import names_of, positive
+from benchmarks.measure.timing import balanced_order
 
 METHODS = ("gram", "probe")
 """The certificates :meth:`fraq.aggregators.AggregationResult.certificate` computes."""
@@ -68,12 +70,13 @@ def main(argv: list[str] | None = None) -> None:
     t_agg: list[float] = []
     t_cert: dict[str, list[float]] = {m: [] for m in args.methods}
     certs = {}
-    for _ in range(args.rounds):
+    for j in range(args.rounds):
         src = source()
         t0 = time.perf_counter()
         res = aggregate(src)
         t_agg.append(time.perf_counter() - t0)
-        for method in args.methods:
+        for i in balanced_order(len(args.methods), j):  # the certificates after each other alike
+            method = args.methods[i]
             t1 = time.perf_counter()
             certs[method] = res.certificate(src, method=method)
             t_cert[method].append(time.perf_counter() - t1)
