@@ -20,9 +20,8 @@ def tall_product(M: torch.Tensor, N: torch.Tensor) -> torch.Tensor:
     row-major product is at its best (p near k). MKL's generic ``MKL_CBWR=COMPATIBLE`` path
     has no such penalty and is up to 15% slower column-major on float64 there, a
     reproducibility mode no machine runs by default. On CUDA the transposes are only flags
-    to cuBLAS. Every method that
-    applies a basis this way calls it (FRAQ's explicit bases and static pipeline, and the
-    baselines), so no method's time carries a layout's penalty. The entries are the same
+    to cuBLAS. Every method that applies a basis this way calls it (FRAQ's explicit bases
+    and static pipeline, and the baselines), so no method's time carries a layout's penalty. The entries are the same
     sums; the rounding order within each dot product is the library's, as for ``M @ N``.
     """
     if M.dim() == 3 and N.dim() == 3 and M.shape[0] == N.shape[0]:

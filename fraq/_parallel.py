@@ -392,17 +392,18 @@ def over_chunks(fn: Callable[..., object], join: Callable[[list, list[int]], obj
     return fn(*tensors, 0)
 
 
-def whole_batch_threads(first: torch.Tensor, item_bytes: int, item_work: float) -> contextlib.AbstractContextManager:
+def whole_batch_threads(B: torch.Tensor, A: torch.Tensor) -> contextlib.AbstractContextManager:
     """The thread setting :func:`over_chunks` gives a batch it runs whole, for a method that
-    runs its batch whole itself (the baselines' recompressions): :func:`one_thread` where the
-    batch ``first`` (*, rows, cols) is on the CPU, fits one chunk
-    (:func:`chunk_bounds` of ``item_bytes`` per matrix) and its matrices need fewer than
-    :data:`TEAM_WORK` multiply-adds each (``item_work``), with more than one torch thread;
-    else no change. The same rule as FRAQ's at the same shapes, so that no method's time at T
-    threads carries a thread team FRAQ's does not (and more threads never make its call
-    slower)."""
-    nb = math.prod(first.shape[:-2])
-    if _small_work(first, item_work) and len(chunk_bounds(max(nb, 1), item_bytes)) == 2:
+    recompresses stacks B (*, m, r), A (*, r, n) whole itself (the baselines): :func:`one_thread`
+    where the batch is on the CPU, fits one chunk (:func:`chunk_bounds`, each matrix holding
+    its stacks and two bases, 2 (m + n) r numbers) and its matrices need fewer than
+    :data:`TEAM_WORK` multiply-adds each ((m + n) r^2, as FRAQ's), with more than one torch
+    thread; else no change. The same rule as FRAQ's at the same shapes, so that no method's
+    time at T threads carries a thread team FRAQ's does not (and more threads never make its
+    call slower)."""
+    m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
+    nb = math.prod(B.shape[:-2])
+    if _small_work(B, (m + n) * r * r) and len(chunk_bounds(max(nb, 1), 2 * (m + n) * r * B.element_size())) == 2:
         return one_thread()
     return contextlib.nullcontext()
 

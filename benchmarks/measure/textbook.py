@@ -47,16 +47,6 @@ def _stacks(Bs, As, weights, scales):
     return fraq.stack(Bs, As, weights, scales, dtype=compute_dtype(Bs[0].dtype))
 
 
-def _threads(B: torch.Tensor, A: torch.Tensor):
-    """FRAQ's thread rule for a batch run whole at these stacks' shapes
-    (:func:`fraq.internals.whole_batch_threads`; the stacks and their two bases per matrix,
-    (m + n) r^2 multiply-adds), as FLoRIST's recompression gets it."""
-    from fraq.internals import whole_batch_threads
-
-    m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
-    return whole_batch_threads(B, 2 * (m + n) * r * B.element_size(), (m + n) * r * r)
-
-
 def _cut(U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor, rank, tau, out_dtype):
     """The rank-p factors (B_g = U_p S_p, A_g = Vh_p) from a descending SVD, p fixed or by the energy rule."""
     import fraq
@@ -80,11 +70,11 @@ def qr_svd(Bs, As, *, rank=None, tau=None, weights=None, scales=None):
     :func:`fraq.internals.batched`), and each Q applied to the p kept columns
     of the core's vectors only (2 (m + n) r p, not 2 (m + n) r^2), the tall product
     written column-major (:func:`fraq.internals.tall_product`), and a small batch on one
-    thread where FRAQ's would be (:func:`_threads`)."""
-    from fraq.internals import batched, tall_product
+    thread where FRAQ's would be (:func:`fraq.internals.whole_batch_threads`)."""
+    from fraq.internals import batched, tall_product, whole_batch_threads
 
     B, A = _stacks(Bs, As, weights, scales)
-    with _threads(B, A):
+    with whole_batch_threads(B, A):
         Q1, R1 = batched(torch.linalg.qr, B)
         Q2, R2 = batched(torch.linalg.qr, A.mT)
         Uc, S, Vch = batched(_svd, R1 @ R2.mT)
@@ -102,8 +92,8 @@ def rsvd(Bs, As, *, rank=None, tau=None, weights=None, scales=None, seed: int = 
     (:func:`fraq.internals.batched`), the wide q x n projection decomposed through its
     transpose (:func:`fraq.internals.thin_svd`), every product with q columns and
     m or n rows written column-major (:func:`fraq.internals.tall_product`), and a small
-    batch on one thread where FRAQ's would be (:func:`_threads`)."""
-    from fraq.internals import batched, tall_product, thin_svd
+    batch on one thread where FRAQ's would be (:func:`fraq.internals.whole_batch_threads`)."""
+    from fraq.internals import batched, tall_product, thin_svd, whole_batch_threads
 
     B, A = _stacks(Bs, As, weights, scales)
     m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
@@ -115,7 +105,7 @@ def rsvd(Bs, As, *, rank=None, tau=None, weights=None, scales=None, seed: int = 
     def orthonormal(M):
         return batched(torch.linalg.qr, M)[0]
 
-    with _threads(B, A):
+    with whole_batch_threads(B, A):
         Q = orthonormal(tall_product(B, A @ omega))
         for _ in range(POWER_ITERATIONS):
             Z = orthonormal(tall_product(A.mT, B.mT @ Q))

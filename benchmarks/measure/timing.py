@@ -175,9 +175,9 @@ def balanced_order(n: int, j: int) -> list[int]:
 
     A call's time depends on what ran just before it: after a dense SVD of seconds the next
     call of a millisecond finds its code and data evicted and runs markedly slower than
-    after a light call (docs/benchmarks.md, *Statistics*, has the measurement). An order merely rotated each round
-    keeps every call behind the same predecessor, so that cost would fall on one method
-    round after round; here it falls on each alike. Row 0 is 0, 1, n - 1, 2, n - 2, ...;
+    after a light call (docs/benchmarks.md, *Statistics*, has the measurement). An order
+    merely rotated each round keeps every call behind the same predecessor, so that cost
+    would fall on one method round after round; here it falls on each alike. Row 0 is 0, 1, n - 1, 2, n - 2, ...;
     row j adds j mod n; for an odd n, rows n .. 2 n - 1 are rows 0 .. n - 1 reversed."""
     first, lo, hi = [0], 1, n - 1
     while len(first) < n:

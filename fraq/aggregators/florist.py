@@ -181,10 +181,7 @@ class FLoRIST(Aggregator):
         self.kernel = check_kernel(kernel, KERNELS)
 
     def _recompress(self, B: torch.Tensor, A: torch.Tensor, *, tau: float | None, rank: int | None = None):
-        # FRAQ's thread rule for a batch run whole (fraq._parallel.whole_batch_threads) at the
-        # same shapes: the stacks and their two bases per matrix, (m + n) r^2 multiply-adds.
-        m, r, n = B.shape[-2], B.shape[-1], A.shape[-1]
-        with whole_batch_threads(B, 2 * (m + n) * r * B.element_size(), (m + n) * r * r):
+        with whole_batch_threads(B, A):  # FRAQ's thread rule for a batch run whole, at these shapes
             if self.kernel == "qr":
                 return florist_qr_recompress(B, A, tau=tau, rank=rank)
             return florist_recompress(B, A, tau=tau, rank=rank)
